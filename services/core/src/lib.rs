@@ -2,11 +2,28 @@
 //! randomness (time and jitter samples are arguments), no tokio, sqlx or
 //! tonic. Everything here is tested without a database.
 //!
+//! - [`status`]: row statuses and attempt budgets.
+//! - [`classify`]: failure facts in, a rule-named verdict out.
+//! - [`transition`]: the row state machine (claim, report, release, expiry,
+//!   job failure, dependency failure, redrive).
+//! - [`backoff`], [`policy`]: a ledger's retry policy with its defaults and
+//!   validation.
+//! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks.
+//! - [`operation`]: the monotonic reducer for provider operations.
 //! - [`webhook`]: Standard Webhooks signing and verification.
-//! - [`operation`]: the monotonic reducer for provider operations, state
-//!   spellings and operation-name normalization.
-//! - the row state machine, classifier, backoff, keys and validation live in
-//!   their own modules.
+//! - [`summary`]: the one-line summaries.
+//! - [`violation`]: how validation reports bad fields.
 
+pub mod backoff;
+pub mod classify;
+pub mod deps;
+pub mod keys;
+pub mod names;
 pub mod operation;
+pub mod payload;
+pub mod policy;
+pub mod status;
+pub mod summary;
+pub mod transition;
+pub mod violation;
 pub mod webhook;

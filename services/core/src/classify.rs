@@ -1,0 +1,473 @@
+//! The classifier: a failure as the worker observed it, in; a verdict
+//! (retryable or permanent, the budget it counts against, and the rule that
+//! decided) out. Ledger overrides are tried first, then the built-in rules in
+//! a fixed order. Unknown failures are retryable: the attempt cap is the
+//! brake (seed 000: "when in doubt, lean to the side that recovers the row").
+
+use crate::status::Budget;
+use std::time::Duration;
+
+/// What the worker saw go wrong with one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// An error answer: an output line's error, an HTTP error, a timeout.
+    ProviderError,
+    /// A response arrived without usable text.
+    EmptyResponse,
+    /// A response arrived but fails to parse or to match the row's schema.
+    InvalidOutput,
+    /// The response or the prompt was blocked.
+    Blocked,
+    /// The row was absent from a finished job's output.
+    MissingFromOutput,
+}
+
+/// The facts of one failure. Strings may be empty.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Failure {
+    pub kind: Option<FailureKind>,
+    /// HTTP-like status code, 0 when none.
+    pub http_code: u32,
+    /// Canonical status name, e.g. `RESOURCE_EXHAUSTED`.
+    pub status: String,
+    pub message: String,
+    pub finish_reason: String,
+    pub block_reason: String,
+    /// The provider asked for this much patience.
+    pub retry_delay: Option<Duration>,
+}
+
+/// Retryable or permanent: the classifier's two answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Severity {
+    Retryable,
+    Permanent,
+}
+
+/// The rule that produced a verdict. Its text form is what users see
+/// (`permanent_by_rule`, `ListRows` filters).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Rule {
+    Success,
+    HttpTransient,
+    HttpPermanent,
+    StatusTransient,
+    StatusPermanent,
+    SafetyMessage,
+    FinishReasonBlocked,
+    PromptBlocked,
+    EmptyResponse,
+    InvalidOutput,
+    MissingFromOutput,
+    JobFailed,
+    LeaseExpired,
+    UnknownRetryable,
+    Exhausted(Budget),
+    Override(String),
+}
+
+impl Rule {
+    pub fn name(&self) -> String {
+        match self {
+            Rule::Success => "success".into(),
+            Rule::HttpTransient => "http_transient".into(),
+            Rule::HttpPermanent => "http_permanent".into(),
+            Rule::StatusTransient => "status_transient".into(),
+            Rule::StatusPermanent => "status_permanent".into(),
+            Rule::SafetyMessage => "safety_message".into(),
+            Rule::FinishReasonBlocked => "finish_reason_blocked".into(),
+            Rule::PromptBlocked => "prompt_blocked".into(),
+            Rule::EmptyResponse => "empty_response".into(),
+            Rule::InvalidOutput => "invalid_output".into(),
+            Rule::MissingFromOutput => "missing_from_output".into(),
+            Rule::JobFailed => "job_failed".into(),
+            Rule::LeaseExpired => "lease_expired".into(),
+            Rule::UnknownRetryable => "unknown_retryable".into(),
+            Rule::Exhausted(b) => format!("{}_attempts_exhausted", b.as_str()),
+            Rule::Override(name) => format!("override:{name}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// The classifier's answer for one failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classification {
+    pub severity: Severity,
+    pub budget: Budget,
+    pub rule: Rule,
+}
+
+impl Classification {
+    fn new(severity: Severity, budget: Budget, rule: Rule) -> Self {
+        Self {
+            severity,
+            budget,
+            rule,
+        }
+    }
+}
+
+/// A ledger's own rule: every set field must match; then its verdict wins.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Override {
+    pub name: String,
+    pub http_code: u32,
+    pub status: String,
+    /// Case-insensitive substring of the message.
+    pub message_contains: String,
+    pub finish_reason: String,
+    pub kind: Option<FailureKind>,
+    pub severity: Option<Severity>,
+    pub budget: Option<Budget>,
+}
+
+impl Override {
+    /// An override that names no condition would match everything; policy
+    /// validation rejects it, and it never matches here.
+    pub fn has_condition(&self) -> bool {
+        self.http_code != 0
+            || !self.status.is_empty()
+            || !self.message_contains.is_empty()
+            || !self.finish_reason.is_empty()
+            || self.kind.is_some()
+    }
+
+    fn matches(&self, f: &Failure) -> bool {
+        self.has_condition()
+            && (self.http_code == 0 || self.http_code == f.http_code)
+            && (self.status.is_empty() || self.status.eq_ignore_ascii_case(&f.status))
+            && (self.message_contains.is_empty()
+                || f.message
+                    .to_ascii_lowercase()
+                    .contains(&self.message_contains.to_ascii_lowercase()))
+            && (self.finish_reason.is_empty()
+                || self.finish_reason.eq_ignore_ascii_case(&f.finish_reason))
+            && (self.kind.is_none() || self.kind == f.kind)
+    }
+}
+
+const HTTP_TRANSIENT: [u32; 6] = [408, 429, 500, 502, 503, 504];
+const HTTP_PERMANENT: [u32; 4] = [400, 403, 404, 422];
+const STATUS_TRANSIENT: [&str; 5] = [
+    "UNAVAILABLE",
+    "RESOURCE_EXHAUSTED",
+    "DEADLINE_EXCEEDED",
+    "ABORTED",
+    "INTERNAL",
+];
+const STATUS_PERMANENT: [&str; 4] = [
+    "INVALID_ARGUMENT",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "FAILED_PRECONDITION",
+];
+const BLOCKING_FINISH_REASONS: [&str; 5] = [
+    "SAFETY",
+    "RECITATION",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+];
+const BLOCKING_WORDS: [&str; 3] = ["safety", "blocked", "recitation"];
+
+/// Classifies one failure. Overrides first, in order; then the built-in
+/// rules: blocking signals, unusable content, missing rows, codes, message
+/// words, and finally unknown (retryable).
+pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
+    use Severity::{Permanent, Retryable};
+    if let Some(o) = overrides.iter().find(|o| o.matches(failure)) {
+        let severity = o.severity.unwrap_or(Permanent);
+        let budget = o.budget.unwrap_or(match severity {
+            Retryable | Permanent => Budget::Provider,
+        });
+        return Classification::new(severity, budget, Rule::Override(o.name.clone()));
+    }
+    let finish = failure.finish_reason.trim();
+    if BLOCKING_FINISH_REASONS
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(finish))
+    {
+        return Classification::new(Permanent, Budget::Content, Rule::FinishReasonBlocked);
+    }
+    let block_reason = failure.block_reason.trim();
+    if !block_reason.is_empty() && !block_reason.eq_ignore_ascii_case("BLOCK_REASON_UNSPECIFIED") {
+        return Classification::new(Permanent, Budget::Content, Rule::PromptBlocked);
+    }
+    match failure.kind {
+        Some(FailureKind::Blocked) => {
+            return Classification::new(Permanent, Budget::Content, Rule::FinishReasonBlocked);
+        }
+        Some(FailureKind::EmptyResponse) => {
+            return Classification::new(Retryable, Budget::Content, Rule::EmptyResponse);
+        }
+        Some(FailureKind::InvalidOutput) => {
+            return Classification::new(Retryable, Budget::Content, Rule::InvalidOutput);
+        }
+        Some(FailureKind::MissingFromOutput) => {
+            return Classification::new(Retryable, Budget::Provider, Rule::MissingFromOutput);
+        }
+        Some(FailureKind::ProviderError) | None => {}
+    }
+    if HTTP_TRANSIENT.contains(&failure.http_code) {
+        return Classification::new(Retryable, Budget::Provider, Rule::HttpTransient);
+    }
+    if HTTP_PERMANENT.contains(&failure.http_code) {
+        return Classification::new(Permanent, Budget::Provider, Rule::HttpPermanent);
+    }
+    let status = failure.status.trim();
+    if STATUS_TRANSIENT
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(status))
+    {
+        return Classification::new(Retryable, Budget::Provider, Rule::StatusTransient);
+    }
+    if STATUS_PERMANENT
+        .iter()
+        .any(|s| s.eq_ignore_ascii_case(status))
+    {
+        return Classification::new(Permanent, Budget::Provider, Rule::StatusPermanent);
+    }
+    let message = failure.message.to_ascii_lowercase();
+    if BLOCKING_WORDS.iter().any(|w| message.contains(w)) {
+        return Classification::new(Permanent, Budget::Content, Rule::SafetyMessage);
+    }
+    Classification::new(Retryable, Budget::Provider, Rule::UnknownRetryable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(http_code: u32) -> Failure {
+        Failure {
+            kind: Some(FailureKind::ProviderError),
+            http_code,
+            ..Failure::default()
+        }
+    }
+
+    fn verdict(f: &Failure) -> (Severity, Budget, String) {
+        let c = classify(f, &[]);
+        (c.severity, c.budget, c.rule.name())
+    }
+
+    #[test]
+    fn transient_http_codes_are_retryable_on_the_provider_budget() {
+        for c in HTTP_TRANSIENT {
+            assert_eq!(
+                verdict(&code(c)),
+                (
+                    Severity::Retryable,
+                    Budget::Provider,
+                    "http_transient".into()
+                ),
+                "code {c}"
+            );
+        }
+    }
+
+    #[test]
+    fn permanent_http_codes_are_permanent() {
+        for c in HTTP_PERMANENT {
+            assert_eq!(verdict(&code(c)).0, Severity::Permanent, "code {c}");
+            assert_eq!(verdict(&code(c)).2, "http_permanent");
+        }
+    }
+
+    #[test]
+    fn grpc_status_names_classify_like_their_codes() {
+        for s in STATUS_TRANSIENT {
+            let f = Failure {
+                status: s.to_lowercase(),
+                ..Failure::default()
+            };
+            assert_eq!(verdict(&f).2, "status_transient", "{s}");
+        }
+        for s in STATUS_PERMANENT {
+            let f = Failure {
+                status: s.into(),
+                ..Failure::default()
+            };
+            assert_eq!(verdict(&f).2, "status_permanent", "{s}");
+        }
+    }
+
+    #[test]
+    fn blocking_finish_reasons_and_block_reasons_are_permanent() {
+        for r in BLOCKING_FINISH_REASONS {
+            let f = Failure {
+                finish_reason: r.into(),
+                ..Failure::default()
+            };
+            assert_eq!(verdict(&f).2, "finish_reason_blocked", "{r}");
+            assert_eq!(verdict(&f).0, Severity::Permanent);
+        }
+        let f = Failure {
+            block_reason: "SAFETY".into(),
+            ..Failure::default()
+        };
+        assert_eq!(verdict(&f).2, "prompt_blocked");
+        let unspecified = Failure {
+            block_reason: "BLOCK_REASON_UNSPECIFIED".into(),
+            ..Failure::default()
+        };
+        assert_eq!(verdict(&unspecified).2, "unknown_retryable");
+    }
+
+    #[test]
+    fn a_stop_finish_reason_is_not_a_block() {
+        let f = Failure {
+            kind: Some(FailureKind::EmptyResponse),
+            finish_reason: "STOP".into(),
+            ..Failure::default()
+        };
+        assert_eq!(
+            verdict(&f),
+            (
+                Severity::Retryable,
+                Budget::Content,
+                "empty_response".into()
+            )
+        );
+    }
+
+    #[test]
+    fn unusable_content_counts_against_the_content_budget() {
+        let f = Failure {
+            kind: Some(FailureKind::InvalidOutput),
+            ..Failure::default()
+        };
+        assert_eq!(
+            verdict(&f),
+            (
+                Severity::Retryable,
+                Budget::Content,
+                "invalid_output".into()
+            )
+        );
+    }
+
+    #[test]
+    fn missing_rows_are_provider_transients() {
+        let f = Failure {
+            kind: Some(FailureKind::MissingFromOutput),
+            ..Failure::default()
+        };
+        assert_eq!(
+            verdict(&f),
+            (
+                Severity::Retryable,
+                Budget::Provider,
+                "missing_from_output".into()
+            )
+        );
+    }
+
+    #[test]
+    fn safety_words_in_the_message_are_permanent_but_codes_come_first() {
+        let f = Failure {
+            message: "Response was Blocked by policy".into(),
+            ..Failure::default()
+        };
+        assert_eq!(verdict(&f).2, "safety_message");
+        let quota = Failure {
+            http_code: 429,
+            message: "quota blocked for now".into(),
+            ..Failure::default()
+        };
+        assert_eq!(verdict(&quota).2, "http_transient");
+    }
+
+    #[test]
+    fn unknown_failures_are_retryable() {
+        assert_eq!(
+            verdict(&code(418)),
+            (
+                Severity::Retryable,
+                Budget::Provider,
+                "unknown_retryable".into()
+            )
+        );
+        assert_eq!(verdict(&Failure::default()).2, "unknown_retryable");
+    }
+
+    #[test]
+    fn overrides_win_in_order_and_name_their_rule() {
+        let overrides = vec![
+            Override {
+                name: "teapot".into(),
+                http_code: 418,
+                severity: Some(Severity::Permanent),
+                ..Override::default()
+            },
+            Override {
+                name: "flaky-safety".into(),
+                finish_reason: "SAFETY".into(),
+                severity: Some(Severity::Retryable),
+                budget: Some(Budget::Content),
+                ..Override::default()
+            },
+        ];
+        let c = classify(&code(418), &overrides);
+        assert_eq!(
+            (c.severity, c.rule.name()),
+            (Severity::Permanent, "override:teapot".into())
+        );
+        let safety = Failure {
+            finish_reason: "safety".into(),
+            ..Failure::default()
+        };
+        let c = classify(&safety, &overrides);
+        assert_eq!(
+            (c.severity, c.budget, c.rule.name()),
+            (
+                Severity::Retryable,
+                Budget::Content,
+                "override:flaky-safety".into()
+            )
+        );
+    }
+
+    #[test]
+    fn an_override_without_conditions_never_matches() {
+        let o = Override {
+            name: "everything".into(),
+            severity: Some(Severity::Permanent),
+            ..Override::default()
+        };
+        assert!(!o.has_condition());
+        assert_eq!(classify(&code(503), &[o]).rule.name(), "http_transient");
+    }
+
+    #[test]
+    fn override_message_match_is_case_insensitive_and_all_fields_must_hold() {
+        let o = Override {
+            name: "quota".into(),
+            http_code: 429,
+            message_contains: "DAILY QUOTA".into(),
+            severity: Some(Severity::Permanent),
+            ..Override::default()
+        };
+        let hit = Failure {
+            http_code: 429,
+            message: "daily quota exceeded".into(),
+            ..Failure::default()
+        };
+        let miss = Failure {
+            http_code: 503,
+            message: "daily quota exceeded".into(),
+            ..Failure::default()
+        };
+        assert_eq!(
+            classify(&hit, std::slice::from_ref(&o)).rule.name(),
+            "override:quota"
+        );
+        assert_eq!(classify(&miss, &[o]).rule.name(), "http_transient");
+    }
+}

@@ -1,0 +1,308 @@
+//! A ledger's policy: attempt caps, lease, backoff, classifier overrides,
+//! alerting, job limit and prices, with the documented defaults and the
+//! validation that keeps absurd values out. Stored as JSON beside the ledger.
+
+use crate::backoff::Backoff;
+use crate::classify::{FailureKind, Override, Severity};
+use crate::status::{Budget, PerBudget};
+use crate::violation::Violations;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+pub const DEFAULT_MODEL: &str = "gemini-flash-latest";
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const MAX_CAP: u32 = 100;
+pub const MAX_BACKOFF: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// USD per million tokens of one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub model: String,
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+}
+
+/// A stored override (the classifier's [`Override`] in serializable form).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct OverrideRule {
+    pub name: String,
+    #[serde(default)]
+    pub http_code: u32,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub message_contains: String,
+    #[serde(default)]
+    pub finish_reason: String,
+    /// Stored code of [`FailureKind`] (0: any).
+    #[serde(default)]
+    pub kind: i16,
+    /// true: permanent; false: retryable.
+    pub permanent: bool,
+    /// Stored code of [`Budget`] (0: provider).
+    #[serde(default)]
+    pub budget: i16,
+}
+
+impl OverrideRule {
+    pub fn to_override(&self) -> Override {
+        Override {
+            name: self.name.clone(),
+            http_code: self.http_code,
+            status: self.status.clone(),
+            message_contains: self.message_contains.clone(),
+            finish_reason: self.finish_reason.clone(),
+            kind: failure_kind_from_code(self.kind),
+            severity: Some(if self.permanent {
+                Severity::Permanent
+            } else {
+                Severity::Retryable
+            }),
+            budget: Budget::from_code(self.budget),
+        }
+    }
+}
+
+/// Stored code of a failure kind (equal to `tally.v1.FailureKind`).
+pub fn failure_kind_code(kind: FailureKind) -> i16 {
+    match kind {
+        FailureKind::ProviderError => 1,
+        FailureKind::EmptyResponse => 2,
+        FailureKind::InvalidOutput => 3,
+        FailureKind::Blocked => 4,
+        FailureKind::MissingFromOutput => 5,
+    }
+}
+
+pub fn failure_kind_from_code(code: i16) -> Option<FailureKind> {
+    match code {
+        1 => Some(FailureKind::ProviderError),
+        2 => Some(FailureKind::EmptyResponse),
+        3 => Some(FailureKind::InvalidOutput),
+        4 => Some(FailureKind::Blocked),
+        5 => Some(FailureKind::MissingFromOutput),
+        _ => None,
+    }
+}
+
+/// A ledger's policy with every default resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    pub model: String,
+    pub caps: Caps,
+    #[serde(with = "millis")]
+    pub lease: Duration,
+    pub backoff: Backoff,
+    pub overrides: Vec<OverrideRule>,
+    pub review_threshold: u64,
+    pub alert_url: String,
+    pub max_active_jobs: u32,
+    pub prices: Vec<Price>,
+}
+
+/// Attempt caps per budget (serializable mirror of [`PerBudget`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caps {
+    pub provider: u32,
+    pub content: u32,
+    pub infra: u32,
+}
+
+impl Caps {
+    pub fn per_budget(&self) -> PerBudget {
+        PerBudget::new(self.provider, self.content, self.infra)
+    }
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            provider: 4,
+            content: 1,
+            infra: 4,
+        }
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            model: DEFAULT_MODEL.into(),
+            caps: Caps::default(),
+            lease: Duration::from_secs(30 * 60),
+            backoff: Backoff::default(),
+            overrides: Vec::new(),
+            review_threshold: 0,
+            alert_url: String::new(),
+            max_active_jobs: 4,
+            prices: Vec::new(),
+        }
+    }
+}
+
+impl Policy {
+    pub fn overrides(&self) -> Vec<Override> {
+        self.overrides
+            .iter()
+            .map(OverrideRule::to_override)
+            .collect()
+    }
+
+    /// Checks every field; field paths are prefixed with `prefix`
+    /// (e.g. `policy`).
+    pub fn validate(&self, prefix: &str, v: &mut Violations) {
+        let f = |name: &str| format!("{prefix}.{name}");
+        if self.model.trim().is_empty() || self.model.len() > 128 {
+            v.add(f("model"), "must be 1 to 128 characters");
+        }
+        for (name, cap) in [
+            ("budgets.provider", self.caps.provider),
+            ("budgets.content", self.caps.content),
+            ("budgets.infra", self.caps.infra),
+        ] {
+            if !(1..=MAX_CAP).contains(&cap) {
+                v.add(f(name), format!("must be 1 to {MAX_CAP}"));
+            }
+        }
+        if self.lease < MIN_LEASE || self.lease > MAX_LEASE {
+            v.add(f("lease"), "must be between 1s and 7 days");
+        }
+        let b = &self.backoff;
+        if b.initial > MAX_BACKOFF {
+            v.add(f("backoff.initial"), "must be at most 7 days");
+        }
+        if b.max > MAX_BACKOFF || b.max < b.initial {
+            v.add(
+                f("backoff.max"),
+                "must be at least backoff.initial and at most 7 days",
+            );
+        }
+        if !(1.0..=10.0).contains(&b.multiplier) {
+            v.add(f("backoff.multiplier"), "must be between 1 and 10");
+        }
+        if !(0.0..=1.0).contains(&b.jitter) {
+            v.add(f("backoff.jitter"), "must be between 0 and 1");
+        }
+        for (i, o) in self.overrides.iter().enumerate() {
+            let at = |name: &str| format!("{prefix}.overrides[{i}].{name}");
+            if !crate::names::is_simple_id(&o.name, 63) {
+                v.add(at("name"), "must be 1 to 63 characters of [a-z0-9_-]");
+            }
+            if !o.to_override().has_condition() {
+                v.add(
+                    at("name"),
+                    "must set at least one of http_code, status, message_contains, finish_reason, kind",
+                );
+            }
+        }
+        if self.max_active_jobs == 0 || self.max_active_jobs > 10_000 {
+            v.add(f("max_active_jobs"), "must be 1 to 10000");
+        }
+        let url_ok = self.alert_url.is_empty()
+            || self.alert_url.starts_with("http://")
+            || self.alert_url.starts_with("https://");
+        if !url_ok {
+            v.add(f("alert_url"), "must be an http:// or https:// URL");
+        }
+        for (i, p) in self.prices.iter().enumerate() {
+            if p.model.trim().is_empty() {
+                v.add(format!("{prefix}.prices[{i}].model"), "must not be empty");
+            }
+            let sane = |x: f64| x.is_finite() && x >= 0.0;
+            if !(sane(p.input_per_million) && sane(p.output_per_million)) {
+                v.add(
+                    format!("{prefix}.prices[{i}]"),
+                    "prices must be finite and not negative",
+                );
+            }
+        }
+    }
+
+    /// The price of one model, if the table has it.
+    pub fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.iter().find(|p| p.model == model)
+    }
+}
+
+/// Serde for durations as whole milliseconds.
+pub mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis().min(u64::MAX as u128) as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_documented_values() {
+        let p = Policy::default();
+        let mut v = Violations::new();
+        p.validate("policy", &mut v);
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!(p.caps.per_budget(), PerBudget::new(4, 1, 4));
+        assert_eq!(p.max_active_jobs, 4);
+    }
+
+    #[test]
+    fn absurd_values_are_named() {
+        let p = Policy {
+            caps: Caps {
+                provider: 0,
+                content: 1,
+                infra: 1000,
+            },
+            lease: Duration::ZERO,
+            alert_url: "ftp://x".into(),
+            overrides: vec![OverrideRule {
+                name: "Bad Name".into(),
+                permanent: true,
+                ..OverrideRule::default()
+            }],
+            ..Policy::default()
+        };
+        let mut v = Violations::new();
+        p.validate("policy", &mut v);
+        let fields: Vec<String> = v
+            .finish()
+            .unwrap_err()
+            .into_iter()
+            .map(|f| f.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "policy.budgets.provider",
+                "policy.budgets.infra",
+                "policy.lease",
+                "policy.overrides[0].name",
+                "policy.overrides[0].name",
+                "policy.alert_url"
+            ]
+        );
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let p = Policy {
+            overrides: vec![OverrideRule {
+                name: "teapot".into(),
+                http_code: 418,
+                permanent: true,
+                ..OverrideRule::default()
+            }],
+            ..Policy::default()
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Policy>(&text).unwrap(), p);
+    }
+}
