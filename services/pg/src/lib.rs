@@ -1,1 +1,31 @@
-//! tally-pg
+//! tally-pg: the PostgreSQL that tally needs when nobody gave it one.
+//!
+//! Two things live here, both used by other crates:
+//!
+//! - [`embedded`]: a private PostgreSQL cluster that `tally-server` manages itself when it
+//!   has no database URL. It is created with the local installation's `initdb` (found by
+//!   [`PgBinaries::locate`], since Debian keeps it off `PATH`), started as a child that
+//!   dies with its owner, reused on the next start, and runs as root too (see
+//!   [`privileges`]).
+//! - [`testdb`]: [`TestDb`], one fresh database per test, on `DATABASE_URL`'s server or on
+//!   a private cluster shared by the test process.
+//!
+//! Layout: `binaries` finds the installation; `privileges` decides who the server runs as;
+//! `process` owns the postmaster process; `embedded` ties them into start and stop;
+//! `testdb` builds on `embedded`; `error` holds [`PgError`].
+//!
+//! Not here: tally's schema, migrations and SQL (`tally-store`), and choosing between a
+//! configured URL and the private server (`tally-server`).
+
+mod binaries;
+pub mod embedded;
+mod error;
+pub mod privileges;
+mod process;
+pub mod testdb;
+
+pub use binaries::{BIN_ENV, PgBinaries, PgVersion};
+pub use embedded::{EmbeddedOptions, EmbeddedPostgres, SUPERUSER};
+pub use error::PgError;
+pub use privileges::RootMode;
+pub use testdb::TestDb;
