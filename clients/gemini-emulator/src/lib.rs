@@ -1,1 +1,147 @@
-//! gemini-emulator
+//! gemini-emulator: a faithful local stand-in for the subset of the Gemini
+//! API REST surface the tally worker uses, with deterministic, configurable
+//! fault injection. Tests start it in-process on port 0; the demo runs the
+//! binary.
+//!
+//! The surface (every call needs the API key, `x-goog-api-key` or `?key=`):
+//! - `POST /upload/v1beta/files` — resumable upload (start, then
+//!   `upload, finalize` at the returned `x-goog-upload-url`);
+//! - `GET /v1beta/files/{id}` — the file; `GET /v1beta/files/{id}:download?alt=media`
+//!   and `GET /download/v1beta/files/{id}:download?alt=media` — its bytes;
+//! - `POST /v1beta/models/{model}:batchGenerateContent` — create a batch from a
+//!   JSONL input file; `GET /v1beta/batches/{id}`, `GET /v1beta/batches`,
+//!   `POST /v1beta/batches/{id}:cancel`;
+//! - signed Standard Webhooks deliveries of batch state changes;
+//! - `GET /_emulator/stats`, `GET|POST /_emulator/faults` (no key) for demos.
+//!
+//! Layout: [`config`] what it is started with; [`faults`] the fault plan
+//! and its matching; [`schema_instance`] minimal JSON values for response
+//! schemas; [`output`] answering rows and building output files; [`files`]
+//! and [`batches`] files, uploads and batches as data; [`webhooks`] event
+//! payloads and delivery; [`stats`] what tests check; `service` the shared
+//! state and batch lifecycle; `routes` the thin HTTP handlers. Everything
+//! but `service`, `routes` and delivery in `webhooks` is pure and
+//! unit-tested without a server.
+//!
+//! Not emulated: inline (non-file) batch requests, synchronous
+//! `generateContent`, file deletion and listing, batch deletion, dynamic
+//! (per-request) webhooks.
+
+pub mod batches;
+pub mod config;
+pub mod error;
+pub mod faults;
+pub mod files;
+pub mod ids;
+pub mod output;
+mod routes;
+pub mod schema_instance;
+mod service;
+pub mod stats;
+pub mod webhooks;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+pub use config::{EmulatorConfig, Timing, WebhookTarget};
+pub use faults::{
+    FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, RowFault, RowMatch, RowRule,
+};
+pub use stats::{Outcome, Stats, Submission};
+
+use service::Shared;
+
+/// How long shutdown waits for connections and background tasks.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A running emulator. Dropping it stops its background work; prefer
+/// [`Emulator::shutdown`], which also waits for it.
+pub struct Emulator {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    server: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl Emulator {
+    /// Binds `addr` (port 0 picks a free port) and starts serving.
+    pub async fn start(addr: SocketAddr, config: EmulatorConfig) -> io::Result<Emulator> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let mut local = listener.local_addr()?;
+        if local.ip().is_unspecified() {
+            local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        let base_url = format!("http://{local}");
+        let shared = Shared::new(config, base_url)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let app = routes::router(Arc::clone(&shared));
+        let shutdown = shared.shutdown.clone();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        });
+        tracing::info!(addr = %local, "gemini emulator listening");
+        Ok(Emulator {
+            shared,
+            addr: local,
+            server: Some(server),
+        })
+    }
+
+    /// The address it listens on (loopback if bound to an unspecified one).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        self.shared.base_url.clone()
+    }
+
+    /// The API key it accepts.
+    pub fn api_key(&self) -> &str {
+        &self.shared.api_key
+    }
+
+    /// A snapshot of the counters and submission history.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
+    /// Replaces the fault plan; its counters start afresh.
+    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        self.shared.set_faults(plan)
+    }
+
+    /// Stops accepting, ends batch lifecycles and webhook deliveries, and
+    /// waits (a few seconds at most) for them to finish.
+    pub async fn shutdown(mut self) {
+        self.shared.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(error))) => tracing::warn!(%error, "emulator server ended with an error"),
+                Ok(Err(error)) => tracing::warn!(%error, "emulator server task failed"),
+                Err(_) => tracing::warn!("emulator connections did not close in time"),
+            }
+        }
+        self.shared.tasks.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.shared.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("emulator background tasks did not finish in time");
+        }
+        tracing::info!("gemini emulator stopped");
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+    }
+}

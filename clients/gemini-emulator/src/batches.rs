@@ -1,0 +1,344 @@
+//! Batches as plain data: the state machine (terminal states absorb), the
+//! long-running-operation JSON the API answers with (`BATCH_STATE_*`, counts
+//! as strings with zeros omitted, `done` absent until finished), and list
+//! page tokens.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value, json};
+
+use crate::faults::JobFault;
+use crate::output::InputRow;
+
+const BATCH_TYPE: &str =
+    "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch";
+const OUTPUT_TYPE: &str =
+    "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput";
+
+/// RFC 3339 in UTC with microseconds, as Google writes timestamps.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// The state of a batch on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchState {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Expired,
+    Cancelled,
+}
+
+impl BatchState {
+    pub fn wire(self) -> &'static str {
+        match self {
+            BatchState::Pending => "BATCH_STATE_PENDING",
+            BatchState::Running => "BATCH_STATE_RUNNING",
+            BatchState::Succeeded => "BATCH_STATE_SUCCEEDED",
+            BatchState::Failed => "BATCH_STATE_FAILED",
+            BatchState::Expired => "BATCH_STATE_EXPIRED",
+            BatchState::Cancelled => "BATCH_STATE_CANCELLED",
+        }
+    }
+
+    /// The webhook event type announcing this state.
+    pub fn event_type(self) -> &'static str {
+        match self {
+            BatchState::Pending => "batch.pending",
+            BatchState::Running => "batch.running",
+            BatchState::Succeeded => "batch.succeeded",
+            BatchState::Failed => "batch.failed",
+            BatchState::Expired => "batch.expired",
+            BatchState::Cancelled => "batch.cancelled",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        match self {
+            BatchState::Pending | BatchState::Running => false,
+            BatchState::Succeeded
+            | BatchState::Failed
+            | BatchState::Expired
+            | BatchState::Cancelled => true,
+        }
+    }
+}
+
+/// A failure of the batch as a whole: a `google.rpc.Status`-like error with
+/// a gRPC code number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchError {
+    pub code: i32,
+    pub message: String,
+}
+
+/// One batch and everything the API reports about it.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Creation sequence number, 1-based (the n of job faults' `nth`).
+    pub seq: u64,
+    /// The id in `batches/<id>`.
+    pub id: String,
+    /// The model without the `models/` prefix.
+    pub model: String,
+    pub display_name: String,
+    /// `files/<id>` of the input.
+    pub input_file: String,
+    pub rows: Vec<InputRow>,
+    pub fault: Option<JobFault>,
+    pub state: BatchState,
+    pub create_time: DateTime<Utc>,
+    pub update_time: DateTime<Utc>,
+    /// When it became RUNNING, if it did.
+    pub running_time: Option<DateTime<Utc>>,
+    pub end_time: Option<DateTime<Utc>>,
+    /// `files/<id>` of the responses, on success.
+    pub output_file: Option<String>,
+    pub successful: u64,
+    pub failed: u64,
+    pub error: Option<BatchError>,
+}
+
+impl Batch {
+    pub fn name(&self) -> String {
+        format!("batches/{}", self.id)
+    }
+
+    /// Moves to `to` at `now`. Refused (false) from a terminal state or to
+    /// the same state. `update_time` strictly increases even if the clock
+    /// does not.
+    pub fn transition(&mut self, to: BatchState, now: DateTime<Utc>) -> bool {
+        if self.state.is_terminal() || self.state == to {
+            return false;
+        }
+        let at = if now > self.update_time {
+            now
+        } else {
+            self.update_time + chrono::Duration::microseconds(1)
+        };
+        self.state = to;
+        self.update_time = at;
+        if to == BatchState::Running {
+            self.running_time = Some(at);
+        }
+        if to.is_terminal() {
+            self.end_time = Some(at);
+            let error = match to {
+                BatchState::Failed => Some((13, "batch failed")),
+                BatchState::Expired => Some((4, "batch expired before it could be processed")),
+                BatchState::Cancelled => Some((1, "batch was cancelled")),
+                BatchState::Pending | BatchState::Running | BatchState::Succeeded => None,
+            };
+            if self.error.is_none() {
+                self.error = error.map(|(code, message)| BatchError {
+                    code,
+                    message: message.to_owned(),
+                });
+            }
+        }
+        true
+    }
+
+    fn stats(&self) -> Value {
+        let n = self.rows.len() as u64;
+        let (pending, successful, failed) = match self.state {
+            BatchState::Pending | BatchState::Running => (n, 0, 0),
+            BatchState::Succeeded => (0, self.successful, self.failed),
+            BatchState::Failed => (0, 0, n),
+            BatchState::Expired | BatchState::Cancelled => (0, 0, 0),
+        };
+        let mut stats = Map::new();
+        for (name, count) in [
+            ("requestCount", n),
+            ("successfulRequestCount", successful),
+            ("failedRequestCount", failed),
+            ("pendingRequestCount", pending),
+        ] {
+            // Proto3 JSON: int64 as strings, zero values omitted.
+            if count > 0 {
+                stats.insert(name.to_owned(), json!(count.to_string()));
+            }
+        }
+        Value::Object(stats)
+    }
+
+    /// The `GenerateContentBatch` resource.
+    pub fn resource(&self) -> Value {
+        let mut batch = json!({
+            "@type": BATCH_TYPE,
+            "name": self.name(),
+            "model": format!("models/{}", self.model),
+            "displayName": self.display_name,
+            "inputConfig": {"fileName": self.input_file},
+            "createTime": rfc3339(self.create_time),
+            "updateTime": rfc3339(self.update_time),
+            "batchStats": self.stats(),
+            "state": self.state.wire(),
+        });
+        if let Some(end) = self.end_time {
+            batch["endTime"] = json!(rfc3339(end));
+        }
+        if let Some(out) = &self.output_file {
+            batch["output"] = json!({"responsesFile": out});
+        }
+        batch
+    }
+
+    /// The long-running operation wrapping the batch.
+    pub fn operation(&self) -> Value {
+        let mut op = json!({"name": self.name(), "metadata": self.resource()});
+        if self.state.is_terminal() {
+            op["done"] = json!(true);
+            match (&self.output_file, &self.error) {
+                (Some(out), _) if self.state == BatchState::Succeeded => {
+                    op["response"] = json!({"@type": OUTPUT_TYPE, "responsesFile": out});
+                }
+                (_, Some(err)) => {
+                    op["error"] = json!({"code": err.code, "message": err.message});
+                }
+                _ => {}
+            }
+        }
+        op
+    }
+}
+
+/// A page token: the sequence number the next page starts below (lists are
+/// newest first, so a batch created between pages never shifts a page).
+pub fn page_token(next_below: u64) -> String {
+    URL_SAFE_NO_PAD.encode(format!("below:{next_below}"))
+}
+
+/// Reads a page token; `None` if it is not one of ours.
+pub fn parse_page_token(token: &str) -> Option<u64> {
+    let bytes = URL_SAFE_NO_PAD.decode(token).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    text.strip_prefix("below:")?.parse().ok()
+}
+
+/// One page of batches, newest first: the batches (by reference) and the
+/// next page token if more remain. `batches` must be in creation order.
+pub fn page(batches: &[Batch], size: usize, below: Option<u64>) -> (Vec<&Batch>, Option<String>) {
+    let mut newest_first = batches
+        .iter()
+        .rev()
+        .filter(|b| below.is_none_or(|limit| b.seq < limit));
+    let items: Vec<&Batch> = newest_first.by_ref().take(size).collect();
+    let more = newest_first.next().is_some();
+    let token = match (more, items.last()) {
+        (true, Some(last)) => Some(page_token(last.seq)),
+        _ => None,
+    };
+    (items, token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(seq: u64, rows: usize) -> Batch {
+        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        Batch {
+            seq,
+            id: format!("b{seq}"),
+            model: "gemini-2.5-flash".into(),
+            display_name: format!("job-{seq}"),
+            input_file: "files/in".into(),
+            rows: (0..rows)
+                .map(|i| InputRow {
+                    key: format!("k{i}"),
+                    request: json!({"contents": []}),
+                })
+                .collect(),
+            fault: None,
+            state: BatchState::Pending,
+            create_time: t,
+            update_time: t,
+            running_time: None,
+            end_time: None,
+            output_file: None,
+            successful: 0,
+            failed: 0,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn pending_operation_has_no_done_and_string_counts() {
+        let b = batch(1, 3);
+        let op = b.operation();
+        assert_eq!(op["name"], "batches/b1");
+        assert!(op.get("done").is_none());
+        assert_eq!(op["metadata"]["state"], "BATCH_STATE_PENDING");
+        assert_eq!(op["metadata"]["model"], "models/gemini-2.5-flash");
+        assert_eq!(
+            op["metadata"]["batchStats"],
+            json!({"requestCount": "3", "pendingRequestCount": "3"})
+        );
+        assert!(op["metadata"].get("endTime").is_none());
+    }
+
+    #[test]
+    fn transitions_move_update_time_and_terminal_absorbs() {
+        let mut b = batch(1, 2);
+        let created = b.update_time;
+        assert!(b.transition(BatchState::Running, created));
+        assert!(b.update_time > created, "update time strictly increases");
+        assert_eq!(b.running_time, Some(b.update_time));
+        let later = b.update_time + chrono::Duration::milliseconds(5);
+        b.output_file = Some("files/out".into());
+        b.successful = 1;
+        b.failed = 1;
+        assert!(b.transition(BatchState::Succeeded, later));
+        assert!(!b.transition(BatchState::Cancelled, later));
+        let op = b.operation();
+        assert_eq!(op["done"], true);
+        assert_eq!(op["response"]["responsesFile"], "files/out");
+        assert_eq!(op["metadata"]["output"]["responsesFile"], "files/out");
+        assert!(op.get("error").is_none());
+        assert_eq!(
+            op["metadata"]["batchStats"],
+            json!({"requestCount": "2", "successfulRequestCount": "1", "failedRequestCount": "1"})
+        );
+        assert_eq!(op["metadata"]["endTime"], op["metadata"]["updateTime"]);
+    }
+
+    #[test]
+    fn failed_expired_and_cancelled_carry_errors() {
+        for (to, code) in [
+            (BatchState::Failed, 13),
+            (BatchState::Expired, 4),
+            (BatchState::Cancelled, 1),
+        ] {
+            let mut b = batch(1, 1);
+            let t = b.update_time;
+            assert!(b.transition(to, t));
+            let op = b.operation();
+            assert_eq!(op["done"], true);
+            assert_eq!(op["error"]["code"], code);
+            assert!(op.get("response").is_none());
+            assert_eq!(op["metadata"]["state"], to.wire());
+        }
+    }
+
+    #[test]
+    fn pages_are_newest_first_and_stable_under_inserts() {
+        let mut all: Vec<Batch> = (1..=5).map(|s| batch(s, 1)).collect();
+        let (p1, t1) = page(&all, 2, None);
+        assert_eq!(p1.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![5, 4]);
+        let below = parse_page_token(t1.as_deref().unwrap()).unwrap();
+        all.push(batch(6, 1));
+        let (p2, t2) = page(&all, 2, Some(below));
+        assert_eq!(p2.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![3, 2]);
+        let (p3, t3) = page(&all, 2, parse_page_token(&t2.unwrap()));
+        assert_eq!(p3.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![1]);
+        assert!(t3.is_none());
+        let (exact, none) = page(&all[..2], 2, None);
+        assert_eq!(exact.len(), 2);
+        assert!(none.is_none());
+        assert_eq!(parse_page_token("garbage!"), None);
+    }
+}

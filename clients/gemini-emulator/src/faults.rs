@@ -1,0 +1,473 @@
+//! The fault plan (serde JSON) and its pure, deterministic matching.
+//!
+//! A [`FaultPlan`] is what users write; [`Faults`] is the plan compiled
+//! (regexes) plus its counters (how often each counted fault has fired, how
+//! often each key has been processed). Replacing the plan starts its counters
+//! afresh. Nothing here does I/O or reads a clock.
+//!
+//! The JSON form (every section optional; `times` of a job rule defaults to
+//! 1); `faults.example.json` beside the manifest holds this example:
+//!
+//! ```json
+//! {
+//!   "rows": [
+//!     {"match": {"key": "row-1"},              "fault": {"kind": "safety"}},
+//!     {"match": {"prompt_contains": "nsfw"},   "fault": {"kind": "prompt_blocked"}},
+//!     {"match": {"key_prefix": "flaky-"},      "fault": {"kind": "transient", "code": 429, "times": 2}},
+//!     {"match": {"key_regex": "^e-\\d+$"},     "fault": {"kind": "empty_text"}},
+//!     {"match": {"key": "row-5"},              "fault": {"kind": "invalid_json"}},
+//!     {"match": {"key": "row-6"},              "fault": {"kind": "missing"}},
+//!     {"match": {"key": "row-7"},              "fault": {"kind": "permanent_error", "code": 400}}
+//!   ],
+//!   "jobs": [
+//!     {"match": {"nth": 1},                           "fault": {"kind": "failed", "message": "boom"}},
+//!     {"match": {"display_name_contains": "nightly"}, "fault": {"kind": "expired"}, "times": 2},
+//!     {"match": {"display_name_contains": "hold"},    "fault": {"kind": "stays_pending"}}
+//!   ],
+//!   "create_429": {"times": 2, "retry_after_secs": 5},
+//!   "finalize_error_body": {"times": 1, "code": 500}
+//! }
+//! ```
+//!
+//! Row rules: the first matching rule decides. A transient fault errors the
+//! first `times` times a key is *processed* (its batch ran, under this plan),
+//! across batches; a row of a batch that failed, expired or was cancelled
+//! was not processed and does not count. Job rules: `nth` counts every
+//! batch the emulator created (1-based); the first matching rule with uses
+//! left applies and uses one up.
+
+use std::collections::HashMap;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+/// Faults to inject, as written in JSON. Every section is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultPlan {
+    /// Per-row rules; the first rule that matches a row decides its fault.
+    pub rows: Vec<RowRule>,
+    /// Per-batch rules; the first rule that matches and still has uses left
+    /// decides the batch's fate.
+    pub jobs: Vec<JobRule>,
+    /// The next `times` `batchGenerateContent` calls answer HTTP 429.
+    pub create_429: Option<Create429>,
+    /// The next `times` upload finalizes answer HTTP 200 with an error body.
+    pub finalize_error_body: Option<FinalizeErrorBody>,
+}
+
+/// One per-row rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowRule {
+    #[serde(rename = "match")]
+    pub matcher: RowMatch,
+    pub fault: RowFault,
+}
+
+/// Which rows a rule applies to. Every field given must match; a matcher
+/// with no fields matches every row.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RowMatch {
+    /// The row key, exactly.
+    pub key: Option<String>,
+    /// A prefix of the row key.
+    pub key_prefix: Option<String>,
+    /// A regex searched in the row key (anchor it with `^…$` for a full match).
+    pub key_regex: Option<String>,
+    /// A substring of the prompt text (all text parts, system instruction included).
+    pub prompt_contains: Option<String>,
+}
+
+/// What happens to a matching row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RowFault {
+    /// A candidate with `finishReason: SAFETY` and no text.
+    Safety,
+    /// No candidates; `promptFeedback.blockReason: SAFETY`.
+    PromptBlocked,
+    /// The first `times` times the key is processed, an error line with
+    /// `code` (429 RESOURCE_EXHAUSTED, 503 UNAVAILABLE, 500 INTERNAL, …);
+    /// later it is answered normally.
+    Transient { code: u16, times: u32 },
+    /// A candidate with `finishReason: STOP` and empty text.
+    EmptyText,
+    /// Text that is not valid JSON (`not json {`).
+    InvalidJson,
+    /// The key is left out of the output file.
+    Missing,
+    /// An error line with `code` (default 400 INVALID_ARGUMENT), every time.
+    PermanentError {
+        #[serde(default = "default_permanent_code")]
+        code: u16,
+    },
+}
+
+fn default_permanent_code() -> u16 {
+    400
+}
+
+/// One per-batch rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRule {
+    #[serde(rename = "match")]
+    pub matcher: JobMatch,
+    pub fault: JobFault,
+    /// How many matching batches this rule applies to (default 1, so a
+    /// retried job succeeds); use a large number for "always".
+    #[serde(default = "one")]
+    pub times: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Which batches a job rule applies to. Every field given must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobMatch {
+    /// The n-th batch created by this emulator, 1-based.
+    pub nth: Option<u64>,
+    /// A substring of the batch's displayName.
+    pub display_name_contains: Option<String>,
+}
+
+/// What happens to a matching batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum JobFault {
+    /// PENDING → RUNNING → BATCH_STATE_FAILED with an operation error.
+    Failed {
+        #[serde(default = "default_failed_message")]
+        message: String,
+    },
+    /// PENDING → BATCH_STATE_EXPIRED without ever running.
+    Expired,
+    /// Never leaves PENDING until cancelled.
+    StaysPending,
+}
+
+fn default_failed_message() -> String {
+    "batch failed: internal error while processing the batch".to_owned()
+}
+
+/// The create-429 fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Create429 {
+    pub times: u32,
+    /// The `Retry-After` header, in seconds (default 1).
+    #[serde(default = "one_u64")]
+    pub retry_after_secs: u64,
+}
+
+fn one_u64() -> u64 {
+    1
+}
+
+/// The finalize-error-body fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinalizeErrorBody {
+    pub times: u32,
+    /// The `code` inside the error body (default 500 INTERNAL).
+    #[serde(default = "default_finalize_code")]
+    pub code: u16,
+}
+
+fn default_finalize_code() -> u16 {
+    500
+}
+
+/// A plan that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultPlanError {
+    #[error("row rule {index}: invalid key_regex: {message}")]
+    BadRegex { index: usize, message: String },
+    #[error("row rule {index}: error code {code} is not an HTTP error code (400..=599)")]
+    BadCode { index: usize, code: u16 },
+    #[error("job rule {index}: nth is 1-based, 0 never matches")]
+    ZeroNth { index: usize },
+}
+
+impl FaultPlan {
+    /// Parses a plan from JSON text.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let plan: FaultPlan = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        Faults::compile(plan.clone()).map_err(|e| e.to_string())?;
+        Ok(plan)
+    }
+}
+
+/// The decision for one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowVerdict {
+    Answer,
+    Safety,
+    PromptBlocked,
+    Error(u16),
+    EmptyText,
+    InvalidJson,
+    Missing,
+}
+
+/// A compiled plan with its counters.
+#[derive(Debug)]
+pub struct Faults {
+    plan: FaultPlan,
+    regexes: Vec<Option<Regex>>,
+    job_uses: Vec<u32>,
+    create_429_used: u32,
+    finalize_used: u32,
+    processed: HashMap<String, u32>,
+}
+
+impl Faults {
+    pub fn compile(plan: FaultPlan) -> Result<Self, FaultPlanError> {
+        let mut regexes = Vec::with_capacity(plan.rows.len());
+        for (index, rule) in plan.rows.iter().enumerate() {
+            let regex = match &rule.matcher.key_regex {
+                Some(text) => Some(Regex::new(text).map_err(|e| FaultPlanError::BadRegex {
+                    index,
+                    message: e.to_string(),
+                })?),
+                None => None,
+            };
+            regexes.push(regex);
+            let code = match rule.fault {
+                RowFault::Transient { code, .. } | RowFault::PermanentError { code } => Some(code),
+                RowFault::Safety
+                | RowFault::PromptBlocked
+                | RowFault::EmptyText
+                | RowFault::InvalidJson
+                | RowFault::Missing => None,
+            };
+            if let Some(code) = code
+                && !(400..=599).contains(&code)
+            {
+                return Err(FaultPlanError::BadCode { index, code });
+            }
+        }
+        for (index, rule) in plan.jobs.iter().enumerate() {
+            if rule.matcher.nth == Some(0) {
+                return Err(FaultPlanError::ZeroNth { index });
+            }
+        }
+        Ok(Self {
+            job_uses: vec![0; plan.jobs.len()],
+            regexes,
+            plan,
+            create_429_used: 0,
+            finalize_used: 0,
+            processed: HashMap::new(),
+        })
+    }
+
+    pub fn plan(&self) -> &FaultPlan {
+        &self.plan
+    }
+
+    /// Decides the fate of one row being processed, and counts the
+    /// processing (transient faults count processings per key).
+    pub fn decide_row(&mut self, key: &str, prompt: &str) -> RowVerdict {
+        let seen = self.processed.entry(key.to_owned()).or_insert(0);
+        let before = *seen;
+        *seen += 1;
+        let rule = self
+            .plan
+            .rows
+            .iter()
+            .zip(&self.regexes)
+            .find(|(rule, regex)| row_matches(&rule.matcher, regex.as_ref(), key, prompt));
+        let Some((rule, _)) = rule else {
+            return RowVerdict::Answer;
+        };
+        match rule.fault {
+            RowFault::Safety => RowVerdict::Safety,
+            RowFault::PromptBlocked => RowVerdict::PromptBlocked,
+            RowFault::Transient { code, times } => {
+                if before < times {
+                    RowVerdict::Error(code)
+                } else {
+                    RowVerdict::Answer
+                }
+            }
+            RowFault::EmptyText => RowVerdict::EmptyText,
+            RowFault::InvalidJson => RowVerdict::InvalidJson,
+            RowFault::Missing => RowVerdict::Missing,
+            RowFault::PermanentError { code } => RowVerdict::Error(code),
+        }
+    }
+
+    /// Decides the fate of the `nth` batch (1-based), using up one of the
+    /// matching rule's `times`.
+    pub fn decide_job(&mut self, nth: u64, display_name: &str) -> Option<JobFault> {
+        let index = self.plan.jobs.iter().enumerate().position(|(i, rule)| {
+            self.job_uses[i] < rule.times
+                && rule.matcher.nth.is_none_or(|n| n == nth)
+                && rule
+                    .matcher
+                    .display_name_contains
+                    .as_deref()
+                    .is_none_or(|s| display_name.contains(s))
+        })?;
+        self.job_uses[index] += 1;
+        Some(self.plan.jobs[index].fault.clone())
+    }
+
+    /// If a create should be rejected with 429, its `Retry-After` seconds.
+    pub fn take_create_429(&mut self) -> Option<u64> {
+        let fault = self.plan.create_429.as_ref()?;
+        if self.create_429_used < fault.times {
+            self.create_429_used += 1;
+            Some(fault.retry_after_secs)
+        } else {
+            None
+        }
+    }
+
+    /// If a finalize should answer 200 with an error body, the error code.
+    pub fn take_finalize_error(&mut self) -> Option<u16> {
+        let fault = self.plan.finalize_error_body.as_ref()?;
+        if self.finalize_used < fault.times {
+            self.finalize_used += 1;
+            Some(fault.code)
+        } else {
+            None
+        }
+    }
+}
+
+fn row_matches(m: &RowMatch, regex: Option<&Regex>, key: &str, prompt: &str) -> bool {
+    m.key.as_deref().is_none_or(|k| k == key)
+        && m.key_prefix.as_deref().is_none_or(|p| key.starts_with(p))
+        && regex.is_none_or(|r| r.is_match(key))
+        && m.prompt_contains
+            .as_deref()
+            .is_none_or(|s| prompt.contains(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(json: &str) -> Faults {
+        Faults::compile(serde_json::from_str(json).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn first_matching_row_rule_wins() {
+        let mut f = plan(
+            r#"{"rows": [
+                {"match": {"key": "a"}, "fault": {"kind": "safety"}},
+                {"match": {"key_prefix": "a"}, "fault": {"kind": "missing"}},
+                {"match": {"key_regex": "^b\\d+$"}, "fault": {"kind": "empty_text"}},
+                {"match": {"prompt_contains": "forbidden"}, "fault": {"kind": "prompt_blocked"}},
+                {"match": {"key": "z", "prompt_contains": "x"}, "fault": {"kind": "invalid_json"}}
+            ]}"#,
+        );
+        assert_eq!(f.decide_row("a", ""), RowVerdict::Safety);
+        assert_eq!(f.decide_row("ab", ""), RowVerdict::Missing);
+        assert_eq!(f.decide_row("b12", ""), RowVerdict::EmptyText);
+        assert_eq!(f.decide_row("b12c", ""), RowVerdict::Answer);
+        assert_eq!(
+            f.decide_row("c", "a forbidden word"),
+            RowVerdict::PromptBlocked
+        );
+        assert_eq!(f.decide_row("z", "y"), RowVerdict::Answer);
+        assert_eq!(f.decide_row("z", "x"), RowVerdict::InvalidJson);
+    }
+
+    #[test]
+    fn transient_faults_fire_the_first_n_times_per_key() {
+        let mut f = plan(
+            r#"{"rows": [{"match": {"key_prefix": "t"}, "fault": {"kind": "transient", "code": 503, "times": 2}},
+                         {"match": {"key": "p"}, "fault": {"kind": "permanent_error"}}]}"#,
+        );
+        assert_eq!(f.decide_row("t1", ""), RowVerdict::Error(503));
+        assert_eq!(f.decide_row("t2", ""), RowVerdict::Error(503));
+        assert_eq!(f.decide_row("t1", ""), RowVerdict::Error(503));
+        assert_eq!(f.decide_row("t1", ""), RowVerdict::Answer);
+        assert_eq!(f.decide_row("t2", ""), RowVerdict::Error(503));
+        assert_eq!(f.decide_row("t2", ""), RowVerdict::Answer);
+        assert_eq!(f.decide_row("p", ""), RowVerdict::Error(400));
+        assert_eq!(f.decide_row("p", ""), RowVerdict::Error(400));
+    }
+
+    #[test]
+    fn job_rules_are_used_up() {
+        let mut f = plan(
+            r#"{"jobs": [
+                {"match": {"nth": 2}, "fault": {"kind": "expired"}},
+                {"match": {"display_name_contains": "night"}, "fault": {"kind": "failed"}, "times": 2},
+                {"match": {"display_name_contains": "hold"}, "fault": {"kind": "stays_pending"}}
+            ]}"#,
+        );
+        assert_eq!(f.decide_job(1, "day"), None);
+        assert_eq!(f.decide_job(2, "nightly"), Some(JobFault::Expired));
+        assert!(matches!(
+            f.decide_job(3, "nightly"),
+            Some(JobFault::Failed { .. })
+        ));
+        assert!(matches!(
+            f.decide_job(4, "nightly"),
+            Some(JobFault::Failed { .. })
+        ));
+        assert_eq!(f.decide_job(5, "nightly"), None);
+        assert_eq!(f.decide_job(6, "hold-1"), Some(JobFault::StaysPending));
+        assert_eq!(f.decide_job(7, "hold-1"), None);
+    }
+
+    #[test]
+    fn counted_create_and_finalize_faults() {
+        let mut f = plan(
+            r#"{"create_429": {"times": 2, "retry_after_secs": 3},
+                "finalize_error_body": {"times": 1}}"#,
+        );
+        assert_eq!(f.take_create_429(), Some(3));
+        assert_eq!(f.take_create_429(), Some(3));
+        assert_eq!(f.take_create_429(), None);
+        assert_eq!(f.take_finalize_error(), Some(500));
+        assert_eq!(f.take_finalize_error(), None);
+    }
+
+    #[test]
+    fn the_example_plan_parses() {
+        let plan = FaultPlan::from_json(include_str!("../faults.example.json")).unwrap();
+        assert_eq!(plan.rows.len(), 7);
+        assert_eq!(plan.jobs[1].times, 2);
+        assert_eq!(plan.jobs[2].times, 1);
+        let mut f = Faults::compile(plan).unwrap();
+        assert_eq!(f.decide_row("e-12", ""), RowVerdict::EmptyText);
+    }
+
+    #[test]
+    fn bad_plans_are_refused() {
+        let bad_regex: FaultPlan = serde_json::from_str(
+            r#"{"rows": [{"match": {"key_regex": "("}, "fault": {"kind": "missing"}}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            Faults::compile(bad_regex),
+            Err(FaultPlanError::BadRegex { index: 0, .. })
+        ));
+        assert!(
+            FaultPlan::from_json(
+                r#"{"rows": [{"match": {}, "fault": {"kind": "transient", "code": 200, "times": 1}}]}"#
+            )
+            .is_err()
+        );
+        assert!(FaultPlan::from_json(r#"{"rowz": []}"#).is_err());
+        assert!(
+            FaultPlan::from_json(
+                r#"{"jobs": [{"match": {"nth": 0}, "fault": {"kind": "expired"}}]}"#
+            )
+            .is_err()
+        );
+        assert_eq!(FaultPlan::from_json("{}").unwrap(), FaultPlan::default());
+    }
+}

@@ -1,0 +1,135 @@
+//! The `gemini-emulator` binary: flags and environment to an
+//! [`EmulatorConfig`], tracing, and a clean stop on Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use gemini_emulator::{Emulator, EmulatorConfig, FaultPlan, Timing, WebhookTarget};
+
+/// A local stand-in for the Gemini Batch API with deterministic fault injection.
+#[derive(Debug, Parser)]
+#[command(name = "gemini-emulator", version)]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, env = "GEMINI_EMULATOR_ADDR", default_value = "127.0.0.1:8090")]
+    addr: SocketAddr,
+    /// The API key clients must send (x-goog-api-key header or ?key=).
+    #[arg(
+        long,
+        env = "GEMINI_API_KEY",
+        default_value = "emulator-key",
+        hide_env_values = true
+    )]
+    api_key: String,
+    /// A fault plan as JSON (see the crate docs for the format).
+    #[arg(long, env = "GEMINI_EMULATOR_FAULTS")]
+    faults: Option<PathBuf>,
+    /// How long a batch stays PENDING (e.g. 200ms, 5s).
+    #[arg(long, env = "GEMINI_EMULATOR_PENDING", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pending: Duration,
+    /// How long a batch stays RUNNING before it finishes.
+    #[arg(long, env = "GEMINI_EMULATOR_RUNNING", default_value = "500ms", value_parser = humantime::parse_duration)]
+    running: Duration,
+    /// Seed of the output shuffle.
+    #[arg(long, env = "GEMINI_EMULATOR_SEED", default_value_t = 0)]
+    seed: u64,
+    /// Where to POST signed batch webhooks (needs --webhook-secret).
+    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_URL")]
+    webhook_url: Option<String>,
+    /// The webhook signing secret, whsec_<base64>.
+    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_SECRET", hide_env_values = true)]
+    webhook_secret: Option<String>,
+    /// Deliver every webhook event twice (same webhook-id).
+    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_DUPLICATE")]
+    webhook_duplicate: bool,
+    /// Deliver the batch.running event after the terminal one (out of order).
+    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_STALE")]
+    webhook_stale: bool,
+    /// Also announce the move to RUNNING with a batch.running event.
+    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_RUNNING")]
+    webhook_running: bool,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, env = "GEMINI_EMULATOR_LOG_JSON")]
+    log_json: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if args.log_json {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .json()
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+
+    let faults = match &args.faults {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading fault plan {}", path.display()))?;
+            FaultPlan::from_json(&text)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("fault plan {}", path.display()))?
+        }
+        None => FaultPlan::default(),
+    };
+    let webhook = match (args.webhook_url, args.webhook_secret) {
+        (Some(url), Some(secret)) => Some(WebhookTarget {
+            duplicate: args.webhook_duplicate,
+            stale_running_after_terminal: args.webhook_stale,
+            running_events: args.webhook_running,
+            ..WebhookTarget::new(url, secret)
+        }),
+        // Unsigned webhooks would teach receivers to skip verification.
+        (Some(_), None) => bail!("--webhook-url needs --webhook-secret"),
+        (None, Some(_)) => bail!("--webhook-secret without --webhook-url"),
+        (None, None) => None,
+    };
+    let config = EmulatorConfig {
+        api_key: args.api_key,
+        faults,
+        timing: Timing {
+            pending: args.pending,
+            running: args.running,
+        },
+        webhook,
+        seed: args.seed,
+    };
+    let emulator = Emulator::start(args.addr, config)
+        .await
+        .with_context(|| format!("starting on {}", args.addr))?;
+    tracing::info!(base_url = %emulator.base_url(), "ready");
+    wait_for_signal().await;
+    tracing::info!("stopping");
+    emulator.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,128 @@
+//! Counters and the per-key submission history, for tests' invariants (e.g.
+//! "no key was submitted again after it was answered successfully") and for
+//! the demo's `GET /_emulator/stats`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// A snapshot of what the emulator has seen and done.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Batches accepted by `batchGenerateContent`.
+    pub batches_created: u64,
+    /// `batchGenerateContent` calls answered 429 by the `create_429` fault.
+    pub create_rejections: u64,
+    /// Files finalized (uploads that produced a file).
+    pub uploads: u64,
+    /// Finalize calls answered 200 with an error body by the fault.
+    pub finalize_errors: u64,
+    /// Every submission of each row key, in batch creation order.
+    pub submissions: BTreeMap<String, Vec<Submission>>,
+    /// Webhook deliveries answered 2xx (a duplicate counts twice).
+    pub webhooks_sent: u64,
+    /// Webhook delivery attempts that failed (non-2xx or no connection).
+    pub webhooks_failed: u64,
+    /// Webhook deliveries given up after the last retry.
+    pub webhooks_abandoned: u64,
+}
+
+/// One row key sent in one batch, and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Submission {
+    /// `batches/<id>`.
+    pub batch: String,
+    pub outcome: Outcome,
+}
+
+/// What the emulator answered for one submitted row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The batch has not finished yet.
+    Pending,
+    /// A valid answer.
+    Success,
+    /// An error line with this HTTP-like code.
+    Error {
+        code: u16,
+    },
+    /// A candidate with `finishReason: SAFETY`.
+    Safety,
+    /// No candidates; `promptFeedback.blockReason: SAFETY`.
+    PromptBlocked,
+    /// A candidate with empty text.
+    Empty,
+    /// Text that is not valid JSON for the schema.
+    Invalid,
+    /// Left out of the output file.
+    Missing,
+    /// The whole batch failed, expired or was cancelled.
+    JobFailed,
+    JobExpired,
+    JobCancelled,
+}
+
+impl Stats {
+    /// Keys that were submitted again after a submission answered
+    /// successfully. Empty when the client never pays for a row twice.
+    pub fn resubmitted_after_success(&self) -> Vec<String> {
+        self.submissions
+            .iter()
+            .filter(|(_, subs)| {
+                subs.iter()
+                    .position(|s| s.outcome == Outcome::Success)
+                    .is_some_and(|first| first + 1 < subs.len())
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// How many times `key` was submitted.
+    pub fn submission_count(&self, key: &str) -> usize {
+        self.submissions.get(key).map_or(0, Vec::len)
+    }
+
+    /// The outcome of the last submission of `key`.
+    pub fn last_outcome(&self, key: &str) -> Option<Outcome> {
+        self.submissions
+            .get(key)
+            .and_then(|subs| subs.last())
+            .map(|s| s.outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(outcome: Outcome) -> Submission {
+        Submission {
+            batch: "batches/x".into(),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn finds_keys_resubmitted_after_success() {
+        let mut stats = Stats::default();
+        stats.submissions.insert(
+            "ok".into(),
+            vec![sub(Outcome::Error { code: 429 }), sub(Outcome::Success)],
+        );
+        stats.submissions.insert(
+            "twice".into(),
+            vec![sub(Outcome::Success), sub(Outcome::Pending)],
+        );
+        assert_eq!(stats.resubmitted_after_success(), vec!["twice".to_owned()]);
+        assert_eq!(stats.submission_count("ok"), 2);
+        assert_eq!(stats.last_outcome("ok"), Some(Outcome::Success));
+        assert_eq!(stats.last_outcome("nope"), None);
+    }
+
+    #[test]
+    fn outcomes_serialize_with_a_kind_tag() {
+        let v = serde_json::to_value(Outcome::Error { code: 503 }).unwrap();
+        assert_eq!(v, serde_json::json!({"kind": "error", "code": 503}));
+    }
+}
