@@ -1,1 +1,118 @@
-//! tally-store
+//! All of tally's SQL. Nothing outside this crate writes a query.
+//!
+//! The store reads what a change needs (locking it), asks `tally-core` what
+//! the change is (pure state machines), and writes the result back in
+//! set-based statements guarded by the state it read: `… WHERE status = 2 AND
+//! claim_id = $claim`. Time is the database's clock (`now()`), so replicas
+//! with skewed clocks agree on leases and backoff.
+//!
+//! - [`Store`]: the pool and the migrator.
+//! - [`ledgers`], [`enroll`], [`claims`], [`report`], [`rows`],
+//!   [`redrive`], [`prompts`]: one module per job of LedgerService.
+//! - [`apply`]: the shared writer of row transitions and their effects
+//!   (attempts history, the runnable queue, dependants).
+//! - [`error`]: the typed errors callers map to gRPC codes.
+
+pub mod apply;
+pub mod claims;
+pub mod enroll;
+pub mod error;
+pub mod ledgers;
+pub mod prompts;
+pub mod redrive;
+pub mod report;
+pub mod rows;
+pub mod types;
+
+pub use error::{Result, StoreError};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The migrations in `migrations/` at the workspace root, embedded.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// A handle on the database. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub url: String,
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl ConnectOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Store {
+    /// Connects lazily-verified: the first connection is opened now so a bad
+    /// URL fails at start, not at the first request.
+    pub async fn connect(opts: &ConnectOptions) -> Result<Self> {
+        let connect = PgConnectOptions::from_str(&opts.url)
+            .map_err(|e| StoreError::Unavailable(format!("bad database url: {e}")))?
+            .application_name("tally");
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_connections)
+            .min_connections(1)
+            .acquire_timeout(opts.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool (tests, tools).
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations; safe to run from several replicas at once
+    /// (sqlx takes an advisory lock).
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::Internal(format!("migration failed: {e}")))
+    }
+
+    /// One round trip: is the database answering?
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+/// A jitter sample in `[0, 1)` derived from a row and its attempt count:
+/// spreads retries without a random number generator and is reproducible.
+pub(crate) fn jitter_sample(row_id: i64, attempts: u32) -> f64 {
+    let mut x = (row_id as u64) ^ (u64::from(attempts) << 48) ^ 0x9E37_79B9_7F4A_7C15;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    (x % 1_000_000) as f64 / 1_000_000.0
+}

@@ -1,0 +1,511 @@
+//! Claims: leasing runnable rows to a worker, extending and releasing the
+//! lease, and rescuing rows whose lease ran out.
+//!
+//! A claim takes rows off the narrow `runnable` queue with `FOR UPDATE SKIP
+//! LOCKED` (concurrent claimers never wait for, nor get, the same row) and
+//! marks them RUNNING under the claim's token, all in one statement.
+
+use crate::apply::{self, NewAttempt, RowWrite};
+use crate::types::{ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, Time, Usage};
+use crate::{Result, Store, StoreError, jitter_sample, ledgers};
+use sqlx::{Postgres, Transaction};
+use std::time::Duration;
+use tally_core::policy::Policy;
+use tally_core::status::{PerBudget, RowStatus};
+use tally_core::transition::{self, Context, Event, RowState};
+use uuid::Uuid;
+
+/// Claims rescued per call of [`Store::rescue_expired`].
+const RESCUE_BATCH: i64 = 50;
+
+#[derive(sqlx::FromRow)]
+struct ClaimRow {
+    token: Uuid,
+    ledger: String,
+    worker: String,
+    model: String,
+    create_time: Time,
+    expire_time: Time,
+    state: i16,
+    row_count: i32,
+    held: i32,
+    job: Option<String>,
+}
+
+impl From<ClaimRow> for ClaimRecord {
+    fn from(r: ClaimRow) -> Self {
+        ClaimRecord {
+            token: r.token,
+            ledger: r.ledger,
+            worker: r.worker,
+            model: r.model,
+            create_time: r.create_time,
+            expire_time: r.expire_time,
+            state: ClaimState::from_code(r.state),
+            row_count: r.row_count,
+            held: r.held,
+            job: r.job,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct HeldRow {
+    key: String,
+    payload: String,
+    prompt_name: String,
+    prompt_version: String,
+    model: String,
+    provider_failures: i32,
+    content_failures: i32,
+    infra_failures: i32,
+    attempts: i32,
+}
+
+impl From<HeldRow> for ClaimedRow {
+    fn from(r: HeldRow) -> Self {
+        ClaimedRow {
+            key: r.key,
+            payload: r.payload,
+            prompt_name: r.prompt_name,
+            prompt_version: r.prompt_version,
+            model: r.model,
+            failures: PerBudget::new(
+                r.provider_failures as u32,
+                r.content_failures as u32,
+                r.infra_failures as u32,
+            ),
+            total: r.attempts as u32,
+        }
+    }
+}
+
+/// A claim as the store loads it for a change.
+#[derive(sqlx::FromRow)]
+pub(crate) struct LockedClaim {
+    pub token: Uuid,
+    pub state: i16,
+    pub live: bool,
+    pub job_id: Option<i64>,
+    pub now: Time,
+}
+
+impl LockedClaim {
+    /// Active and within its lease.
+    pub fn is_live(&self) -> bool {
+        self.state == 1 && self.live
+    }
+}
+
+/// A RUNNING row as the store loads it to settle it.
+#[derive(sqlx::FromRow, Clone)]
+pub(crate) struct LockedRow {
+    pub id: i64,
+    pub key: String,
+    pub status: i16,
+    pub provider_failures: i32,
+    pub content_failures: i32,
+    pub infra_failures: i32,
+    pub attempts: i32,
+    pub claim_id: Option<Uuid>,
+    pub last_claim_id: Option<Uuid>,
+    pub model: String,
+    pub prompt_name: String,
+    pub prompt_version: String,
+}
+
+impl LockedRow {
+    pub fn state(&self) -> Result<RowState> {
+        Ok(RowState {
+            status: RowStatus::from_code(self.status).ok_or_else(|| {
+                StoreError::Internal(format!("row {} has status {}", self.key, self.status))
+            })?,
+            failures: PerBudget::new(
+                self.provider_failures as u32,
+                self.content_failures as u32,
+                self.infra_failures as u32,
+            ),
+            total: self.attempts as u32,
+        })
+    }
+}
+
+pub(crate) const LOCKED_ROW_COLUMNS: &str = "id, key, status, provider_failures, content_failures, \
+     infra_failures, attempts, claim_id, last_claim_id, model, prompt_name, prompt_version";
+
+/// Loads and locks a claim of a ledger; NOT_FOUND when there is none.
+pub(crate) async fn lock_claim(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    ledger: &str,
+    token: Uuid,
+) -> Result<LockedClaim> {
+    sqlx::query_as::<_, LockedClaim>(
+        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now
+         FROM claims WHERE token = $1 AND ledger_id = $2 FOR UPDATE",
+    )
+    .bind(token)
+    .bind(ledger_id)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or_else(|| StoreError::not_found("claim", format!("ledgers/{ledger}/claims/{token}")))
+}
+
+/// Loads and locks the rows a claim still holds (optionally only `keys`).
+pub(crate) async fn lock_held_rows(
+    tx: &mut Transaction<'static, Postgres>,
+    token: Uuid,
+    keys: Option<&[String]>,
+) -> Result<Vec<LockedRow>> {
+    let sql = format!(
+        "SELECT {LOCKED_ROW_COLUMNS} FROM rows
+         WHERE id = ANY((SELECT row_ids FROM claims WHERE token = $1)::int8[])
+           AND claim_id = $1 AND status = 2 AND ($2::text[] IS NULL OR key = ANY($2))
+         ORDER BY id FOR UPDATE"
+    );
+    Ok(sqlx::query_as::<_, LockedRow>(sqlx::AssertSqlSafe(sql))
+        .bind(token)
+        .bind(keys)
+        .fetch_all(&mut **tx)
+        .await?)
+}
+
+/// Marks `n` rows as no longer held; the claim is DONE when none are left.
+pub(crate) async fn drop_held(
+    tx: &mut Transaction<'static, Postgres>,
+    token: Uuid,
+    n: i32,
+) -> Result<i32> {
+    if n == 0 {
+        return Ok(
+            sqlx::query_scalar("SELECT held FROM claims WHERE token = $1")
+                .bind(token)
+                .fetch_one(&mut **tx)
+                .await?,
+        );
+    }
+    Ok(sqlx::query_scalar(
+        "UPDATE claims SET held = held - $2,
+                state = CASE WHEN held - $2 <= 0 AND state = 1 THEN 2 ELSE state END
+         WHERE token = $1 RETURNING held",
+    )
+    .bind(token)
+    .bind(n)
+    .fetch_one(&mut **tx)
+    .await?)
+}
+
+const CLAIM_SELECT: &str = "SELECT c.token, l.name AS ledger, c.worker, c.model, c.create_time, \
+     c.expire_time, c.state, c.row_count, c.held, NULL::text AS job \
+     FROM claims c JOIN ledgers l ON l.id = c.ledger_id";
+
+pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    exec: E,
+    token: Uuid,
+) -> Result<ClaimRecord> {
+    let sql = format!("{CLAIM_SELECT} WHERE c.token = $1");
+    sqlx::query_as::<_, ClaimRow>(sqlx::AssertSqlSafe(sql))
+        .bind(token)
+        .fetch_optional(exec)
+        .await?
+        .map(Into::into)
+        .ok_or_else(|| StoreError::not_found("claim", token.to_string()))
+}
+
+fn lease_ms(lease: Option<Duration>, policy: &Policy) -> i64 {
+    lease
+        .unwrap_or(policy.lease)
+        .as_millis()
+        .min(i64::MAX as u128) as i64
+}
+
+impl Store {
+    /// Leases up to `req.max_rows` runnable rows. `None` when nothing is
+    /// runnable. With a `request_id` seen before, answers that claim again
+    /// (with the rows it still holds) instead of leasing more.
+    pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        if let Some(grant) = self.replay_claim(record.id, req).await? {
+            return Ok(Some(grant));
+        }
+        self.rescue_expired(Some(record.id)).await?;
+        let mut tx = self.begin().await?;
+        let model = match &req.model {
+            Some(m) => Some(m.clone()),
+            None => oldest_ready_model(&mut tx, record.id).await?,
+        };
+        let Some(model) = model else {
+            return Ok(None);
+        };
+        let token = Uuid::new_v4();
+        let claimed = sqlx::query_as::<_, HeldRow>(
+            r#"
+            WITH picked AS (
+                DELETE FROM runnable WHERE ctid IN (
+                    SELECT ctid FROM runnable
+                    WHERE ledger_id = $1 AND model = $2 AND ready_time <= now()
+                    ORDER BY ready_time, row_id
+                    LIMIT $3
+                    FOR UPDATE SKIP LOCKED)
+                RETURNING row_id
+            ),
+            upd AS (
+                UPDATE rows r SET status = 2, claim_id = $4, update_time = now()
+                FROM picked p
+                WHERE r.id = p.row_id AND r.status IN (1, 3) AND r.unmet_deps = 0
+                RETURNING r.id, r.key, r.payload, r.prompt_name, r.prompt_version, r.model,
+                          r.provider_failures, r.content_failures, r.infra_failures, r.attempts
+            ),
+            made AS (
+                INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,
+                                    row_count, held, expire_time)
+                SELECT $4, $1, $5, $2, $6, array_agg(id ORDER BY id), count(*), count(*),
+                       now() + $7 * interval '1 millisecond'
+                FROM upd HAVING count(*) > 0
+            )
+            SELECT key, payload, prompt_name, prompt_version, model, provider_failures,
+                   content_failures, infra_failures, attempts
+            FROM upd ORDER BY id
+            "#,
+        )
+        .bind(record.id)
+        .bind(&model)
+        .bind(req.max_rows)
+        .bind(token)
+        .bind(&req.worker)
+        .bind(req.request_id.as_deref())
+        .bind(lease_ms(req.lease, &record.policy))
+        .fetch_all(&mut *tx)
+        .await;
+        let claimed = match claimed {
+            Ok(rows) => rows,
+            // Two calls with one request id raced: the other one won; answer
+            // its claim.
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                drop(tx);
+                return self.replay_claim(record.id, req).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if claimed.is_empty() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let claim = load_claim(&mut *tx, token).await?;
+        tx.commit().await?;
+        Ok(Some(ClaimGrant {
+            claim,
+            rows: claimed.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn replay_claim(&self, ledger_id: i64, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
+        let Some(request_id) = &req.request_id else {
+            return Ok(None);
+        };
+        let token: Option<Uuid> =
+            sqlx::query_scalar("SELECT token FROM claims WHERE ledger_id = $1 AND request_id = $2")
+                .bind(ledger_id)
+                .bind(request_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        let Some(token) = token else {
+            return Ok(None);
+        };
+        let claim = load_claim(&self.pool, token).await?;
+        let rows = sqlx::query_as::<_, HeldRow>(
+            "SELECT key, payload, prompt_name, prompt_version, model, provider_failures,
+                    content_failures, infra_failures, attempts
+             FROM rows WHERE id = ANY((SELECT row_ids FROM claims WHERE token = $1)::int8[])
+               AND claim_id = $1 AND status = 2
+             ORDER BY id",
+        )
+        .bind(token)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Some(ClaimGrant {
+            claim,
+            rows: rows.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    /// Extends a live claim's lease to `now + lease`.
+    pub async fn extend_claim(
+        &self,
+        ledger: &str,
+        token: Uuid,
+        lease: Option<Duration>,
+    ) -> Result<ClaimRecord> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let mut tx = self.begin().await?;
+        let claim = lock_claim(&mut tx, record.id, ledger, token).await?;
+        check_live(&claim, ledger)?;
+        sqlx::query(
+            "UPDATE claims SET expire_time = now() + $2 * interval '1 millisecond'
+             WHERE token = $1",
+        )
+        .bind(token)
+        .bind(lease_ms(lease, &record.policy))
+        .execute(&mut *tx)
+        .await?;
+        let out = load_claim(&mut *tx, token).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Gives rows back unworked (all the claim holds, or only `keys`); no
+    /// attempt is counted. Returns how many rows went back.
+    pub async fn release_claim(
+        &self,
+        ledger: &str,
+        token: Uuid,
+        keys: Option<&[String]>,
+    ) -> Result<(i64, ClaimRecord)> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let mut tx = self.begin().await?;
+        let claim = lock_claim(&mut tx, record.id, ledger, token).await?;
+        check_live(&claim, ledger)?;
+        let rows = lock_held_rows(&mut tx, token, keys).await?;
+        let writes = transitions(&rows, &Event::Release, &record.policy, |_| None)?;
+        apply::settle(&mut tx, record.id, token, &writes).await?;
+        drop_held(&mut tx, token, writes.len() as i32).await?;
+        let out = load_claim(&mut *tx, token).await?;
+        tx.commit().await?;
+        Ok((writes.len() as i64, out))
+    }
+
+    /// Rescues rows of claims whose lease ran out: each row counts an infra
+    /// attempt (`lease_expired`) and becomes RETRYABLE, or PERMANENT at the
+    /// cap. Claims are taken with SKIP LOCKED, so replicas share the work.
+    /// Returns the number of rows rescued.
+    pub async fn rescue_expired(&self, ledger_id: Option<i64>) -> Result<usize> {
+        let mut tx = self.begin().await?;
+        let expired: Vec<(Uuid, i64, String)> = sqlx::query_as(
+            "SELECT c.token, c.ledger_id, l.name FROM claims c JOIN ledgers l ON l.id = c.ledger_id
+             WHERE c.state = 1 AND c.expire_time <= now() AND c.job_id IS NULL
+               AND ($1::int8 IS NULL OR c.ledger_id = $1)
+             ORDER BY c.expire_time LIMIT $2
+             FOR UPDATE OF c SKIP LOCKED",
+        )
+        .bind(ledger_id)
+        .bind(RESCUE_BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut rescued = 0;
+        for (token, ledger_id, ledger) in expired {
+            let record = ledgers::load(&mut *tx, &ledger).await?;
+            let rows = lock_held_rows(&mut tx, token, None).await?;
+            let writes = transitions(
+                &rows,
+                &Event::LeaseExpired { counted: true },
+                &record.policy,
+                |_| Some("system".to_string()),
+            )?;
+            apply::settle(&mut tx, ledger_id, token, &writes).await?;
+            sqlx::query("UPDATE claims SET state = 3, held = 0 WHERE token = $1")
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
+            rescued += writes.len();
+            if !writes.is_empty() {
+                tracing::info!(ledger = %ledger, claim = %token, rows = writes.len(), "rescued rows of an expired claim");
+            }
+        }
+        tx.commit().await?;
+        Ok(rescued)
+    }
+}
+
+/// FAILED_PRECONDITION unless the claim is active and within its lease.
+pub(crate) fn check_live(claim: &LockedClaim, ledger: &str) -> Result<()> {
+    let name = format!("ledgers/{ledger}/claims/{}", claim.token);
+    match (claim.state, claim.live) {
+        (1, true) => Ok(()),
+        (2, _) => Err(StoreError::precondition(
+            "CLAIM_DONE",
+            format!("{name} holds no rows any more (every row was reported or released)"),
+        )),
+        _ => Err(StoreError::precondition(
+            "CLAIM_EXPIRED",
+            format!("{name} lost its lease; its rows were or will be rescued"),
+        )),
+    }
+}
+
+/// Applies one system event (release, expiry, job failure, missing output)
+/// to every locked row. `actor` gives the attempt's actor for events that
+/// count an attempt.
+pub(crate) fn transitions(
+    rows: &[LockedRow],
+    event: &Event,
+    policy: &Policy,
+    actor: impl Fn(&LockedRow) -> Option<String>,
+) -> Result<Vec<RowWrite>> {
+    let overrides = policy.overrides();
+    rows.iter()
+        .map(|row| {
+            let ctx = Context {
+                policy,
+                overrides: &overrides,
+                jitter: jitter_sample(row.id, row.attempts as u32),
+            };
+            let t = transition::step(row.state()?, event, &ctx).map_err(|r| {
+                StoreError::Internal(format!("row {} refused {event:?}: {r}", row.key))
+            })?;
+            Ok(RowWrite {
+                id: row.id,
+                status: t.status,
+                failures: t.failures,
+                total: t.total,
+                rule: t.rule.as_ref().map(|r| r.name()),
+                last_error: t.attempt.as_ref().map(|a| describe_system(&a.rule)),
+                result: None,
+                usage: Usage::default(),
+                retry_after_ms: t.retry_after.map_or(0, |d| d.as_millis() as i64),
+                attempted: false,
+                attempt: t.attempt.map(|a| NewAttempt {
+                    number: t.total as i32,
+                    job_id: None,
+                    model: row.model.clone(),
+                    prompt_name: row.prompt_name.clone(),
+                    prompt_version: row.prompt_version.clone(),
+                    outcome: a.outcome,
+                    rule: a.rule.name(),
+                    budget: a.budget,
+                    usage: Usage::default(),
+                    error: describe_system(&a.rule),
+                    actor: actor(row).unwrap_or_default(),
+                }),
+            })
+        })
+        .collect()
+}
+
+fn describe_system(rule: &tally_core::classify::Rule) -> String {
+    use tally_core::classify::Rule;
+    match rule {
+        Rule::LeaseExpired => "the claim's lease expired before the row was reported".into(),
+        Rule::JobFailed => "the job carrying the row failed, expired or was cancelled".into(),
+        Rule::MissingFromOutput => "the row was missing from the job's output".into(),
+        other => other.name(),
+    }
+}
+
+/// The model of the oldest ready row of a ledger, if any row is ready.
+async fn oldest_ready_model(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT m.model FROM ledger_models m
+         CROSS JOIN LATERAL (
+             SELECT r.ready_time FROM runnable r
+             WHERE r.ledger_id = m.ledger_id AND r.model = m.model AND r.ready_time <= now()
+             ORDER BY r.ready_time LIMIT 1) first
+         WHERE m.ledger_id = $1
+         ORDER BY first.ready_time LIMIT 1",
+    )
+    .bind(ledger_id)
+    .fetch_optional(&mut **tx)
+    .await?)
+}

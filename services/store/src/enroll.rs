@@ -1,0 +1,372 @@
+//! EnrollRows: bulk, idempotent by key, in one insert statement per batch.
+//!
+//! Rows are inserted with `ON CONFLICT DO NOTHING`; keys that were already
+//! there are then compared by content hash (ALREADY_PRESENT or CONFLICT) and
+//! never touched. Dependencies may point at rows enrolled before (read and
+//! share-locked here, so a concurrent report cannot settle them between our
+//! read and our commit) or at rows of the same call.
+
+use crate::types::{EnrollOutcome, NewRow};
+use crate::{Result, Store, StoreError, ledgers};
+use sqlx::{Postgres, Transaction};
+use std::collections::{HashMap, HashSet};
+use tally_core::status::RowStatus;
+use tally_core::violation::Violations;
+
+/// How many times a batch is retried when a concurrent enrollment of the
+/// same keys races with it.
+const RACE_RETRIES: usize = 5;
+
+struct Existing {
+    id: i64,
+    status: RowStatus,
+}
+
+enum Attempt {
+    Done(Vec<EnrollOutcome>),
+    Raced,
+}
+
+impl Store {
+    /// Enrolls `rows` (validated by the caller: keys well-formed and unique
+    /// within the call, payloads JSON objects, no cycle among them). Returns
+    /// one outcome per row, in order.
+    pub async fn enroll(&self, ledger: &str, rows: &[NewRow]) -> Result<Vec<EnrollOutcome>> {
+        for _ in 0..RACE_RETRIES {
+            let mut tx = self.begin().await?;
+            match enroll_once(&mut tx, ledger, rows).await? {
+                Attempt::Done(outcomes) => {
+                    tx.commit().await?;
+                    return Ok(outcomes);
+                }
+                Attempt::Raced => tx.rollback().await?,
+            }
+        }
+        Err(StoreError::Aborted(
+            "enrollment kept racing with concurrent enrollments of the same keys; retry".into(),
+        ))
+    }
+}
+
+async fn enroll_once(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_name: &str,
+    rows: &[NewRow],
+) -> Result<Attempt> {
+    let ledger = ledgers::load(&mut **tx, ledger_name).await?;
+    check_prompts(tx, rows).await?;
+    let existing = lock_dependencies(tx, ledger.id, rows).await?;
+    let batch: HashMap<&str, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.key.as_str(), i))
+        .collect();
+
+    let mut violations = Violations::new();
+    for (i, row) in rows.iter().enumerate() {
+        for (j, dep) in row.depends_on.iter().enumerate() {
+            if !existing.contains_key(dep.as_str()) && !batch.contains_key(dep.as_str()) {
+                violations.add(
+                    format!("rows[{i}].depends_on[{j}]"),
+                    format!("unknown dependency key {dep:?}: enroll it first or in the same call"),
+                );
+            }
+        }
+    }
+    violations.finish().map_err(StoreError::InvalidArgument)?;
+
+    let plan = plan_statuses(rows, &batch, &existing);
+    let inserted = insert(tx, ledger.id, &ledger.policy.model, rows, &plan, &existing).await?;
+
+    // A same-call dependency we took for new must have been inserted by us;
+    // if a concurrent enrollment inserted it first, our counts are wrong.
+    let raced = rows.iter().flat_map(|r| &r.depends_on).any(|dep| {
+        batch.contains_key(dep.as_str())
+            && !existing.contains_key(dep.as_str())
+            && !inserted.contains(dep.as_str())
+    });
+    if raced {
+        return Ok(Attempt::Raced);
+    }
+
+    let others: Vec<&str> = rows
+        .iter()
+        .map(|r| r.key.as_str())
+        .filter(|k| !inserted.contains(*k))
+        .collect();
+    let hashes: HashMap<String, Vec<u8>> = if others.is_empty() {
+        HashMap::new()
+    } else {
+        sqlx::query_as::<_, (String, Vec<u8>)>(
+            "SELECT key, content_hash FROM rows WHERE ledger_id = $1 AND key = ANY($2)",
+        )
+        .bind(ledger.id)
+        .bind(&others)
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect()
+    };
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for row in rows {
+        let outcome = if inserted.contains(row.key.as_str()) {
+            EnrollOutcome::Enrolled
+        } else {
+            match hashes.get(&row.key) {
+                Some(h) if h.as_slice() == row.content_hash => EnrollOutcome::AlreadyPresent,
+                Some(_) => EnrollOutcome::Conflict,
+                // Neither inserted nor visible: a concurrent insert we
+                // cannot see yet. Try the batch again.
+                None => return Ok(Attempt::Raced),
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(Attempt::Done(outcomes))
+}
+
+/// Every prompt a row names must be registered.
+async fn check_prompts(tx: &mut Transaction<'static, Postgres>, rows: &[NewRow]) -> Result<()> {
+    let mut wanted: Vec<(&str, &str)> = rows
+        .iter()
+        .filter(|r| !r.prompt_name.is_empty())
+        .map(|r| (r.prompt_name.as_str(), r.prompt_version.as_str()))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    let (names, versions): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
+    let found: HashSet<(String, String)> = sqlx::query_as::<_, (String, String)>(
+        "SELECT prompt_id, version FROM prompts
+         WHERE (prompt_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+    )
+    .bind(&names)
+    .bind(&versions)
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .collect();
+    let mut violations = Violations::new();
+    for (i, r) in rows.iter().enumerate() {
+        if !r.prompt_name.is_empty()
+            && !found.contains(&(r.prompt_name.clone(), r.prompt_version.clone()))
+        {
+            violations.add(
+                format!("rows[{i}].prompt"),
+                format!(
+                    "prompt {}/versions/{} is not registered",
+                    r.prompt_name, r.prompt_version
+                ),
+            );
+        }
+    }
+    violations.finish().map_err(StoreError::InvalidArgument)
+}
+
+/// Reads, and share-locks, every row named as a dependency that already
+/// exists.
+async fn lock_dependencies(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    rows: &[NewRow],
+) -> Result<HashMap<String, Existing>> {
+    let mut deps: Vec<&str> = rows
+        .iter()
+        .flat_map(|r| r.depends_on.iter().map(String::as_str))
+        .collect();
+    if deps.is_empty() {
+        return Ok(HashMap::new());
+    }
+    deps.sort_unstable();
+    deps.dedup();
+    let found = sqlx::query_as::<_, (String, i64, i16)>(
+        "SELECT key, id, status FROM rows WHERE ledger_id = $1 AND key = ANY($2)
+         ORDER BY id FOR SHARE",
+    )
+    .bind(ledger_id)
+    .bind(&deps)
+    .fetch_all(&mut **tx)
+    .await?;
+    found
+        .into_iter()
+        .map(|(key, id, code)| {
+            let status = RowStatus::from_code(code)
+                .ok_or_else(|| StoreError::Internal(format!("row {key} has status {code}")))?;
+            Ok((key, Existing { id, status }))
+        })
+        .collect()
+}
+
+struct Planned {
+    status: RowStatus,
+    unmet: i32,
+}
+
+/// Status and unmet-dependency count of each row if it is new: BLOCKED when
+/// any dependency is (or, within the call, will be) PERMANENT or BLOCKED.
+fn plan_statuses(
+    rows: &[NewRow],
+    batch: &HashMap<&str, usize>,
+    existing: &HashMap<String, Existing>,
+) -> Vec<Planned> {
+    let mut blocked: Vec<Option<bool>> = vec![None; rows.len()];
+    fn is_blocked(
+        i: usize,
+        rows: &[NewRow],
+        batch: &HashMap<&str, usize>,
+        existing: &HashMap<String, Existing>,
+        memo: &mut [Option<bool>],
+    ) -> bool {
+        // Iterative over the call's (acyclic) dependencies.
+        let mut stack = vec![(i, false)];
+        while let Some((n, expanded)) = stack.pop() {
+            if memo[n].is_some() {
+                continue;
+            }
+            let deps = &rows[n].depends_on;
+            if !expanded {
+                stack.push((n, true));
+                for d in deps {
+                    if let (None, Some(&j)) = (existing.get(d), batch.get(d.as_str()))
+                        && memo[j].is_none()
+                    {
+                        stack.push((j, false));
+                    }
+                }
+                continue;
+            }
+            let b = deps.iter().any(|d| match existing.get(d) {
+                Some(e) => matches!(e.status, RowStatus::Permanent | RowStatus::Blocked),
+                None => batch
+                    .get(d.as_str())
+                    .and_then(|&j| memo[j])
+                    .unwrap_or(false),
+            });
+            memo[n] = Some(b);
+        }
+        memo[i].unwrap_or(false)
+    }
+    (0..rows.len())
+        .map(|i| {
+            let mut deps: Vec<&str> = rows[i].depends_on.iter().map(String::as_str).collect();
+            deps.sort_unstable();
+            deps.dedup();
+            let unmet = deps
+                .iter()
+                .filter(|d| {
+                    existing
+                        .get(**d)
+                        .is_none_or(|e| e.status != RowStatus::Succeeded)
+                })
+                .count() as i32;
+            let status = if is_blocked(i, rows, batch, existing, &mut blocked) {
+                RowStatus::Blocked
+            } else {
+                RowStatus::Pending
+            };
+            Planned { status, unmet }
+        })
+        .collect()
+}
+
+/// The one statement: rows, their dependency edges, their queue entries and
+/// the ledger's model list. Returns the keys actually inserted.
+async fn insert(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    default_model: &str,
+    rows: &[NewRow],
+    plan: &[Planned],
+    existing: &HashMap<String, Existing>,
+) -> Result<HashSet<String>> {
+    let n = rows.len();
+    let mut keys = Vec::with_capacity(n);
+    let mut payloads = Vec::with_capacity(n);
+    let mut hashes: Vec<&[u8]> = Vec::with_capacity(n);
+    let mut deps_csv = Vec::with_capacity(n);
+    let mut prompt_names = Vec::with_capacity(n);
+    let mut prompt_versions = Vec::with_capacity(n);
+    let mut models = Vec::with_capacity(n);
+    let mut statuses = Vec::with_capacity(n);
+    let mut unmet = Vec::with_capacity(n);
+    let (mut e_child, mut e_dep, mut e_dep_id) = (Vec::new(), Vec::new(), Vec::new());
+    for (row, p) in rows.iter().zip(plan) {
+        keys.push(row.key.as_str());
+        payloads.push(row.payload.as_str());
+        hashes.push(&row.content_hash);
+        deps_csv.push(row.depends_on.join(","));
+        prompt_names.push(row.prompt_name.as_str());
+        prompt_versions.push(row.prompt_version.as_str());
+        models.push(if row.model.is_empty() {
+            default_model
+        } else {
+            row.model.as_str()
+        });
+        statuses.push(p.status.code());
+        unmet.push(p.unmet);
+        let mut seen = HashSet::new();
+        for d in &row.depends_on {
+            if seen.insert(d.as_str()) {
+                e_child.push(row.key.as_str());
+                e_dep.push(d.as_str());
+                e_dep_id.push(existing.get(d).map(|e| e.id));
+            }
+        }
+    }
+    let inserted: Vec<String> = sqlx::query_scalar(
+        r#"
+        WITH input AS (
+            SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[],
+                                 $7::text[], $8::text[], $9::int2[], $10::int4[])
+                AS t(key, payload, content_hash, deps_csv, prompt_name, prompt_version,
+                     model, status, unmet)
+        ),
+        ins AS (
+            INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
+                              prompt_version, model, status, unmet_deps)
+            SELECT $1, key, payload, content_hash,
+                   CASE WHEN deps_csv = '' THEN '{}'::text[] ELSE string_to_array(deps_csv, ',') END,
+                   prompt_name, prompt_version, model, status, unmet
+            FROM input
+            ON CONFLICT (ledger_id, key) DO NOTHING
+            RETURNING id, key, status, unmet_deps, model
+        ),
+        edges AS (
+            INSERT INTO row_deps (dep_id, row_id, ledger_id)
+            SELECT coalesce(e.dep_id, p.id), c.id, $1
+            FROM unnest($11::text[], $12::text[], $13::int8[]) AS e(child, dep_key, dep_id)
+            JOIN ins c ON c.key = e.child
+            LEFT JOIN ins p ON p.key = e.dep_key
+            WHERE coalesce(e.dep_id, p.id) IS NOT NULL
+        ),
+        queued AS (
+            INSERT INTO runnable (ledger_id, model, ready_time, row_id)
+            SELECT $1, model, now(), id FROM ins WHERE status = 1 AND unmet_deps = 0
+        ),
+        models AS (
+            INSERT INTO ledger_models (ledger_id, model)
+            SELECT DISTINCT $1, model FROM ins
+            ON CONFLICT DO NOTHING
+        )
+        SELECT key FROM ins
+        "#,
+    )
+    .bind(ledger_id)
+    .bind(&keys)
+    .bind(&payloads)
+    .bind(&hashes)
+    .bind(&deps_csv)
+    .bind(&prompt_names)
+    .bind(&prompt_versions)
+    .bind(&models)
+    .bind(&statuses)
+    .bind(&unmet)
+    .bind(&e_child)
+    .bind(&e_dep)
+    .bind(&e_dep_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(inserted.into_iter().collect())
+}

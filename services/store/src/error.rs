@@ -1,0 +1,112 @@
+//! The store's typed errors: the one place that decides what a database
+//! failure means to a caller. The server maps each variant to one gRPC code.
+
+use tally_core::violation::FieldViolation;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A named resource does not exist.
+    #[error("{kind} {name} not found")]
+    NotFound { kind: &'static str, name: String },
+    /// A resource with this name exists already (and differs).
+    #[error("{kind} {name} already exists")]
+    AlreadyExists { kind: &'static str, name: String },
+    /// The request is malformed in ways only the database could tell (an
+    /// unknown dependency, an unregistered prompt).
+    #[error("invalid argument: {}", join(.0))]
+    InvalidArgument(Vec<FieldViolation>),
+    /// The resource is not in a state that allows the operation (a claim
+    /// whose lease ran out, a job already submitted under another name).
+    #[error("{description}")]
+    FailedPrecondition {
+        /// Machine-readable reason, e.g. `CLAIM_EXPIRED`.
+        reason: &'static str,
+        description: String,
+    },
+    /// A concurrent change won (etag mismatch).
+    #[error("{0}")]
+    Aborted(String),
+    /// A limit was hit; try again after `retry_after_secs`.
+    #[error("{message}")]
+    ResourceExhausted {
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// The caller does not hold what it claims to (a lock token).
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The database cannot be reached; the call may be retried.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else: a bug or a broken invariant. Logged, never detailed
+    /// to clients.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn join(v: &[FieldViolation]) -> String {
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl StoreError {
+    pub fn not_found(kind: &'static str, name: impl Into<String>) -> Self {
+        StoreError::NotFound {
+            kind,
+            name: name.into(),
+        }
+    }
+
+    pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
+        StoreError::InvalidArgument(vec![FieldViolation::new(field, description)])
+    }
+
+    pub fn precondition(reason: &'static str, description: impl Into<String>) -> Self {
+        StoreError::FailedPrecondition {
+            reason,
+            description: description.into(),
+        }
+    }
+
+    /// Whether retrying the same call may succeed (used by the retry loops
+    /// around serialization failures and enrollment races).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) | StoreError::Aborted(_) => true,
+            StoreError::NotFound { .. }
+            | StoreError::AlreadyExists { .. }
+            | StoreError::InvalidArgument(_)
+            | StoreError::FailedPrecondition { .. }
+            | StoreError::ResourceExhausted { .. }
+            | StoreError::PermissionDenied(_)
+            | StoreError::Internal(_) => false,
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Tls(_) => StoreError::Unavailable(e.to_string()),
+            sqlx::Error::Database(db) => match db.code().as_deref() {
+                // serialization_failure, deadlock_detected: safe to retry.
+                Some("40001") | Some("40P01") => StoreError::Aborted(db.message().to_string()),
+                // admin_shutdown, crash_shutdown, cannot_connect_now,
+                // too_many_connections.
+                Some("57P01") | Some("57P02") | Some("57P03") | Some("53300") => {
+                    StoreError::Unavailable(db.message().to_string())
+                }
+                _ => StoreError::Internal(e.to_string()),
+            },
+            _ => StoreError::Internal(e.to_string()),
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

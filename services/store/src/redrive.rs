@@ -1,0 +1,184 @@
+//! RedriveRows: an operator sends PERMANENT and BLOCKED rows back to
+//! PENDING with their budgets renewed, and the rows they blocked come back
+//! with them, unless something else still blocks them.
+
+use crate::types::{RedriveResult, RedriveTarget};
+use crate::{Result, Store, StoreError, ledgers, rows};
+use sqlx::types::Json;
+use sqlx::{Postgres, QueryBuilder};
+use std::collections::HashSet;
+use tally_core::status::RowStatus;
+use tally_core::violation::Violations;
+
+const SAMPLE_KEYS: usize = 100;
+
+impl Store {
+    /// Redrives `target`. With `validate_only`, computes the same answer and
+    /// writes nothing.
+    pub async fn redrive(
+        &self,
+        ledger: &str,
+        target: &RedriveTarget,
+        validate_only: bool,
+        actor: &str,
+        reason: &str,
+    ) -> Result<RedriveResult> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let mut tx = self.begin().await?;
+        let matched: Vec<(i64, String, i16)> = match target {
+            RedriveTarget::Keys(keys) => {
+                let found: Vec<(i64, String, i16)> = sqlx::query_as(
+                    "SELECT id, key, status FROM rows WHERE ledger_id = $1 AND key = ANY($2)
+                     ORDER BY id FOR UPDATE",
+                )
+                .bind(record.id)
+                .bind(keys)
+                .fetch_all(&mut *tx)
+                .await?;
+                let known: HashSet<&str> = found.iter().map(|(_, k, _)| k.as_str()).collect();
+                let mut v = Violations::new();
+                for (i, key) in keys.iter().enumerate() {
+                    if !known.contains(key.as_str()) {
+                        v.add(
+                            format!("keys.keys[{i}]"),
+                            format!("no row {key:?} in ledgers/{ledger}"),
+                        );
+                    }
+                }
+                v.finish().map_err(StoreError::InvalidArgument)?;
+                found
+            }
+            RedriveTarget::Filter(filter) => {
+                let mut qb = QueryBuilder::<Postgres>::new(
+                    "SELECT r.id, r.key, r.status FROM rows r WHERE r.ledger_id = ",
+                );
+                qb.push_bind(record.id);
+                rows::push_filter(&mut qb, filter);
+                qb.push(" ORDER BY r.id FOR UPDATE");
+                qb.build_query_as().fetch_all(&mut *tx).await?
+            }
+        };
+        let redrivable = |code: i16| RowStatus::from_code(code).is_some_and(|s| s.is_redrivable());
+        let targets: Vec<i64> = matched
+            .iter()
+            .filter(|(_, _, s)| redrivable(*s))
+            .map(|(id, _, _)| *id)
+            .collect();
+        let skipped = (matched.len() - targets.len()) as i64;
+
+        // 1. Targets and the rows they transitively blocked back to PENDING.
+        let touched: Vec<(i64, bool)> = sqlx::query_as(
+            r#"
+            WITH RECURSIVE dependants(id) AS (
+                SELECT row_id FROM row_deps WHERE dep_id = ANY($1)
+                UNION
+                SELECT d.row_id FROM row_deps d JOIN dependants x ON d.dep_id = x.id
+            ),
+            affected AS (
+                SELECT id, true AS target FROM unnest($1::int8[]) AS t(id)
+                UNION ALL
+                SELECT id, false FROM dependants WHERE id <> ALL($1)
+            )
+            UPDATE rows r SET status = 1, provider_failures = 0, content_failures = 0,
+                   infra_failures = 0, rule = '', last_error = '', next_attempt_time = NULL,
+                   update_time = now()
+            FROM affected a
+            WHERE r.id = a.id AND (a.target OR r.status = 6)
+            RETURNING r.id, a.target
+            "#,
+        )
+        .bind(&targets)
+        .fetch_all(&mut *tx)
+        .await?;
+        let touched_ids: Vec<i64> = touched.iter().map(|(id, _)| *id).collect();
+
+        // 2. Whatever still has a PERMANENT or BLOCKED dependency is blocked
+        //    again, with its dependants.
+        let reblocked: Vec<i64> = sqlx::query_scalar(
+            "UPDATE rows r SET status = 6, rule = 'dependency_failed',
+                    last_error = 'a dependency is PERMANENT or BLOCKED'
+             WHERE r.id = ANY($1) AND EXISTS (
+                 SELECT 1 FROM row_deps d JOIN rows p ON p.id = d.dep_id
+                 WHERE d.row_id = r.id AND p.status IN (5, 6))
+             RETURNING r.id",
+        )
+        .bind(&touched_ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        crate::apply::block_dependants(&mut tx, &reblocked).await?;
+
+        // 3. Queue what is claimable now; count the result.
+        let pending: Vec<(i64, String)> = sqlx::query_as(
+            "WITH ready AS (
+                 SELECT id, key, model, unmet_deps FROM rows WHERE id = ANY($2) AND status = 1
+             ),
+             queued AS (
+                 INSERT INTO runnable (ledger_id, model, ready_time, row_id)
+                 SELECT $1, model, now(), id FROM ready WHERE unmet_deps = 0
+             )
+             SELECT id, key FROM ready ORDER BY id",
+        )
+        .bind(record.id)
+        .bind(&touched_ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let target_set: HashSet<i64> = touched
+            .iter()
+            .filter(|(_, t)| *t)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut result = RedriveResult {
+            skipped: skipped + (targets.len() as i64 - target_set.len() as i64),
+            ..RedriveResult::default()
+        };
+        for (id, key) in &pending {
+            if target_set.contains(id) {
+                result.redriven += 1;
+                if result.sample_keys.len() < SAMPLE_KEYS {
+                    result.sample_keys.push(key.clone());
+                }
+            } else {
+                result.unblocked += 1;
+            }
+        }
+        // Targets re-blocked by a dependency that is still PERMANENT did not
+        // go back to PENDING.
+        result.skipped += target_set.len() as i64 - result.redriven;
+        if validate_only {
+            tx.rollback().await?;
+            return Ok(result);
+        }
+        sqlx::query(
+            "INSERT INTO redrives (ledger_id, actor, reason, target, redriven, unblocked)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(record.id)
+        .bind(actor)
+        .bind(reason)
+        .bind(Json(describe(target)))
+        .bind(result.redriven)
+        .bind(result.unblocked)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        tracing::info!(
+            ledger,
+            actor,
+            redriven = result.redriven,
+            unblocked = result.unblocked,
+            "rows redriven"
+        );
+        Ok(result)
+    }
+}
+
+fn describe(target: &RedriveTarget) -> serde_json::Value {
+    match target {
+        RedriveTarget::Keys(keys) => serde_json::json!({ "keys": keys.len() }),
+        RedriveTarget::Filter(f) => serde_json::json!({
+            "statuses": f.statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            "rule": f.rule, "model": f.model, "prompt_name": f.prompt_name,
+            "prompt_version": f.prompt_version, "job": f.job,
+        }),
+    }
+}

@@ -1,0 +1,200 @@
+//! ReportOutcomes: per-row outcomes for a claim, fenced by its token.
+//!
+//! The claim and the reported rows are locked, each outcome goes through the
+//! row state machine, and every change is written by the shared writer in
+//! one statement. A row the claim does not hold is STALE (nothing changes);
+//! a row this claim already reported is a DUPLICATE (nothing changes).
+
+use crate::apply::{self, NewAttempt, RowWrite};
+use crate::claims::{self, LOCKED_ROW_COLUMNS, LockedRow};
+use crate::types::{ReportItem, ReportSummary, RowVerdict, Verdict};
+use crate::{Result, Store, StoreError, jitter_sample, ledgers};
+use chrono::TimeDelta;
+use std::collections::{HashMap, HashSet};
+use tally_core::classify::Failure;
+use tally_core::status::RowStatus;
+use tally_core::transition::{self, Context, Event, Outcome};
+use uuid::Uuid;
+
+/// Longest error message kept per attempt.
+const MAX_ERROR_CHARS: usize = 2048;
+
+impl Store {
+    /// Applies `items` for claim `token`; `actor` is recorded with each
+    /// attempt. Answers one verdict per item, in order.
+    pub async fn report(
+        &self,
+        ledger: &str,
+        token: Uuid,
+        items: &[ReportItem],
+        actor: &str,
+    ) -> Result<ReportSummary> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let policy = &record.policy;
+        let overrides = policy.overrides();
+        let mut tx = self.begin().await?;
+        let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+        let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+        let sql = format!(
+            "SELECT {LOCKED_ROW_COLUMNS} FROM rows WHERE ledger_id = $1 AND key = ANY($2)
+             ORDER BY id FOR UPDATE"
+        );
+        let rows: HashMap<String, LockedRow> =
+            sqlx::query_as::<_, LockedRow>(sqlx::AssertSqlSafe(sql))
+                .bind(record.id)
+                .bind(&keys)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .map(|r| (r.key.clone(), r))
+                .collect();
+
+        let live = claim.is_live();
+        let mut seen = HashSet::new();
+        let mut writes = Vec::new();
+        let mut verdicts = Vec::with_capacity(items.len());
+        for item in items {
+            let row = rows.get(&item.key);
+            let first_mention = seen.insert(item.key.as_str());
+            let held = row.is_some_and(|r| r.claim_id == Some(token) && r.status == 2);
+            let verdict = match row {
+                Some(row) if held && live && first_mention => {
+                    let ctx = Context {
+                        policy,
+                        overrides: &overrides,
+                        jitter: jitter_sample(row.id, row.attempts as u32),
+                    };
+                    let event = Event::Report(item.outcome.clone());
+                    let t = transition::step(row.state()?, &event, &ctx).map_err(|r| {
+                        StoreError::Internal(format!("held row {} refused a report: {r}", row.key))
+                    })?;
+                    let attempt = t.attempt.clone().ok_or_else(|| {
+                        StoreError::Internal("a report must record an attempt".into())
+                    })?;
+                    let error = match &item.outcome {
+                        Outcome::Success => String::new(),
+                        Outcome::Failure(f) => describe_failure(f),
+                    };
+                    let retry_after_ms = t.retry_after.map_or(0, |d| d.as_millis() as i64);
+                    writes.push(RowWrite {
+                        id: row.id,
+                        status: t.status,
+                        failures: t.failures,
+                        total: t.total,
+                        rule: t.rule.as_ref().map(|r| r.name()),
+                        last_error: Some(error.clone()),
+                        result: item
+                            .result
+                            .clone()
+                            .filter(|_| t.status == RowStatus::Succeeded),
+                        usage: item.usage,
+                        retry_after_ms,
+                        attempted: true,
+                        attempt: Some(NewAttempt {
+                            number: t.total as i32,
+                            job_id: claim.job_id,
+                            model: row.model.clone(),
+                            prompt_name: row.prompt_name.clone(),
+                            prompt_version: row.prompt_version.clone(),
+                            outcome: attempt.outcome,
+                            rule: attempt.rule.name(),
+                            budget: attempt.budget,
+                            usage: item.usage,
+                            error,
+                            actor: actor.to_string(),
+                        }),
+                    });
+                    RowVerdict {
+                        key: item.key.clone(),
+                        verdict: match t.status {
+                            RowStatus::Succeeded => Verdict::Succeeded,
+                            RowStatus::Retryable => Verdict::Retryable,
+                            RowStatus::Permanent => Verdict::Permanent,
+                            other => {
+                                return Err(StoreError::Internal(format!(
+                                    "a report left row {} {other}",
+                                    row.key
+                                )));
+                            }
+                        },
+                        rule: attempt.rule.name(),
+                        budget: attempt.budget,
+                        next_attempt_time: t
+                            .retry_after
+                            .map(|_| claim.now + TimeDelta::milliseconds(retry_after_ms)),
+                        failures: t.failures,
+                        total: t.total,
+                    }
+                }
+                Some(row) if !first_mention || row.last_claim_id == Some(token) => {
+                    unchanged(row, Verdict::Duplicate, "already_reported")?
+                }
+                Some(row) if held => unchanged(row, Verdict::Stale, "lease_lost")?,
+                Some(row) => unchanged(row, Verdict::Stale, "not_held")?,
+                None => RowVerdict {
+                    key: item.key.clone(),
+                    verdict: Verdict::Stale,
+                    rule: "unknown_key".into(),
+                    budget: None,
+                    next_attempt_time: None,
+                    failures: Default::default(),
+                    total: 0,
+                },
+            };
+            verdicts.push(verdict);
+        }
+        apply::settle(&mut tx, record.id, token, &writes).await?;
+        let held = claims::drop_held(&mut tx, token, writes.len() as i32).await?;
+        tx.commit().await?;
+        Ok(ReportSummary { verdicts, held })
+    }
+}
+
+fn unchanged(row: &LockedRow, verdict: Verdict, rule: &str) -> Result<RowVerdict> {
+    let state = row.state()?;
+    Ok(RowVerdict {
+        key: row.key.clone(),
+        verdict,
+        rule: rule.into(),
+        budget: None,
+        next_attempt_time: None,
+        failures: state.failures,
+        total: state.total,
+    })
+}
+
+/// A failure as one line for `last_error` and the attempts history.
+pub(crate) fn describe_failure(f: &Failure) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if f.http_code != 0 {
+        parts.push(f.http_code.to_string());
+    }
+    if !f.status.is_empty() {
+        parts.push(f.status.clone());
+    }
+    if !f.finish_reason.is_empty() {
+        parts.push(format!("finish reason {}", f.finish_reason));
+    }
+    if !f.block_reason.is_empty() {
+        parts.push(format!("prompt blocked: {}", f.block_reason));
+    }
+    if let Some(kind) = f.kind {
+        use tally_core::classify::FailureKind;
+        let what = match kind {
+            FailureKind::ProviderError => None,
+            FailureKind::EmptyResponse => Some("empty response"),
+            FailureKind::InvalidOutput => Some("invalid output"),
+            FailureKind::Blocked => Some("blocked"),
+            FailureKind::MissingFromOutput => Some("missing from output"),
+        };
+        parts.extend(what.map(String::from));
+    }
+    let head = parts.join(" ");
+    let line = match (head.is_empty(), f.message.is_empty()) {
+        (true, true) => "failed".to_string(),
+        (false, true) => head,
+        (true, false) => f.message.clone(),
+        (false, false) => format!("{head}: {}", f.message),
+    };
+    line.chars().take(MAX_ERROR_CHARS).collect()
+}

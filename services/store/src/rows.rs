@@ -1,0 +1,358 @@
+//! Reading rows: one row with its attempts history, filtered lists, and the
+//! ledger summary.
+
+use crate::types::{AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, Time, Usage};
+use crate::{Result, Store, StoreError, ledgers};
+use sqlx::{Postgres, QueryBuilder};
+use std::collections::HashMap;
+use tally_core::status::{Budget, PerBudget, RowStatus};
+use uuid::Uuid;
+
+#[derive(sqlx::FromRow)]
+struct RowRow {
+    id: i64,
+    key: String,
+    payload: Option<String>,
+    depends_on: Vec<String>,
+    prompt_name: String,
+    prompt_version: String,
+    model: String,
+    status: i16,
+    provider_failures: i32,
+    content_failures: i32,
+    infra_failures: i32,
+    attempts: i32,
+    rule: String,
+    last_error: String,
+    result: Option<String>,
+    input_tokens: i64,
+    output_tokens: i64,
+    thinking_tokens: i64,
+    cached_tokens: i64,
+    claim_id: Option<Uuid>,
+    job: Option<String>,
+    next_attempt_time: Option<Time>,
+    create_time: Time,
+    update_time: Time,
+    unmet_deps: i32,
+}
+
+impl RowRow {
+    fn into_record(self, ledger: &str) -> Result<(i64, RowRecord)> {
+        let status = RowStatus::from_code(self.status).ok_or_else(|| {
+            StoreError::Internal(format!("row {} status {}", self.key, self.status))
+        })?;
+        Ok((
+            self.id,
+            RowRecord {
+                ledger: ledger.to_string(),
+                key: self.key,
+                payload: self.payload,
+                depends_on: self.depends_on,
+                prompt_name: self.prompt_name,
+                prompt_version: self.prompt_version,
+                model: self.model,
+                status,
+                failures: PerBudget::new(
+                    self.provider_failures as u32,
+                    self.content_failures as u32,
+                    self.infra_failures as u32,
+                ),
+                total: self.attempts as u32,
+                rule: self.rule,
+                last_error: self.last_error,
+                result: self.result,
+                usage: Usage {
+                    input: self.input_tokens,
+                    output: self.output_tokens,
+                    thinking: self.thinking_tokens,
+                    cached: self.cached_tokens,
+                },
+                claim: self.claim_id,
+                job: self.job,
+                next_attempt_time: self.next_attempt_time,
+                create_time: self.create_time,
+                update_time: self.update_time,
+                unmet_deps: self.unmet_deps,
+                history: Vec::new(),
+            },
+        ))
+    }
+}
+
+/// Columns of `rows r` (with `full`: payload and result too).
+fn row_columns(full: bool) -> String {
+    let heavy = if full {
+        "r.payload, r.result"
+    } else {
+        "NULL::text AS payload, NULL::text AS result"
+    };
+    format!(
+        "r.id, r.key, {heavy}, r.depends_on, r.prompt_name, r.prompt_version, r.model, r.status, \
+         r.provider_failures, r.content_failures, r.infra_failures, r.attempts, r.rule, \
+         r.last_error, r.input_tokens, r.output_tokens, r.thinking_tokens, r.cached_tokens, \
+         r.claim_id, (SELECT j.public_id FROM jobs j WHERE j.id = r.job_id) AS job, \
+         r.next_attempt_time, r.create_time, r.update_time, r.unmet_deps"
+    )
+}
+
+/// Appends ` AND …` conditions for `filter` on `rows r`.
+pub(crate) fn push_filter(qb: &mut QueryBuilder<Postgres>, filter: &RowFilter) {
+    if !filter.statuses.is_empty() {
+        let codes: Vec<i16> = filter.statuses.iter().map(|s| s.code()).collect();
+        qb.push(" AND r.status = ANY(").push_bind(codes).push(")");
+    }
+    if let Some(rule) = &filter.rule {
+        qb.push(" AND r.rule = ").push_bind(rule.clone());
+    }
+    if let Some(model) = &filter.model {
+        qb.push(" AND r.model = ").push_bind(model.clone());
+    }
+    if let Some(name) = &filter.prompt_name {
+        qb.push(" AND r.prompt_name = ").push_bind(name.clone());
+    }
+    if let Some(version) = &filter.prompt_version {
+        qb.push(" AND r.prompt_version = ")
+            .push_bind(version.clone());
+    }
+    if let Some(job) = &filter.job {
+        qb.push(" AND r.job_id = (SELECT id FROM jobs WHERE public_id = ")
+            .push_bind(job.clone())
+            .push(")");
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct AttemptRow {
+    row_id: i64,
+    number: i32,
+    claim_id: Option<Uuid>,
+    job: Option<String>,
+    batch: Option<String>,
+    model: String,
+    prompt_name: String,
+    prompt_version: String,
+    outcome: i16,
+    rule: String,
+    budget: Option<i16>,
+    input_tokens: i64,
+    output_tokens: i64,
+    thinking_tokens: i64,
+    cached_tokens: i64,
+    error: String,
+    actor: String,
+    time: Time,
+}
+
+impl Store {
+    /// One row with its attempts history.
+    pub async fn get_row(&self, ledger: &str, key: &str) -> Result<RowRecord> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let sql = format!(
+            "SELECT {} FROM rows r WHERE r.ledger_id = $1 AND r.key = $2",
+            row_columns(true)
+        );
+        let row = sqlx::query_as::<_, RowRow>(sqlx::AssertSqlSafe(sql))
+            .bind(record.id)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::not_found("row", format!("ledgers/{ledger}/rows/{key}")))?;
+        let (id, mut out) = row.into_record(ledger)?;
+        out.history = self
+            .histories(record.id, &[id])
+            .await?
+            .remove(&id)
+            .unwrap_or_default();
+        Ok(out)
+    }
+
+    /// The attempts of several rows, in one query, by row id.
+    async fn histories(
+        &self,
+        ledger_id: i64,
+        row_ids: &[i64],
+    ) -> Result<HashMap<i64, Vec<AttemptInfo>>> {
+        let rows = sqlx::query_as::<_, AttemptRow>(
+            "SELECT a.row_id, a.number, a.claim_id, j.public_id AS job, j.batch, a.model,
+                    a.prompt_name, a.prompt_version, a.outcome, a.rule, a.budget,
+                    a.input_tokens, a.output_tokens, a.thinking_tokens, a.cached_tokens,
+                    a.error, a.actor, a.time
+             FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id
+             WHERE a.ledger_id = $1 AND a.row_id = ANY($2) ORDER BY a.row_id, a.number",
+        )
+        .bind(ledger_id)
+        .bind(row_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: HashMap<i64, Vec<AttemptInfo>> = HashMap::new();
+        for a in rows {
+            let row_id = a.row_id;
+            let info = AttemptInfo {
+                number: a.number,
+                claim: a.claim_id,
+                job: a.job,
+                batch: a.batch,
+                model: a.model,
+                prompt_name: a.prompt_name,
+                prompt_version: a.prompt_version,
+                outcome: RowStatus::from_code(a.outcome).ok_or_else(|| {
+                    StoreError::Internal(format!("attempt outcome {}", a.outcome))
+                })?,
+                rule: a.rule,
+                budget: a.budget.and_then(Budget::from_code),
+                usage: Usage {
+                    input: a.input_tokens,
+                    output: a.output_tokens,
+                    thinking: a.thinking_tokens,
+                    cached: a.cached_tokens,
+                },
+                error: a.error,
+                actor: a.actor,
+                time: a.time,
+            };
+            out.entry(row_id).or_default().push(info);
+        }
+        Ok(out)
+    }
+
+    /// Rows matching `filter` in key order after `after`.
+    pub async fn list_rows(
+        &self,
+        ledger: &str,
+        filter: &RowFilter,
+        after: Option<&str>,
+        limit: i64,
+        full: bool,
+    ) -> Result<Vec<RowRecord>> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let mut qb = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {} FROM rows r WHERE r.ledger_id = ",
+            row_columns(full)
+        ));
+        qb.push_bind(record.id);
+        if let Some(after) = after {
+            qb.push(" AND r.key > ").push_bind(after.to_string());
+        }
+        push_filter(&mut qb, filter);
+        qb.push(" ORDER BY r.key LIMIT ").push_bind(limit);
+        let rows = qb.build_query_as::<RowRow>().fetch_all(&self.pool).await?;
+        let records = rows
+            .into_iter()
+            .map(|r| r.into_record(ledger))
+            .collect::<Result<Vec<_>>>()?;
+        let mut histories = if full {
+            let ids: Vec<i64> = records.iter().map(|(id, _)| *id).collect();
+            self.histories(record.id, &ids).await?
+        } else {
+            HashMap::new()
+        };
+        Ok(records
+            .into_iter()
+            .map(|(id, mut rec)| {
+                rec.history = histories.remove(&id).unwrap_or_default();
+                rec
+            })
+            .collect())
+    }
+
+    /// Counts by status, attempts and tokens summed over the history (so
+    /// cost covers every attempt, not successes × price), permanent rows by
+    /// rule, active jobs.
+    pub async fn summarize(&self, ledger: &str) -> Result<LedgerSummary> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let mut summary = LedgerSummary::default();
+        let by_status: Vec<(i16, String, i64)> = sqlx::query_as(
+            "SELECT status, CASE WHEN status = 5 THEN rule ELSE '' END AS rule, count(*)
+             FROM rows WHERE ledger_id = $1 GROUP BY 1, 2",
+        )
+        .bind(record.id)
+        .fetch_all(&self.pool)
+        .await?;
+        for (code, rule, n) in by_status {
+            let c = &mut summary.counts;
+            match RowStatus::from_code(code) {
+                Some(RowStatus::Pending) => c.pending += n,
+                Some(RowStatus::Running) => c.running += n,
+                Some(RowStatus::Retryable) => c.retryable += n,
+                Some(RowStatus::Succeeded) => c.succeeded += n,
+                Some(RowStatus::Permanent) => {
+                    c.permanent += n;
+                    summary.permanent_by_rule.push((rule, n));
+                }
+                Some(RowStatus::Blocked) => c.blocked += n,
+                None => return Err(StoreError::Internal(format!("row status {code}"))),
+            }
+        }
+        summary
+            .permanent_by_rule
+            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let by_model: Vec<AttemptSums> = sqlx::query_as(
+            "SELECT model, budget, count(*) AS n, coalesce(sum(input_tokens), 0)::int8 AS input,
+                    coalesce(sum(output_tokens), 0)::int8 AS output,
+                    coalesce(sum(thinking_tokens), 0)::int8 AS thinking,
+                    coalesce(sum(cached_tokens), 0)::int8 AS cached
+             FROM attempts WHERE ledger_id = $1 GROUP BY 1, 2 ORDER BY 1",
+        )
+        .bind(record.id)
+        .fetch_all(&self.pool)
+        .await?;
+        for AttemptSums {
+            model,
+            budget,
+            n,
+            input,
+            output,
+            thinking,
+            cached,
+        } in by_model
+        {
+            let u = Usage {
+                input,
+                output,
+                thinking,
+                cached,
+            };
+            summary.attempts_total += n;
+            if let Some(b) = budget.and_then(Budget::from_code) {
+                summary.failures[(b.code() - 1) as usize] += n;
+            }
+            add_usage(&mut summary.usage, &u);
+            match summary.by_model.last_mut() {
+                Some(m) if m.model == model => {
+                    m.attempts += n;
+                    add_usage(&mut m.usage, &u);
+                }
+                _ => summary.by_model.push(ModelUsage {
+                    model,
+                    attempts: n,
+                    usage: u,
+                }),
+            }
+        }
+        summary.active_jobs =
+            sqlx::query_scalar("SELECT count(*) FROM jobs WHERE ledger_id = $1 AND state < 8")
+                .bind(record.id)
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(summary)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct AttemptSums {
+    model: String,
+    budget: Option<i16>,
+    n: i64,
+    input: i64,
+    output: i64,
+    thinking: i64,
+    cached: i64,
+}
+
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.input += u.input;
+    total.output += u.output;
+    total.thinking += u.thinking;
+    total.cached += u.cached;
+}

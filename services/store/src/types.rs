@@ -1,0 +1,252 @@
+//! Plain records the store takes and returns. The server converts them to
+//! and from `tally.v1` messages; nothing here knows about protobuf.
+
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+use tally_core::policy::Policy;
+use tally_core::status::{Budget, PerBudget, RowStatus};
+use tally_core::transition::Outcome;
+use uuid::Uuid;
+
+pub type Time = DateTime<Utc>;
+
+#[derive(Debug, Clone)]
+pub struct LedgerRecord {
+    pub id: i64,
+    /// The ledger id (the last segment of its name).
+    pub name: String,
+    pub policy: Policy,
+    pub etag: i64,
+    pub create_time: Time,
+    pub update_time: Time,
+}
+
+/// One row to enroll, validated by the caller.
+#[derive(Debug, Clone)]
+pub struct NewRow {
+    pub key: String,
+    pub payload: String,
+    pub depends_on: Vec<String>,
+    pub prompt_name: String,
+    pub prompt_version: String,
+    /// As given; empty takes the ledger's model.
+    pub model: String,
+    pub content_hash: [u8; 16],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnrollOutcome {
+    Enrolled,
+    AlreadyPresent,
+    Conflict,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ClaimRequest {
+    pub max_rows: i64,
+    /// `None`: the ledger's lease.
+    pub lease: Option<Duration>,
+    pub worker: String,
+    pub request_id: Option<String>,
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimState {
+    Active,
+    Done,
+    Expired,
+}
+
+impl ClaimState {
+    pub fn from_code(code: i16) -> ClaimState {
+        match code {
+            2 => ClaimState::Done,
+            3 => ClaimState::Expired,
+            _ => ClaimState::Active,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ClaimRecord {
+    pub token: Uuid,
+    pub ledger: String,
+    pub worker: String,
+    pub model: String,
+    pub create_time: Time,
+    pub expire_time: Time,
+    pub state: ClaimState,
+    pub row_count: i32,
+    pub held: i32,
+    /// The job's public id, if a job was made from the claim.
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClaimedRow {
+    pub key: String,
+    pub payload: String,
+    pub prompt_name: String,
+    pub prompt_version: String,
+    pub model: String,
+    pub failures: PerBudget,
+    pub total: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClaimGrant {
+    pub claim: ClaimRecord,
+    pub rows: Vec<ClaimedRow>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: i64,
+    pub output: i64,
+    pub thinking: i64,
+    pub cached: i64,
+}
+
+impl Usage {
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+}
+
+/// One reported outcome, validated by the caller.
+#[derive(Debug, Clone)]
+pub struct ReportItem {
+    pub key: String,
+    pub outcome: Outcome,
+    /// The result JSON (successes only).
+    pub result: Option<String>,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Succeeded,
+    Retryable,
+    Permanent,
+    Stale,
+    Duplicate,
+}
+
+#[derive(Debug, Clone)]
+pub struct RowVerdict {
+    pub key: String,
+    pub verdict: Verdict,
+    pub rule: String,
+    pub budget: Option<Budget>,
+    pub next_attempt_time: Option<Time>,
+    pub failures: PerBudget,
+    pub total: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ReportSummary {
+    pub verdicts: Vec<RowVerdict>,
+    pub held: i32,
+}
+
+/// Conditions on rows (all set ones must hold).
+#[derive(Debug, Clone, Default)]
+pub struct RowFilter {
+    pub statuses: Vec<RowStatus>,
+    pub rule: Option<String>,
+    pub model: Option<String>,
+    pub prompt_name: Option<String>,
+    pub prompt_version: Option<String>,
+    /// A job's public id.
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AttemptInfo {
+    pub number: i32,
+    pub claim: Option<Uuid>,
+    pub job: Option<String>,
+    pub batch: Option<String>,
+    pub model: String,
+    pub prompt_name: String,
+    pub prompt_version: String,
+    pub outcome: RowStatus,
+    pub rule: String,
+    pub budget: Option<Budget>,
+    pub usage: Usage,
+    pub error: String,
+    pub actor: String,
+    pub time: Time,
+}
+
+#[derive(Debug, Clone)]
+pub struct RowRecord {
+    pub ledger: String,
+    pub key: String,
+    /// `None` in the basic view.
+    pub payload: Option<String>,
+    pub depends_on: Vec<String>,
+    pub prompt_name: String,
+    pub prompt_version: String,
+    pub model: String,
+    pub status: RowStatus,
+    pub failures: PerBudget,
+    pub total: u32,
+    pub rule: String,
+    pub last_error: String,
+    pub result: Option<String>,
+    pub usage: Usage,
+    pub claim: Option<Uuid>,
+    pub job: Option<String>,
+    pub next_attempt_time: Option<Time>,
+    pub create_time: Time,
+    pub update_time: Time,
+    pub unmet_deps: i32,
+    /// Filled by `get_row` and the full view.
+    pub history: Vec<AttemptInfo>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ModelUsage {
+    pub model: String,
+    pub attempts: i64,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LedgerSummary {
+    pub counts: tally_core::summary::LedgerCounts,
+    /// Failed attempts per budget, and every attempt.
+    pub failures: [i64; 3],
+    pub attempts_total: i64,
+    pub usage: Usage,
+    pub by_model: Vec<ModelUsage>,
+    pub permanent_by_rule: Vec<(String, i64)>,
+    pub active_jobs: i64,
+}
+
+#[derive(Debug, Clone)]
+pub enum RedriveTarget {
+    Keys(Vec<String>),
+    Filter(RowFilter),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RedriveResult {
+    pub redriven: i64,
+    pub unblocked: i64,
+    pub skipped: i64,
+    pub sample_keys: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PromptRecord {
+    pub prompt_id: String,
+    pub version: String,
+    pub template: String,
+    pub response_schema: String,
+    pub system_instruction: String,
+    pub sha256: String,
+    pub create_time: Time,
+}
