@@ -1,1 +1,41 @@
-fn main() {}
+use clap::Parser;
+use tally_server::config::{Cli, Command, LogFormat};
+use tally_server::server;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logs(cli.serve.log_format);
+    match cli.command {
+        Some(Command::Migrate) => server::migrate(&cli.serve).await,
+        Some(Command::Serve) | None => {
+            let running = server::start(cli.serve).await?;
+            let stop = running.stop_token();
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                stop.cancel();
+            });
+            running.wait().await
+        }
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("TALLY_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,h2=warn,tower=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}

@@ -1,0 +1,619 @@
+//! Conversions between `tally.v1` messages and domain/store types. Pure:
+//! no I/O. Input conversions validate and report field violations.
+
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+use tally_core::classify::{Failure, FailureKind};
+use tally_core::names;
+use tally_core::policy::{self, OverrideRule, Policy, Price};
+use tally_core::status::{Budget, PerBudget, RowStatus};
+use tally_core::violation::Violations;
+use tally_proto::v1 as pb;
+use tally_store::types as st;
+
+pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+pub fn opt_timestamp(t: Option<DateTime<Utc>>) -> Option<prost_types::Timestamp> {
+    t.map(timestamp)
+}
+
+pub fn duration_to_proto(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A proto duration as a std one; `None` when negative or malformed.
+pub fn duration(d: &prost_types::Duration) -> Option<Duration> {
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return None;
+    }
+    Some(Duration::new(d.seconds as u64, d.nanos as u32))
+}
+
+/// A lease or TTL: unset is `None` (the default applies); set, it must lie
+/// within `[min, max]`.
+pub fn bounded_duration(
+    field: &str,
+    d: Option<&prost_types::Duration>,
+    min: Duration,
+    max: Duration,
+    v: &mut Violations,
+) -> Option<Duration> {
+    let d = d?;
+    match duration(d) {
+        Some(x) if x >= min && x <= max => Some(x),
+        _ => {
+            v.add(
+                field,
+                format!(
+                    "must be between {} and {}",
+                    humantime::format_duration(min),
+                    humantime::format_duration(max)
+                ),
+            );
+            None
+        }
+    }
+}
+
+pub fn status_to_proto(s: RowStatus) -> pb::RowStatus {
+    match s {
+        RowStatus::Pending => pb::RowStatus::Pending,
+        RowStatus::Running => pb::RowStatus::Running,
+        RowStatus::Retryable => pb::RowStatus::Retryable,
+        RowStatus::Succeeded => pb::RowStatus::Succeeded,
+        RowStatus::Permanent => pb::RowStatus::Permanent,
+        RowStatus::Blocked => pb::RowStatus::Blocked,
+    }
+}
+
+pub fn status_from_proto(code: i32) -> Option<RowStatus> {
+    RowStatus::from_code(i16::try_from(code).ok()?)
+}
+
+pub fn budget_to_proto(b: Option<Budget>) -> i32 {
+    b.map_or(pb::Budget::Unspecified as i32, |b| i32::from(b.code()))
+}
+
+pub fn attempts(f: PerBudget, total: u32) -> pb::AttemptCounts {
+    pb::AttemptCounts {
+        provider: f.provider as i32,
+        content: f.content as i32,
+        infra: f.infra as i32,
+        total: total as i32,
+    }
+}
+
+pub fn usage_to_proto(u: &st::Usage) -> pb::Usage {
+    pb::Usage {
+        input_tokens: u.input,
+        output_tokens: u.output,
+        thinking_tokens: u.thinking,
+        cached_tokens: u.cached,
+    }
+}
+
+pub fn usage_from_proto(u: Option<&pb::Usage>) -> Option<st::Usage> {
+    let u = u.cloned().unwrap_or_default();
+    let out = st::Usage {
+        input: u.input_tokens,
+        output: u.output_tokens,
+        thinking: u.thinking_tokens,
+        cached: u.cached_tokens,
+    };
+    (out.input >= 0 && out.output >= 0 && out.thinking >= 0 && out.cached >= 0).then_some(out)
+}
+
+fn prompt_ref(name: &str, version: &str) -> Option<pb::PromptRef> {
+    (!name.is_empty()).then(|| pb::PromptRef {
+        name: name.to_string(),
+        version: version.to_string(),
+    })
+}
+
+// ---- ledgers and policy ----------------------------------------------------
+
+pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
+    pb::LedgerPolicy {
+        model: p.model.clone(),
+        budgets: Some(pb::AttemptBudgets {
+            provider: p.caps.provider as i32,
+            content: p.caps.content as i32,
+            infra: p.caps.infra as i32,
+        }),
+        lease: Some(duration_to_proto(p.lease)),
+        backoff: Some(pb::Backoff {
+            initial: Some(duration_to_proto(p.backoff.initial)),
+            max: Some(duration_to_proto(p.backoff.max)),
+            multiplier: p.backoff.multiplier,
+            jitter: p.backoff.jitter,
+        }),
+        overrides: p
+            .overrides
+            .iter()
+            .map(|o| pb::ClassifierOverride {
+                name: o.name.clone(),
+                http_code: o.http_code as i32,
+                status: o.status.clone(),
+                message_contains: o.message_contains.clone(),
+                finish_reason: o.finish_reason.clone(),
+                kind: i32::from(o.kind),
+                verdict: if o.permanent {
+                    pb::RowStatus::Permanent as i32
+                } else {
+                    pb::RowStatus::Retryable as i32
+                },
+                budget: i32::from(o.budget),
+            })
+            .collect(),
+        review_threshold: p.review_threshold as i64,
+        alert_url: p.alert_url.clone(),
+        max_active_jobs: p.max_active_jobs as i32,
+        prices: p
+            .prices
+            .iter()
+            .map(|x| pb::ModelPrice {
+                model: x.model.clone(),
+                input_per_million: x.input_per_million,
+                output_per_million: x.output_per_million,
+            })
+            .collect(),
+    }
+}
+
+pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
+    pb::Ledger {
+        name: names::ledger_name(&l.name),
+        policy: Some(policy_to_proto(&l.policy)),
+        create_time: Some(timestamp(l.create_time)),
+        update_time: Some(timestamp(l.update_time)),
+        etag: l.etag.to_string(),
+    }
+}
+
+/// Every updatable policy path (the `update_mask` vocabulary).
+pub const POLICY_PATHS: [&str; 12] = [
+    "policy.model",
+    "policy.budgets",
+    "policy.budgets.provider",
+    "policy.budgets.content",
+    "policy.budgets.infra",
+    "policy.lease",
+    "policy.backoff",
+    "policy.overrides",
+    "policy.review_threshold",
+    "policy.alert_url",
+    "policy.max_active_jobs",
+    "policy.prices",
+];
+
+/// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
+/// empty values keep `dst`'s default.
+fn apply_path(
+    dst: &mut Policy,
+    src: &pb::LedgerPolicy,
+    path: &str,
+    skip_zero: bool,
+    v: &mut Violations,
+) {
+    let field = |name: &str| format!("policy.{name}");
+    let budgets = src.budgets.unwrap_or_default();
+    let cap = |x: i32, name: &str, v: &mut Violations| -> Option<u32> {
+        if skip_zero && x == 0 {
+            return None;
+        }
+        if x < 0 {
+            v.add(field(name), "must not be negative");
+            return None;
+        }
+        Some(x as u32)
+    };
+    match path {
+        "policy.model" => {
+            if !(skip_zero && src.model.is_empty()) {
+                dst.model = src.model.clone();
+            }
+        }
+        "policy.budgets" => {
+            for p in [
+                "policy.budgets.provider",
+                "policy.budgets.content",
+                "policy.budgets.infra",
+            ] {
+                apply_path(dst, src, p, skip_zero, v);
+            }
+        }
+        "policy.budgets.provider" => {
+            if let Some(x) = cap(budgets.provider, "budgets.provider", v) {
+                dst.caps.provider = x;
+            }
+        }
+        "policy.budgets.content" => {
+            if let Some(x) = cap(budgets.content, "budgets.content", v) {
+                dst.caps.content = x;
+            }
+        }
+        "policy.budgets.infra" => {
+            if let Some(x) = cap(budgets.infra, "budgets.infra", v) {
+                dst.caps.infra = x;
+            }
+        }
+        "policy.lease" => match src.lease.as_ref() {
+            None if skip_zero => {}
+            None => v.add(field("lease"), "must be set"),
+            Some(d) => match duration(d) {
+                Some(x) if skip_zero && x.is_zero() => {}
+                Some(x) => dst.lease = x,
+                None => v.add(field("lease"), "must be a non-negative duration"),
+            },
+        },
+        "policy.backoff" => {
+            let b = src.backoff.unwrap_or_default();
+            let mut set =
+                |name: &str, d: Option<&prost_types::Duration>, target: &mut Duration| match d
+                    .map(duration)
+                {
+                    None => {}
+                    Some(Some(x)) if skip_zero && x.is_zero() => {}
+                    Some(Some(x)) => *target = x,
+                    Some(None) => v.add(field(name), "must be a non-negative duration"),
+                };
+            set(
+                "backoff.initial",
+                b.initial.as_ref(),
+                &mut dst.backoff.initial,
+            );
+            set("backoff.max", b.max.as_ref(), &mut dst.backoff.max);
+            if !(skip_zero && b.multiplier == 0.0) {
+                dst.backoff.multiplier = b.multiplier;
+            }
+            if !(skip_zero && b.jitter == 0.0) {
+                dst.backoff.jitter = b.jitter;
+            }
+        }
+        "policy.overrides" => {
+            dst.overrides = src
+                .overrides
+                .iter()
+                .enumerate()
+                .filter_map(|(i, o)| override_from_proto(i, o, v))
+                .collect();
+        }
+        "policy.review_threshold" => {
+            if src.review_threshold < 0 {
+                v.add(field("review_threshold"), "must not be negative");
+            } else {
+                dst.review_threshold = src.review_threshold as u64;
+            }
+        }
+        "policy.alert_url" => dst.alert_url = src.alert_url.clone(),
+        "policy.max_active_jobs" => {
+            if let Some(x) = cap(src.max_active_jobs, "max_active_jobs", v) {
+                dst.max_active_jobs = x;
+            }
+        }
+        "policy.prices" => {
+            dst.prices = src
+                .prices
+                .iter()
+                .map(|p| Price {
+                    model: p.model.clone(),
+                    input_per_million: p.input_per_million,
+                    output_per_million: p.output_per_million,
+                })
+                .collect();
+        }
+        other => v.add(
+            "update_mask",
+            format!(
+                "unknown path {other:?}; updatable paths: {}",
+                POLICY_PATHS.join(", ")
+            ),
+        ),
+    }
+}
+
+fn override_from_proto(
+    i: usize,
+    o: &pb::ClassifierOverride,
+    v: &mut Violations,
+) -> Option<OverrideRule> {
+    let at = |name: &str| format!("policy.overrides[{i}].{name}");
+    let permanent = match pb::RowStatus::try_from(o.verdict) {
+        Ok(pb::RowStatus::Permanent) => true,
+        Ok(pb::RowStatus::Retryable) => false,
+        _ => {
+            v.add(
+                at("verdict"),
+                "must be ROW_STATUS_RETRYABLE or ROW_STATUS_PERMANENT",
+            );
+            return None;
+        }
+    };
+    if o.http_code < 0 {
+        v.add(at("http_code"), "must not be negative");
+        return None;
+    }
+    let kind = match o.kind {
+        0 => 0,
+        k if policy::failure_kind_from_code(k as i16).is_some() => k as i16,
+        _ => {
+            v.add(at("kind"), "unknown failure kind");
+            return None;
+        }
+    };
+    let budget = match o.budget {
+        0 => 0,
+        b if Budget::from_code(b as i16).is_some() => b as i16,
+        _ => {
+            v.add(at("budget"), "unknown budget");
+            return None;
+        }
+    };
+    Some(OverrideRule {
+        name: o.name.clone(),
+        http_code: o.http_code as u32,
+        status: o.status.clone(),
+        message_contains: o.message_contains.clone(),
+        finish_reason: o.finish_reason.clone(),
+        kind,
+        permanent,
+        budget,
+    })
+}
+
+/// The policy of a new ledger: documented defaults, overridden by every
+/// non-zero field of `src`; then validated.
+pub fn policy_for_create(src: Option<&pb::LedgerPolicy>) -> Result<Policy, Violations> {
+    let mut p = Policy::default();
+    let mut v = Violations::new();
+    if let Some(src) = src {
+        for path in POLICY_PATHS.iter().filter(|p| p.matches('.').count() == 1) {
+            apply_path(&mut p, src, path, true, &mut v);
+        }
+    }
+    p.validate("policy", &mut v);
+    if v.is_empty() { Ok(p) } else { Err(v) }
+}
+
+/// `current` with the masked paths copied from `src`; then validated.
+pub fn policy_for_update(
+    current: &Policy,
+    src: &pb::LedgerPolicy,
+    paths: &[String],
+) -> Result<Policy, Violations> {
+    let mut p = current.clone();
+    let mut v = Violations::new();
+    if paths.is_empty() {
+        v.add("update_mask", "must name at least one path");
+    }
+    for path in paths {
+        apply_path(&mut p, src, path, false, &mut v);
+    }
+    if v.is_empty() {
+        p.validate("policy", &mut v);
+    }
+    if v.is_empty() { Ok(p) } else { Err(v) }
+}
+
+// ---- rows and claims -------------------------------------------------------
+
+pub fn claim_to_proto(c: &st::ClaimRecord) -> pb::Claim {
+    pb::Claim {
+        name: names::claim_name(&c.ledger, &c.token.to_string()),
+        worker: c.worker.clone(),
+        model: c.model.clone(),
+        create_time: Some(timestamp(c.create_time)),
+        expire_time: Some(timestamp(c.expire_time)),
+        state: match c.state {
+            st::ClaimState::Active => pb::ClaimState::Active,
+            st::ClaimState::Done => pb::ClaimState::Done,
+            st::ClaimState::Expired => pb::ClaimState::Expired,
+        } as i32,
+        row_count: c.row_count,
+        held_count: c.held,
+        job: c
+            .job
+            .as_ref()
+            .map(|j| names::job_name(&c.ledger, j))
+            .unwrap_or_default(),
+    }
+}
+
+pub fn claimed_row_to_proto(r: &st::ClaimedRow) -> pb::ClaimedRow {
+    pb::ClaimedRow {
+        key: r.key.clone(),
+        payload: r.payload.clone(),
+        prompt: prompt_ref(&r.prompt_name, &r.prompt_version),
+        model: r.model.clone(),
+        attempts: Some(attempts(r.failures, r.total)),
+    }
+}
+
+pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
+    pb::Row {
+        name: names::row_name(&r.ledger, &r.key),
+        key: r.key.clone(),
+        payload: r.payload.clone().unwrap_or_default(),
+        depends_on: r.depends_on.clone(),
+        prompt: prompt_ref(&r.prompt_name, &r.prompt_version),
+        model: r.model.clone(),
+        status: status_to_proto(r.status) as i32,
+        attempts: Some(attempts(r.failures, r.total)),
+        rule: r.rule.clone(),
+        last_error: r.last_error.clone(),
+        result: r.result.clone().unwrap_or_default(),
+        usage: Some(usage_to_proto(&r.usage)),
+        claim: r
+            .claim
+            .map(|c| names::claim_name(&r.ledger, &c.to_string()))
+            .unwrap_or_default(),
+        job: r
+            .job
+            .as_ref()
+            .map(|j| names::job_name(&r.ledger, j))
+            .unwrap_or_default(),
+        next_attempt_time: opt_timestamp(r.next_attempt_time),
+        create_time: Some(timestamp(r.create_time)),
+        update_time: Some(timestamp(r.update_time)),
+        history: r
+            .history
+            .iter()
+            .map(|a| pb::Attempt {
+                number: a.number,
+                claim: a
+                    .claim
+                    .map(|c| names::claim_name(&r.ledger, &c.to_string()))
+                    .unwrap_or_default(),
+                job: a
+                    .job
+                    .as_ref()
+                    .map(|j| names::job_name(&r.ledger, j))
+                    .unwrap_or_default(),
+                batch: a.batch.clone().unwrap_or_default(),
+                model: a.model.clone(),
+                prompt: prompt_ref(&a.prompt_name, &a.prompt_version),
+                vars_hash: r
+                    .payload
+                    .as_deref()
+                    .map(tally_core::payload::vars_hash)
+                    .unwrap_or_default(),
+                outcome: status_to_proto(a.outcome) as i32,
+                rule: a.rule.clone(),
+                budget: budget_to_proto(a.budget),
+                usage: Some(usage_to_proto(&a.usage)),
+                error: a.error.clone(),
+                actor: a.actor.clone(),
+                time: Some(timestamp(a.time)),
+            })
+            .collect(),
+        unmet_dependencies: r.unmet_deps,
+    }
+}
+
+pub fn verdict_to_proto(v: st::Verdict) -> pb::Verdict {
+    match v {
+        st::Verdict::Succeeded => pb::Verdict::Succeeded,
+        st::Verdict::Retryable => pb::Verdict::Retryable,
+        st::Verdict::Permanent => pb::Verdict::Permanent,
+        st::Verdict::Stale => pb::Verdict::Stale,
+        st::Verdict::Duplicate => pb::Verdict::Duplicate,
+    }
+}
+
+/// A reported failure as classifier facts.
+pub fn failure_from_proto(f: &pb::Failure, field: &str, v: &mut Violations) -> Failure {
+    let kind = match pb::FailureKind::try_from(f.kind) {
+        Ok(pb::FailureKind::Unspecified) => None,
+        Ok(k) => policy::failure_kind_from_code(k as i16),
+        Err(_) => {
+            v.add(format!("{field}.kind"), "unknown failure kind");
+            None
+        }
+    };
+    let kind: Option<FailureKind> = kind;
+    if f.http_code < 0 || f.http_code > 999 {
+        v.add(
+            format!("{field}.http_code"),
+            "must be 0 or an HTTP status code",
+        );
+    }
+    let retry_delay = match f.retry_delay.as_ref().map(duration) {
+        None => None,
+        Some(Some(d)) if d <= policy::MAX_BACKOFF => Some(d),
+        Some(_) => {
+            v.add(
+                format!("{field}.retry_delay"),
+                "must be between 0 and 7 days",
+            );
+            None
+        }
+    };
+    Failure {
+        kind,
+        http_code: f.http_code.max(0) as u32,
+        status: f.status.clone(),
+        message: f.message.chars().take(2048).collect(),
+        finish_reason: f.finish_reason.clone(),
+        block_reason: f.block_reason.clone(),
+        retry_delay,
+    }
+}
+
+pub fn prompt_to_proto(p: &st::PromptRecord) -> pb::Prompt {
+    pb::Prompt {
+        name: names::prompt_name(&p.prompt_id, &p.version),
+        prompt_id: p.prompt_id.clone(),
+        version: p.version.clone(),
+        template: p.template.clone(),
+        response_schema: p.response_schema.clone(),
+        system_instruction: p.system_instruction.clone(),
+        sha256: p.sha256.clone(),
+        create_time: Some(timestamp(p.create_time)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_takes_defaults_for_zero_fields() {
+        let p = policy_for_create(Some(&pb::LedgerPolicy {
+            model: "gemini-2.5-flash".into(),
+            budgets: Some(pb::AttemptBudgets {
+                provider: 6,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+        .unwrap();
+        assert_eq!(p.model, "gemini-2.5-flash");
+        assert_eq!((p.caps.provider, p.caps.content, p.caps.infra), (6, 1, 4));
+        assert_eq!(p.lease, Policy::default().lease);
+    }
+
+    #[test]
+    fn update_copies_only_masked_paths_and_validates() {
+        let current = Policy::default();
+        let src = pb::LedgerPolicy {
+            model: "other".into(),
+            max_active_jobs: 9,
+            ..Default::default()
+        };
+        let p = policy_for_update(&current, &src, &["policy.max_active_jobs".into()]).unwrap();
+        assert_eq!(
+            (p.model.as_str(), p.max_active_jobs),
+            (current.model.as_str(), 9)
+        );
+        let err =
+            policy_for_update(&current, &src, &["policy.budgets.content".into()]).unwrap_err();
+        assert_eq!(err.finish().unwrap_err()[0].field, "policy.budgets.content");
+        let err = policy_for_update(&current, &src, &["policy.nope".into()]).unwrap_err();
+        assert_eq!(err.finish().unwrap_err()[0].field, "update_mask");
+    }
+
+    #[test]
+    fn durations_reject_negative_values() {
+        let mut v = Violations::new();
+        let d = bounded_duration(
+            "lease",
+            Some(&prost_types::Duration {
+                seconds: -1,
+                nanos: 0,
+            }),
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            &mut v,
+        );
+        assert!(d.is_none());
+        assert_eq!(v.len(), 1);
+    }
+}

@@ -1,0 +1,352 @@
+//! LedgerService: thin handlers. Each validates its request (see
+//! [`crate::validate`]), makes one store call and encodes the answer.
+
+use crate::caller::actor;
+use crate::config::Limits;
+use crate::convert::{self, ledger_to_proto};
+use crate::status::{from_store, invalid, invalid_field};
+use crate::{paging, validate};
+use tally_core::names;
+use tally_core::summary::ledger_line;
+use tally_core::violation::Violations;
+use tally_proto::v1 as pb;
+use tally_proto::v1::ledger_service_server::LedgerService;
+use tally_store::Store;
+use tally_store::types::EnrollOutcome;
+use tonic::{Request, Response, Status};
+
+pub struct Ledgers {
+    store: Store,
+    limits: Limits,
+}
+
+impl Ledgers {
+    pub fn new(store: Store, limits: Limits) -> Self {
+        Self { store, limits }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl LedgerService for Ledgers {
+    async fn create_ledger(&self, req: Request<pb::CreateLedgerRequest>) -> Reply<pb::Ledger> {
+        let req = req.into_inner();
+        let mut v = Violations::new();
+        v.check("ledger_id", names::validate_ledger_id(&req.ledger_id));
+        let policy = match convert::policy_for_create(req.policy.as_ref()) {
+            Ok(p) => Some(p),
+            Err(more) => {
+                v.extend(more.finish().err().unwrap_or_default());
+                None
+            }
+        };
+        v.finish().map_err(invalid)?;
+        let policy = policy.expect("no violations means a policy");
+        let ledger = self
+            .store
+            .create_ledger(&req.ledger_id, &policy)
+            .await
+            .map_err(from_store)?;
+        tracing::info!(ledger = %ledger.name, "ledger created");
+        Ok(Response::new(ledger_to_proto(&ledger)))
+    }
+
+    async fn get_ledger(&self, req: Request<pb::GetLedgerRequest>) -> Reply<pb::Ledger> {
+        let name = validate::ledger("name", &req.get_ref().name)?;
+        let ledger = self.store.get_ledger(&name).await.map_err(from_store)?;
+        Ok(Response::new(ledger_to_proto(&ledger)))
+    }
+
+    async fn list_ledgers(
+        &self,
+        req: Request<pb::ListLedgersRequest>,
+    ) -> Reply<pb::ListLedgersResponse> {
+        let req = req.into_inner();
+        let size = paging::page_size(req.page_size)?;
+        let after = paging::decode(&req.page_token, "ledgers", "")?;
+        let ledgers = self
+            .store
+            .list_ledgers(after.as_deref(), size)
+            .await
+            .map_err(from_store)?;
+        let next = paging::next_token(
+            "ledgers",
+            "",
+            ledgers.len(),
+            size,
+            ledgers.last().map(|l| l.name.as_str()),
+        );
+        Ok(Response::new(pb::ListLedgersResponse {
+            ledgers: ledgers.iter().map(ledger_to_proto).collect(),
+            next_page_token: next,
+        }))
+    }
+
+    async fn update_ledger(&self, req: Request<pb::UpdateLedgerRequest>) -> Reply<pb::Ledger> {
+        let req = req.into_inner();
+        let ledger = req
+            .ledger
+            .ok_or_else(|| invalid_field("ledger", "must be set"))?;
+        let name = validate::ledger("ledger.name", &ledger.name)?;
+        let paths = req.update_mask.map(|m| m.paths).unwrap_or_default();
+        let current = self.store.get_ledger(&name).await.map_err(from_store)?;
+        let etag = match ledger.etag.as_str() {
+            "" => current.etag,
+            e => e
+                .parse()
+                .map_err(|_| invalid_field("ledger.etag", "is not an etag this server issued"))?,
+        };
+        let src = ledger.policy.unwrap_or_default();
+        let policy = convert::policy_for_update(&current.policy, &src, &paths)
+            .map_err(|v| invalid(v.finish().err().unwrap_or_default()))?;
+        let updated = self
+            .store
+            .update_ledger(&name, &policy, etag)
+            .await
+            .map_err(from_store)?;
+        tracing::info!(ledger = %name, paths = ?paths, "ledger updated");
+        Ok(Response::new(ledger_to_proto(&updated)))
+    }
+
+    async fn enroll_rows(
+        &self,
+        req: Request<pb::EnrollRowsRequest>,
+    ) -> Reply<pb::EnrollRowsResponse> {
+        let (ledger, rows) = validate::enroll(req.get_ref(), &self.limits)?;
+        let outcomes = self
+            .store
+            .enroll(&ledger, &rows)
+            .await
+            .map_err(from_store)?;
+        let mut resp = pb::EnrollRowsResponse::default();
+        for (row, outcome) in rows.iter().zip(&outcomes) {
+            let o = match outcome {
+                EnrollOutcome::Enrolled => {
+                    resp.enrolled += 1;
+                    pb::EnrollOutcome::Enrolled
+                }
+                EnrollOutcome::AlreadyPresent => {
+                    resp.already_present += 1;
+                    pb::EnrollOutcome::AlreadyPresent
+                }
+                EnrollOutcome::Conflict => {
+                    resp.conflicts += 1;
+                    pb::EnrollOutcome::Conflict
+                }
+            };
+            resp.results.push(pb::EnrollResult {
+                key: row.key.clone(),
+                outcome: o as i32,
+            });
+        }
+        tracing::debug!(ledger = %ledger, enrolled = resp.enrolled, present = resp.already_present, conflicts = resp.conflicts, "rows enrolled");
+        Ok(Response::new(resp))
+    }
+
+    async fn claim_rows(&self, req: Request<pb::ClaimRowsRequest>) -> Reply<pb::ClaimRowsResponse> {
+        let (ledger, claim) = validate::claim_rows(req.get_ref(), &self.limits)?;
+        let grant = self
+            .store
+            .claim_rows(&ledger, &claim)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(match grant {
+            None => pb::ClaimRowsResponse::default(),
+            Some(g) => pb::ClaimRowsResponse {
+                claim: Some(convert::claim_to_proto(&g.claim)),
+                rows: g.rows.iter().map(convert::claimed_row_to_proto).collect(),
+            },
+        }))
+    }
+
+    async fn extend_claim(&self, req: Request<pb::ExtendClaimRequest>) -> Reply<pb::Claim> {
+        let req = req.into_inner();
+        let (ledger, token) = validate::claim("name", &req.name)?;
+        let mut v = Violations::new();
+        let lease = validate::lease("lease", req.lease.as_ref(), &mut v);
+        v.finish().map_err(invalid)?;
+        let claim = self
+            .store
+            .extend_claim(&ledger, token, lease)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(convert::claim_to_proto(&claim)))
+    }
+
+    async fn release_claim(
+        &self,
+        req: Request<pb::ReleaseClaimRequest>,
+    ) -> Reply<pb::ReleaseClaimResponse> {
+        let req = req.into_inner();
+        let (ledger, token) = validate::claim("name", &req.name)?;
+        validate::keys("keys", &req.keys, &self.limits, true)?;
+        let keys = (!req.keys.is_empty()).then_some(req.keys.as_slice());
+        let (released, claim) = self
+            .store
+            .release_claim(&ledger, token, keys)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::ReleaseClaimResponse {
+            released: released as i32,
+            claim: Some(convert::claim_to_proto(&claim)),
+        }))
+    }
+
+    async fn report_outcomes(
+        &self,
+        req: Request<pb::ReportOutcomesRequest>,
+    ) -> Reply<pb::ReportOutcomesResponse> {
+        let actor = actor(&req);
+        let (ledger, token, items) = validate::report(req.get_ref(), &self.limits)?;
+        let summary = self
+            .store
+            .report(&ledger, token, &items, &actor)
+            .await
+            .map_err(from_store)?;
+        let mut resp = pb::ReportOutcomesResponse {
+            held: summary.held,
+            ..Default::default()
+        };
+        for v in &summary.verdicts {
+            let verdict = convert::verdict_to_proto(v.verdict);
+            match verdict {
+                pb::Verdict::Succeeded => resp.succeeded += 1,
+                pb::Verdict::Retryable => resp.retryable += 1,
+                pb::Verdict::Permanent => resp.permanent += 1,
+                pb::Verdict::Stale => resp.stale += 1,
+                pb::Verdict::Duplicate => resp.duplicate += 1,
+                pb::Verdict::Unspecified => {}
+            }
+            resp.verdicts.push(pb::RowVerdict {
+                key: v.key.clone(),
+                verdict: verdict as i32,
+                rule: v.rule.clone(),
+                budget: convert::budget_to_proto(v.budget),
+                next_attempt_time: convert::opt_timestamp(v.next_attempt_time),
+                attempts: Some(convert::attempts(v.failures, v.total)),
+            });
+        }
+        Ok(Response::new(resp))
+    }
+
+    async fn get_row(&self, req: Request<pb::GetRowRequest>) -> Reply<pb::Row> {
+        let (ledger, key) = names::parse_row(&req.get_ref().name)
+            .map_err(|e| invalid_field("name", e.to_string()))?;
+        let row = self.store.get_row(ledger, key).await.map_err(from_store)?;
+        Ok(Response::new(convert::row_to_proto(&row)))
+    }
+
+    async fn list_rows(&self, req: Request<pb::ListRowsRequest>) -> Reply<pb::ListRowsResponse> {
+        let req = req.into_inner();
+        let ledger = validate::ledger("parent", &req.parent)?;
+        let filter = validate::row_filter("filter", req.filter.as_ref())?;
+        let size = paging::page_size(req.page_size)?;
+        let full = match pb::RowView::try_from(req.view) {
+            Ok(pb::RowView::Full) => true,
+            Ok(pb::RowView::Basic | pb::RowView::Unspecified) => false,
+            Err(_) => return Err(invalid_field("view", "unknown view")),
+        };
+        let list = format!("rows:{ledger}");
+        let fp = validate::filter_fingerprint(&filter, "");
+        let after = paging::decode(&req.page_token, &list, &fp)?;
+        let rows = self
+            .store
+            .list_rows(&ledger, &filter, after.as_deref(), size, full)
+            .await
+            .map_err(from_store)?;
+        let next = paging::next_token(
+            &list,
+            &fp,
+            rows.len(),
+            size,
+            rows.last().map(|r| r.key.as_str()),
+        );
+        Ok(Response::new(pb::ListRowsResponse {
+            rows: rows.iter().map(convert::row_to_proto).collect(),
+            next_page_token: next,
+        }))
+    }
+
+    async fn summarize_ledger(
+        &self,
+        req: Request<pb::SummarizeLedgerRequest>,
+    ) -> Reply<pb::LedgerSummary> {
+        let ledger = validate::ledger("name", &req.get_ref().name)?;
+        let record = self.store.get_ledger(&ledger).await.map_err(from_store)?;
+        let s = self.store.summarize(&ledger).await.map_err(from_store)?;
+        let mut cost = 0.0;
+        let mut unpriced = Vec::new();
+        for m in &s.by_model {
+            match record.policy.price(&m.model) {
+                Some(p) => {
+                    cost += m.usage.input as f64 / 1e6 * p.input_per_million
+                        + (m.usage.output + m.usage.thinking) as f64 / 1e6 * p.output_per_million;
+                }
+                None => unpriced.push(m.model.clone()),
+            }
+        }
+        let c = &s.counts;
+        Ok(Response::new(pb::LedgerSummary {
+            ledger: names::ledger_name(&ledger),
+            total: c.total(),
+            pending: c.pending,
+            running: c.running,
+            retryable: c.retryable,
+            succeeded: c.succeeded,
+            permanent: c.permanent,
+            blocked: c.blocked,
+            attempts_provider: s.failures[0],
+            attempts_content: s.failures[1],
+            attempts_infra: s.failures[2],
+            attempts_total: s.attempts_total,
+            usage: Some(convert::usage_to_proto(&s.usage)),
+            estimated_cost_usd: cost,
+            unpriced_models: unpriced,
+            permanent_by_rule: s.permanent_by_rule.iter().cloned().collect(),
+            active_jobs: s.active_jobs,
+            summary_line: ledger_line(c),
+        }))
+    }
+
+    async fn redrive_rows(
+        &self,
+        req: Request<pb::RedriveRowsRequest>,
+    ) -> Reply<pb::RedriveRowsResponse> {
+        let actor = actor(&req);
+        let (ledger, target) = validate::redrive(req.get_ref(), &self.limits)?;
+        let req = req.into_inner();
+        let r = self
+            .store
+            .redrive(&ledger, &target, req.validate_only, &actor, &req.reason)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::RedriveRowsResponse {
+            redriven: r.redriven,
+            unblocked: r.unblocked,
+            skipped: r.skipped,
+            sample_keys: r.sample_keys,
+        }))
+    }
+
+    async fn register_prompt(&self, req: Request<pb::RegisterPromptRequest>) -> Reply<pb::Prompt> {
+        let prompt = validate::register_prompt(req.get_ref())?;
+        let stored = self
+            .store
+            .register_prompt(&prompt)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(convert::prompt_to_proto(&stored)))
+    }
+
+    async fn get_prompt(&self, req: Request<pb::GetPromptRequest>) -> Reply<pb::Prompt> {
+        let (id, version) = names::parse_prompt(&req.get_ref().name)
+            .map_err(|e| invalid_field("name", e.to_string()))?;
+        let p = self
+            .store
+            .get_prompt(id, version)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(convert::prompt_to_proto(&p)))
+    }
+}

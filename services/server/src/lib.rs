@@ -1,0 +1,24 @@
+//! The tally server.
+//!
+//! - [`config`]: flags and `TALLY_*` variables.
+//! - [`server`]: assembly, background tasks and the orderly shutdown.
+//! - [`database`]: a configured PostgreSQL or the private one.
+//! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
+//!   requests and [`convert`] translates messages.
+//! - [`status`]: the one mapping from errors to gRPC statuses.
+//! - [`health`], [`metrics`], [`paging`], [`caller`].
+//!
+//! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
+
+pub mod caller;
+pub mod config;
+pub mod convert;
+pub mod database;
+pub mod health;
+pub mod ledger_service;
+pub mod metrics;
+pub mod paging;
+pub mod server;
+pub mod status;
+pub mod unimplemented;
+pub mod validate;

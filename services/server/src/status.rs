@@ -1,0 +1,151 @@
+//! The one mapping from errors to gRPC statuses, with `google.rpc` details:
+//! BadRequest field violations for INVALID_ARGUMENT, ResourceInfo for
+//! NOT_FOUND and ALREADY_EXISTS, PreconditionFailure and ErrorInfo for
+//! FAILED_PRECONDITION, RetryInfo for RESOURCE_EXHAUSTED. Internal details
+//! are logged, never sent.
+
+use std::time::Duration;
+use tally_core::violation::FieldViolation;
+use tally_store::StoreError;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The ErrorInfo domain of every tally error.
+pub const DOMAIN: &str = "tally.v1";
+
+/// INVALID_ARGUMENT naming every bad field.
+pub fn invalid(violations: Vec<FieldViolation>) -> Status {
+    let message = match violations.as_slice() {
+        [one] => format!("invalid {}: {}", one.field, one.description),
+        many => format!(
+            "{} invalid fields: {}",
+            many.len(),
+            many.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    };
+    let mut details = ErrorDetails::new();
+    for v in violations {
+        details.add_bad_request_violation(v.field, v.description);
+    }
+    Status::with_error_details(Code::InvalidArgument, message, details)
+}
+
+/// INVALID_ARGUMENT for one field.
+pub fn invalid_field(field: impl Into<String>, description: impl Into<String>) -> Status {
+    invalid(vec![FieldViolation::new(field, description)])
+}
+
+/// RESOURCE_EXHAUSTED with a RetryInfo.
+pub fn exhausted(message: impl Into<String>, retry_after: Duration) -> Status {
+    Status::with_error_details(
+        Code::ResourceExhausted,
+        message,
+        ErrorDetails::with_retry_info(Some(retry_after)),
+    )
+}
+
+/// An ErrorInfo-carrying status (auth and precondition failures).
+pub fn with_reason(code: Code, reason: &str, message: impl Into<String>) -> Status {
+    Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, DOMAIN, std::collections::HashMap::new()),
+    )
+}
+
+pub fn from_store(e: StoreError) -> Status {
+    match e {
+        StoreError::NotFound { kind, name } => {
+            let message = format!("{kind} {name} not found");
+            Status::with_error_details(
+                Code::NotFound,
+                message.clone(),
+                ErrorDetails::with_resource_info(kind, name, "", message),
+            )
+        }
+        StoreError::AlreadyExists { kind, name } => {
+            let message = format!("{kind} {name} already exists");
+            Status::with_error_details(
+                Code::AlreadyExists,
+                message.clone(),
+                ErrorDetails::with_resource_info(kind, name, "", message),
+            )
+        }
+        StoreError::InvalidArgument(v) => invalid(v),
+        StoreError::FailedPrecondition {
+            reason,
+            description,
+        } => {
+            let mut details =
+                ErrorDetails::with_error_info(reason, DOMAIN, std::collections::HashMap::new());
+            details.add_precondition_failure_violation(reason, "", description.clone());
+            Status::with_error_details(Code::FailedPrecondition, description, details)
+        }
+        StoreError::Aborted(m) => Status::aborted(m),
+        StoreError::ResourceExhausted {
+            message,
+            retry_after_secs,
+        } => exhausted(message, Duration::from_secs(retry_after_secs)),
+        StoreError::PermissionDenied(m) => with_reason(Code::PermissionDenied, "NOT_OWNER", m),
+        StoreError::Unavailable(m) => {
+            tracing::warn!(error = %m, "database unavailable");
+            Status::unavailable("the database is unavailable; retry with backoff")
+        }
+        StoreError::Internal(m) => {
+            let id = uuid::Uuid::new_v4();
+            tracing::error!(error = %m, error_id = %id, "internal error");
+            Status::internal(format!("internal error (logged as {id})"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn violations_become_bad_request_details() {
+        let s = invalid(vec![
+            FieldViolation::new("rows[0].key", "key must not be empty"),
+            FieldViolation::new("rows[1].payload", "payload must be a JSON object"),
+        ]);
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().starts_with("2 invalid fields"));
+        let details = s.get_error_details();
+        let bad = details.bad_request().expect("bad request detail");
+        assert_eq!(bad.field_violations.len(), 2);
+        assert_eq!(bad.field_violations[1].field, "rows[1].payload");
+    }
+
+    #[test]
+    fn internal_errors_hide_their_details() {
+        let s = from_store(StoreError::Internal("secret sql".into()));
+        assert_eq!(s.code(), Code::Internal);
+        assert!(!s.message().contains("secret"));
+    }
+
+    #[test]
+    fn codes() {
+        assert_eq!(
+            from_store(StoreError::not_found("ledger", "ledgers/x")).code(),
+            Code::NotFound
+        );
+        assert_eq!(
+            from_store(StoreError::precondition("CLAIM_EXPIRED", "gone")).code(),
+            Code::FailedPrecondition
+        );
+        assert_eq!(
+            from_store(StoreError::Unavailable("down".into())).code(),
+            Code::Unavailable
+        );
+        let s = from_store(StoreError::ResourceExhausted {
+            message: "too many jobs".into(),
+            retry_after_secs: 30,
+        });
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(s.get_error_details().retry_info().is_some());
+    }
+}

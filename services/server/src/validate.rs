@@ -1,0 +1,507 @@
+//! Request validation for LedgerService: every check that needs no
+//! database, turning a request into store inputs or INVALID_ARGUMENT with a
+//! field violation for each problem. A rejected request writes nothing.
+
+use crate::config::Limits;
+use crate::convert;
+use crate::status::{invalid, invalid_field};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::time::Duration;
+use tally_core::keys::validate_key;
+use tally_core::names;
+use tally_core::payload::{self, Content};
+use tally_core::policy::{MAX_LEASE, MIN_LEASE};
+use tally_core::transition::Outcome;
+use tally_core::violation::Violations;
+use tally_proto::v1 as pb;
+use tally_store::types::{
+    ClaimRequest, NewRow, PromptRecord, RedriveTarget, ReportItem, RowFilter,
+};
+use tonic::Status;
+use uuid::Uuid;
+
+const MAX_TEXT: usize = 128;
+
+fn finish(v: Violations) -> Result<(), Status> {
+    v.finish().map_err(invalid)
+}
+
+/// `ledgers/{ledger}` in `field`.
+pub fn ledger(field: &str, name: &str) -> Result<String, Status> {
+    names::parse_ledger(name)
+        .map(str::to_string)
+        .map_err(|e| invalid_field(field, e.to_string()))
+}
+
+/// `ledgers/{ledger}/claims/{claim}` → (ledger, token).
+pub fn claim(field: &str, name: &str) -> Result<(String, Uuid), Status> {
+    let (ledger, id) = names::parse_claim(name).map_err(|e| invalid_field(field, e.to_string()))?;
+    let token = Uuid::parse_str(id)
+        .map_err(|_| invalid_field(field, "claim id is not one this server issued"))?;
+    Ok((ledger.to_string(), token))
+}
+
+fn short_text(field: &str, text: &str, v: &mut Violations) {
+    if text.len() > MAX_TEXT {
+        v.add(field, format!("must be at most {MAX_TEXT} characters"));
+    }
+}
+
+/// A lease: unset takes the ledger's; set, 1s to 7 days.
+pub fn lease(
+    field: &str,
+    d: Option<&prost_types::Duration>,
+    v: &mut Violations,
+) -> Option<Duration> {
+    convert::bounded_duration(field, d, MIN_LEASE, MAX_LEASE, v)
+}
+
+fn count(field: &str, n: usize, max: usize, v: &mut Violations) {
+    if n == 0 {
+        v.add(field, "must not be empty");
+    } else if n > max {
+        v.add(
+            field,
+            format!("has {n} entries; the limit is {max} per call (max_rows_per_call)"),
+        );
+    }
+}
+
+pub fn enroll(
+    req: &pb::EnrollRowsRequest,
+    limits: &Limits,
+) -> Result<(String, Vec<NewRow>), Status> {
+    let ledger = ledger("parent", &req.parent)?;
+    let mut v = Violations::new();
+    count("rows", req.rows.len(), limits.max_rows_per_call, &mut v);
+    finish(v)?;
+    let mut v = Violations::new();
+    let mut first_seen: HashMap<&str, usize> = HashMap::with_capacity(req.rows.len());
+    let mut rows = Vec::with_capacity(req.rows.len());
+    for (i, r) in req.rows.iter().enumerate() {
+        let at = |f: &str| format!("rows[{i}].{f}");
+        v.check(at("key"), validate_key(&r.key));
+        if let Some(j) = first_seen.insert(r.key.as_str(), i) {
+            v.add(at("key"), format!("repeats rows[{j}].key {:?}", r.key));
+        }
+        v.check(at("payload"), payload::validate_object(&r.payload));
+        for (j, d) in r.depends_on.iter().enumerate() {
+            v.check(format!("rows[{i}].depends_on[{j}]"), validate_key(d));
+            if *d == r.key {
+                v.add(
+                    format!("rows[{i}].depends_on[{j}]"),
+                    "a row cannot depend on itself",
+                );
+            }
+        }
+        let (prompt_name, prompt_version) = match &r.prompt {
+            Some(p) => {
+                v.check(at("prompt.name"), names::validate_prompt_id(&p.name));
+                v.check(
+                    at("prompt.version"),
+                    names::validate_prompt_version(&p.version),
+                );
+                (p.name.clone(), p.version.clone())
+            }
+            None => (String::new(), String::new()),
+        };
+        short_text(&at("model"), &r.model, &mut v);
+        let deps: Vec<&str> = r.depends_on.iter().map(String::as_str).collect();
+        let content_hash = payload::content_hash(&Content {
+            payload: &r.payload,
+            depends_on: &deps,
+            prompt_name: &prompt_name,
+            prompt_version: &prompt_version,
+            model: &r.model,
+        });
+        rows.push(NewRow {
+            key: r.key.clone(),
+            payload: r.payload.clone(),
+            depends_on: r.depends_on.clone(),
+            prompt_name,
+            prompt_version,
+            model: r.model.clone(),
+            content_hash,
+        });
+        if v.len() > 100 {
+            break;
+        }
+    }
+    finish(v)?;
+    let graph: Vec<(&str, Vec<&str>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.key.as_str(),
+                r.depends_on.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    let edges: Vec<(&str, &[&str])> = graph.iter().map(|(k, d)| (*k, d.as_slice())).collect();
+    if let Some(cycle) = tally_core::deps::find_cycle(&edges) {
+        let first = first_seen.get(cycle[0]).copied().unwrap_or(0);
+        return Err(invalid_field(
+            format!("rows[{first}].depends_on"),
+            format!("dependency cycle: {}", cycle.join(" -> ")),
+        ));
+    }
+    Ok((ledger, rows))
+}
+
+pub fn claim_rows(
+    req: &pb::ClaimRowsRequest,
+    limits: &Limits,
+) -> Result<(String, ClaimRequest), Status> {
+    let ledger = ledger("parent", &req.parent)?;
+    let mut v = Violations::new();
+    if req.max_rows < 1 || req.max_rows > limits.max_claim_rows {
+        v.add(
+            "max_rows",
+            format!(
+                "must be between 1 and {} (max_claim_rows)",
+                limits.max_claim_rows
+            ),
+        );
+    }
+    let lease = lease("lease", req.lease.as_ref(), &mut v);
+    short_text("worker", &req.worker, &mut v);
+    short_text("request_id", &req.request_id, &mut v);
+    short_text("model", &req.model, &mut v);
+    finish(v)?;
+    Ok((
+        ledger,
+        ClaimRequest {
+            max_rows: i64::from(req.max_rows),
+            lease,
+            worker: req.worker.clone(),
+            request_id: (!req.request_id.is_empty()).then(|| req.request_id.clone()),
+            model: (!req.model.is_empty()).then(|| req.model.clone()),
+        },
+    ))
+}
+
+/// Keys to act on: each valid, at most the per-call limit.
+pub fn keys(
+    field: &str,
+    keys: &[String],
+    limits: &Limits,
+    allow_empty: bool,
+) -> Result<(), Status> {
+    let mut v = Violations::new();
+    if !(allow_empty && keys.is_empty()) {
+        count(field, keys.len(), limits.max_rows_per_call, &mut v);
+    }
+    for (i, k) in keys.iter().enumerate().take(1000) {
+        v.check(format!("{field}[{i}]"), validate_key(k));
+    }
+    finish(v)
+}
+
+pub fn report(
+    req: &pb::ReportOutcomesRequest,
+    limits: &Limits,
+) -> Result<(String, Uuid, Vec<ReportItem>), Status> {
+    let (ledger, token) = claim("claim", &req.claim)?;
+    let mut v = Violations::new();
+    count(
+        "outcomes",
+        req.outcomes.len(),
+        limits.max_rows_per_call,
+        &mut v,
+    );
+    finish(v)?;
+    let mut v = Violations::new();
+    let mut items = Vec::with_capacity(req.outcomes.len());
+    for (i, o) in req.outcomes.iter().enumerate() {
+        let at = |f: &str| format!("outcomes[{i}].{f}");
+        v.check(at("key"), validate_key(&o.key));
+        let usage = convert::usage_from_proto(o.usage.as_ref()).unwrap_or_else(|| {
+            v.add(at("usage"), "token counts must not be negative");
+            Default::default()
+        });
+        let (outcome, result) = match &o.outcome {
+            Some(pb::row_outcome::Outcome::Result(r)) => {
+                v.check(at("result"), payload::validate_value(r));
+                (Outcome::Success, Some(r.clone()))
+            }
+            Some(pb::row_outcome::Outcome::Failure(f)) => (
+                Outcome::Failure(convert::failure_from_proto(f, &at("failure"), &mut v)),
+                None,
+            ),
+            None => {
+                v.add(at("outcome"), "set either result or failure");
+                (Outcome::Success, None)
+            }
+        };
+        items.push(ReportItem {
+            key: o.key.clone(),
+            outcome,
+            result,
+            usage,
+        });
+        if v.len() > 100 {
+            break;
+        }
+    }
+    finish(v)?;
+    Ok((ledger, token, items))
+}
+
+pub fn row_filter(field: &str, f: Option<&pb::RowFilter>) -> Result<RowFilter, Status> {
+    let Some(f) = f else {
+        return Ok(RowFilter::default());
+    };
+    let mut v = Violations::new();
+    let mut statuses = Vec::new();
+    for (i, s) in f.statuses.iter().enumerate() {
+        match convert::status_from_proto(*s) {
+            Some(st) => statuses.push(st),
+            None => v.add(
+                format!("{field}.statuses[{i}]"),
+                "unknown or unspecified status",
+            ),
+        }
+    }
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let job = match f.job.as_str() {
+        "" => None,
+        name => match names::parse_job(name) {
+            Ok((_, job)) => Some(job.to_string()),
+            Err(e) => {
+                v.add(format!("{field}.job"), e.to_string());
+                None
+            }
+        },
+    };
+    for (name, value) in [
+        ("rule", &f.rule),
+        ("model", &f.model),
+        ("prompt_name", &f.prompt_name),
+        ("prompt_version", &f.prompt_version),
+    ] {
+        short_text(&format!("{field}.{name}"), value, &mut v);
+    }
+    finish(v)?;
+    Ok(RowFilter {
+        statuses,
+        rule: opt(&f.rule),
+        model: opt(&f.model),
+        prompt_name: opt(&f.prompt_name),
+        prompt_version: opt(&f.prompt_version),
+        job,
+    })
+}
+
+/// A fingerprint of a filter, binding page tokens to it.
+pub fn filter_fingerprint(f: &RowFilter, extra: &str) -> String {
+    let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
+    let statuses = statuses.join(",");
+    crate::paging::fingerprint(&[
+        &statuses,
+        f.rule.as_deref().unwrap_or(""),
+        f.model.as_deref().unwrap_or(""),
+        f.prompt_name.as_deref().unwrap_or(""),
+        f.prompt_version.as_deref().unwrap_or(""),
+        f.job.as_deref().unwrap_or(""),
+        extra,
+    ])
+}
+
+pub fn redrive(
+    req: &pb::RedriveRowsRequest,
+    limits: &Limits,
+) -> Result<(String, RedriveTarget), Status> {
+    let ledger = ledger("parent", &req.parent)?;
+    let target = match &req.target {
+        Some(pb::redrive_rows_request::Target::Keys(k)) => {
+            keys("keys.keys", &k.keys, limits, false)?;
+            RedriveTarget::Keys(k.keys.clone())
+        }
+        Some(pb::redrive_rows_request::Target::Filter(f)) => {
+            RedriveTarget::Filter(row_filter("filter", Some(f))?)
+        }
+        None => return Err(invalid_field("target", "set either keys or filter")),
+    };
+    let mut v = Violations::new();
+    if req.reason.len() > 1024 {
+        v.add("reason", "must be at most 1024 characters");
+    }
+    finish(v)?;
+    Ok((ledger, target))
+}
+
+pub fn register_prompt(req: &pb::RegisterPromptRequest) -> Result<PromptRecord, Status> {
+    let mut v = Violations::new();
+    v.check("prompt_id", names::validate_prompt_id(&req.prompt_id));
+    v.check("version", names::validate_prompt_version(&req.version));
+    if req.template.trim().is_empty() {
+        v.add("template", "must not be empty");
+    }
+    if req.template.len() > payload::MAX_PAYLOAD_BYTES {
+        v.add("template", "must be at most 1 MiB");
+    }
+    if !req.response_schema.is_empty() {
+        v.check(
+            "response_schema",
+            payload::validate_object(&req.response_schema),
+        );
+    }
+    if req.system_instruction.len() > payload::MAX_PAYLOAD_BYTES {
+        v.add("system_instruction", "must be at most 1 MiB");
+    }
+    finish(v)?;
+    let mut h = Sha256::new();
+    for part in [&req.template, &req.response_schema, &req.system_instruction] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    Ok(PromptRecord {
+        prompt_id: req.prompt_id.clone(),
+        version: req.version.clone(),
+        template: req.template.clone(),
+        response_schema: req.response_schema.clone(),
+        system_instruction: req.system_instruction.clone(),
+        sha256: hex::encode(h.finalize()),
+        create_time: chrono::Utc::now(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    fn input(key: &str, payload: &str, deps: &[&str]) -> pb::RowInput {
+        pb::RowInput {
+            key: key.into(),
+            payload: payload.into(),
+            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn fields(s: &Status) -> Vec<String> {
+        use tonic_types::StatusExt;
+        s.get_error_details()
+            .bad_request()
+            .map(|b| b.field_violations.iter().map(|f| f.field.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn enroll_names_every_bad_field() {
+        let req = pb::EnrollRowsRequest {
+            parent: "ledgers/l".into(),
+            rows: vec![
+                input("", "{}", &[]),
+                input("ok", "[1]", &[]),
+                input("ok", "{}", &["ok"]),
+                input(&"x".repeat(300), "{", &[]),
+            ],
+        };
+        let s = enroll(&req, &Limits::default()).unwrap_err();
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(
+            fields(&s),
+            [
+                "rows[0].key",
+                "rows[1].payload",
+                "rows[2].key",
+                "rows[2].depends_on[0]",
+                "rows[3].key",
+                "rows[3].payload"
+            ]
+        );
+    }
+
+    #[test]
+    fn enroll_rejects_cycles_and_oversized_calls() {
+        let req = pb::EnrollRowsRequest {
+            parent: "ledgers/l".into(),
+            rows: vec![input("a", "{}", &["b"]), input("b", "{}", &["a"])],
+        };
+        let s = enroll(&req, &Limits::default()).unwrap_err();
+        assert!(s.message().contains("dependency cycle"), "{}", s.message());
+        let limits = Limits {
+            max_rows_per_call: 1,
+            ..Limits::default()
+        };
+        let s = enroll(&req, &limits).unwrap_err();
+        assert!(s.message().contains("max_rows_per_call"), "{}", s.message());
+        let empty = pb::EnrollRowsRequest {
+            parent: "ledgers/l".into(),
+            rows: vec![],
+        };
+        assert_eq!(fields(&enroll(&empty, &limits).unwrap_err()), ["rows"]);
+    }
+
+    #[test]
+    fn claims_need_sane_sizes_and_leases() {
+        let mut req = pb::ClaimRowsRequest {
+            parent: "ledgers/l".into(),
+            max_rows: 0,
+            lease: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 0,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            fields(&claim_rows(&req, &Limits::default()).unwrap_err()),
+            ["max_rows", "lease"]
+        );
+        req.max_rows = 10;
+        req.lease = Some(prost_types::Duration {
+            seconds: 365 * 86400,
+            nanos: 0,
+        });
+        assert_eq!(
+            fields(&claim_rows(&req, &Limits::default()).unwrap_err()),
+            ["lease"]
+        );
+        req.lease = None;
+        let (l, c) = claim_rows(&req, &Limits::default()).unwrap();
+        assert_eq!((l.as_str(), c.max_rows, c.lease), ("l", 10, None));
+    }
+
+    #[test]
+    fn claim_names_must_carry_a_server_token() {
+        assert!(claim("claim", "ledgers/l/claims/abc").is_err());
+        let t = Uuid::new_v4();
+        assert_eq!(
+            claim("claim", &format!("ledgers/l/claims/{t}")).unwrap(),
+            ("l".to_string(), t)
+        );
+    }
+
+    #[test]
+    fn reports_need_an_outcome_and_valid_json() {
+        let req = pb::ReportOutcomesRequest {
+            claim: format!("ledgers/l/claims/{}", Uuid::new_v4()),
+            outcomes: vec![
+                pb::RowOutcome {
+                    key: "a".into(),
+                    outcome: None,
+                    usage: None,
+                },
+                pb::RowOutcome {
+                    key: "b".into(),
+                    outcome: Some(pb::row_outcome::Outcome::Result("{nope".into())),
+                    usage: Some(pb::Usage {
+                        input_tokens: -1,
+                        ..Default::default()
+                    }),
+                },
+            ],
+        };
+        assert_eq!(
+            fields(&report(&req, &Limits::default()).unwrap_err()),
+            [
+                "outcomes[0].outcome",
+                "outcomes[1].usage",
+                "outcomes[1].result"
+            ]
+        );
+    }
+}
