@@ -6,10 +6,12 @@
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
+//! - [`auth`]: who may call what (one tower layer, one table).
 //! - [`health`], [`metrics`], [`paging`], [`caller`].
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
 
+pub mod auth;
 pub mod caller;
 pub mod config;
 pub mod convert;
