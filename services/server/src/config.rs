@@ -117,6 +117,31 @@ pub struct Limits {
     /// Largest decoded request message, in bytes.
     #[arg(long, env = "TALLY_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_message_bytes: usize,
+
+    /// Unary calls in flight across all connections; more are refused with
+    /// RESOURCE_EXHAUSTED at once (load shedding).
+    #[arg(long, env = "TALLY_MAX_CONCURRENT_CALLS", default_value_t = 256)]
+    pub max_concurrent_calls: usize,
+
+    /// Open streams (watches, reflection) across all connections; more are
+    /// refused with RESOURCE_EXHAUSTED. Separate from calls, so idle watches
+    /// cannot starve unary calls.
+    #[arg(long, env = "TALLY_MAX_CONCURRENT_STREAMS", default_value_t = 1024)]
+    pub max_concurrent_streams: usize,
+
+    /// Calls and streams in flight on one connection; more are refused with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TALLY_MAX_CALLS_PER_CONNECTION", default_value_t = 64)]
+    pub max_calls_per_connection: usize,
+
+    /// Longest a unary call may run before it is answered DEADLINE_EXCEEDED.
+    #[arg(long, env = "TALLY_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Longest a server stream stays open; it then ends with UNAVAILABLE
+    /// (reason STREAM_MAX_AGE) and the client resumes from its last sequence.
+    #[arg(long, env = "TALLY_MAX_STREAM_AGE", default_value = "30m", value_parser = parse_duration)]
+    pub max_stream_age: Duration,
 }
 
 impl Default for Limits {
@@ -125,6 +150,11 @@ impl Default for Limits {
             max_rows_per_call: 10_000,
             max_claim_rows: 10_000,
             max_message_bytes: 64 * 1024 * 1024,
+            max_concurrent_calls: 256,
+            max_concurrent_streams: 1024,
+            max_calls_per_connection: 64,
+            request_timeout: Duration::from_secs(30),
+            max_stream_age: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -255,10 +285,17 @@ mod tests {
     #[test]
     fn security_defaults_match_the_documentation() {
         let cli = Cli::try_parse_from(["tally-server"]).unwrap();
-        let s = &cli.serve.security;
+        let (s, l) = (&cli.serve.security, &cli.serve.limits);
         assert_eq!(s.auth, AuthMode::Tokens);
         assert_eq!(s.reflection, ReflectionMode::Open);
         assert!(s.tls_cert.is_none() && s.health_addr.is_none() && s.mtls_roles.is_empty());
+        let d = Limits::default();
+        assert_eq!(l.max_concurrent_calls, d.max_concurrent_calls);
+        assert_eq!(l.max_concurrent_streams, d.max_concurrent_streams);
+        assert_eq!(l.max_calls_per_connection, d.max_calls_per_connection);
+        assert_eq!(l.request_timeout, d.request_timeout);
+        assert_eq!(l.max_stream_age, d.max_stream_age);
+        assert_eq!(l.max_message_bytes, d.max_message_bytes);
     }
 
     #[test]
