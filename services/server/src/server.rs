@@ -71,7 +71,10 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     // Security settings are checked before anything starts.
     let auth = Arc::new(Authenticator::from_args(&args.security)?);
     limits::check(&args.limits).map_err(anyhow::Error::msg)?;
-    let tls = crate::tls::server_config(&args.security)?;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = crate::tls::server_config(&args.security)? {
+        builder = builder.tls_config(tls).context("invalid TLS settings")?;
+    }
     announce_security(&auth, &args);
 
     let db = Database::open(&args).await?;
@@ -147,10 +150,6 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     // Auth outside limits: a caller without credentials takes no slot.
     let end_streams = CancellationToken::new();
     let limits_layer = LimitsLayer::new(&args.limits, metrics.clone(), end_streams.clone());
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls).context("invalid TLS settings")?;
-    }
     // HTTP/2 itself stops a client at twice the per-connection limit; up to
     // there, calls over the limit are answered RESOURCE_EXHAUSTED.
     let h2_streams =
@@ -165,8 +164,10 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .add_service(ledgers)
         .add_service(jobs)
         .add_service(operations);
+    // The probe port answers (NOT_SERVING) until the main drain is over.
+    let health_stop = CancellationToken::new();
     let health_only = health_listener.map(|listener| {
-        let stop = stop.clone();
+        let stop = health_stop.clone();
         let router = tonic::transport::Server::builder()
             .max_concurrent_streams(h2_streams)
             .layer(limits_layer)
@@ -207,6 +208,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 }
             }
         };
+        health_stop.cancel();
         for t in tasks.into_iter().chain(health_only) {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }

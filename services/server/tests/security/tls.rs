@@ -290,3 +290,22 @@ async fn mtls_names_the_caller_from_the_certificate_and_refuses_others() {
     .unwrap();
     server.stop().await;
 }
+
+#[tokio::test]
+async fn bad_security_settings_stop_the_server_before_anything_starts() {
+    // No database answers here: the refusals must come first.
+    let nowhere = "postgres://nobody:x@127.0.0.1:1/none".to_string();
+    let mut args = tally_server::config::ServeArgs::for_tests(nowhere.clone());
+    args.security.auth = tally_server::config::AuthMode::Tokens;
+    let e = tally_server::server::start(args).await.err().unwrap();
+    assert!(format!("{e:#}").contains("--tokens-file"), "{e:#}");
+
+    let ca = Ca::new("tally test CA");
+    let files = Files::new();
+    let (one, two) = (ca.server(), ca.server());
+    let mut args = tally_server::config::ServeArgs::for_tests(nowhere);
+    args.security.tls_cert = Some(files.write("one.pem", &one.cert));
+    args.security.tls_key = Some(files.write("two.key", &two.key));
+    let e = tally_server::server::start(args).await.err().unwrap();
+    assert!(format!("{e:#}").contains("TLS"), "{e:#}");
+}
