@@ -9,8 +9,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// tally: a control plane for large, unattended LLM batch inference.
+///
+/// `tally-server [FLAGS]` serves; `tally-server migrate [FLAGS]` applies
+/// migrations and exits; `tally-server token …` issues a bearer token.
 #[derive(Debug, Parser)]
-#[command(name = "tally-server", version, about)]
+#[command(
+    name = "tally-server",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -18,12 +26,24 @@ pub struct Cli {
     pub serve: ServeArgs,
 }
 
+impl Cli {
+    /// The server flags, whether given before no subcommand or after
+    /// `serve`/`migrate`.
+    pub fn serve_args(&self) -> &ServeArgs {
+        match &self.command {
+            Some(Command::Serve(args) | Command::Migrate(args)) => args,
+            Some(Command::Token(_)) | None => &self.serve,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the server (the default).
-    Serve,
+    Serve(ServeArgs),
     /// Apply database migrations and exit.
-    Migrate,
+    Migrate(ServeArgs),
     /// Issue a new bearer token: prints it once, with the line (its hash) to
     /// add to the tokens file.
     Token(TokenArgs),
@@ -331,10 +351,16 @@ mod tests {
     }
 
     #[test]
-    fn migrate_is_a_subcommand() {
+    fn migrate_is_a_subcommand_with_the_server_flags() {
         let cli =
             Cli::try_parse_from(["tally-server", "migrate", "--database-url", "postgres://x"])
                 .unwrap();
-        assert!(matches!(cli.command, Some(Command::Migrate)));
+        assert!(matches!(cli.command, Some(Command::Migrate(_))));
+        assert_eq!(
+            cli.serve_args().database_url.as_deref(),
+            Some("postgres://x")
+        );
+        let plain = Cli::try_parse_from(["tally-server", "--grpc-addr", "0.0.0.0:1"]).unwrap();
+        assert_eq!(plain.serve_args().grpc_addr.to_string(), "0.0.0.0:1");
     }
 }
