@@ -85,7 +85,7 @@ pub async fn run(ctx: &mut Ctx, args: EnrollArgs) -> Result<ExitCode, CliError> 
     if size.is_some() {
         bar.set_style(
             indicatif::ProgressStyle::with_template(
-                "{bar:30} {bytes}/{total_bytes} {elapsed} {msg}",
+                "{bar:30} {bytes}/{total_bytes} {elapsed} {wide_msg}",
             )
             .expect("a valid template"),
         );

@@ -147,14 +147,14 @@ struct Display {
 }
 
 impl Display {
-    fn new(interactive: bool, json: bool) -> Self {
+    fn new(interactive: bool, json: bool, first: &pb::LedgerSummary) -> Self {
         let multi = MultiProgress::new();
         if !interactive {
             multi.set_draw_target(ProgressDrawTarget::hidden());
         }
-        let ledger = multi.add(ProgressBar::new(0));
+        let ledger = multi.add(ProgressBar::new(first.total.max(0) as u64));
         ledger.set_style(
-            ProgressStyle::with_template("{prefix:>14} [{bar:40}] {pos}/{len} {msg}")
+            ProgressStyle::with_template("{prefix:>14} [{bar:40}] {pos}/{len} {wide_msg}")
                 .expect("a valid template")
                 .progress_chars("=> "),
         );
@@ -207,7 +207,7 @@ impl Display {
         let bar = self.jobs.entry(j.name.clone()).or_insert_with(|| {
             let bar = self.multi.insert_before(&self.ledger, ProgressBar::new(0));
             bar.set_style(
-                ProgressStyle::with_template("{prefix:>14} [{bar:40}] {pos}/{len} {msg}")
+                ProgressStyle::with_template("{prefix:>14} [{bar:40}] {pos}/{len} {wide_msg}")
                     .expect("a valid template")
                     .progress_chars("=> "),
             );
@@ -278,10 +278,9 @@ pub async fn run(ctx: &mut Ctx, args: WatchArgs) -> Result<ExitCode, CliError> {
     if interval.is_zero() {
         return Err(CliError::usage("--interval must be more than 0"));
     }
-    let mut display = Display::new(ctx.interactive, ctx.json);
-
     // The summary first: an unknown ledger fails here, before any stream.
     let mut summary = summarize(ctx, &parent).await?;
+    let mut display = Display::new(ctx.interactive, ctx.json, &summary);
     display.summary(&summary);
 
     // Current jobs, then events from now on. ListJobs unimplemented: no bars.
