@@ -75,7 +75,7 @@ pub enum Disposition {
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Reads WatchJobs forever, resuming after the last sequence seen.
-async fn stream_jobs(
+pub async fn stream_jobs(
     mut client: JobServiceClient<Svc>,
     parent: String,
     tx: mpsc::Sender<StreamNews>,
@@ -371,6 +371,144 @@ pub async fn run(ctx: &mut Ctx, args: WatchArgs) -> Result<ExitCode, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+    use tally_proto::v1::job_service_server::{JobService, JobServiceServer};
+    use tonic::{Request, Response, Status};
+
+    /// A JobService whose WatchJobs follows a script, one entry per call:
+    /// events to send, then how the stream ends.
+    struct Scripted {
+        calls: Arc<Mutex<Vec<i64>>>,
+        script: Mutex<Vec<(Vec<i64>, Option<Status>)>>,
+    }
+
+    type Unary<T> = Result<Response<T>, Status>;
+
+    #[tonic::async_trait]
+    impl JobService for Scripted {
+        async fn create_job(&self, _: Request<pb::CreateJobRequest>) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
+        async fn get_job(&self, _: Request<pb::GetJobRequest>) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
+        async fn list_jobs(&self, _: Request<pb::ListJobsRequest>) -> Unary<pb::ListJobsResponse> {
+            Err(Status::unimplemented(""))
+        }
+        async fn mark_submitted(&self, _: Request<pb::MarkSubmittedRequest>) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
+        async fn adopt_jobs(
+            &self,
+            _: Request<pb::AdoptJobsRequest>,
+        ) -> Unary<pb::AdoptJobsResponse> {
+            Err(Status::unimplemented(""))
+        }
+        async fn finish_job(&self, _: Request<pb::FinishJobRequest>) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
+        type WatchJobsStream =
+            futures::stream::Iter<std::vec::IntoIter<Result<pb::JobEvent, Status>>>;
+        async fn watch_jobs(
+            &self,
+            req: Request<pb::WatchJobsRequest>,
+        ) -> Unary<Self::WatchJobsStream> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(req.get_ref().after_sequence);
+            let mut script = self.script.lock().unwrap();
+            if script.is_empty() {
+                return Err(Status::unimplemented("WatchJobs is not implemented yet"));
+            }
+            let (events, end) = script.remove(0);
+            let mut items: Vec<Result<pb::JobEvent, Status>> = events
+                .into_iter()
+                .map(|sequence| {
+                    Ok(pb::JobEvent {
+                        sequence,
+                        ..Default::default()
+                    })
+                })
+                .collect();
+            if let Some(status) = end {
+                items.push(Err(status));
+            }
+            Ok(Response::new(futures::stream::iter(items)))
+        }
+        async fn acquire_lock(
+            &self,
+            _: Request<pb::AcquireLockRequest>,
+        ) -> Unary<pb::AcquireLockResponse> {
+            Err(Status::unimplemented(""))
+        }
+        async fn renew_lock(&self, _: Request<pb::RenewLockRequest>) -> Unary<pb::Lock> {
+            Err(Status::unimplemented(""))
+        }
+        async fn release_lock(&self, _: Request<pb::ReleaseLockRequest>) -> Unary<()> {
+            Err(Status::unimplemented(""))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_job_stream_resumes_after_the_last_sequence_seen() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let fake = Scripted {
+            calls: calls.clone(),
+            script: Mutex::new(vec![
+                // Two events, then the connection breaks.
+                (vec![1, 2], Some(Status::unavailable("connection reset"))),
+                // One more, then the server ends the stream (max age).
+                (vec![3], None),
+                // Nothing new; an internal error.
+                (vec![], Some(Status::internal("oops"))),
+            ]),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(JobServiceServer::new(fake))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        let clients = crate::connect::Target {
+            server: format!("http://{addr}"),
+            ..Default::default()
+        }
+        .connect()
+        .unwrap();
+        let (tx, mut rx) = mpsc::channel(64);
+        // The script ends with UNIMPLEMENTED, which ends the task.
+        stream_jobs(clients.jobs, "ledgers/x".into(), tx).await;
+        let mut news = Vec::new();
+        while let Some(n) = rx.recv().await {
+            news.push(match n {
+                StreamNews::Live => "live".to_string(),
+                StreamNews::Event(e) => format!("event {}", e.sequence),
+                StreamNews::Down { status, .. } => format!("down {:?}", status.code()),
+                StreamNews::Unavailable(_) => "unavailable".to_string(),
+                StreamNews::Fatal(s) => format!("fatal {:?}", s.code()),
+            });
+        }
+        assert_eq!(
+            news,
+            [
+                "live",
+                "event 1",
+                "event 2",
+                "down Unavailable",
+                "live",
+                "event 3",
+                "down Unavailable",
+                "live",
+                "down Internal",
+                "unavailable",
+            ]
+        );
+        // Each reconnect asked for what came after the last event seen.
+        assert_eq!(*calls.lock().unwrap(), [0, 2, 3, 3]);
+        server.abort();
+    }
 
     #[test]
     fn which_stream_failures_are_retried() {
