@@ -174,7 +174,12 @@ async fn sweep_expired_claims(store: Store, every: Duration, stop: CancellationT
             _ = tokio::time::sleep(every) => {}
         }
         match store.rescue_expired(None).await {
-            Ok(n) if n > 0 => tracing::info!(rows = n, "rescued rows of expired claims"),
+            Ok(r) if r.rows > 0 || r.abandoned_jobs > 0 => tracing::info!(
+                rows = r.rows,
+                abandoned_jobs = r.abandoned_jobs,
+                released_rows = r.released_rows,
+                "rescued rows of expired claims"
+            ),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "sweeping expired claims failed"),
         }
