@@ -5,16 +5,22 @@
 //! - [`database`]: a configured PostgreSQL or the private one.
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
+//! - [`job_service`]: JobService handlers; [`job_convert`] checks and
+//!   translates; [`watch`] fans job events out to WatchJobs streams;
+//!   [`alerts`] evaluates review thresholds and delivers alerts.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`health`], [`metrics`], [`paging`], [`caller`].
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
 
+pub mod alerts;
 pub mod caller;
 pub mod config;
 pub mod convert;
 pub mod database;
 pub mod health;
+pub mod job_convert;
+pub mod job_service;
 pub mod ledger_service;
 pub mod metrics;
 pub mod paging;
@@ -22,3 +28,4 @@ pub mod server;
 pub mod status;
 pub mod unimplemented;
 pub mod validate;
+pub mod watch;

@@ -7,9 +7,11 @@
 use crate::config::ServeArgs;
 use crate::database::Database;
 use crate::health;
+use crate::job_service::Jobs;
 use crate::ledger_service::Ledgers;
 use crate::metrics::Metrics;
-use crate::unimplemented::{Jobs, Operations};
+use crate::unimplemented::Operations;
+use crate::{alerts, watch};
 use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -95,11 +97,14 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let max = limits.max_message_bytes;
     let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits))
         .max_decoding_message_size(max);
-    let jobs = JobServiceServer::new(Jobs).max_decoding_message_size(max);
+    let stop = CancellationToken::new();
+    let (hub, hub_task) = watch::Hub::start(store.clone(), args.watch_poll_interval, stop.clone());
+    let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, stop.clone()))
+        .max_decoding_message_size(max);
     let operations = OperationsServiceServer::new(Operations).max_decoding_message_size(max);
 
-    let stop = CancellationToken::new();
-    let tasks = vec![
+    let mut tasks = vec![
+        hub_task,
         tokio::spawn(health::watch_database(
             store.clone(),
             reporter.clone(),
@@ -118,6 +123,17 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             stop.clone(),
         )),
     ];
+    match args.alert_secret.clone() {
+        Some(secret) => tasks.push(tokio::spawn(alerts::run(
+            store.clone(),
+            alerts::Sender::new(secret)?,
+            args.alert_interval,
+            stop.clone(),
+        ))),
+        None => tracing::warn!(
+            "no --alert-secret (TALLY_ALERT_SECRET): review-threshold alerts are not sent"
+        ),
+    }
 
     let router = tonic::transport::Server::builder()
         .add_service(health_service)
