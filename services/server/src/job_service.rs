@@ -159,12 +159,19 @@ impl JobService for Jobs {
         &self,
         req: Request<pb::AcquireLockRequest>,
     ) -> Reply<pb::AcquireLockResponse> {
+        let actor = actor(&req);
         let req = req.into_inner();
         let (name, ttl) = jc::lock_and_ttl(&req.name, req.ttl.as_ref())?;
         jc::owner(&req.owner)?;
+        // Without a given owner, the caller's name says who holds it.
+        let owner = if req.owner.is_empty() {
+            actor
+        } else {
+            req.owner
+        };
         let r = self
             .store
-            .acquire_lock(&name, &req.owner, ttl)
+            .acquire_lock(&name, &owner, ttl)
             .await
             .map_err(from_store)?;
         Ok(Response::new(pb::AcquireLockResponse {
