@@ -23,31 +23,17 @@ use tally_core::summary::LedgerCounts;
 impl Store {
     /// Ledgers whose policy asks for alerts.
     pub async fn alerting_ledgers(&self) -> Result<Vec<LedgerRecord>> {
-        let all = self.list_ledgers_with_alert_url().await?;
-        Ok(all
-            .into_iter()
-            .filter(|l| alert::enabled(&l.policy))
-            .collect())
-    }
-
-    async fn list_ledgers_with_alert_url(&self) -> Result<Vec<LedgerRecord>> {
-        let names: Vec<String> = sqlx::query_scalar(
-            "SELECT name FROM ledgers
-             WHERE coalesce(policy->>'alert_url', '') <> ''
-               AND coalesce((policy->>'review_threshold')::numeric, 0) > 0
-             ORDER BY name",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let mut out = Vec::with_capacity(names.len());
-        for name in names {
-            match self.get_ledger(&name).await {
-                Ok(l) => out.push(l),
-                Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return Err(e),
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_ledgers(after.as_deref(), 1000).await?;
+            let full = page.len() == 1000;
+            after = page.last().map(|l| l.name.clone());
+            out.extend(page.into_iter().filter(|l| alert::enabled(&l.policy)));
+            if !full {
+                return Ok(out);
             }
         }
-        Ok(out)
     }
 
     /// Counts the ledger's PERMANENT rows and records a crossing (or a daily
@@ -85,7 +71,10 @@ impl Store {
             above,
             since_last,
         ) {
-            Decision::Nothing => return Ok(None),
+            Decision::Nothing => {
+                tx.commit().await?;
+                return Ok(None);
+            }
             Decision::Rearm => {
                 sqlx::query(
                     "UPDATE ledger_alerts SET above = false, update_time = now()
@@ -118,6 +107,7 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
         if won.is_none() {
+            tx.commit().await?;
             return Ok(None);
         }
         let (counts, by_rule, now) = ledger_counts(&mut tx, ledger.id).await?;

@@ -316,8 +316,8 @@ impl Store {
         .bind(actor)
         .fetch_one(&mut *tx)
         .await?;
-        events::append(&mut tx, &[(job_id, JobEventKind::Created)], actor).await?;
         let job = load_job(&mut *tx, job_id).await?;
+        events::append(&mut tx, &[(job_id, JobEventKind::Created)], actor).await?;
         tx.commit().await?;
         tracing::info!(ledger = %ledger, job = %job.public_id, claim = %token, rows = job.counts.rows, "job created");
         Ok(job)
@@ -430,8 +430,8 @@ impl Store {
             }
             Err(e) => return Err(e.into()),
         }
-        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
         let out = load_job(&mut *tx, job.id).await?;
+        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
         tx.commit().await?;
         tracing::info!(ledger = %ledger, job = %public_id, batch = %batch, "job submitted");
         Ok(out)
@@ -533,20 +533,18 @@ impl Store {
             tracing::info!(ledger = %ledger, job = %job.public_id, worker = %owner, rows = ids.len(), "job adopted");
             adopted.push((job_id, token, keys.into_iter().map(|(_, k)| k).collect()));
         }
-        let events: Vec<(i64, JobEventKind)> = adopted
-            .iter()
-            .map(|(id, _, _)| (*id, JobEventKind::Adopted))
-            .collect();
-        events::append(&mut tx, &events, actor).await?;
         let mut out = AdoptResult {
             adopted: Vec::with_capacity(adopted.len()),
             released_jobs: rescued.abandoned_jobs as i64,
         };
+        let mut events = Vec::with_capacity(adopted.len());
         for (job_id, token, keys) in adopted {
             let job = load_job(&mut *tx, job_id).await?;
             let claim: ClaimRecord = claims::load_claim(&mut *tx, token).await?;
             out.adopted.push(AdoptedJob { job, claim, keys });
+            events.push((job_id, JobEventKind::Adopted));
         }
+        events::append(&mut tx, &events, actor).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -657,8 +655,8 @@ impl Store {
             .bind(token)
             .execute(&mut *tx)
             .await?;
-        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
         let out = load_job(&mut *tx, job.id).await?;
+        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
         tx.commit().await?;
         tracing::info!(ledger = %ledger, job = %public_id, final_state = %req.final_state, summary = %summary, "job reconciled");
         Ok(out)
