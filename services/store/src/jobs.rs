@@ -256,6 +256,138 @@ pub(crate) async fn abandon(
     Ok(writes.len())
 }
 
+/// What a provider state did to the job whose batch it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderMove {
+    /// `ledgers/{ledger}/jobs/{job}`.
+    pub job: String,
+    pub from: JobState,
+    pub to: JobState,
+    /// Rows the job still held that a failed batch turned RETRYABLE, and
+    /// those that hit their infra cap and became PERMANENT.
+    pub rows_retryable: i64,
+    pub rows_permanent: i64,
+}
+
+/// Moves the job whose batch is `batch` (normalized `batches/{id}`) after
+/// the provider reported `event` (`ProviderRunning` or `ProviderFinished`),
+/// inside the caller's transaction (the operations reducer's, so the
+/// operation and its job change together). `None` when no job has that
+/// batch or the job does not move (closed, already there, or a different
+/// terminal state came first).
+///
+/// A batch that FAILED, was CANCELLED or EXPIRED fails the rows the job
+/// still holds at once (`job_failed`, an infra attempt each): they need not
+/// wait for the owner's FinishJob, which then closes the job with nothing
+/// left to settle. Locks are taken in JobService's order: the job's claim,
+/// the job, its rows; a STATE_CHANGED event is appended.
+pub async fn follow_provider(
+    tx: &mut Transaction<'static, Postgres>,
+    batch: &str,
+    event: JobEvent,
+    error: &str,
+    actor: &str,
+) -> Result<Option<ProviderMove>> {
+    for _ in 0..3 {
+        let found: Option<(i64, Uuid)> =
+            sqlx::query_as("SELECT id, claim_token FROM jobs WHERE batch = $1")
+                .bind(batch)
+                .fetch_optional(&mut **tx)
+                .await?;
+        let Some((job_id, token)) = found else {
+            return Ok(None);
+        };
+        sqlx::query("SELECT 1 FROM claims WHERE token = $1 FOR UPDATE")
+            .bind(token)
+            .execute(&mut **tx)
+            .await?;
+        let job = lock_job_by_id(tx, job_id).await?;
+        if job.claim_token != token {
+            // Adopted between the read and the lock: lock the new claim.
+            continue;
+        }
+        let from = job.state()?;
+        let Ok(t) = job::step(from, job.closed, event) else {
+            return Ok(None);
+        };
+        if t.state == from {
+            return Ok(None);
+        }
+        let failed = match event {
+            JobEvent::ProviderFinished(f) => f != FinalState::Succeeded,
+            JobEvent::ProviderRunning
+            | JobEvent::Submit
+            | JobEvent::Finish(_)
+            | JobEvent::Abandon
+            | JobEvent::Adopt => false,
+        };
+        let (ledger, ledger_name): (i64, String) = sqlx::query_as(
+            "SELECT l.id, l.name FROM jobs j JOIN ledgers l ON l.id = j.ledger_id WHERE j.id = $1",
+        )
+        .bind(job_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        let (mut retryable, mut permanent) = (0, 0);
+        if failed {
+            let record = ledgers::load(&mut **tx, &ledger_name).await?;
+            let rows = claims::lock_held_rows(tx, token, None).await?;
+            let mut writes = claims::transitions(
+                &rows,
+                &tally_core::transition::Event::JobFailed,
+                &record.policy,
+                Some(job_id),
+                |_| Some(actor.to_string()),
+            )?;
+            if !error.is_empty() {
+                let why = format!("the job carrying the row ended {}: {error}", t.state);
+                for w in &mut writes {
+                    w.last_error = Some(why.clone());
+                    if let Some(a) = &mut w.attempt {
+                        a.error = why.clone();
+                    }
+                }
+            }
+            apply::settle(tx, ledger, token, &writes).await?;
+            claims::drop_held(tx, token, writes.len() as i32).await?;
+            let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
+            retryable = count(RowStatus::Retryable);
+            permanent = count(RowStatus::Permanent);
+        }
+        let n = sqlx::query(
+            "UPDATE jobs SET state = $2, retryable = retryable + $3, permanent = permanent + $4,
+                    error = CASE WHEN $5 <> '' THEN $5 ELSE error END, update_time = now()
+             WHERE id = $1 AND end_time IS NULL",
+        )
+        .bind(job_id)
+        .bind(t.state.code())
+        .bind(retryable as i32)
+        .bind(permanent as i32)
+        .bind(if failed { error } else { "" })
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if n != 1 {
+            return Err(StoreError::Internal(format!(
+                "job {} closed under its lock",
+                job.public_id
+            )));
+        }
+        events::append(tx, &[(job_id, JobEventKind::StateChanged)], actor).await?;
+        let moved = ProviderMove {
+            job: names::job_name(&ledger_name, &job.public_id),
+            from,
+            to: t.state,
+            rows_retryable: retryable,
+            rows_permanent: permanent,
+        };
+        tracing::info!(job = %moved.job, batch = %batch, from = %from, to = %t.state, rows_retryable = retryable, rows_permanent = permanent, "job moved by its batch");
+        return Ok(Some(moved));
+    }
+    Err(StoreError::Aborted(format!(
+        "the job of {batch} kept changing hands; retry"
+    )))
+}
+
 impl Store {
     /// Makes a job from a live claim; the job holds the claim's rows. The
     /// same claim again answers the same job. Beyond the ledger's

@@ -984,3 +984,125 @@ async fn the_alert_outbox_leases_retries_and_gives_up() {
         .unwrap();
     assert!(env.store.lease_alerts(10, lease).await.unwrap().is_empty());
 }
+
+/// The provider's word moves a job only forward, in the caller's
+/// transaction: RUNNING, then FAILED fails the rows the job still holds at
+/// once (`job_failed`, nothing waits for the owner), a later different
+/// terminal is ignored, and the owner's FinishJob closes the job with
+/// nothing left to settle. Jobs never submitted or already closed do not
+/// move.
+#[tokio::test]
+async fn the_provider_moves_a_submitted_job_forward_only() {
+    use tally_core::job::JobEvent;
+    use tally_store::jobs::follow_provider;
+
+    async fn follow(
+        store: &Store,
+        batch: &str,
+        event: JobEvent,
+    ) -> Option<tally_store::jobs::ProviderMove> {
+        let mut tx = store.pool().begin().await.unwrap();
+        let moved = follow_provider(&mut tx, batch, event, "quota exceeded", "system")
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        moved
+    }
+
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a", "b", "c"]).await;
+    let (g, job) = new_job(&env, "l", 10).await;
+    let t = g.claim.token;
+    assert!(
+        follow(&env.store, "batches/p", JobEvent::ProviderRunning)
+            .await
+            .is_none()
+    );
+    env.store
+        .mark_submitted("l", &job.public_id, t, "batches/p", "f", "w")
+        .await
+        .unwrap();
+    env.store
+        .report("l", t, &[success("a", 1)], "w")
+        .await
+        .unwrap();
+
+    let m = follow(&env.store, "batches/p", JobEvent::ProviderRunning)
+        .await
+        .unwrap();
+    assert_eq!((m.from, m.to), (JobState::Submitted, JobState::Running));
+    assert!(
+        follow(&env.store, "batches/p", JobEvent::ProviderRunning)
+            .await
+            .is_none()
+    );
+    let m = follow(
+        &env.store,
+        "batches/p",
+        JobEvent::ProviderFinished(FinalState::Failed),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (m.to, m.rows_retryable, m.rows_permanent),
+        (JobState::Failed, 2, 0)
+    );
+    for key in ["b", "c"] {
+        let row = env.store.get_row("l", key).await.unwrap();
+        assert_eq!(
+            (row.status, row.rule.as_str()),
+            (RowStatus::Retryable, "job_failed")
+        );
+        assert!(
+            row.last_error.contains("quota exceeded"),
+            "{}",
+            row.last_error
+        );
+    }
+    assert!(
+        follow(
+            &env.store,
+            "batches/p",
+            JobEvent::ProviderFinished(FinalState::Succeeded)
+        )
+        .await
+        .is_none()
+    );
+    let j = env.store.get_job("l", &job.public_id).await.unwrap();
+    assert_eq!(
+        (j.state, j.is_closed(), j.unreported),
+        (JobState::Failed, false, 0)
+    );
+    assert_eq!(j.error, "quota exceeded");
+
+    let done = env
+        .store
+        .finish_job("l", &job.public_id, t, &finish(FinalState::Failed), "w")
+        .await
+        .unwrap();
+    assert_eq!(done.state, JobState::Reconciled);
+    assert_eq!(done.summary(), "done=1 retryable=2 permanent=0 missing=0");
+    assert_eq!(env.store.get_row("l", "b").await.unwrap().total, 1);
+    assert!(
+        follow(
+            &env.store,
+            "batches/p",
+            JobEvent::ProviderFinished(FinalState::Failed)
+        )
+        .await
+        .is_none()
+    );
+    assert_eq!(
+        kinds(&env.store, &done).await,
+        [
+            JobEventKind::Created,
+            JobEventKind::StateChanged,
+            JobEventKind::Progress,
+            JobEventKind::StateChanged,
+            JobEventKind::StateChanged,
+            JobEventKind::StateChanged,
+        ]
+    );
+    assert_queue_consistent(&env.store).await;
+}
