@@ -5,6 +5,7 @@
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature`), retried with
 //! backoff until acknowledged with a 2xx or given up.
 
+use crate::metrics::Metrics;
 use std::time::Duration;
 use tally_core::alert::{MAX_TRIES, SEND_BACKOFF};
 use tally_core::webhook::{Secret, sign};
@@ -65,8 +66,18 @@ impl Sender {
     }
 }
 
+/// Alert deliveries by result: delivered, retry, given_up.
+pub const METRIC: &str = "tally_alert_deliveries_total";
+
 /// Runs until `stop` fires.
-pub async fn run(store: Store, sender: Sender, every: Duration, stop: CancellationToken) {
+pub async fn run(
+    store: Store,
+    sender: Sender,
+    every: Duration,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
+    metrics.describe(METRIC, "counter", "alert delivery tries by result");
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -75,7 +86,7 @@ pub async fn run(store: Store, sender: Sender, every: Duration, stop: Cancellati
         if let Err(e) = evaluate(&store).await {
             tracing::warn!(error = %e, "evaluating review thresholds failed");
         }
-        if let Err(e) = deliver_due(&store, &sender, &stop).await {
+        if let Err(e) = deliver_due(&store, &sender, &metrics, &stop).await {
             tracing::warn!(error = %e, "delivering alerts failed");
         }
     }
@@ -91,6 +102,7 @@ async fn evaluate(store: &Store) -> tally_store::Result<()> {
 async fn deliver_due(
     store: &Store,
     sender: &Sender,
+    metrics: &Metrics,
     stop: &CancellationToken,
 ) -> tally_store::Result<()> {
     for alert in store.lease_alerts(BATCH, LEASE).await? {
@@ -101,14 +113,17 @@ async fn deliver_due(
         }
         match sender.deliver(&alert).await {
             Ok(()) => {
+                metrics.inc(METRIC, &[("result", "delivered")]);
                 store.alert_delivered(alert.id).await?;
                 tracing::info!(ledger = %alert.ledger, id = %alert.msg_id, reason = %alert.kind, "alert delivered");
             }
             Err(why) if alert.tries >= MAX_TRIES => {
+                metrics.inc(METRIC, &[("result", "given_up")]);
                 tracing::error!(ledger = %alert.ledger, id = %alert.msg_id, tries = alert.tries, error = %why, "alert given up");
                 store.alert_failed(alert.id, &why, None).await?;
             }
             Err(why) => {
+                metrics.inc(METRIC, &[("result", "retry")]);
                 let retry_in =
                     SEND_BACKOFF.delay(alert.tries.max(1) as u32, jitter(alert.id, alert.tries));
                 tracing::warn!(ledger = %alert.ledger, id = %alert.msg_id, tries = alert.tries, retry_in = ?retry_in, error = %why, "alert delivery failed");

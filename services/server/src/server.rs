@@ -98,7 +98,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits))
         .max_decoding_message_size(max);
     let stop = CancellationToken::new();
-    let (hub, hub_task) = watch::Hub::start(store.clone(), args.watch_poll_interval, stop.clone());
+    let (hub, hub_task) = watch::Hub::start(
+        store.clone(),
+        args.watch_poll_interval,
+        metrics.clone(),
+        stop.clone(),
+    );
     let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, stop.clone()))
         .max_decoding_message_size(max);
     let operations = OperationsServiceServer::new(Operations).max_decoding_message_size(max);
@@ -128,6 +133,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             store.clone(),
             alerts::Sender::new(secret)?,
             args.alert_interval,
+            metrics.clone(),
             stop.clone(),
         ))),
         None => tracing::warn!(

@@ -22,6 +22,7 @@
 //! graceful shutdown does not wait on open streams.
 
 use crate::job_convert::event_to_proto;
+use crate::metrics::Metrics;
 use crate::status::from_store;
 use std::time::Duration;
 use tally_proto::v1 as pb;
@@ -43,14 +44,48 @@ pub const BUFFER: usize = 16;
 pub struct Hub {
     wake: watch::Receiver<u64>,
     poll: Duration,
+    metrics: Metrics,
+}
+
+/// Open WatchJobs streams (a gauge).
+pub const STREAMS_METRIC: &str = "tally_watch_streams";
+
+/// Counts a stream while its task runs.
+struct Open(Metrics);
+
+impl Open {
+    fn new(metrics: Metrics) -> Self {
+        metrics.add(STREAMS_METRIC, &[], 1.0);
+        Open(metrics)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.add(STREAMS_METRIC, &[], -1.0);
+    }
 }
 
 impl Hub {
     /// Starts the LISTEN task; it runs until `stop` fires.
-    pub fn start(store: Store, poll: Duration, stop: CancellationToken) -> (Hub, JoinHandle<()>) {
+    pub fn start(
+        store: Store,
+        poll: Duration,
+        metrics: Metrics,
+        stop: CancellationToken,
+    ) -> (Hub, JoinHandle<()>) {
+        metrics.describe(STREAMS_METRIC, "gauge", "open WatchJobs streams");
+        metrics.set(STREAMS_METRIC, &[], 0.0);
         let (tx, rx) = watch::channel(0u64);
         let task = tokio::spawn(listen(store, tx, stop));
-        (Hub { wake: rx, poll }, task)
+        (
+            Hub {
+                wake: rx,
+                poll,
+                metrics,
+            },
+            task,
+        )
     }
 
     /// A stream of events after `after`, of one ledger or all, until the
@@ -63,15 +98,12 @@ impl Hub {
         stop: CancellationToken,
     ) -> ReceiverStream<Result<pb::JobEvent, Status>> {
         let (tx, rx) = mpsc::channel(BUFFER);
-        tokio::spawn(follow(
-            store,
-            ledger_id,
-            after,
-            self.wake.clone(),
-            self.poll,
-            tx,
-            stop,
-        ));
+        let open = Open::new(self.metrics.clone());
+        let (wake, poll) = (self.wake.clone(), self.poll);
+        tokio::spawn(async move {
+            let _open = open;
+            follow(store, ledger_id, after, wake, poll, tx, stop).await;
+        });
         ReceiverStream::new(rx)
     }
 }

@@ -844,13 +844,16 @@ async fn two_replicas_send_one_signed_alert_per_crossing() {
     assert_eq!(first["permanent_by_rule"]["http_permanent"], 2);
     // Recorded once: one outbox row, delivered.
     let pool = one.store.pool();
-    let rows: Vec<(String, bool)> =
-        sqlx::query_as("SELECT msg_id, sent_time IS NOT NULL FROM alert_outbox")
-            .fetch_all(pool)
-            .await
-            .unwrap();
+    let rows: Vec<(String, bool)> = eventually("the delivery to be recorded", || async {
+        let rows: Vec<(String, bool)> =
+            sqlx::query_as("SELECT msg_id, sent_time IS NOT NULL FROM alert_outbox")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        rows.iter().all(|r| r.1).then_some(rows)
+    })
+    .await;
     assert_eq!(rows.len(), 1);
-    assert!(rows[0].1);
     {
         let s = got.lock().unwrap();
         let ids: HashSet<&String> = s.deliveries.iter().map(|(id, _)| id).collect();
@@ -905,6 +908,17 @@ async fn two_replicas_send_one_signed_alert_per_crossing() {
         );
         assert_eq!(s.accepted.len(), 2);
     }
+    let tries = |result| {
+        let labels = [("result", result)];
+        one.metrics.get("tally_alert_deliveries_total", &labels)
+            + two.metrics.get("tally_alert_deliveries_total", &labels)
+    };
+    // The receiver answered before the sender counted: poll.
+    eventually("both deliveries to be counted", || async {
+        (tries("delivered") == 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(tries("retry"), 1.0);
     one.stop().await.unwrap();
     two.stop().await.unwrap();
 }
@@ -920,6 +934,10 @@ async fn shutdown_with_an_open_watch_stream_completes_promptly() {
     let r = server::start(args).await.unwrap();
     let (_, mut j) = clients(r.grpc_addr).await;
     let mut stream = watch(&mut j, "ledgers/-", 0).await;
+    eventually("the stream to be counted", || async {
+        (r.metrics.get("tally_watch_streams", &[]) == 1.0).then_some(())
+    })
+    .await;
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(10), r.stop())
         .await
