@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use tally_core::webhook::Secret;
 
 /// tally: a control plane for large, unattended LLM batch inference.
 ///
@@ -114,6 +115,21 @@ pub struct ServeArgs {
     /// How often expired claims are swept (their rows rescued).
     #[arg(long, env = "TALLY_SWEEP_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub sweep_interval: Duration,
+
+    /// Signing secret (`whsec_…`) for review-threshold alerts POSTed to
+    /// ledgers' alert URLs (Standard Webhooks). Unset: no alerts are sent.
+    #[arg(long, env = "TALLY_ALERT_SECRET", value_parser = parse_alert_secret, hide_env_values = true)]
+    pub alert_secret: Option<Secret>,
+
+    /// How often ledgers' PERMANENT counts are checked against their review
+    /// thresholds, and due alerts delivered.
+    #[arg(long, env = "TALLY_ALERT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub alert_interval: Duration,
+
+    /// How often an open WatchJobs stream reads the event table even
+    /// without a NOTIFY (notifications are lost while a listener reconnects).
+    #[arg(long, env = "TALLY_WATCH_POLL_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub watch_poll_interval: Duration,
 
     #[command(flatten)]
     pub limits: Limits,
@@ -260,6 +276,11 @@ impl Security {
     }
 }
 
+/// Parses a `whsec_<base64>` signing secret.
+pub fn parse_alert_secret(text: &str) -> Result<Secret, String> {
+    Secret::parse(text).map_err(|e| e.to_string())
+}
+
 /// Parses `30s`, `5m`, `1h 30m`, `250ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (use forms like 30s, 5m, 1h)"))
@@ -281,6 +302,9 @@ impl ServeArgs {
             health_interval: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             sweep_interval: Duration::from_secs(1),
+            alert_secret: None,
+            alert_interval: Duration::from_millis(100),
+            watch_poll_interval: Duration::from_millis(500),
             limits: Limits::default(),
             security: Security::disabled(),
         }
@@ -348,6 +372,18 @@ mod tests {
         assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
         assert!(parse_duration("soon").is_err());
         assert!(Cli::try_parse_from(["tally-server", "--health-interval", "x"]).is_err());
+    }
+
+    #[test]
+    fn alert_secrets_are_parsed_strictly_and_never_printed() {
+        let ok = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let cli = Cli::try_parse_from(["tally-server", "--alert-secret", ok]).unwrap();
+        assert!(cli.serve.alert_secret.is_some());
+        assert!(!format!("{:?}", cli.serve).contains("MfKQ9r8G"));
+        assert!(Cli::try_parse_from(["tally-server", "--alert-secret", "hunter2"]).is_err());
+        let none = Cli::try_parse_from(["tally-server"]).unwrap();
+        assert!(none.serve.alert_secret.is_none());
+        assert_eq!(none.serve.alert_interval, Duration::from_secs(30));
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! - [`database`]: a configured PostgreSQL or the private one.
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
+//! - [`job_service`]: JobService handlers; [`job_convert`] checks and
+//!   translates; [`watch`] fans job events out to WatchJobs streams;
+//!   [`alerts`] evaluates review thresholds and delivers alerts.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
@@ -13,12 +16,15 @@
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
 
+pub mod alerts;
 pub mod auth;
 pub mod caller;
 pub mod config;
 pub mod convert;
 pub mod database;
 pub mod health;
+pub mod job_convert;
+pub mod job_service;
 pub mod ledger_service;
 pub mod limits;
 pub mod metrics;
@@ -28,3 +34,4 @@ pub mod status;
 pub mod tls;
 pub mod unimplemented;
 pub mod validate;
+pub mod watch;

@@ -9,10 +9,12 @@ use crate::auth::layer::AuthLayer;
 use crate::config::{AuthMode, ServeArgs};
 use crate::database::Database;
 use crate::health;
+use crate::job_service::Jobs;
 use crate::ledger_service::Ledgers;
 use crate::limits::{self, LimitsLayer};
 use crate::metrics::Metrics;
-use crate::unimplemented::{Jobs, Operations};
+use crate::unimplemented::Operations;
+use crate::{alerts, watch};
 use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -123,11 +125,19 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let max = limits.max_message_bytes;
     let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits))
         .max_decoding_message_size(max);
-    let jobs = JobServiceServer::new(Jobs).max_decoding_message_size(max);
+    let stop = CancellationToken::new();
+    let (hub, hub_task) = watch::Hub::start(
+        store.clone(),
+        args.watch_poll_interval,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, stop.clone()))
+        .max_decoding_message_size(max);
     let operations = OperationsServiceServer::new(Operations).max_decoding_message_size(max);
 
-    let stop = CancellationToken::new();
-    let tasks = vec![
+    let mut tasks = vec![
+        hub_task,
         tokio::spawn(health::watch_database(
             store.clone(),
             reporter.clone(),
@@ -146,6 +156,18 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             stop.clone(),
         )),
     ];
+    match args.alert_secret.clone() {
+        Some(secret) => tasks.push(tokio::spawn(alerts::run(
+            store.clone(),
+            alerts::Sender::new(secret)?,
+            args.alert_interval,
+            metrics.clone(),
+            stop.clone(),
+        ))),
+        None => tracing::warn!(
+            "no --alert-secret (TALLY_ALERT_SECRET): review-threshold alerts are not sent"
+        ),
+    }
 
     // Auth outside limits: a caller without credentials takes no slot.
     let end_streams = CancellationToken::new();
@@ -271,7 +293,12 @@ async fn sweep_expired_claims(store: Store, every: Duration, stop: CancellationT
             _ = tokio::time::sleep(every) => {}
         }
         match store.rescue_expired(None).await {
-            Ok(n) if n > 0 => tracing::info!(rows = n, "rescued rows of expired claims"),
+            Ok(r) if r.rows > 0 || r.abandoned_jobs > 0 => tracing::info!(
+                rows = r.rows,
+                abandoned_jobs = r.abandoned_jobs,
+                released_rows = r.released_rows,
+                "rescued rows of expired claims"
+            ),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "sweeping expired claims failed"),
         }

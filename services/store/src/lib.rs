@@ -9,15 +9,21 @@
 //! - [`Store`]: the pool and the migrator.
 //! - [`ledgers`], [`enroll`], [`claims`], [`report`], [`rows`],
 //!   [`redrive`], [`prompts`]: one module per job of LedgerService.
+//! - [`jobs`], [`events`], [`locks`], [`alerts`]: JobService's jobs, the
+//!   job event log (and its LISTEN side), run locks, ledger alerts.
 //! - [`apply`]: the shared writer of row transitions and their effects
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
 
+pub mod alerts;
 pub mod apply;
 pub mod claims;
 pub mod enroll;
 pub mod error;
+pub mod events;
+pub mod jobs;
 pub mod ledgers;
+pub mod locks;
 pub mod prompts;
 pub mod redrive;
 pub mod report;
