@@ -30,6 +30,8 @@ pub type Client = LedgerServiceClient<Channel>;
 pub struct Env {
     client: Client,
     running: Option<Running>,
+    /// One statement digesting every table (see [`Env::snapshot`]).
+    snapshot_sql: String,
     // Declared last: the database is dropped after the server is gone.
     _db: TestDb,
 }
@@ -50,9 +52,11 @@ impl Env {
         let client = LedgerServiceClient::connect(format!("http://{}", running.grpc_addr))
             .await
             .expect("the client connects");
+        let snapshot_sql = snapshot_sql(running.store.pool()).await;
         Env {
             client,
             running: Some(running),
+            snapshot_sql,
             _db: db,
         }
     }
@@ -242,31 +246,12 @@ impl Env {
 
     /// Every table's row count and a digest of its contents.
     pub async fn snapshot(&self) -> Snapshot {
-        let tables: Vec<String> = sqlx::query_scalar(
-            "SELECT quote_ident(tablename) FROM pg_tables
-             WHERE schemaname = current_schema() ORDER BY tablename",
-        )
-        .fetch_all(self.pool())
-        .await
-        .expect("list tables");
-        assert!(
-            tables.iter().any(|t| t == "rows"),
-            "no rows table: {tables:?}"
-        );
-        let mut out = BTreeMap::new();
-        for table in tables {
-            // Safe: the name comes from quote_ident.
-            let sql = format!(
-                "SELECT count(*), coalesce(md5(string_agg(t::text, E'\\n' ORDER BY t::text)), '')
-                 FROM {table} t"
-            );
-            let digest: (i64, String) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                .fetch_one(self.pool())
+        let rows: Vec<(String, i64, String)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(self.snapshot_sql.clone()))
+                .fetch_all(self.pool())
                 .await
-                .expect("digest a table");
-            out.insert(table, digest);
-        }
-        Snapshot(out)
+                .expect("digest the tables");
+        Snapshot(rows.into_iter().map(|(t, n, d)| (t, (n, d))).collect())
     }
 
     /// Runs a call that must fail; checks that the database is exactly as
@@ -295,6 +280,34 @@ impl Drop for Env {
             r.stop_token().cancel();
         }
     }
+}
+
+/// One statement answering (table, row count, md5 of its sorted rows) for
+/// every table of the schema, migrations included. The tables are listed
+/// once, after the server migrated.
+async fn snapshot_sql(pool: &PgPool) -> String {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT quote_ident(tablename) FROM pg_tables
+         WHERE schemaname = current_schema() ORDER BY tablename",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("list tables");
+    assert!(
+        tables.iter().any(|t| t == "rows"),
+        "no rows table: {tables:?}"
+    );
+    tables
+        .iter()
+        .map(|t| {
+            // Safe: names come from quote_ident.
+            format!(
+                "SELECT '{t}'::text, count(*), \
+                 coalesce(md5(string_agg(x::text, E'\\n' ORDER BY x::text)), '') FROM {t} x"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
 }
 
 /// What every table held at one moment.

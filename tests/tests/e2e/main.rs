@@ -18,4 +18,5 @@
 
 mod harness;
 
+mod bad_input;
 mod walkthrough;
