@@ -34,12 +34,17 @@ impl Store {
     pub async fn enroll(&self, ledger: &str, rows: &[NewRow]) -> Result<Vec<EnrollOutcome>> {
         for _ in 0..RACE_RETRIES {
             let mut tx = self.begin().await?;
-            match enroll_once(&mut tx, ledger, rows).await? {
-                Attempt::Done(outcomes) => {
+            match enroll_once(&mut tx, ledger, rows).await {
+                Ok(Attempt::Done(outcomes)) => {
                     tx.commit().await?;
                     return Ok(outcomes);
                 }
-                Attempt::Raced => tx.rollback().await?,
+                Ok(Attempt::Raced) => tx.rollback().await?,
+                // Deadlocked with an enrollment of the same keys in another
+                // order (or a serialization failure): ours was rolled back,
+                // so the batch can simply run again.
+                Err(StoreError::Aborted(_)) => tx.rollback().await?,
+                Err(e) => return Err(e),
             }
         }
         Err(StoreError::Aborted(
