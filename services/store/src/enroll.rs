@@ -330,10 +330,13 @@ async fn insert(
         ),
         ins AS (
             INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
-                              prompt_version, model, status, unmet_deps)
+                              prompt_version, model, status, unmet_deps, rule, last_error)
             SELECT $1, key, payload, content_hash,
                    CASE WHEN deps_csv = '' THEN '{}'::text[] ELSE string_to_array(deps_csv, ',') END,
-                   prompt_name, prompt_version, model, status, unmet
+                   prompt_name, prompt_version, model, status, unmet,
+                   -- Born BLOCKED reads like blocked later (apply::block_dependants).
+                   CASE WHEN status = 6 THEN 'dependency_failed' ELSE '' END,
+                   CASE WHEN status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
             FROM input
             ON CONFLICT (ledger_id, key) DO NOTHING
             RETURNING id, key, status, unmet_deps, model
