@@ -66,6 +66,11 @@ impl Env {
         self.client.clone()
     }
 
+    /// Where the server listens for gRPC.
+    pub fn grpc_addr(&self) -> std::net::SocketAddr {
+        self.running().grpc_addr
+    }
+
     fn running(&self) -> &Running {
         self.running.as_ref().expect("the server is running")
     }

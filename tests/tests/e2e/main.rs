@@ -19,4 +19,7 @@
 mod harness;
 
 mod bad_input;
+mod claims;
+mod ledgers;
+mod rows;
 mod walkthrough;
