@@ -316,7 +316,8 @@ async fn a_retried_claim_with_the_same_request_id_returns_the_same_claim() {
 
 /// ReleaseClaim gives rows back unworked: no attempt is counted, they are
 /// claimable again at once, and the releasing claim's late report on them
-/// is STALE.
+/// is STALE, as are reports for rows held by another claim or never
+/// enrolled; none of them writes.
 #[tokio::test]
 async fn released_rows_come_back_without_an_attempt() {
     let env = env().await;
@@ -340,8 +341,31 @@ async fn released_rows_come_back_without_an_attempt() {
     );
     let again = env.claim("l", 2).await.unwrap();
     assert_eq!(again.keys(), ["a"]);
+    // Reports for rows a claim does not hold change nothing: released (a),
+    // held by another claim (b), never enrolled (ghost).
+    let before = env.snapshot().await;
     let late = env.report(&g.claim.name, vec![success("a", 1, 1)]).await;
-    assert_eq!(late.verdicts[0].verdict(), pb::Verdict::Stale);
+    let stray = env
+        .report(
+            &again.claim.name,
+            vec![success("b", 1, 1), success("ghost", 1, 1)],
+        )
+        .await;
+    let rules: Vec<_> = late
+        .verdicts
+        .iter()
+        .chain(&stray.verdicts)
+        .map(|v| (v.verdict(), v.rule.as_str()))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            (pb::Verdict::Stale, "not_held"),
+            (pb::Verdict::Stale, "not_held"),
+            (pb::Verdict::Stale, "unknown_key"),
+        ]
+    );
+    assert_eq!(env.snapshot().await, before, "a stale report wrote");
     env.stop().await;
 }
 

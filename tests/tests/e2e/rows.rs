@@ -439,9 +439,11 @@ async fn get_row_shows_the_attempts_history_with_provenance() {
     env.stop().await;
 }
 
-/// Invariant 10: attempts and tokens summed over the history (SummarizeLedger,
-/// and the FULL listing) equal what the workers reported, over rounds of
-/// mixed successes, transient and permanent failures and expired leases.
+/// Invariants 10 and 6: attempts and tokens summed over the history
+/// (SummarizeLedger, and the FULL listing) equal what the workers reported,
+/// over rounds of mixed successes, transient and permanent failures and
+/// workers that die holding a claim; and every row ends SUCCEEDED, PERMANENT
+/// or BLOCKED.
 #[tokio::test]
 async fn attempts_and_tokens_add_up() {
     let env = env().await;
