@@ -338,6 +338,11 @@ async fn insert(
                    CASE WHEN status = 6 THEN 'dependency_failed' ELSE '' END,
                    CASE WHEN status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
             FROM input
+            -- Every enrollment takes the key index in one order, so two
+            -- enrollments of overlapping keys wait for each other instead
+            -- of deadlocking. (Ids, and so claim order within one call,
+            -- follow key order.)
+            ORDER BY key
             ON CONFLICT (ledger_id, key) DO NOTHING
             RETURNING id, key, status, unmet_deps, model
         ),
