@@ -32,7 +32,8 @@ pub struct Env {
     running: Option<Running>,
     /// One statement digesting every table (see [`Env::snapshot`]).
     snapshot_sql: String,
-    // Declared last: the database is dropped after the server is gone.
+    // Declared last, so dropped last: after `stop` the server is gone by
+    // then; after a panic the drop (WITH FORCE) cuts its connections.
     _db: TestDb,
 }
 
