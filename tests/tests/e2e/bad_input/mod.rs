@@ -1,8 +1,7 @@
 //! Bad input for every LedgerService RPC (DESIGN.md section 6): each case
 //! asserts the status code, the `google.rpc` detail naming the field or
 //! resource, and that the database is exactly as it was before the call.
-//! One test per RPC (or pair of RPCs sharing a request shape), each on its
-//! own server.
+//! One or a few tests per RPC, each on its own server.
 
 mod claims;
 mod enroll;
@@ -12,7 +11,8 @@ mod reads;
 mod redrive;
 mod report;
 
-/// Ledger names that are malformed, with why.
+/// Malformed ledger names: empty, no or a wrong collection, no id, an
+/// uppercase id, an id starting with a digit, a longer name, an underscore.
 pub const BAD_LEDGER_NAMES: [&str; 8] = [
     "",
     "reviews",
