@@ -6,7 +6,8 @@
 //!   assertions.
 //! - [`bad_input`]: every LedgerService RPC refuses bad input with the right
 //!   code and details, and writes nothing (DESIGN.md section 6).
-//! - [`walkthrough`]: the README's grpcurl session as a test.
+//! - [`walkthrough`]: the README's grpcurl session as a test, and the
+//!   walkthrough extended with failures.
 //! - [`claims`]: fencing, expiry, rescue, STALE and DUPLICATE, request-id
 //!   replay, concurrent claimers (invariants 1, 3, 4).
 //! - [`rows`]: listing, filters and paging, history with provenance,
@@ -23,7 +24,7 @@
 //! | 4 budgets capped | `claims::attempts_stop_at_each_budget_cap`, `ledgers::a_policy_update_takes_effect` |
 //! | 5 dependencies, BLOCKED, redrive | `rows::dependencies_block_and_redrive_unblocks` |
 //! | 6 every row settles | `rows::attempts_and_tokens_add_up`, `claims::the_sweeper_rescues_expired_claims_without_a_claimer` |
-//! | 10 attempts and tokens add up | `rows::attempts_and_tokens_add_up`, `rows::get_row_shows_the_attempts_history_with_provenance`, `walkthrough::readme_walkthrough` |
+//! | 10 attempts and tokens add up | `rows::attempts_and_tokens_add_up`, `rows::get_row_shows_the_attempts_history_with_provenance`, `walkthrough::walkthrough_with_failures` |
 //!
 //! Every test of [`bad_input`] also checks "a rejected request writes
 //! nothing" by comparing a digest of every table before and after the call.

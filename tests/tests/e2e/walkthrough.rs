@@ -1,16 +1,160 @@
-//! The README's walkthrough (create a ledger, enroll, claim, report a
-//! success and failures, summarize), through gRPC.
+//! The README's walkthrough (create a ledger, enroll, claim, report,
+//! summarize), through gRPC: once exactly as the README's grpcurl session
+//! has it, once extended with failures.
 
 use crate::harness::*;
 use tally_proto::v1 as pb;
+use tonic_types::StatusExt;
 
-/// The walkthrough: enroll three rows, claim them, report one success, one
-/// transient failure (RETRYABLE, provider budget) and one permanent failure;
+/// The README's grpcurl session, request for request: a ledger with the
+/// default backoff and provider budget 3; `r1` and `r2` (waiting for `r1`)
+/// enrolled, again (ALREADY_PRESENT) and with another payload (CONFLICT);
+/// the claim takes only `r1`; its result is reported; the summary line is
+/// the README's; `r1`'s history has the attempt; the PENDING listing shows
+/// `r2`; a dry-run redrive finds nothing; the bad-input example names
+/// `rows[0].key` and `rows[0].payload` and writes nothing.
+#[tokio::test]
+async fn readme_grpcurl_session() {
+    let env = env().await;
+    let parent = "ledgers/reviews-nightly".to_string();
+    let ledger = env
+        .client()
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: "reviews-nightly".into(),
+            policy: Some(pb::LedgerPolicy {
+                budgets: Some(pb::AttemptBudgets {
+                    provider: 3,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let policy = ledger.policy.unwrap();
+    let budgets = policy.budgets.unwrap();
+    assert_eq!(
+        (budgets.provider, budgets.content, budgets.infra),
+        (3, 1, 4)
+    );
+    assert_eq!(policy.lease.unwrap().seconds, 30 * 60);
+    let backoff = policy.backoff.unwrap();
+    assert_eq!(
+        (
+            backoff.initial.unwrap().seconds,
+            backoff.max.unwrap().seconds
+        ),
+        (30, 3600)
+    );
+
+    let rows = vec![
+        row_payload("r1", r#"{"text": "great app"}"#),
+        pb::RowInput {
+            depends_on: vec!["r1".into()],
+            ..row_payload("r2", r#"{"text": "crashes on start"}"#)
+        },
+    ];
+    let first = env.enroll("reviews-nightly", rows.clone()).await;
+    assert_eq!(first.enrolled, 2);
+    let again = env.enroll("reviews-nightly", rows).await;
+    assert_eq!(again.already_present, 2);
+    let other = env
+        .enroll(
+            "reviews-nightly",
+            vec![row_payload("r1", r#"{"text": "meh"}"#)],
+        )
+        .await;
+    assert_eq!(other.results[0].outcome(), pb::EnrollOutcome::Conflict);
+
+    let claim = env
+        .claim_with(pb::ClaimRowsRequest {
+            parent: parent.clone(),
+            max_rows: 100,
+            worker: "me".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(claim.keys(), ["r1"]);
+    let report = env
+        .report(
+            &claim.claim.name,
+            vec![pb::RowOutcome {
+                key: "r1".into(),
+                outcome: Some(pb::row_outcome::Outcome::Result(
+                    r#"{"label": "praise"}"#.into(),
+                )),
+                usage: Some(usage(120, 8)),
+            }],
+        )
+        .await;
+    assert_eq!(
+        (
+            report.verdicts[0].verdict(),
+            report.verdicts[0].rule.as_str()
+        ),
+        (pb::Verdict::Succeeded, "success")
+    );
+
+    let s = env.summary("reviews-nightly").await;
+    assert_eq!(
+        s.summary_line,
+        "succeeded=1 retryable=0 permanent=0 blocked=0 pending=1 running=0"
+    );
+    let r1 = env.get_row("reviews-nightly", "r1").await;
+    assert_eq!(r1.history.len(), 1);
+    assert_eq!(r1.result, r#"{"label": "praise"}"#);
+    let pending = env
+        .client()
+        .list_rows(pb::ListRowsRequest {
+            parent: parent.clone(),
+            filter: Some(pb::RowFilter {
+                statuses: vec![pb::RowStatus::Pending as i32],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let keys: Vec<&str> = pending.rows.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["r2"]);
+    let dry = env
+        .client()
+        .redrive_rows(pb::RedriveRowsRequest {
+            parent: parent.clone(),
+            target: Some(pb::redrive_rows_request::Target::Filter(pb::RowFilter {
+                statuses: vec![pb::RowStatus::Permanent as i32],
+                ..Default::default()
+            })),
+            validate_only: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((dry.redriven, dry.unblocked, dry.skipped), (0, 0, 0));
+
+    let s = env
+        .rejected(env.client().enroll_rows(pb::EnrollRowsRequest {
+            parent,
+            rows: vec![row_payload("", "[1]")],
+        }))
+        .await;
+    assert_invalid(&s, &["rows[0].key", "rows[0].payload"]);
+    assert!(s.get_error_details().bad_request().is_some());
+    env.stop().await;
+}
+
+/// The walkthrough with failures: enroll three rows, claim them, report one
+/// success, one transient failure (RETRYABLE, provider budget) and one
+/// permanent failure;
 /// the summary counts them and prints the one-line summary; the retried row
 /// is claimable again at once and succeeds on its second attempt
 /// (invariants 4 and 10: attempts and tokens add up to what was reported).
 #[tokio::test]
-async fn readme_walkthrough() {
+async fn walkthrough_with_failures() {
     let env = env().await;
     let ledger = env.ledger("reviews-nightly").await;
     assert_eq!(ledger.name, "ledgers/reviews-nightly");
