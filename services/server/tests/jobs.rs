@@ -674,6 +674,8 @@ async fn spawn_server_process(db: &TestDb, extra: &[&str]) -> (SocketAddr, tokio
             "127.0.0.1:0",
             "--log-format",
             "json",
+            "--auth",
+            "disabled",
         ])
         .args(extra)
         .env("TALLY_LOG", "info")
