@@ -9,6 +9,8 @@
 //! - [`Store`]: the pool and the migrator.
 //! - [`ledgers`], [`enroll`], [`claims`], [`report`], [`rows`],
 //!   [`redrive`], [`prompts`]: one module per job of LedgerService.
+//! - [`operations`]: provider operations through the monotonic reducer,
+//!   their event log, and the job each one moves on.
 //! - [`apply`]: the shared writer of row transitions and their effects
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
@@ -18,6 +20,7 @@ pub mod claims;
 pub mod enroll;
 pub mod error;
 pub mod ledgers;
+pub mod operations;
 pub mod prompts;
 pub mod redrive;
 pub mod report;
