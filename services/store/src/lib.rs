@@ -11,6 +11,7 @@
 //!   [`redrive`], [`prompts`]: one module per job of LedgerService.
 //! - [`operations`]: provider operations through the monotonic reducer,
 //!   their event log, and the job each one moves on.
+//! - [`notify`]: `LISTEN` connections that wake watch streams.
 //! - [`apply`]: the shared writer of row transitions and their effects
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
@@ -20,6 +21,7 @@ pub mod claims;
 pub mod enroll;
 pub mod error;
 pub mod ledgers;
+pub mod notify;
 pub mod operations;
 pub mod prompts;
 pub mod redrive;

@@ -336,16 +336,13 @@ async fn an_unknown_state_is_logged_but_creates_nothing() {
 async fn transitions_page_in_order_and_notify() {
     let env = env().await;
     let s = &env.store;
-    let mut listener = sqlx::postgres::PgListener::connect_with(s.pool())
-        .await
-        .unwrap();
-    listener.listen(NOTIFY_CHANNEL).await.unwrap();
+    let mut listener = s.listen(&[NOTIFY_CHANNEL]).await.unwrap();
     assert_eq!(s.last_operation_sequence().await.unwrap(), 0);
     ingest(s, &event("batches/a", OpState::Pending, 1)).await;
     ingest(s, &event("batches/a", OpState::Pending, 0)).await; // dropped
     let r = ingest(s, &event("batches/b", OpState::Running, 1)).await;
-    let note = listener.recv().await.unwrap();
-    assert_eq!(note.payload(), "1");
+    let note = listener.next().await.unwrap();
+    assert_eq!(note.as_deref(), Some("1"));
     let page = s.operation_transitions(0, 10).await.unwrap();
     let seqs: Vec<i64> = page.iter().map(|t| t.sequence).collect();
     assert_eq!(seqs, [1, 3]);
