@@ -81,6 +81,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_SWEEP_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub sweep_interval: Duration,
 
+    /// How often watch streams look for new events when no notification
+    /// woke them (notifications are only a hint).
+    #[arg(long, env = "TALLY_WATCH_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub watch_poll_interval: Duration,
+
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -133,6 +138,7 @@ impl ServeArgs {
             health_interval: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             sweep_interval: Duration::from_secs(1),
+            watch_poll_interval: Duration::from_millis(500),
             limits: Limits::default(),
         }
     }

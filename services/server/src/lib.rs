@@ -5,6 +5,8 @@
 //! - [`database`]: a configured PostgreSQL or the private one.
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
+//! - [`operations_service`]: OperationsService handlers and their message
+//!   translations; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`health`], [`metrics`], [`paging`], [`caller`].
 //!
@@ -17,8 +19,10 @@ pub mod database;
 pub mod health;
 pub mod ledger_service;
 pub mod metrics;
+pub mod operations_service;
 pub mod paging;
 pub mod server;
 pub mod status;
 pub mod unimplemented;
 pub mod validate;
+pub mod wakeup;

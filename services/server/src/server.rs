@@ -9,7 +9,9 @@ use crate::database::Database;
 use crate::health;
 use crate::ledger_service::Ledgers;
 use crate::metrics::Metrics;
-use crate::unimplemented::{Jobs, Operations};
+use crate::operations_service::Operations;
+use crate::unimplemented::Jobs;
+use crate::wakeup;
 use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -96,10 +98,24 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits))
         .max_decoding_message_size(max);
     let jobs = JobServiceServer::new(Jobs).max_decoding_message_size(max);
-    let operations = OperationsServiceServer::new(Operations).max_decoding_message_size(max);
 
     let stop = CancellationToken::new();
+    let (operation_wakeups, operation_listener) = wakeup::spawn(
+        store.clone(),
+        tally_store::operations::NOTIFY_CHANNEL,
+        stop.clone(),
+    );
+    let operations = OperationsServiceServer::new(Operations::new(
+        store.clone(),
+        metrics.clone(),
+        operation_wakeups,
+        stop.clone(),
+        args.watch_poll_interval,
+    ))
+    .max_decoding_message_size(max);
+
     let tasks = vec![
+        operation_listener,
         tokio::spawn(health::watch_database(
             store.clone(),
             reporter.clone(),

@@ -1,15 +1,13 @@
-//! JobService and OperationsService until their issues land: registered so
-//! the API is whole, answering UNIMPLEMENTED.
+//! JobService until its issue lands: registered so the API is whole,
+//! answering UNIMPLEMENTED.
 
 use std::pin::Pin;
 use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_server::JobService;
-use tally_proto::v1::operations_service_server::OperationsService;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 pub struct Jobs;
-pub struct Operations;
 
 type Reply<T> = Result<Response<T>, Status>;
 type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -53,37 +51,5 @@ impl JobService for Jobs {
     }
     async fn release_lock(&self, _: Request<pb::ReleaseLockRequest>) -> Reply<()> {
         Err(todo("ReleaseLock"))
-    }
-}
-
-#[tonic::async_trait]
-impl OperationsService for Operations {
-    async fn ingest_event(
-        &self,
-        _: Request<pb::IngestEventRequest>,
-    ) -> Reply<pb::IngestEventResponse> {
-        Err(todo("IngestEvent"))
-    }
-    async fn get_operation(&self, _: Request<pb::GetOperationRequest>) -> Reply<pb::Operation> {
-        Err(todo("GetOperation"))
-    }
-    async fn list_operations(
-        &self,
-        _: Request<pb::ListOperationsRequest>,
-    ) -> Reply<pb::ListOperationsResponse> {
-        Err(todo("ListOperations"))
-    }
-    async fn list_operation_events(
-        &self,
-        _: Request<pb::ListOperationEventsRequest>,
-    ) -> Reply<pb::ListOperationEventsResponse> {
-        Err(todo("ListOperationEvents"))
-    }
-    type WatchOperationsStream = Events<pb::OperationTransition>;
-    async fn watch_operations(
-        &self,
-        _: Request<pb::WatchOperationsRequest>,
-    ) -> Reply<Self::WatchOperationsStream> {
-        Err(todo("WatchOperations"))
     }
 }
