@@ -6,7 +6,8 @@
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
 //! - [`operations_service`]: OperationsService handlers and their message
-//!   translations; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
+//!   translations; [`webhook`]: the signed provider webhook receiver on its
+//!   own HTTP listener; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`health`], [`metrics`], [`paging`], [`caller`].
 //!
@@ -26,3 +27,4 @@ pub mod status;
 pub mod unimplemented;
 pub mod validate;
 pub mod wakeup;
+pub mod webhook;

@@ -12,8 +12,10 @@ use crate::metrics::Metrics;
 use crate::operations_service::Operations;
 use crate::unimplemented::Jobs;
 use crate::wakeup;
+use crate::webhook::{self, WebhookState};
 use anyhow::Context as _;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tally_proto::v1::job_service_server::JobServiceServer;
 use tally_proto::v1::ledger_service_server::LedgerServiceServer;
@@ -29,6 +31,9 @@ use tonic_health::ServingStatus;
 pub struct Running {
     pub grpc_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The webhook listener's address; `None` when no webhook secret is
+    /// configured (and so no listener runs).
+    pub http_addr: Option<SocketAddr>,
     pub store: Store,
     pub metrics: Metrics,
     stop: CancellationToken,
@@ -64,6 +69,10 @@ pub async fn migrate(args: &ServeArgs) -> anyhow::Result<()> {
 
 /// Starts everything; returns once the listeners are bound.
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
+    // Configuration is refused before anything starts.
+    let webhooks = args
+        .webhook_listener()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let db = Database::open(&args).await?;
     db.store.migrate().await.context("migration failed")?;
     tracing::info!(database = %db.url_for_logs, "database ready");
@@ -79,6 +88,15 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .await
         .with_context(|| format!("cannot listen on {} (--metrics-addr)", args.metrics_addr))?;
     let metrics_addr = metrics_listener.local_addr()?;
+    let http = match &webhooks {
+        Some(config) => Some(
+            TcpListener::bind(config.addr)
+                .await
+                .with_context(|| format!("cannot listen on {} (--http-addr)", config.addr))?,
+        ),
+        None => None,
+    };
+    let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     health::set_all(&reporter, ServingStatus::NotServing).await;
@@ -114,7 +132,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     ))
     .max_decoding_message_size(max);
 
-    let tasks = vec![
+    let mut tasks = vec![
         operation_listener,
         tokio::spawn(health::watch_database(
             store.clone(),
@@ -134,6 +152,19 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             stop.clone(),
         )),
     ];
+    match (http, &webhooks) {
+        (Some(listener), Some(config)) => {
+            let state = Arc::new(WebhookState::new(store.clone(), metrics.clone(), config));
+            tracing::info!(
+                http = %config.addr,
+                secrets = config.secrets.len(),
+                tolerance = ?config.tolerance,
+                "webhooks enabled at /webhooks/gemini"
+            );
+            tasks.push(tokio::spawn(webhook::serve(listener, state, stop.clone())));
+        }
+        _ => tracing::info!("webhooks disabled: no --webhook-secret configured"),
+    }
 
     let router = tonic::transport::Server::builder()
         .add_service(health_service)
@@ -171,10 +202,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         tracing::info!("stopped");
         result
     });
-    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, "tally serving");
+    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, http = ?http_addr, "tally serving");
     Ok(Running {
         grpc_addr,
         metrics_addr,
+        http_addr,
         store,
         metrics,
         stop,
