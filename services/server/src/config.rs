@@ -2,6 +2,7 @@
 //! Durations are human-readable (`30s`, `5m`). Read once at start, strictly:
 //! a bad value stops the server with a message instead of a guess.
 
+use crate::auth::Role;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +24,19 @@ pub enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
+    /// Issue a new bearer token: prints it once, with the line (its hash) to
+    /// add to the tokens file.
+    Token(TokenArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    /// Who the token is for; recorded as the actor of what they do.
+    #[arg(long)]
+    pub name: String,
+    /// Its roles, comma-separated: enroller, worker, operator.
+    #[arg(long, value_enum, value_delimiter = ',', required = true)]
+    pub roles: Vec<Role>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -93,6 +107,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub webhook: WebhookArgs,
+
+    #[command(flatten)]
+    pub security: Security,
 }
 
 /// The webhook listener's address when secrets are set and no
@@ -233,6 +250,31 @@ pub struct Limits {
     /// Largest decoded request message, in bytes.
     #[arg(long, env = "TALLY_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_message_bytes: usize,
+
+    /// Unary calls in flight across all connections; more are refused with
+    /// RESOURCE_EXHAUSTED at once (load shedding).
+    #[arg(long, env = "TALLY_MAX_CONCURRENT_CALLS", default_value_t = 256)]
+    pub max_concurrent_calls: usize,
+
+    /// Open streams (watches, reflection) across all connections; more are
+    /// refused with RESOURCE_EXHAUSTED. Separate from calls, so idle watches
+    /// cannot starve unary calls.
+    #[arg(long, env = "TALLY_MAX_CONCURRENT_STREAMS", default_value_t = 1024)]
+    pub max_concurrent_streams: usize,
+
+    /// Calls and streams in flight on one connection; more are refused with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TALLY_MAX_CALLS_PER_CONNECTION", default_value_t = 64)]
+    pub max_calls_per_connection: usize,
+
+    /// Longest a unary call may run before it is answered DEADLINE_EXCEEDED.
+    #[arg(long, env = "TALLY_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// Longest a server stream stays open; it then ends with UNAVAILABLE
+    /// (reason STREAM_MAX_AGE) and the client resumes from its last sequence.
+    #[arg(long, env = "TALLY_MAX_STREAM_AGE", default_value = "30m", value_parser = parse_duration)]
+    pub max_stream_age: Duration,
 }
 
 impl Default for Limits {
@@ -241,6 +283,92 @@ impl Default for Limits {
             max_rows_per_call: 10_000,
             max_claim_rows: 10_000,
             max_message_bytes: 64 * 1024 * 1024,
+            max_concurrent_calls: 256,
+            max_concurrent_streams: 1024,
+            max_calls_per_connection: 64,
+            request_timeout: Duration::from_secs(30),
+            max_stream_age: Duration::from_secs(30 * 60),
+        }
+    }
+}
+
+/// Who may call what, and over which transport (see docs-security.md).
+#[derive(Debug, Clone, Args)]
+pub struct Security {
+    /// Authentication: `tokens` (bearer tokens and client certificates) or
+    /// `disabled` (local use only: anyone may call every RPC).
+    #[arg(long, env = "TALLY_AUTH", value_enum, default_value = "tokens")]
+    pub auth: AuthMode,
+
+    /// JSON file of token hashes and client-certificate subjects with their
+    /// roles (`tally-server token` prints entries for it).
+    #[arg(long, env = "TALLY_TOKENS_FILE")]
+    pub tokens_file: Option<PathBuf>,
+
+    /// The same JSON inline; merged with --tokens-file.
+    #[arg(long, env = "TALLY_TOKENS", hide_env_values = true)]
+    pub tokens: Option<String>,
+
+    /// gRPC reflection: open (no token, so grpcurl works), authenticated (any
+    /// valid caller) or off.
+    #[arg(long, env = "TALLY_REFLECTION", value_enum, default_value = "open")]
+    pub reflection: ReflectionMode,
+
+    /// PEM certificate chain of the server; with --tls-key turns TLS on.
+    #[arg(long, env = "TALLY_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TALLY_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates: only clients with a certificate signed by one of
+    /// them may connect (mTLS); the certificate's subject CN names the caller.
+    #[arg(long, env = "TALLY_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Roles of a client certificate whose subject the tokens file does not
+    /// list (comma-separated; none by default).
+    #[arg(long, env = "TALLY_MTLS_ROLES", value_enum, value_delimiter = ',')]
+    pub mtls_roles: Vec<Role>,
+
+    /// Plaintext address serving only gRPC health, for Kubernetes probes
+    /// (which cannot speak TLS). Off when unset.
+    #[arg(long, env = "TALLY_HEALTH_ADDR")]
+    pub health_addr: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// Every call but health needs a bearer token or a client certificate.
+    Tokens,
+    /// No authentication: for a developer's machine only.
+    Disabled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReflectionMode {
+    /// Anyone may list services and describe messages.
+    Open,
+    /// Any authenticated caller, whatever its roles.
+    Authenticated,
+    /// Not served.
+    Off,
+}
+
+impl Security {
+    /// No authentication, no TLS: what tests and `--auth disabled` use.
+    pub fn disabled() -> Self {
+        Self {
+            auth: AuthMode::Disabled,
+            tokens_file: None,
+            tokens: None,
+            reflection: ReflectionMode::Open,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            mtls_roles: Vec::new(),
+            health_addr: None,
         }
     }
 }
@@ -269,6 +397,7 @@ impl ServeArgs {
             watch_poll_interval: Duration::from_millis(500),
             limits: Limits::default(),
             webhook: WebhookArgs::default(),
+            security: Security::disabled(),
         }
     }
 }
@@ -287,6 +416,47 @@ mod tests {
         assert_eq!(cli.serve.metrics_addr.to_string(), "127.0.0.1:9090");
         assert_eq!(cli.serve.data_dir, PathBuf::from("./.tally"));
         assert_eq!(cli.serve.limits.max_rows_per_call, 10_000);
+    }
+
+    #[test]
+    fn security_defaults_match_the_documentation() {
+        let cli = Cli::try_parse_from(["tally-server"]).unwrap();
+        let (s, l) = (&cli.serve.security, &cli.serve.limits);
+        assert_eq!(s.auth, AuthMode::Tokens);
+        assert_eq!(s.reflection, ReflectionMode::Open);
+        assert!(s.tls_cert.is_none() && s.health_addr.is_none() && s.mtls_roles.is_empty());
+        let d = Limits::default();
+        assert_eq!(l.max_concurrent_calls, d.max_concurrent_calls);
+        assert_eq!(l.max_concurrent_streams, d.max_concurrent_streams);
+        assert_eq!(l.max_calls_per_connection, d.max_calls_per_connection);
+        assert_eq!(l.request_timeout, d.request_timeout);
+        assert_eq!(l.max_stream_age, d.max_stream_age);
+        assert_eq!(l.max_message_bytes, d.max_message_bytes);
+    }
+
+    #[test]
+    fn token_subcommand_takes_a_name_and_roles() {
+        let cli = Cli::try_parse_from([
+            "tally-server",
+            "token",
+            "--name",
+            "alice",
+            "--roles",
+            "operator,worker",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Token(t)) => {
+                assert_eq!(t.name, "alice");
+                assert_eq!(t.roles, [Role::Operator, Role::Worker]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["tally-server", "token", "--name", "a"]).is_err());
+        assert!(
+            Cli::try_parse_from(["tally-server", "token", "--name", "a", "--roles", "admin"])
+                .is_err()
+        );
     }
 
     #[test]

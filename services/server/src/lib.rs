@@ -9,21 +9,27 @@
 //!   translations; [`webhook`]: the signed provider webhook receiver on its
 //!   own HTTP listener; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
+//! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
+//!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
+//!   and mTLS settings.
 //! - [`health`], [`metrics`], [`paging`], [`caller`].
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
 
+pub mod auth;
 pub mod caller;
 pub mod config;
 pub mod convert;
 pub mod database;
 pub mod health;
 pub mod ledger_service;
+pub mod limits;
 pub mod metrics;
 pub mod operations_service;
 pub mod paging;
 pub mod server;
 pub mod status;
+pub mod tls;
 pub mod unimplemented;
 pub mod validate;
 pub mod wakeup;

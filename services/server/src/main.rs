@@ -9,6 +9,18 @@ async fn main() -> anyhow::Result<()> {
     init_logs(cli.serve.log_format);
     match cli.command {
         Some(Command::Migrate) => server::migrate(&cli.serve).await,
+        Some(Command::Token(t)) => {
+            let issued =
+                tally_server::auth::tokens::issue(&t.name, &t.roles).map_err(anyhow::Error::msg)?;
+            println!(
+                "token for {} (shown once; tally keeps only its hash):",
+                t.name
+            );
+            println!("  {}", issued.token);
+            println!("add this entry to the \"tokens\" list of the tokens file:");
+            println!("  {}", issued.line);
+            Ok(())
+        }
         Some(Command::Serve) | None => {
             let running = server::start(cli.serve).await?;
             let stop = running.stop_token();

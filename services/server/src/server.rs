@@ -4,10 +4,13 @@
 //! streams with a deadline, stop tasks, close the pool, stop the private
 //! PostgreSQL).
 
-use crate::config::ServeArgs;
+use crate::auth::Authenticator;
+use crate::auth::layer::AuthLayer;
+use crate::config::{AuthMode, ServeArgs};
 use crate::database::Database;
 use crate::health;
 use crate::ledger_service::Ledgers;
+use crate::limits::{self, LimitsLayer};
 use crate::metrics::Metrics;
 use crate::operations_service::Operations;
 use crate::unimplemented::Jobs;
@@ -34,6 +37,8 @@ pub struct Running {
     /// The webhook listener's address; `None` when no webhook secret is
     /// configured (and so no listener runs).
     pub http_addr: Option<SocketAddr>,
+    /// The plaintext health-only listener (`--health-addr`), if any.
+    pub health_addr: Option<SocketAddr>,
     pub store: Store,
     pub metrics: Metrics,
     stop: CancellationToken,
@@ -73,6 +78,14 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let webhooks = args
         .webhook_listener()
         .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+    let auth = Arc::new(Authenticator::from_args(&args.security)?);
+    limits::check(&args.limits).map_err(anyhow::Error::msg)?;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = crate::tls::server_config(&args.security)? {
+        builder = builder.tls_config(tls).context("invalid TLS settings")?;
+    }
+    announce_security(&auth, &args);
+
     let db = Database::open(&args).await?;
     db.store.migrate().await.context("migration failed")?;
     tracing::info!(database = %db.url_for_logs, "database ready");
@@ -97,9 +110,22 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         None => None,
     };
     let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
+    let health_listener = match args.security.health_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--health-addr)"))?,
+        ),
+        None => None,
+    };
+    let health_addr = health_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     health::set_all(&reporter, ServingStatus::NotServing).await;
+    let reflect = args.security.reflection != crate::config::ReflectionMode::Off;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(tally_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
@@ -166,13 +192,42 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         _ => tracing::info!("webhooks disabled: no --webhook-secret configured"),
     }
 
-    let router = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
+    // Auth outside limits: a caller without credentials takes no slot.
+    let end_streams = CancellationToken::new();
+    let limits_layer = LimitsLayer::new(&args.limits, metrics.clone(), end_streams.clone());
+    // HTTP/2 itself stops a client at twice the per-connection limit; up to
+    // there, calls over the limit are answered RESOURCE_EXHAUSTED.
+    let h2_streams =
+        u32::try_from(args.limits.max_calls_per_connection.saturating_mul(2)).unwrap_or(u32::MAX);
+    let router = builder
+        .max_concurrent_streams(h2_streams)
+        .layer(AuthLayer::new(auth, metrics.clone()))
+        .layer(limits_layer.clone())
+        .add_service(health_service.clone())
+        .add_optional_service(reflect.then_some(reflection_v1))
+        .add_optional_service(reflect.then_some(reflection_v1alpha))
         .add_service(ledgers)
         .add_service(jobs)
         .add_service(operations);
+    // The probe port answers (NOT_SERVING) until the main drain is over.
+    let health_stop = CancellationToken::new();
+    let health_only = health_listener.map(|listener| {
+        let stop = health_stop.clone();
+        let router = tonic::transport::Server::builder()
+            .max_concurrent_streams(h2_streams)
+            .layer(limits_layer)
+            .add_service(health_service);
+        tokio::spawn(async move {
+            let served = router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                    stop.cancelled().await
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, "health listener failed");
+            }
+        })
+    });
     let grace = args.shutdown_grace;
     let shutdown = stop.clone();
     let done = tokio::spawn(async move {
@@ -186,6 +241,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             _ = shutdown.cancelled() => {
                 tracing::info!("shutting down: not serving, draining calls");
                 health::set_all(&reporter, ServingStatus::NotServing).await;
+                // Streams (watches, health watches) would hold the drain
+                // open; they end now, after seeing NOT_SERVING.
+                end_streams.cancel();
                 match tokio::time::timeout(grace, &mut serve).await {
                     Ok(r) => r.map_err(anyhow::Error::from),
                     Err(_) => {
@@ -195,23 +253,60 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 }
             }
         };
-        for t in tasks {
+        health_stop.cancel();
+        for t in tasks.into_iter().chain(health_only) {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
         db.close().await;
         tracing::info!("stopped");
         result
     });
-    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, http = ?http_addr, "tally serving");
+    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, http = ?http_addr, health = ?health_addr, "tally serving");
     Ok(Running {
         grpc_addr,
         metrics_addr,
         http_addr,
+        health_addr,
         store,
         metrics,
         stop,
         done,
     })
+}
+
+/// One line on how callers are checked; a loud one when they are not.
+fn announce_security(auth: &Authenticator, args: &ServeArgs) {
+    let s = &args.security;
+    let tls = if s.tls_client_ca.is_some() {
+        "mtls"
+    } else if s.tls_cert.is_some() {
+        "tls"
+    } else {
+        "off"
+    };
+    match auth.mode() {
+        AuthMode::Disabled => tracing::warn!(
+            tls,
+            "AUTHENTICATION IS DISABLED (--auth disabled): anyone who can reach this port \
+             may enroll, claim, redrive and read every payload; use it only on your own machine"
+        ),
+        AuthMode::Tokens => {
+            let (tokens, subjects) = auth.counts();
+            tracing::info!(
+                tls,
+                tokens,
+                certificate_subjects = subjects,
+                reflection = ?auth.reflection(),
+                "authentication on"
+            );
+            if tls == "off" {
+                tracing::warn!(
+                    "bearer tokens travel in plaintext: turn on --tls-cert/--tls-key, \
+                     or terminate TLS in front of tally"
+                );
+            }
+        }
+    }
 }
 
 /// Rescues rows of expired claims even when nobody is claiming.

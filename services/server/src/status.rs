@@ -56,6 +56,23 @@ pub fn with_reason(code: Code, reason: &str, message: impl Into<String>) -> Stat
     )
 }
 
+/// A refusal by the auth or limits layers: an ErrorInfo with `reason` and
+/// `metadata` (the method, the limit and its value), and a RetryInfo when
+/// trying again later can succeed.
+pub fn refused(
+    code: Code,
+    reason: &str,
+    message: impl Into<String>,
+    metadata: std::collections::HashMap<String, String>,
+    retry_after: Option<Duration>,
+) -> Status {
+    let mut details = ErrorDetails::with_error_info(reason, DOMAIN, metadata);
+    if let Some(after) = retry_after {
+        details.set_retry_info(Some(after));
+    }
+    Status::with_error_details(code, message, details)
+}
+
 pub fn from_store(e: StoreError) -> Status {
     match e {
         StoreError::NotFound { kind, name } => {

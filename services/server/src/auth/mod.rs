@@ -1,0 +1,586 @@
+//! Who may call what. One tower layer ([`layer::AuthLayer`]) authenticates
+//! every request and checks it against the one permission table
+//! ([`methods::METHODS`]); handlers only read the resulting
+//! [`Caller`](crate::caller::Caller).
+//!
+//! - [`methods`]: the role × method table and route recognition.
+//! - [`tokens`]: the tokens file, SHA-256 hashes, issuing new tokens.
+//! - [`subject`]: the subject CN of a client certificate.
+//! - [`layer`]: the tower layer.
+//!
+//! This module decides ([`Authenticator::decide`]) without any I/O, so the
+//! rules are unit-tested here and the layer only plumbs headers and
+//! certificates into it. Limits live in [`crate::limits`], TLS in
+//! [`crate::tls`].
+
+pub mod layer;
+pub mod methods;
+pub mod subject;
+pub mod tokens;
+
+use crate::config::{AuthMode, ReflectionMode, Security};
+use crate::status;
+use methods::Route;
+use std::collections::HashMap;
+use std::fmt;
+use tokens::{TokenEntry, TokensFile};
+use tonic::{Code, Status};
+
+/// A role a token or certificate can hold.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Other teams' services: read ledgers, enroll rows, read rows and
+    /// summaries, register prompts.
+    Enroller,
+    /// tally-worker: claims, reports, jobs, locks, operations.
+    Worker,
+    /// People and tallyctl: everything.
+    Operator,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Enroller, Role::Worker, Role::Operator];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Enroller => "enroller",
+            Role::Worker => "worker",
+            Role::Operator => "operator",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            Role::Enroller => Roles::ENROLLER.0,
+            Role::Worker => Roles::WORKER.0,
+            Role::Operator => Roles::OPERATOR.0,
+        }
+    }
+}
+
+/// A set of roles (a bit set, so the table can be a `const`).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct Roles(pub(crate) u8);
+
+impl Roles {
+    pub const NONE: Roles = Roles(0);
+    pub const ENROLLER: Roles = Roles(1);
+    pub const WORKER: Roles = Roles(2);
+    pub const OPERATOR: Roles = Roles(4);
+
+    pub fn of(roles: &[Role]) -> Roles {
+        Roles(roles.iter().fold(0, |acc, r| acc | r.bit()))
+    }
+
+    pub fn has(self, role: Role) -> bool {
+        self.0 & role.bit() != 0
+    }
+
+    pub fn intersects(self, other: Roles) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl fmt::Display for Roles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = Role::ALL
+            .iter()
+            .filter(|r| self.has(**r))
+            .map(|r| r.as_str())
+            .collect();
+        if names.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&names.join(","))
+        }
+    }
+}
+
+impl fmt::Debug for Roles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Roles({self})")
+    }
+}
+
+/// How a caller proved who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Token,
+    Certificate,
+    /// `--auth disabled`: nobody proved anything.
+    Nothing,
+}
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub name: String,
+    pub roles: Roles,
+    pub via: Via,
+}
+
+/// Why a call was refused. Each becomes a status with an ErrorInfo whose
+/// reason is [`Denial::reason`] (domain `tally.v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// No `authorization` header (and no usable client certificate).
+    TokenMissing,
+    /// An `authorization` header that is not `Bearer <token>`.
+    TokenMalformed,
+    /// A bearer token no configured hash matches.
+    TokenUnknown,
+    /// The caller's roles do not include one the method allows.
+    RoleDenied {
+        caller: String,
+        roles: Roles,
+        allowed: Roles,
+    },
+    /// The method is in no table: nobody may call it.
+    NotListed { caller: String },
+    /// Reflection is switched off.
+    ReflectionOff,
+}
+
+impl Denial {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Denial::TokenMissing => "TOKEN_MISSING",
+            Denial::TokenMalformed => "TOKEN_MALFORMED",
+            Denial::TokenUnknown => "TOKEN_UNKNOWN",
+            Denial::RoleDenied { .. } => "ROLE_DENIED",
+            Denial::NotListed { .. } => "METHOD_NOT_LISTED",
+            Denial::ReflectionOff => "REFLECTION_OFF",
+        }
+    }
+
+    /// The status answered for `method` (a request path).
+    pub fn status(&self, method: &str) -> Status {
+        let mut meta = HashMap::from([("method".to_string(), method.to_string())]);
+        let (code, message) = match self {
+            Denial::TokenMissing => (
+                Code::Unauthenticated,
+                "missing credentials: send `authorization: Bearer <token>`".to_string(),
+            ),
+            Denial::TokenMalformed => (
+                Code::Unauthenticated,
+                "malformed authorization header: expected `Bearer <token>`".to_string(),
+            ),
+            Denial::TokenUnknown => (Code::Unauthenticated, "unknown bearer token".to_string()),
+            Denial::RoleDenied {
+                caller,
+                roles,
+                allowed,
+            } => {
+                meta.insert("caller".into(), caller.clone());
+                meta.insert("caller_roles".into(), roles.to_string());
+                meta.insert("allowed_roles".into(), allowed.to_string());
+                (
+                    Code::PermissionDenied,
+                    format!(
+                        "{caller} (roles: {roles}) may not call {method}; it needs one of: {allowed}"
+                    ),
+                )
+            }
+            Denial::NotListed { caller } => {
+                meta.insert("caller".into(), caller.clone());
+                (
+                    Code::PermissionDenied,
+                    format!("{method} is not in the permission table, so nobody may call it"),
+                )
+            }
+            Denial::ReflectionOff => (
+                Code::Unimplemented,
+                "reflection is off on this server (--reflection)".to_string(),
+            ),
+        };
+        status::refused(code, self.reason(), message, meta, None)
+    }
+}
+
+/// The outcome of checking one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Let it through; `None` for open methods (health, open reflection).
+    Allow(Option<Principal>),
+    Deny(Denial),
+}
+
+/// Everything the auth layer knows: mode, token hashes, certificate roles.
+#[derive(Debug)]
+pub struct Authenticator {
+    mode: AuthMode,
+    reflection: ReflectionMode,
+    tokens: Vec<TokenEntry>,
+    /// Roles by client-certificate subject CN, from the tokens file.
+    subjects: HashMap<String, Roles>,
+    /// Roles of a verified client certificate not in `subjects`
+    /// (`--mtls-roles`).
+    default_cert_roles: Roles,
+}
+
+/// Why the security settings were refused at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "authentication is on (--auth tokens) but no credentials are configured: \
+         give --tokens-file or TALLY_TOKENS (issue tokens with `tally-server token --name NAME --roles ROLES`), \
+         or client-certificate roles (--tls-client-ca with --mtls-roles or `certificates` in the tokens file); \
+         for local use only, run with --auth disabled"
+    )]
+    NoCredentials,
+    #[error("{0}")]
+    Tokens(#[from] tokens::TokensError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Authenticator {
+    /// Reads the tokens file and variable; refuses settings that would leave
+    /// the server open by accident or locked for everyone.
+    pub fn from_args(args: &Security) -> Result<Authenticator, ConfigError> {
+        let mut file = TokensFile::default();
+        if let Some(path) = &args.tokens_file {
+            file.merge(TokensFile::read(path)?)?;
+        }
+        if let Some(text) = &args.tokens {
+            file.merge(TokensFile::parse(text, "TALLY_TOKENS")?)?;
+        }
+        let mtls = args.tls_client_ca.is_some();
+        if !args.mtls_roles.is_empty() && !mtls {
+            return Err(ConfigError::Invalid(
+                "--mtls-roles needs --tls-client-ca (there are no client certificates without it)"
+                    .into(),
+            ));
+        }
+        if !file.certificates.is_empty() && !mtls {
+            return Err(ConfigError::Invalid(
+                "the tokens file lists `certificates`, which need --tls-client-ca".into(),
+            ));
+        }
+        let subjects: HashMap<String, Roles> = file
+            .certificates
+            .iter()
+            .map(|c| (c.subject.clone(), Roles::of(&c.roles)))
+            .collect();
+        let auth = Authenticator {
+            mode: args.auth,
+            reflection: args.reflection,
+            tokens: file.entries()?,
+            subjects,
+            default_cert_roles: Roles::of(&args.mtls_roles),
+        };
+        if auth.mode == AuthMode::Tokens
+            && auth.tokens.is_empty()
+            && auth.subjects.is_empty()
+            && auth.default_cert_roles.is_empty()
+        {
+            return Err(ConfigError::NoCredentials);
+        }
+        Ok(auth)
+    }
+
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    pub fn reflection(&self) -> ReflectionMode {
+        self.reflection
+    }
+
+    /// How many tokens and certificate subjects are configured (for the
+    /// start-up log line).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.tokens.len(), self.subjects.len())
+    }
+
+    /// Decides one request: `path` is the HTTP/2 path, `authorization` the
+    /// header's value, `cert_subject` the CN of a verified client
+    /// certificate.
+    pub fn decide(
+        &self,
+        path: &str,
+        authorization: Option<&[u8]>,
+        cert_subject: Option<&str>,
+    ) -> Decision {
+        let route = Route::of(path);
+        let needed = match route {
+            Route::Health(_) => return Decision::Allow(None),
+            Route::Reflection => match self.reflection {
+                ReflectionMode::Off => return Decision::Deny(Denial::ReflectionOff),
+                ReflectionMode::Open => return Decision::Allow(None),
+                ReflectionMode::Authenticated => None,
+            },
+            Route::Tally(method) => Some(method.roles),
+            Route::Unlisted => Some(Roles::NONE),
+        };
+        if self.mode == AuthMode::Disabled {
+            return Decision::Allow(Some(Principal {
+                name: cert_subject.unwrap_or("anonymous").to_string(),
+                roles: Roles::NONE,
+                via: Via::Nothing,
+            }));
+        }
+        let principal = match self.authenticate(authorization, cert_subject) {
+            Ok(p) => p,
+            Err(d) => return Decision::Deny(d),
+        };
+        match needed {
+            None => Decision::Allow(Some(principal)),
+            Some(allowed) if allowed.is_empty() => Decision::Deny(Denial::NotListed {
+                caller: principal.name,
+            }),
+            Some(allowed) if principal.roles.intersects(allowed) => {
+                Decision::Allow(Some(principal))
+            }
+            Some(allowed) => Decision::Deny(Denial::RoleDenied {
+                caller: principal.name,
+                roles: principal.roles,
+                allowed,
+            }),
+        }
+    }
+
+    /// A bearer token, when sent, decides (an unknown one is refused even
+    /// with a good certificate: no silent fallback). Without one, a verified
+    /// client certificate names the caller.
+    fn authenticate(
+        &self,
+        authorization: Option<&[u8]>,
+        cert_subject: Option<&str>,
+    ) -> Result<Principal, Denial> {
+        if let Some(header) = authorization {
+            let token = tokens::bearer(header).ok_or(Denial::TokenMalformed)?;
+            let entry = tokens::find(&self.tokens, token).ok_or(Denial::TokenUnknown)?;
+            return Ok(Principal {
+                name: entry.name.clone(),
+                roles: entry.roles,
+                via: Via::Token,
+            });
+        }
+        match cert_subject {
+            Some(subject) => Ok(Principal {
+                name: subject.to_string(),
+                roles: self
+                    .subjects
+                    .get(subject)
+                    .copied()
+                    .unwrap_or(self.default_cert_roles),
+                via: Via::Certificate,
+            }),
+            None => Err(Denial::TokenMissing),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::tokens::hash_hex;
+
+    const ALICE: &str = "tally_alice-secret";
+    const EVE: &str = "tally_enroller-secret";
+
+    fn file() -> String {
+        format!(
+            r#"{{"tokens": [
+                {{"name": "alice", "roles": ["operator"], "sha256": "{}"}},
+                {{"name": "eve", "roles": ["enroller"], "sha256": "{}"}}
+            ],
+            "certificates": [{{"subject": "worker-7", "roles": ["worker"]}}]}}"#,
+            hash_hex(ALICE),
+            hash_hex(EVE)
+        )
+    }
+
+    fn args() -> Security {
+        let mut s = Security::disabled();
+        s.auth = AuthMode::Tokens;
+        s.tokens = Some(file());
+        s.tls_client_ca = Some("ca.pem".into());
+        s
+    }
+
+    fn bearer(t: &str) -> Vec<u8> {
+        format!("Bearer {t}").into_bytes()
+    }
+
+    const CLAIM: &str = "/tally.v1.LedgerService/ClaimRows";
+    const ENROLL: &str = "/tally.v1.LedgerService/EnrollRows";
+
+    fn denial(d: Decision) -> &'static str {
+        match d {
+            Decision::Deny(d) => d.reason(),
+            Decision::Allow(p) => panic!("allowed {p:?}"),
+        }
+    }
+
+    #[test]
+    fn tokens_name_the_caller_and_roles_decide() {
+        let auth = Authenticator::from_args(&args()).unwrap();
+        match auth.decide(CLAIM, Some(&bearer(ALICE)), None) {
+            Decision::Allow(Some(p)) => {
+                assert_eq!(p.name, "alice");
+                assert_eq!(p.via, Via::Token);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            auth.decide(ENROLL, Some(&bearer(EVE)), None),
+            Decision::Allow(Some(_))
+        ));
+        assert_eq!(
+            denial(auth.decide(CLAIM, Some(&bearer(EVE)), None)),
+            "ROLE_DENIED"
+        );
+    }
+
+    #[test]
+    fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
+        let auth = Authenticator::from_args(&args()).unwrap();
+        assert_eq!(denial(auth.decide(CLAIM, None, None)), "TOKEN_MISSING");
+        assert_eq!(
+            denial(auth.decide(CLAIM, Some(b"Basic YWxpY2U="), None)),
+            "TOKEN_MALFORMED"
+        );
+        assert_eq!(
+            denial(auth.decide(CLAIM, Some(b"Bearer "), None)),
+            "TOKEN_MALFORMED"
+        );
+        assert_eq!(
+            denial(auth.decide(CLAIM, Some(&bearer("tally_guess")), None)),
+            "TOKEN_UNKNOWN"
+        );
+        // A good certificate does not rescue a bad token.
+        assert_eq!(
+            denial(auth.decide(CLAIM, Some(&bearer("tally_guess")), Some("worker-7"))),
+            "TOKEN_UNKNOWN"
+        );
+        let s = Denial::TokenUnknown.status(CLAIM);
+        assert_eq!(s.code(), Code::Unauthenticated);
+        assert!(!s.message().contains("tally_guess"));
+    }
+
+    #[test]
+    fn certificates_name_the_caller_with_mapped_or_default_roles() {
+        let auth = Authenticator::from_args(&args()).unwrap();
+        match auth.decide(CLAIM, None, Some("worker-7")) {
+            Decision::Allow(Some(p)) => {
+                assert_eq!(p.name, "worker-7");
+                assert_eq!(p.via, Via::Certificate);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Unmapped subject, no --mtls-roles: known, but allowed nothing.
+        assert_eq!(
+            denial(auth.decide(CLAIM, None, Some("stranger"))),
+            "ROLE_DENIED"
+        );
+        let mut a = args();
+        a.mtls_roles = vec![Role::Enroller];
+        let auth = Authenticator::from_args(&a).unwrap();
+        assert!(matches!(
+            auth.decide(ENROLL, None, Some("stranger")),
+            Decision::Allow(Some(_))
+        ));
+        assert_eq!(
+            denial(auth.decide(CLAIM, None, Some("stranger"))),
+            "ROLE_DENIED"
+        );
+    }
+
+    #[test]
+    fn unlisted_methods_are_denied_even_to_operators() {
+        let auth = Authenticator::from_args(&args()).unwrap();
+        let path = "/tally.v1.LedgerService/DropEverything";
+        assert_eq!(
+            denial(auth.decide(path, Some(&bearer(ALICE)), None)),
+            "METHOD_NOT_LISTED"
+        );
+        assert_eq!(denial(auth.decide(path, None, None)), "TOKEN_MISSING");
+        let s = Denial::NotListed {
+            caller: "alice".into(),
+        }
+        .status(path);
+        assert_eq!(s.code(), Code::PermissionDenied);
+    }
+
+    #[test]
+    fn health_is_open_and_reflection_follows_its_setting() {
+        let refl = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
+        let mut a = args();
+        let auth = Authenticator::from_args(&a).unwrap();
+        assert_eq!(
+            auth.decide("/grpc.health.v1.Health/Check", None, None),
+            Decision::Allow(None)
+        );
+        assert_eq!(auth.decide(refl, None, None), Decision::Allow(None));
+        a.reflection = ReflectionMode::Authenticated;
+        let auth = Authenticator::from_args(&a).unwrap();
+        assert_eq!(denial(auth.decide(refl, None, None)), "TOKEN_MISSING");
+        assert!(matches!(
+            auth.decide(refl, Some(&bearer(EVE)), None),
+            Decision::Allow(Some(_))
+        ));
+        a.reflection = ReflectionMode::Off;
+        let auth = Authenticator::from_args(&a).unwrap();
+        assert_eq!(
+            denial(auth.decide(refl, Some(&bearer(ALICE)), None)),
+            "REFLECTION_OFF"
+        );
+    }
+
+    #[test]
+    fn disabled_lets_everything_through_as_anonymous() {
+        let auth = Authenticator::from_args(&Security::disabled()).unwrap();
+        match auth.decide("/tally.v1.LedgerService/RedriveRows", None, None) {
+            Decision::Allow(Some(p)) => assert_eq!(p.name, "anonymous"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn dangerous_or_useless_settings_are_refused() {
+        let mut a = Security::disabled();
+        a.auth = AuthMode::Tokens;
+        let e = Authenticator::from_args(&a).unwrap_err();
+        assert!(matches!(e, ConfigError::NoCredentials));
+        let text = e.to_string();
+        assert!(text.contains("--tokens-file") && text.contains("--auth disabled"));
+
+        let mut a = args();
+        a.tls_client_ca = None;
+        assert!(
+            Authenticator::from_args(&a)
+                .unwrap_err()
+                .to_string()
+                .contains("--tls-client-ca")
+        );
+
+        let mut a = Security::disabled();
+        a.mtls_roles = vec![Role::Worker];
+        assert!(Authenticator::from_args(&a).is_err());
+
+        // mTLS with default roles is enough on its own.
+        let mut a = Security::disabled();
+        a.auth = AuthMode::Tokens;
+        a.tls_client_ca = Some("ca.pem".into());
+        a.mtls_roles = vec![Role::Worker];
+        assert!(Authenticator::from_args(&a).is_ok());
+    }
+
+    #[test]
+    fn roles_print_and_combine() {
+        let r = Roles::of(&[Role::Operator, Role::Enroller]);
+        assert_eq!(r.to_string(), "enroller,operator");
+        assert!(r.has(Role::Enroller) && !r.has(Role::Worker));
+        assert_eq!(Roles::NONE.to_string(), "none");
+        assert!(r.intersects(Roles::OPERATOR) && !r.intersects(Roles::WORKER));
+    }
+}

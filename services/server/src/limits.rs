@@ -1,0 +1,643 @@
+//! The limits layer: what one client may take from everyone else.
+//!
+//! - Unary calls in flight across the server (`max_concurrent_calls`) and
+//!   open streams (`max_concurrent_streams`) are separate budgets, so idle
+//!   watches cannot starve unary calls. A call over either budget is shed at
+//!   once with RESOURCE_EXHAUSTED and a RetryInfo, never queued: queueing
+//!   under overload only turns it into timeouts.
+//! - Calls and streams in flight on one connection
+//!   (`max_calls_per_connection`), so one client cannot take the whole
+//!   budget; also RESOURCE_EXHAUSTED.
+//! - Unary calls end with DEADLINE_EXCEEDED after `request_timeout`.
+//! - Server streams end after `max_stream_age`, and at shutdown, with
+//!   UNAVAILABLE: the client reconnects and resumes from its last sequence.
+//!   Messages the handler already produced are delivered first.
+//!
+//! A slot is held until the response body has sent its trailers (or is
+//! dropped), so for a stream that is the whole life of the stream, and a
+//! client that saw a call end can count on its slot being free.
+//!
+//! Health checks (unary) are exempt: they read memory, and probes must be
+//! answered under load. Message sizes are tonic's `max_decoding_message_size`
+//! (set per service in [`crate::server`]); rows per call are checked in
+//! [`crate::validate`].
+
+use crate::auth::layer::{REFUSED, peer_addr};
+use crate::auth::methods::{Kind, Route};
+use crate::config::Limits;
+use crate::metrics::Metrics;
+use crate::status;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body::Frame;
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tonic::body::Body;
+use tonic::{Code, Status};
+use tower::{Layer, Service};
+
+/// How long a shed client is asked to wait before retrying.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// At most this many already-produced messages are flushed when a stream is
+/// ended, so a firehose cannot outrun its own end.
+const FLUSH: usize = 64;
+
+/// Refuses limits that would make the server unusable.
+pub fn check(limits: &Limits) -> Result<(), String> {
+    let positive = [
+        ("--max-concurrent-calls", limits.max_concurrent_calls),
+        ("--max-concurrent-streams", limits.max_concurrent_streams),
+        (
+            "--max-calls-per-connection",
+            limits.max_calls_per_connection,
+        ),
+        ("--max-message-bytes", limits.max_message_bytes),
+        ("--max-rows-per-call", limits.max_rows_per_call),
+    ];
+    for (flag, value) in positive {
+        if value == 0 {
+            return Err(format!("{flag} must be at least 1"));
+        }
+    }
+    if limits.max_claim_rows < 1 {
+        return Err("--max-claim-rows must be at least 1".into());
+    }
+    if limits.request_timeout.is_zero() || limits.max_stream_age.is_zero() {
+        return Err("--request-timeout and --max-stream-age must be longer than zero".into());
+    }
+    Ok(())
+}
+
+#[derive(Clone)]
+pub struct LimitsLayer {
+    state: Arc<State>,
+}
+
+struct State {
+    calls: Arc<Semaphore>,
+    streams: Arc<Semaphore>,
+    per_connection: Mutex<HashMap<SocketAddr, usize>>,
+    limits: Limits,
+    end_streams: CancellationToken,
+    metrics: Metrics,
+}
+
+impl LimitsLayer {
+    /// `end_streams`, when cancelled, ends every open stream (shutdown).
+    pub fn new(limits: &Limits, metrics: Metrics, end_streams: CancellationToken) -> Self {
+        metrics.describe(
+            REFUSED,
+            "counter",
+            "calls refused before reaching a handler, by reason",
+        );
+        Self {
+            state: Arc::new(State {
+                calls: Arc::new(Semaphore::new(limits.max_concurrent_calls)),
+                streams: Arc::new(Semaphore::new(limits.max_concurrent_streams)),
+                per_connection: Mutex::new(HashMap::new()),
+                limits: limits.clone(),
+                end_streams,
+                metrics,
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for LimitsLayer {
+    type Service = LimitsService<S>;
+
+    fn layer(&self, inner: S) -> LimitsService<S> {
+        LimitsService {
+            inner,
+            state: self.state.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct LimitsService<S> {
+    inner: S,
+    state: Arc<State>,
+}
+
+impl<S, B> Service<http::Request<B>> for LimitsService<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let path = req.uri().path().to_string();
+        let route = Route::of(&path);
+        if matches!(route, Route::Health(Kind::Unary)) {
+            return Box::pin(inner.call(req));
+        }
+        let kind = route.kind();
+        let held = match self.state.admit(kind, peer_addr(req.extensions())) {
+            Ok(held) => held,
+            Err(refusal) => {
+                let response = self.state.refuse(&path, refusal).into_http();
+                return Box::pin(async move { Ok(response) });
+            }
+        };
+        let state = self.state.clone();
+        match kind {
+            Kind::Unary => Box::pin(async move {
+                let timeout = state.limits.request_timeout;
+                match tokio::time::timeout(timeout, inner.call(req)).await {
+                    Ok(Ok(response)) => {
+                        Ok(response.map(|body| Body::new(Guarded::new(body, held, None))))
+                    }
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Ok(state.refuse(&path, Refusal::Timeout).into_http()),
+                }
+            }),
+            Kind::Stream => Box::pin(async move {
+                let ending = Ending {
+                    age: Box::pin(tokio::time::sleep_until(
+                        Instant::now() + state.limits.max_stream_age,
+                    )),
+                    shutdown: Box::pin(state.end_streams.clone().cancelled_owned()),
+                    max_age: state.limits.max_stream_age,
+                    path: path.clone(),
+                };
+                let response = inner.call(req).await?;
+                Ok(response.map(|body| Body::new(Guarded::new(body, held, Some(ending)))))
+            }),
+        }
+    }
+}
+
+/// Why a call was shed or cut short.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Calls,
+    Streams,
+    Connection,
+    Timeout,
+}
+
+/// What a call holds while it runs; dropping it frees the slots.
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    _connection: Option<ConnectionSlot>,
+}
+
+struct ConnectionSlot {
+    state: Arc<State>,
+    addr: SocketAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut map = self
+            .state
+            .per_connection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = map.get_mut(&self.addr) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.addr);
+            }
+        }
+    }
+}
+
+impl State {
+    fn admit(self: &Arc<Self>, kind: Kind, peer: Option<SocketAddr>) -> Result<Held, Refusal> {
+        let connection = match peer {
+            Some(addr) => {
+                let mut map = self
+                    .per_connection
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let n = map.entry(addr).or_insert(0);
+                if *n >= self.limits.max_calls_per_connection {
+                    return Err(Refusal::Connection);
+                }
+                *n += 1;
+                Some(ConnectionSlot {
+                    state: self.clone(),
+                    addr,
+                })
+            }
+            None => None,
+        };
+        let (budget, refusal) = match kind {
+            Kind::Unary => (&self.calls, Refusal::Calls),
+            Kind::Stream => (&self.streams, Refusal::Streams),
+        };
+        let permit = budget.clone().try_acquire_owned().map_err(|_| refusal)?;
+        Ok(Held {
+            _permit: permit,
+            _connection: connection,
+        })
+    }
+
+    fn refuse(&self, method: &str, refusal: Refusal) -> Status {
+        let l = &self.limits;
+        let (code, reason, limit, value, message, retry) = match refusal {
+            Refusal::Calls => (
+                Code::ResourceExhausted,
+                "TOO_MANY_CALLS",
+                "max_concurrent_calls",
+                l.max_concurrent_calls.to_string(),
+                format!(
+                    "server overloaded: {} calls in flight (max_concurrent_calls); retry with backoff",
+                    l.max_concurrent_calls
+                ),
+                Some(RETRY_AFTER),
+            ),
+            Refusal::Streams => (
+                Code::ResourceExhausted,
+                "TOO_MANY_STREAMS",
+                "max_concurrent_streams",
+                l.max_concurrent_streams.to_string(),
+                format!(
+                    "server overloaded: {} streams open (max_concurrent_streams); retry with backoff",
+                    l.max_concurrent_streams
+                ),
+                Some(RETRY_AFTER),
+            ),
+            Refusal::Connection => (
+                Code::ResourceExhausted,
+                "CONNECTION_LIMIT",
+                "max_calls_per_connection",
+                l.max_calls_per_connection.to_string(),
+                format!(
+                    "{} calls already in flight on this connection (max_calls_per_connection); \
+                     wait for one to finish",
+                    l.max_calls_per_connection
+                ),
+                Some(RETRY_AFTER),
+            ),
+            Refusal::Timeout => (
+                Code::DeadlineExceeded,
+                "REQUEST_TIMEOUT",
+                "request_timeout",
+                humantime::format_duration(l.request_timeout).to_string(),
+                format!(
+                    "the call ran longer than the server's limit of {} (request_timeout)",
+                    humantime::format_duration(l.request_timeout)
+                ),
+                None,
+            ),
+        };
+        tracing::warn!(method, reason, "call refused");
+        self.metrics.inc(REFUSED, &[("reason", reason)]);
+        let meta = HashMap::from([
+            ("method".to_string(), method.to_string()),
+            ("limit".to_string(), limit.to_string()),
+            ("value".to_string(), value),
+        ]);
+        status::refused(code, reason, message, meta, retry)
+    }
+}
+
+/// When a stream is ended by the server.
+struct Ending {
+    age: Pin<Box<Sleep>>,
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    max_age: Duration,
+    path: String,
+}
+
+impl Ending {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Option<Status> {
+        let (reason, message) = if self.age.as_mut().poll(cx).is_ready() {
+            (
+                "STREAM_MAX_AGE",
+                format!(
+                    "the stream reached the server's maximum age of {} (max_stream_age); \
+                     reconnect and resume from the last sequence",
+                    humantime::format_duration(self.max_age)
+                ),
+            )
+        } else if self.shutdown.as_mut().poll(cx).is_ready() {
+            (
+                "SHUTTING_DOWN",
+                "the server is shutting down; reconnect and resume from the last sequence"
+                    .to_string(),
+            )
+        } else {
+            return None;
+        };
+        tracing::info!(method = %self.path, reason, "ending stream");
+        let meta = HashMap::from([("method".to_string(), self.path.clone())]);
+        Some(status::refused(
+            Code::Unavailable,
+            reason,
+            message,
+            meta,
+            None,
+        ))
+    }
+}
+
+enum Phase {
+    Open,
+    /// Ending with this status after flushing what is ready.
+    Ending(Option<Status>, usize),
+    Done,
+}
+
+/// A response body that holds its call's slots until it ends and, for
+/// streams, ends itself at the maximum age or at shutdown.
+struct Guarded {
+    inner: Body,
+    held: Option<Held>,
+    ending: Option<Ending>,
+    phase: Phase,
+}
+
+impl Guarded {
+    fn new(inner: Body, held: Held, ending: Option<Ending>) -> Self {
+        Self {
+            inner,
+            held: Some(held),
+            ending,
+            phase: Phase::Open,
+        }
+    }
+
+    fn finish(&mut self) {
+        self.phase = Phase::Done;
+        self.held = None;
+        self.inner = Body::empty();
+    }
+
+    /// Passes a frame of the inner body on, finishing at its end.
+    fn pass(
+        &mut self,
+        frame: Option<Result<Frame<Bytes>, Status>>,
+    ) -> Option<Result<Frame<Bytes>, Status>> {
+        match &frame {
+            Some(Ok(f)) if f.is_data() => {}
+            _ => self.finish(),
+        }
+        frame
+    }
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.phase {
+                Phase::Done => return Poll::Ready(None),
+                Phase::Open => {
+                    if let Some(status) = this.ending.as_mut().and_then(|e| e.poll(cx)) {
+                        this.phase = Phase::Ending(Some(status), 0);
+                        continue;
+                    }
+                    let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+                    return Poll::Ready(this.pass(frame));
+                }
+                Phase::Ending(status, flushed) => {
+                    if *flushed < FLUSH
+                        && let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx)
+                    {
+                        *flushed += 1;
+                        return Poll::Ready(this.pass(frame));
+                    }
+                    let status = status.take().expect("ending status is taken once");
+                    this.finish();
+                    let mut trailers = http::HeaderMap::new();
+                    if let Err(e) = status.add_header(&mut trailers) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self.phase {
+            Phase::Done => true,
+            Phase::Open => self.inner.is_end_stream(),
+            Phase::Ending(..) => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+    use http_body_util::BodyExt as _;
+    use tonic_types::StatusExt as _;
+
+    fn limits() -> Limits {
+        Limits {
+            max_concurrent_calls: 2,
+            max_concurrent_streams: 1,
+            max_calls_per_connection: 2,
+            max_stream_age: Duration::from_secs(60),
+            ..Limits::default()
+        }
+    }
+
+    fn state(l: &Limits) -> Arc<State> {
+        LimitsLayer::new(l, Metrics::new(), CancellationToken::new()).state
+    }
+
+    fn reason(s: &Status) -> String {
+        s.get_error_details()
+            .error_info()
+            .map(|i| i.reason.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn budgets_are_separate_and_freed_on_drop() {
+        let s = state(&limits());
+        let a = s.admit(Kind::Unary, None).unwrap();
+        let _b = s.admit(Kind::Unary, None).unwrap();
+        assert!(matches!(
+            s.admit(Kind::Unary, None).err(),
+            Some(Refusal::Calls)
+        ));
+        let stream = s.admit(Kind::Stream, None).unwrap();
+        assert!(matches!(
+            s.admit(Kind::Stream, None).err(),
+            Some(Refusal::Streams)
+        ));
+        drop(a);
+        drop(stream);
+        s.admit(Kind::Unary, None).unwrap();
+        s.admit(Kind::Stream, None).unwrap();
+    }
+
+    #[test]
+    fn connections_have_their_own_budget() {
+        let mut l = limits();
+        l.max_concurrent_calls = 10;
+        let s = state(&l);
+        let one: SocketAddr = "10.0.0.1:1000".parse().unwrap();
+        let two: SocketAddr = "10.0.0.1:1001".parse().unwrap();
+        let a = s.admit(Kind::Unary, Some(one)).unwrap();
+        let _b = s.admit(Kind::Unary, Some(one)).unwrap();
+        assert!(matches!(
+            s.admit(Kind::Unary, Some(one)).err(),
+            Some(Refusal::Connection)
+        ));
+        let _c = s.admit(Kind::Unary, Some(two)).unwrap();
+        drop(a);
+        let _d = s.admit(Kind::Unary, Some(one)).unwrap();
+        drop(_d);
+        drop(_b);
+        drop(_c);
+        assert!(s.per_connection.lock().unwrap().is_empty(), "no leak");
+    }
+
+    #[test]
+    fn refusals_name_their_limit() {
+        let s = state(&limits());
+        let st = s.refuse("/m", Refusal::Calls);
+        assert_eq!(st.code(), Code::ResourceExhausted);
+        assert!(st.message().contains("max_concurrent_calls"));
+        assert_eq!(reason(&st), "TOO_MANY_CALLS");
+        assert!(st.get_error_details().retry_info().is_some());
+        let st = s.refuse("/m", Refusal::Timeout);
+        assert_eq!(st.code(), Code::DeadlineExceeded);
+        assert!(st.message().contains("request_timeout"));
+    }
+
+    #[test]
+    fn checks_refuse_zero_limits() {
+        assert!(check(&Limits::default()).is_ok());
+        let l = Limits {
+            max_concurrent_streams: 0,
+            ..Limits::default()
+        };
+        assert!(check(&l).unwrap_err().contains("--max-concurrent-streams"));
+        let l = Limits {
+            request_timeout: Duration::ZERO,
+            ..Limits::default()
+        };
+        assert!(check(&l).is_err());
+    }
+
+    /// A body fed by a channel, standing in for a handler's stream.
+    fn channel_body() -> (
+        tokio::sync::mpsc::Sender<Result<Frame<Bytes>, Status>>,
+        Body,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        (tx, Body::new(http_body_util::StreamBody::new(stream)))
+    }
+
+    fn ending(s: &Arc<State>, age: Duration) -> Ending {
+        Ending {
+            age: Box::pin(tokio::time::sleep(age)),
+            shutdown: Box::pin(s.end_streams.clone().cancelled_owned()),
+            max_age: age,
+            path: "/grpc.health.v1.Health/Watch".into(),
+        }
+    }
+
+    fn status_of(trailers: &http::HeaderMap) -> Status {
+        Status::from_header_map(trailers).expect("grpc-status in trailers")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn streams_end_at_their_maximum_age_after_flushing() {
+        let s = state(&limits());
+        let (tx, body) = channel_body();
+        let held = s.admit(Kind::Stream, None).unwrap();
+        let mut guarded = Guarded::new(body, held, Some(ending(&s, Duration::from_secs(5))));
+        tx.send(Ok(Frame::data(Bytes::from_static(b"one"))))
+            .await
+            .unwrap();
+        let first = guarded.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "one");
+        // The clock is paused: this waits exactly until the age passes.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        tx.send(Ok(Frame::data(Bytes::from_static(b"two"))))
+            .await
+            .unwrap();
+        let second = guarded.frame().await.unwrap().unwrap();
+        assert_eq!(
+            second.into_data().unwrap(),
+            "two",
+            "ready messages flush first"
+        );
+        assert!(
+            s.streams.available_permits() == 0,
+            "still held while flushing"
+        );
+        let end = guarded.frame().await.unwrap().unwrap();
+        let status = status_of(end.trailers_ref().unwrap());
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(reason(&status), "STREAM_MAX_AGE");
+        assert!(status.message().contains("max_stream_age"));
+        assert!(guarded.frame().await.is_none());
+        assert!(guarded.is_end_stream());
+        assert_eq!(s.streams.available_permits(), 1, "slot freed at the end");
+        assert!(tx.is_closed(), "the handler's stream was dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_ends_streams() {
+        let s = state(&limits());
+        let (_tx, body) = channel_body();
+        let held = s.admit(Kind::Stream, None).unwrap();
+        let mut guarded = Guarded::new(body, held, Some(ending(&s, Duration::from_secs(600))));
+        s.end_streams.cancel();
+        let end = guarded.frame().await.unwrap().unwrap();
+        let status = status_of(end.trailers_ref().unwrap());
+        assert_eq!(reason(&status), "SHUTTING_DOWN");
+        assert_eq!(s.streams.available_permits(), 1);
+    }
+
+    #[tokio::test]
+    async fn bodies_that_end_on_their_own_pass_through_and_free_slots() {
+        let s = state(&limits());
+        let (tx, body) = channel_body();
+        let held = s.admit(Kind::Unary, None).unwrap();
+        let mut guarded = Guarded::new(body, held, None);
+        tx.send(Ok(Frame::data(Bytes::from_static(b"reply"))))
+            .await
+            .unwrap();
+        let mut trailers = http::HeaderMap::new();
+        Status::ok("").add_header(&mut trailers).unwrap();
+        tx.send(Ok(Frame::trailers(trailers))).await.unwrap();
+        assert!(guarded.frame().await.unwrap().unwrap().is_data());
+        assert_eq!(s.calls.available_permits(), 1);
+        let t = guarded.frame().await.unwrap().unwrap();
+        assert!(t.is_trailers());
+        assert_eq!(
+            s.calls.available_permits(),
+            2,
+            "freed before the client sees the end"
+        );
+        assert!(guarded.frame().await.is_none());
+    }
+}

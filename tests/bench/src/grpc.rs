@@ -1,0 +1,206 @@
+//! The same work through tally's gRPC API.
+
+use crate::workload::{self, Mix};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tally_proto::v1 as pb;
+use tally_proto::v1::ledger_service_client::LedgerServiceClient;
+use tonic::transport::Channel;
+
+pub type Client = LedgerServiceClient<Channel>;
+
+pub async fn connect(addr: &str) -> anyhow::Result<Client> {
+    let channel = tonic::transport::Endpoint::from_shared(addr.to_string())?
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    Ok(LedgerServiceClient::new(channel)
+        .max_decoding_message_size(256 << 20)
+        .max_encoding_message_size(256 << 20))
+}
+
+/// A ledger whose retries are claimable at once (like the raw loop's).
+pub async fn create_ledger(client: &mut Client, id: &str) -> anyhow::Result<()> {
+    client
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: id.into(),
+            policy: Some(pb::LedgerPolicy {
+                backoff: Some(pb::Backoff {
+                    initial: Some(prost_types::Duration {
+                        seconds: 0,
+                        nanos: 1_000,
+                    }),
+                    max: Some(prost_types::Duration {
+                        seconds: 0,
+                        nanos: 1_000,
+                    }),
+                    multiplier: 1.0,
+                    jitter: 0.0,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await?;
+    Ok(())
+}
+
+pub async fn enroll(
+    addr: &str,
+    ledger: &str,
+    keys: Arc<Vec<String>>,
+    clients: usize,
+    batch: usize,
+) -> anyhow::Result<(u64, Duration)> {
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let mut client = connect(addr).await?;
+        let (keys, next, parent) = (keys.clone(), next.clone(), format!("ledgers/{ledger}"));
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            loop {
+                let from = next.fetch_add(batch as u64, Ordering::Relaxed) as usize;
+                if from >= keys.len() {
+                    return Ok::<u64, anyhow::Error>(done);
+                }
+                let rows = keys[from..(from + batch).min(keys.len())]
+                    .iter()
+                    .map(|k| pb::RowInput {
+                        key: k.clone(),
+                        payload: workload::payload(k),
+                        ..Default::default()
+                    })
+                    .collect();
+                let r = client
+                    .enroll_rows(pb::EnrollRowsRequest {
+                        parent: parent.clone(),
+                        rows,
+                    })
+                    .await?
+                    .into_inner();
+                done += r.enrolled as u64;
+            }
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok((total, start.elapsed()))
+}
+
+fn outcomes(rows: &[pb::ClaimedRow]) -> Vec<pb::RowOutcome> {
+    rows.iter()
+        .map(|r| {
+            let attempt = r.attempts.map_or(0, |a| a.total) as u64 + 1;
+            let outcome = match workload::outcome(&r.key, attempt) {
+                Mix::Success => pb::row_outcome::Outcome::Result(workload::result(&r.key)),
+                Mix::Transient => pb::row_outcome::Outcome::Failure(pb::Failure {
+                    http_code: 503,
+                    status: "UNAVAILABLE".into(),
+                    message: "overloaded".into(),
+                    ..Default::default()
+                }),
+                Mix::Permanent => pb::row_outcome::Outcome::Failure(pb::Failure {
+                    http_code: 400,
+                    status: "INVALID_ARGUMENT".into(),
+                    message: "bad request".into(),
+                    ..Default::default()
+                }),
+            };
+            pb::RowOutcome {
+                key: r.key.clone(),
+                outcome: Some(outcome),
+                usage: Some(pb::Usage {
+                    input_tokens: 120,
+                    output_tokens: 40,
+                    ..Default::default()
+                }),
+            }
+        })
+        .collect()
+}
+
+/// ClaimRows of `batch`, then ReportOutcomes of the same rows, by `workers`
+/// loops for `duration`. Returns rows reported.
+pub async fn claim_report(
+    addr: &str,
+    ledger: &str,
+    workers: usize,
+    batch: i32,
+    duration: Duration,
+) -> anyhow::Result<(u64, Duration)> {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let mut client = connect(addr).await?;
+        let parent = format!("ledgers/{ledger}");
+        tasks.push(tokio::spawn(async move {
+            let mut reported = 0u64;
+            while Instant::now() < deadline {
+                let grant = client
+                    .claim_rows(pb::ClaimRowsRequest {
+                        parent: parent.clone(),
+                        max_rows: batch,
+                        worker: format!("bench-{w}"),
+                        ..Default::default()
+                    })
+                    .await?
+                    .into_inner();
+                let Some(claim) = grant.claim else { break };
+                let n = grant.rows.len() as u64;
+                client
+                    .report_outcomes(pb::ReportOutcomesRequest {
+                        claim: claim.name,
+                        outcomes: outcomes(&grant.rows),
+                    })
+                    .await?;
+                reported += n;
+            }
+            Ok::<u64, anyhow::Error>(reported)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await??;
+    }
+    Ok((total, start.elapsed()))
+}
+
+/// Latencies of `samples` ClaimRows calls of `batch` rows (each followed by
+/// its report, untimed).
+pub async fn claim_latencies(
+    addr: &str,
+    ledger: &str,
+    batch: i32,
+    samples: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut client = connect(addr).await?;
+    let parent = format!("ledgers/{ledger}");
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        let grant = client
+            .claim_rows(pb::ClaimRowsRequest {
+                parent: parent.clone(),
+                max_rows: batch,
+                worker: "latency".into(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        out.push(t.elapsed());
+        let Some(claim) = grant.claim else { break };
+        client
+            .report_outcomes(pb::ReportOutcomesRequest {
+                claim: claim.name,
+                outcomes: outcomes(&grant.rows),
+            })
+            .await?;
+    }
+    out.sort();
+    Ok(out)
+}

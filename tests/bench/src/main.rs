@@ -1,0 +1,181 @@
+//! tally-bench: tally measured against raw PostgreSQL in the same run, on the
+//! same database, so the ratios mean something on a shared, noisy machine.
+//!
+//! The server under test runs as a child process (this binary in `serve`
+//! mode) so its memory can be sampled on its own. Every tally figure is
+//! printed beside its baseline with the ratio.
+
+mod child;
+mod db;
+mod grpc;
+mod raw;
+mod stats;
+mod workload;
+
+use clap::{Parser, Subcommand};
+use sqlx::postgres::PgPoolOptions;
+use stats::{Line, ms, per_sec, rate};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "tally-bench",
+    about = "tally against raw PostgreSQL, in one run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// An EMPTY database to run in (emptied again afterwards).
+    #[arg(long)]
+    database_url: Option<String>,
+    /// A server to create a scratch database on (dropped afterwards).
+    /// Default: DATABASE_URL; without either, a private PostgreSQL.
+    #[arg(long, env = "DATABASE_URL")]
+    admin_url: Option<String>,
+    /// Seconds each throughput phase runs.
+    #[arg(long, default_value_t = 6)]
+    seconds: u64,
+    /// Rows per enroll phase.
+    #[arg(long, default_value_t = 200_000)]
+    enroll_rows: u64,
+    /// Concurrent enroll clients.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Rows enrolled ahead of each claim+report phase.
+    #[arg(long, default_value_t = 300_000)]
+    backlog: u64,
+    /// Ledger sizes for the claim-latency scale test.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    scale: Vec<u64>,
+    /// Smaller everything, for a quick look.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Internal: run the server under test.
+    Serve {
+        #[arg(long)]
+        database_url: String,
+        #[arg(long)]
+        port: u16,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut cli = Cli::parse();
+    if let Some(Command::Serve { database_url, port }) = cli.command {
+        tracing_subscriber::fmt()
+            .with_env_filter("warn")
+            .with_writer(std::io::stderr)
+            .init();
+        return child::serve(database_url, port).await;
+    }
+    if cli.quick {
+        cli.seconds = 3;
+        cli.enroll_rows = 50_000;
+        cli.backlog = 80_000;
+        cli.scale = vec![10_000, 100_000];
+    }
+    let scratch = db::Scratch::acquire(cli.database_url.clone(), cli.admin_url.clone()).await?;
+    let result = run(&cli, scratch.url()).await;
+    scratch.release().await?;
+    let lines = result?;
+    println!("\n{}", stats::render(&lines));
+    Ok(())
+}
+
+async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
+    let server = child::Server::start(url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .connect(url)
+        .await?;
+    raw::setup(&pool).await?;
+    let mut client = grpc::connect(&server.addr).await?;
+    let mut lines = Vec::new();
+    let phase = Duration::from_secs(cli.seconds);
+
+    eprintln!(
+        "enroll: {} rows, {} clients, batches of 1000",
+        cli.enroll_rows, cli.clients
+    );
+    let keys = Arc::new(workload::keys("e", 0..cli.enroll_rows));
+    grpc::create_ledger(&mut client, "enroll").await?;
+    let (raw_n, raw_t) = raw::enroll(&pool, "enroll", keys.clone(), cli.clients, 1000).await?;
+    let (n, t) = grpc::enroll(&server.addr, "enroll", keys.clone(), cli.clients, 1000).await?;
+    lines.push(line(
+        format!("enroll ({} clients, batches of 1000)", cli.clients),
+        rate(n, t),
+        rate(raw_n, raw_t),
+    ));
+
+    for (batch, workers, backlog) in [
+        (500, 1, cli.backlog),
+        (500, 2, cli.backlog),
+        (500, 4, cli.backlog),
+        (1, 1, 20_000),
+        (1, 4, 20_000),
+    ] {
+        let ledger = format!("cr-{batch}-{workers}");
+        eprintln!("claim+report: batch {batch}, {workers} workers, backlog {backlog}");
+        let keys = Arc::new(workload::keys(&ledger, 0..backlog));
+        grpc::create_ledger(&mut client, &ledger).await?;
+        grpc::enroll(&server.addr, &ledger, keys.clone(), cli.clients, 1000).await?;
+        raw::enroll(&pool, &ledger, keys, cli.clients, 1000).await?;
+        let (raw_n, raw_t) = raw::claim_report(&pool, &ledger, workers, batch, phase).await?;
+        let (n, t) =
+            grpc::claim_report(&server.addr, &ledger, workers, batch as i32, phase).await?;
+        lines.push(line(
+            format!("claim+report, batch {batch}, {workers} worker(s)"),
+            rate(n, t),
+            rate(raw_n, raw_t),
+        ));
+    }
+
+    let mut first_p50 = None;
+    for &size in &cli.scale {
+        let ledger = format!("scale-{size}");
+        eprintln!("scale: {size} rows");
+        let keys = Arc::new(workload::keys(&ledger, 0..size));
+        grpc::create_ledger(&mut client, &ledger).await?;
+        grpc::enroll(&server.addr, &ledger, keys, cli.clients, 1000).await?;
+        sqlx::query("VACUUM ANALYZE").execute(&pool).await?;
+        let lat = grpc::claim_latencies(&server.addr, &ledger, 500, 40).await?;
+        let p50 = stats::percentile(&lat, 0.5);
+        let base = *first_p50.get_or_insert(p50);
+        lines.push(Line {
+            workload: format!("claim 500 latency p50 (p99) at {size} rows, vs the smallest"),
+            tally: format!("{} ({})", ms(p50), ms(stats::percentile(&lat, 0.99))),
+            baseline: ms(base),
+            ratio: Some(p50.as_secs_f64() / base.as_secs_f64().max(1e-9)),
+        });
+        lines.push(Line {
+            workload: format!("server RSS at {size} rows"),
+            tally: format!("{:.1} MiB", server.rss_now_kib() as f64 / 1024.0),
+            baseline: "150 MiB target".into(),
+            ratio: None,
+        });
+    }
+    lines.push(Line {
+        workload: "server peak RSS over the run".into(),
+        tally: format!("{:.1} MiB", server.peak_rss_mib()),
+        baseline: "150 MiB target".into(),
+        ratio: None,
+    });
+    pool.close().await;
+    server.stop().await?;
+    Ok(lines)
+}
+
+fn line(workload: String, tally: f64, baseline: f64) -> Line {
+    Line {
+        workload,
+        tally: per_sec(tally),
+        baseline: per_sec(baseline),
+        ratio: Some(tally / baseline.max(1e-9)),
+    }
+}
