@@ -434,10 +434,22 @@ async fn a_failed_operation_returns_its_jobs_unreported_rows() {
         job_state(s, job_id).await,
         (5, String::new(), "INTERNAL: backend error".into(), 2)
     );
+    let (summary, ended): (String, bool) =
+        sqlx::query_as("SELECT summary, end_time IS NOT NULL FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_one(s.pool())
+            .await
+            .unwrap();
+    assert!(summary.contains("retryable=2"), "{summary}");
+    assert!(ended);
     for key in ["k1", "k2"] {
         let row = s.get_row("l", key).await.unwrap();
         assert_eq!(row.status, RowStatus::Retryable, "{key}");
         assert_eq!(row.rule, "job_failed");
+        assert_eq!(
+            row.last_error,
+            "the job carrying the row ended failed: INTERNAL: backend error"
+        );
         assert_eq!(row.claim, None);
         let last = row.history.last().expect("an attempt");
         assert_eq!(last.rule, "job_failed");
@@ -512,7 +524,8 @@ async fn the_job_moves_in_the_same_transaction_or_nothing_does() {
 }
 
 /// A SUCCEEDED operation makes its job SUCCEEDED (ready to reconcile) with
-/// the output file, and leaves the rows to the worker's reports.
+/// the output file; the job stays open and its rows are left to the
+/// worker's reports and FinishJob.
 #[tokio::test]
 async fn a_succeeded_operation_makes_its_job_ready_to_reconcile() {
     let env = env().await;
@@ -531,4 +544,10 @@ async fn a_succeeded_operation_makes_its_job_ready_to_reconcile() {
         .await
         .unwrap();
     assert_eq!(running, 2);
+    let open: bool = sqlx::query_scalar("SELECT end_time IS NULL FROM jobs WHERE id = $1")
+        .bind(job_id)
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert!(open);
 }

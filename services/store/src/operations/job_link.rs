@@ -3,27 +3,34 @@
 //! An operation is linked to the job whose `batch` is its normalized name
 //! (`jobs.batch` is UNIQUE; MarkSubmitted records it before the worker does
 //! anything else with the batch). When the reducer applies a state, the job
-//! follows, only ever forward and guarded by the job state read under lock:
+//! follows, only forward, guarded by the job state read under lock, and
+//! only while the job is open and submitted:
 //!
 //! - RUNNING: a SUBMITTED job becomes RUNNING;
-//! - SUCCEEDED: the job becomes SUCCEEDED, i.e. ready to reconcile (the
-//!   worker downloads the output and reports rows; rows missing from it are
-//!   settled by FinishJob), with the operation's output file if the job had
-//!   none;
-//! - FAILED / CANCELLED / EXPIRED: the job takes that state with the
-//!   operation's error, and every row its claim still holds comes back
-//!   through the row state machine's `Event::JobFailed` (RETRYABLE with rule
-//!   `job_failed`, counted against the infra budget; PERMANENT at its cap),
-//!   written by the shared row writer, in the same transaction as the
-//!   operation's own change: either both happen or neither does.
+//! - SUCCEEDED: the job becomes SUCCEEDED, i.e. ready to reconcile: it
+//!   stays open, its rows untouched, until the worker downloads the output,
+//!   reports the rows and closes it with FinishJob (rows missing from the
+//!   output are settled there). The operation's output file is recorded if
+//!   the job had none;
+//! - FAILED / CANCELLED / EXPIRED: there is nothing to reconcile, so the job
+//!   is settled here as FinishJob would settle it: every row its claim
+//!   still holds goes through the row state machine's `Event::JobFailed`
+//!   (RETRYABLE with rule `job_failed`, an infra attempt recorded with the
+//!   job; PERMANENT at the infra cap), written by the shared row writer;
+//!   the job takes the batch's final state with the operation's error, its
+//!   counts and summary line, and an end time; its claim is done. All of it
+//!   in the transaction that changes the operation: both happen or neither.
 //!
-//! Lock order is the one the rest of the store uses: job, then claim, then
-//! rows.
+//! Lock order is the store's usual one: job, then claim, then rows (the
+//! operation row, locked by the compare-and-swap, is taken before all of
+//! them and nothing locks a job before an operation).
 //!
 //! This is written against the `jobs` table of migration 0002 directly,
 //! because JobService's store module is being built in parallel; when it
-//! lands, this function should call its job settlement (the FinishJob path
-//! for a failed job) and emit its job event instead of repeating them.
+//! lands, [`move_linked_job`] should step the job with its state machine
+//! (`ProviderRunning` / `ProviderFinished`), settle a failed batch through
+//! its FinishJob path (which closes the job RECONCILED with the final state
+//! beside it) and append the job event, instead of repeating them here.
 
 use crate::apply;
 use crate::claims::{self, LockedRow};
@@ -32,6 +39,7 @@ use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
 use tally_core::operation::OpState;
 use tally_core::status::RowStatus;
+use tally_core::summary::{JobCounts, job_line};
 use tally_core::transition::Event;
 use uuid::Uuid;
 
@@ -68,8 +76,9 @@ struct LinkedJob {
 }
 
 /// Moves the job linked to operation `name` after `state` was applied to
-/// it. `None` when no job is linked or the job does not move (it is already
-/// at or past where the operation would take it).
+/// it. `None` when no job is linked or the job does not move (not yet
+/// submitted, already at or past where the operation would take it, or
+/// closed).
 pub(super) async fn move_linked_job(
     tx: &mut Transaction<'static, Postgres>,
     name: &str,
@@ -77,16 +86,16 @@ pub(super) async fn move_linked_job(
 ) -> Result<Option<JobMove>> {
     let (target, movable_from): (i16, &[i16]) = match state {
         OpState::Running => (RUNNING, &[SUBMITTED]),
-        OpState::Succeeded => (SUCCEEDED, &[1, SUBMITTED, RUNNING]),
-        OpState::Failed => (FAILED, &[1, SUBMITTED, RUNNING]),
-        OpState::Cancelled => (CANCELLED, &[1, SUBMITTED, RUNNING]),
-        OpState::Expired => (EXPIRED, &[1, SUBMITTED, RUNNING]),
+        OpState::Succeeded => (SUCCEEDED, &[SUBMITTED, RUNNING]),
+        OpState::Failed => (FAILED, &[SUBMITTED, RUNNING]),
+        OpState::Cancelled => (CANCELLED, &[SUBMITTED, RUNNING]),
+        OpState::Expired => (EXPIRED, &[SUBMITTED, RUNNING]),
         OpState::Pending | OpState::Unknown => return Ok(None),
     };
     let job = sqlx::query_as::<_, LinkedJob>(
         "SELECT j.id, j.public_id, j.ledger_id, l.name AS ledger, j.claim_token, j.state
          FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
-         WHERE j.batch = $1
+         WHERE j.batch = $1 AND j.end_time IS NULL
          FOR UPDATE OF j",
     )
     .bind(name)
@@ -98,38 +107,15 @@ pub(super) async fn move_linked_job(
     if !movable_from.contains(&job.state) {
         return Ok(None);
     }
-    let moved = sqlx::query(
-        "UPDATE jobs j SET state = $3,
-                output_file = CASE WHEN $3 = 4 AND j.output_file = '' THEN o.output_file
-                                   ELSE j.output_file END,
-                error = CASE WHEN $3 IN (5, 6, 7) THEN
-                            coalesce(nullif(concat_ws(': ', nullif(o.error_code, ''),
-                                                      nullif(o.error_message, '')), ''),
-                                     'the batch ended ' || lower($4))
-                        ELSE j.error END,
-                end_time = CASE WHEN $3 >= 4 THEN now() ELSE j.end_time END,
-                update_time = now()
-         FROM operations o
-         WHERE j.id = $1 AND j.state = $2 AND o.name = j.batch",
-    )
-    .bind(job.id)
-    .bind(job.state)
-    .bind(target)
-    .bind(state.as_str())
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if moved != 1 {
-        return Err(StoreError::Internal(format!(
-            "job {} changed under its lock",
-            job.public_id
-        )));
-    }
     let (rows_retryable, rows_permanent) = match state {
-        OpState::Failed | OpState::Cancelled | OpState::Expired => {
-            return_rows_of_failed_job(tx, &job).await?
+        OpState::Running | OpState::Succeeded => {
+            advance(tx, &job, target).await?;
+            (0, 0)
         }
-        OpState::Running | OpState::Succeeded | OpState::Pending | OpState::Unknown => (0, 0),
+        OpState::Failed | OpState::Cancelled | OpState::Expired => {
+            settle_failed_job(tx, &job, target, state).await?
+        }
+        OpState::Pending | OpState::Unknown => return Ok(None),
     };
     let moved = JobMove {
         job: format!("ledgers/{}/jobs/{}", job.ledger, job.public_id),
@@ -150,42 +136,115 @@ pub(super) async fn move_linked_job(
     Ok(Some(moved))
 }
 
-/// Every row the failed job's claim still holds goes through
-/// `Event::JobFailed`; the claim then holds nothing. Returns how many rows
-/// became RETRYABLE and PERMANENT.
-async fn return_rows_of_failed_job(
+/// RUNNING or SUCCEEDED: the job's state (and the output file), nothing
+/// else; the job stays open.
+async fn advance(tx: &mut Transaction<'static, Postgres>, job: &LinkedJob, to: i16) -> Result<()> {
+    let moved = sqlx::query(
+        "UPDATE jobs j SET state = $3,
+                output_file = CASE WHEN $3 = 4 AND j.output_file = '' THEN o.output_file
+                                   ELSE j.output_file END,
+                update_time = now()
+         FROM operations o
+         WHERE j.id = $1 AND j.state = $2 AND j.end_time IS NULL AND o.name = j.batch",
+    )
+    .bind(job.id)
+    .bind(job.state)
+    .bind(to)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if moved != 1 {
+        return Err(StoreError::Internal(format!(
+            "job {} changed under its lock",
+            job.public_id
+        )));
+    }
+    Ok(())
+}
+
+/// FAILED, CANCELLED or EXPIRED: every row the job's claim still holds goes
+/// through `Event::JobFailed`, the claim is done, and the job ends with the
+/// batch's state, error, counts and summary. Returns how many rows became
+/// RETRYABLE and PERMANENT.
+async fn settle_failed_job(
     tx: &mut Transaction<'static, Postgres>,
     job: &LinkedJob,
+    to: i16,
+    state: OpState,
 ) -> Result<(i64, i64)> {
+    let error: String = sqlx::query_scalar(
+        "SELECT coalesce(nullif(concat_ws(': ', nullif(error_code, ''), nullif(error_message, '')),
+                                ''),
+                         'the batch ended ' || lower($2))
+         FROM operations o JOIN jobs j ON j.batch = o.name WHERE j.id = $1",
+    )
+    .bind(job.id)
+    .bind(state.as_str())
+    .fetch_one(&mut **tx)
+    .await?;
+
     // Claim before rows, as reports lock them.
     sqlx::query("SELECT 1 FROM claims WHERE token = $1 FOR UPDATE")
         .bind(job.claim_token)
         .execute(&mut **tx)
         .await?;
     let rows: Vec<LockedRow> = claims::lock_held_rows(tx, job.claim_token, None).await?;
-    if rows.is_empty() {
-        return Ok((0, 0));
-    }
-    let ledger = ledgers::load(&mut **tx, &job.ledger).await?;
-    let mut writes = claims::transitions(&rows, &Event::JobFailed, &ledger.policy, |_| {
-        Some("system".to_string())
-    })?;
-    for write in &mut writes {
-        if let Some(attempt) = write.attempt.as_mut() {
-            attempt.job_id = Some(job.id);
+    let mut writes = Vec::new();
+    if !rows.is_empty() {
+        let ledger = ledgers::load(&mut **tx, &job.ledger).await?;
+        writes = claims::transitions(&rows, &Event::JobFailed, &ledger.policy, |_| {
+            Some("system".to_string())
+        })?;
+        let why = format!(
+            "the job carrying the row ended {}: {error}",
+            state.as_str().to_lowercase()
+        );
+        for write in &mut writes {
+            write.last_error = Some(why.clone());
+            if let Some(attempt) = write.attempt.as_mut() {
+                attempt.job_id = Some(job.id);
+                attempt.error = why.clone();
+            }
         }
+        apply::settle(tx, job.ledger_id, job.claim_token, &writes).await?;
     }
-    apply::settle(tx, job.ledger_id, job.claim_token, &writes).await?;
-    claims::drop_held(tx, job.claim_token, writes.len() as i32).await?;
-    let count = |status| writes.iter().filter(|w| w.status == status).count() as i64;
+    sqlx::query("UPDATE claims SET state = 2, held = 0 WHERE token = $1 AND state = 1")
+        .bind(job.claim_token)
+        .execute(&mut **tx)
+        .await?;
+    let count = |status| writes.iter().filter(|w| w.status == status).count() as i32;
     let (retryable, permanent) = (count(RowStatus::Retryable), count(RowStatus::Permanent));
-    sqlx::query(
-        "UPDATE jobs SET retryable = retryable + $2, permanent = permanent + $3 WHERE id = $1",
+    let ended: Option<(i32, i32, i32, i32, i32)> = sqlx::query_as(
+        "UPDATE jobs SET state = $3, error = $4, retryable = retryable + $5,
+                permanent = permanent + $6, end_time = now(), update_time = now()
+         WHERE id = $1 AND state = $2 AND end_time IS NULL
+         RETURNING row_count, succeeded, retryable, permanent, missing",
     )
     .bind(job.id)
-    .bind(retryable as i32)
-    .bind(permanent as i32)
-    .execute(&mut **tx)
+    .bind(job.state)
+    .bind(to)
+    .bind(&error)
+    .bind(retryable)
+    .bind(permanent)
+    .fetch_optional(&mut **tx)
     .await?;
-    Ok((retryable, permanent))
+    let Some((rows_n, succeeded, retryable_n, permanent_n, missing)) = ended else {
+        return Err(StoreError::Internal(format!(
+            "job {} changed under its lock",
+            job.public_id
+        )));
+    };
+    let summary = job_line(&JobCounts {
+        rows: i64::from(rows_n),
+        succeeded: i64::from(succeeded),
+        retryable: i64::from(retryable_n),
+        permanent: i64::from(permanent_n),
+        missing: i64::from(missing),
+    });
+    sqlx::query("UPDATE jobs SET summary = $2 WHERE id = $1")
+        .bind(job.id)
+        .bind(&summary)
+        .execute(&mut **tx)
+        .await?;
+    Ok((i64::from(retryable), i64::from(permanent)))
 }
