@@ -6,17 +6,22 @@
 //! - [`classify`]: failure facts in, a rule-named verdict out.
 //! - [`transition`]: the row state machine (claim, report, release, expiry,
 //!   job failure, dependency failure, redrive).
+//! - [`job`]: the job state machine (submit, provider states, finish,
+//!   abandon, adopt).
 //! - [`backoff`], [`policy`]: a ledger's retry policy with its defaults and
 //!   validation.
 //! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks.
 //! - [`operation`]: the monotonic reducer for provider operations.
 //! - [`webhook`]: Standard Webhooks signing and verification.
+//! - [`alert`]: when a ledger's review threshold alerts, and what it says.
 //! - [`summary`]: the one-line summaries.
 //! - [`violation`]: how validation reports bad fields.
 
+pub mod alert;
 pub mod backoff;
 pub mod classify;
 pub mod deps;
+pub mod job;
 pub mod keys;
 pub mod names;
 pub mod operation;

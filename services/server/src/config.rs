@@ -7,10 +7,19 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use tally_core::webhook::Secret;
 
 /// tally: a control plane for large, unattended LLM batch inference.
+///
+/// `tally-server [FLAGS]` serves; `tally-server migrate [FLAGS]` applies
+/// migrations and exits; `tally-server token …` issues a bearer token.
 #[derive(Debug, Parser)]
-#[command(name = "tally-server", version, about)]
+#[command(
+    name = "tally-server",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -18,12 +27,24 @@ pub struct Cli {
     pub serve: ServeArgs,
 }
 
+impl Cli {
+    /// The server flags, whether given before no subcommand or after
+    /// `serve`/`migrate`.
+    pub fn serve_args(&self) -> &ServeArgs {
+        match &self.command {
+            Some(Command::Serve(args) | Command::Migrate(args)) => args,
+            Some(Command::Token(_)) | None => &self.serve,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the server (the default).
-    Serve,
+    Serve(ServeArgs),
     /// Apply database migrations and exit.
-    Migrate,
+    Migrate(ServeArgs),
     /// Issue a new bearer token: prints it once, with the line (its hash) to
     /// add to the tokens file.
     Token(TokenArgs),
@@ -55,7 +76,7 @@ pub struct ServeArgs {
 
     /// HTTP listen address for provider webhooks (`/webhooks/gemini`),
     /// default 127.0.0.1:8080. The listener runs only when a
-    /// --webhook-secret is set; setting this without one is refused.
+    /// --webhook-secret is set; without one nothing listens here.
     #[arg(long, env = "TALLY_HTTP_ADDR")]
     pub http_addr: Option<SocketAddr>,
 
@@ -97,9 +118,20 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_SWEEP_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub sweep_interval: Duration,
 
-    /// How often watch streams look for new events when no notification
-    /// woke them (notifications are only a hint).
-    #[arg(long, env = "TALLY_WATCH_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    /// Signing secret (`whsec_…`) for review-threshold alerts POSTed to
+    /// ledgers' alert URLs (Standard Webhooks). Unset: no alerts are sent.
+    #[arg(long, env = "TALLY_ALERT_SECRET", value_parser = parse_alert_secret, hide_env_values = true)]
+    pub alert_secret: Option<Secret>,
+
+    /// How often ledgers' PERMANENT counts are checked against their review
+    /// thresholds, and due alerts delivered.
+    #[arg(long, env = "TALLY_ALERT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub alert_interval: Duration,
+
+    /// How often an open watch stream (WatchJobs, WatchOperations) reads its
+    /// event table even without a NOTIFY (notifications are lost while a
+    /// listener reconnects).
+    #[arg(long, env = "TALLY_WATCH_POLL_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub watch_poll_interval: Duration,
 
     #[command(flatten)]
@@ -190,20 +222,15 @@ const MAX_WEBHOOK_BODY: usize = 64 * 1024 * 1024;
 
 impl ServeArgs {
     /// Decides whether the webhook listener runs. It runs exactly when at
-    /// least one secret is configured; an --http-addr without a secret is
-    /// refused rather than served unauthenticated or silently ignored, and
-    /// so is any secret that does not parse (the error names its position,
-    /// never its text).
+    /// least one secret is configured, so unsigned webhooks are never
+    /// accepted: without a secret there is no listener at all, whatever
+    /// --http-addr says (the server warns when it is set). A secret that
+    /// does not parse, or an absurd tolerance or body limit, is refused (the
+    /// error names the secret's position, never its text).
     pub fn webhook_listener(&self) -> Result<Option<WebhookListener>, String> {
         let w = &self.webhook;
         if w.secrets.is_empty() {
-            return match self.http_addr {
-                Some(addr) => Err(format!(
-                    "--http-addr {addr} is set but no --webhook-secret (TALLY_WEBHOOK_SECRETS) is: \
-                     refusing to accept unsigned webhooks; set a whsec_ secret or drop --http-addr"
-                )),
-                None => Ok(None),
-            };
+            return Ok(None);
         }
         let n = w.secrets.len();
         let secrets = w
@@ -373,6 +400,11 @@ impl Security {
     }
 }
 
+/// Parses a `whsec_<base64>` signing secret.
+pub fn parse_alert_secret(text: &str) -> Result<Secret, String> {
+    Secret::parse(text).map_err(|e| e.to_string())
+}
+
 /// Parses `30s`, `5m`, `1h 30m`, `250ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (use forms like 30s, 5m, 1h)"))
@@ -394,6 +426,8 @@ impl ServeArgs {
             health_interval: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             sweep_interval: Duration::from_secs(1),
+            alert_secret: None,
+            alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),
             limits: Limits::default(),
             webhook: WebhookArgs::default(),
@@ -492,8 +526,7 @@ mod tests {
         assert_eq!(listener.addr.to_string(), "0.0.0.0:8081");
 
         let bare = Cli::try_parse_from(["tally-server", "--http-addr", "0.0.0.0:8081"]).unwrap();
-        let err = bare.serve.webhook_listener().unwrap_err();
-        assert!(err.contains("no --webhook-secret"), "{err}");
+        assert!(bare.serve.webhook_listener().unwrap().is_none());
     }
 
     #[test]
@@ -514,10 +547,28 @@ mod tests {
     }
 
     #[test]
-    fn migrate_is_a_subcommand() {
+    fn alert_secrets_are_parsed_strictly_and_never_printed() {
+        let ok = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let cli = Cli::try_parse_from(["tally-server", "--alert-secret", ok]).unwrap();
+        assert!(cli.serve.alert_secret.is_some());
+        assert!(!format!("{:?}", cli.serve).contains("MfKQ9r8G"));
+        assert!(Cli::try_parse_from(["tally-server", "--alert-secret", "hunter2"]).is_err());
+        let none = Cli::try_parse_from(["tally-server"]).unwrap();
+        assert!(none.serve.alert_secret.is_none());
+        assert_eq!(none.serve.alert_interval, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn migrate_is_a_subcommand_with_the_server_flags() {
         let cli =
             Cli::try_parse_from(["tally-server", "migrate", "--database-url", "postgres://x"])
                 .unwrap();
-        assert!(matches!(cli.command, Some(Command::Migrate)));
+        assert!(matches!(cli.command, Some(Command::Migrate(_))));
+        assert_eq!(
+            cli.serve_args().database_url.as_deref(),
+            Some("postgres://x")
+        );
+        let plain = Cli::try_parse_from(["tally-server", "--grpc-addr", "0.0.0.0:1"]).unwrap();
+        assert_eq!(plain.serve_args().grpc_addr.to_string(), "0.0.0.0:1");
     }
 }

@@ -178,13 +178,14 @@ impl LedgerService for Ledgers {
         &self,
         req: Request<pb::ReleaseClaimRequest>,
     ) -> Reply<pb::ReleaseClaimResponse> {
+        let actor = actor(&req);
         let req = req.into_inner();
         let (ledger, token) = validate::claim("name", &req.name)?;
         validate::keys("keys", &req.keys, &self.limits, true)?;
         let keys = (!req.keys.is_empty()).then_some(req.keys.as_slice());
         let (released, claim) = self
             .store
-            .release_claim(&ledger, token, keys)
+            .release_claim(&ledger, token, keys, &actor)
             .await
             .map_err(from_store)?;
         Ok(Response::new(pb::ReleaseClaimResponse {

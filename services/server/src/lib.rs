@@ -5,6 +5,9 @@
 //! - [`database`]: a configured PostgreSQL or the private one.
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
+//! - [`job_service`]: JobService handlers; [`job_convert`] checks and
+//!   translates; [`watch`] fans job events out to WatchJobs streams;
+//!   [`alerts`] evaluates review thresholds and delivers alerts.
 //! - [`operations_service`]: OperationsService handlers and their message
 //!   translations; [`webhook`]: the signed provider webhook receiver on its
 //!   own HTTP listener; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
@@ -16,12 +19,15 @@
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
 
+pub mod alerts;
 pub mod auth;
 pub mod caller;
 pub mod config;
 pub mod convert;
 pub mod database;
 pub mod health;
+pub mod job_convert;
+pub mod job_service;
 pub mod ledger_service;
 pub mod limits;
 pub mod metrics;
@@ -30,7 +36,7 @@ pub mod paging;
 pub mod server;
 pub mod status;
 pub mod tls;
-pub mod unimplemented;
 pub mod validate;
 pub mod wakeup;
+pub mod watch;
 pub mod webhook;

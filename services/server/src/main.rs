@@ -6,9 +6,9 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logs(cli.serve.log_format);
-    match cli.command {
-        Some(Command::Migrate) => server::migrate(&cli.serve).await,
+    init_logs(cli.serve_args().log_format);
+    match &cli.command {
+        Some(Command::Migrate(args)) => server::migrate(args).await,
         Some(Command::Token(t)) => {
             let issued =
                 tally_server::auth::tokens::issue(&t.name, &t.roles).map_err(anyhow::Error::msg)?;
@@ -21,8 +21,8 @@ async fn main() -> anyhow::Result<()> {
             println!("  {}", issued.line);
             Ok(())
         }
-        Some(Command::Serve) | None => {
-            let running = server::start(cli.serve).await?;
+        Some(Command::Serve(_)) | None => {
+            let running = server::start(cli.serve_args().clone()).await?;
             let stop = running.stop_token();
             tokio::spawn(async move {
                 wait_for_signal().await;

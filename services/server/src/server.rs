@@ -9,13 +9,14 @@ use crate::auth::layer::AuthLayer;
 use crate::config::{AuthMode, ServeArgs};
 use crate::database::Database;
 use crate::health;
+use crate::job_service::Jobs;
 use crate::ledger_service::Ledgers;
 use crate::limits::{self, LimitsLayer};
 use crate::metrics::Metrics;
 use crate::operations_service::Operations;
-use crate::unimplemented::Jobs;
 use crate::wakeup;
 use crate::webhook::{self, WebhookState};
+use crate::{alerts, watch};
 use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -141,9 +142,15 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let max = limits.max_message_bytes;
     let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits))
         .max_decoding_message_size(max);
-    let jobs = JobServiceServer::new(Jobs).max_decoding_message_size(max);
-
     let stop = CancellationToken::new();
+    let (hub, hub_task) = watch::Hub::start(
+        store.clone(),
+        args.watch_poll_interval,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, stop.clone()))
+        .max_decoding_message_size(max);
     let (operation_wakeups, operation_listener) = wakeup::spawn(
         store.clone(),
         tally_store::operations::NOTIFY_CHANNEL,
@@ -159,6 +166,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .max_decoding_message_size(max);
 
     let mut tasks = vec![
+        hub_task,
         operation_listener,
         tokio::spawn(health::watch_database(
             store.clone(),
@@ -189,7 +197,26 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             );
             tasks.push(tokio::spawn(webhook::serve(listener, state, stop.clone())));
         }
-        _ => tracing::info!("webhooks disabled: no --webhook-secret configured"),
+        _ => match args.http_addr {
+            Some(addr) => tracing::warn!(
+                http = %addr,
+                "webhooks disabled: --http-addr is set but no --webhook-secret \
+                 (TALLY_WEBHOOK_SECRETS); nothing listens there"
+            ),
+            None => tracing::info!("webhooks disabled: no --webhook-secret configured"),
+        },
+    }
+    match args.alert_secret.clone() {
+        Some(secret) => tasks.push(tokio::spawn(alerts::run(
+            store.clone(),
+            alerts::Sender::new(secret)?,
+            args.alert_interval,
+            metrics.clone(),
+            stop.clone(),
+        ))),
+        None => tracing::warn!(
+            "no --alert-secret (TALLY_ALERT_SECRET): review-threshold alerts are not sent"
+        ),
     }
 
     // Auth outside limits: a caller without credentials takes no slot.
@@ -317,7 +344,12 @@ async fn sweep_expired_claims(store: Store, every: Duration, stop: CancellationT
             _ = tokio::time::sleep(every) => {}
         }
         match store.rescue_expired(None).await {
-            Ok(n) if n > 0 => tracing::info!(rows = n, "rescued rows of expired claims"),
+            Ok(r) if r.rows > 0 || r.abandoned_jobs > 0 => tracing::info!(
+                rows = r.rows,
+                abandoned_jobs = r.abandoned_jobs,
+                released_rows = r.released_rows,
+                "rescued rows of expired claims"
+            ),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "sweeping expired claims failed"),
         }

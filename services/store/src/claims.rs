@@ -6,10 +6,14 @@
 //! marks them RUNNING under the claim's token, all in one statement.
 
 use crate::apply::{self, NewAttempt, RowWrite};
-use crate::types::{ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, Time, Usage};
-use crate::{Result, Store, StoreError, jitter_sample, ledgers};
+use crate::types::{
+    ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, Rescued, Time,
+    Usage,
+};
+use crate::{Result, Store, StoreError, events, jitter_sample, jobs, ledgers};
 use sqlx::{Postgres, Transaction};
 use std::time::Duration;
+use tally_core::job::JobEvent;
 use tally_core::policy::Policy;
 use tally_core::status::{PerBudget, RowStatus};
 use tally_core::transition::{self, Context, Event, RowState};
@@ -170,7 +174,9 @@ pub(crate) async fn lock_held_rows(
         .await?)
 }
 
-/// Marks `n` rows as no longer held; the claim is DONE when none are left.
+/// Marks `n` rows as no longer held; the claim is DONE when none are left,
+/// unless it carries a job: that claim stays ACTIVE (its lease is the job
+/// owner's) until the job is finished, adopted or abandoned.
 pub(crate) async fn drop_held(
     tx: &mut Transaction<'static, Postgres>,
     token: Uuid,
@@ -186,7 +192,8 @@ pub(crate) async fn drop_held(
     }
     Ok(sqlx::query_scalar(
         "UPDATE claims SET held = held - $2,
-                state = CASE WHEN held - $2 <= 0 AND state = 1 THEN 2 ELSE state END
+                state = CASE WHEN held - $2 <= 0 AND state = 1 AND job_id IS NULL
+                             THEN 2 ELSE state END
          WHERE token = $1 RETURNING held",
     )
     .bind(token)
@@ -196,7 +203,8 @@ pub(crate) async fn drop_held(
 }
 
 const CLAIM_SELECT: &str = "SELECT c.token, l.name AS ledger, c.worker, c.model, c.create_time, \
-     c.expire_time, c.state, c.row_count, c.held, NULL::text AS job \
+     c.expire_time, c.state, c.row_count, c.held, \
+     (SELECT j.public_id FROM jobs j WHERE j.id = c.job_id) AS job \
      FROM claims c JOIN ledgers l ON l.id = c.ledger_id";
 
 pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
@@ -355,34 +363,76 @@ impl Store {
 
     /// Gives rows back unworked (all the claim holds, or only `keys`); no
     /// attempt is counted. Returns how many rows went back.
+    ///
+    /// Rows of a submitted job are refused (the provider has them: finish
+    /// the job instead). A PREPARING job whose every row is given back is
+    /// closed as CANCELLED.
     pub async fn release_claim(
         &self,
         ledger: &str,
         token: Uuid,
         keys: Option<&[String]>,
+        actor: &str,
     ) -> Result<(i64, ClaimRecord)> {
         let record = ledgers::load(&self.pool, ledger).await?;
         let mut tx = self.begin().await?;
         let claim = lock_claim(&mut tx, record.id, ledger, token).await?;
         check_live(&claim, ledger)?;
+        let job = match claim.job_id {
+            Some(id) => {
+                let job = jobs::lock_job_by_id(&mut tx, id).await?;
+                if job.state()?.is_submitted() {
+                    return Err(StoreError::precondition(
+                        "JOB_SUBMITTED",
+                        format!(
+                            "the rows of ledgers/{ledger}/jobs/{} were submitted as {}; they cannot be released, finish the job (FinishJob)",
+                            job.public_id,
+                            job.batch.as_deref().unwrap_or("a batch")
+                        ),
+                    ));
+                }
+                Some(job)
+            }
+            None => None,
+        };
         let rows = lock_held_rows(&mut tx, token, keys).await?;
-        let writes = transitions(&rows, &Event::Release, &record.policy, |_| None)?;
+        let writes = transitions(&rows, &Event::Release, &record.policy, claim.job_id, |_| {
+            None
+        })?;
         apply::settle(&mut tx, record.id, token, &writes).await?;
-        drop_held(&mut tx, token, writes.len() as i32).await?;
+        let held = drop_held(&mut tx, token, writes.len() as i32).await?;
+        if let Some(job) = job.filter(|_| held <= 0) {
+            jobs::abandon(
+                &mut tx,
+                &record,
+                token,
+                &job,
+                2,
+                "cancelled before submission: its owner released every row",
+            )
+            .await?;
+            events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+        }
         let out = load_claim(&mut *tx, token).await?;
         tx.commit().await?;
         Ok((writes.len() as i64, out))
     }
 
-    /// Rescues rows of claims whose lease ran out: each row counts an infra
-    /// attempt (`lease_expired`) and becomes RETRYABLE, or PERMANENT at the
-    /// cap. Claims are taken with SKIP LOCKED, so replicas share the work.
-    /// Returns the number of rows rescued.
-    pub async fn rescue_expired(&self, ledger_id: Option<i64>) -> Result<usize> {
+    /// Rescues rows of claims whose lease ran out. Rows of a claim without
+    /// a job count an infra attempt (`lease_expired`) and become RETRYABLE,
+    /// or PERMANENT at the cap. A claim whose job is still PREPARING never
+    /// sent its rows: they go back without an attempt and the job is
+    /// abandoned (CANCELLED). Claims of submitted jobs are left alone: their
+    /// rows are at the provider and wait for AdoptJobs. Claims are taken
+    /// with SKIP LOCKED, so replicas share the work.
+    pub async fn rescue_expired(&self, ledger_id: Option<i64>) -> Result<Rescued> {
         let mut tx = self.begin().await?;
-        let expired: Vec<(Uuid, i64, String)> = sqlx::query_as(
-            "SELECT c.token, c.ledger_id, l.name FROM claims c JOIN ledgers l ON l.id = c.ledger_id
-             WHERE c.state = 1 AND c.expire_time <= now() AND c.job_id IS NULL
+        let expired: Vec<(Uuid, i64, String, Option<i64>)> = sqlx::query_as(
+            "SELECT c.token, c.ledger_id, l.name, c.job_id
+             FROM claims c JOIN ledgers l ON l.id = c.ledger_id
+             WHERE c.state = 1 AND c.expire_time <= now()
+               AND (c.job_id IS NULL OR EXISTS (
+                   SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL))
                AND ($1::int8 IS NULL OR c.ledger_id = $1)
              ORDER BY c.expire_time LIMIT $2
              FOR UPDATE OF c SKIP LOCKED",
@@ -391,14 +441,39 @@ impl Store {
         .bind(RESCUE_BATCH)
         .fetch_all(&mut *tx)
         .await?;
-        let mut rescued = 0;
-        for (token, ledger_id, ledger) in expired {
+        let mut out = Rescued::default();
+        let mut abandoned = Vec::new();
+        for (token, ledger_id, ledger, job_id) in expired {
             let record = ledgers::load(&mut *tx, &ledger).await?;
+            if let Some(job_id) = job_id {
+                // Re-read under the lock: the job may have been submitted
+                // since the candidates were chosen; then it waits for
+                // adoption.
+                let job = jobs::lock_job_by_id(&mut tx, job_id).await?;
+                if job.step(JobEvent::Abandon, &ledger).is_err() {
+                    continue;
+                }
+                let n = jobs::abandon(
+                    &mut tx,
+                    &record,
+                    token,
+                    &job,
+                    3,
+                    "cancelled before submission: its owner's lease expired; its rows were released without an attempt",
+                )
+                .await?;
+                tracing::info!(ledger = %ledger, job = %job.public_id, rows = n, "abandoned a job that was never submitted");
+                out.abandoned_jobs += 1;
+                out.released_rows += n;
+                abandoned.push((job_id, JobEventKind::StateChanged));
+                continue;
+            }
             let rows = lock_held_rows(&mut tx, token, None).await?;
             let writes = transitions(
                 &rows,
                 &Event::LeaseExpired { counted: true },
                 &record.policy,
+                None,
                 |_| Some("system".to_string()),
             )?;
             apply::settle(&mut tx, ledger_id, token, &writes).await?;
@@ -406,13 +481,14 @@ impl Store {
                 .bind(token)
                 .execute(&mut *tx)
                 .await?;
-            rescued += writes.len();
+            out.rows += writes.len();
             if !writes.is_empty() {
                 tracing::info!(ledger = %ledger, claim = %token, rows = writes.len(), "rescued rows of an expired claim");
             }
         }
+        events::append(&mut tx, &abandoned, "system").await?;
         tx.commit().await?;
-        Ok(rescued)
+        Ok(out)
     }
 }
 
@@ -439,6 +515,7 @@ pub(crate) fn transitions(
     rows: &[LockedRow],
     event: &Event,
     policy: &Policy,
+    job_id: Option<i64>,
     actor: impl Fn(&LockedRow) -> Option<String>,
 ) -> Result<Vec<RowWrite>> {
     let overrides = policy.overrides();
@@ -465,7 +542,7 @@ pub(crate) fn transitions(
                 attempted: false,
                 attempt: t.attempt.map(|a| NewAttempt {
                     number: t.total as i32,
-                    job_id: None,
+                    job_id,
                     model: row.model.clone(),
                     prompt_name: row.prompt_name.clone(),
                     prompt_version: row.prompt_version.clone(),

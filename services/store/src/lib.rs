@@ -9,6 +9,8 @@
 //! - [`Store`]: the pool and the migrator.
 //! - [`ledgers`], [`enroll`], [`claims`], [`report`], [`rows`],
 //!   [`redrive`], [`prompts`]: one module per job of LedgerService.
+//! - [`jobs`], [`events`], [`locks`], [`alerts`]: JobService's jobs, the
+//!   job event log (and its LISTEN side), run locks, ledger alerts.
 //! - [`operations`]: provider operations through the monotonic reducer,
 //!   their event log, and the job each one moves on.
 //! - [`notify`]: `LISTEN` connections that wake watch streams.
@@ -16,11 +18,15 @@
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
 
+pub mod alerts;
 pub mod apply;
 pub mod claims;
 pub mod enroll;
 pub mod error;
+pub mod events;
+pub mod jobs;
 pub mod ledgers;
+pub mod locks;
 pub mod notify;
 pub mod operations;
 pub mod prompts;

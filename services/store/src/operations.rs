@@ -14,8 +14,8 @@
 //!    got there first, and steps 2–4 run again on what it wrote. A drop needs
 //!    no guard: the operation only moves forward, and an event dropped
 //!    against a state is dropped against every later one too;
-//! 5. a terminal state applied to an operation linked to a job moves the
-//!    job on in the same transaction ([`job_link`]);
+//! 5. an applied state moves the linked job on (JobService's
+//!    `jobs::follow_provider`) in the same transaction ([`job_link`]);
 //! 6. the event is appended to `operation_events` with its verdict and
 //!    reason, under a sequence number assigned in commit order (see
 //!    [`EVENT_LOCK`]), and an applied event wakes watchers with `NOTIFY`.
@@ -26,7 +26,7 @@
 
 mod job_link;
 
-pub use job_link::JobMove;
+pub use crate::jobs::ProviderMove as JobMove;
 
 use crate::types::Time;
 use crate::{Result, Store, StoreError};
@@ -458,7 +458,7 @@ impl Store {
 
         let job = match decision {
             Decision::Applied { next, .. } => {
-                job_link::move_linked_job(&mut tx, name, next.state).await?
+                job_link::move_linked_job(&mut tx, name, next.state, event.source).await?
             }
             Decision::Dropped(_) | Decision::Recorded => None,
         };

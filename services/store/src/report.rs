@@ -4,11 +4,13 @@
 //! row state machine, and every change is written by the shared writer in
 //! one statement. A row the claim does not hold is STALE (nothing changes);
 //! a row this claim already reported is a DUPLICATE (nothing changes).
+//! When the claim carries a job, the job's counts move in the same
+//! transaction and a PROGRESS event is appended.
 
 use crate::apply::{self, NewAttempt, RowWrite};
 use crate::claims::{self, LOCKED_ROW_COLUMNS, LockedRow};
-use crate::types::{ReportItem, ReportSummary, RowVerdict, Verdict};
-use crate::{Result, Store, StoreError, jitter_sample, ledgers};
+use crate::types::{JobEventKind, ReportItem, ReportSummary, RowVerdict, Verdict};
+use crate::{Result, Store, StoreError, events, jitter_sample, ledgers};
 use chrono::TimeDelta;
 use std::collections::{HashMap, HashSet};
 use tally_core::classify::Failure;
@@ -145,8 +147,44 @@ impl Store {
         }
         apply::settle(&mut tx, record.id, token, &writes).await?;
         let held = claims::drop_held(&mut tx, token, writes.len() as i32).await?;
+        if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
+            count_into_job(&mut tx, job_id, token, &writes).await?;
+            events::append(&mut tx, &[(job_id, JobEventKind::Progress)], actor).await?;
+        }
         tx.commit().await?;
         Ok(ReportSummary { verdicts, held })
+    }
+}
+
+/// Adds a report's settled rows to its job's counts. Only a live claim
+/// writes rows, and a live claim with a job is that job's current fence, so
+/// the guard below failing would be a bug.
+async fn count_into_job(
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    job_id: i64,
+    token: Uuid,
+    writes: &[RowWrite],
+) -> Result<()> {
+    let count = |s: RowStatus| writes.iter().filter(|w| w.status == s).count() as i32;
+    let n = sqlx::query(
+        "UPDATE jobs SET succeeded = succeeded + $3, retryable = retryable + $4,
+                permanent = permanent + $5, update_time = now()
+         WHERE id = $1 AND claim_token = $2 AND end_time IS NULL",
+    )
+    .bind(job_id)
+    .bind(token)
+    .bind(count(RowStatus::Succeeded))
+    .bind(count(RowStatus::Retryable))
+    .bind(count(RowStatus::Permanent))
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Internal(format!(
+            "claim {token} settled rows of job {job_id}, which it does not fence"
+        )))
     }
 }
 

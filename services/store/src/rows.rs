@@ -330,11 +330,12 @@ impl Store {
                 }),
             }
         }
-        summary.active_jobs =
-            sqlx::query_scalar("SELECT count(*) FROM jobs WHERE ledger_id = $1 AND state < 8")
-                .bind(record.id)
-                .fetch_one(&self.pool)
-                .await?;
+        summary.active_jobs = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE ledger_id = $1 AND end_time IS NULL",
+        )
+        .bind(record.id)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(summary)
     }
 }

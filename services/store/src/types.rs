@@ -250,3 +250,153 @@ pub struct PromptRecord {
     pub sha256: String,
     pub create_time: Time,
 }
+
+/// A job as the store returns it.
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    /// Internal id (event and page positions).
+    pub id: i64,
+    /// The job id of its name.
+    pub public_id: String,
+    pub ledger: String,
+    /// The claim fencing the job's reports now.
+    pub claim: Uuid,
+    pub state: tally_core::job::JobState,
+    /// The batch's final state, once FinishJob reported it.
+    pub final_state: Option<tally_core::job::FinalState>,
+    pub model: String,
+    pub owner: String,
+    pub batch: Option<String>,
+    pub input_file: String,
+    pub output_file: String,
+    pub error: String,
+    pub adoptions: i32,
+    pub counts: tally_core::summary::JobCounts,
+    /// Rows the job still holds (0 once closed).
+    pub unreported: i32,
+    pub create_time: Time,
+    pub submit_time: Option<Time>,
+    pub end_time: Option<Time>,
+    pub update_time: Time,
+    /// The owner's lease (the claim's expiry); `None` once closed.
+    pub lease_expire_time: Option<Time>,
+}
+
+impl JobRecord {
+    /// Closed jobs never change again.
+    pub fn is_closed(&self) -> bool {
+        self.end_time.is_some()
+    }
+
+    /// `done=… retryable=… permanent=… missing=…`.
+    pub fn summary(&self) -> String {
+        tally_core::summary::job_line(&self.counts)
+    }
+}
+
+/// What FinishJob reports.
+#[derive(Debug, Clone)]
+pub struct FinishRequest {
+    pub final_state: tally_core::job::FinalState,
+    pub output_file: String,
+    pub error: String,
+}
+
+/// A job handed to a new owner by AdoptJobs.
+#[derive(Debug, Clone)]
+pub struct AdoptedJob {
+    pub job: JobRecord,
+    pub claim: ClaimRecord,
+    /// Keys the job still holds.
+    pub keys: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AdoptResult {
+    pub adopted: Vec<AdoptedJob>,
+    /// PREPARING jobs whose rows went back to runnable.
+    pub released_jobs: i64,
+}
+
+/// What [`crate::Store::rescue_expired`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rescued {
+    /// Rows of expired claims without a job, counted as an infra attempt.
+    pub rows: usize,
+    /// PREPARING jobs abandoned (their rows released without an attempt).
+    pub abandoned_jobs: usize,
+    pub released_rows: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEventKind {
+    Created,
+    StateChanged,
+    Progress,
+    Adopted,
+}
+
+impl JobEventKind {
+    /// The stored code (equal to `tally.v1.JobEventType`).
+    pub const fn code(self) -> i16 {
+        match self {
+            JobEventKind::Created => 1,
+            JobEventKind::StateChanged => 2,
+            JobEventKind::Progress => 3,
+            JobEventKind::Adopted => 4,
+        }
+    }
+
+    pub const fn from_code(code: i16) -> Option<JobEventKind> {
+        match code {
+            1 => Some(JobEventKind::Created),
+            2 => Some(JobEventKind::StateChanged),
+            3 => Some(JobEventKind::Progress),
+            4 => Some(JobEventKind::Adopted),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of the job event log.
+#[derive(Debug, Clone)]
+pub struct JobEventRecord {
+    pub seq: i64,
+    pub kind: JobEventKind,
+    /// Who caused it (the caller's name, or `system`).
+    pub actor: String,
+    pub time: Time,
+    /// The job as of the event.
+    pub job: JobRecord,
+}
+
+/// A named run lock.
+#[derive(Debug, Clone)]
+pub struct LockRecord {
+    /// The lock id (without `locks/`).
+    pub name: String,
+    pub owner: String,
+    /// The owner token: only set in the answer to the acquire that took it.
+    pub token: Option<Uuid>,
+    pub acquire_time: Time,
+    pub expire_time: Time,
+}
+
+#[derive(Debug, Clone)]
+pub struct LockAttempt {
+    pub acquired: bool,
+    pub lock: LockRecord,
+}
+
+/// An alert waiting to be delivered.
+#[derive(Debug, Clone)]
+pub struct OutboxAlert {
+    pub id: i64,
+    pub ledger: String,
+    pub msg_id: String,
+    pub kind: String,
+    pub url: String,
+    pub body: String,
+    /// Tries so far, this one included.
+    pub tries: i32,
+}

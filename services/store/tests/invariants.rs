@@ -548,7 +548,7 @@ async fn released_rows_come_back_without_an_attempt() {
     let g = claim(&env.store, "l", 10).await.unwrap();
     let (n, c) = env
         .store
-        .release_claim("l", g.claim.token, Some(&["a".to_string()]))
+        .release_claim("l", g.claim.token, Some(&["a".to_string()]), "w")
         .await
         .unwrap();
     assert_eq!((n, c.held), (1, 1));

@@ -8,12 +8,14 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
+use tally_core::job::{FinalState, JobState};
 use tally_core::operation::{Decision, DropReason, OpEvent, OpState};
 use tally_core::status::RowStatus;
 use tally_store::Store;
 use tally_store::operations::{
     EventSource, EventVerdict, IncomingEvent, IngestResult, NOTIFY_CHANNEL,
 };
+use tally_store::types::{FinishRequest, JobRecord};
 use uuid::Uuid;
 
 fn event(op: &str, state: OpState, time: i64) -> IncomingEvent {
@@ -352,10 +354,9 @@ async fn transitions_page_in_order_and_notify() {
     assert_eq!(s.operation_transitions(1, 10).await.unwrap().len(), 1);
 }
 
-/// A job with a batch, made directly in the tables of migration 0002 (the
-/// JobService store lands separately): claims `n` rows of a fresh ledger,
-/// records the job, and points claim and rows at it.
-async fn job_with_rows(env: &Env, ledger: &str, batch: &str, n: usize) -> (Uuid, i64) {
+/// A submitted job over `n` claimed rows of a fresh ledger, made through
+/// JobService's store: CreateJob, then MarkSubmitted with `batch`.
+async fn job_with_rows(env: &Env, ledger: &str, batch: &str, n: usize) -> (Uuid, String) {
     env.store
         .create_ledger(ledger, &fast_policy())
         .await
@@ -364,64 +365,44 @@ async fn job_with_rows(env: &Env, ledger: &str, batch: &str, n: usize) -> (Uuid,
     env.store.enroll(ledger, &rows).await.unwrap();
     let grant = claim(&env.store, ledger, n as i64).await.unwrap();
     let token = grant.claim.token;
-    let job_id: i64 = sqlx::query_scalar(
-        "INSERT INTO jobs (public_id, ledger_id, origin, claim_token, state, model, batch,
-                           row_count)
-         SELECT 'job-1', l.id, $2, $2, 2, 'm', $3, $4 FROM ledgers l WHERE l.name = $1
-         RETURNING id",
-    )
-    .bind(ledger)
-    .bind(token)
-    .bind(batch)
-    .bind(n as i32)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap();
-    sqlx::query("UPDATE claims SET job_id = $2 WHERE token = $1")
-        .bind(token)
-        .bind(job_id)
-        .execute(env.store.pool())
+    let job = env.store.create_job(ledger, token, "w").await.unwrap();
+    env.store
+        .mark_submitted(ledger, &job.public_id, token, batch, "files/in", "w")
         .await
         .unwrap();
-    sqlx::query("UPDATE rows SET job_id = $2 WHERE claim_id = $1")
-        .bind(token)
-        .bind(job_id)
-        .execute(env.store.pool())
-        .await
-        .unwrap();
-    (token, job_id)
+    (token, job.public_id)
 }
 
-async fn job_state(store: &Store, job_id: i64) -> (i16, String, String, i32) {
-    sqlx::query_as("SELECT state, output_file, error, retryable FROM jobs WHERE id = $1")
-        .bind(job_id)
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
+async fn job_state(store: &Store, ledger: &str, job: &str) -> JobRecord {
+    store.get_job(ledger, job).await.unwrap()
 }
 
 /// Invariant 7 and the job linkage: an operation linked to a job moves the
-/// job with it. RUNNING makes the job RUNNING; FAILED makes it FAILED, and
-/// in the same transaction every row its claim had not reported comes back
-/// RETRYABLE with rule `job_failed` (an infra attempt, recorded with the
-/// job), claimable again, while the reported row keeps its outcome. A late
-/// RUNNING after that changes nothing.
+/// job with it, in the same transaction. RUNNING makes the job RUNNING;
+/// FAILED makes it FAILED and at once returns every row its claim had not
+/// reported as RETRYABLE with rule `job_failed` (an infra attempt, recorded
+/// with the job and the batch's error), claimable again, while the reported
+/// row keeps its outcome; the owner's FinishJob then closes the job with
+/// nothing left to settle. A late RUNNING or a different terminal after
+/// that changes nothing.
 #[tokio::test]
 async fn a_failed_operation_returns_its_jobs_unreported_rows() {
     let env = env().await;
     let s = &env.store;
-    let (token, job_id) = job_with_rows(&env, "l", "batches/j1", 3).await;
+    let (token, job) = job_with_rows(&env, "l", "batches/j1", 3).await;
     s.report("l", token, &[success("k0", 10)], "w")
         .await
         .unwrap();
 
     let r = ingest(s, &event("batches/j1", OpState::Running, 10)).await;
     assert!(r.decision.is_applied());
+    let name = format!("ledgers/l/jobs/{job}");
     assert_eq!(
         r.operation.as_ref().unwrap().job.as_deref(),
-        Some("ledgers/l/jobs/job-1")
+        Some(name.as_str())
     );
-    assert_eq!(job_state(s, job_id).await.0, 3);
+    assert_eq!(r.job.map(|m| m.to), Some(JobState::Running));
+    assert_eq!(job_state(s, "l", &job).await.state, JobState::Running);
 
     let mut failed = event("batches/j1", OpState::Failed, 20);
     failed.error_code = Some("INTERNAL".into());
@@ -429,42 +410,33 @@ async fn a_failed_operation_returns_its_jobs_unreported_rows() {
     let r = ingest(s, &failed).await;
     assert!(r.decision.is_applied());
     let moved = r.job.expect("the job moved");
-    assert_eq!((moved.from, moved.to, moved.rows_retryable), (3, 5, 2));
     assert_eq!(
-        job_state(s, job_id).await,
-        (5, String::new(), "INTERNAL: backend error".into(), 2)
+        (moved.from, moved.to, moved.rows_retryable),
+        (JobState::Running, JobState::Failed, 2)
     );
-    let (summary, ended): (String, bool) =
-        sqlx::query_as("SELECT summary, end_time IS NOT NULL FROM jobs WHERE id = $1")
-            .bind(job_id)
-            .fetch_one(s.pool())
-            .await
-            .unwrap();
-    assert!(summary.contains("retryable=2"), "{summary}");
-    assert!(ended);
+    let got = job_state(s, "l", &job).await;
+    assert_eq!(got.state, JobState::Failed);
+    assert_eq!(got.error, "INTERNAL: backend error");
+    assert_eq!(got.counts.retryable, 2);
+    assert_eq!(got.unreported, 0);
     for key in ["k1", "k2"] {
         let row = s.get_row("l", key).await.unwrap();
         assert_eq!(row.status, RowStatus::Retryable, "{key}");
         assert_eq!(row.rule, "job_failed");
-        assert_eq!(
-            row.last_error,
-            "the job carrying the row ended failed: INTERNAL: backend error"
-        );
         assert_eq!(row.claim, None);
         let last = row.history.last().expect("an attempt");
         assert_eq!(last.rule, "job_failed");
-        assert_eq!(last.job.as_deref(), Some("job-1"));
+        assert_eq!(last.job.as_deref(), Some(job.as_str()));
+        assert!(
+            last.error.contains("INTERNAL: backend error"),
+            "{}",
+            last.error
+        );
     }
     assert_eq!(
         s.get_row("l", "k0").await.unwrap().status,
         RowStatus::Succeeded
     );
-    let held: (i16, i32) = sqlx::query_as("SELECT state, held FROM claims WHERE token = $1")
-        .bind(token)
-        .fetch_one(s.pool())
-        .await
-        .unwrap();
-    assert_eq!(held, (2, 0));
     assert_queue_consistent(s).await;
     let again = claim(s, "l", 10).await.expect("rows claimable again");
     assert_eq!(again.rows.len(), 2);
@@ -478,7 +450,25 @@ async fn a_failed_operation_returns_its_jobs_unreported_rows() {
     let other = ingest(s, &event("batches/j1", OpState::Succeeded, 40)).await;
     assert_eq!(other.decision, Decision::Recorded);
     assert!(other.job.is_none());
-    assert_eq!(job_state(s, job_id).await.0, 5);
+    assert_eq!(job_state(s, "l", &job).await.state, JobState::Failed);
+
+    // The owner's FinishJob closes it, with nothing left to settle.
+    let closed = s
+        .finish_job(
+            "l",
+            &job,
+            token,
+            &FinishRequest {
+                final_state: FinalState::Failed,
+                output_file: String::new(),
+                error: "INTERNAL: backend error".into(),
+            },
+            "w",
+        )
+        .await
+        .unwrap();
+    assert_eq!(closed.state, JobState::Reconciled);
+    assert_eq!(closed.counts.retryable, 2);
 }
 
 /// The job linkage is in the operation's transaction: when moving the job
@@ -489,7 +479,7 @@ async fn a_failed_operation_returns_its_jobs_unreported_rows() {
 async fn the_job_moves_in_the_same_transaction_or_nothing_does() {
     let env = env().await;
     let s = &env.store;
-    let (_token, job_id) = job_with_rows(&env, "l", "batches/j2", 2).await;
+    let (_token, job) = job_with_rows(&env, "l", "batches/j2", 2).await;
     ingest(s, &event("batches/j2", OpState::Running, 10)).await;
     sqlx::raw_sql(
         "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS
@@ -500,6 +490,7 @@ async fn the_job_moves_in_the_same_transaction_or_nothing_does() {
     .await
     .unwrap();
     let events_before = count(s, "operation_events").await;
+    let job_events_before = count(s, "job_events").await;
     assert!(
         s.ingest_event(&event("batches/j2", OpState::Expired, 20))
             .await
@@ -508,6 +499,7 @@ async fn the_job_moves_in_the_same_transaction_or_nothing_does() {
     let op = s.get_operation("batches/j2").await.unwrap();
     assert_eq!((op.state, op.version), (OpState::Running, 1));
     assert_eq!(count(s, "operation_events").await, events_before);
+    assert_eq!(count(s, "job_events").await, job_events_before);
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rows WHERE status = 2")
         .fetch_one(s.pool())
         .await
@@ -520,34 +512,31 @@ async fn the_job_moves_in_the_same_transaction_or_nothing_does() {
         .unwrap();
     let r = ingest(s, &event("batches/j2", OpState::Expired, 20)).await;
     assert!(r.decision.is_applied());
-    assert_eq!(job_state(s, job_id).await.0, 7);
+    assert_eq!(job_state(s, "l", &job).await.state, JobState::Expired);
 }
 
-/// A SUCCEEDED operation makes its job SUCCEEDED (ready to reconcile) with
-/// the output file; the job stays open and its rows are left to the
-/// worker's reports and FinishJob.
+/// A SUCCEEDED operation makes its job SUCCEEDED (ready to reconcile); the
+/// job stays open and its rows are left to the worker's reports and
+/// FinishJob.
 #[tokio::test]
 async fn a_succeeded_operation_makes_its_job_ready_to_reconcile() {
     let env = env().await;
     let s = &env.store;
-    let (_token, job_id) = job_with_rows(&env, "l", "batches/j3", 2).await;
+    let (_token, job) = job_with_rows(&env, "l", "batches/j3", 2).await;
     let mut done = event("batches/j3", OpState::Succeeded, 10);
     done.output_file = Some("files/out-j3".into());
     let r = ingest(s, &done).await;
-    assert_eq!(r.job.map(|m| (m.from, m.to)), Some((2, 4)));
     assert_eq!(
-        job_state(s, job_id).await,
-        (4, "files/out-j3".into(), String::new(), 0)
+        r.job.map(|m| (m.from, m.to)),
+        Some((JobState::Submitted, JobState::Succeeded))
     );
+    let got = job_state(s, "l", &job).await;
+    assert_eq!(got.state, JobState::Succeeded);
+    assert_eq!(got.end_time, None);
+    assert_eq!(got.unreported, 2);
     let running: i64 = sqlx::query_scalar("SELECT count(*) FROM rows WHERE status = 2")
         .fetch_one(s.pool())
         .await
         .unwrap();
     assert_eq!(running, 2);
-    let open: bool = sqlx::query_scalar("SELECT end_time IS NULL FROM jobs WHERE id = $1")
-        .bind(job_id)
-        .fetch_one(s.pool())
-        .await
-        .unwrap();
-    assert!(open);
 }

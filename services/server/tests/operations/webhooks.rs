@@ -275,8 +275,7 @@ async fn the_poller_and_the_webhook_meet_in_one_reducer() {
 /// The webhook path moves the linked job like any other: a signed
 /// `batch.failed` for a job's batch makes the job FAILED and returns the
 /// rows its claim still held as RETRYABLE (`job_failed`), in the same
-/// transaction as the operation's change. (The job is made directly in the
-/// jobs table until JobService lands.)
+/// transaction as the operation's change.
 #[tokio::test]
 async fn a_failed_batch_webhook_returns_the_jobs_rows() {
     use tally_core::status::RowStatus;
@@ -319,18 +318,19 @@ async fn a_failed_batch_webhook_returns_the_jobs_rows() {
         .await
         .unwrap()
         .unwrap();
-    sqlx::query(
-        "WITH j AS (
-             INSERT INTO jobs (public_id, ledger_id, origin, claim_token, state, model, batch,
-                               row_count)
-             SELECT 'job-9', id, $1, $1, 2, 'm', 'batches/jobbed', 2 FROM ledgers WHERE name = 'l'
-             RETURNING id)
-         UPDATE claims SET job_id = (SELECT id FROM j) WHERE token = $1",
-    )
-    .bind(grant.claim.token)
-    .execute(env.pool())
-    .await
-    .unwrap();
+    let token = grant.claim.token;
+    let job = store.create_job("l", token, "w").await.unwrap();
+    store
+        .mark_submitted(
+            "l",
+            &job.public_id,
+            token,
+            "batches/jobbed",
+            "files/in",
+            "w",
+        )
+        .await
+        .unwrap();
 
     let body = json!({
         "type": "batch.failed",
@@ -341,12 +341,9 @@ async fn a_failed_batch_webhook_returns_the_jobs_rows() {
     .to_string();
     let (status, reply) = post(&env, &Delivery::signed(OLD_SECRET, "msg_f", &body)).await;
     assert_eq!((status, reply["verdict"].as_str()), (200, Some("applied")));
-    let job: (i16, String) =
-        sqlx::query_as("SELECT state, error FROM jobs WHERE public_id = 'job-9'")
-            .fetch_one(env.pool())
-            .await
-            .unwrap();
-    assert_eq!(job, (5, "INTERNAL: boom".to_string()));
+    let got = store.get_job("l", &job.public_id).await.unwrap();
+    assert_eq!(got.state, tally_core::job::JobState::Failed);
+    assert_eq!(got.error, "INTERNAL: boom");
     for key in ["k0", "k1"] {
         let row = store.get_row("l", key).await.unwrap();
         assert_eq!(
@@ -362,7 +359,7 @@ async fn a_failed_batch_webhook_returns_the_jobs_rows() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(op.job, "ledgers/l/jobs/job-9");
+    assert_eq!(op.job, format!("ledgers/l/jobs/{}", job.public_id));
     assert_eq!(op.error_code, "INTERNAL");
     env.stop().await;
 }
@@ -396,20 +393,18 @@ async fn post_chunked(env: &Env, d: &Delivery) -> u16 {
         .unwrap_or_else(|| panic!("no status line in {head:?}"))
 }
 
-/// Refusing a dangerous setting rather than warning: an --http-addr
-/// without any --webhook-secret, or a secret that does not parse, stops
-/// the server before it opens anything, and the message never quotes the
-/// secret.
+/// Unsigned webhooks are never accepted: without a secret no webhook
+/// listener runs, even with --http-addr set; a secret that does not parse
+/// stops the server before it opens anything, and the message never quotes
+/// it.
 #[tokio::test]
-async fn the_server_refuses_to_start_webhooks_without_a_usable_secret() {
-    let mut args = tally_server::config::ServeArgs::for_tests("postgres://unused/db".into());
+async fn webhooks_never_run_without_a_usable_secret() {
+    let db = tally_pg::TestDb::new().await;
+    let mut args = tally_server::config::ServeArgs::for_tests(db.url().to_string());
     args.http_addr = Some("127.0.0.1:0".parse().unwrap());
-    let err = tally_server::server::start(args.clone())
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
-    assert!(err.contains("no --webhook-secret"), "{err}");
+    let running = tally_server::server::start(args.clone()).await.unwrap();
+    assert_eq!(running.http_addr, None);
+    running.stop().await.unwrap();
 
     args.webhook.secrets = vec!["whsec_tooshort".into()];
     let err = tally_server::server::start(args)

@@ -1,0 +1,477 @@
+//! The command line (clap derive). Global flags read `TALLY_*` variables;
+//! durations are human (`30s`, `5m`). Every command and flag has one doc
+//! line, which is its `--help`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// tallyctl: operate a tally server (ledgers, rows, jobs, operations, locks,
+/// prompts) and plan page datasets.
+///
+/// Exit codes: 0 ok; 1 usage or input error; 2 server error (its gRPC code
+/// and message are printed); 3 rows ended PERMANENT (status/watch with
+/// --fail-on-permanent); 4 lock held by someone else (locks acquire).
+#[derive(Debug, Parser)]
+#[command(name = "tallyctl", version, about, long_about = None)]
+pub struct Cli {
+    /// The tally server's gRPC address (http:// or https://).
+    #[arg(
+        long,
+        env = "TALLY_SERVER",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    pub server: String,
+
+    /// Bearer token sent as `authorization: Bearer <token>` on every call.
+    #[arg(long, env = "TALLY_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+
+    /// PEM file of the CA that signed the server's certificate (https only).
+    #[arg(long, env = "TALLY_TLS_CA", global = true)]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(long, env = "TALLY_TLS_CERT", global = true)]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TALLY_TLS_KEY", global = true)]
+    pub tls_key: Option<PathBuf>,
+
+    /// Server name to verify in its certificate (default: the --server host).
+    #[arg(long, env = "TALLY_TLS_DOMAIN", global = true)]
+    pub tls_domain: Option<String>,
+
+    /// Print JSON for scripts instead of tables (errors go to stderr as JSON).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Ledgers and their policy.
+    #[command(subcommand)]
+    Ledgers(LedgersCmd),
+    /// Enroll rows from a JSONL file (`-` for stdin), in chunks.
+    Enroll(EnrollArgs),
+    /// A ledger's summary: counts, attempts, tokens, cost, PERMANENT by rule.
+    #[command(visible_alias = "summary")]
+    Status(StatusArgs),
+    /// List rows, filtered.
+    Rows(RowsArgs),
+    /// One row with its attempts history.
+    Row(RowArgs),
+    /// Put PERMANENT/BLOCKED rows back to PENDING (budgets renewed).
+    Redrive(RedriveArgs),
+    /// List a ledger's jobs.
+    Jobs(JobsArgs),
+    /// One job.
+    Job(JobArgs),
+    /// Live progress per job and for the ledger until every row is terminal.
+    Watch(WatchArgs),
+    /// List provider operations.
+    Operations(OperationsArgs),
+    /// One operation, optionally with its event log.
+    Operation(OperationArgs),
+    /// Named run locks.
+    #[command(subcommand)]
+    Locks(LocksCmd),
+    /// Prompt templates.
+    #[command(subcommand)]
+    Prompts(PromptsCmd),
+    /// Plan (and optionally enroll) a page dataset from its files.
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgersCmd {
+    /// List every ledger.
+    List,
+    /// Show one ledger and its policy.
+    Get {
+        /// Ledger id (`reviews-nightly` or `ledgers/reviews-nightly`).
+        ledger: String,
+    },
+    /// Create a ledger; unset policy fields take the server's defaults.
+    Create {
+        /// Ledger id: 1-63 of [a-z0-9-], starting with a letter.
+        ledger: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
+    },
+    /// Change the policy fields given (only those).
+    Update {
+        /// Ledger id.
+        ledger: String,
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// Fail with ABORTED if the ledger changed since this etag was read.
+        #[arg(long)]
+        etag: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct PolicyArgs {
+    /// Model for rows that do not name one.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Attempts allowed for transient provider errors.
+    #[arg(long)]
+    pub provider_budget: Option<i32>,
+    /// Attempts allowed for unusable answers (empty, schema failures).
+    #[arg(long)]
+    pub content_budget: Option<i32>,
+    /// Attempts allowed for our side's failures (lease expiry, failed jobs).
+    #[arg(long)]
+    pub infra_budget: Option<i32>,
+    /// Default claim lease (e.g. 30m).
+    #[arg(long)]
+    pub lease: Option<String>,
+    /// Concurrently active jobs allowed.
+    #[arg(long)]
+    pub max_active_jobs: Option<i32>,
+    /// PERMANENT count that triggers an alert (0: none).
+    #[arg(long)]
+    pub review_threshold: Option<i64>,
+    /// Where alerts are POSTed (empty: none).
+    #[arg(long)]
+    pub alert_url: Option<String>,
+    /// Price of a model in USD per million tokens, `MODEL=INPUT,OUTPUT`
+    /// (repeatable; on update it replaces the whole table).
+    #[arg(long = "price", value_name = "MODEL=IN,OUT")]
+    pub prices: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct EnrollArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// JSONL file, one row per line (`-`: standard input).
+    pub file: PathBuf,
+    /// Rows per EnrollRows call.
+    #[arg(long, default_value_t = 1000)]
+    pub chunk: usize,
+    /// Report bad lines and go on instead of stopping at the first.
+    #[arg(long)]
+    pub skip_bad_lines: bool,
+    /// Exit 1 when any row was a CONFLICT (same key, other content).
+    #[arg(long)]
+    pub fail_on_conflict: bool,
+    /// Check every line, send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// Exit 3 when any row is PERMANENT.
+    #[arg(long)]
+    pub fail_on_permanent: bool,
+}
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct RowFilterArgs {
+    /// Only rows with this status (repeatable: pending, running, retryable,
+    /// succeeded, permanent, blocked).
+    #[arg(long = "status", value_name = "STATUS")]
+    pub statuses: Vec<String>,
+    /// Only rows whose latest verdict came from this rule.
+    #[arg(long)]
+    pub rule: Option<String>,
+    /// Only rows for this model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only rows of this prompt (name).
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Only rows of this prompt version.
+    #[arg(long)]
+    pub prompt_version: Option<String>,
+    /// Only rows whose latest job is this (`{job}` or its full name).
+    #[arg(long)]
+    pub job: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RowsArgs {
+    /// Ledger id.
+    pub ledger: String,
+    #[command(flatten)]
+    pub filter: RowFilterArgs,
+    /// Most rows to print (0: all).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Payload, result and whole error messages too.
+    #[arg(long)]
+    pub full: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RowArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// The row's key.
+    pub key: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RedriveArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// These keys (comma-separated).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["statuses", "rule", "model", "prompt", "prompt_version", "job"])]
+    pub keys: Vec<String>,
+    #[command(flatten)]
+    pub filter: RowFilterArgs,
+    /// Count what would happen, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Why (recorded with the redrive).
+    #[arg(long, default_value = "")]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// Only jobs in this state (repeatable).
+    #[arg(long = "state", value_name = "STATE")]
+    pub states: Vec<String>,
+    /// Most jobs to print (0: all).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// `ledgers/{ledger}/jobs/{job}` or `{ledger}/{job}`.
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// Exit 3 when rows ended PERMANENT.
+    #[arg(long)]
+    pub fail_on_permanent: bool,
+    /// How often the ledger summary is polled.
+    #[arg(long, default_value = "1s")]
+    pub interval: String,
+}
+
+#[derive(Debug, Args)]
+pub struct OperationsArgs {
+    /// Only operations in this state (repeatable).
+    #[arg(long = "state", value_name = "STATE")]
+    pub states: Vec<String>,
+    /// Most operations to print (0: all).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct OperationArgs {
+    /// `operations/batches/abc` or any spelling of the batch name.
+    pub name: String,
+    /// The event log too (source, verdict, reason of every event).
+    #[arg(long)]
+    pub events: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LocksCmd {
+    /// Take a lock; exits 4 (printing the holder) when someone else has it.
+    Acquire {
+        /// Lock id or `locks/{id}`.
+        name: String,
+        /// Who is taking it (recorded; shown to others).
+        #[arg(long, default_value_t = default_owner())]
+        owner: String,
+        /// How long it is held without renewal.
+        #[arg(long, default_value = "10m")]
+        ttl: String,
+    },
+    /// Extend a held lock.
+    Renew {
+        /// Lock id or `locks/{id}`.
+        name: String,
+        /// The token the acquire printed.
+        #[arg(long, env = "TALLY_LOCK_TOKEN", hide_env_values = true)]
+        token: String,
+        /// New time to live from now.
+        #[arg(long, default_value = "10m")]
+        ttl: String,
+    },
+    /// Release a held lock.
+    Release {
+        /// Lock id or `locks/{id}`.
+        name: String,
+        /// The token the acquire printed.
+        #[arg(long, env = "TALLY_LOCK_TOKEN", hide_env_values = true)]
+        token: String,
+    },
+}
+
+fn default_owner() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "tallyctl".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    if host.is_empty() {
+        format!("{user}/tallyctl")
+    } else {
+        format!("{user}@{host}/tallyctl")
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PromptsCmd {
+    /// Register an immutable prompt version.
+    Register {
+        /// Prompt id: 1-63 of [a-z0-9_-].
+        id: String,
+        /// Version: 1-63 of [A-Za-z0-9._-].
+        version: String,
+        /// Jinja-compatible template file.
+        #[arg(long)]
+        template_file: PathBuf,
+        /// JSON Schema file the answer must match.
+        #[arg(long)]
+        schema_file: Option<PathBuf>,
+        /// System instruction file.
+        #[arg(long)]
+        system_file: Option<PathBuf>,
+    },
+    /// Show one prompt version (`name@version` or `prompts/{p}/versions/{v}`).
+    Get {
+        /// The prompt.
+        name: String,
+    },
+}
+
+/// What the payload carries of the first-pass result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FirstPass {
+    /// Its parsed JSON content (`first_pass`), read at enroll time.
+    Content,
+    /// Only its path (`filter_json`).
+    Path,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Images root: {state}/{school}/{year}/{n}.jpg.
+    #[arg(long, required_unless_present = "from", requires = "results_root")]
+    pub images_root: Option<PathBuf>,
+    /// First-pass results root holding label_to_curricular/{state}/{school}/{year}/{n}.json
+    /// (or that directory itself).
+    #[arg(long, requires = "images_root")]
+    pub results_root: Option<PathBuf>,
+    /// Where the plan JSON is written (an existing different plan is never
+    /// overwritten).
+    #[arg(long, required_unless_present = "from")]
+    pub out: Option<PathBuf>,
+    /// Use this existing plan file instead of scanning (with --enroll).
+    #[arg(long, conflicts_with_all = ["images_root", "results_root", "out"], requires = "enroll")]
+    pub from: Option<PathBuf>,
+    /// Leave out pages whose image is missing instead of failing.
+    #[arg(long)]
+    pub skip_missing_images: bool,
+    /// Enroll the plan into this ledger.
+    #[arg(long, value_name = "LEDGER")]
+    pub enroll: Option<String>,
+    /// Prompt every row is rendered with, `name@version`.
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Model for every row (default: the ledger's).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// What the payload holds of the first-pass JSON.
+    #[arg(long, value_enum, default_value = "content")]
+    pub first_pass: FirstPass,
+    /// Rows per EnrollRows call.
+    #[arg(long, default_value_t = 1000)]
+    pub chunk: usize,
+    /// Exit 1 when any row was a CONFLICT.
+    #[arg(long)]
+    pub fail_on_conflict: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn globals_go_anywhere_and_summary_is_status() {
+        let cli = Cli::try_parse_from([
+            "tallyctl",
+            "summary",
+            "x",
+            "--json",
+            "--server",
+            "http://h:1",
+        ])
+        .unwrap();
+        assert!(cli.json);
+        assert_eq!(cli.server, "http://h:1");
+        assert!(matches!(cli.command, Command::Status(_)));
+    }
+
+    #[test]
+    fn redrive_takes_keys_or_a_filter_not_both() {
+        let cli = Cli::try_parse_from(["tallyctl", "redrive", "l", "--keys", "a,b"]).unwrap();
+        let Command::Redrive(r) = cli.command else {
+            panic!()
+        };
+        assert_eq!(r.keys, vec!["a", "b"]);
+        assert!(
+            Cli::try_parse_from([
+                "tallyctl",
+                "redrive",
+                "l",
+                "--keys",
+                "a",
+                "--status",
+                "permanent"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn plan_needs_roots_or_a_plan_file() {
+        assert!(Cli::try_parse_from(["tallyctl", "plan", "--out", "p.json"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "tallyctl",
+                "plan",
+                "--images-root",
+                "i",
+                "--results-root",
+                "r",
+                "--out",
+                "p"
+            ])
+            .is_ok()
+        );
+        assert!(Cli::try_parse_from(["tallyctl", "plan", "--from", "p.json"]).is_err());
+        assert!(
+            Cli::try_parse_from(["tallyctl", "plan", "--from", "p.json", "--enroll", "l"]).is_ok()
+        );
+    }
+}

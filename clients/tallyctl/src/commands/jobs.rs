@@ -1,0 +1,262 @@
+//! `tallyctl jobs|job|locks` over JobService.
+
+use crate::cli::{JobArgs, JobsArgs, LocksCmd};
+use crate::error::{CliError, ExitCode};
+use crate::table::{Table, fields, truncate};
+use crate::{Ctx, job_name, ledger_name, lock_name, render};
+use tally_proto::v1 as pb;
+
+pub fn job_counts(j: &pb::Job) -> pb::JobCounts {
+    j.counts.unwrap_or_default()
+}
+
+pub fn jobs_table(jobs: &[pb::Job]) -> Table {
+    let mut t = Table::new([
+        "JOB", "STATE", "ROWS", "DONE", "RETRY", "PERM", "MISSING", "BATCH", "OWNER", "CREATED",
+    ])
+    .right(&[2, 3, 4, 5, 6]);
+    for j in jobs {
+        let c = job_counts(j);
+        t.row([
+            j.job_id.clone(),
+            render::job_state(j.state),
+            c.rows.to_string(),
+            c.succeeded.to_string(),
+            c.retryable.to_string(),
+            c.permanent.to_string(),
+            c.missing.to_string(),
+            j.batch.clone(),
+            j.owner.clone(),
+            render::time(j.create_time.as_ref()),
+        ]);
+    }
+    t
+}
+
+/// Every job of a ledger in the given states (all pages, or up to `limit`).
+pub async fn list_jobs(
+    ctx: &mut Ctx,
+    parent: &str,
+    states: &[i32],
+    limit: usize,
+) -> Result<(Vec<pb::Job>, bool), tonic::Status> {
+    let mut jobs = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let want = if limit == 0 {
+            1000
+        } else {
+            (limit - jobs.len()).min(1000)
+        };
+        let resp = ctx
+            .clients
+            .jobs
+            .list_jobs(pb::ListJobsRequest {
+                parent: parent.to_string(),
+                states: states.to_vec(),
+                page_size: want as i32,
+                page_token,
+            })
+            .await?
+            .into_inner();
+        jobs.extend(resp.jobs);
+        if resp.next_page_token.is_empty() {
+            return Ok((jobs, false));
+        }
+        if limit != 0 && jobs.len() >= limit {
+            return Ok((jobs, true));
+        }
+        page_token = resp.next_page_token;
+    }
+}
+
+pub async fn list(ctx: &mut Ctx, args: JobsArgs) -> Result<ExitCode, CliError> {
+    let parent = ledger_name(&args.ledger);
+    let states = args
+        .states
+        .iter()
+        .map(|s| {
+            render::parse_job_state(s)
+                .map(|s| s as i32)
+                .map_err(|e| CliError::usage(format!("--state: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (jobs, more) = list_jobs(ctx, &parent, &states, args.limit)
+        .await
+        .map_err(|s| CliError::server(format!("list jobs of {parent}"), s))?;
+    if ctx.json {
+        ctx.print_json(&serde_json::json!({
+            "jobs": jobs.iter().map(render::job_json).collect::<Vec<_>>(),
+            "truncated": more,
+        }));
+    } else {
+        print!("{}", jobs_table(&jobs).render());
+        if more {
+            eprintln!(
+                "(first {} jobs; --limit N for more, --limit 0 for all)",
+                jobs.len()
+            );
+        }
+    }
+    Ok(ExitCode::Ok)
+}
+
+pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
+    let name = job_name(&args.name)?;
+    let j = ctx
+        .clients
+        .jobs
+        .get_job(pb::GetJobRequest { name: name.clone() })
+        .await
+        .map_err(|s| CliError::server(format!("get {name}"), s))?
+        .into_inner();
+    if ctx.json {
+        ctx.print_json(&render::job_json(&j));
+        return Ok(ExitCode::Ok);
+    }
+    let c = job_counts(&j);
+    print!(
+        "{}",
+        fields(&[
+            ("name", j.name.clone()),
+            ("state", render::job_state(j.state)),
+            ("summary", j.summary.clone()),
+            (
+                "counts",
+                format!(
+                    "rows={} succeeded={} retryable={} permanent={} missing={} unreported={}",
+                    c.rows, c.succeeded, c.retryable, c.permanent, c.missing, c.unreported
+                )
+            ),
+            ("model", j.model.clone()),
+            ("owner", j.owner.clone()),
+            ("claim", j.claim.clone()),
+            ("batch", j.batch.clone()),
+            ("operation", j.operation.clone()),
+            ("input file", j.input_file.clone()),
+            ("output file", j.output_file.clone()),
+            ("error", j.error.clone()),
+            ("adoptions", j.adoptions.to_string()),
+            ("created", render::time(j.create_time.as_ref())),
+            ("submitted", render::time(j.submit_time.as_ref())),
+            ("ended", render::time(j.end_time.as_ref())),
+            ("updated", render::time(j.update_time.as_ref())),
+            ("lease expires", render::time(j.lease_expire_time.as_ref())),
+        ])
+    );
+    Ok(ExitCode::Ok)
+}
+
+fn ttl(text: &str) -> Result<prost_types::Duration, CliError> {
+    render::parse_duration(text).map_err(|e| CliError::usage(format!("--ttl: {e}")))
+}
+
+pub async fn locks(ctx: &mut Ctx, cmd: LocksCmd) -> Result<ExitCode, CliError> {
+    match cmd {
+        LocksCmd::Acquire {
+            name,
+            owner,
+            ttl: t,
+        } => {
+            let name = lock_name(&name);
+            let r = ctx
+                .clients
+                .jobs
+                .acquire_lock(pb::AcquireLockRequest {
+                    name: name.clone(),
+                    owner,
+                    ttl: Some(ttl(&t)?),
+                })
+                .await
+                .map_err(|s| CliError::server(format!("acquire {name}"), s))?
+                .into_inner();
+            let lock = r.lock.clone().unwrap_or_default();
+            if ctx.json {
+                ctx.print_json(&serde_json::json!({
+                    "acquired": r.acquired,
+                    "lock": render::lock_json(&lock),
+                }));
+            } else if r.acquired {
+                println!(
+                    "acquired {} until {}\ntoken {}",
+                    lock.name,
+                    render::time(lock.expire_time.as_ref()),
+                    lock.token
+                );
+            } else {
+                println!(
+                    "{} is held by {} until {}",
+                    lock.name,
+                    lock.owner,
+                    render::time(lock.expire_time.as_ref())
+                );
+            }
+            Ok(if r.acquired {
+                ExitCode::Ok
+            } else {
+                ExitCode::LockHeld
+            })
+        }
+        LocksCmd::Renew {
+            name,
+            token,
+            ttl: t,
+        } => {
+            let name = lock_name(&name);
+            let lock = ctx
+                .clients
+                .jobs
+                .renew_lock(pb::RenewLockRequest {
+                    name: name.clone(),
+                    token,
+                    ttl: Some(ttl(&t)?),
+                })
+                .await
+                .map_err(|s| CliError::server(format!("renew {name}"), s))?
+                .into_inner();
+            if ctx.json {
+                ctx.print_json(&render::lock_json(&lock));
+            } else {
+                println!(
+                    "renewed {} until {}",
+                    lock.name,
+                    render::time(lock.expire_time.as_ref())
+                );
+            }
+            Ok(ExitCode::Ok)
+        }
+        LocksCmd::Release { name, token } => {
+            let name = lock_name(&name);
+            ctx.clients
+                .jobs
+                .release_lock(pb::ReleaseLockRequest {
+                    name: name.clone(),
+                    token,
+                })
+                .await
+                .map_err(|s| CliError::server(format!("release {name}"), s))?;
+            if ctx.json {
+                ctx.print_json(&serde_json::json!({"released": name}));
+            } else {
+                println!("released {name}");
+            }
+            Ok(ExitCode::Ok)
+        }
+    }
+}
+
+/// One line per job for logs (watch without a terminal).
+pub fn job_line(j: &pb::Job) -> String {
+    let c = job_counts(j);
+    truncate(
+        &format!(
+            "job {} {} {}/{} reported {}",
+            j.job_id,
+            render::job_state(j.state),
+            c.rows - c.unreported,
+            c.rows,
+            j.summary
+        ),
+        200,
+    )
+}

@@ -1,0 +1,313 @@
+//! `tallyctl ledgers list|get|create|update`.
+
+use crate::cli::{LedgersCmd, PolicyArgs};
+use crate::error::{CliError, ExitCode};
+use crate::table::{Table, fields};
+use crate::{Ctx, ledger_name, render};
+use tally_proto::v1 as pb;
+
+pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
+    match cmd {
+        LedgersCmd::List => list(ctx).await,
+        LedgersCmd::Get { ledger } => {
+            let name = ledger_name(&ledger);
+            let l = ctx
+                .clients
+                .ledgers
+                .get_ledger(pb::GetLedgerRequest { name: name.clone() })
+                .await
+                .map_err(|s| CliError::server(format!("get {name}"), s))?
+                .into_inner();
+            show(ctx, &l);
+            Ok(ExitCode::Ok)
+        }
+        LedgersCmd::Create { ledger, policy } => {
+            let id = ledger
+                .strip_prefix("ledgers/")
+                .unwrap_or(&ledger)
+                .to_string();
+            let (policy, _) = policy_from(&policy)?;
+            let l = ctx
+                .clients
+                .ledgers
+                .create_ledger(pb::CreateLedgerRequest {
+                    ledger_id: id.clone(),
+                    policy: Some(policy),
+                })
+                .await
+                .map_err(|s| CliError::server(format!("create ledger {id}"), s))?
+                .into_inner();
+            show(ctx, &l);
+            Ok(ExitCode::Ok)
+        }
+        LedgersCmd::Update {
+            ledger,
+            policy,
+            etag,
+        } => {
+            let name = ledger_name(&ledger);
+            let (policy, paths) = policy_from(&policy)?;
+            if paths.is_empty() {
+                return Err(CliError::usage(
+                    "nothing to update: give at least one policy flag (see --help)",
+                ));
+            }
+            let l = ctx
+                .clients
+                .ledgers
+                .update_ledger(pb::UpdateLedgerRequest {
+                    ledger: Some(pb::Ledger {
+                        name: name.clone(),
+                        policy: Some(policy),
+                        etag: etag.unwrap_or_default(),
+                        ..Default::default()
+                    }),
+                    update_mask: Some(prost_types::FieldMask { paths }),
+                })
+                .await
+                .map_err(|s| CliError::server(format!("update {name}"), s))?
+                .into_inner();
+            show(ctx, &l);
+            Ok(ExitCode::Ok)
+        }
+    }
+}
+
+async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
+    let mut all = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let resp = ctx
+            .clients
+            .ledgers
+            .list_ledgers(pb::ListLedgersRequest {
+                page_size: 1000,
+                page_token,
+            })
+            .await
+            .map_err(|s| CliError::server("list ledgers", s))?
+            .into_inner();
+        all.extend(resp.ledgers);
+        if resp.next_page_token.is_empty() {
+            break;
+        }
+        page_token = resp.next_page_token;
+    }
+    if ctx.json {
+        ctx.print_json(&serde_json::json!({
+            "ledgers": all.iter().map(render::ledger_json).collect::<Vec<_>>()
+        }));
+        return Ok(ExitCode::Ok);
+    }
+    let mut t = Table::new([
+        "LEDGER",
+        "MODEL",
+        "BUDGETS p/c/i",
+        "LEASE",
+        "MAX JOBS",
+        "CREATED",
+    ]);
+    for l in &all {
+        let p = l.policy.clone().unwrap_or_default();
+        let b = p.budgets.unwrap_or_default();
+        t.row([
+            render::last_segment(&l.name).to_string(),
+            p.model.clone(),
+            format!("{}/{}/{}", b.provider, b.content, b.infra),
+            render::duration(p.lease.as_ref()),
+            p.max_active_jobs.to_string(),
+            render::time(l.create_time.as_ref()),
+        ]);
+    }
+    print!("{}", t.render());
+    Ok(ExitCode::Ok)
+}
+
+fn show(ctx: &Ctx, l: &pb::Ledger) {
+    if ctx.json {
+        ctx.print_json(&render::ledger_json(l));
+        return;
+    }
+    let p = l.policy.clone().unwrap_or_default();
+    let b = p.budgets.unwrap_or_default();
+    let backoff = p.backoff.unwrap_or_default();
+    let prices = p
+        .prices
+        .iter()
+        .map(|m| {
+            format!(
+                "{}={},{}",
+                m.model, m.input_per_million, m.output_per_million
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let overrides = p
+        .overrides
+        .iter()
+        .map(|o| o.name.clone())
+        .collect::<Vec<_>>()
+        .join(", ");
+    print!(
+        "{}",
+        fields(&[
+            ("name", l.name.clone()),
+            ("model", p.model.clone()),
+            (
+                "budgets",
+                format!(
+                    "provider={} content={} infra={}",
+                    b.provider, b.content, b.infra
+                )
+            ),
+            ("lease", render::duration(p.lease.as_ref())),
+            (
+                "backoff",
+                format!(
+                    "{} doubling x{} to {}, jitter {}",
+                    render::duration(backoff.initial.as_ref()),
+                    backoff.multiplier,
+                    render::duration(backoff.max.as_ref()),
+                    backoff.jitter
+                )
+            ),
+            ("max active jobs", p.max_active_jobs.to_string()),
+            ("review threshold", p.review_threshold.to_string()),
+            ("alert url", p.alert_url.clone()),
+            ("prices (USD/M)", prices),
+            ("overrides", overrides),
+            ("created", render::time(l.create_time.as_ref())),
+            ("updated", render::time(l.update_time.as_ref())),
+            ("etag", l.etag.clone()),
+        ])
+    );
+}
+
+/// `MODEL=IN,OUT` → a price.
+pub fn parse_price(text: &str) -> Result<pb::ModelPrice, String> {
+    let bad =
+        || format!("price {text:?} must look like MODEL=INPUT,OUTPUT (USD per million tokens)");
+    let (model, rest) = text.split_once('=').ok_or_else(bad)?;
+    let (input, output) = rest.split_once(',').ok_or_else(bad)?;
+    let number = |s: &str| {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or_else(bad)
+    };
+    if model.is_empty() {
+        return Err(bad());
+    }
+    Ok(pb::ModelPrice {
+        model: model.to_string(),
+        input_per_million: number(input)?,
+        output_per_million: number(output)?,
+    })
+}
+
+/// The policy the flags describe and the update-mask paths they name.
+pub fn policy_from(a: &PolicyArgs) -> Result<(pb::LedgerPolicy, Vec<String>), CliError> {
+    let mut p = pb::LedgerPolicy::default();
+    let mut paths = Vec::new();
+    if let Some(m) = &a.model {
+        p.model = m.clone();
+        paths.push("policy.model".to_string());
+    }
+    let mut budgets = pb::AttemptBudgets::default();
+    for (value, field, path) in [
+        (
+            a.provider_budget,
+            &mut budgets.provider,
+            "policy.budgets.provider",
+        ),
+        (
+            a.content_budget,
+            &mut budgets.content,
+            "policy.budgets.content",
+        ),
+        (a.infra_budget, &mut budgets.infra, "policy.budgets.infra"),
+    ] {
+        if let Some(v) = value {
+            *field = v;
+            paths.push(path.to_string());
+        }
+    }
+    if a.provider_budget.is_some() || a.content_budget.is_some() || a.infra_budget.is_some() {
+        p.budgets = Some(budgets);
+    }
+    if let Some(l) = &a.lease {
+        p.lease =
+            Some(render::parse_duration(l).map_err(|e| CliError::usage(format!("--lease: {e}")))?);
+        paths.push("policy.lease".to_string());
+    }
+    if let Some(n) = a.max_active_jobs {
+        p.max_active_jobs = n;
+        paths.push("policy.max_active_jobs".to_string());
+    }
+    if let Some(n) = a.review_threshold {
+        p.review_threshold = n;
+        paths.push("policy.review_threshold".to_string());
+    }
+    if let Some(u) = &a.alert_url {
+        p.alert_url = u.clone();
+        paths.push("policy.alert_url".to_string());
+    }
+    if !a.prices.is_empty() {
+        p.prices = a
+            .prices
+            .iter()
+            .map(|t| parse_price(t))
+            .collect::<Result<_, _>>()
+            .map_err(CliError::usage)?;
+        paths.push("policy.prices".to_string());
+    }
+    Ok((p, paths))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_become_a_policy_and_a_mask() {
+        let (p, paths) = policy_from(&PolicyArgs {
+            model: Some("m".into()),
+            content_budget: Some(2),
+            lease: Some("45m".into()),
+            prices: vec!["gemini-x=0.3,2.5".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(p.model, "m");
+        assert_eq!(p.budgets.unwrap().content, 2);
+        assert_eq!(p.lease.unwrap().seconds, 2700);
+        assert_eq!(p.prices[0].output_per_million, 2.5);
+        assert_eq!(
+            paths,
+            [
+                "policy.model",
+                "policy.budgets.content",
+                "policy.lease",
+                "policy.prices"
+            ]
+        );
+        let (_, none) = policy_from(&PolicyArgs::default()).unwrap();
+        assert!(none.is_empty());
+        assert!(
+            policy_from(&PolicyArgs {
+                lease: Some("a while".into()),
+                ..Default::default()
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn prices_parse_strictly() {
+        assert!(parse_price("m=1,2").is_ok());
+        for bad in ["m", "m=1", "=1,2", "m=x,2", "m=-1,2"] {
+            assert!(parse_price(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `tallyctl operations|operation` over OperationsService.
+
+use crate::cli::{OperationArgs, OperationsArgs};
+use crate::error::{CliError, ExitCode};
+use crate::table::{Table, fields};
+use crate::{Ctx, operation_name, render};
+use tally_proto::v1 as pb;
+
+pub async fn list(ctx: &mut Ctx, args: OperationsArgs) -> Result<ExitCode, CliError> {
+    let states = args
+        .states
+        .iter()
+        .map(|s| {
+            render::parse_operation_state(s)
+                .map(|s| s as i32)
+                .map_err(|e| CliError::usage(format!("--state: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ops = Vec::new();
+    let mut page_token = String::new();
+    let mut more = false;
+    loop {
+        let want = if args.limit == 0 {
+            1000
+        } else {
+            (args.limit - ops.len()).min(1000)
+        };
+        let resp = ctx
+            .clients
+            .operations
+            .list_operations(pb::ListOperationsRequest {
+                states: states.clone(),
+                page_size: want as i32,
+                page_token,
+            })
+            .await
+            .map_err(|s| CliError::server("list operations", s))?
+            .into_inner();
+        ops.extend(resp.operations);
+        if resp.next_page_token.is_empty() {
+            break;
+        }
+        if args.limit != 0 && ops.len() >= args.limit {
+            more = true;
+            break;
+        }
+        page_token = resp.next_page_token;
+    }
+    if ctx.json {
+        ctx.print_json(&serde_json::json!({
+            "operations": ops.iter().map(render::operation_json).collect::<Vec<_>>(),
+            "truncated": more,
+        }));
+        return Ok(ExitCode::Ok);
+    }
+    let mut t = Table::new([
+        "OPERATION",
+        "STATE",
+        "VERSION",
+        "APPLIED",
+        "DROPPED",
+        "JOB",
+        "UPDATED",
+    ])
+    .right(&[2, 3, 4]);
+    for o in &ops {
+        t.row([
+            o.name.clone(),
+            render::operation_state(o.state),
+            o.version.to_string(),
+            o.applied_events.to_string(),
+            o.drops.values().sum::<i64>().to_string(),
+            o.job.clone(),
+            render::time(o.update_time.as_ref()),
+        ]);
+    }
+    print!("{}", t.render());
+    if more {
+        eprintln!(
+            "(first {} operations; --limit N for more, --limit 0 for all)",
+            ops.len()
+        );
+    }
+    Ok(ExitCode::Ok)
+}
+
+pub async fn get(ctx: &mut Ctx, args: OperationArgs) -> Result<ExitCode, CliError> {
+    let name = operation_name(&args.name);
+    let op = ctx
+        .clients
+        .operations
+        .get_operation(pb::GetOperationRequest { name: name.clone() })
+        .await
+        .map_err(|s| CliError::server(format!("get {name}"), s))?
+        .into_inner();
+    let mut events = Vec::new();
+    if args.events {
+        let mut page_token = String::new();
+        loop {
+            let resp = ctx
+                .clients
+                .operations
+                .list_operation_events(pb::ListOperationEventsRequest {
+                    parent: op.name.clone(),
+                    page_size: 1000,
+                    page_token,
+                })
+                .await
+                .map_err(|s| CliError::server(format!("list events of {}", op.name), s))?
+                .into_inner();
+            events.extend(resp.events);
+            if resp.next_page_token.is_empty() {
+                break;
+            }
+            page_token = resp.next_page_token;
+        }
+    }
+    if ctx.json {
+        let mut v = render::operation_json(&op);
+        if args.events {
+            v["events"] = events.iter().map(render::operation_event_json).collect();
+        }
+        ctx.print_json(&v);
+        return Ok(ExitCode::Ok);
+    }
+    let mut drops: Vec<_> = op.drops.iter().collect();
+    drops.sort();
+    print!(
+        "{}",
+        fields(&[
+            ("name", op.name.clone()),
+            ("state", render::operation_state(op.state)),
+            ("updated", render::time(op.update_time.as_ref())),
+            ("version", op.version.to_string()),
+            ("job", op.job.clone()),
+            ("output file", op.output_file.clone()),
+            (
+                "error",
+                if op.error_code.is_empty() && op.error_message.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} {}", op.error_code, op.error_message)
+                }
+            ),
+            ("applied events", op.applied_events.to_string()),
+            (
+                "drops",
+                drops
+                    .iter()
+                    .map(|(r, n)| format!("{r}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            ("created", render::time(op.create_time.as_ref())),
+        ])
+    );
+    if args.events {
+        println!();
+        print!("{}", events_table(&events).render());
+    }
+    Ok(ExitCode::Ok)
+}
+
+pub fn events_table(events: &[pb::OperationEventRecord]) -> Table {
+    let mut t = Table::new([
+        "SEQ",
+        "RECEIVED",
+        "SOURCE",
+        "RAW STATE",
+        "STATE",
+        "UPDATE TIME",
+        "VERDICT",
+        "REASON",
+        "EVENT ID",
+    ])
+    .right(&[0]);
+    for e in events {
+        t.row([
+            e.sequence.to_string(),
+            render::time(e.receive_time.as_ref()),
+            render::event_source(e.source),
+            e.raw_state.clone(),
+            render::operation_state(e.state),
+            render::time(e.update_time.as_ref()),
+            render::event_verdict(e.verdict),
+            e.reason.clone(),
+            e.event_id.clone(),
+        ]);
+    }
+    t
+}

@@ -1,0 +1,385 @@
+//! `tallyctl plan`: scan the dataset, write the immutable plan file, and
+//! optionally enroll it (or enroll an existing plan file with `--from`).
+
+use crate::cli::{FirstPass, PlanArgs};
+use crate::commands::enroll::{CHUNK_BYTES, finish};
+use crate::enroll::{self, Item};
+use crate::error::{CliError, ExitCode};
+use crate::plan::{self, MissingImage, Plan, scan};
+use crate::{Ctx, jsonl, ledger_name};
+use serde_json::{Value, json};
+use std::io::Write as _;
+use std::path::Path;
+use tally_core::payload::MAX_PAYLOAD_BYTES;
+use tally_proto::v1 as pb;
+
+/// What writing the plan file did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Created,
+    /// The file already held this same plan.
+    Unchanged,
+}
+
+/// How an existing plan differs from a new one, for the refusal message.
+pub fn describe_difference(old: &Value, new: &Value) -> String {
+    let keys = |v: &Value| -> std::collections::BTreeMap<String, (Value, Value)> {
+        let nodes = v.get("nodes").and_then(Value::as_object);
+        let deps = v.get("deps").and_then(Value::as_object);
+        nodes
+            .map(|n| {
+                n.iter()
+                    .map(|(k, node)| {
+                        let dep = deps.and_then(|d| d.get(k)).cloned().unwrap_or(Value::Null);
+                        (k.clone(), (node.clone(), dep))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (old, new) = (keys(old), keys(new));
+    let added: Vec<&String> = new.keys().filter(|k| !old.contains_key(*k)).collect();
+    let removed: Vec<&String> = old.keys().filter(|k| !new.contains_key(*k)).collect();
+    let changed: Vec<&String> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k).is_some_and(|o| o != *v))
+        .map(|(k, _)| k)
+        .collect();
+    let sample = |v: &[&String]| {
+        let mut s = v
+            .iter()
+            .take(5)
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if v.len() > 5 {
+            s.push_str(", …");
+        }
+        s
+    };
+    let mut parts = Vec::new();
+    for (label, list) in [("new", &added), ("gone", &removed), ("changed", &changed)] {
+        if !list.is_empty() {
+            parts.push(format!("{} {label} ({})", list.len(), sample(list)));
+        }
+    }
+    if parts.is_empty() {
+        "the file is not a plan this planner wrote".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// Writes the plan unless the file exists: the same plan there is fine, a
+/// different one is refused (plans are immutable once written). The file
+/// appears whole or not at all (written aside, then linked into place,
+/// which also fails if someone else created it meanwhile).
+pub fn write_plan(path: &Path, plan: &Plan) -> Result<Written, CliError> {
+    let compare = || -> Result<Written, CliError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::input(format!("cannot read {}: {e}", path.display())))?;
+        let old: Value = serde_json::from_str(&text).map_err(|e| {
+            CliError::input(format!(
+                "{} exists and is not JSON ({e}); refusing to overwrite it",
+                path.display()
+            ))
+        })?;
+        let new = plan.to_value();
+        if old == new {
+            Ok(Written::Unchanged)
+        } else {
+            Err(CliError::input(format!(
+                "{} holds a different plan ({}); plans are immutable: write a new file (or remove this one if no ledger was enrolled from it)",
+                path.display(),
+                describe_difference(&old, &new)
+            )))
+        }
+    };
+    if path.exists() {
+        return compare();
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| CliError::usage(format!("--out {} is not a file name", path.display())))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    let io = |e: std::io::Error| CliError::input(format!("cannot write {}: {e}", path.display()));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(plan.to_json_text().as_bytes()).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        match std::fs::hard_link(&tmp, path) {
+            Ok(()) => Ok(Written::Created),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => compare(),
+            Err(e) => Err(io(e)),
+        }
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
+/// The row of one node.
+fn row_item(
+    node: &plan::Node,
+    index: usize,
+    first_pass: FirstPass,
+    prompt: &Option<pb::PromptRef>,
+    model: &str,
+) -> Item {
+    let origin = format!("node {}", node.key);
+    let position = index as u64 + 1;
+    let content = match first_pass {
+        FirstPass::Path => None,
+        FirstPass::Content => {
+            let parsed = std::fs::read_to_string(&node.filter_json)
+                .map_err(|e| format!("cannot read {}: {e}", node.filter_json))
+                .and_then(|text| {
+                    serde_json::from_str::<Value>(&text)
+                        .map_err(|e| format!("{} is not JSON: {e}", node.filter_json))
+                });
+            match parsed {
+                Ok(v) => Some(v),
+                Err(error) => {
+                    return Item::Bad {
+                        origin,
+                        error,
+                        position,
+                    };
+                }
+            }
+        }
+    };
+    let payload = plan::payload(node, content);
+    if payload.len() > MAX_PAYLOAD_BYTES {
+        return Item::Bad {
+            origin,
+            error: format!(
+                "payload is {} bytes with the first-pass content (limit {MAX_PAYLOAD_BYTES}); use --first-pass path",
+                payload.len()
+            ),
+            position,
+        };
+    }
+    Item::Row {
+        origin,
+        row: pb::RowInput {
+            key: node.key.clone(),
+            payload,
+            depends_on: node.depends_on.iter().cloned().collect(),
+            prompt: prompt.clone(),
+            model: model.to_string(),
+        },
+        position,
+    }
+}
+
+pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
+    let mut warnings = Vec::new();
+    let (plan, written, source) = if let Some(from) = &args.from {
+        let text = std::fs::read_to_string(from)
+            .map_err(|e| CliError::input(format!("cannot read {}: {e}", from.display())))?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| CliError::input(format!("{} is not JSON: {e}", from.display())))?;
+        let plan = Plan::from_value(&value)
+            .map_err(|e| CliError::input(format!("{}: {e}", from.display())))?;
+        (plan, None, from.clone())
+    } else {
+        let (Some(images), Some(results), Some(out)) =
+            (&args.images_root, &args.results_root, &args.out)
+        else {
+            return Err(CliError::usage(
+                "give --images-root, --results-root and --out (or --from PLAN --enroll LEDGER)",
+            ));
+        };
+        let (groups, scan_warnings) =
+            scan::scan(images, results).map_err(|e| CliError::input(e.to_string()))?;
+        warnings.extend(scan_warnings);
+        let missing = if args.skip_missing_images {
+            MissingImage::Skip
+        } else {
+            MissingImage::Error
+        };
+        let (plan, plan_warnings) =
+            plan::plan(&groups, missing).map_err(|e| CliError::input(e.to_string()))?;
+        warnings.extend(plan_warnings);
+        let written = write_plan(out, &plan)?;
+        (plan, Some(written), out.clone())
+    };
+    let groups: std::collections::BTreeSet<_> = plan.nodes.iter().map(|n| &n.group).collect();
+    let deps = plan.nodes.iter().filter(|n| n.depends_on.is_some()).count();
+    if !ctx.json {
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
+        let what = match written {
+            Some(Written::Created) => "written to",
+            Some(Written::Unchanged) => "unchanged in",
+            None => "read from",
+        };
+        println!(
+            "plan: {} pages in {} groups, {deps} dependencies; {what} {}",
+            plan.nodes.len(),
+            groups.len(),
+            source.display()
+        );
+    }
+    let plan_json = json!({
+        "path": source.display().to_string(),
+        "written": match written {
+            Some(Written::Created) => "created",
+            Some(Written::Unchanged) => "unchanged",
+            None => "read",
+        },
+        "pages": plan.nodes.len(),
+        "groups": groups.len(),
+        "dependencies": deps,
+        "warnings": warnings,
+    });
+    let Some(ledger) = &args.enroll else {
+        if ctx.json {
+            ctx.print_json(&json!({"plan": plan_json, "enroll": null}));
+        }
+        return Ok(ExitCode::Ok);
+    };
+    let prompt = args
+        .prompt
+        .as_deref()
+        .map(jsonl::parse_prompt_ref)
+        .transpose()
+        .map_err(|e| CliError::usage(format!("--prompt: {e}")))?;
+    let model = args.model.clone().unwrap_or_default();
+    let parent = ledger_name(ledger);
+    let options = enroll::Options {
+        chunk: args.chunk,
+        chunk_bytes: CHUNK_BYTES,
+        skip_bad: false,
+        dry_run: false,
+    };
+    let bar = ctx.progress(Some(plan.nodes.len() as u64));
+    let items = plan
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| row_item(n, i, args.first_pass, &prompt, &model));
+    let result = enroll::run(&mut ctx.clients, &parent, items, &options, &bar).await;
+    bar.finish_and_clear();
+    if ctx.json {
+        let (report, error) = match result {
+            Ok(r) => (r, None),
+            Err((r, e)) => (r, Some(e)),
+        };
+        ctx.print_json(&json!({"plan": plan_json, "enroll": report.to_json(false)}));
+        if let Some(e) = error {
+            return Err(e);
+        }
+        if args.fail_on_conflict && report.conflicts > 0 {
+            return Ok(ExitCode::Input);
+        }
+        return Ok(ExitCode::Ok);
+    }
+    finish(ctx, result, false, args.fail_on_conflict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Group, Node};
+
+    fn sample(pages: &[u64]) -> Plan {
+        let group = Group {
+            state: "S".into(),
+            school: "X".into(),
+            year: "2020".into(),
+        };
+        Plan {
+            nodes: pages
+                .iter()
+                .map(|&p| Node {
+                    key: plan::node_key(&group, p),
+                    group: group.clone(),
+                    page: p,
+                    image_path: format!("/i/{p}.jpg"),
+                    filter_json: format!("/r/{p}.json"),
+                    depends_on: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_plan_file_is_written_once_and_never_replaced_by_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plan.json");
+        assert_eq!(
+            write_plan(&path, &sample(&[1, 2])).unwrap(),
+            Written::Created
+        );
+        assert_eq!(
+            write_plan(&path, &sample(&[1, 2])).unwrap(),
+            Written::Unchanged
+        );
+        let err = write_plan(&path, &sample(&[1, 3])).unwrap_err().to_string();
+        assert!(err.contains("1 new (S:X:2020:3)"), "{err}");
+        assert!(err.contains("1 gone (S:X:2020:2)"), "{err}");
+        // Formatting does not matter, content does.
+        let compact = serde_json::to_string(&sample(&[1, 2]).to_value()).unwrap();
+        std::fs::write(&path, compact).unwrap();
+        assert_eq!(
+            write_plan(&path, &sample(&[1, 2])).unwrap(),
+            Written::Unchanged
+        );
+        std::fs::write(&path, "garbage").unwrap();
+        assert!(write_plan(&path, &sample(&[1])).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "garbage");
+        // No temporary files are left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn rows_carry_paths_content_prompt_and_dependency() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = sample(&[1, 2]);
+        for n in &mut p.nodes {
+            n.filter_json = dir
+                .path()
+                .join(format!("{}.json", n.page))
+                .display()
+                .to_string();
+        }
+        p.nodes[1].depends_on = Some(p.nodes[0].key.clone());
+        std::fs::write(&p.nodes[1].filter_json, r#"{"label": "curricular"}"#).unwrap();
+        let prompt = Some(pb::PromptRef {
+            name: "page_ocr".into(),
+            version: "v2".into(),
+        });
+        let Item::Row { row, .. } = row_item(&p.nodes[1], 1, FirstPass::Content, &prompt, "m")
+        else {
+            panic!("expected a row")
+        };
+        assert_eq!(row.depends_on, vec!["S:X:2020:1"]);
+        assert_eq!(row.model, "m");
+        let v: Value = serde_json::from_str(&row.payload).unwrap();
+        assert_eq!(v["first_pass"]["label"], "curricular");
+        assert_eq!(v["image_path"], "/i/2.jpg");
+        // Page 1's JSON does not exist: a bad item naming the node.
+        let Item::Bad { origin, error, .. } =
+            row_item(&p.nodes[0], 0, FirstPass::Content, &prompt, "")
+        else {
+            panic!("expected a bad item")
+        };
+        assert_eq!(origin, "node S:X:2020:1");
+        assert!(error.contains("cannot read"));
+        // Paths only: no file is read.
+        assert!(matches!(
+            row_item(&p.nodes[0], 0, FirstPass::Path, &None, ""),
+            Item::Row { .. }
+        ));
+    }
+}

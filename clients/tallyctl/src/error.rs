@@ -1,0 +1,231 @@
+//! What can go wrong in a command, and the exit code each failure maps to.
+//! The codes are part of tallyctl's interface (scripts branch on them), so
+//! they live in one place: [`ExitCode`].
+
+use std::fmt::Write as _;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+/// Exit codes, documented in docs-tallyctl.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    /// Everything went as asked.
+    Ok = 0,
+    /// Bad usage or bad input (flags, files, lines); nothing or only what
+    /// came before the bad input was sent.
+    Input = 1,
+    /// The server answered with an error (or could not be reached).
+    Server = 2,
+    /// `--fail-on-permanent` (status, watch): rows ended PERMANENT.
+    Permanent = 3,
+    /// `locks acquire`: someone else holds the lock.
+    LockHeld = 4,
+}
+
+impl ExitCode {
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+}
+
+/// A command's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Flags that do not fit together, or a value that cannot be used.
+    #[error("{0}")]
+    Usage(String),
+    /// A file or line that cannot be read or parsed.
+    #[error("{0}")]
+    Input(String),
+    /// The server's answer.
+    #[error("{}", describe_status(.context, .status))]
+    Server {
+        context: String,
+        status: Box<tonic::Status>,
+    },
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError::Usage(message.into())
+    }
+
+    pub fn input(message: impl Into<String>) -> Self {
+        CliError::Input(message.into())
+    }
+
+    /// A server error, with what we were doing when it happened.
+    pub fn server(context: impl Into<String>, status: tonic::Status) -> Self {
+        CliError::Server {
+            context: context.into(),
+            status: Box::new(status),
+        }
+    }
+
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Usage(_) | CliError::Input(_) => ExitCode::Input,
+            CliError::Server { .. } => ExitCode::Server,
+        }
+    }
+
+    /// The gRPC code, for server errors.
+    pub fn grpc_code(&self) -> Option<Code> {
+        match self {
+            CliError::Server { status, .. } => Some(status.code()),
+            CliError::Usage(_) | CliError::Input(_) => None,
+        }
+    }
+
+    /// A JSON form for `--json` (printed on stderr).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            CliError::Usage(m) | CliError::Input(m) => {
+                serde_json::json!({"error": {"kind": "input", "message": m}})
+            }
+            CliError::Server { context, status } => {
+                let details = status.get_error_details();
+                let violations: Vec<_> = details
+                    .bad_request()
+                    .map(|b| {
+                        b.field_violations
+                            .iter()
+                            .map(|v| serde_json::json!({"field": v.field, "description": v.description}))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                serde_json::json!({"error": {
+                    "kind": "server",
+                    "context": context,
+                    "code": code_name(status.code()),
+                    "message": status.message(),
+                    "field_violations": violations,
+                }})
+            }
+        }
+    }
+}
+
+/// The canonical upper-case name of a gRPC code (`INVALID_ARGUMENT`).
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// `context: CODE: message` followed by one indented line per google.rpc
+/// detail the server attached (field violations, preconditions, retry
+/// delay, resource, reason, help links).
+pub fn describe_status(context: &str, status: &tonic::Status) -> String {
+    let mut out = String::new();
+    if !context.is_empty() {
+        let _ = write!(out, "{context}: ");
+    }
+    let _ = write!(out, "{}: {}", code_name(status.code()), status.message());
+    let d = status.get_error_details();
+    if let Some(b) = d.bad_request() {
+        for v in &b.field_violations {
+            let _ = write!(out, "\n  field {}: {}", v.field, v.description);
+        }
+    }
+    if let Some(p) = d.precondition_failure() {
+        for v in &p.violations {
+            let _ = write!(out, "\n  precondition {}: {}", v.r#type, v.description);
+        }
+    }
+    if let Some(r) = d.resource_info() {
+        let _ = write!(out, "\n  resource {} {}", r.resource_type, r.resource_name);
+    }
+    if let Some(e) = d.error_info() {
+        let _ = write!(out, "\n  reason {} ({})", e.reason, e.domain);
+    }
+    if let Some(r) = d.retry_info()
+        && let Some(delay) = r.retry_delay
+    {
+        let _ = write!(out, "\n  retry after {}", humantime::format_duration(delay));
+    }
+    if let Some(q) = d.quota_failure() {
+        for v in &q.violations {
+            let _ = write!(out, "\n  quota {}: {}", v.subject, v.description);
+        }
+    }
+    if let Some(h) = d.help() {
+        for l in &h.links {
+            let _ = write!(out, "\n  see {} ({})", l.url, l.description);
+        }
+    }
+    if let Some(m) = d.localized_message() {
+        let _ = write!(out, "\n  {}", m.message);
+    }
+    if status.code() == Code::Unimplemented {
+        out.push_str("\n  (this server does not implement that call yet)");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_types::ErrorDetails;
+
+    #[test]
+    fn exit_codes_are_stable() {
+        assert_eq!(ExitCode::Ok.code(), 0);
+        assert_eq!(CliError::usage("x").exit_code().code(), 1);
+        assert_eq!(CliError::input("x").exit_code().code(), 1);
+        let e = CliError::server("enroll", tonic::Status::not_found("ledger x"));
+        assert_eq!(e.exit_code().code(), 2);
+        assert_eq!(e.grpc_code(), Some(Code::NotFound));
+        assert_eq!(ExitCode::Permanent.code(), 3);
+        assert_eq!(ExitCode::LockHeld.code(), 4);
+    }
+
+    #[test]
+    fn field_violations_are_printed_one_per_line() {
+        let mut details = ErrorDetails::new();
+        details.add_bad_request_violation("rows[0].key", "key must not be empty");
+        details.add_bad_request_violation("rows[1].payload", "payload must be a JSON object");
+        let status =
+            tonic::Status::with_error_details(Code::InvalidArgument, "2 invalid fields", details);
+        let text = describe_status("enroll", &status);
+        assert_eq!(
+            text,
+            "enroll: INVALID_ARGUMENT: 2 invalid fields\n  field rows[0].key: key must not be empty\n  field rows[1].payload: payload must be a JSON object"
+        );
+        let json = CliError::server("enroll", status).to_json();
+        assert_eq!(json["error"]["code"], "INVALID_ARGUMENT");
+        assert_eq!(
+            json["error"]["field_violations"][1]["field"],
+            "rows[1].payload"
+        );
+    }
+
+    #[test]
+    fn retry_info_and_unimplemented_are_explained() {
+        let s = tonic::Status::with_error_details(
+            Code::ResourceExhausted,
+            "too many jobs",
+            ErrorDetails::with_retry_info(Some(std::time::Duration::from_secs(30))),
+        );
+        assert!(describe_status("", &s).ends_with("retry after 30s"));
+        let u = describe_status("list jobs", &tonic::Status::unimplemented(""));
+        assert!(u.starts_with("list jobs: UNIMPLEMENTED"));
+        assert!(u.contains("does not implement"));
+    }
+}

@@ -1,0 +1,348 @@
+//! JobService's conversions and request checks: store records to
+//! `tally.v1` messages, and requests to store inputs or INVALID_ARGUMENT
+//! with a field violation per problem. Pure: no I/O.
+
+use crate::convert::{bounded_duration, timestamp};
+use crate::status::{invalid, invalid_field};
+use crate::validate;
+use std::time::Duration;
+use tally_core::job::{FinalState, JobState};
+use tally_core::names;
+use tally_core::operation::normalize_name;
+use tally_core::violation::Violations;
+use tally_proto::v1 as pb;
+use tally_store::types::{FinishRequest, JobEventKind, JobEventRecord, JobRecord, LockRecord};
+use tonic::Status;
+use uuid::Uuid;
+
+/// Longest input or output file name accepted.
+const MAX_FILE: usize = 512;
+/// Longest job error kept.
+const MAX_ERROR: usize = 4096;
+/// Longest worker or lock owner name.
+const MAX_NAME: usize = 128;
+/// Lock TTLs.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// AdoptJobs' `max_jobs`.
+pub const DEFAULT_ADOPT: i64 = 10;
+pub const MAX_ADOPT: i64 = 100;
+
+pub fn job_state_to_proto(s: JobState) -> pb::JobState {
+    match s {
+        JobState::Preparing => pb::JobState::Preparing,
+        JobState::Submitted => pb::JobState::Submitted,
+        JobState::Running => pb::JobState::Running,
+        JobState::Succeeded => pb::JobState::Succeeded,
+        JobState::Failed => pb::JobState::Failed,
+        JobState::Cancelled => pb::JobState::Cancelled,
+        JobState::Expired => pb::JobState::Expired,
+        JobState::Reconciled => pb::JobState::Reconciled,
+    }
+}
+
+/// A known, specified job state.
+pub fn job_state_from_proto(code: i32) -> Option<JobState> {
+    JobState::from_code(i16::try_from(code).ok()?)
+}
+
+pub fn job_to_proto(j: &JobRecord) -> pb::Job {
+    let c = &j.counts;
+    let batch = j.batch.clone().unwrap_or_default();
+    pb::Job {
+        name: names::job_name(&j.ledger, &j.public_id),
+        job_id: j.public_id.clone(),
+        claim: names::claim_name(&j.ledger, &j.claim.to_string()),
+        state: job_state_to_proto(j.state) as i32,
+        model: j.model.clone(),
+        owner: j.owner.clone(),
+        operation: if batch.is_empty() {
+            String::new()
+        } else {
+            format!("operations/{batch}")
+        },
+        batch,
+        input_file: j.input_file.clone(),
+        output_file: j.output_file.clone(),
+        counts: Some(pb::JobCounts {
+            rows: c.rows as i32,
+            succeeded: c.succeeded as i32,
+            retryable: c.retryable as i32,
+            permanent: c.permanent as i32,
+            missing: c.missing as i32,
+            unreported: j.unreported,
+        }),
+        summary: j.summary(),
+        error: j.error.clone(),
+        adoptions: j.adoptions,
+        create_time: Some(timestamp(j.create_time)),
+        submit_time: j.submit_time.map(timestamp),
+        end_time: j.end_time.map(timestamp),
+        update_time: Some(timestamp(j.update_time)),
+        lease_expire_time: j.lease_expire_time.map(timestamp),
+        final_state: j
+            .final_state
+            .map_or(pb::JobState::Unspecified, |f| job_state_to_proto(f.state()))
+            as i32,
+    }
+}
+
+pub fn event_to_proto(e: &JobEventRecord) -> pb::JobEvent {
+    pb::JobEvent {
+        sequence: e.seq,
+        r#type: match e.kind {
+            JobEventKind::Created => pb::JobEventType::Created,
+            JobEventKind::StateChanged => pb::JobEventType::StateChanged,
+            JobEventKind::Progress => pb::JobEventType::Progress,
+            JobEventKind::Adopted => pb::JobEventType::Adopted,
+        } as i32,
+        job: Some(job_to_proto(&e.job)),
+        time: Some(timestamp(e.time)),
+        actor: e.actor.clone(),
+    }
+}
+
+pub fn lock_to_proto(l: &LockRecord) -> pb::Lock {
+    pb::Lock {
+        name: names::lock_name(&l.name),
+        owner: l.owner.clone(),
+        token: l.token.map(|t| t.to_string()).unwrap_or_default(),
+        acquire_time: Some(timestamp(l.acquire_time)),
+        expire_time: Some(timestamp(l.expire_time)),
+    }
+}
+
+/// `ledgers/{ledger}/jobs/{job}` → (ledger, job id).
+pub fn job(field: &str, name: &str) -> Result<(String, String), Status> {
+    names::parse_job(name)
+        .map(|(l, j)| (l.to_string(), j.to_string()))
+        .map_err(|e| invalid_field(field, e.to_string()))
+}
+
+/// A job name and the claim fencing it, which must be of the same ledger.
+pub fn job_and_claim(job_name: &str, claim_name: &str) -> Result<(String, String, Uuid), Status> {
+    let (ledger, job) = job("name", job_name)?;
+    let (claim_ledger, token) = validate::claim("claim", claim_name)?;
+    if claim_ledger != ledger {
+        return Err(invalid_field(
+            "claim",
+            format!("is a claim of ledgers/{claim_ledger}, not of the job's ledgers/{ledger}"),
+        ));
+    }
+    Ok((ledger, job, token))
+}
+
+fn text(field: &str, value: &str, max: usize, v: &mut Violations) {
+    if value.len() > max {
+        v.add(field, format!("must be at most {max} characters"));
+    }
+}
+
+/// MarkSubmitted's batch (normalized to `batches/{id}`) and input file.
+pub fn submission(req: &pb::MarkSubmittedRequest) -> Result<(String, String), Status> {
+    let mut v = Violations::new();
+    let batch = match normalize_name(&req.batch) {
+        Ok(b) => b,
+        Err(e) => {
+            v.add("batch", e.to_string());
+            String::new()
+        }
+    };
+    text("input_file", &req.input_file, MAX_FILE, &mut v);
+    v.finish().map_err(invalid)?;
+    Ok((batch, req.input_file.clone()))
+}
+
+pub fn finish(req: &pb::FinishJobRequest) -> Result<FinishRequest, Status> {
+    let mut v = Violations::new();
+    let final_state = match job_state_from_proto(req.final_state).and_then(FinalState::from_state) {
+        Some(f) => Some(f),
+        None => {
+            v.add(
+                "final_state",
+                "must be SUCCEEDED, FAILED, CANCELLED or EXPIRED (the batch's final state)",
+            );
+            None
+        }
+    };
+    text("output_file", &req.output_file, MAX_FILE, &mut v);
+    text("error", &req.error, MAX_ERROR, &mut v);
+    v.finish().map_err(invalid)?;
+    Ok(FinishRequest {
+        final_state: final_state.expect("no violations means a final state"),
+        output_file: req.output_file.clone(),
+        error: req.error.clone(),
+    })
+}
+
+/// AdoptJobs' (ledger, worker, max jobs, lease).
+pub fn adopt(req: &pb::AdoptJobsRequest) -> Result<(String, i64, Option<Duration>), Status> {
+    let ledger = validate::ledger("parent", &req.parent)?;
+    let mut v = Violations::new();
+    text("worker", &req.worker, MAX_NAME, &mut v);
+    let max = match i64::from(req.max_jobs) {
+        0 => DEFAULT_ADOPT,
+        n if (1..=MAX_ADOPT).contains(&n) => n,
+        _ => {
+            v.add(
+                "max_jobs",
+                format!("must be between 0 (default {DEFAULT_ADOPT}) and {MAX_ADOPT}"),
+            );
+            0
+        }
+    };
+    let lease = validate::lease("lease", req.lease.as_ref(), &mut v);
+    v.finish().map_err(invalid)?;
+    Ok((ledger, max, lease))
+}
+
+/// ListJobs' state filter.
+pub fn states(codes: &[i32]) -> Result<Vec<JobState>, Status> {
+    let mut v = Violations::new();
+    let mut out = Vec::with_capacity(codes.len());
+    for (i, c) in codes.iter().enumerate() {
+        match job_state_from_proto(*c) {
+            Some(s) => out.push(s),
+            None => v.add(format!("states[{i}]"), "unknown or unspecified job state"),
+        }
+    }
+    v.finish().map_err(invalid)?;
+    Ok(out)
+}
+
+/// A lock name, and a TTL that must be set (1s to 24h).
+pub fn lock_and_ttl(
+    name: &str,
+    ttl: Option<&prost_types::Duration>,
+) -> Result<(String, Duration), Status> {
+    let mut v = Violations::new();
+    let id = match names::parse_lock(name) {
+        Ok(id) => id.to_string(),
+        Err(e) => {
+            v.add("name", e.to_string());
+            String::new()
+        }
+    };
+    if ttl.is_none() {
+        v.add("ttl", "must be set (1s to 24h)");
+    }
+    let ttl = bounded_duration("ttl", ttl, MIN_TTL, MAX_TTL, &mut v);
+    v.finish().map_err(invalid)?;
+    Ok((id, ttl.expect("no violations means a ttl")))
+}
+
+pub fn lock_token(token: &str) -> Result<Uuid, Status> {
+    Uuid::parse_str(token)
+        .map_err(|_| invalid_field("token", "is not a lock token this server issued"))
+}
+
+pub fn owner(owner: &str) -> Result<(), Status> {
+    let mut v = Violations::new();
+    text("owner", owner, MAX_NAME, &mut v);
+    v.finish().map_err(invalid)
+}
+
+/// WatchJobs' `after_sequence`: where to start, given the last sequence
+/// committed now. 0 is "from now", -1 "from the first stored".
+pub fn watch_start(after: i64, last_now: i64) -> Result<i64, Status> {
+    match after {
+        0 => Ok(last_now),
+        -1 => Ok(0),
+        n if n > 0 => Ok(n),
+        _ => Err(invalid_field(
+            "after_sequence",
+            "must be a sequence number, 0 (from now) or -1 (from the first stored event)",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_job_state_round_trips_through_the_proto_enum() {
+        for s in JobState::ALL {
+            assert_eq!(job_state_from_proto(job_state_to_proto(s) as i32), Some(s));
+        }
+        assert_eq!(job_state_from_proto(0), None);
+        assert_eq!(job_state_from_proto(99), None);
+    }
+
+    #[test]
+    fn a_claim_of_another_ledger_cannot_fence_a_job() {
+        let t = Uuid::new_v4();
+        assert!(job_and_claim("ledgers/a/jobs/j", &format!("ledgers/a/claims/{t}")).is_ok());
+        let e = job_and_claim("ledgers/a/jobs/j", &format!("ledgers/b/claims/{t}")).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn batch_names_are_normalized() {
+        let (batch, _) = submission(&pb::MarkSubmittedRequest {
+            batch: "projects/p/locations/l/batches/abc".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(batch, "batches/abc");
+        assert!(
+            submission(&pb::MarkSubmittedRequest {
+                batch: "abc".into(),
+                ..Default::default()
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn finish_needs_a_final_state() {
+        for bad in [0, 1, 2, 3, 8, 42] {
+            let req = pb::FinishJobRequest {
+                final_state: bad,
+                ..Default::default()
+            };
+            assert!(finish(&req).is_err(), "{bad}");
+        }
+        let req = pb::FinishJobRequest {
+            final_state: pb::JobState::Expired as i32,
+            ..Default::default()
+        };
+        assert_eq!(finish(&req).unwrap().final_state, FinalState::Expired);
+    }
+
+    #[test]
+    fn lock_ttls_must_be_set_and_sane() {
+        let d = |s| prost_types::Duration {
+            seconds: s,
+            nanos: 0,
+        };
+        assert!(lock_and_ttl("locks/a", Some(&d(60))).is_ok());
+        assert!(lock_and_ttl("locks/a", None).is_err());
+        assert!(lock_and_ttl("locks/a", Some(&d(0))).is_err());
+        assert!(lock_and_ttl("locks/a", Some(&d(2 * 86400))).is_err());
+        assert!(lock_and_ttl("locks/a b", Some(&d(60))).is_err());
+    }
+
+    #[test]
+    fn watch_positions() {
+        assert_eq!(watch_start(0, 41).unwrap(), 41);
+        assert_eq!(watch_start(-1, 41).unwrap(), 0);
+        assert_eq!(watch_start(7, 41).unwrap(), 7);
+        assert!(watch_start(-2, 41).is_err());
+    }
+
+    #[test]
+    fn adopt_defaults_and_bounds() {
+        let req = pb::AdoptJobsRequest {
+            parent: "ledgers/a".into(),
+            ..Default::default()
+        };
+        assert_eq!(adopt(&req).unwrap().1, DEFAULT_ADOPT);
+        let req = pb::AdoptJobsRequest {
+            parent: "ledgers/a".into(),
+            max_jobs: 101,
+            ..Default::default()
+        };
+        assert!(adopt(&req).is_err());
+    }
+}

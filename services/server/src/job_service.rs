@@ -1,0 +1,207 @@
+//! JobService: thin handlers. Each checks its request (see
+//! [`crate::job_convert`]), makes one store call and encodes the answer.
+//! WatchJobs hands the stream to [`crate::watch`].
+
+use crate::caller::actor;
+use crate::convert::claim_to_proto;
+use crate::job_convert::{self as jc, job_to_proto, lock_to_proto};
+use crate::paging;
+use crate::status::{from_store, invalid_field};
+use crate::validate;
+use crate::watch::Hub;
+use std::pin::Pin;
+use tally_core::names;
+use tally_proto::v1 as pb;
+use tally_proto::v1::job_service_server::JobService;
+use tally_store::Store;
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+pub struct Jobs {
+    store: Store,
+    hub: Hub,
+    /// The server's stop token: open watch streams end when it fires.
+    stop: CancellationToken,
+}
+
+impl Jobs {
+    pub fn new(store: Store, hub: Hub, stop: CancellationToken) -> Self {
+        Self { store, hub, stop }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl JobService for Jobs {
+    async fn create_job(&self, req: Request<pb::CreateJobRequest>) -> Reply<pb::Job> {
+        let actor = actor(&req);
+        let (ledger, token) = validate::claim("claim", &req.get_ref().claim)?;
+        let job = self
+            .store
+            .create_job(&ledger, token, &actor)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
+    }
+
+    async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Reply<pb::Job> {
+        let (ledger, job) = jc::job("name", &req.get_ref().name)?;
+        let job = self
+            .store
+            .get_job(&ledger, &job)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
+    }
+
+    async fn list_jobs(&self, req: Request<pb::ListJobsRequest>) -> Reply<pb::ListJobsResponse> {
+        let req = req.into_inner();
+        let ledger = validate::ledger("parent", &req.parent)?;
+        let states = jc::states(&req.states)?;
+        let size = paging::page_size(req.page_size)?;
+        let list = format!("jobs:{ledger}");
+        let codes: Vec<String> = states.iter().map(|s| s.code().to_string()).collect();
+        let fp = paging::fingerprint(&[&codes.join(",")]);
+        let after = match paging::decode(&req.page_token, &list, &fp)? {
+            Some(a) => Some(a.parse::<i64>().map_err(|_| {
+                invalid_field("page_token", "is not a token from this list; start again")
+            })?),
+            None => None,
+        };
+        let jobs = self
+            .store
+            .list_jobs(&ledger, &states, after, size)
+            .await
+            .map_err(from_store)?;
+        let last = jobs.last().map(|j| j.id.to_string());
+        Ok(Response::new(pb::ListJobsResponse {
+            next_page_token: paging::next_token(&list, &fp, jobs.len(), size, last.as_deref()),
+            jobs: jobs.iter().map(job_to_proto).collect(),
+        }))
+    }
+
+    async fn mark_submitted(&self, req: Request<pb::MarkSubmittedRequest>) -> Reply<pb::Job> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let (batch, input_file) = jc::submission(&req)?;
+        let job = self
+            .store
+            .mark_submitted(&ledger, &job, token, &batch, &input_file, &actor)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
+    }
+
+    async fn adopt_jobs(&self, req: Request<pb::AdoptJobsRequest>) -> Reply<pb::AdoptJobsResponse> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let (ledger, max, lease) = jc::adopt(&req)?;
+        let r = self
+            .store
+            .adopt_jobs(&ledger, &req.worker, max, lease, &actor)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::AdoptJobsResponse {
+            jobs: r
+                .adopted
+                .iter()
+                .map(|a| pb::AdoptedJob {
+                    job: Some(job_to_proto(&a.job)),
+                    claim: Some(claim_to_proto(&a.claim)),
+                    keys: a.keys.clone(),
+                })
+                .collect(),
+            released_jobs: r.released_jobs as i32,
+        }))
+    }
+
+    async fn finish_job(&self, req: Request<pb::FinishJobRequest>) -> Reply<pb::Job> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let finish = jc::finish(&req)?;
+        let job = self
+            .store
+            .finish_job(&ledger, &job, token, &finish, &actor)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
+    }
+
+    type WatchJobsStream = Events<pb::JobEvent>;
+
+    async fn watch_jobs(&self, req: Request<pb::WatchJobsRequest>) -> Reply<Self::WatchJobsStream> {
+        let req = req.into_inner();
+        let ledger = names::parse_ledger_or_all(&req.parent)
+            .map_err(|e| invalid_field("parent", e.to_string()))?;
+        jc::watch_start(req.after_sequence, 0)?;
+        let ledger_id = match ledger {
+            Some(l) => Some(self.store.ledger_id(l).await.map_err(from_store)?),
+            None => None,
+        };
+        let last_now = if req.after_sequence == 0 {
+            self.store.last_job_event().await.map_err(from_store)?
+        } else {
+            0
+        };
+        let start = jc::watch_start(req.after_sequence, last_now)?;
+        let stream = self
+            .hub
+            .stream(self.store.clone(), ledger_id, start, self.stop.clone());
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn acquire_lock(
+        &self,
+        req: Request<pb::AcquireLockRequest>,
+    ) -> Reply<pb::AcquireLockResponse> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let (name, ttl) = jc::lock_and_ttl(&req.name, req.ttl.as_ref())?;
+        jc::owner(&req.owner)?;
+        // Without a given owner, the caller's name says who holds it.
+        let owner = if req.owner.is_empty() {
+            actor
+        } else {
+            req.owner
+        };
+        let r = self
+            .store
+            .acquire_lock(&name, &owner, ttl)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::AcquireLockResponse {
+            acquired: r.acquired,
+            lock: Some(lock_to_proto(&r.lock)),
+        }))
+    }
+
+    async fn renew_lock(&self, req: Request<pb::RenewLockRequest>) -> Reply<pb::Lock> {
+        let req = req.into_inner();
+        let (name, ttl) = jc::lock_and_ttl(&req.name, req.ttl.as_ref())?;
+        let token = jc::lock_token(&req.token)?;
+        let lock = self
+            .store
+            .renew_lock(&name, token, ttl)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(lock_to_proto(&lock)))
+    }
+
+    async fn release_lock(&self, req: Request<pb::ReleaseLockRequest>) -> Reply<()> {
+        let req = req.into_inner();
+        let name = names::parse_lock(&req.name)
+            .map_err(|e| invalid_field("name", e.to_string()))?
+            .to_string();
+        let token = jc::lock_token(&req.token)?;
+        self.store
+            .release_lock(&name, token)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(()))
+    }
+}

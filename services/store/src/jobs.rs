@@ -1,0 +1,796 @@
+//! Jobs: the provider batch made from a claim, its submission, its adoption
+//! by another worker when the owner dies, and its close.
+//!
+//! A job's claim is its lease and its fence: every write to a job first
+//! locks the job's current claim (`claims … FOR UPDATE`), then the job, then
+//! rows, and appends its events last (see [`crate::events`]). So writers of
+//! one job are serialized by its claim, and a writer holding a claim that is
+//! no longer the job's (`jobs.claim_token`) is refused. The state machine is
+//! `tally_core::job::step`; this module only reads, asks and writes.
+//!
+//! A claim that carries an open job stays ACTIVE while its rows are
+//! reported (so its lease keeps meaning "the owner is alive" until the job
+//! is finished); FinishJob marks it DONE, adoption EXPIRED.
+
+use crate::claims;
+use crate::events;
+use crate::types::{
+    AdoptResult, AdoptedJob, ClaimRecord, FinishRequest, JobEventKind, JobRecord, LedgerRecord,
+    Time,
+};
+use crate::{Result, Store, StoreError, apply, ledgers};
+use sqlx::{Executor, Postgres, Transaction};
+use std::time::Duration;
+use tally_core::job::{self, FinalState, JobEvent, JobRefusal, JobState};
+use tally_core::names;
+use tally_core::status::RowStatus;
+use tally_core::summary::JobCounts;
+use uuid::Uuid;
+
+/// How long a caller refused by `max_active_jobs` is told to wait.
+pub const RETRY_AFTER_FULL_SECS: u64 = 30;
+
+/// First key of the advisory lock that makes counting a ledger's open jobs
+/// and inserting one atomic (second key: the ledger).
+const JOB_LIMIT_LOCK: i32 = 0x7461_6a01;
+
+/// A job with its ledger's name and its claim's lease, as one row.
+pub(crate) const JOB_SELECT: &str = "SELECT j.id, j.public_id, j.ledger_id, l.name AS ledger, \
+     j.claim_token, j.state, j.final_state, j.model, j.owner, j.batch, j.input_file, \
+     j.output_file, j.error, j.adoptions, j.row_count, j.succeeded, j.retryable, j.permanent, \
+     j.missing, CASE WHEN j.end_time IS NULL THEN coalesce(c.held, 0) ELSE 0 END AS unreported, \
+     CASE WHEN j.end_time IS NULL THEN c.expire_time END AS lease_expire_time, \
+     j.create_time, j.submit_time, j.end_time, j.update_time \
+     FROM jobs j JOIN ledgers l ON l.id = j.ledger_id LEFT JOIN claims c ON c.token = j.claim_token";
+
+/// The columns of [`JOB_SELECT`] with their types, for reading a stored
+/// snapshot (`to_jsonb` of that row) back with `jsonb_to_record`.
+pub(crate) const JOB_RECORD_COLUMNS: &str = "id int8, public_id text, ledger_id int8, \
+     ledger text, claim_token uuid, state int2, final_state int2, model text, owner text, \
+     batch text, input_file text, output_file text, error text, adoptions int4, row_count int4, \
+     succeeded int4, retryable int4, permanent int4, missing int4, unreported int4, \
+     lease_expire_time timestamptz, create_time timestamptz, submit_time timestamptz, \
+     end_time timestamptz, update_time timestamptz";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct JobRow {
+    id: i64,
+    public_id: String,
+    ledger: String,
+    claim_token: Uuid,
+    state: i16,
+    final_state: Option<i16>,
+    model: String,
+    owner: String,
+    batch: Option<String>,
+    input_file: String,
+    output_file: String,
+    error: String,
+    adoptions: i32,
+    row_count: i32,
+    succeeded: i32,
+    retryable: i32,
+    permanent: i32,
+    missing: i32,
+    unreported: i32,
+    lease_expire_time: Option<Time>,
+    create_time: Time,
+    submit_time: Option<Time>,
+    end_time: Option<Time>,
+    update_time: Time,
+}
+
+impl JobRow {
+    pub(crate) fn into_record(self) -> Result<JobRecord> {
+        let state = JobState::from_code(self.state).ok_or_else(|| {
+            StoreError::Internal(format!("job {} has state {}", self.public_id, self.state))
+        })?;
+        Ok(JobRecord {
+            id: self.id,
+            public_id: self.public_id,
+            ledger: self.ledger,
+            claim: self.claim_token,
+            state,
+            final_state: self
+                .final_state
+                .and_then(JobState::from_code)
+                .and_then(FinalState::from_state),
+            model: self.model,
+            owner: self.owner,
+            batch: self.batch,
+            input_file: self.input_file,
+            output_file: self.output_file,
+            error: self.error,
+            adoptions: self.adoptions,
+            counts: JobCounts {
+                rows: i64::from(self.row_count),
+                succeeded: i64::from(self.succeeded),
+                retryable: i64::from(self.retryable),
+                permanent: i64::from(self.permanent),
+                missing: i64::from(self.missing),
+            },
+            unreported: self.unreported,
+            create_time: self.create_time,
+            submit_time: self.submit_time,
+            end_time: self.end_time,
+            update_time: self.update_time,
+            lease_expire_time: self.lease_expire_time,
+        })
+    }
+}
+
+/// A job as the store locks it for a change.
+#[derive(sqlx::FromRow)]
+pub(crate) struct LockedJob {
+    pub id: i64,
+    pub public_id: String,
+    pub claim_token: Uuid,
+    pub state: i16,
+    pub closed: bool,
+    pub batch: Option<String>,
+    pub input_file: String,
+    pub final_state: Option<i16>,
+}
+
+impl LockedJob {
+    pub fn state(&self) -> Result<JobState> {
+        JobState::from_code(self.state).ok_or_else(|| {
+            StoreError::Internal(format!("job {} has state {}", self.public_id, self.state))
+        })
+    }
+
+    pub fn step(&self, event: JobEvent, ledger: &str) -> Result<job::JobTransition> {
+        job::step(self.state()?, self.closed, event)
+            .map_err(|r| refused(&r, &names::job_name(ledger, &self.public_id)))
+    }
+}
+
+const LOCKED_JOB: &str = "SELECT id, public_id, claim_token, state, end_time IS NOT NULL AS closed, \
+     batch, input_file, final_state FROM jobs";
+
+/// Locks a job by its id.
+pub(crate) async fn lock_job_by_id(
+    tx: &mut Transaction<'static, Postgres>,
+    id: i64,
+) -> Result<LockedJob> {
+    let sql = format!("{LOCKED_JOB} WHERE id = $1 FOR UPDATE");
+    sqlx::query_as::<_, LockedJob>(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::Internal(format!("job {id} vanished")))
+}
+
+async fn lock_job(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    ledger: &str,
+    public_id: &str,
+) -> Result<LockedJob> {
+    let sql = format!("{LOCKED_JOB} WHERE ledger_id = $1 AND public_id = $2 FOR UPDATE");
+    sqlx::query_as::<_, LockedJob>(sqlx::AssertSqlSafe(sql))
+        .bind(ledger_id)
+        .bind(public_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("job", names::job_name(ledger, public_id)))
+}
+
+pub(crate) async fn load_job<'e, E: Executor<'e, Database = Postgres>>(
+    exec: E,
+    id: i64,
+) -> Result<JobRecord> {
+    let sql = format!("{JOB_SELECT} WHERE j.id = $1");
+    sqlx::query_as::<_, JobRow>(sqlx::AssertSqlSafe(sql))
+        .bind(id)
+        .fetch_optional(exec)
+        .await?
+        .ok_or_else(|| StoreError::Internal(format!("job {id} vanished")))?
+        .into_record()
+}
+
+/// A refusal of the job state machine as FAILED_PRECONDITION.
+pub(crate) fn refused(r: &JobRefusal, job: &str) -> StoreError {
+    StoreError::precondition(r.reason(), format!("{job}: {r}"))
+}
+
+/// The claim presented is not the one fencing the job now.
+fn not_the_jobs_claim(ledger: &str, token: Uuid, job: &LockedJob) -> StoreError {
+    StoreError::precondition(
+        "NOT_JOB_CLAIM",
+        format!(
+            "{} does not fence {} (the job was adopted by another worker, or the claim is another job's)",
+            names::claim_name(ledger, &token.to_string()),
+            names::job_name(ledger, &job.public_id)
+        ),
+    )
+}
+
+fn lease_ms(lease: Option<Duration>, default: Duration) -> i64 {
+    lease.unwrap_or(default).as_millis().min(i64::MAX as u128) as i64
+}
+
+/// Closes a PREPARING job whose owner went away: its claim's rows go back
+/// without an attempt (the batch was never sent), the claim expires, the
+/// job is CANCELLED with `why`. The caller holds the claim's and the job's
+/// locks and appends the returned event. Returns the rows released.
+pub(crate) async fn abandon(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger: &LedgerRecord,
+    token: Uuid,
+    job: &LockedJob,
+    claim_state: i16,
+    why: &str,
+) -> Result<usize> {
+    let t = job.step(JobEvent::Abandon, &ledger.name)?;
+    let rows = claims::lock_held_rows(tx, token, None).await?;
+    let writes = claims::transitions(
+        &rows,
+        &tally_core::transition::Event::LeaseExpired { counted: false },
+        &ledger.policy,
+        Some(job.id),
+        |_| None,
+    )?;
+    apply::settle(tx, ledger.id, token, &writes).await?;
+    sqlx::query("UPDATE claims SET state = $2, held = 0 WHERE token = $1")
+        .bind(token)
+        .bind(claim_state)
+        .execute(&mut **tx)
+        .await?;
+    let n = sqlx::query(
+        "UPDATE jobs SET state = $2, error = $3, end_time = now(), update_time = now()
+         WHERE id = $1 AND end_time IS NULL",
+    )
+    .bind(job.id)
+    .bind(t.state.code())
+    .bind(why)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if n != 1 {
+        return Err(StoreError::Internal(format!(
+            "job {} closed under its lock",
+            job.public_id
+        )));
+    }
+    Ok(writes.len())
+}
+
+/// What a provider state did to the job whose batch it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderMove {
+    /// `ledgers/{ledger}/jobs/{job}`.
+    pub job: String,
+    pub from: JobState,
+    pub to: JobState,
+    /// Rows the job still held that a failed batch turned RETRYABLE, and
+    /// those that hit their infra cap and became PERMANENT.
+    pub rows_retryable: i64,
+    pub rows_permanent: i64,
+}
+
+/// Moves the job whose batch is `batch` (normalized `batches/{id}`) after
+/// the provider reported `event` (`ProviderRunning` or `ProviderFinished`),
+/// inside the caller's transaction (the operations reducer's, so the
+/// operation and its job change together). `None` when no job has that
+/// batch or the job does not move (closed, already there, or a different
+/// terminal state came first).
+///
+/// A batch that FAILED, was CANCELLED or EXPIRED fails the rows the job
+/// still holds at once (`job_failed`, an infra attempt each): they need not
+/// wait for the owner's FinishJob, which then closes the job with nothing
+/// left to settle. Locks are taken in JobService's order: the job's claim,
+/// the job, its rows; a STATE_CHANGED event is appended.
+pub async fn follow_provider(
+    tx: &mut Transaction<'static, Postgres>,
+    batch: &str,
+    event: JobEvent,
+    error: &str,
+    actor: &str,
+) -> Result<Option<ProviderMove>> {
+    for _ in 0..3 {
+        let found: Option<(i64, Uuid)> =
+            sqlx::query_as("SELECT id, claim_token FROM jobs WHERE batch = $1")
+                .bind(batch)
+                .fetch_optional(&mut **tx)
+                .await?;
+        let Some((job_id, token)) = found else {
+            return Ok(None);
+        };
+        sqlx::query("SELECT 1 FROM claims WHERE token = $1 FOR UPDATE")
+            .bind(token)
+            .execute(&mut **tx)
+            .await?;
+        let job = lock_job_by_id(tx, job_id).await?;
+        if job.claim_token != token {
+            // Adopted between the read and the lock: lock the new claim.
+            continue;
+        }
+        let from = job.state()?;
+        let Ok(t) = job::step(from, job.closed, event) else {
+            return Ok(None);
+        };
+        if t.state == from {
+            return Ok(None);
+        }
+        let failed = match event {
+            JobEvent::ProviderFinished(f) => f != FinalState::Succeeded,
+            JobEvent::ProviderRunning
+            | JobEvent::Submit
+            | JobEvent::Finish(_)
+            | JobEvent::Abandon
+            | JobEvent::Adopt => false,
+        };
+        let (ledger, ledger_name): (i64, String) = sqlx::query_as(
+            "SELECT l.id, l.name FROM jobs j JOIN ledgers l ON l.id = j.ledger_id WHERE j.id = $1",
+        )
+        .bind(job_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        let (mut retryable, mut permanent) = (0, 0);
+        if failed {
+            let record = ledgers::load(&mut **tx, &ledger_name).await?;
+            let rows = claims::lock_held_rows(tx, token, None).await?;
+            let mut writes = claims::transitions(
+                &rows,
+                &tally_core::transition::Event::JobFailed,
+                &record.policy,
+                Some(job_id),
+                |_| Some(actor.to_string()),
+            )?;
+            if !error.is_empty() {
+                let why = format!("the job carrying the row ended {}: {error}", t.state);
+                for w in &mut writes {
+                    w.last_error = Some(why.clone());
+                    if let Some(a) = &mut w.attempt {
+                        a.error = why.clone();
+                    }
+                }
+            }
+            apply::settle(tx, ledger, token, &writes).await?;
+            claims::drop_held(tx, token, writes.len() as i32).await?;
+            let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
+            retryable = count(RowStatus::Retryable);
+            permanent = count(RowStatus::Permanent);
+        }
+        let n = sqlx::query(
+            "UPDATE jobs SET state = $2, retryable = retryable + $3, permanent = permanent + $4,
+                    error = CASE WHEN $5 <> '' THEN $5 ELSE error END, update_time = now()
+             WHERE id = $1 AND end_time IS NULL",
+        )
+        .bind(job_id)
+        .bind(t.state.code())
+        .bind(retryable as i32)
+        .bind(permanent as i32)
+        .bind(if failed { error } else { "" })
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if n != 1 {
+            return Err(StoreError::Internal(format!(
+                "job {} closed under its lock",
+                job.public_id
+            )));
+        }
+        events::append(tx, &[(job_id, JobEventKind::StateChanged)], actor).await?;
+        let moved = ProviderMove {
+            job: names::job_name(&ledger_name, &job.public_id),
+            from,
+            to: t.state,
+            rows_retryable: retryable,
+            rows_permanent: permanent,
+        };
+        tracing::info!(job = %moved.job, batch = %batch, from = %from, to = %t.state, rows_retryable = retryable, rows_permanent = permanent, "job moved by its batch");
+        return Ok(Some(moved));
+    }
+    Err(StoreError::Aborted(format!(
+        "the job of {batch} kept changing hands; retry"
+    )))
+}
+
+impl Store {
+    /// Makes a job from a live claim; the job holds the claim's rows. The
+    /// same claim again answers the same job. Beyond the ledger's
+    /// `max_active_jobs` open jobs: RESOURCE_EXHAUSTED.
+    pub async fn create_job(&self, ledger: &str, token: Uuid, actor: &str) -> Result<JobRecord> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let mut tx = self.begin().await?;
+        let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+        if let Some(job_id) = claim.job_id {
+            let job = load_job(&mut *tx, job_id).await?;
+            tx.commit().await?;
+            return Ok(job);
+        }
+        claims::check_live(&claim, ledger)?;
+        // Concurrent creators of one ledger queue here, so the count below
+        // cannot be outdated by another creator before this one commits.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")
+            .bind(JOB_LIMIT_LOCK)
+            .bind(record.id)
+            .execute(&mut *tx)
+            .await?;
+        let open: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM jobs WHERE ledger_id = $1 AND end_time IS NULL",
+        )
+        .bind(record.id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let max = i64::from(record.policy.max_active_jobs);
+        if open >= max {
+            return Err(StoreError::ResourceExhausted {
+                message: format!(
+                    "ledgers/{ledger} has {open} active jobs, its limit (policy.max_active_jobs) is {max}; \
+                     finish a job or retry later"
+                ),
+                retry_after_secs: RETRY_AFTER_FULL_SECS,
+            });
+        }
+        let public_id = Uuid::now_v7().to_string();
+        let job_id: i64 = sqlx::query_scalar(
+            "WITH c AS (
+                 SELECT token, ledger_id, model, worker, held, row_ids FROM claims WHERE token = $1
+             ),
+             j AS (
+                 INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count)
+                 SELECT $2, ledger_id, token, token, model,
+                        CASE WHEN worker <> '' THEN worker ELSE $3 END, held
+                 FROM c RETURNING id
+             ),
+             cl AS (UPDATE claims SET job_id = (SELECT id FROM j) WHERE token = $1),
+             r AS (
+                 UPDATE rows SET job_id = (SELECT id FROM j)
+                 WHERE id = ANY((SELECT row_ids FROM c)::int8[]) AND claim_id = $1 AND status = 2
+             )
+             SELECT id FROM j",
+        )
+        .bind(token)
+        .bind(&public_id)
+        .bind(actor)
+        .fetch_one(&mut *tx)
+        .await?;
+        let job = load_job(&mut *tx, job_id).await?;
+        events::append(&mut tx, &[(job_id, JobEventKind::Created)], actor).await?;
+        tx.commit().await?;
+        tracing::info!(ledger = %ledger, job = %job.public_id, claim = %token, rows = job.counts.rows, "job created");
+        Ok(job)
+    }
+
+    pub async fn get_job(&self, ledger: &str, public_id: &str) -> Result<JobRecord> {
+        let sql = format!("{JOB_SELECT} WHERE l.name = $1 AND j.public_id = $2");
+        sqlx::query_as::<_, JobRow>(sqlx::AssertSqlSafe(sql))
+            .bind(ledger)
+            .bind(public_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::not_found("job", names::job_name(ledger, public_id)))?
+            .into_record()
+    }
+
+    /// A ledger's jobs, newest first, after position `after` (a job's
+    /// internal id from an earlier page), optionally only in `states`.
+    pub async fn list_jobs(
+        &self,
+        ledger: &str,
+        states: &[JobState],
+        after: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<JobRecord>> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let codes: Vec<i16> = states.iter().map(|s| s.code()).collect();
+        let sql = format!(
+            "{JOB_SELECT} WHERE j.ledger_id = $1 AND ($2::int8 IS NULL OR j.id < $2)
+               AND (cardinality($3::int2[]) = 0 OR j.state = ANY($3))
+             ORDER BY j.id DESC LIMIT $4"
+        );
+        sqlx::query_as::<_, JobRow>(sqlx::AssertSqlSafe(sql))
+            .bind(record.id)
+            .bind(after)
+            .bind(&codes)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .map(JobRow::into_record)
+            .collect()
+    }
+
+    /// Records the provider's batch and input file, fenced by the job's
+    /// claim. The same values again are a no-op; other values are
+    /// FAILED_PRECONDITION.
+    ///
+    /// A claim whose lease lapsed but that was not yet swept is accepted:
+    /// the batch exists at the provider either way, and recording it is
+    /// what keeps its rows from being sent twice (the job then waits for
+    /// adoption instead of being abandoned).
+    pub async fn mark_submitted(
+        &self,
+        ledger: &str,
+        public_id: &str,
+        token: Uuid,
+        batch: &str,
+        input_file: &str,
+        actor: &str,
+    ) -> Result<JobRecord> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let name = names::job_name(ledger, public_id);
+        let mut tx = self.begin().await?;
+        claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+        let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
+        if job.claim_token != token {
+            return Err(not_the_jobs_claim(ledger, token, &job));
+        }
+        let same = job.batch.as_deref() == Some(batch) && job.input_file == input_file;
+        if job.batch.is_some() {
+            if same {
+                let out = load_job(&mut *tx, job.id).await?;
+                tx.commit().await?;
+                return Ok(out);
+            }
+            return Err(StoreError::precondition(
+                "JOB_ALREADY_SUBMITTED",
+                format!(
+                    "{name} was submitted as {} with input file {:?}; it cannot be recorded as {batch} with {input_file:?}",
+                    job.batch.as_deref().unwrap_or_default(),
+                    job.input_file
+                ),
+            ));
+        }
+        let t = job.step(JobEvent::Submit, ledger)?;
+        let updated = sqlx::query(
+            "UPDATE jobs SET state = $2, batch = $3, input_file = $4, submit_time = now(),
+                    update_time = now()
+             WHERE id = $1 AND state = 1 AND end_time IS NULL",
+        )
+        .bind(job.id)
+        .bind(t.state.code())
+        .bind(batch)
+        .bind(input_file)
+        .execute(&mut *tx)
+        .await;
+        match updated {
+            Ok(r) if r.rows_affected() == 1 => {}
+            Ok(_) => {
+                return Err(StoreError::Internal(format!(
+                    "{name} changed under its lock"
+                )));
+            }
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                return Err(StoreError::precondition(
+                    "BATCH_IN_USE",
+                    format!("{batch} is already recorded for another job"),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let out = load_job(&mut *tx, job.id).await?;
+        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+        tx.commit().await?;
+        tracing::info!(ledger = %ledger, job = %public_id, batch = %batch, "job submitted");
+        Ok(out)
+    }
+
+    /// Hands up to `max_jobs` submitted jobs whose owner's lease ran out to
+    /// `worker`, each with a new claim holding the rows the job still holds
+    /// (the old claim expires, so the dead owner's late reports are STALE).
+    /// The rows are not made claimable. PREPARING jobs of expired claims are
+    /// abandoned first (rows released, no attempt).
+    pub async fn adopt_jobs(
+        &self,
+        ledger: &str,
+        worker: &str,
+        max_jobs: i64,
+        lease: Option<Duration>,
+        actor: &str,
+    ) -> Result<AdoptResult> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let rescued = self.rescue_expired(Some(record.id)).await?;
+        let owner = if worker.is_empty() { actor } else { worker };
+        let mut tx = self.begin().await?;
+        let expired: Vec<(Uuid, i64, String, Vec<i64>)> = sqlx::query_as(
+            "SELECT c.token, c.job_id, c.model, c.row_ids
+             FROM claims c JOIN jobs j ON j.id = c.job_id
+             WHERE c.ledger_id = $1 AND c.state = 1 AND c.expire_time <= now()
+               AND j.end_time IS NULL AND j.state <> 1
+             ORDER BY c.expire_time LIMIT $2
+             FOR UPDATE OF c SKIP LOCKED",
+        )
+        .bind(record.id)
+        .bind(max_jobs)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut adopted = Vec::new();
+        for (old, job_id, model, row_ids) in expired {
+            let job = lock_job_by_id(&mut tx, job_id).await?;
+            if job.claim_token != old || job.step(JobEvent::Adopt, ledger).is_err() {
+                continue;
+            }
+            let token = Uuid::new_v4();
+            let keys: Vec<(i64, String)> = sqlx::query_as(
+                "SELECT id, key FROM rows
+                 WHERE id = ANY($1) AND claim_id = $2 AND status = 2
+                 ORDER BY id FOR UPDATE",
+            )
+            .bind(&row_ids)
+            .bind(old)
+            .fetch_all(&mut *tx)
+            .await?;
+            let ids: Vec<i64> = keys.iter().map(|(id, _)| *id).collect();
+            sqlx::query(
+                "INSERT INTO claims (token, ledger_id, worker, model, row_ids, row_count, held,
+                                     job_id, expire_time)
+                 VALUES ($1, $2, $3, $4, $5, $6, $6, $7, now() + $8 * interval '1 millisecond')",
+            )
+            .bind(token)
+            .bind(record.id)
+            .bind(owner)
+            .bind(&model)
+            .bind(&ids)
+            .bind(ids.len() as i32)
+            .bind(job_id)
+            .bind(lease_ms(lease, record.policy.lease))
+            .execute(&mut *tx)
+            .await?;
+            let moved = sqlx::query(
+                "UPDATE rows SET claim_id = $1
+                 WHERE id = ANY($2) AND claim_id = $3 AND status = 2",
+            )
+            .bind(token)
+            .bind(&ids)
+            .bind(old)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if moved != ids.len() as u64 {
+                return Err(StoreError::Internal(format!(
+                    "moved {moved} of {} rows of job {}",
+                    ids.len(),
+                    job.public_id
+                )));
+            }
+            sqlx::query("UPDATE claims SET state = 3, held = 0 WHERE token = $1")
+                .bind(old)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE jobs SET claim_token = $2, owner = $3, adoptions = adoptions + 1,
+                        update_time = now()
+                 WHERE id = $1 AND claim_token = $4 AND end_time IS NULL",
+            )
+            .bind(job_id)
+            .bind(token)
+            .bind(owner)
+            .bind(old)
+            .execute(&mut *tx)
+            .await?;
+            tracing::info!(ledger = %ledger, job = %job.public_id, worker = %owner, rows = ids.len(), "job adopted");
+            adopted.push((job_id, token, keys.into_iter().map(|(_, k)| k).collect()));
+        }
+        let mut out = AdoptResult {
+            adopted: Vec::with_capacity(adopted.len()),
+            released_jobs: rescued.abandoned_jobs as i64,
+        };
+        let mut events = Vec::with_capacity(adopted.len());
+        for (job_id, token, keys) in adopted {
+            let job = load_job(&mut *tx, job_id).await?;
+            let claim: ClaimRecord = claims::load_claim(&mut *tx, token).await?;
+            out.adopted.push(AdoptedJob { job, claim, keys });
+            events.push((job_id, JobEventKind::Adopted));
+        }
+        events::append(&mut tx, &events, actor).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Closes a job, fenced by its live claim: the rows it still holds are
+    /// settled by the batch's final state (`missing_from_output` after a
+    /// successful batch, `job_failed` otherwise; an attempt each), counts
+    /// and summary are fixed, the job is RECONCILED and its claim DONE.
+    /// Repeating the same finish answers the closed job.
+    pub async fn finish_job(
+        &self,
+        ledger: &str,
+        public_id: &str,
+        token: Uuid,
+        req: &FinishRequest,
+        actor: &str,
+    ) -> Result<JobRecord> {
+        let record = ledgers::load(&self.pool, ledger).await?;
+        let name = names::job_name(ledger, public_id);
+        let mut tx = self.begin().await?;
+        let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+        let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
+        if job.claim_token != token {
+            return Err(not_the_jobs_claim(ledger, token, &job));
+        }
+        if job.closed
+            && job.state == JobState::Reconciled.code()
+            && job.final_state == Some(req.final_state.state().code())
+        {
+            let out = load_job(&mut *tx, job.id).await?;
+            tx.commit().await?;
+            return Ok(out);
+        }
+        let t = job.step(JobEvent::Finish(req.final_state), ledger)?;
+        claims::check_live(&claim, ledger).map_err(|e| match e {
+            StoreError::FailedPrecondition {
+                reason,
+                description,
+            } => StoreError::FailedPrecondition {
+                reason,
+                description: format!("{description}; adopt {name} (AdoptJobs) to finish it"),
+            },
+            other => other,
+        })?;
+        let rows = claims::lock_held_rows(&mut tx, token, None).await?;
+        let event = req.final_state.row_event();
+        let mut writes = claims::transitions(&rows, &event, &record.policy, Some(job.id), |_| {
+            Some(actor.to_string())
+        })?;
+        if req.final_state != FinalState::Succeeded && !req.error.is_empty() {
+            let why = format!(
+                "the job carrying the row ended {}: {}",
+                req.final_state, req.error
+            );
+            for w in &mut writes {
+                w.last_error = Some(why.clone());
+                if let Some(a) = &mut w.attempt {
+                    a.error = why.clone();
+                }
+            }
+        }
+        apply::settle(&mut tx, record.id, token, &writes).await?;
+        let retryable = writes
+            .iter()
+            .filter(|w| w.status == RowStatus::Retryable)
+            .count() as i32;
+        let permanent = writes
+            .iter()
+            .filter(|w| w.status == RowStatus::Permanent)
+            .count() as i32;
+        let missing = if req.final_state == FinalState::Succeeded {
+            writes.len() as i32
+        } else {
+            0
+        };
+        let (rows_n, succeeded, retryable, permanent, missing): (i32, i32, i32, i32, i32) =
+            sqlx::query_as(
+                "UPDATE jobs SET state = $2, final_state = $3, output_file = $4, error = $5,
+                        retryable = retryable + $6, permanent = permanent + $7,
+                        missing = missing + $8, end_time = now(), update_time = now()
+                 WHERE id = $1 AND claim_token = $9 AND end_time IS NULL
+                 RETURNING row_count, succeeded, retryable, permanent, missing",
+            )
+            .bind(job.id)
+            .bind(t.state.code())
+            .bind(req.final_state.state().code())
+            .bind(&req.output_file)
+            .bind(&req.error)
+            .bind(retryable)
+            .bind(permanent)
+            .bind(missing)
+            .bind(token)
+            .fetch_one(&mut *tx)
+            .await?;
+        let summary = tally_core::summary::job_line(&JobCounts {
+            rows: i64::from(rows_n),
+            succeeded: i64::from(succeeded),
+            retryable: i64::from(retryable),
+            permanent: i64::from(permanent),
+            missing: i64::from(missing),
+        });
+        sqlx::query("UPDATE jobs SET summary = $2 WHERE id = $1")
+            .bind(job.id)
+            .bind(&summary)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE claims SET state = 2, held = 0 WHERE token = $1")
+            .bind(token)
+            .execute(&mut *tx)
+            .await?;
+        let out = load_job(&mut *tx, job.id).await?;
+        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+        tx.commit().await?;
+        tracing::info!(ledger = %ledger, job = %public_id, final_state = %req.final_state, summary = %summary, "job reconciled");
+        Ok(out)
+    }
+}
