@@ -238,6 +238,19 @@ impl Store {
         }
         self.rescue_expired(Some(record.id)).await?;
         let mut tx = self.begin().await?;
+        if let Some(request_id) = &req.request_id {
+            // Calls with one request id take turns: a retry racing the
+            // original would otherwise find every row locked or taken and
+            // answer "nothing runnable" instead of the original's claim.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
+                .bind(request_id)
+                .bind(record.id)
+                .execute(&mut *tx)
+                .await?;
+            if let Some(grant) = self.replay_claim(record.id, req).await? {
+                return Ok(Some(grant));
+            }
+        }
         let model = match &req.model {
             Some(m) => Some(m.clone()),
             None => oldest_ready_model(&mut tx, record.id).await?,

@@ -34,12 +34,17 @@ impl Store {
     pub async fn enroll(&self, ledger: &str, rows: &[NewRow]) -> Result<Vec<EnrollOutcome>> {
         for _ in 0..RACE_RETRIES {
             let mut tx = self.begin().await?;
-            match enroll_once(&mut tx, ledger, rows).await? {
-                Attempt::Done(outcomes) => {
+            match enroll_once(&mut tx, ledger, rows).await {
+                Ok(Attempt::Done(outcomes)) => {
                     tx.commit().await?;
                     return Ok(outcomes);
                 }
-                Attempt::Raced => tx.rollback().await?,
+                Ok(Attempt::Raced) => tx.rollback().await?,
+                // Deadlocked with an enrollment of the same keys in another
+                // order (or a serialization failure): ours was rolled back,
+                // so the batch can simply run again.
+                Err(StoreError::Aborted(_)) => tx.rollback().await?,
+                Err(e) => return Err(e),
             }
         }
         Err(StoreError::Aborted(
@@ -325,11 +330,19 @@ async fn insert(
         ),
         ins AS (
             INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
-                              prompt_version, model, status, unmet_deps)
+                              prompt_version, model, status, unmet_deps, rule, last_error)
             SELECT $1, key, payload, content_hash,
                    CASE WHEN deps_csv = '' THEN '{}'::text[] ELSE string_to_array(deps_csv, ',') END,
-                   prompt_name, prompt_version, model, status, unmet
+                   prompt_name, prompt_version, model, status, unmet,
+                   -- Born BLOCKED reads like blocked later (apply::block_dependants).
+                   CASE WHEN status = 6 THEN 'dependency_failed' ELSE '' END,
+                   CASE WHEN status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
             FROM input
+            -- Every enrollment takes the key index in one order, so two
+            -- enrollments of overlapping keys wait for each other instead
+            -- of deadlocking. (Ids, and so claim order within one call,
+            -- follow key order.)
+            ORDER BY key
             ON CONFLICT (ledger_id, key) DO NOTHING
             RETURNING id, key, status, unmet_deps, model
         ),

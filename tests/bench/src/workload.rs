@@ -17,7 +17,7 @@ pub fn payload(key: &str) -> String {
 /// A ~200-byte JSON result.
 pub fn result(key: &str) -> String {
     format!(
-        r#"{{"id":"{key}","label":"praise","confidence":0.93,"summary":"the reviewer likes the app and asks for a dark mode; mentions sync issues on older phones"}}"#
+        r#"{{"id":"{key}","label":"praise","confidence":0.93,"summary":"the reviewer likes the app and asks for a dark mode; mentions sync issues on older phones and slow startup after the last update"}}"#
     )
 }
 
