@@ -74,9 +74,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_GRPC_ADDR", default_value = "127.0.0.1:50051")]
     pub grpc_addr: SocketAddr,
 
-    /// HTTP listen address for provider webhooks (`/webhooks/gemini`).
-    #[arg(long, env = "TALLY_HTTP_ADDR", default_value = "127.0.0.1:8080")]
-    pub http_addr: SocketAddr,
+    /// HTTP listen address for provider webhooks (`/webhooks/gemini`),
+    /// default 127.0.0.1:8080. The listener runs only when a
+    /// --webhook-secret is set; without one nothing listens here.
+    #[arg(long, env = "TALLY_HTTP_ADDR")]
+    pub http_addr: Option<SocketAddr>,
 
     /// Prometheus metrics listen address (`/metrics`).
     #[arg(long, env = "TALLY_METRICS_ADDR", default_value = "127.0.0.1:9090")]
@@ -126,8 +128,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_ALERT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub alert_interval: Duration,
 
-    /// How often an open WatchJobs stream reads the event table even
-    /// without a NOTIFY (notifications are lost while a listener reconnects).
+    /// How often an open watch stream (WatchJobs, WatchOperations) reads its
+    /// event table even without a NOTIFY (notifications are lost while a
+    /// listener reconnects).
     #[arg(long, env = "TALLY_WATCH_POLL_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub watch_poll_interval: Duration,
 
@@ -135,7 +138,128 @@ pub struct ServeArgs {
     pub limits: Limits,
 
     #[command(flatten)]
+    pub webhook: WebhookArgs,
+
+    #[command(flatten)]
     pub security: Security,
+}
+
+/// The webhook listener's address when secrets are set and no
+/// --http-addr is.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
+
+/// Provider webhooks (see docs-webhooks.md).
+#[derive(Debug, Clone, Args)]
+pub struct WebhookArgs {
+    /// Webhook signing secret, `whsec_<base64>`; repeat the flag (or
+    /// separate with commas in TALLY_WEBHOOK_SECRETS) to accept several at
+    /// once while rotating. Without any, no webhook listener runs.
+    #[arg(
+        long = "webhook-secret",
+        env = "TALLY_WEBHOOK_SECRETS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        value_name = "WHSEC"
+    )]
+    pub secrets: Vec<SecretText>,
+
+    /// How far a webhook's timestamp may be from our clock, either way.
+    #[arg(long = "webhook-tolerance", env = "TALLY_WEBHOOK_TOLERANCE", default_value = "5m", value_parser = parse_duration)]
+    pub tolerance: Duration,
+
+    /// Largest webhook body accepted, in bytes; larger ones are answered 413.
+    #[arg(long = "webhook-max-body-bytes", env = "TALLY_WEBHOOK_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+}
+
+impl Default for WebhookArgs {
+    fn default() -> Self {
+        Self {
+            secrets: Vec::new(),
+            tolerance: Duration::from_secs(5 * 60),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// A secret as given on the command line: never printed, not even by
+/// `Debug`, and parsed (with errors that do not quote it) only when the
+/// server starts.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretText(String);
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretText(..)")
+    }
+}
+
+impl std::str::FromStr for SecretText {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(SecretText(text.to_string()))
+    }
+}
+
+impl From<&str> for SecretText {
+    fn from(text: &str) -> Self {
+        SecretText(text.to_string())
+    }
+}
+
+/// The webhook listener as configured: where, and the secrets it accepts.
+#[derive(Debug, Clone)]
+pub struct WebhookListener {
+    pub addr: SocketAddr,
+    pub secrets: Vec<tally_core::webhook::Secret>,
+    pub tolerance: Duration,
+    pub max_body_bytes: usize,
+}
+
+/// Most that --webhook-max-body-bytes may be.
+const MAX_WEBHOOK_BODY: usize = 64 * 1024 * 1024;
+
+impl ServeArgs {
+    /// Decides whether the webhook listener runs. It runs exactly when at
+    /// least one secret is configured, so unsigned webhooks are never
+    /// accepted: without a secret there is no listener at all, whatever
+    /// --http-addr says (the server warns when it is set). A secret that
+    /// does not parse, or an absurd tolerance or body limit, is refused (the
+    /// error names the secret's position, never its text).
+    pub fn webhook_listener(&self) -> Result<Option<WebhookListener>, String> {
+        let w = &self.webhook;
+        if w.secrets.is_empty() {
+            return Ok(None);
+        }
+        let n = w.secrets.len();
+        let secrets = w
+            .secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                tally_core::webhook::Secret::parse(&s.0)
+                    .map_err(|e| format!("webhook secret {} of {n} is not usable: {e}", i + 1))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if w.tolerance < Duration::from_secs(1) || w.tolerance > Duration::from_secs(3600) {
+            return Err("--webhook-tolerance must be between 1s and 1h".into());
+        }
+        if w.max_body_bytes == 0 || w.max_body_bytes > MAX_WEBHOOK_BODY {
+            return Err(format!(
+                "--webhook-max-body-bytes must be between 1 and {MAX_WEBHOOK_BODY}"
+            ));
+        }
+        let addr = self
+            .http_addr
+            .unwrap_or_else(|| DEFAULT_HTTP_ADDR.parse().expect("literal address"));
+        Ok(Some(WebhookListener {
+            addr,
+            secrets,
+            tolerance: w.tolerance,
+            max_body_bytes: w.max_body_bytes,
+        }))
+    }
 }
 
 /// Request limits (see the README's Security section).
@@ -292,7 +416,7 @@ impl ServeArgs {
         let any: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
         Self {
             grpc_addr: any,
-            http_addr: any,
+            http_addr: None,
             metrics_addr: any,
             database_url: Some(database_url),
             data_dir: PathBuf::from("./.tally"),
@@ -306,6 +430,7 @@ impl ServeArgs {
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),
             limits: Limits::default(),
+            webhook: WebhookArgs::default(),
             security: Security::disabled(),
         }
     }
@@ -320,7 +445,8 @@ mod tests {
         let cli = Cli::try_parse_from(["tally-server"]).unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.serve.grpc_addr.to_string(), "127.0.0.1:50051");
-        assert_eq!(cli.serve.http_addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(cli.serve.http_addr, None);
+        assert!(cli.serve.webhook_listener().unwrap().is_none());
         assert_eq!(cli.serve.metrics_addr.to_string(), "127.0.0.1:9090");
         assert_eq!(cli.serve.data_dir, PathBuf::from("./.tally"));
         assert_eq!(cli.serve.limits.max_rows_per_call, 10_000);
@@ -372,6 +498,52 @@ mod tests {
         assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
         assert!(parse_duration("soon").is_err());
         assert!(Cli::try_parse_from(["tally-server", "--health-interval", "x"]).is_err());
+    }
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    #[test]
+    fn the_webhook_listener_runs_only_with_a_secret() {
+        let with = Cli::try_parse_from(["tally-server", "--webhook-secret", SECRET]).unwrap();
+        let listener = with.serve.webhook_listener().unwrap().unwrap();
+        assert_eq!(listener.addr.to_string(), DEFAULT_HTTP_ADDR);
+        assert_eq!(listener.secrets.len(), 1);
+        assert_eq!(listener.tolerance, Duration::from_secs(300));
+        assert_eq!(listener.max_body_bytes, 1024 * 1024);
+
+        let rotating = Cli::try_parse_from([
+            "tally-server",
+            "--webhook-secret",
+            SECRET,
+            "--webhook-secret",
+            "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=",
+            "--http-addr",
+            "0.0.0.0:8081",
+        ])
+        .unwrap();
+        let listener = rotating.serve.webhook_listener().unwrap().unwrap();
+        assert_eq!(listener.secrets.len(), 2);
+        assert_eq!(listener.addr.to_string(), "0.0.0.0:8081");
+
+        let bare = Cli::try_parse_from(["tally-server", "--http-addr", "0.0.0.0:8081"]).unwrap();
+        assert!(bare.serve.webhook_listener().unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_secrets_are_refused_without_being_quoted() {
+        let cli = Cli::try_parse_from([
+            "tally-server",
+            "--webhook-secret",
+            SECRET,
+            "--webhook-secret",
+            "hunter2-not-a-secret",
+        ])
+        .unwrap();
+        let err = cli.serve.webhook_listener().unwrap_err();
+        assert!(err.contains("webhook secret 2 of 2"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(!format!("{:?}", cli.serve).contains("hunter2"));
+        assert!(!format!("{:?}", cli.serve).contains("MfKQ9r8"));
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! - [`job_service`]: JobService handlers; [`job_convert`] checks and
 //!   translates; [`watch`] fans job events out to WatchJobs streams;
 //!   [`alerts`] evaluates review thresholds and delivers alerts.
+//! - [`operations_service`]: OperationsService handlers and their message
+//!   translations; [`webhook`]: the signed provider webhook receiver on its
+//!   own HTTP listener; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
@@ -28,10 +31,12 @@ pub mod job_service;
 pub mod ledger_service;
 pub mod limits;
 pub mod metrics;
+pub mod operations_service;
 pub mod paging;
 pub mod server;
 pub mod status;
 pub mod tls;
-pub mod unimplemented;
 pub mod validate;
+pub mod wakeup;
 pub mod watch;
+pub mod webhook;

@@ -13,7 +13,9 @@ use crate::job_service::Jobs;
 use crate::ledger_service::Ledgers;
 use crate::limits::{self, LimitsLayer};
 use crate::metrics::Metrics;
-use crate::unimplemented::Operations;
+use crate::operations_service::Operations;
+use crate::wakeup;
+use crate::webhook::{self, WebhookState};
 use crate::{alerts, watch};
 use anyhow::Context as _;
 use std::net::SocketAddr;
@@ -33,6 +35,9 @@ use tonic_health::ServingStatus;
 pub struct Running {
     pub grpc_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
+    /// The webhook listener's address; `None` when no webhook secret is
+    /// configured (and so no listener runs).
+    pub http_addr: Option<SocketAddr>,
     /// The plaintext health-only listener (`--health-addr`), if any.
     pub health_addr: Option<SocketAddr>,
     pub store: Store,
@@ -70,7 +75,10 @@ pub async fn migrate(args: &ServeArgs) -> anyhow::Result<()> {
 
 /// Starts everything; returns once the listeners are bound.
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
-    // Security settings are checked before anything starts.
+    // Configuration is refused before anything starts.
+    let webhooks = args
+        .webhook_listener()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let auth = Arc::new(Authenticator::from_args(&args.security)?);
     limits::check(&args.limits).map_err(anyhow::Error::msg)?;
     let mut builder = tonic::transport::Server::builder();
@@ -94,6 +102,15 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .await
         .with_context(|| format!("cannot listen on {} (--metrics-addr)", args.metrics_addr))?;
     let metrics_addr = metrics_listener.local_addr()?;
+    let http = match &webhooks {
+        Some(config) => Some(
+            TcpListener::bind(config.addr)
+                .await
+                .with_context(|| format!("cannot listen on {} (--http-addr)", config.addr))?,
+        ),
+        None => None,
+    };
+    let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
     let health_listener = match args.security.health_addr {
         Some(addr) => Some(
             TcpListener::bind(addr)
@@ -134,10 +151,23 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     );
     let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, stop.clone()))
         .max_decoding_message_size(max);
-    let operations = OperationsServiceServer::new(Operations).max_decoding_message_size(max);
+    let (operation_wakeups, operation_listener) = wakeup::spawn(
+        store.clone(),
+        tally_store::operations::NOTIFY_CHANNEL,
+        stop.clone(),
+    );
+    let operations = OperationsServiceServer::new(Operations::new(
+        store.clone(),
+        metrics.clone(),
+        operation_wakeups,
+        stop.clone(),
+        args.watch_poll_interval,
+    ))
+    .max_decoding_message_size(max);
 
     let mut tasks = vec![
         hub_task,
+        operation_listener,
         tokio::spawn(health::watch_database(
             store.clone(),
             reporter.clone(),
@@ -156,6 +186,26 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             stop.clone(),
         )),
     ];
+    match (http, &webhooks) {
+        (Some(listener), Some(config)) => {
+            let state = Arc::new(WebhookState::new(store.clone(), metrics.clone(), config));
+            tracing::info!(
+                http = %config.addr,
+                secrets = config.secrets.len(),
+                tolerance = ?config.tolerance,
+                "webhooks enabled at /webhooks/gemini"
+            );
+            tasks.push(tokio::spawn(webhook::serve(listener, state, stop.clone())));
+        }
+        _ => match args.http_addr {
+            Some(addr) => tracing::warn!(
+                http = %addr,
+                "webhooks disabled: --http-addr is set but no --webhook-secret \
+                 (TALLY_WEBHOOK_SECRETS); nothing listens there"
+            ),
+            None => tracing::info!("webhooks disabled: no --webhook-secret configured"),
+        },
+    }
     match args.alert_secret.clone() {
         Some(secret) => tasks.push(tokio::spawn(alerts::run(
             store.clone(),
@@ -238,10 +288,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         tracing::info!("stopped");
         result
     });
-    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, health = ?health_addr, "tally serving");
+    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, http = ?http_addr, health = ?health_addr, "tally serving");
     Ok(Running {
         grpc_addr,
         metrics_addr,
+        http_addr,
         health_addr,
         store,
         metrics,

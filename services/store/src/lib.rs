@@ -11,6 +11,9 @@
 //!   [`redrive`], [`prompts`]: one module per job of LedgerService.
 //! - [`jobs`], [`events`], [`locks`], [`alerts`]: JobService's jobs, the
 //!   job event log (and its LISTEN side), run locks, ledger alerts.
+//! - [`operations`]: provider operations through the monotonic reducer,
+//!   their event log, and the job each one moves on.
+//! - [`notify`]: `LISTEN` connections that wake watch streams.
 //! - [`apply`]: the shared writer of row transitions and their effects
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
@@ -24,6 +27,8 @@ pub mod events;
 pub mod jobs;
 pub mod ledgers;
 pub mod locks;
+pub mod notify;
+pub mod operations;
 pub mod prompts;
 pub mod redrive;
 pub mod report;
