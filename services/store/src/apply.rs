@@ -157,10 +157,25 @@ pub(crate) async fn settle(
             WHERE r.id = w.id AND r.status = 2 AND r.claim_id = $2
             RETURNING r.id, r.status, r.model, r.next_attempt_time
         ),
+        -- Dependants of rows that just SUCCEEDED count down their unmet
+        -- dependencies (they are never rows of this claim: a row runs only
+        -- once every dependency has SUCCEEDED).
+        counted AS (
+            SELECT d.row_id, count(*)::int AS n FROM row_deps d
+            WHERE d.dep_id IN (SELECT id FROM upd WHERE status = 4)
+            GROUP BY d.row_id
+        ),
+        freed AS (
+            UPDATE rows r SET unmet_deps = r.unmet_deps - c.n, update_time = now()
+            FROM counted c WHERE r.id = c.row_id
+            RETURNING r.id, r.status, r.unmet_deps, r.model
+        ),
         queued AS (
             INSERT INTO runnable (ledger_id, model, ready_time, row_id)
             SELECT $1, model, coalesce(next_attempt_time, now()), id
             FROM upd WHERE status IN (1, 3)
+            UNION ALL
+            SELECT $1, model, now(), id FROM freed WHERE status = 1 AND unmet_deps = 0
         ),
         recorded AS (
             INSERT INTO attempts (ledger_id, row_id, number, claim_id, job_id, model,
@@ -217,50 +232,12 @@ pub(crate) async fn settle(
             "settled {updated} of {n} rows of claim {claim_id}: a row changed under its lock"
         )));
     }
-    let succeeded: Vec<i64> = writes
-        .iter()
-        .filter(|w| w.status == RowStatus::Succeeded)
-        .map(|w| w.id)
-        .collect();
     let permanent: Vec<i64> = writes
         .iter()
         .filter(|w| w.status == RowStatus::Permanent)
         .map(|w| w.id)
         .collect();
-    release_dependants(tx, ledger_id, &succeeded).await?;
     block_dependants(tx, &permanent).await?;
-    Ok(())
-}
-
-/// Counts down the unmet dependencies of the dependants of rows that just
-/// SUCCEEDED, and queues those with none left.
-pub(crate) async fn release_dependants(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger_id: i64,
-    succeeded: &[i64],
-) -> Result<()> {
-    if succeeded.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        r#"
-        WITH counted AS (
-            SELECT row_id, count(*)::int AS n FROM row_deps
-            WHERE dep_id = ANY($2) GROUP BY row_id
-        ),
-        upd AS (
-            UPDATE rows r SET unmet_deps = r.unmet_deps - c.n, update_time = now()
-            FROM counted c WHERE r.id = c.row_id
-            RETURNING r.id, r.status, r.unmet_deps, r.model
-        )
-        INSERT INTO runnable (ledger_id, model, ready_time, row_id)
-        SELECT $1, model, now(), id FROM upd WHERE status = 1 AND unmet_deps = 0
-        "#,
-    )
-    .bind(ledger_id)
-    .bind(succeeded)
-    .execute(&mut **tx)
-    .await?;
     Ok(())
 }
 

@@ -7,8 +7,8 @@
 
 use crate::apply::{self, NewAttempt, RowWrite};
 use crate::types::{
-    ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, Rescued, Time,
-    Usage,
+    ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord,
+    Rescued, Time, Usage,
 };
 use crate::{Result, Store, StoreError, events, jitter_sample, jobs, ledgers};
 use sqlx::{Postgres, Transaction};
@@ -220,6 +220,105 @@ pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         .ok_or_else(|| StoreError::not_found("claim", token.to_string()))
 }
 
+/// A row taken by a claim, with the claim's times repeated on each.
+#[derive(sqlx::FromRow)]
+struct TakenRow {
+    #[sqlx(flatten)]
+    row: HeldRow,
+    create_time: Time,
+    expire_time: Time,
+}
+
+/// The claim itself, in one statement: the model (given, or that of the
+/// oldest ready row), the queue entries (SKIP LOCKED), the rows marked
+/// RUNNING under `token`, and the claim record.
+async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    exec: E,
+    ledger: &LedgerRecord,
+    req: &ClaimRequest,
+    token: Uuid,
+) -> Result<Vec<TakenRow>> {
+    Ok(sqlx::query_as::<_, TakenRow>(
+        r#"
+        WITH chosen AS (
+            SELECT coalesce($2::text, (
+                SELECT m.model FROM ledger_models m
+                CROSS JOIN LATERAL (
+                    SELECT r.ready_time FROM runnable r
+                    WHERE r.ledger_id = m.ledger_id AND r.model = m.model
+                      AND r.ready_time <= now()
+                    ORDER BY r.ready_time LIMIT 1) first
+                WHERE m.ledger_id = $1
+                ORDER BY first.ready_time LIMIT 1)) AS model
+        ),
+        picked AS (
+            DELETE FROM runnable WHERE ctid IN (
+                SELECT ctid FROM runnable
+                WHERE ledger_id = $1 AND model = (SELECT model FROM chosen)
+                  AND ready_time <= now()
+                ORDER BY ready_time, row_id
+                LIMIT $3
+                FOR UPDATE SKIP LOCKED)
+            RETURNING row_id
+        ),
+        upd AS (
+            UPDATE rows r SET status = 2, claim_id = $4, update_time = now()
+            FROM picked p
+            WHERE r.id = p.row_id AND r.status IN (1, 3) AND r.unmet_deps = 0
+            RETURNING r.id, r.key, r.payload, r.prompt_name, r.prompt_version, r.model,
+                      r.provider_failures, r.content_failures, r.infra_failures, r.attempts
+        ),
+        made AS (
+            INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,
+                                row_count, held, expire_time)
+            SELECT $4, $1, $5, (SELECT model FROM chosen), $6, array_agg(id ORDER BY id),
+                   count(*), count(*), now() + $7 * interval '1 millisecond'
+            FROM upd HAVING count(*) > 0
+            RETURNING create_time, expire_time
+        )
+        SELECT u.key, u.payload, u.prompt_name, u.prompt_version, u.model,
+               u.provider_failures, u.content_failures, u.infra_failures, u.attempts,
+               m.create_time, m.expire_time
+        FROM upd u CROSS JOIN made m ORDER BY u.id
+        "#,
+    )
+    .bind(ledger.id)
+    .bind(req.model.as_deref())
+    .bind(req.max_rows)
+    .bind(token)
+    .bind(&req.worker)
+    .bind(req.request_id.as_deref())
+    .bind(lease_ms(req.lease, &ledger.policy))
+    .fetch_all(exec)
+    .await?)
+}
+
+/// The answer to a claim that took `taken` (none: nothing was runnable).
+fn grant(
+    ledger: &LedgerRecord,
+    req: &ClaimRequest,
+    token: Uuid,
+    taken: Vec<TakenRow>,
+) -> Option<ClaimGrant> {
+    let first = taken.first()?;
+    let claim = ClaimRecord {
+        token,
+        ledger: ledger.name.clone(),
+        worker: req.worker.clone(),
+        model: first.row.model.clone(),
+        create_time: first.create_time,
+        expire_time: first.expire_time,
+        state: ClaimState::Active,
+        row_count: taken.len() as i32,
+        held: taken.len() as i32,
+        job: None,
+    };
+    Some(ClaimGrant {
+        claim,
+        rows: taken.into_iter().map(|t| t.row.into()).collect(),
+    })
+}
+
 fn lease_ms(lease: Option<Duration>, policy: &Policy) -> i64 {
     lease
         .unwrap_or(policy.lease)
@@ -231,93 +330,56 @@ impl Store {
     /// Leases up to `req.max_rows` runnable rows. `None` when nothing is
     /// runnable. With a `request_id` seen before, answers that claim again
     /// (with the rows it still holds) instead of leasing more.
+    ///
+    /// Without a request id the claim is one statement; expired claims of
+    /// the ledger are rescued first when (a cheap probe says) there are any.
     pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
+        let Some(request_id) = &req.request_id else {
+            self.rescue_if_due(record.id).await?;
+            let token = Uuid::new_v4();
+            let taken = take_rows(&self.pool, &record, req, token).await?;
+            return Ok(grant(&record, req, token, taken));
+        };
         if let Some(grant) = self.replay_claim(record.id, req).await? {
             return Ok(Some(grant));
         }
-        self.rescue_expired(Some(record.id)).await?;
+        self.rescue_if_due(record.id).await?;
         let mut tx = self.begin().await?;
-        if let Some(request_id) = &req.request_id {
-            // Calls with one request id take turns: a retry racing the
-            // original would otherwise find every row locked or taken and
-            // answer "nothing runnable" instead of the original's claim.
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
-                .bind(request_id)
-                .bind(record.id)
-                .execute(&mut *tx)
-                .await?;
-            if let Some(grant) = self.replay_claim(record.id, req).await? {
-                return Ok(Some(grant));
-            }
+        // Calls with one request id take turns: a retry racing the original
+        // would otherwise find every row locked or taken and answer "nothing
+        // runnable" instead of the original's claim.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
+            .bind(request_id)
+            .bind(record.id)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(grant) = self.replay_claim(record.id, req).await? {
+            return Ok(Some(grant));
         }
-        let model = match &req.model {
-            Some(m) => Some(m.clone()),
-            None => oldest_ready_model(&mut tx, record.id).await?,
-        };
-        let Some(model) = model else {
-            return Ok(None);
-        };
         let token = Uuid::new_v4();
-        let claimed = sqlx::query_as::<_, HeldRow>(
-            r#"
-            WITH picked AS (
-                DELETE FROM runnable WHERE ctid IN (
-                    SELECT ctid FROM runnable
-                    WHERE ledger_id = $1 AND model = $2 AND ready_time <= now()
-                    ORDER BY ready_time, row_id
-                    LIMIT $3
-                    FOR UPDATE SKIP LOCKED)
-                RETURNING row_id
-            ),
-            upd AS (
-                UPDATE rows r SET status = 2, claim_id = $4, update_time = now()
-                FROM picked p
-                WHERE r.id = p.row_id AND r.status IN (1, 3) AND r.unmet_deps = 0
-                RETURNING r.id, r.key, r.payload, r.prompt_name, r.prompt_version, r.model,
-                          r.provider_failures, r.content_failures, r.infra_failures, r.attempts
-            ),
-            made AS (
-                INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,
-                                    row_count, held, expire_time)
-                SELECT $4, $1, $5, $2, $6, array_agg(id ORDER BY id), count(*), count(*),
-                       now() + $7 * interval '1 millisecond'
-                FROM upd HAVING count(*) > 0
-            )
-            SELECT key, payload, prompt_name, prompt_version, model, provider_failures,
-                   content_failures, infra_failures, attempts
-            FROM upd ORDER BY id
-            "#,
-        )
-        .bind(record.id)
-        .bind(&model)
-        .bind(req.max_rows)
-        .bind(token)
-        .bind(&req.worker)
-        .bind(req.request_id.as_deref())
-        .bind(lease_ms(req.lease, &record.policy))
-        .fetch_all(&mut *tx)
-        .await;
-        let claimed = match claimed {
-            Ok(rows) => rows,
-            // Two calls with one request id raced: the other one won; answer
-            // its claim.
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
-                drop(tx);
-                return self.replay_claim(record.id, req).await;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if claimed.is_empty() {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        let claim = load_claim(&mut *tx, token).await?;
+        let taken = take_rows(&mut *tx, &record, req, token).await?;
         tx.commit().await?;
-        Ok(Some(ClaimGrant {
-            claim,
-            rows: claimed.into_iter().map(Into::into).collect(),
-        }))
+        Ok(grant(&record, req, token, taken))
+    }
+
+    /// Rescues the ledger's expired claims, if a one-row probe finds any.
+    async fn rescue_if_due(&self, ledger_id: i64) -> Result<()> {
+        let due: bool = sqlx::query_scalar(
+            "SELECT EXISTS (
+                 SELECT 1 FROM claims c
+                 WHERE c.state = 1 AND c.expire_time <= now() AND c.ledger_id = $1
+                   AND (c.job_id IS NULL OR EXISTS (
+                       SELECT 1 FROM jobs j
+                       WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL)))",
+        )
+        .bind(ledger_id)
+        .fetch_one(&self.pool)
+        .await?;
+        if due {
+            self.rescue_expired(Some(ledger_id)).await?;
+        }
+        Ok(())
     }
 
     async fn replay_claim(&self, ledger_id: i64, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
@@ -357,21 +419,24 @@ impl Store {
         token: Uuid,
         lease: Option<Duration>,
     ) -> Result<ClaimRecord> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
-        let claim = lock_claim(&mut tx, record.id, ledger, token).await?;
-        check_live(&claim, ledger)?;
-        sqlx::query(
-            "UPDATE claims SET expire_time = now() + $2 * interval '1 millisecond'
-             WHERE token = $1",
-        )
-        .bind(token)
-        .bind(lease_ms(lease, &record.policy))
-        .execute(&mut *tx)
-        .await?;
-        let out = load_claim(&mut *tx, token).await?;
-        tx.commit().await?;
-        Ok(out)
+        let out = async {
+            let claim = lock_claim(&mut tx, record.id, ledger, token).await?;
+            check_live(&claim, ledger)?;
+            sqlx::query(
+                "UPDATE claims SET expire_time = now() + $2 * interval '1 millisecond'
+                 WHERE token = $1",
+            )
+            .bind(token)
+            .bind(lease_ms(lease, &record.policy))
+            .execute(&mut *tx)
+            .await?;
+            let out = load_claim(&mut *tx, token).await?;
+            Ok(out)
+        }
+        .await;
+        crate::end_tx(tx, out).await
     }
 
     /// Gives rows back unworked (all the claim holds, or only `keys`); no
@@ -387,48 +452,51 @@ impl Store {
         keys: Option<&[String]>,
         actor: &str,
     ) -> Result<(i64, ClaimRecord)> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
-        let claim = lock_claim(&mut tx, record.id, ledger, token).await?;
-        check_live(&claim, ledger)?;
-        let job = match claim.job_id {
-            Some(id) => {
-                let job = jobs::lock_job_by_id(&mut tx, id).await?;
-                if job.state()?.is_submitted() {
-                    return Err(StoreError::precondition(
-                        "JOB_SUBMITTED",
-                        format!(
-                            "the rows of ledgers/{ledger}/jobs/{} were submitted as {}; they cannot be released, finish the job (FinishJob)",
-                            job.public_id,
-                            job.batch.as_deref().unwrap_or("a batch")
-                        ),
-                    ));
+        let out = async {
+            let claim = lock_claim(&mut tx, record.id, ledger, token).await?;
+            check_live(&claim, ledger)?;
+            let job = match claim.job_id {
+                Some(id) => {
+                    let job = jobs::lock_job_by_id(&mut tx, id).await?;
+                    if job.state()?.is_submitted() {
+                        return Err(StoreError::precondition(
+                            "JOB_SUBMITTED",
+                            format!(
+                                "the rows of ledgers/{ledger}/jobs/{} were submitted as {}; they cannot be released, finish the job (FinishJob)",
+                                job.public_id,
+                                job.batch.as_deref().unwrap_or("a batch")
+                            ),
+                        ));
+                    }
+                    Some(job)
                 }
-                Some(job)
+                None => None,
+            };
+            let rows = lock_held_rows(&mut tx, token, keys).await?;
+            let writes = transitions(&rows, &Event::Release, &record.policy, claim.job_id, |_| {
+                None
+            })?;
+            apply::settle(&mut tx, record.id, token, &writes).await?;
+            let held = drop_held(&mut tx, token, writes.len() as i32).await?;
+            if let Some(job) = job.filter(|_| held <= 0) {
+                jobs::abandon(
+                    &mut tx,
+                    &record,
+                    token,
+                    &job,
+                    2,
+                    "cancelled before submission: its owner released every row",
+                )
+                .await?;
+                events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
             }
-            None => None,
-        };
-        let rows = lock_held_rows(&mut tx, token, keys).await?;
-        let writes = transitions(&rows, &Event::Release, &record.policy, claim.job_id, |_| {
-            None
-        })?;
-        apply::settle(&mut tx, record.id, token, &writes).await?;
-        let held = drop_held(&mut tx, token, writes.len() as i32).await?;
-        if let Some(job) = job.filter(|_| held <= 0) {
-            jobs::abandon(
-                &mut tx,
-                &record,
-                token,
-                &job,
-                2,
-                "cancelled before submission: its owner released every row",
-            )
-            .await?;
-            events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            let out = load_claim(&mut *tx, token).await?;
+            Ok((writes.len() as i64, out))
         }
-        let out = load_claim(&mut *tx, token).await?;
-        tx.commit().await?;
-        Ok((writes.len() as i64, out))
+        .await;
+        crate::end_tx(tx, out).await
     }
 
     /// Rescues rows of claims whose lease ran out. Rows of a claim without
@@ -579,23 +647,4 @@ fn describe_system(rule: &tally_core::classify::Rule) -> String {
         Rule::MissingFromOutput => "the row was missing from the job's output".into(),
         other => other.name(),
     }
-}
-
-/// The model of the oldest ready row of a ledger, if any row is ready.
-async fn oldest_ready_model(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger_id: i64,
-) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT m.model FROM ledger_models m
-         CROSS JOIN LATERAL (
-             SELECT r.ready_time FROM runnable r
-             WHERE r.ledger_id = m.ledger_id AND r.model = m.model AND r.ready_time <= now()
-             ORDER BY r.ready_time LIMIT 1) first
-         WHERE m.ledger_id = $1
-         ORDER BY first.ready_time LIMIT 1",
-    )
-    .bind(ledger_id)
-    .fetch_optional(&mut **tx)
-    .await?)
 }

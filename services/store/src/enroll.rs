@@ -6,8 +6,8 @@
 //! share-locked here, so a concurrent report cannot settle them between our
 //! read and our commit) or at rows of the same call.
 
-use crate::types::{EnrollOutcome, NewRow};
-use crate::{Result, Store, StoreError, ledgers};
+use crate::types::{EnrollOutcome, LedgerRecord, NewRow};
+use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, Transaction};
 use std::collections::{HashMap, HashSet};
 use tally_core::status::RowStatus;
@@ -32,9 +32,10 @@ impl Store {
     /// within the call, payloads JSON objects, no cycle among them). Returns
     /// one outcome per row, in order.
     pub async fn enroll(&self, ledger: &str, rows: &[NewRow]) -> Result<Vec<EnrollOutcome>> {
+        let ledger = self.ledger(ledger).await?;
         for _ in 0..RACE_RETRIES {
             let mut tx = self.begin().await?;
-            match enroll_once(&mut tx, ledger, rows).await {
+            match enroll_once(&mut tx, &ledger, rows).await {
                 Ok(Attempt::Done(outcomes)) => {
                     tx.commit().await?;
                     return Ok(outcomes);
@@ -55,10 +56,9 @@ impl Store {
 
 async fn enroll_once(
     tx: &mut Transaction<'static, Postgres>,
-    ledger_name: &str,
+    ledger: &LedgerRecord,
     rows: &[NewRow],
 ) -> Result<Attempt> {
-    let ledger = ledgers::load(&mut **tx, ledger_name).await?;
     check_prompts(tx, rows).await?;
     let existing = lock_dependencies(tx, ledger.id, rows).await?;
     let batch: HashMap<&str, usize> = rows

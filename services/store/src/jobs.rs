@@ -393,66 +393,68 @@ impl Store {
     /// same claim again answers the same job. Beyond the ledger's
     /// `max_active_jobs` open jobs: RESOURCE_EXHAUSTED.
     pub async fn create_job(&self, ledger: &str, token: Uuid, actor: &str) -> Result<JobRecord> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
-        let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
-        if let Some(job_id) = claim.job_id {
-            let job = load_job(&mut *tx, job_id).await?;
-            tx.commit().await?;
-            return Ok(job);
-        }
-        claims::check_live(&claim, ledger)?;
-        // Concurrent creators of one ledger queue here, so the count below
-        // cannot be outdated by another creator before this one commits.
-        sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")
-            .bind(JOB_LIMIT_LOCK)
+        let out = async {
+            let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+            if let Some(job_id) = claim.job_id {
+                let job = load_job(&mut *tx, job_id).await?;
+                return Ok(job);
+            }
+            claims::check_live(&claim, ledger)?;
+            // Concurrent creators of one ledger queue here, so the count below
+            // cannot be outdated by another creator before this one commits.
+            sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")
+                .bind(JOB_LIMIT_LOCK)
+                .bind(record.id)
+                .execute(&mut *tx)
+                .await?;
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM jobs WHERE ledger_id = $1 AND end_time IS NULL",
+            )
             .bind(record.id)
-            .execute(&mut *tx)
+            .fetch_one(&mut *tx)
             .await?;
-        let open: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM jobs WHERE ledger_id = $1 AND end_time IS NULL",
-        )
-        .bind(record.id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let max = i64::from(record.policy.max_active_jobs);
-        if open >= max {
-            return Err(StoreError::ResourceExhausted {
-                message: format!(
-                    "ledgers/{ledger} has {open} active jobs, its limit (policy.max_active_jobs) is {max}; \
-                     finish a job or retry later"
-                ),
-                retry_after_secs: RETRY_AFTER_FULL_SECS,
-            });
+            let max = i64::from(record.policy.max_active_jobs);
+            if open >= max {
+                return Err(StoreError::ResourceExhausted {
+                    message: format!(
+                        "ledgers/{ledger} has {open} active jobs, its limit (policy.max_active_jobs) is {max}; \
+                         finish a job or retry later"
+                    ),
+                    retry_after_secs: RETRY_AFTER_FULL_SECS,
+                });
+            }
+            let public_id = Uuid::now_v7().to_string();
+            let job_id: i64 = sqlx::query_scalar(
+                "WITH c AS (
+                     SELECT token, ledger_id, model, worker, held, row_ids FROM claims WHERE token = $1
+                 ),
+                 j AS (
+                     INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count)
+                     SELECT $2, ledger_id, token, token, model,
+                            CASE WHEN worker <> '' THEN worker ELSE $3 END, held
+                     FROM c RETURNING id
+                 ),
+                 cl AS (UPDATE claims SET job_id = (SELECT id FROM j) WHERE token = $1),
+                 r AS (
+                     UPDATE rows SET job_id = (SELECT id FROM j)
+                     WHERE id = ANY((SELECT row_ids FROM c)::int8[]) AND claim_id = $1 AND status = 2
+                 )
+                 SELECT id FROM j",
+            )
+            .bind(token)
+            .bind(&public_id)
+            .bind(actor)
+            .fetch_one(&mut *tx)
+            .await?;
+            let job = load_job(&mut *tx, job_id).await?;
+            events::append(&mut tx, &[(job_id, JobEventKind::Created)], actor).await?;
+            tracing::info!(ledger = %ledger, job = %job.public_id, claim = %token, rows = job.counts.rows, "job created");
+            Ok(job)
         }
-        let public_id = Uuid::now_v7().to_string();
-        let job_id: i64 = sqlx::query_scalar(
-            "WITH c AS (
-                 SELECT token, ledger_id, model, worker, held, row_ids FROM claims WHERE token = $1
-             ),
-             j AS (
-                 INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count)
-                 SELECT $2, ledger_id, token, token, model,
-                        CASE WHEN worker <> '' THEN worker ELSE $3 END, held
-                 FROM c RETURNING id
-             ),
-             cl AS (UPDATE claims SET job_id = (SELECT id FROM j) WHERE token = $1),
-             r AS (
-                 UPDATE rows SET job_id = (SELECT id FROM j)
-                 WHERE id = ANY((SELECT row_ids FROM c)::int8[]) AND claim_id = $1 AND status = 2
-             )
-             SELECT id FROM j",
-        )
-        .bind(token)
-        .bind(&public_id)
-        .bind(actor)
-        .fetch_one(&mut *tx)
-        .await?;
-        let job = load_job(&mut *tx, job_id).await?;
-        events::append(&mut tx, &[(job_id, JobEventKind::Created)], actor).await?;
-        tx.commit().await?;
-        tracing::info!(ledger = %ledger, job = %job.public_id, claim = %token, rows = job.counts.rows, "job created");
-        Ok(job)
+        .await;
+        crate::end_tx(tx, out).await
     }
 
     pub async fn get_job(&self, ledger: &str, public_id: &str) -> Result<JobRecord> {
@@ -475,7 +477,7 @@ impl Store {
         after: Option<i64>,
         limit: i64,
     ) -> Result<Vec<JobRecord>> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let codes: Vec<i16> = states.iter().map(|s| s.code()).collect();
         let sql = format!(
             "{JOB_SELECT} WHERE j.ledger_id = $1 AND ($2::int8 IS NULL OR j.id < $2)
@@ -511,62 +513,64 @@ impl Store {
         input_file: &str,
         actor: &str,
     ) -> Result<JobRecord> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let name = names::job_name(ledger, public_id);
         let mut tx = self.begin().await?;
-        claims::lock_claim(&mut tx, record.id, ledger, token).await?;
-        let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
-        if job.claim_token != token {
-            return Err(not_the_jobs_claim(ledger, token, &job));
-        }
-        let same = job.batch.as_deref() == Some(batch) && job.input_file == input_file;
-        if job.batch.is_some() {
-            if same {
-                let out = load_job(&mut *tx, job.id).await?;
-                tx.commit().await?;
-                return Ok(out);
+        let out = async {
+            claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+            let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
+            if job.claim_token != token {
+                return Err(not_the_jobs_claim(ledger, token, &job));
             }
-            return Err(StoreError::precondition(
-                "JOB_ALREADY_SUBMITTED",
-                format!(
-                    "{name} was submitted as {} with input file {:?}; it cannot be recorded as {batch} with {input_file:?}",
-                    job.batch.as_deref().unwrap_or_default(),
-                    job.input_file
-                ),
-            ));
-        }
-        let t = job.step(JobEvent::Submit, ledger)?;
-        let updated = sqlx::query(
-            "UPDATE jobs SET state = $2, batch = $3, input_file = $4, submit_time = now(),
-                    update_time = now()
-             WHERE id = $1 AND state = 1 AND end_time IS NULL",
-        )
-        .bind(job.id)
-        .bind(t.state.code())
-        .bind(batch)
-        .bind(input_file)
-        .execute(&mut *tx)
-        .await;
-        match updated {
-            Ok(r) if r.rows_affected() == 1 => {}
-            Ok(_) => {
-                return Err(StoreError::Internal(format!(
-                    "{name} changed under its lock"
-                )));
-            }
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+            let same = job.batch.as_deref() == Some(batch) && job.input_file == input_file;
+            if job.batch.is_some() {
+                if same {
+                    let out = load_job(&mut *tx, job.id).await?;
+                    return Ok(out);
+                }
                 return Err(StoreError::precondition(
-                    "BATCH_IN_USE",
-                    format!("{batch} is already recorded for another job"),
+                    "JOB_ALREADY_SUBMITTED",
+                    format!(
+                        "{name} was submitted as {} with input file {:?}; it cannot be recorded as {batch} with {input_file:?}",
+                        job.batch.as_deref().unwrap_or_default(),
+                        job.input_file
+                    ),
                 ));
             }
-            Err(e) => return Err(e.into()),
+            let t = job.step(JobEvent::Submit, ledger)?;
+            let updated = sqlx::query(
+                "UPDATE jobs SET state = $2, batch = $3, input_file = $4, submit_time = now(),
+                        update_time = now()
+                 WHERE id = $1 AND state = 1 AND end_time IS NULL",
+            )
+            .bind(job.id)
+            .bind(t.state.code())
+            .bind(batch)
+            .bind(input_file)
+            .execute(&mut *tx)
+            .await;
+            match updated {
+                Ok(r) if r.rows_affected() == 1 => {}
+                Ok(_) => {
+                    return Err(StoreError::Internal(format!(
+                        "{name} changed under its lock"
+                    )));
+                }
+                Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                    return Err(StoreError::precondition(
+                        "BATCH_IN_USE",
+                        format!("{batch} is already recorded for another job"),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let out = load_job(&mut *tx, job.id).await?;
+            events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            tracing::info!(ledger = %ledger, job = %public_id, batch = %batch, "job submitted");
+            Ok(out)
         }
-        let out = load_job(&mut *tx, job.id).await?;
-        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
-        tx.commit().await?;
-        tracing::info!(ledger = %ledger, job = %public_id, batch = %batch, "job submitted");
-        Ok(out)
+        .await;
+        crate::end_tx(tx, out).await
     }
 
     /// Hands up to `max_jobs` submitted jobs whose owner's lease ran out to
@@ -582,7 +586,7 @@ impl Store {
         lease: Option<Duration>,
         actor: &str,
     ) -> Result<AdoptResult> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let rescued = self.rescue_expired(Some(record.id)).await?;
         let owner = if worker.is_empty() { actor } else { worker };
         let mut tx = self.begin().await?;
@@ -694,103 +698,105 @@ impl Store {
         req: &FinishRequest,
         actor: &str,
     ) -> Result<JobRecord> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let name = names::job_name(ledger, public_id);
         let mut tx = self.begin().await?;
-        let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
-        let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
-        if job.claim_token != token {
-            return Err(not_the_jobs_claim(ledger, token, &job));
-        }
-        if job.closed
-            && job.state == JobState::Reconciled.code()
-            && job.final_state == Some(req.final_state.state().code())
-        {
-            let out = load_job(&mut *tx, job.id).await?;
-            tx.commit().await?;
-            return Ok(out);
-        }
-        let t = job.step(JobEvent::Finish(req.final_state), ledger)?;
-        claims::check_live(&claim, ledger).map_err(|e| match e {
-            StoreError::FailedPrecondition {
-                reason,
-                description,
-            } => StoreError::FailedPrecondition {
-                reason,
-                description: format!("{description}; adopt {name} (AdoptJobs) to finish it"),
-            },
-            other => other,
-        })?;
-        let rows = claims::lock_held_rows(&mut tx, token, None).await?;
-        let event = req.final_state.row_event();
-        let mut writes = claims::transitions(&rows, &event, &record.policy, Some(job.id), |_| {
-            Some(actor.to_string())
-        })?;
-        if req.final_state != FinalState::Succeeded && !req.error.is_empty() {
-            let why = format!(
-                "the job carrying the row ended {}: {}",
-                req.final_state, req.error
-            );
-            for w in &mut writes {
-                w.last_error = Some(why.clone());
-                if let Some(a) = &mut w.attempt {
-                    a.error = why.clone();
+        let out = async {
+            let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+            let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
+            if job.claim_token != token {
+                return Err(not_the_jobs_claim(ledger, token, &job));
+            }
+            if job.closed
+                && job.state == JobState::Reconciled.code()
+                && job.final_state == Some(req.final_state.state().code())
+            {
+                let out = load_job(&mut *tx, job.id).await?;
+                return Ok(out);
+            }
+            let t = job.step(JobEvent::Finish(req.final_state), ledger)?;
+            claims::check_live(&claim, ledger).map_err(|e| match e {
+                StoreError::FailedPrecondition {
+                    reason,
+                    description,
+                } => StoreError::FailedPrecondition {
+                    reason,
+                    description: format!("{description}; adopt {name} (AdoptJobs) to finish it"),
+                },
+                other => other,
+            })?;
+            let rows = claims::lock_held_rows(&mut tx, token, None).await?;
+            let event = req.final_state.row_event();
+            let mut writes = claims::transitions(&rows, &event, &record.policy, Some(job.id), |_| {
+                Some(actor.to_string())
+            })?;
+            if req.final_state != FinalState::Succeeded && !req.error.is_empty() {
+                let why = format!(
+                    "the job carrying the row ended {}: {}",
+                    req.final_state, req.error
+                );
+                for w in &mut writes {
+                    w.last_error = Some(why.clone());
+                    if let Some(a) = &mut w.attempt {
+                        a.error = why.clone();
+                    }
                 }
             }
+            apply::settle(&mut tx, record.id, token, &writes).await?;
+            let retryable = writes
+                .iter()
+                .filter(|w| w.status == RowStatus::Retryable)
+                .count() as i32;
+            let permanent = writes
+                .iter()
+                .filter(|w| w.status == RowStatus::Permanent)
+                .count() as i32;
+            let missing = if req.final_state == FinalState::Succeeded {
+                writes.len() as i32
+            } else {
+                0
+            };
+            let (rows_n, succeeded, retryable, permanent, missing): (i32, i32, i32, i32, i32) =
+                sqlx::query_as(
+                    "UPDATE jobs SET state = $2, final_state = $3, output_file = $4, error = $5,
+                            retryable = retryable + $6, permanent = permanent + $7,
+                            missing = missing + $8, end_time = now(), update_time = now()
+                     WHERE id = $1 AND claim_token = $9 AND end_time IS NULL
+                     RETURNING row_count, succeeded, retryable, permanent, missing",
+                )
+                .bind(job.id)
+                .bind(t.state.code())
+                .bind(req.final_state.state().code())
+                .bind(&req.output_file)
+                .bind(&req.error)
+                .bind(retryable)
+                .bind(permanent)
+                .bind(missing)
+                .bind(token)
+                .fetch_one(&mut *tx)
+                .await?;
+            let summary = tally_core::summary::job_line(&JobCounts {
+                rows: i64::from(rows_n),
+                succeeded: i64::from(succeeded),
+                retryable: i64::from(retryable),
+                permanent: i64::from(permanent),
+                missing: i64::from(missing),
+            });
+            sqlx::query("UPDATE jobs SET summary = $2 WHERE id = $1")
+                .bind(job.id)
+                .bind(&summary)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("UPDATE claims SET state = 2, held = 0 WHERE token = $1")
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
+            let out = load_job(&mut *tx, job.id).await?;
+            events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            tracing::info!(ledger = %ledger, job = %public_id, final_state = %req.final_state, summary = %summary, "job reconciled");
+            Ok(out)
         }
-        apply::settle(&mut tx, record.id, token, &writes).await?;
-        let retryable = writes
-            .iter()
-            .filter(|w| w.status == RowStatus::Retryable)
-            .count() as i32;
-        let permanent = writes
-            .iter()
-            .filter(|w| w.status == RowStatus::Permanent)
-            .count() as i32;
-        let missing = if req.final_state == FinalState::Succeeded {
-            writes.len() as i32
-        } else {
-            0
-        };
-        let (rows_n, succeeded, retryable, permanent, missing): (i32, i32, i32, i32, i32) =
-            sqlx::query_as(
-                "UPDATE jobs SET state = $2, final_state = $3, output_file = $4, error = $5,
-                        retryable = retryable + $6, permanent = permanent + $7,
-                        missing = missing + $8, end_time = now(), update_time = now()
-                 WHERE id = $1 AND claim_token = $9 AND end_time IS NULL
-                 RETURNING row_count, succeeded, retryable, permanent, missing",
-            )
-            .bind(job.id)
-            .bind(t.state.code())
-            .bind(req.final_state.state().code())
-            .bind(&req.output_file)
-            .bind(&req.error)
-            .bind(retryable)
-            .bind(permanent)
-            .bind(missing)
-            .bind(token)
-            .fetch_one(&mut *tx)
-            .await?;
-        let summary = tally_core::summary::job_line(&JobCounts {
-            rows: i64::from(rows_n),
-            succeeded: i64::from(succeeded),
-            retryable: i64::from(retryable),
-            permanent: i64::from(permanent),
-            missing: i64::from(missing),
-        });
-        sqlx::query("UPDATE jobs SET summary = $2 WHERE id = $1")
-            .bind(job.id)
-            .bind(&summary)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("UPDATE claims SET state = 2, held = 0 WHERE token = $1")
-            .bind(token)
-            .execute(&mut *tx)
-            .await?;
-        let out = load_job(&mut *tx, job.id).await?;
-        events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
-        tx.commit().await?;
-        tracing::info!(ledger = %ledger, job = %public_id, final_state = %req.final_state, summary = %summary, "job reconciled");
-        Ok(out)
+        .await;
+        crate::end_tx(tx, out).await
     }
 }

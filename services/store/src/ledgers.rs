@@ -4,7 +4,44 @@ use crate::types::{LedgerRecord, Time};
 use crate::{Result, Store, StoreError};
 use sqlx::types::Json;
 use sqlx::{Executor, Postgres};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tally_core::policy::Policy;
+
+/// How long a ledger read stays fresh in a replica. Ids never change; a
+/// policy update made through another replica takes effect here within this
+/// long (through this replica, at once).
+pub const CACHE_TTL: Duration = Duration::from_secs(1);
+
+/// Recently read ledgers, so the hot paths (enroll, claim, report) do not
+/// read the ledger row on every call.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Cache(Arc<Mutex<HashMap<String, (Instant, LedgerRecord)>>>);
+
+impl Cache {
+    fn get(&self, name: &str) -> Option<LedgerRecord> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(name)
+            .filter(|(at, _)| at.elapsed() < CACHE_TTL)
+            .map(|(_, l)| l.clone())
+    }
+
+    fn put(&self, record: &LedgerRecord) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > 10_000 {
+            map.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
+        }
+        map.insert(record.name.clone(), (Instant::now(), record.clone()));
+    }
+
+    fn forget(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+}
 
 #[derive(sqlx::FromRow)]
 struct LedgerRow {
@@ -64,7 +101,18 @@ impl Store {
     }
 
     pub async fn get_ledger(&self, name: &str) -> Result<LedgerRecord> {
-        load(&self.pool, name).await
+        let record = load(&self.pool, name).await?;
+        self.ledgers.put(&record);
+        Ok(record)
+    }
+
+    /// A ledger as read at most [`CACHE_TTL`] ago: for the hot paths, which
+    /// need its id and policy but not the latest etag.
+    pub(crate) async fn ledger(&self, name: &str) -> Result<LedgerRecord> {
+        match self.ledgers.get(name) {
+            Some(record) => Ok(record),
+            None => self.get_ledger(name).await,
+        }
     }
 
     /// Ledgers in name order after `after`.
@@ -94,6 +142,7 @@ impl Store {
             "UPDATE ledgers SET policy = $2, etag = etag + 1, update_time = now()
              WHERE name = $1 AND etag = $3 RETURNING {COLUMNS}"
         );
+        self.ledgers.forget(name);
         let updated = sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
             .bind(name)
             .bind(Json(policy))
@@ -101,7 +150,11 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?;
         match updated {
-            Some(r) => Ok(r.into()),
+            Some(r) => {
+                let record: LedgerRecord = r.into();
+                self.ledgers.put(&record);
+                Ok(record)
+            }
             None => {
                 // Either gone or changed under us: tell which.
                 self.get_ledger(name).await?;

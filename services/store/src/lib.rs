@@ -49,6 +49,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
+    ledgers: ledgers::Cache,
 }
 
 /// How to connect.
@@ -82,12 +83,15 @@ impl Store {
             .acquire_timeout(opts.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// Wraps an existing pool (tests, tools).
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            ledgers: ledgers::Cache::default(),
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -115,6 +119,23 @@ impl Store {
 
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
         Ok(self.pool.begin().await?)
+    }
+}
+
+/// Ends a transaction: commits when `out` is Ok, and otherwise rolls back
+/// before returning, so a refused call has released its locks by the time
+/// its caller sees the error (a dropped transaction rolls back only when its
+/// connection is next used, and SKIP LOCKED readers would skip its rows).
+pub(crate) async fn end_tx<T>(tx: Transaction<'static, Postgres>, out: Result<T>) -> Result<T> {
+    match out {
+        Ok(v) => {
+            tx.commit().await?;
+            Ok(v)
+        }
+        Err(e) => {
+            tx.rollback().await?;
+            Err(e)
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! with them, unless something else still blocks them.
 
 use crate::types::{RedriveResult, RedriveTarget};
-use crate::{Result, Store, StoreError, ledgers, rows};
+use crate::{Result, Store, StoreError, rows};
 use sqlx::types::Json;
 use sqlx::{Postgres, QueryBuilder};
 use std::collections::HashSet;
@@ -23,7 +23,7 @@ impl Store {
         actor: &str,
         reason: &str,
     ) -> Result<RedriveResult> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
         let matched: Vec<(i64, String, i16)> = match target {
             RedriveTarget::Keys(keys) => {

@@ -10,7 +10,7 @@
 use crate::apply::{self, NewAttempt, RowWrite};
 use crate::claims::{self, LOCKED_ROW_COLUMNS, LockedRow};
 use crate::types::{JobEventKind, ReportItem, ReportSummary, RowVerdict, Verdict};
-use crate::{Result, Store, StoreError, events, jitter_sample, ledgers};
+use crate::{Result, Store, StoreError, events, jitter_sample};
 use chrono::TimeDelta;
 use std::collections::{HashMap, HashSet};
 use tally_core::classify::Failure;
@@ -31,16 +31,19 @@ impl Store {
         items: &[ReportItem],
         actor: &str,
     ) -> Result<ReportSummary> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let policy = &record.policy;
         let overrides = policy.overrides();
         let mut tx = self.begin().await?;
         let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
         let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
-        let sql = format!(
-            "SELECT {LOCKED_ROW_COLUMNS} FROM rows WHERE ledger_id = $1 AND key = ANY($2)
-             ORDER BY id FOR UPDATE"
-        );
+        // No row locks: every writer of a row held by a claim (reports,
+        // releases, rescue, adoption, job settlement) locks the claim first,
+        // and we hold it; the settling UPDATE re-checks the fence anyway.
+        // Rows held by other claims are only read, to answer STALE or
+        // DUPLICATE.
+        let sql =
+            format!("SELECT {LOCKED_ROW_COLUMNS} FROM rows WHERE ledger_id = $1 AND key = ANY($2)");
         let rows: HashMap<String, LockedRow> =
             sqlx::query_as::<_, LockedRow>(sqlx::AssertSqlSafe(sql))
                 .bind(record.id)

@@ -2,7 +2,7 @@
 //! ledger summary.
 
 use crate::types::{AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, Time, Usage};
-use crate::{Result, Store, StoreError, ledgers};
+use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 use std::collections::HashMap;
 use tally_core::status::{Budget, PerBudget, RowStatus};
@@ -147,7 +147,7 @@ struct AttemptRow {
 impl Store {
     /// One row with its attempts history.
     pub async fn get_row(&self, ledger: &str, key: &str) -> Result<RowRecord> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let sql = format!(
             "SELECT {} FROM rows r WHERE r.ledger_id = $1 AND r.key = $2",
             row_columns(true)
@@ -225,7 +225,7 @@ impl Store {
         limit: i64,
         full: bool,
     ) -> Result<Vec<RowRecord>> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let mut qb = QueryBuilder::<Postgres>::new(format!(
             "SELECT {} FROM rows r WHERE r.ledger_id = ",
             row_columns(full)
@@ -260,7 +260,7 @@ impl Store {
     /// cost covers every attempt, not successes × price), permanent rows by
     /// rule, active jobs.
     pub async fn summarize(&self, ledger: &str) -> Result<LedgerSummary> {
-        let record = ledgers::load(&self.pool, ledger).await?;
+        let record = self.ledger(ledger).await?;
         let mut summary = LedgerSummary::default();
         let by_status: Vec<(i16, String, i64)> = sqlx::query_as(
             "SELECT status, CASE WHEN status = 5 THEN rule ELSE '' END AS rule, count(*)
