@@ -27,7 +27,6 @@ use tally_proto::v1::operations_service_server::OperationsServiceServer;
 use tally_store::Store;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic_health::ServingStatus;
 
@@ -246,9 +245,10 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             .add_service(health_service);
         tokio::spawn(async move {
             let served = router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                    stop.cancelled().await
-                })
+                .serve_with_incoming_shutdown(
+                    incoming(listener),
+                    async move { stop.cancelled().await },
+                )
                 .await;
             if let Err(e) = served {
                 tracing::warn!(error = %e, "health listener failed");
@@ -259,9 +259,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let shutdown = stop.clone();
     let done = tokio::spawn(async move {
         let drained = shutdown.clone();
-        let serve = router.serve_with_incoming_shutdown(TcpListenerStream::new(grpc), async move {
-            drained.cancelled().await
-        });
+        let serve = router
+            .serve_with_incoming_shutdown(incoming(grpc), async move { drained.cancelled().await });
         tokio::pin!(serve);
         let result = tokio::select! {
             r = &mut serve => r.map_err(anyhow::Error::from),
@@ -370,4 +369,13 @@ async fn serve_metrics(listener: TcpListener, metrics: Metrics, stop: Cancellati
     if let Err(e) = result {
         tracing::warn!(error = %e, "metrics listener failed");
     }
+}
+
+/// Accepted connections with Nagle's algorithm off and TCP keepalive on
+/// (`serve_with_incoming` ignores the builder's socket options; with Nagle on,
+/// small responses wait for delayed ACKs, ~40 ms per call).
+fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(Duration::from_secs(60)))
 }

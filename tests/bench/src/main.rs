@@ -94,7 +94,6 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         .max_connections(16)
         .connect(url)
         .await?;
-    raw::setup(&pool).await?;
     let mut client = grpc::connect(&server.addr).await?;
     let mut lines = Vec::new();
     let phase = Duration::from_secs(cli.seconds);
@@ -105,6 +104,7 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
     );
     let keys = Arc::new(workload::keys("e", 0..cli.enroll_rows));
     grpc::create_ledger(&mut client, "enroll").await?;
+    raw::setup(&pool, "enroll").await?;
     let (raw_n, raw_t) = raw::enroll(&pool, "enroll", keys.clone(), cli.clients, 1000).await?;
     let (n, t) = grpc::enroll(&server.addr, "enroll", keys.clone(), cli.clients, 1000).await?;
     lines.push(line(
@@ -125,7 +125,9 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         let keys = Arc::new(workload::keys(&ledger, 0..backlog));
         grpc::create_ledger(&mut client, &ledger).await?;
         grpc::enroll(&server.addr, &ledger, keys.clone(), cli.clients, 1000).await?;
+        raw::setup(&pool, &ledger).await?;
         raw::enroll(&pool, &ledger, keys, cli.clients, 1000).await?;
+        sqlx::query("VACUUM ANALYZE").execute(&pool).await?;
         let (raw_n, raw_t) = raw::claim_report(&pool, &ledger, workers, batch, phase).await?;
         let (n, t) =
             grpc::claim_report(&server.addr, &ledger, workers, batch as i32, phase).await?;

@@ -8,19 +8,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-pub async fn setup(pool: &PgPool) -> anyhow::Result<()> {
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS raw_rows (
-            ledger text NOT NULL, key text NOT NULL, payload text NOT NULL,
+/// The bare table of one workload: a key, a payload, a status, a result,
+/// and the partial index of runnable rows a team would add.
+fn table(ledger: &str) -> String {
+    let safe: String = ledger
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("raw_{safe}")
+}
+
+pub async fn setup(pool: &PgPool, ledger: &str) -> anyhow::Result<()> {
+    let t = table(ledger);
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {t} (
+            key text PRIMARY KEY, payload text NOT NULL,
             status smallint NOT NULL DEFAULT 1, attempts integer NOT NULL DEFAULT 0,
-            result text, worker text, updated_at timestamptz NOT NULL DEFAULT now(),
-            PRIMARY KEY (ledger, key))",
-    )
+            result text, worker text, updated_at timestamptz NOT NULL DEFAULT now())"
+    )))
     .execute(pool)
     .await?;
-    sqlx::query(
-        "CREATE INDEX IF NOT EXISTS raw_runnable ON raw_rows (ledger, updated_at) WHERE status IN (1, 3)",
-    )
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE INDEX {t}_runnable ON {t} (updated_at) WHERE status IN (1, 3)"
+    )))
     .execute(pool)
     .await?;
     Ok(())
@@ -39,8 +49,7 @@ pub async fn enroll(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..clients {
-        let (pool, keys, next, ledger) =
-            (pool.clone(), keys.clone(), next.clone(), ledger.to_string());
+        let (pool, keys, next, t) = (pool.clone(), keys.clone(), next.clone(), table(ledger));
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
             loop {
@@ -50,12 +59,11 @@ pub async fn enroll(
                 }
                 let chunk = &keys[from..(from + batch).min(keys.len())];
                 let payloads: Vec<String> = chunk.iter().map(|k| workload::payload(k)).collect();
-                let n = sqlx::query(
-                    "INSERT INTO raw_rows (ledger, key, payload)
-                     SELECT $1, k, p FROM unnest($2::text[], $3::text[]) AS t(k, p)
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(&ledger)
+                let n = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "INSERT INTO {t} (key, payload)
+                     SELECT k, p FROM unnest($1::text[], $2::text[]) AS t(k, p)
+                     ON CONFLICT DO NOTHING"
+                )))
                 .bind(chunk)
                 .bind(&payloads)
                 .execute(&pool)
@@ -86,19 +94,18 @@ pub async fn claim_report(
     let deadline = start + duration;
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let (pool, ledger) = (pool.clone(), ledger.to_string());
+        let (pool, t) = (pool.clone(), table(ledger));
         tasks.push(tokio::spawn(async move {
             let mut reported = 0u64;
             let worker = format!("raw-{w}");
             while Instant::now() < deadline {
-                let claimed: Vec<(String, i32)> = sqlx::query_as(
-                    "UPDATE raw_rows SET status = 2, worker = $2, updated_at = now()
-                     WHERE (ledger, key) IN (
-                         SELECT ledger, key FROM raw_rows WHERE ledger = $1 AND status IN (1, 3)
-                         ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-                     RETURNING key, attempts",
-                )
-                .bind(&ledger)
+                let claimed: Vec<(String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "UPDATE {t} SET status = 2, worker = $1, updated_at = now()
+                     WHERE key IN (
+                         SELECT key FROM {t} WHERE status IN (1, 3)
+                         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+                     RETURNING key, attempts"
+                )))
                 .bind(&worker)
                 .bind(batch)
                 .fetch_all(&pool)
@@ -119,13 +126,12 @@ pub async fn claim_report(
                     statuses.push(status);
                     results.push(result);
                 }
-                sqlx::query(
-                    "UPDATE raw_rows r SET status = u.status, result = coalesce(u.result, r.result),
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE {t} r SET status = u.status, result = coalesce(u.result, r.result),
                             attempts = r.attempts + 1, updated_at = now()
-                     FROM unnest($2::text[], $3::int2[], $4::text[]) AS u(key, status, result)
-                     WHERE r.ledger = $1 AND r.key = u.key AND r.status = 2",
-                )
-                .bind(&ledger)
+                     FROM unnest($1::text[], $2::int2[], $3::text[]) AS u(key, status, result)
+                     WHERE r.key = u.key AND r.status = 2"
+                )))
                 .bind(&keys)
                 .bind(&statuses)
                 .bind(&results)
