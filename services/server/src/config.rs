@@ -114,6 +114,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 
+    /// How often the runnable queue's dead entries are checked (and the
+    /// queue vacuumed when they pile up).
+    #[arg(long, env = "TALLY_QUEUE_VACUUM_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub queue_vacuum_interval: Duration,
+
     /// How often expired claims are swept (their rows rescued).
     #[arg(long, env = "TALLY_SWEEP_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub sweep_interval: Duration,
@@ -426,6 +431,7 @@ impl ServeArgs {
             health_interval: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             sweep_interval: Duration::from_secs(1),
+            queue_vacuum_interval: Duration::from_secs(2),
             alert_secret: None,
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),

@@ -30,6 +30,7 @@ pub mod job_convert;
 pub mod job_service;
 pub mod ledger_service;
 pub mod limits;
+pub mod maintenance;
 pub mod metrics;
 pub mod operations_service;
 pub mod paging;

@@ -179,6 +179,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             args.sweep_interval,
             stop.clone(),
         )),
+        tokio::spawn(crate::maintenance::vacuum_queue(
+            store.clone(),
+            args.queue_vacuum_interval,
+            metrics.clone(),
+            stop.clone(),
+        )),
         tokio::spawn(serve_metrics(
             metrics_listener,
             metrics.clone(),

@@ -27,6 +27,7 @@ pub mod events;
 pub mod jobs;
 pub mod ledgers;
 pub mod locks;
+pub mod maintenance;
 pub mod notify;
 pub mod operations;
 pub mod prompts;

@@ -91,7 +91,7 @@ pub async fn enroll(
     Ok((total, start.elapsed()))
 }
 
-fn outcomes(rows: &[pb::ClaimedRow]) -> Vec<pb::RowOutcome> {
+pub fn outcomes(rows: &[pb::ClaimedRow]) -> Vec<pb::RowOutcome> {
     rows.iter()
         .map(|r| {
             let attempt = r.attempts.map_or(0, |a| a.total) as u64 + 1;

@@ -10,6 +10,7 @@ mod db;
 mod grpc;
 mod raw;
 mod stats;
+mod sustained;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -55,6 +56,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The sustained run: minutes of enroll, claim, report and retries at
+    /// once over a backlog kept at --backlog rows; throughput sampled every
+    /// --interval, first minute against last.
+    Sustained {
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+        #[arg(long, default_value_t = 1_000_000)]
+        backlog: u64,
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        interval: Duration,
+        /// Also run the naive raw SQL loop this long, for its curve.
+        #[arg(long, default_value_t = 0.0)]
+        raw_minutes: f64,
+    },
     /// Internal: run the server under test.
     Serve {
         #[arg(long)]
@@ -81,7 +98,24 @@ async fn main() -> anyhow::Result<()> {
         cli.scale = vec![10_000, 100_000];
     }
     let scratch = db::Scratch::acquire(cli.database_url.clone(), cli.admin_url.clone()).await?;
-    let result = run(&cli, scratch.url()).await;
+    let result = match &cli.command {
+        Some(Command::Sustained {
+            minutes,
+            backlog,
+            workers,
+            interval,
+            raw_minutes,
+        }) => {
+            let opts = sustained::Options {
+                minutes: *minutes,
+                backlog: *backlog,
+                workers: *workers,
+                interval: *interval,
+            };
+            run_sustained(scratch.url(), &opts, *raw_minutes).await
+        }
+        _ => run(&cli, scratch.url()).await,
+    };
     scratch.release().await?;
     let lines = result?;
     println!("\n{}", stats::render(&lines));
@@ -170,6 +204,54 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
     });
     pool.close().await;
     server.stop().await?;
+    Ok(lines)
+}
+
+async fn run_sustained(
+    url: &str,
+    opts: &sustained::Options,
+    raw_minutes: f64,
+) -> anyhow::Result<Vec<Line>> {
+    let server = child::Server::start(url).await?;
+    let pool = PgPoolOptions::new().max_connections(8).connect(url).await?;
+    let samples = sustained::tally(&server.addr, &pool, opts).await?;
+    let minute = Duration::from_secs(60);
+    let total = Duration::from_secs_f64(opts.minutes * 60.0);
+    let first = sustained::mean_between(&samples, Duration::ZERO, minute.min(total));
+    let last = sustained::mean_between(&samples, total.saturating_sub(minute), total);
+    let mut lines = vec![Line {
+        workload: format!(
+            "tally sustained {} min, {} workers, backlog {}: last minute vs first",
+            opts.minutes, opts.workers, opts.backlog
+        ),
+        tally: per_sec(last),
+        baseline: per_sec(first),
+        ratio: Some(last / first.max(1e-9)),
+    }];
+    lines.push(Line {
+        workload: "server peak RSS over the sustained run".into(),
+        tally: format!("{:.1} MiB", server.peak_rss_mib()),
+        baseline: "150 MiB target".into(),
+        ratio: None,
+    });
+    server.stop().await?;
+    if raw_minutes > 0.0 {
+        let raw_opts = sustained::Options {
+            minutes: raw_minutes,
+            ..*opts
+        };
+        let samples = sustained::raw(&pool, &raw_opts).await?;
+        let total = Duration::from_secs_f64(raw_minutes * 60.0);
+        let first = sustained::mean_between(&samples, Duration::ZERO, minute.min(total));
+        let last = sustained::mean_between(&samples, total.saturating_sub(minute), total);
+        lines.push(Line {
+            workload: format!("raw naive loop {raw_minutes} min: last minute vs first"),
+            tally: per_sec(last),
+            baseline: per_sec(first),
+            ratio: Some(last / first.max(1e-9)),
+        });
+    }
+    pool.close().await;
     Ok(lines)
 }
 
