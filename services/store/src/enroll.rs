@@ -35,9 +35,15 @@ impl Store {
         let ledger = self.ledger(ledger).await?;
         for _ in 0..RACE_RETRIES {
             let mut tx = self.begin().await?;
-            match enroll_once(&mut tx, &ledger, rows).await {
+            let unknown = self.models.unknown(
+                ledger.id,
+                rows.iter().map(|r| r.model_or(&ledger.policy.model)),
+            );
+            match enroll_once(&mut tx, &ledger, rows, &unknown).await {
                 Ok(Attempt::Done(outcomes)) => {
                     tx.commit().await?;
+                    let listed: Vec<String> = unknown.iter().map(|m| m.to_string()).collect();
+                    self.models.remember(ledger.id, &listed);
                     return Ok(outcomes);
                 }
                 Ok(Attempt::Raced) => tx.rollback().await?,
@@ -58,6 +64,7 @@ async fn enroll_once(
     tx: &mut Transaction<'static, Postgres>,
     ledger: &LedgerRecord,
     rows: &[NewRow],
+    unknown_models: &[&str],
 ) -> Result<Attempt> {
     check_prompts(tx, rows).await?;
     let existing = lock_dependencies(tx, ledger.id, rows).await?;
@@ -81,7 +88,7 @@ async fn enroll_once(
     violations.finish().map_err(StoreError::InvalidArgument)?;
 
     let plan = plan_statuses(rows, &batch, &existing);
-    let inserted = insert(tx, ledger.id, &ledger.policy.model, rows, &plan, &existing).await?;
+    let inserted = insert(tx, ledger, rows, &plan, &existing, unknown_models).await?;
 
     // A same-call dependency we took for new must have been inserted by us;
     // if a concurrent enrollment inserted it first, our counts are wrong.
@@ -277,16 +284,25 @@ fn plan_statuses(
 }
 
 /// The one statement: rows, their dependency edges, their queue entries and
-/// the ledger's model list. Returns the keys actually inserted.
+/// the models not yet in the ledger's model list. Returns the keys actually
+/// inserted.
+///
+/// Rows go in in key order (byte order, sorted here rather than by an
+/// `ORDER BY` in the statement, which costs a collation-aware sort): every
+/// enrollment takes the key index in one order, so two enrollments of
+/// overlapping keys wait for each other instead of deadlocking.
 async fn insert(
     tx: &mut Transaction<'static, Postgres>,
-    ledger_id: i64,
-    default_model: &str,
+    ledger: &LedgerRecord,
     rows: &[NewRow],
     plan: &[Planned],
     existing: &HashMap<String, Existing>,
+    unknown_models: &[&str],
 ) -> Result<HashSet<String>> {
+    let ledger_id = ledger.id;
     let n = rows.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_unstable_by(|&a, &b| rows[a].key.cmp(&rows[b].key));
     let mut keys = Vec::with_capacity(n);
     let mut payloads = Vec::with_capacity(n);
     let mut hashes: Vec<&[u8]> = Vec::with_capacity(n);
@@ -297,18 +313,15 @@ async fn insert(
     let mut statuses = Vec::with_capacity(n);
     let mut unmet = Vec::with_capacity(n);
     let (mut e_child, mut e_dep, mut e_dep_id) = (Vec::new(), Vec::new(), Vec::new());
-    for (row, p) in rows.iter().zip(plan) {
+    for i in order {
+        let (row, p) = (&rows[i], &plan[i]);
         keys.push(row.key.as_str());
         payloads.push(row.payload.as_str());
         hashes.push(&row.content_hash);
         deps_csv.push(row.depends_on.join(","));
         prompt_names.push(row.prompt_name.as_str());
         prompt_versions.push(row.prompt_version.as_str());
-        models.push(if row.model.is_empty() {
-            default_model
-        } else {
-            row.model.as_str()
-        });
+        models.push(row.model_or(&ledger.policy.model));
         statuses.push(p.status.code());
         unmet.push(p.unmet);
         let mut seen = HashSet::new();
@@ -337,12 +350,9 @@ async fn insert(
                    -- Born BLOCKED reads like blocked later (apply::block_dependants).
                    CASE WHEN status = 6 THEN 'dependency_failed' ELSE '' END,
                    CASE WHEN status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
+            -- In array order: keys sorted (see above). Ids, and so claim
+            -- order within one call, follow key order.
             FROM input
-            -- Every enrollment takes the key index in one order, so two
-            -- enrollments of overlapping keys wait for each other instead
-            -- of deadlocking. (Ids, and so claim order within one call,
-            -- follow key order.)
-            ORDER BY key
             ON CONFLICT (ledger_id, key) DO NOTHING
             RETURNING id, key, status, unmet_deps, model
         ),
@@ -360,7 +370,7 @@ async fn insert(
         ),
         models AS (
             INSERT INTO ledger_models (ledger_id, model)
-            SELECT DISTINCT $1, model FROM ins
+            SELECT $1, m FROM unnest($14::text[]) AS m
             ON CONFLICT DO NOTHING
         )
         SELECT key FROM ins
@@ -379,6 +389,7 @@ async fn insert(
     .bind(&e_child)
     .bind(&e_dep)
     .bind(&e_dep_id)
+    .bind(unknown_models)
     .fetch_all(&mut **tx)
     .await?;
     Ok(inserted.into_iter().collect())

@@ -28,6 +28,7 @@ pub mod jobs;
 pub mod ledgers;
 pub mod locks;
 pub mod maintenance;
+mod models;
 pub mod notify;
 pub mod operations;
 pub mod prompts;
@@ -51,6 +52,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 pub struct Store {
     pool: PgPool,
     ledgers: ledgers::Cache,
+    models: models::KnownModels,
 }
 
 /// How to connect.
@@ -92,6 +94,7 @@ impl Store {
         Self {
             pool,
             ledgers: ledgers::Cache::default(),
+            models: models::KnownModels::default(),
         }
     }
 

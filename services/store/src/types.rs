@@ -34,6 +34,17 @@ pub struct NewRow {
     pub content_hash: [u8; 16],
 }
 
+impl NewRow {
+    /// The row's model, or `default` (the ledger's) when none was given.
+    pub fn model_or<'a>(&'a self, default: &'a str) -> &'a str {
+        if self.model.is_empty() {
+            default
+        } else {
+            &self.model
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnrollOutcome {
     Enrolled,
