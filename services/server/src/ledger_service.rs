@@ -4,6 +4,7 @@
 use crate::caller::actor;
 use crate::config::Limits;
 use crate::convert::{self, ledger_to_proto};
+use crate::metrics::Metrics;
 use crate::status::{from_store, invalid, invalid_field};
 use crate::{paging, validate};
 use tally_core::names;
@@ -15,14 +16,34 @@ use tally_store::Store;
 use tally_store::types::EnrollOutcome;
 use tonic::{Request, Response, Status};
 
+/// Rows newly enrolled, by ledger.
+pub const ROWS_ENROLLED: &str = "tally_rows_enrolled_total";
+/// Reported outcomes by ledger and the verdict the report answered.
+pub const ROWS_REPORTED: &str = "tally_rows_reported_total";
+
 pub struct Ledgers {
     store: Store,
     limits: Limits,
+    metrics: Metrics,
 }
 
 impl Ledgers {
-    pub fn new(store: Store, limits: Limits) -> Self {
-        Self { store, limits }
+    pub fn new(store: Store, limits: Limits, metrics: Metrics) -> Self {
+        metrics.describe(
+            ROWS_ENROLLED,
+            "counter",
+            "rows newly enrolled (not already present, not conflicting), by ledger",
+        );
+        metrics.describe(
+            ROWS_REPORTED,
+            "counter",
+            "reported row outcomes by ledger and the verdict answered",
+        );
+        Self {
+            store,
+            limits,
+            metrics,
+        }
     }
 }
 
@@ -140,6 +161,13 @@ impl LedgerService for Ledgers {
                 outcome: o as i32,
             });
         }
+        if resp.enrolled > 0 {
+            self.metrics.add(
+                ROWS_ENROLLED,
+                &[("ledger", ledger.as_str())],
+                f64::from(resp.enrolled),
+            );
+        }
         tracing::debug!(ledger = %ledger, enrolled = resp.enrolled, present = resp.already_present, conflicts = resp.conflicts, "rows enrolled");
         Ok(Response::new(resp))
     }
@@ -227,6 +255,21 @@ impl LedgerService for Ledgers {
                 next_attempt_time: convert::opt_timestamp(v.next_attempt_time),
                 attempts: Some(convert::attempts(v.failures, v.total)),
             });
+        }
+        for (status, n) in [
+            ("SUCCEEDED", resp.succeeded),
+            ("RETRYABLE", resp.retryable),
+            ("PERMANENT", resp.permanent),
+            ("STALE", resp.stale),
+            ("DUPLICATE", resp.duplicate),
+        ] {
+            if n > 0 {
+                self.metrics.add(
+                    ROWS_REPORTED,
+                    &[("ledger", ledger.as_str()), ("status", status)],
+                    f64::from(n),
+                );
+            }
         }
         Ok(Response::new(resp))
     }

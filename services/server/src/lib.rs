@@ -14,7 +14,8 @@
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
-//!   and mTLS settings.
+//!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
+//!   (a third layer).
 //! - [`health`], [`metrics`], [`paging`], [`caller`].
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
@@ -34,6 +35,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod operations_service;
 pub mod paging;
+pub mod rpc_metrics;
 pub mod server;
 pub mod status;
 pub mod tls;

@@ -17,6 +17,11 @@ pub async fn vacuum_queue(
     stop: CancellationToken,
 ) {
     metrics.describe(
+        "tally_queue_dead_entries",
+        "gauge",
+        "dead tuples in the runnable queue table at the last check",
+    );
+    metrics.describe(
         "tally_queue_vacuums_total",
         "counter",
         "VACUUMs of the runnable queue run by this replica",

@@ -14,6 +14,7 @@ use crate::ledger_service::Ledgers;
 use crate::limits::{self, LimitsLayer};
 use crate::metrics::Metrics;
 use crate::operations_service::Operations;
+use crate::rpc_metrics::RpcMetricsLayer;
 use crate::wakeup;
 use crate::webhook::{self, WebhookState};
 use crate::{alerts, watch};
@@ -139,7 +140,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
 
     let limits = args.limits.clone();
     let max = limits.max_message_bytes;
-    let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits))
+    let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits, metrics.clone()))
         .max_decoding_message_size(max);
     let stop = CancellationToken::new();
     let (hub, hub_task) = watch::Hub::start(
@@ -224,7 +225,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         ),
     }
 
-    // Auth outside limits: a caller without credentials takes no slot.
+    // Metrics outermost (refusals are counted too); auth outside limits: a
+    // caller without credentials takes no slot.
+    let rpc_metrics = RpcMetricsLayer::new(metrics.clone());
     let end_streams = CancellationToken::new();
     let limits_layer = LimitsLayer::new(&args.limits, metrics.clone(), end_streams.clone());
     // HTTP/2 itself stops a client at twice the per-connection limit; up to
@@ -233,6 +236,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         u32::try_from(args.limits.max_calls_per_connection.saturating_mul(2)).unwrap_or(u32::MAX);
     let router = builder
         .max_concurrent_streams(h2_streams)
+        .layer(rpc_metrics.clone())
         .layer(AuthLayer::new(auth, metrics.clone()))
         .layer(limits_layer.clone())
         .add_service(health_service.clone())
@@ -247,6 +251,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         let stop = health_stop.clone();
         let router = tonic::transport::Server::builder()
             .max_concurrent_streams(h2_streams)
+            .layer(rpc_metrics)
             .layer(limits_layer)
             .add_service(health_service);
         tokio::spawn(async move {

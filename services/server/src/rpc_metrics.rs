@@ -1,0 +1,360 @@
+//! The request-metrics layer: every gRPC call counted by service, method and
+//! status code, and timed, without code in any handler.
+//!
+//! - `tally_grpc_requests_total{service,method,code}` (counter).
+//! - `tally_grpc_request_duration_seconds{service,method}` (histogram,
+//!   [`BUCKETS`]).
+//!
+//! Unary calls are recorded when they end: the code is the `grpc-status` of
+//! the response headers (tonic answers errors "trailers-only", in headers)
+//! or else of the trailers; a call whose body ends without one is `OK`, and
+//! one whose body is dropped before it ends (the client went away) is
+//! `CANCELLED`. The duration runs from the request to the end of the body.
+//!
+//! Streams (watches, health Watch, reflection) are recorded when they start:
+//! the code is the headers' `grpc-status` if the call was refused at once,
+//! otherwise `OK`, and the duration is the time to the response headers (a
+//! stream's whole life would swamp the buckets). How a stream later ends is
+//! not counted here.
+//!
+//! The layer is outermost, so calls refused by the auth and limits layers
+//! are counted with their codes too. Paths that are not a known RPC are
+//! counted as `service="unknown",method="unknown"`, so a client cannot
+//! create series at will.
+
+use crate::auth::methods::{Kind, METHODS, Route};
+use crate::metrics::Metrics;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body::Frame;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+use tonic::Status;
+use tonic::body::Body;
+use tower::{Layer, Service};
+
+pub const REQUESTS: &str = "tally_grpc_requests_total";
+pub const DURATION: &str = "tally_grpc_request_duration_seconds";
+
+/// Upper bounds of the duration buckets, in seconds (the default
+/// `--request-timeout` is 30s).
+pub const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Methods outside [`METHODS`] that are labelled by name.
+const OTHER_METHODS: &[&str] = &[
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+/// The `(service, method)` labels of a request path such as
+/// `/tally.v1.LedgerService/ClaimRows`; `("unknown", "unknown")` for a path
+/// that is not a method this server serves.
+pub fn method_labels(path: &str) -> (&str, &str) {
+    let known = METHODS.iter().any(|m| m.path == path) || OTHER_METHODS.contains(&path);
+    match path.strip_prefix('/').and_then(|p| p.split_once('/')) {
+        Some((service, method)) if known => (service, method),
+        _ => ("unknown", "unknown"),
+    }
+}
+
+/// The canonical name (`OK`, `NOT_FOUND`, …) of the `grpc-status` in
+/// `headers` (response headers or trailers), if there is one. A value that
+/// is not a known code is `UNKNOWN`, as gRPC clients read it.
+pub fn code_of(headers: &http::HeaderMap) -> Option<&'static str> {
+    let value = headers.get("grpc-status")?;
+    let n: i32 = value
+        .to_str()
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2);
+    Some(code_name(n))
+}
+
+fn code_name(n: i32) -> &'static str {
+    match n {
+        0 => "OK",
+        1 => "CANCELLED",
+        3 => "INVALID_ARGUMENT",
+        4 => "DEADLINE_EXCEEDED",
+        5 => "NOT_FOUND",
+        6 => "ALREADY_EXISTS",
+        7 => "PERMISSION_DENIED",
+        8 => "RESOURCE_EXHAUSTED",
+        9 => "FAILED_PRECONDITION",
+        10 => "ABORTED",
+        11 => "OUT_OF_RANGE",
+        12 => "UNIMPLEMENTED",
+        13 => "INTERNAL",
+        14 => "UNAVAILABLE",
+        15 => "DATA_LOSS",
+        16 => "UNAUTHENTICATED",
+        _ => "UNKNOWN",
+    }
+}
+
+#[derive(Clone)]
+pub struct RpcMetricsLayer {
+    metrics: Metrics,
+}
+
+impl RpcMetricsLayer {
+    pub fn new(metrics: Metrics) -> Self {
+        metrics.describe(
+            REQUESTS,
+            "counter",
+            "gRPC calls by service, method and status code (streams counted when they start)",
+        );
+        metrics.describe_histogram(
+            DURATION,
+            "gRPC call duration in seconds (streams: time to the response headers)",
+            BUCKETS,
+        );
+        Self { metrics }
+    }
+}
+
+impl<S> Layer<S> for RpcMetricsLayer {
+    type Service = RpcMetrics<S>;
+
+    fn layer(&self, inner: S) -> RpcMetrics<S> {
+        RpcMetrics {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RpcMetrics<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+impl<S, B> Service<http::Request<B>> for RpcMetrics<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let path = req.uri().path();
+        let kind = Route::of(path).kind();
+        let (service, method) = method_labels(path);
+        let call = Call {
+            metrics: self.metrics.clone(),
+            service: service.to_string(),
+            method: method.to_string(),
+            start: Instant::now(),
+        };
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move {
+            let response = match ready.call(req).await {
+                Ok(response) => response,
+                Err(e) => {
+                    call.record("UNKNOWN");
+                    return Err(e);
+                }
+            };
+            let at_once = code_of(response.headers());
+            match (kind, at_once) {
+                (_, Some(code)) => {
+                    call.record(code);
+                    Ok(response)
+                }
+                (Kind::Stream, None) => {
+                    call.record("OK");
+                    Ok(response)
+                }
+                (Kind::Unary, None) => Ok(response.map(|body| {
+                    Body::new(Recorded {
+                        inner: body,
+                        call: Some(call),
+                    })
+                })),
+            }
+        })
+    }
+}
+
+/// One call's labels and start, recorded once.
+struct Call {
+    metrics: Metrics,
+    service: String,
+    method: String,
+    start: Instant,
+}
+
+impl Call {
+    fn record(self, code: &str) {
+        let (service, method) = (self.service.as_str(), self.method.as_str());
+        self.metrics.inc(
+            REQUESTS,
+            &[("service", service), ("method", method), ("code", code)],
+        );
+        self.metrics.observe(
+            DURATION,
+            &[("service", service), ("method", method)],
+            self.start.elapsed().as_secs_f64(),
+        );
+    }
+}
+
+/// A unary response body that records its call when it ends (or is dropped
+/// before ending).
+struct Recorded {
+    inner: Body,
+    call: Option<Call>,
+}
+
+impl http_body::Body for Recorded {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        let code = match &frame {
+            Some(Ok(f)) => f.trailers_ref().map(|t| code_of(t).unwrap_or("OK")),
+            Some(Err(status)) => Some(code_name(i32::from(status.code()))),
+            None => Some("OK"),
+        };
+        if let Some(code) = code
+            && let Some(call) = self.call.take()
+        {
+            call.record(code);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            call.record("CANCELLED");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_are_labelled_from_the_path() {
+        assert_eq!(
+            method_labels("/tally.v1.LedgerService/ClaimRows"),
+            ("tally.v1.LedgerService", "ClaimRows")
+        );
+        assert_eq!(
+            method_labels("/tally.v1.JobService/WatchJobs"),
+            ("tally.v1.JobService", "WatchJobs")
+        );
+        assert_eq!(
+            method_labels("/grpc.health.v1.Health/Check"),
+            ("grpc.health.v1.Health", "Check")
+        );
+        for unknown in [
+            "/tally.v1.LedgerService/NoSuchMethod",
+            "/evil/1234",
+            "/",
+            "",
+            "/tally.v1.LedgerService/ClaimRows/extra",
+        ] {
+            assert_eq!(method_labels(unknown), ("unknown", "unknown"), "{unknown}");
+        }
+    }
+
+    #[test]
+    fn codes_are_named_from_grpc_status() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(code_of(&h), None);
+        for (value, name) in [
+            ("0", "OK"),
+            ("5", "NOT_FOUND"),
+            ("8", "RESOURCE_EXHAUSTED"),
+            ("16", "UNAUTHENTICATED"),
+            ("2", "UNKNOWN"),
+            ("99", "UNKNOWN"),
+            ("x", "UNKNOWN"),
+        ] {
+            h.insert("grpc-status", http::HeaderValue::from_static(value));
+            assert_eq!(code_of(&h), Some(name), "{value}");
+        }
+        // Every tonic code has its canonical name.
+        for n in 0..=16 {
+            let code = tonic::Code::from_i32(n);
+            assert_eq!(code_name(n) == "UNKNOWN", code == tonic::Code::Unknown);
+        }
+    }
+
+    #[tokio::test]
+    async fn unary_bodies_record_their_trailers_once() {
+        use http_body_util::BodyExt as _;
+        let m = Metrics::new();
+        let layer = RpcMetricsLayer::new(m.clone());
+        let call = |layer: &RpcMetricsLayer| Call {
+            metrics: layer.metrics.clone(),
+            service: "s".into(),
+            method: "m".into(),
+            start: Instant::now(),
+        };
+        let labels = |code| [("service", "s"), ("method", "m"), ("code", code)];
+
+        // Trailers with a status.
+        let mut trailers = http::HeaderMap::new();
+        Status::not_found("gone").add_header(&mut trailers).unwrap();
+        let inner = http_body_util::StreamBody::new(futures::stream::iter(vec![
+            Ok::<_, Status>(Frame::data(Bytes::from_static(b"x"))),
+            Ok(Frame::trailers(trailers)),
+        ]));
+        let body = Recorded {
+            inner: Body::new(inner),
+            call: Some(call(&layer)),
+        };
+        body.collect().await.unwrap();
+        assert_eq!(m.get(REQUESTS, &labels("NOT_FOUND")), 1.0);
+
+        // No status at all: OK.
+        let body = Recorded {
+            inner: Body::empty(),
+            call: Some(call(&layer)),
+        };
+        body.collect().await.unwrap();
+        assert_eq!(m.get(REQUESTS, &labels("OK")), 1.0);
+
+        // Dropped before its end: CANCELLED.
+        drop(Recorded {
+            inner: Body::empty(),
+            call: Some(call(&layer)),
+        });
+        assert_eq!(m.get(REQUESTS, &labels("CANCELLED")), 1.0);
+        assert_eq!(
+            m.observed(DURATION, &[("service", "s"), ("method", "m")]),
+            3
+        );
+    }
+}
