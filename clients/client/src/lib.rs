@@ -1,12 +1,20 @@
 //! tally-client: the Rust client library for tally's `tally.v1` API.
 //!
+//! - [`connect`]: one lazily connected channel with the bearer token, and
+//!   the three service clients over it;
+//! - [`retry`]: retrying calls that failed for reasons that pass
+//!   (UNAVAILABLE, RESOURCE_EXHAUSTED, …) with capped exponential backoff;
 //! - [`operations`]: feeding provider observations into OperationsService,
 //!   so the worker's reconciliation poller and the provider's webhooks meet
 //!   in the same server-side reducer.
 //!
-//! Not here (yet): key derivation helpers, retries on UNAVAILABLE, the
-//! worker itself.
+//! Not here: key derivation helpers (tally-core `keys`), the worker itself
+//! (tally-worker).
 
+pub mod connect;
 pub mod operations;
+pub mod retry;
 
+pub use connect::{AuthChannel, Bearer, Clients, ConnectError, connect};
 pub use operations::{IngestError, batch_resource_event, ingest_batch_resource};
+pub use retry::{RetryPolicy, is_transient, with_retry};

@@ -10,7 +10,6 @@
 use tally_core::operation::{BatchObservation, OpState, PayloadError, event_from_batch_resource};
 use tally_proto::v1 as pb;
 use tally_proto::v1::operations_service_client::OperationsServiceClient;
-use tonic::transport::Channel;
 
 /// Why a poll could not be ingested.
 #[derive(Debug, thiserror::Error)]
@@ -26,10 +25,16 @@ pub enum IngestError {
 /// Decodes a provider `batches.get` answer and sends it through
 /// IngestEvent (source POLLER). A dropped event (the poll was stale) is an
 /// `Ok` answer with its verdict and reason.
-pub async fn ingest_batch_resource(
-    client: &mut OperationsServiceClient<Channel>,
+pub async fn ingest_batch_resource<T>(
+    client: &mut OperationsServiceClient<T>,
     batch_json: &serde_json::Value,
-) -> Result<pb::IngestEventResponse, IngestError> {
+) -> Result<pb::IngestEventResponse, IngestError>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let event = batch_resource_event(batch_json)?;
     let response = client
         .ingest_event(pb::IngestEventRequest { event: Some(event) })

@@ -1,0 +1,180 @@
+//! The worker's flags: each also reads a `TALLY_*` (or `GEMINI_*`)
+//! environment variable; durations in human form (`30s`, `5m`). The API key
+//! is read from `GEMINI_API_KEY` only: never a flag (it would show in `ps`),
+//! never printed.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+/// tally-worker: claims rows from a tally ledger, runs them as Gemini Batch
+/// API jobs and reports what became of each row.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "tally-worker", version, about)]
+pub struct WorkerArgs {
+    /// tally gRPC address.
+    #[arg(long, env = "TALLY_SERVER", default_value = "http://127.0.0.1:50051")]
+    pub server: String,
+
+    /// Bearer token for tally (a token with the worker role).
+    #[arg(long, env = "TALLY_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// The ledger to work on (its id, or `ledgers/{id}`).
+    #[arg(long, env = "TALLY_LEDGER")]
+    pub ledger: String,
+
+    /// Gemini API base URL (point it at the emulator for tests and demos).
+    #[arg(
+        long,
+        env = "GEMINI_BASE_URL",
+        default_value = "https://generativelanguage.googleapis.com"
+    )]
+    pub gemini_base_url: String,
+
+    /// Only claim rows for this model; empty takes the model of the oldest
+    /// ready row.
+    #[arg(long, env = "TALLY_WORKER_MODEL", default_value = "")]
+    pub model: String,
+
+    /// Rows asked for in one claim (capped by --max-rows-per-batch).
+    #[arg(long, env = "TALLY_WORKER_CLAIM_SIZE", default_value_t = 1000)]
+    pub claim_size: i32,
+
+    /// Most rows in one provider batch.
+    #[arg(
+        long,
+        env = "TALLY_WORKER_MAX_ROWS_PER_BATCH",
+        default_value_t = 10_000
+    )]
+    pub max_rows_per_batch: usize,
+
+    /// Largest input file of one batch, in bytes; a row larger than this on
+    /// its own is reported as invalid input.
+    #[arg(long, env = "TALLY_WORKER_MAX_BYTES_PER_BATCH", default_value_t = 100 * 1024 * 1024)]
+    pub max_bytes_per_batch: usize,
+
+    /// Most outcomes in one ReportOutcomes call (keep it at or below the
+    /// server's --max-rows-per-call).
+    #[arg(long, env = "TALLY_WORKER_MAX_ROWS_PER_REPORT", default_value_t = 1000)]
+    pub max_rows_per_report: usize,
+
+    /// How often a live batch is polled at the provider (the fallback when
+    /// webhooks do not arrive), and how often an idle worker looks for work.
+    #[arg(long, env = "TALLY_WORKER_POLL_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+
+    /// How often the claims of live jobs are extended.
+    #[arg(long, env = "TALLY_WORKER_HEARTBEAT_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+
+    /// Lease asked for on claims and heartbeats; default the ledger's.
+    #[arg(long, env = "TALLY_WORKER_LEASE", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+
+    /// Jobs this worker runs at once; 0 takes the ledger's max_active_jobs.
+    #[arg(long, env = "TALLY_WORKER_MAX_JOBS", default_value_t = 0)]
+    pub max_jobs: usize,
+
+    /// Name recorded with claims and attempts; default `tally-worker-<pid>`.
+    #[arg(long, env = "TALLY_WORKER_NAME")]
+    pub worker_name: Option<String>,
+
+    /// Exit once the ledger has no pending, runnable or running work and
+    /// no active jobs (for tests and demos).
+    #[arg(long, env = "TALLY_WORKER_EXIT_WHEN_IDLE")]
+    pub exit_when_idle: bool,
+
+    /// Timeout of one Gemini HTTP request.
+    #[arg(long, env = "GEMINI_HTTP_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
+    pub http_timeout: Duration,
+
+    /// Log format: pretty or json.
+    #[arg(long, env = "TALLY_LOG_FORMAT", default_value = "pretty")]
+    pub log_format: String,
+}
+
+impl WorkerArgs {
+    /// `ledgers/{id}` whichever way it was given.
+    pub fn ledger_name(&self) -> String {
+        if self.ledger.starts_with("ledgers/") {
+            self.ledger.clone()
+        } else {
+            format!("ledgers/{}", self.ledger)
+        }
+    }
+
+    pub fn worker_name(&self) -> String {
+        self.worker_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("tally-worker-{}", std::process::id()))
+    }
+
+    /// Rows asked for in one claim.
+    pub fn rows_per_claim(&self) -> i32 {
+        let cap = i32::try_from(self.max_rows_per_batch).unwrap_or(i32::MAX);
+        self.claim_size.clamp(1, cap.max(1))
+    }
+
+    /// Refuses settings that cannot work.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ledger.trim().is_empty() {
+            return Err("--ledger is required".into());
+        }
+        if self.max_rows_per_batch == 0 || self.max_bytes_per_batch == 0 {
+            return Err("--max-rows-per-batch and --max-bytes-per-batch must be positive".into());
+        }
+        if self.max_rows_per_report == 0 {
+            return Err("--max-rows-per-report must be positive".into());
+        }
+        if self.poll_interval.is_zero() || self.heartbeat_interval.is_zero() {
+            return Err("--poll-interval and --heartbeat-interval must be positive".into());
+        }
+        if let Some(lease) = self.lease
+            && lease <= self.heartbeat_interval
+        {
+            return Err("--lease must be longer than --heartbeat-interval".into());
+        }
+        Ok(())
+    }
+}
+
+/// Parses `30s`, `5m`, `250ms`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (use forms like 30s, 5m, 1h)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_and_validate() {
+        let a = WorkerArgs::try_parse_from([
+            "tally-worker",
+            "--ledger",
+            "docs",
+            "--claim-size",
+            "500",
+            "--max-rows-per-batch",
+            "100",
+            "--poll-interval",
+            "250ms",
+            "--heartbeat-interval",
+            "1s",
+            "--lease",
+            "3s",
+        ])
+        .unwrap();
+        assert_eq!(a.ledger_name(), "ledgers/docs");
+        assert_eq!(a.rows_per_claim(), 100);
+        assert_eq!(a.poll_interval, Duration::from_millis(250));
+        assert!(a.validate().is_ok());
+        let bad = WorkerArgs {
+            lease: Some(Duration::from_millis(500)),
+            ..a.clone()
+        };
+        assert!(bad.validate().is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! What every task of one worker shares: the tally clients, the Gemini
+//! client, the settings, the prompt cache, and the wake-up channel fed by
+//! the WatchOperations stream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tally_client::{Clients, RetryPolicy, with_retry};
+use tally_proto::v1 as pb;
+use tokio::sync::{Mutex, broadcast};
+use tonic::{Code, Status};
+
+use crate::config::WorkerArgs;
+use crate::gemini::Gemini;
+use crate::prompt::PromptSpec;
+
+/// A prompt ready to use: its spec and its compiled response schema.
+pub struct Compiled {
+    pub spec: PromptSpec,
+    pub validator: Option<jsonschema::Validator>,
+}
+
+/// A prompt that cannot be used for reasons that will not pass (unknown,
+/// or its schema does not compile): its rows are invalid input.
+pub type PromptResult = Result<Arc<Compiled>, String>;
+
+pub struct Ctx {
+    pub clients: Clients,
+    pub gemini: Gemini,
+    pub args: WorkerArgs,
+    /// `ledgers/{id}`.
+    pub ledger: String,
+    pub worker: String,
+    pub retry: RetryPolicy,
+    prompts: Mutex<HashMap<String, PromptResult>>,
+    /// Names of operations that just moved (`operations/batches/…`).
+    pub ops: broadcast::Sender<String>,
+}
+
+impl Ctx {
+    pub fn new(clients: Clients, gemini: Gemini, args: WorkerArgs) -> Self {
+        let (ops, _) = broadcast::channel(1024);
+        Self {
+            clients,
+            gemini,
+            ledger: args.ledger_name(),
+            worker: args.worker_name(),
+            args,
+            retry: RetryPolicy {
+                initial: Duration::from_millis(100),
+                max: Duration::from_secs(5),
+                tries: 10,
+            },
+            prompts: Mutex::new(HashMap::new()),
+            ops,
+        }
+    }
+
+    /// The lease asked for on claims and heartbeats.
+    pub fn lease(&self) -> Option<prost_types::Duration> {
+        self.args.lease.map(|d| prost_types::Duration {
+            seconds: d.as_secs() as i64,
+            nanos: d.subsec_nanos() as i32,
+        })
+    }
+
+    /// The prompt `prompts/{id}/versions/{v}`, fetched once. `Err(status)`
+    /// for a failure that may pass (retry the rows later); `Ok(Err(_))`
+    /// when the prompt itself is unusable.
+    pub async fn prompt(&self, name: &str) -> Result<PromptResult, Status> {
+        if let Some(p) = self.prompts.lock().await.get(name) {
+            return Ok(p.clone());
+        }
+        let got = with_retry(self.retry, "GetPrompt", || {
+            let mut c = self.clients.ledgers.clone();
+            let req = pb::GetPromptRequest {
+                name: name.to_string(),
+            };
+            async move { c.get_prompt(req).await }
+        })
+        .await;
+        let result: PromptResult = match got {
+            Ok(p) => compile(&p.into_inner()),
+            Err(s) if matches!(s.code(), Code::NotFound | Code::InvalidArgument) => {
+                Err(format!("prompt {name} cannot be used: {}", s.message()))
+            }
+            Err(s) => return Err(s),
+        };
+        self.prompts
+            .lock()
+            .await
+            .insert(name.to_string(), result.clone());
+        Ok(result)
+    }
+}
+
+fn compile(p: &pb::Prompt) -> PromptResult {
+    let spec = PromptSpec::from_registry(&p.template, &p.response_schema, &p.system_instruction)
+        .map_err(|e| format!("prompt {}: {e}", p.name))?;
+    let validator = match &spec.response_schema {
+        None => None,
+        Some(schema) => Some(
+            jsonschema::validator_for(schema)
+                .map_err(|e| format!("prompt {}: response schema does not compile: {e}", p.name))?,
+        ),
+    };
+    Ok(Arc::new(Compiled { spec, validator }))
+}
+
+/// `prompts/{id}/versions/{v}` of a row's prompt reference.
+pub fn prompt_name(p: &pb::PromptRef) -> String {
+    format!("prompts/{}/versions/{}", p.name, p.version)
+}

@@ -1,0 +1,405 @@
+//! The Gemini Batch API over REST: resumable upload of the input file,
+//! batch create / get / list, output download. Retries live here, where
+//! the failure is understood:
+//!
+//! - an upload whose finalize answers 200 with an `error` body failed and
+//!   is started again;
+//! - a create answered 429 (or 5xx) waits (`Retry-After` when given) and
+//!   tries again;
+//! - a create whose answer was lost (timeout, connection reset after the
+//!   request went out) may have made the batch: the batch is first looked
+//!   up by its display name (the tally job id, unique) before creating
+//!   again, so a batch is never made twice for one job.
+//!
+//! The API key travels in the `x-goog-api-key` header and is never logged.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The API key. Its `Debug` never shows it.
+#[derive(Clone)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: String) -> Self {
+        Self(key)
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(..)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GeminiError {
+    /// The API answered with an error status.
+    #[error("gemini answered {code}: {message}")]
+    Http {
+        code: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// No answer: the request may or may not have been acted on.
+    #[error("gemini unreachable: {0}")]
+    Transport(String),
+    /// An answer we cannot use.
+    #[error("unexpected answer from gemini: {0}")]
+    Protocol(String),
+}
+
+impl GeminiError {
+    /// Worth trying again unchanged.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            GeminiError::Http { code, .. } => matches!(code, 408 | 429 | 500..=599),
+            GeminiError::Transport(_) => true,
+            GeminiError::Protocol(_) => false,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            GeminiError::Http { retry_after, .. } => *retry_after,
+            GeminiError::Transport(_) | GeminiError::Protocol(_) => None,
+        }
+    }
+}
+
+/// How hard to try before giving up on one operation.
+#[derive(Debug, Clone, Copy)]
+pub struct Patience {
+    pub tries: u32,
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Self {
+        Self {
+            tries: 8,
+            initial: Duration::from_millis(250),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Patience {
+    fn pause(&self, n: u32, asked: Option<Duration>) -> Duration {
+        let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        let backoff = self.initial.saturating_mul(factor).min(self.max);
+        asked.map_or(backoff, |a| a.min(Duration::from_secs(300)).max(backoff))
+    }
+}
+
+/// A Gemini API client.
+#[derive(Debug, Clone)]
+pub struct Gemini {
+    http: reqwest::Client,
+    base: String,
+    key: ApiKey,
+    pub patience: Patience,
+}
+
+impl Gemini {
+    pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, GeminiError> {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| GeminiError::Protocol(format!("http client: {e}")))?;
+        Ok(Self {
+            http,
+            base: base_url.trim_end_matches('/').to_string(),
+            key,
+            patience: Patience::default(),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, GeminiError> {
+        let resp = req
+            .header("x-goog-api-key", &self.key.0)
+            .send()
+            .await
+            .map_err(|e| GeminiError::Transport(without_url(e)))?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let code = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = resp.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or(body);
+        Err(GeminiError::Http {
+            code,
+            message,
+            retry_after,
+        })
+    }
+
+    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, GeminiError> {
+        self.send(req)
+            .await?
+            .json()
+            .await
+            .map_err(|e| GeminiError::Transport(without_url(e)))
+    }
+
+    /// Runs `op` with retries on transient failures.
+    async fn retrying<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, GeminiError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, GeminiError>>,
+    {
+        let mut n = 0;
+        loop {
+            n += 1;
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_transient() && n < self.patience.tries => {
+                    let pause = self.patience.pause(n, e.retry_after());
+                    tracing::warn!(call = what, error = %e, retry_in = ?pause, "gemini call failed; retrying");
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Uploads `bytes` as a JSONL file; answers its name (`files/…`).
+    pub async fn upload_jsonl(
+        &self,
+        display_name: &str,
+        bytes: &[u8],
+    ) -> Result<String, GeminiError> {
+        self.retrying("upload", || self.upload_once(display_name, bytes))
+            .await
+    }
+
+    async fn upload_once(&self, display_name: &str, bytes: &[u8]) -> Result<String, GeminiError> {
+        let start = self
+            .send(
+                self.http
+                    .post(self.url("/upload/v1beta/files"))
+                    .header("X-Goog-Upload-Protocol", "resumable")
+                    .header("X-Goog-Upload-Command", "start")
+                    .header(
+                        "X-Goog-Upload-Header-Content-Length",
+                        bytes.len().to_string(),
+                    )
+                    .header("X-Goog-Upload-Header-Content-Type", "application/jsonl")
+                    .json(&json!({"file": {"display_name": display_name}})),
+            )
+            .await?;
+        let upload_url = start
+            .headers()
+            .get("x-goog-upload-url")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| GeminiError::Protocol("upload start without x-goog-upload-url".into()))?
+            .to_string();
+        let done = self
+            .json(
+                self.http
+                    .post(upload_url)
+                    .header("X-Goog-Upload-Command", "upload, finalize")
+                    .header("X-Goog-Upload-Offset", "0")
+                    .body(bytes.to_vec()),
+            )
+            .await?;
+        file_name_of(&done)
+    }
+
+    /// Creates the batch (display name = the tally job id) and answers its
+    /// operation JSON. See the module docs for what is retried and how.
+    pub async fn create_batch(
+        &self,
+        model: &str,
+        display_name: &str,
+        input_file: &str,
+    ) -> Result<Value, GeminiError> {
+        let model = model.trim_start_matches("models/");
+        let body = json!({"batch": {
+            "model": format!("models/{model}"),
+            "displayName": display_name,
+            "inputConfig": {"fileName": input_file},
+        }});
+        let url = self.url(&format!("/v1beta/models/{model}:batchGenerateContent"));
+        let mut n = 0;
+        loop {
+            n += 1;
+            let err = match self.json(self.http.post(&url).json(&body)).await {
+                Ok(op) => return Ok(op),
+                Err(e) => e,
+            };
+            let ambiguous = match &err {
+                GeminiError::Transport(_) => true,
+                GeminiError::Http { code, .. } => *code >= 500,
+                GeminiError::Protocol(_) => false,
+            };
+            if ambiguous {
+                // The batch may exist: find it before making another.
+                match self.find_batch(display_name).await {
+                    Ok(Some(op)) => {
+                        tracing::info!(display_name, "batch found after an ambiguous create");
+                        return Ok(op);
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not list batches"),
+                }
+            }
+            if !err.is_transient() || n >= self.patience.tries {
+                return Err(err);
+            }
+            let pause = self.patience.pause(n, err.retry_after());
+            tracing::warn!(display_name, error = %err, retry_in = ?pause, "batch create failed; retrying");
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// The batch whose display name is `display_name`, if any (every page
+    /// of the list, newest first).
+    pub async fn find_batch(&self, display_name: &str) -> Result<Option<Value>, GeminiError> {
+        let mut token = String::new();
+        loop {
+            let mut query = vec![("pageSize", "100".to_string())];
+            if !token.is_empty() {
+                query.push(("pageToken", token.clone()));
+            }
+            let page = self
+                .retrying("list batches", || {
+                    self.json(self.http.get(self.url("/v1beta/batches")).query(&query))
+                })
+                .await?;
+            if let Some(op) = page["operations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|op| {
+                    op["metadata"]["displayName"].as_str() == Some(display_name)
+                        || op["displayName"].as_str() == Some(display_name)
+                })
+            {
+                return Ok(Some(op.clone()));
+            }
+            match page["nextPageToken"].as_str() {
+                Some(t) if !t.is_empty() => token = t.to_string(),
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// `GET /v1beta/batches/{id}`: the batch's operation JSON.
+    pub async fn get_batch(&self, name: &str) -> Result<Value, GeminiError> {
+        let id = name.rsplit('/').next().unwrap_or(name);
+        let url = self.url(&format!("/v1beta/batches/{id}"));
+        self.retrying("get batch", || self.json(self.http.get(&url)))
+            .await
+    }
+
+    /// The bytes of `file` (`files/…`).
+    pub async fn download(&self, file: &str) -> Result<Vec<u8>, GeminiError> {
+        let id = file.trim_start_matches("files/");
+        let url = self.url(&format!("/download/v1beta/files/{id}:download"));
+        self.retrying("download", || async {
+            let resp = self
+                .send(self.http.get(&url).query(&[("alt", "media")]))
+                .await?;
+            resp.bytes()
+                .await
+                .map(|b| b.to_vec())
+                .map_err(|e| GeminiError::Transport(without_url(e)))
+        })
+        .await
+    }
+}
+
+/// The file name in a finalize answer; an `error` body (a 200 that failed)
+/// is an error, transient when its code says so.
+pub fn file_name_of(body: &Value) -> Result<String, GeminiError> {
+    if let Some(error) = body.get("error") {
+        let code = error["code"].as_u64().unwrap_or(500) as u16;
+        return Err(GeminiError::Http {
+            code,
+            message: format!(
+                "upload finalize answered 200 with an error: {}",
+                error["message"].as_str().unwrap_or("")
+            ),
+            retry_after: None,
+        });
+    }
+    body["file"]["name"]
+        .as_str()
+        .or_else(|| body["name"].as_str())
+        .filter(|n| n.starts_with("files/"))
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            GeminiError::Protocol(format!("finalize answer without a file name: {body}"))
+        })
+}
+
+/// reqwest errors name the URL; ours carry no secret (the key is a
+/// header), but keep messages short.
+fn without_url(e: reqwest::Error) -> String {
+    e.without_url().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A finalize that answers 200 with an error body is a transient
+    /// failure (retried), not a file.
+    #[test]
+    fn a_finalize_error_body_is_a_failure() {
+        let e = file_name_of(&json!({"error": {"code": 500, "message": "retry"}})).unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        assert_eq!(
+            file_name_of(&json!({"file": {"name": "files/abc"}})).unwrap(),
+            "files/abc"
+        );
+        assert!(file_name_of(&json!({"file": {}})).is_err());
+    }
+
+    #[test]
+    fn the_key_is_not_in_debug_output() {
+        let g = Gemini::new(
+            "http://x",
+            ApiKey::new("AIzaSECRET".into()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert!(!format!("{g:?}").contains("SECRET"));
+    }
+
+    #[test]
+    fn a_retry_after_longer_than_the_backoff_wins() {
+        let p = Patience {
+            tries: 5,
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+        };
+        assert_eq!(p.pause(1, None), Duration::from_millis(100));
+        assert_eq!(p.pause(3, None), Duration::from_millis(400));
+        assert_eq!(
+            p.pause(1, Some(Duration::from_secs(5))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(p.pause(9, None), Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,579 @@
+//! One job's life, from a claim (or an adoption) to FinishJob:
+//!
+//! 1. CreateJob from the claim; the claim's heartbeat starts;
+//! 2. prompts fetched, rows rendered into JSONL lines, packed under the
+//!    row and byte bounds (rows that can never be sent are reported as
+//!    invalid input; rows that did not fit are released, no attempt);
+//! 3. upload, create the batch (display name = the job id), and
+//!    MarkSubmitted at once — before anything else happens to the batch;
+//! 4. wait until the job reaches a terminal state: woken by the
+//!    WatchOperations stream (webhooks) and by a slow poller that feeds the
+//!    provider's view through IngestEvent; GetJob says what is true;
+//! 5. on success download the output, report outcomes in chunks, then
+//!    FinishJob (the server settles unreported rows); otherwise FinishJob
+//!    with the final state.
+//!
+//! Shutdown: before the batch is created the claim is released (no
+//! attempt); once it may exist, MarkSubmitted still runs; after that the
+//! job is left for adoption.
+
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tally_client::{ingest_batch_resource, with_retry};
+use tally_proto::v1 as pb;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Status};
+
+use crate::ctx::{Ctx, PromptResult, prompt_name};
+use crate::gemini::GeminiError;
+use crate::jsonl;
+use crate::output::{self, Expect};
+use crate::prompt::{self, InputError};
+
+/// How a job task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobEnd {
+    /// FinishJob closed it (by this worker, or it was already closed).
+    Reconciled,
+    /// Its rows went back unworked (shutdown, ledger full, nothing sent).
+    Released,
+    /// Shutdown after submission: another worker adopts it.
+    LeftForAdoption,
+    /// The claim was lost (another worker adopted the job, or the lease
+    /// lapsed): nothing more this worker may do.
+    Lost,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("tally: {0}")]
+    Rpc(#[from] Status),
+    #[error(transparent)]
+    Gemini(#[from] GeminiError),
+}
+
+/// Extends a claim every heartbeat interval until dropped.
+struct Heartbeat(JoinHandle<()>);
+
+impl Heartbeat {
+    fn start(ctx: &Arc<Ctx>, claim: &str) -> Self {
+        let ctx = Arc::clone(ctx);
+        let claim = claim.to_string();
+        Heartbeat(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ctx.args.heartbeat_interval).await;
+                let req = pb::ExtendClaimRequest {
+                    name: claim.clone(),
+                    lease: ctx.lease(),
+                };
+                let got = with_retry(ctx.retry, "ExtendClaim", || {
+                    let mut c = ctx.clients.ledgers.clone();
+                    let req = req.clone();
+                    async move { c.extend_claim(req).await }
+                })
+                .await;
+                match got {
+                    Ok(_) => {}
+                    Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) => {
+                        tracing::warn!(claim = %claim, error = s.message(), "claim can no longer be extended");
+                        return;
+                    }
+                    Err(s) => tracing::warn!(claim = %claim, error = %s, "heartbeat failed"),
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs a fresh claim as a job, end to end.
+pub async fn run_claim(
+    ctx: Arc<Ctx>,
+    claim: pb::Claim,
+    rows: Vec<pb::ClaimedRow>,
+    stop: CancellationToken,
+) -> Result<JobEnd, JobError> {
+    // Not `with_retry`: RESOURCE_EXHAUSTED here means the ledger is at its
+    // job limit, and waiting for room while the claim's lease runs out
+    // would cost its rows an attempt. Give them back at once instead.
+    let mut created = Err(Status::unavailable("not tried"));
+    for n in 1..=3 {
+        let mut c = ctx.clients.jobs.clone();
+        created = c
+            .create_job(pb::CreateJobRequest {
+                claim: claim.name.clone(),
+            })
+            .await;
+        match &created {
+            Err(s) if matches!(s.code(), Code::Unavailable | Code::Aborted) => {
+                tokio::time::sleep(ctx.retry.delay(n)).await;
+            }
+            Ok(_) | Err(_) => break,
+        }
+    }
+    let job = match created {
+        Ok(j) => j.into_inner(),
+        Err(s) => {
+            // The ledger is at its job limit (or the server sheds load):
+            // give the rows back unworked; they are claimable again at once.
+            tracing::info!(claim = %claim.name, error = s.message(), "no job made from the claim; releasing it");
+            release(&ctx, &claim.name, &[]).await;
+            return if s.code() == Code::ResourceExhausted {
+                Ok(JobEnd::Released)
+            } else {
+                Err(s.into())
+            };
+        }
+    };
+    let _heartbeat = Heartbeat::start(&ctx, &claim.name);
+    tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim.name, "job created");
+
+    // Prompts, each fetched once.
+    let mut prompts: HashMap<String, PromptResult> = HashMap::new();
+    for row in &rows {
+        if let Some(p) = &row.prompt {
+            let name = prompt_name(p);
+            if let Entry::Vacant(slot) = prompts.entry(name) {
+                match ctx.prompt(slot.key()).await {
+                    Ok(found) => {
+                        slot.insert(found);
+                    }
+                    Err(s) => {
+                        tracing::warn!(job = %job.job_id, prompt = %slot.key(), error = %s, "prompt unavailable; releasing the claim");
+                        release(&ctx, &claim.name, &[]).await;
+                        return Err(s.into());
+                    }
+                }
+            }
+        }
+    }
+
+    // Lines, and the rows that cannot become one.
+    let mut invalid: Vec<(String, String)> = Vec::new();
+    let mut lines: Vec<(usize, String)> = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let compiled = match row.prompt.as_ref().map(|p| &prompts[&prompt_name(p)]) {
+            Some(Err(why)) => {
+                invalid.push((row.key.clone(), why.clone()));
+                continue;
+            }
+            Some(Ok(c)) => Some(Arc::clone(c)),
+            None => None,
+        };
+        match prompt::build_request(&row.payload, compiled.as_ref().map(|c| &c.spec)) {
+            Ok(req) => lines.push((i, jsonl::line(&row.key, &req))),
+            Err(e) => invalid.push((row.key.clone(), e.to_string())),
+        }
+    }
+    let sizes: Vec<usize> = lines.iter().map(|(_, l)| l.len()).collect();
+    let packing = jsonl::pack(
+        &sizes,
+        ctx.args.max_rows_per_batch,
+        ctx.args.max_bytes_per_batch,
+    );
+    for &j in &packing.oversized {
+        let why = InputError::TooLarge {
+            size: sizes[j],
+            limit: ctx.args.max_bytes_per_batch,
+        };
+        invalid.push((rows[lines[j].0].key.clone(), why.to_string()));
+    }
+    if !invalid.is_empty() {
+        tracing::warn!(job = %job.job_id, rows = invalid.len(), "rows that cannot be sent reported as invalid input");
+        let outcomes = invalid
+            .iter()
+            .map(|(key, why)| invalid_input(key, why))
+            .collect();
+        report(&ctx, &claim.name, outcomes).await?;
+    }
+    if !packing.overflow.is_empty() {
+        let keys: Vec<String> = packing
+            .overflow
+            .iter()
+            .map(|&j| rows[lines[j].0].key.clone())
+            .collect();
+        tracing::info!(job = %job.job_id, rows = keys.len(), "rows beyond the batch bounds released");
+        release(&ctx, &claim.name, &keys).await;
+    }
+    if packing.batch.is_empty() {
+        finish(
+            &ctx,
+            &job,
+            &claim.name,
+            pb::JobState::Cancelled,
+            "",
+            "no row could be sent",
+        )
+        .await?;
+        return Ok(JobEnd::Reconciled);
+    }
+    let mut body = String::new();
+    let mut expect: HashMap<String, Option<String>> = HashMap::new();
+    for &j in &packing.batch {
+        let row = &rows[lines[j].0];
+        body.push_str(&lines[j].1);
+        expect.insert(row.key.clone(), row.prompt.as_ref().map(prompt_name));
+    }
+
+    if stop.is_cancelled() {
+        release(&ctx, &claim.name, &[]).await;
+        return Ok(JobEnd::Released);
+    }
+    let file = match ctx.gemini.upload_jsonl(&job.job_id, body.as_bytes()).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(job = %job.job_id, error = %e, "upload failed; releasing the claim");
+            release(&ctx, &claim.name, &[]).await;
+            return Err(e.into());
+        }
+    };
+    if stop.is_cancelled() {
+        release(&ctx, &claim.name, &[]).await;
+        return Ok(JobEnd::Released);
+    }
+    let model = if claim.model.is_empty() {
+        rows[0].model.clone()
+    } else {
+        claim.model.clone()
+    };
+    // From here the batch may exist: it must be recorded, shutdown or not.
+    let op = match ctx.gemini.create_batch(&model, &job.job_id, &file).await {
+        Ok(op) => op,
+        Err(e) => {
+            tracing::warn!(job = %job.job_id, error = %e, "batch create failed; releasing the claim");
+            release(&ctx, &claim.name, &[]).await;
+            return Err(e.into());
+        }
+    };
+    let batch = op["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| GeminiError::Protocol(format!("batch create answered no name: {op}")))?;
+    let marked = with_retry(ctx.retry, "MarkSubmitted", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = pb::MarkSubmittedRequest {
+            name: job.name.clone(),
+            claim: claim.name.clone(),
+            batch: batch.clone(),
+            input_file: file.clone(),
+        };
+        async move { c.mark_submitted(req).await }
+    })
+    .await;
+    let job = match marked {
+        Ok(j) => j.into_inner(),
+        Err(s) => {
+            tracing::error!(job = %job.job_id, batch = %batch, error = %s, "batch made but not recorded; its rows may run twice");
+            return Err(s.into());
+        }
+    };
+    tracing::info!(job = %job.job_id, rows = expect.len(), batch = %batch, input_file = %file, "job submitted");
+    follow(&ctx, job, &claim.name, expect, &stop).await
+}
+
+/// Takes over a job whose owner died after submitting it: finds what its
+/// rows expect, heartbeats the new claim, and follows it to the end.
+pub async fn run_adopted(
+    ctx: Arc<Ctx>,
+    adopted: pb::AdoptedJob,
+    stop: CancellationToken,
+) -> Result<JobEnd, JobError> {
+    let (Some(job), Some(claim)) = (adopted.job, adopted.claim) else {
+        return Ok(JobEnd::Lost);
+    };
+    let _heartbeat = Heartbeat::start(&ctx, &claim.name);
+    tracing::info!(job = %job.job_id, rows = adopted.keys.len(), batch = %job.batch, adoptions = job.adoptions, "job adopted");
+    let held: HashSet<&String> = adopted.keys.iter().collect();
+    let mut expect: HashMap<String, Option<String>> = HashMap::new();
+    let mut page_token = String::new();
+    loop {
+        let req = pb::ListRowsRequest {
+            parent: ctx.ledger.clone(),
+            filter: Some(pb::RowFilter {
+                job: job.name.clone(),
+                ..Default::default()
+            }),
+            page_size: 1000,
+            page_token: page_token.clone(),
+            view: pb::RowView::Basic as i32,
+        };
+        let page = with_retry(ctx.retry, "ListRows", || {
+            let mut c = ctx.clients.ledgers.clone();
+            let req = req.clone();
+            async move { c.list_rows(req).await }
+        })
+        .await?
+        .into_inner();
+        for row in page.rows {
+            if held.contains(&row.key) {
+                expect.insert(row.key, row.prompt.as_ref().map(prompt_name));
+            }
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    follow(&ctx, job, &claim.name, expect, &stop).await
+}
+
+/// Waits for the job's batch to end, then reconciles it.
+async fn follow(
+    ctx: &Arc<Ctx>,
+    job: pb::Job,
+    claim: &str,
+    expect: HashMap<String, Option<String>>,
+    stop: &CancellationToken,
+) -> Result<JobEnd, JobError> {
+    let operation = if job.operation.is_empty() {
+        format!("operations/{}", job.batch)
+    } else {
+        job.operation.clone()
+    };
+    let mut wake = ctx.ops.subscribe();
+    let mut next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
+    let done = loop {
+        let now = get_job(ctx, &job.name).await?;
+        match now.state() {
+            pb::JobState::Succeeded
+            | pb::JobState::Failed
+            | pb::JobState::Cancelled
+            | pb::JobState::Expired => break now,
+            pb::JobState::Reconciled => return Ok(JobEnd::Reconciled),
+            pb::JobState::Unspecified
+            | pb::JobState::Preparing
+            | pb::JobState::Submitted
+            | pb::JobState::Running => {}
+        }
+        if now.claim != claim {
+            tracing::warn!(job = %job.job_id, "job is fenced by another claim now; leaving it");
+            return Ok(JobEnd::Lost);
+        }
+        // Until our operation moves, the poll is due, or we are told to stop.
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => {
+                    tracing::info!(job = %job.job_id, batch = %job.batch, "shutting down; job left for adoption");
+                    return Ok(JobEnd::LeftForAdoption);
+                }
+                got = wake.recv() => match got {
+                    Ok(name) if name == operation => break,
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => {
+                        tokio::time::sleep_until(next_poll).await;
+                    }
+                },
+                _ = tokio::time::sleep_until(next_poll) => {
+                    poll(ctx, &job.batch).await;
+                    next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
+                    break;
+                }
+            }
+        }
+    };
+    let state = done.state();
+    tracing::info!(job = %job.job_id, batch = %job.batch, state = ?state, "batch ended");
+    if state != pb::JobState::Succeeded {
+        return finish(ctx, &done, claim, state, "", &done.error).await;
+    }
+    let output_file = output_file(ctx, &operation, &job.batch).await?;
+    let bytes = ctx.gemini.download(&output_file).await?;
+    let prompts = {
+        let mut m: HashMap<String, PromptResult> = HashMap::new();
+        for name in expect.values().flatten() {
+            if let Entry::Vacant(slot) = m.entry(name.clone()) {
+                slot.insert(ctx.prompt(name).await?);
+            }
+        }
+        m
+    };
+    let expectations: HashMap<String, Expect<'_>> = expect
+        .iter()
+        .map(|(key, prompt)| {
+            let schema = prompt
+                .as_ref()
+                .and_then(|p| prompts.get(p))
+                .and_then(|r| r.as_ref().ok())
+                .and_then(|c| c.validator.as_ref());
+            (key.clone(), Expect { schema })
+        })
+        .collect();
+    let matched = output::match_output(&bytes, &expectations);
+    if !matched.unexpected.is_empty() || matched.unreadable > 0 {
+        tracing::warn!(job = %job.job_id, unexpected = matched.unexpected.len(), unreadable = matched.unreadable, "output lines not matched to the job's rows");
+    }
+    let reported = matched.outcomes.len();
+    if !report(ctx, claim, matched.outcomes).await? {
+        return Ok(JobEnd::Lost);
+    }
+    tracing::info!(job = %job.job_id, batch = %job.batch, rows = expect.len(), reported, missing = expect.len().saturating_sub(reported), "outcomes reported");
+    finish(ctx, &done, claim, state, &output_file, "").await
+}
+
+async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
+    with_retry(ctx.retry, "GetJob", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = pb::GetJobRequest {
+            name: name.to_string(),
+        };
+        async move { c.get_job(req).await }
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// The reconciliation poller: the provider's view, through the reducer.
+async fn poll(ctx: &Ctx, batch: &str) {
+    match ctx.gemini.get_batch(batch).await {
+        Ok(resource) => {
+            let mut c = ctx.clients.operations.clone();
+            match ingest_batch_resource(&mut c, &resource).await {
+                Ok(r) => tracing::debug!(batch, verdict = r.verdict, reason = %r.reason, "polled"),
+                Err(e) => tracing::warn!(batch, error = %e, "poll not ingested"),
+            }
+        }
+        Err(e) => tracing::warn!(batch, error = %e, "poll failed"),
+    }
+}
+
+/// The output file of a succeeded batch: the operation's, else the
+/// provider's answer.
+async fn output_file(ctx: &Ctx, operation: &str, batch: &str) -> Result<String, JobError> {
+    let op = with_retry(ctx.retry, "GetOperation", || {
+        let mut c = ctx.clients.operations.clone();
+        let req = pb::GetOperationRequest {
+            name: operation.to_string(),
+        };
+        async move { c.get_operation(req).await }
+    })
+    .await?
+    .into_inner();
+    if !op.output_file.is_empty() {
+        return Ok(op.output_file);
+    }
+    let resource = ctx.gemini.get_batch(batch).await?;
+    resource["response"]["responsesFile"]
+        .as_str()
+        .or_else(|| resource["metadata"]["output"]["responsesFile"].as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            GeminiError::Protocol(format!("{batch} succeeded without a responses file")).into()
+        })
+}
+
+/// Reports outcomes in chunks of the configured size. False when the claim
+/// no longer holds the rows (every verdict STALE).
+async fn report(ctx: &Ctx, claim: &str, outcomes: Vec<pb::RowOutcome>) -> Result<bool, Status> {
+    let mut all_stale = !outcomes.is_empty();
+    for chunk in outcomes.chunks(ctx.args.max_rows_per_report) {
+        let req = pb::ReportOutcomesRequest {
+            claim: claim.to_string(),
+            outcomes: chunk.to_vec(),
+        };
+        let r = with_retry(ctx.retry, "ReportOutcomes", || {
+            let mut c = ctx.clients.ledgers.clone();
+            let req = req.clone();
+            async move { c.report_outcomes(req).await }
+        })
+        .await?
+        .into_inner();
+        if r.stale > 0 {
+            tracing::warn!(
+                claim,
+                stale = r.stale,
+                "outcomes for rows the claim no longer holds"
+            );
+        }
+        all_stale &= r.stale as usize == chunk.len();
+        tracing::debug!(
+            claim,
+            succeeded = r.succeeded,
+            retryable = r.retryable,
+            permanent = r.permanent,
+            duplicate = r.duplicate,
+            "reported"
+        );
+    }
+    Ok(!all_stale)
+}
+
+async fn finish(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    state: pb::JobState,
+    output_file: &str,
+    error: &str,
+) -> Result<JobEnd, JobError> {
+    let req = pb::FinishJobRequest {
+        name: job.name.clone(),
+        claim: claim.to_string(),
+        final_state: state as i32,
+        output_file: output_file.to_string(),
+        error: error.to_string(),
+    };
+    let got = with_retry(ctx.retry, "FinishJob", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.finish_job(req).await }
+    })
+    .await;
+    match got {
+        Ok(j) => {
+            let j = j.into_inner();
+            tracing::info!(job = %j.job_id, batch = %j.batch, rows = j.counts.as_ref().map_or(0, |c| c.rows), final_state = ?state, summary = %j.summary, "job reconciled");
+            Ok(JobEnd::Reconciled)
+        }
+        Err(s) if s.code() == Code::FailedPrecondition => {
+            tracing::warn!(job = %job.job_id, error = s.message(), "job could not be finished by this worker");
+            Ok(JobEnd::Lost)
+        }
+        Err(s) => Err(s.into()),
+    }
+}
+
+/// Gives rows back unworked (every held row when `keys` is empty). Errors
+/// are logged: the lease runs out and the sweeper does the same anyway.
+async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
+    let req = pb::ReleaseClaimRequest {
+        name: claim.to_string(),
+        keys: keys.to_vec(),
+    };
+    let got = with_retry(ctx.retry, "ReleaseClaim", || {
+        let mut c = ctx.clients.ledgers.clone();
+        let req = req.clone();
+        async move { c.release_claim(req).await }
+    })
+    .await;
+    match got {
+        Ok(r) => tracing::info!(claim, released = r.into_inner().released, "claim released"),
+        Err(s) => tracing::warn!(claim, error = %s, "release failed; the lease will run out"),
+    }
+}
+
+/// A row that can never be sent: reported as the provider would answer an
+/// invalid request (400 INVALID_ARGUMENT), which the server classifies as
+/// permanent.
+fn invalid_input(key: &str, why: &str) -> pb::RowOutcome {
+    pb::RowOutcome {
+        key: key.to_string(),
+        outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
+            kind: pb::FailureKind::ProviderError as i32,
+            http_code: 400,
+            status: "INVALID_ARGUMENT".into(),
+            message: format!("invalid input: {why}"),
+            ..Default::default()
+        })),
+        usage: None,
+    }
+}

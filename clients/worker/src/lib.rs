@@ -1,0 +1,32 @@
+//! tally-worker: claims rows from a tally ledger, runs them as Gemini Batch
+//! API jobs, and reports what became of every row. It holds no state that
+//! matters: what it learns is written to tally before it acts on it, so a
+//! worker killed at any line leaves nothing another cannot finish.
+//!
+//! Layout — pure modules (unit-tested, no I/O):
+//! - [`prompt`]: rendering a row's prompt (Jinja) into a provider request;
+//! - [`jsonl`]: input lines and packing them under row and byte bounds;
+//! - [`output`]: matching output lines to rows by key and turning each
+//!   into an outcome for ReportOutcomes;
+//! - [`config`]: flags and environment.
+//!
+//! I/O: [`gemini`] the Batch API over REST (upload, create, get, list,
+//! download, with the retries each needs); `ctx` what the tasks share;
+//! [`job`] one job's life from claim to FinishJob; [`worker`] the loop
+//! ([`run_until`]).
+//!
+//! Not here: classification (the server classifies the facts the worker
+//! reports), retry scheduling of rows (the ledger's backoff).
+
+pub mod config;
+mod ctx;
+pub mod gemini;
+pub mod job;
+pub mod jsonl;
+pub mod output;
+pub mod prompt;
+pub mod worker;
+
+pub use config::WorkerArgs;
+pub use gemini::ApiKey;
+pub use worker::{RunReport, WorkerError, run_until};

@@ -1,0 +1,56 @@
+//! The `tally-worker` binary: flags, logging, the API key from
+//! `GEMINI_API_KEY`, and [`tally_worker::run_until`] until SIGTERM or
+//! ctrl-c (exit 0), or until the ledger is idle with `--exit-when-idle`.
+
+use clap::Parser as _;
+use tally_worker::{ApiKey, WorkerArgs, run_until};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    let args = WorkerArgs::parse();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    if args.log_format == "json" {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    let key = std::env::var("GEMINI_API_KEY")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("GEMINI_API_KEY is not set"))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let report = run_until(args, ApiKey::new(key), shutdown_signal()).await?;
+        tracing::info!(?report, "done");
+        Ok(())
+    })
+}
+
+/// SIGTERM or ctrl-c.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

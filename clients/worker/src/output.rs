@@ -1,0 +1,355 @@
+//! Reading a finished batch's output: lines matched to rows by `key`
+//! (output order is not input order), and each line turned into the row's
+//! outcome. The worker reports facts (text, finish reason, block reason,
+//! error code and status); the server's classifier decides what they mean.
+//! Pure: no I/O.
+//!
+//! - an `error` object → PROVIDER_ERROR with its `code` and `status`
+//!   (429/503 are transient, 400 permanent — the server decides);
+//! - `promptFeedback.blockReason` or a blocking finish reason → BLOCKED;
+//! - no text → EMPTY_RESPONSE (with the finish reason, if any);
+//! - text that is not JSON or fails the row's schema → INVALID_OUTPUT;
+//! - otherwise the parsed JSON is the result.
+//!
+//! Every outcome carries the line's `usageMetadata`, so tokens spent on
+//! failures are counted too. Rows absent from the output are not reported
+//! here: FinishJob turns them into `missing_from_output`.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+use tally_proto::v1 as pb;
+
+/// Finish reasons that mean the answer was withheld (as the design's
+/// classifier lists them, plus image safety).
+const BLOCKING_FINISH_REASONS: [&str; 6] = [
+    "SAFETY",
+    "RECITATION",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+    "IMAGE_SAFETY",
+];
+
+/// Longest message kept in a failure (the server keeps 2 KiB).
+const MAX_MESSAGE: usize = 2048;
+
+/// What one row's answer must look like.
+pub struct Expect<'a> {
+    /// The compiled response schema, when the row's prompt has one.
+    pub schema: Option<&'a jsonschema::Validator>,
+}
+
+/// The output matched to the job's rows.
+#[derive(Debug, Default)]
+pub struct Matched {
+    /// One per row found in the output, in output order.
+    pub outcomes: Vec<pb::RowOutcome>,
+    /// Keys in the output that the job does not hold (or seen twice).
+    pub unexpected: Vec<String>,
+    /// Lines that are not JSON objects with a string `key`.
+    pub unreadable: usize,
+}
+
+/// Matches output lines to `expected` rows by key and turns each into an
+/// outcome. A key seen twice keeps its first line.
+pub fn match_output(jsonl: &[u8], expected: &HashMap<String, Expect<'_>>) -> Matched {
+    let mut out = Matched::default();
+    let mut seen = HashSet::new();
+    for raw in String::from_utf8_lossy(jsonl).lines() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let Ok(line) = serde_json::from_str::<Value>(raw) else {
+            out.unreadable += 1;
+            continue;
+        };
+        let Some(key) = line.get("key").and_then(Value::as_str) else {
+            out.unreadable += 1;
+            continue;
+        };
+        match expected.get(key) {
+            Some(expect) if seen.insert(key.to_string()) => {
+                out.outcomes.push(outcome(key, &line, expect));
+            }
+            Some(_) | None => out.unexpected.push(key.to_string()),
+        }
+    }
+    out
+}
+
+/// The outcome of one output line.
+pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> pb::RowOutcome {
+    let response = line.get("response");
+    let usage = response.and_then(|r| r.get("usageMetadata")).map(usage);
+    let result = match line.get("error") {
+        Some(error) => Err(provider_error(error)),
+        None => match response {
+            None => Err(pb::Failure {
+                kind: pb::FailureKind::EmptyResponse as i32,
+                message: "output line has neither `response` nor `error`".into(),
+                ..Default::default()
+            }),
+            Some(r) => answer(r, expect),
+        },
+    };
+    pb::RowOutcome {
+        key: key.to_string(),
+        outcome: Some(match result {
+            Ok(value) => pb::row_outcome::Outcome::Result(value),
+            Err(failure) => pb::row_outcome::Outcome::Failure(failure),
+        }),
+        usage,
+    }
+}
+
+fn provider_error(error: &Value) -> pb::Failure {
+    let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+    pb::Failure {
+        kind: pb::FailureKind::ProviderError as i32,
+        http_code: i32::try_from(code).unwrap_or(0),
+        status: str_at(error, "status").to_string(),
+        message: truncate(str_at(error, "message")),
+        retry_delay: retry_delay(error),
+        ..Default::default()
+    }
+}
+
+/// `google.rpc.RetryInfo` among the error's details (`"retryDelay": "5s"`).
+fn retry_delay(error: &Value) -> Option<prost_types::Duration> {
+    let details = error.get("details")?.as_array()?;
+    details.iter().find_map(|d| {
+        let text = d.get("retryDelay")?.as_str()?;
+        let secs: f64 = text.strip_suffix('s')?.parse().ok()?;
+        (secs.is_finite() && secs >= 0.0).then(|| prost_types::Duration {
+            seconds: secs.trunc() as i64,
+            nanos: (secs.fract() * 1e9) as i32,
+        })
+    })
+}
+
+// The failure is the outcome itself (built once per row), not an error
+// passed up a call chain: boxing it would buy nothing.
+#[allow(clippy::result_large_err)]
+fn answer(response: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> {
+    let block_reason = response
+        .get("promptFeedback")
+        .map(|f| str_at(f, "blockReason"))
+        .unwrap_or_default();
+    if !block_reason.is_empty() && block_reason != "BLOCK_REASON_UNSPECIFIED" {
+        return Err(pb::Failure {
+            kind: pb::FailureKind::Blocked as i32,
+            block_reason: block_reason.to_string(),
+            message: format!("prompt blocked: {block_reason}"),
+            ..Default::default()
+        });
+    }
+    let candidate = response
+        .get("candidates")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    let finish = candidate
+        .map(|c| str_at(c, "finishReason"))
+        .unwrap_or_default();
+    if BLOCKING_FINISH_REASONS.contains(&finish) {
+        return Err(pb::Failure {
+            kind: pb::FailureKind::Blocked as i32,
+            finish_reason: finish.to_string(),
+            message: format!("answer withheld: finish reason {finish}"),
+            ..Default::default()
+        });
+    }
+    let text: String = candidate
+        .and_then(|c| c.get("content"))
+        .and_then(|c| c.get("parts"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect();
+    if text.trim().is_empty() {
+        return Err(pb::Failure {
+            kind: pb::FailureKind::EmptyResponse as i32,
+            finish_reason: finish.to_string(),
+            message: "the answer has no text".into(),
+            ..Default::default()
+        });
+    }
+    let invalid = |message: String| pb::Failure {
+        kind: pb::FailureKind::InvalidOutput as i32,
+        finish_reason: finish.to_string(),
+        message: truncate(&message),
+        ..Default::default()
+    };
+    let value: Value = serde_json::from_str(text.trim())
+        .map_err(|e| invalid(format!("the answer is not JSON: {e}")))?;
+    if let Some(schema) = expect.schema {
+        let errors: Vec<String> = schema
+            .iter_errors(&value)
+            .take(3)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        if !errors.is_empty() {
+            return Err(invalid(format!(
+                "the answer does not match the schema: {}",
+                errors.join("; ")
+            )));
+        }
+    }
+    Ok(value.to_string())
+}
+
+fn usage(meta: &Value) -> pb::Usage {
+    let n = |k: &str| meta.get(k).and_then(Value::as_i64).unwrap_or(0);
+    pb::Usage {
+        input_tokens: n("promptTokenCount"),
+        output_tokens: n("candidatesTokenCount"),
+        thinking_tokens: n("thoughtsTokenCount"),
+        cached_tokens: n("cachedContentTokenCount"),
+    }
+}
+
+fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn truncate(s: &str) -> String {
+    if s.len() <= MAX_MESSAGE {
+        return s.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::row_outcome::Outcome;
+    use serde_json::json;
+
+    fn failure(o: &pb::RowOutcome) -> &pb::Failure {
+        match &o.outcome {
+            Some(Outcome::Failure(f)) => f,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    fn text_line(key: &str, text: &str, finish: &str) -> String {
+        json!({"key": key, "response": {
+            "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": finish}],
+            "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": 3, "totalTokenCount": 10}
+        }})
+        .to_string()
+    }
+
+    /// Lines are matched by key whatever their order; every fault kind
+    /// becomes the outcome the server needs to classify it; keys the job
+    /// does not hold and unreadable lines are set aside, not reported.
+    #[test]
+    fn every_kind_of_line_becomes_its_outcome() {
+        let schema = jsonschema::validator_for(&json!({
+            "type": "object", "required": ["summary"],
+            "properties": {"summary": {"type": "string"}}
+        }))
+        .unwrap();
+        let lines = [
+            text_line("ok", r#"{"summary": "fine"}"#, "STOP"),
+            text_line("schema", r#"{"other": 1}"#, "STOP"),
+            text_line("notjson", "not json {", "STOP"),
+            text_line("empty", "", "STOP"),
+            json!({"key": "safety", "response": {"candidates": [{"finishReason": "SAFETY"}],
+                   "usageMetadata": {"promptTokenCount": 5}}})
+            .to_string(),
+            json!({"key": "blocked", "response": {"promptFeedback": {"blockReason": "SAFETY"},
+                   "usageMetadata": {"promptTokenCount": 4}}})
+            .to_string(),
+            json!({"key": "e429", "error": {"code": 429, "message": "slow", "status": "RESOURCE_EXHAUSTED",
+                   "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}]}})
+            .to_string(),
+            json!({"key": "e400", "error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}})
+                .to_string(),
+            json!({"key": "stranger", "response": {}}).to_string(),
+            text_line("ok", r#"{"summary": "second copy"}"#, "STOP"),
+            "garbage".to_string(),
+            String::new(),
+        ];
+        let jsonl = lines.join("\n");
+        let keys = [
+            "ok", "schema", "notjson", "empty", "safety", "blocked", "e429", "e400", "absent",
+        ];
+        let expected: HashMap<String, Expect<'_>> = keys
+            .iter()
+            .map(|k| {
+                (
+                    k.to_string(),
+                    Expect {
+                        schema: Some(&schema),
+                    },
+                )
+            })
+            .collect();
+        let m = match_output(jsonl.as_bytes(), &expected);
+        assert_eq!(m.unexpected, vec!["stranger".to_string(), "ok".to_string()]);
+        assert_eq!(m.unreadable, 1);
+        let by: HashMap<&str, &pb::RowOutcome> =
+            m.outcomes.iter().map(|o| (o.key.as_str(), o)).collect();
+        assert_eq!(by.len(), 8, "absent is not reported");
+
+        match &by["ok"].outcome {
+            Some(Outcome::Result(r)) => assert_eq!(r, r#"{"summary":"fine"}"#),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            by["ok"].usage,
+            Some(pb::Usage {
+                input_tokens: 7,
+                output_tokens: 3,
+                ..Default::default()
+            })
+        );
+        let kind = |k: &str| failure(by[k]).kind();
+        assert_eq!(kind("schema"), pb::FailureKind::InvalidOutput);
+        assert_eq!(kind("notjson"), pb::FailureKind::InvalidOutput);
+        assert_eq!(kind("empty"), pb::FailureKind::EmptyResponse);
+        assert_eq!(kind("safety"), pb::FailureKind::Blocked);
+        assert_eq!(failure(by["safety"]).finish_reason, "SAFETY");
+        assert_eq!(by["safety"].usage.unwrap().input_tokens, 5);
+        assert_eq!(kind("blocked"), pb::FailureKind::Blocked);
+        assert_eq!(failure(by["blocked"]).block_reason, "SAFETY");
+        let e = failure(by["e429"]);
+        assert_eq!(
+            (e.kind(), e.http_code, e.status.as_str()),
+            (pb::FailureKind::ProviderError, 429, "RESOURCE_EXHAUSTED")
+        );
+        assert_eq!(
+            e.retry_delay,
+            Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 500_000_000
+            })
+        );
+        assert_eq!(failure(by["e400"]).http_code, 400);
+        assert_eq!(by["e400"].usage, None);
+    }
+
+    /// Without a schema any JSON answer is a result; thought parts are not
+    /// part of the answer.
+    #[test]
+    fn without_a_schema_any_json_is_a_result() {
+        let line = json!({"key": "k", "response": {"candidates": [{"content": {"parts": [
+            {"text": "thinking...", "thought": true}, {"text": "[1, 2]"}]}, "finishReason": "STOP"}]}});
+        let o = outcome("k", &line, &Expect { schema: None });
+        assert_eq!(o.outcome, Some(Outcome::Result("[1,2]".into())));
+    }
+
+    #[test]
+    fn long_messages_are_truncated_on_a_char_boundary() {
+        let s = "é".repeat(MAX_MESSAGE);
+        let t = truncate(&s);
+        assert!(t.len() <= MAX_MESSAGE && t.chars().all(|c| c == 'é'));
+    }
+}

@@ -1,0 +1,193 @@
+//! From a claimed row to the provider request: render the row's prompt
+//! template (Jinja, via minijinja) with the row payload as variables, and
+//! wrap the text in a `GenerateContentRequest` asking for JSON (with the
+//! prompt's response schema when it has one). Pure: no I/O.
+//!
+//! A row without a prompt carries the request itself: a payload with
+//! `contents` is sent as it is; otherwise its `prompt` or `text` string (or,
+//! failing those, the payload's JSON text) becomes the user turn.
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::{Value, json};
+
+/// A registered prompt as the worker needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptSpec {
+    pub template: String,
+    /// The JSON Schema the answer must match, parsed.
+    pub response_schema: Option<Value>,
+    pub system_instruction: Option<String>,
+}
+
+/// Why a row cannot be turned into a request. Every one of these is the
+/// row's own fault (reported as invalid input), never a reason to retry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("payload is not a JSON object: {0}")]
+    Payload(String),
+    #[error("prompt template does not render: {0}")]
+    Render(String),
+    #[error("prompt's response schema is not valid JSON: {0}")]
+    Schema(String),
+    #[error("request of {size} bytes is larger than the batch byte limit ({limit})")]
+    TooLarge { size: usize, limit: usize },
+}
+
+impl PromptSpec {
+    /// From the registry's fields (`response_schema` and
+    /// `system_instruction` empty when unset).
+    pub fn from_registry(
+        template: &str,
+        response_schema: &str,
+        system_instruction: &str,
+    ) -> Result<Self, InputError> {
+        let response_schema = if response_schema.trim().is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::from_str(response_schema)
+                    .map_err(|e| InputError::Schema(e.to_string()))?,
+            )
+        };
+        Ok(Self {
+            template: template.to_string(),
+            response_schema,
+            system_instruction: Some(system_instruction.to_string()).filter(|s| !s.is_empty()),
+        })
+    }
+}
+
+/// Renders `template` with the JSON object `vars`. Undefined variables are
+/// errors: a prompt that silently loses a field would be paid for anyway.
+pub fn render(template: &str, vars: &Value) -> Result<String, InputError> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.render_str(template, minijinja::Value::from_serialize(vars))
+        .map_err(|e| InputError::Render(render_error(&e)))
+}
+
+fn render_error(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The `GenerateContentRequest` for one row: rendered with `prompt` when
+/// the row has one, else taken from the payload (see the module docs).
+pub fn build_request(payload: &str, prompt: Option<&PromptSpec>) -> Result<Value, InputError> {
+    let vars: Value =
+        serde_json::from_str(payload).map_err(|e| InputError::Payload(e.to_string()))?;
+    if !vars.is_object() {
+        return Err(InputError::Payload("not an object".into()));
+    }
+    let Some(prompt) = prompt else {
+        if vars.get("contents").is_some_and(Value::is_array) {
+            return Ok(vars);
+        }
+        let text = ["prompt", "text"]
+            .iter()
+            .find_map(|k| vars.get(*k).and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| vars.to_string());
+        return Ok(request(&text, None, None));
+    };
+    let text = render(&prompt.template, &vars)?;
+    Ok(request(
+        &text,
+        prompt.response_schema.as_ref(),
+        prompt.system_instruction.as_deref(),
+    ))
+}
+
+fn request(text: &str, schema: Option<&Value>, system: Option<&str>) -> Value {
+    let mut config = json!({"responseMimeType": "application/json"});
+    if let Some(schema) = schema {
+        config["responseSchema"] = schema.clone();
+    }
+    let mut req = json!({
+        "contents": [{"role": "user", "parts": [{"text": text}]}],
+        "generationConfig": config,
+    });
+    if let Some(system) = system {
+        req["systemInstruction"] = json!({"parts": [{"text": system}]});
+    }
+    req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(template: &str, schema: &str) -> PromptSpec {
+        PromptSpec::from_registry(template, schema, "").unwrap()
+    }
+
+    /// The rendered text is the template with the payload's variables, and
+    /// the request asks for JSON matching the prompt's schema.
+    #[test]
+    fn a_prompt_is_rendered_with_the_payload_and_asks_for_its_schema() {
+        let p = spec(
+            "Summarize {{ title }}: {% for w in words %}{{ w }} {% endfor %}",
+            r#"{"type": "object", "required": ["summary"]}"#,
+        );
+        let req = build_request(r#"{"title": "T", "words": ["a", "b"]}"#, Some(&p)).unwrap();
+        assert_eq!(
+            req["contents"][0]["parts"][0]["text"],
+            json!("Summarize T: a b ")
+        );
+        assert_eq!(req["contents"][0]["role"], json!("user"));
+        assert_eq!(
+            req["generationConfig"]["responseMimeType"],
+            json!("application/json")
+        );
+        assert_eq!(
+            req["generationConfig"]["responseSchema"]["required"],
+            json!(["summary"])
+        );
+        assert!(req.get("systemInstruction").is_none());
+    }
+
+    /// A missing variable is an input error, not an empty string.
+    #[test]
+    fn an_undefined_variable_is_an_error() {
+        let p = spec("Hello {{ name }}", "");
+        assert!(matches!(
+            build_request(r#"{"other": 1}"#, Some(&p)),
+            Err(InputError::Render(_))
+        ));
+        assert!(matches!(
+            build_request("[1]", Some(&p)),
+            Err(InputError::Payload(_))
+        ));
+    }
+
+    #[test]
+    fn system_instruction_and_no_schema() {
+        let p = PromptSpec::from_registry("x {{ a }}", "", "be terse").unwrap();
+        let req = build_request(r#"{"a": 1}"#, Some(&p)).unwrap();
+        assert_eq!(
+            req["systemInstruction"]["parts"][0]["text"],
+            json!("be terse")
+        );
+        assert!(req["generationConfig"].get("responseSchema").is_none());
+        assert!(PromptSpec::from_registry("x", "{not json", "").is_err());
+    }
+
+    /// Without a prompt the payload is the request, or its text.
+    #[test]
+    fn rows_without_a_prompt_carry_their_request() {
+        let verbatim = r#"{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}"#;
+        assert_eq!(
+            build_request(verbatim, None).unwrap(),
+            serde_json::from_str::<Value>(verbatim).unwrap()
+        );
+        let req = build_request(r#"{"text": "hello"}"#, None).unwrap();
+        assert_eq!(req["contents"][0]["parts"][0]["text"], json!("hello"));
+        let req = build_request(r#"{"n": 1}"#, None).unwrap();
+        assert_eq!(req["contents"][0]["parts"][0]["text"], json!(r#"{"n":1}"#));
+    }
+}

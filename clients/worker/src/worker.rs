@@ -1,0 +1,305 @@
+//! The worker loop: adopt orphaned jobs, claim rows while the ledger has
+//! room for another job, run each job in its own task, and stop in order.
+//! A WatchOperations subscription wakes the job tasks when their batch
+//! moves (the webhook path); each task also polls slowly on its own.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tally_client::with_retry;
+use tally_proto::v1 as pb;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use crate::config::WorkerArgs;
+use crate::ctx::Ctx;
+use crate::gemini::{ApiKey, Gemini, GeminiError};
+use crate::job::{self, JobEnd};
+
+/// How long shutdown waits for job tasks (a batch being created is
+/// recorded before its task ends).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("bad settings: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Connect(#[from] tally_client::ConnectError),
+    #[error(transparent)]
+    Gemini(#[from] GeminiError),
+    #[error("tally: {0}")]
+    Rpc(#[from] Status),
+}
+
+/// What a run did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    pub jobs_started: u64,
+    pub jobs_adopted: u64,
+    pub jobs_reconciled: u64,
+    pub jobs_released: u64,
+    pub jobs_failed: u64,
+}
+
+/// Runs the worker until `shutdown` completes (or, with
+/// `--exit-when-idle`, until the ledger has no work left). On shutdown it
+/// stops claiming, releases the claims of jobs not yet submitted, leaves
+/// submitted jobs for adoption, and returns.
+pub async fn run_until(
+    args: WorkerArgs,
+    api_key: ApiKey,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunReport, WorkerError> {
+    args.validate().map_err(WorkerError::Config)?;
+    let clients = tally_client::connect(&args.server, args.token.as_deref())?;
+    let gemini = Gemini::new(&args.gemini_base_url, api_key, args.http_timeout)?;
+    let ctx = Arc::new(Ctx::new(clients, gemini, args));
+    let ledger = with_retry(ctx.retry, "GetLedger", || {
+        let mut c = ctx.clients.ledgers.clone();
+        let req = pb::GetLedgerRequest {
+            name: ctx.ledger.clone(),
+        };
+        async move { c.get_ledger(req).await }
+    })
+    .await?
+    .into_inner();
+    let ledger_max = ledger
+        .policy
+        .as_ref()
+        .map_or(4, |p| p.max_active_jobs.max(1) as usize);
+    let max_local = if ctx.args.max_jobs > 0 {
+        ctx.args.max_jobs
+    } else {
+        ledger_max
+    };
+    let idle_pause = ctx.args.poll_interval.min(Duration::from_secs(5));
+    tracing::info!(ledger = %ctx.ledger, worker = %ctx.worker, max_jobs = max_local, ledger_max_active_jobs = ledger_max, "worker started");
+
+    let stop = CancellationToken::new();
+    let watcher = tokio::spawn(watch_operations(Arc::clone(&ctx), stop.clone()));
+    let mut jobs: JoinSet<Result<JobEnd, job::JobError>> = JoinSet::new();
+    let mut report = RunReport::default();
+    tokio::pin!(shutdown);
+    loop {
+        while let Some(done) = jobs.try_join_next() {
+            tally(&mut report, Some(done));
+        }
+        let mut worked = false;
+        if jobs.len() < max_local {
+            match adopt(&ctx, max_local - jobs.len()).await {
+                Ok(adopted) => {
+                    for a in adopted {
+                        worked = true;
+                        report.jobs_adopted += 1;
+                        jobs.spawn(job::run_adopted(Arc::clone(&ctx), a, stop.clone()));
+                    }
+                }
+                Err(s) => tracing::warn!(error = %s, "AdoptJobs failed"),
+            }
+        }
+        if jobs.len() < max_local && room(&ctx, ledger_max).await {
+            match claim(&ctx).await {
+                Ok(Some((c, rows))) => {
+                    worked = true;
+                    report.jobs_started += 1;
+                    jobs.spawn(job::run_claim(Arc::clone(&ctx), c, rows, stop.clone()));
+                }
+                Ok(None) => {}
+                Err(s) => tracing::warn!(error = %s, "ClaimRows failed"),
+            }
+        }
+        if !worked && jobs.is_empty() && ctx.args.exit_when_idle && idle(&ctx).await {
+            tracing::info!(ledger = %ctx.ledger, "no work left; exiting");
+            break;
+        }
+        let pause = if worked { Duration::ZERO } else { idle_pause };
+        tokio::select! {
+            _ = &mut shutdown => {
+                tracing::info!("shutting down: no more claims; unsubmitted claims are released");
+                break;
+            }
+            _ = tokio::time::sleep(pause) => {}
+            Some(done) = jobs.join_next(), if !jobs.is_empty() => tally(&mut report, Some(done)),
+        }
+    }
+    stop.cancel();
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while let Some(done) = jobs.join_next().await {
+            tally(&mut report, Some(done));
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(jobs = jobs.len(), "job tasks did not end in time");
+        jobs.abort_all();
+    }
+    watcher.abort();
+    tracing::info!(?report, "worker stopped");
+    Ok(report)
+}
+
+fn tally(
+    report: &mut RunReport,
+    done: Option<Result<Result<JobEnd, job::JobError>, tokio::task::JoinError>>,
+) {
+    match done {
+        None => {}
+        Some(Ok(Ok(JobEnd::Reconciled))) => report.jobs_reconciled += 1,
+        Some(Ok(Ok(JobEnd::Released))) => report.jobs_released += 1,
+        Some(Ok(Ok(JobEnd::LeftForAdoption | JobEnd::Lost))) => {}
+        Some(Ok(Err(e))) => {
+            report.jobs_failed += 1;
+            tracing::warn!(error = %e, "job task failed; its rows come back by lease or adoption");
+        }
+        Some(Err(e)) => {
+            report.jobs_failed += 1;
+            tracing::error!(error = %e, "job task panicked");
+        }
+    }
+}
+
+async fn adopt(ctx: &Ctx, max: usize) -> Result<Vec<pb::AdoptedJob>, Status> {
+    let req = pb::AdoptJobsRequest {
+        parent: ctx.ledger.clone(),
+        worker: ctx.worker.clone(),
+        max_jobs: max.min(100) as i32,
+        lease: ctx.lease(),
+    };
+    let r = with_retry(ctx.retry, "AdoptJobs", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.adopt_jobs(req).await }
+    })
+    .await?;
+    Ok(r.into_inner().jobs)
+}
+
+/// Whether the ledger has fewer open jobs than its limit (a hint: CreateJob
+/// enforces the limit; this only avoids claiming rows it would refuse).
+async fn room(ctx: &Ctx, max: usize) -> bool {
+    let open = [
+        pb::JobState::Preparing,
+        pb::JobState::Submitted,
+        pb::JobState::Running,
+        pb::JobState::Succeeded,
+        pb::JobState::Failed,
+        pb::JobState::Cancelled,
+        pb::JobState::Expired,
+    ];
+    let req = pb::ListJobsRequest {
+        parent: ctx.ledger.clone(),
+        states: open.iter().map(|s| *s as i32).collect(),
+        page_size: max.clamp(1, 1000) as i32,
+        page_token: String::new(),
+    };
+    let got = with_retry(ctx.retry, "ListJobs", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.list_jobs(req).await }
+    })
+    .await;
+    match got {
+        // CANCELLED jobs that are closed (never submitted) do not count.
+        Ok(r) => {
+            r.into_inner()
+                .jobs
+                .iter()
+                .filter(|j| j.end_time.is_none())
+                .count()
+                < max
+        }
+        Err(s) => {
+            tracing::warn!(error = %s, "ListJobs failed");
+            false
+        }
+    }
+}
+
+/// Claims a batch of rows; a retry after a lost answer carries the same
+/// request id, so it returns the same claim instead of leasing more.
+async fn claim(ctx: &Ctx) -> Result<Option<(pb::Claim, Vec<pb::ClaimedRow>)>, Status> {
+    let req = pb::ClaimRowsRequest {
+        parent: ctx.ledger.clone(),
+        max_rows: ctx.args.rows_per_claim(),
+        lease: ctx.lease(),
+        worker: ctx.worker.clone(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        model: ctx.args.model.clone(),
+    };
+    let r = with_retry(ctx.retry, "ClaimRows", || {
+        let mut c = ctx.clients.ledgers.clone();
+        let req = req.clone();
+        async move { c.claim_rows(req).await }
+    })
+    .await?
+    .into_inner();
+    Ok(r.claim.map(|c| (c, r.rows)))
+}
+
+/// No row pending, runnable later, or running, and no job open.
+async fn idle(ctx: &Ctx) -> bool {
+    let req = pb::SummarizeLedgerRequest {
+        name: ctx.ledger.clone(),
+    };
+    let got = with_retry(ctx.retry, "SummarizeLedger", || {
+        let mut c = ctx.clients.ledgers.clone();
+        let req = req.clone();
+        async move { c.summarize_ledger(req).await }
+    })
+    .await;
+    match got {
+        Ok(s) => {
+            let s = s.into_inner();
+            s.pending == 0 && s.running == 0 && s.retryable == 0 && s.active_jobs == 0
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "SummarizeLedger failed");
+            false
+        }
+    }
+}
+
+/// Follows WatchOperations and announces every operation that moved;
+/// reconnects from the last sequence seen.
+async fn watch_operations(ctx: Arc<Ctx>, stop: CancellationToken) {
+    let mut after = 0i64;
+    loop {
+        let mut c = ctx.clients.operations.clone();
+        let opened = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = c.watch_operations(pb::WatchOperationsRequest { after_sequence: after }) => r,
+        };
+        match opened {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                loop {
+                    let next = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        m = stream.message() => m,
+                    };
+                    match next {
+                        Ok(Some(t)) => {
+                            after = after.max(t.sequence);
+                            if let Some(op) = t.operation {
+                                let _ = ctx.ops.send(op.name);
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(s) => {
+                            tracing::debug!(error = %s, "operation watch ended; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(s) => tracing::warn!(error = %s, "WatchOperations failed"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
