@@ -1,0 +1,141 @@
+//! The demo's sample dataset and the faults the emulator injects into it.
+//! Pure and deterministic: the same rows every run, so a second run enrolls
+//! nothing new.
+
+use gemini_emulator::faults::FaultPlan;
+use serde_json::json;
+
+/// The prompt every row is rendered with.
+pub const PROMPT_ID: &str = "summarize";
+pub const PROMPT_VERSION: &str = "v1";
+pub const TEMPLATE: &str =
+    "Summarise the article \"{{ title }}\" ({{ words }} words) in one sentence.";
+pub const SCHEMA: &str =
+    r#"{"type":"object","required":["summary"],"properties":{"summary":{"type":"string"}}}"#;
+
+/// One row to enroll.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleRow {
+    pub key: String,
+    pub payload: String,
+    pub depends_on: Vec<String>,
+}
+
+/// What each group of keys is made to go through, for the closing table.
+pub const GROUPS: &[(&str, usize, &str)] = &[
+    ("article-", 160, "answered first time"),
+    ("flaky-", 12, "429 twice, then answered (retried)"),
+    ("busy-", 8, "503 once, then answered (retried)"),
+    ("unsafe-", 4, "blocked for safety -> PERMANENT"),
+    ("nsfw-", 3, "prompt blocked -> PERMANENT"),
+    ("empty-", 3, "empty answer -> PERMANENT (invalid output)"),
+    (
+        "garbled-",
+        3,
+        "answer not valid for the schema -> PERMANENT",
+    ),
+    ("bad-", 3, "provider 400 -> PERMANENT"),
+    (
+        "lost-",
+        2,
+        "missing from every output -> PERMANENT after the infra budget",
+    ),
+    (
+        "chapter-",
+        4,
+        "chapter-1 blocked for safety; chapters 2-4 wait on it -> BLOCKED",
+    ),
+];
+
+/// Every row of the dataset, in enrollment order (dependencies first).
+pub fn rows() -> Vec<SampleRow> {
+    let mut out = Vec::new();
+    for &(prefix, n, _) in GROUPS {
+        for i in 1..=n {
+            let key = format!("{prefix}{i}");
+            let depends_on = if prefix == "chapter-" && i > 1 {
+                vec![format!("{prefix}{}", i - 1)]
+            } else {
+                Vec::new()
+            };
+            let payload = json!({
+                "title": format!("{} {i}", prefix.trim_end_matches('-')),
+                "words": 300 + 17 * i,
+            })
+            .to_string();
+            out.push(SampleRow {
+                key,
+                payload,
+                depends_on,
+            });
+        }
+    }
+    out
+}
+
+/// The emulator's fault plan for [`rows`]: per key prefix, plus one whole
+/// batch that fails (its rows come back and succeed on the next attempt).
+pub fn faults() -> FaultPlan {
+    serde_json::from_value(json!({
+        "rows": [
+            {"match": {"key_prefix": "flaky-"}, "fault": {"kind": "transient", "code": 429, "times": 2}},
+            {"match": {"key_prefix": "busy-"}, "fault": {"kind": "transient", "code": 503, "times": 1}},
+            {"match": {"key_prefix": "unsafe-"}, "fault": {"kind": "safety"}},
+            {"match": {"key_prefix": "nsfw-"}, "fault": {"kind": "prompt_blocked"}},
+            {"match": {"key_prefix": "empty-"}, "fault": {"kind": "empty_text"}},
+            {"match": {"key_prefix": "garbled-"}, "fault": {"kind": "invalid_json"}},
+            {"match": {"key_prefix": "bad-"}, "fault": {"kind": "permanent_error", "code": 400}},
+            {"match": {"key_prefix": "lost-"}, "fault": {"kind": "missing"}},
+            {"match": {"key": "chapter-1"}, "fault": {"kind": "safety"}}
+        ],
+        "jobs": [
+            {"match": {"nth": 2}, "fault": {"kind": "failed", "message": "the provider lost the batch"}}
+        ],
+        "create_429": {"times": 1, "retry_after_secs": 1}
+    }))
+    .expect("the demo's fault plan is valid")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn keys_are_unique_and_dependencies_come_first() {
+        let rows = rows();
+        let mut seen = HashSet::new();
+        for r in &rows {
+            for d in &r.depends_on {
+                assert!(
+                    seen.contains(d),
+                    "{} depends on {d}, not enrolled before it",
+                    r.key
+                );
+            }
+            assert!(seen.insert(r.key.clone()), "{} twice", r.key);
+        }
+        assert_eq!(rows.len(), GROUPS.iter().map(|g| g.1).sum::<usize>());
+    }
+
+    #[test]
+    fn the_same_rows_every_time() {
+        assert_eq!(rows(), rows());
+    }
+
+    #[test]
+    fn every_faulty_group_has_a_rule_and_the_plan_parses() {
+        let plan = faults();
+        for &(prefix, _, _) in GROUPS {
+            if prefix == "article-" || prefix == "chapter-" {
+                continue;
+            }
+            assert!(
+                plan.rows
+                    .iter()
+                    .any(|r| r.matcher.key_prefix.as_deref() == Some(prefix)),
+                "no fault rule for {prefix}"
+            );
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! tally-demo: the whole product in one command. It starts tally on a
+//! private PostgreSQL (kept under --data-dir between runs), the Gemini
+//! emulator with faults mixed in, and one worker; enrolls a generated
+//! dataset; shows live progress; and ends with the ledger summary.
+//!
+//! Run it twice: the second run finds every row already enrolled and
+//! terminal, so it enrolls nothing and sends nothing to the provider.
+
+mod dataset;
+mod report;
+
+use anyhow::{Context, Result};
+use base64::Engine;
+use clap::Parser;
+use gemini_emulator::{Emulator, EmulatorConfig, Timing, WebhookTarget};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+use tally_proto::v1 as pb;
+use tally_proto::v1::ledger_service_client::LedgerServiceClient;
+use tonic::Code;
+use tonic::transport::Channel;
+
+#[derive(Parser)]
+#[command(
+    name = "tally-demo",
+    about = "tally end to end: server, emulator, worker"
+)]
+struct Args {
+    /// Home of the demo's private PostgreSQL, kept between runs.
+    #[arg(long, default_value = "./.tally-demo")]
+    data_dir: PathBuf,
+    /// An existing PostgreSQL to use instead of the private one.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// The ledger the demo fills.
+    #[arg(long, default_value = "demo")]
+    ledger: String,
+    /// Most rows in one provider batch (smaller: more jobs).
+    #[arg(long, default_value_t = 40)]
+    batch_rows: usize,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    println!(
+        "starting tally (private PostgreSQL under {})…",
+        args.data_dir.display()
+    );
+    let secret = webhook_secret();
+    let server = start_server(&args, &secret).await?;
+    let http = server
+        .http_addr
+        .context("the webhook listener did not start")?;
+
+    let mut webhook = WebhookTarget::new(format!("http://{http}/webhooks/gemini"), secret);
+    webhook.duplicate = true;
+    webhook.stale_running_after_terminal = true;
+    let emulator = Emulator::start(
+        "127.0.0.1:0".parse()?,
+        EmulatorConfig {
+            faults: dataset::faults(),
+            timing: Timing::default(),
+            webhook: Some(webhook),
+            ..EmulatorConfig::default()
+        },
+    )
+    .await
+    .context("starting the gemini emulator")?;
+    println!(
+        "gemini-emulator on {} (faults: safety, prompt blocked, 429/503, empty, bad JSON, 400, missing rows, a failed batch; webhooks duplicated and reordered)",
+        emulator.base_url()
+    );
+
+    let grpc = format!("http://{}", server.grpc_addr);
+    let mut ledgers = LedgerServiceClient::connect(grpc.clone()).await?;
+    let ledger = format!("ledgers/{}", args.ledger);
+    prepare(&mut ledgers, &args.ledger).await?;
+    let enrolled = enroll(&mut ledgers, &ledger).await?;
+    println!(
+        "enrolled {} new rows ({} already present) into {ledger}",
+        enrolled.enrolled, enrolled.already_present
+    );
+
+    let worker_args = tally_worker::WorkerArgs::try_parse_from([
+        "tally-worker",
+        "--server",
+        &grpc,
+        "--ledger",
+        &args.ledger,
+        "--gemini-base-url",
+        &emulator.base_url(),
+        "--claim-size",
+        &args.batch_rows.to_string(),
+        "--max-rows-per-batch",
+        &args.batch_rows.to_string(),
+        "--poll-interval",
+        "2s",
+        "--heartbeat-interval",
+        "10s",
+        "--worker-name",
+        "demo-worker",
+        "--exit-when-idle",
+    ])?;
+    let key = tally_worker::ApiKey::new(emulator.api_key().to_string());
+    let mut worker = tokio::spawn(tally_worker::run_until(
+        worker_args,
+        key,
+        std::future::pending::<()>(),
+    ));
+    let finished = loop {
+        tokio::select! {
+            done = &mut worker => break done,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                progress(&mut ledgers, &ledger).await;
+            }
+        }
+    };
+    progress(&mut ledgers, &ledger).await;
+    println!();
+    let run = finished
+        .context("the worker task panicked")?
+        .context("the worker stopped with an error")?;
+    tracing::info!(?run, "worker done");
+
+    let summary = ledgers
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: ledger.clone(),
+        })
+        .await?
+        .into_inner();
+    let succeeded = rows(&mut ledgers, &ledger, pb::RowStatus::Succeeded).await?;
+    let permanent = rows(&mut ledgers, &ledger, pb::RowStatus::Permanent).await?;
+    let blocked = rows(&mut ledgers, &ledger, pb::RowStatus::Blocked).await?;
+    let provider = emulator.stats();
+    print!(
+        "{}",
+        report::render(&report::Outcome {
+            summary: &summary,
+            succeeded: &succeeded,
+            permanent: &permanent,
+            blocked: &blocked,
+            provider: &provider,
+            enrolled_now: enrolled.enrolled,
+            already_present: enrolled.already_present,
+        })
+    );
+    if enrolled.enrolled == 0 && provider.batches_created == 0 {
+        println!(
+            "\nNothing was enrolled or sent to the provider this time: every row was already enrolled and final."
+        );
+    } else {
+        println!(
+            "\nRun the same command again: every row is already enrolled and final, so nothing is enrolled or sent again."
+        );
+    }
+    println!(
+        "To look around, serve the demo's database and ask tallyctl:\n  cargo run --release -p tally-server -- --auth disabled --data-dir {}\n  cargo run --release -p tallyctl -- rows {} --status permanent",
+        args.data_dir.display(),
+        args.ledger
+    );
+    emulator.shutdown().await;
+    server.stop().await?;
+    Ok(())
+}
+
+/// A fresh Standard Webhooks secret for this run (server and emulator).
+fn webhook_secret() -> String {
+    let bytes: [u8; 24] = rand::random();
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+async fn start_server(args: &Args, secret: &str) -> Result<tally_server::server::Running> {
+    let data_dir = args.data_dir.display().to_string();
+    let mut argv = vec![
+        "tally-server",
+        "--auth",
+        "disabled",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--webhook-secret",
+        secret,
+        "--data-dir",
+        &data_dir,
+        "--sweep-interval",
+        "1s",
+    ];
+    if let Some(url) = &args.database_url {
+        argv.extend(["--database-url", url]);
+    }
+    let cli = tally_server::config::Cli::try_parse_from(argv)?;
+    tally_server::server::start(cli.serve)
+        .await
+        .context("starting tally")
+}
+
+/// The ledger and its prompt; both may exist from an earlier run.
+async fn prepare(client: &mut LedgerServiceClient<Channel>, id: &str) -> Result<()> {
+    let secs = |s: i64, ms: i32| prost_types::Duration {
+        seconds: s,
+        nanos: ms * 1_000_000,
+    };
+    let created = client
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: id.to_string(),
+            policy: Some(pb::LedgerPolicy {
+                model: "gemini-2.5-flash".into(),
+                budgets: Some(pb::AttemptBudgets {
+                    provider: 3,
+                    content: 1,
+                    infra: 3,
+                }),
+                lease: Some(secs(60, 0)),
+                backoff: Some(pb::Backoff {
+                    initial: Some(secs(0, 500)),
+                    max: Some(secs(2, 0)),
+                    multiplier: 2.0,
+                    jitter: 0.1,
+                }),
+                max_active_jobs: 3,
+                ..Default::default()
+            }),
+        })
+        .await;
+    ok_or_exists(created.map(|_| ()))?;
+    let registered = client
+        .register_prompt(pb::RegisterPromptRequest {
+            prompt_id: dataset::PROMPT_ID.into(),
+            version: dataset::PROMPT_VERSION.into(),
+            template: dataset::TEMPLATE.into(),
+            response_schema: dataset::SCHEMA.into(),
+            system_instruction: String::new(),
+        })
+        .await;
+    ok_or_exists(registered.map(|_| ()))
+}
+
+fn ok_or_exists(r: Result<(), tonic::Status>) -> Result<()> {
+    match r {
+        Err(s) if s.code() != Code::AlreadyExists => Err(s.into()),
+        _ => Ok(()),
+    }
+}
+
+async fn enroll(
+    client: &mut LedgerServiceClient<Channel>,
+    ledger: &str,
+) -> Result<pb::EnrollRowsResponse> {
+    let rows = dataset::rows()
+        .into_iter()
+        .map(|r| pb::RowInput {
+            key: r.key,
+            payload: r.payload,
+            depends_on: r.depends_on,
+            prompt: Some(pb::PromptRef {
+                name: dataset::PROMPT_ID.into(),
+                version: dataset::PROMPT_VERSION.into(),
+            }),
+            model: String::new(),
+        })
+        .collect();
+    let answer = client
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: ledger.to_string(),
+            rows,
+        })
+        .await?
+        .into_inner();
+    anyhow::ensure!(
+        answer.conflicts == 0,
+        "{} rows conflict with what {ledger} already holds (an older demo dataset?); use another --ledger",
+        answer.conflicts
+    );
+    Ok(answer)
+}
+
+/// One progress line (rewritten in place on a terminal).
+async fn progress(client: &mut LedgerServiceClient<Channel>, ledger: &str) {
+    let Ok(s) = client
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: ledger.to_string(),
+        })
+        .await
+    else {
+        return;
+    };
+    let s = s.into_inner();
+    let line = format!("{} active_jobs={}", s.summary_line, s.active_jobs);
+    let mut out = std::io::stdout();
+    if out.is_terminal() {
+        let _ = write!(out, "\r\x1b[2K{line}");
+    } else {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
+/// Every row with `status` (ListRows, all pages).
+async fn rows(
+    client: &mut LedgerServiceClient<Channel>,
+    ledger: &str,
+    status: pb::RowStatus,
+) -> Result<Vec<pb::Row>> {
+    let mut out = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_rows(pb::ListRowsRequest {
+                parent: ledger.to_string(),
+                filter: Some(pb::RowFilter {
+                    statuses: vec![status as i32],
+                    ..Default::default()
+                }),
+                page_size: 1000,
+                page_token,
+                view: pb::RowView::Basic as i32,
+            })
+            .await?
+            .into_inner();
+        out.extend(page.rows);
+        if page.next_page_token.is_empty() {
+            return Ok(out);
+        }
+        page_token = page.next_page_token;
+    }
+}
