@@ -217,11 +217,14 @@ pub async fn run_claim(
         return Ok(JobEnd::Reconciled);
     }
     let mut body = String::new();
-    let mut expect: HashMap<String, Option<String>> = HashMap::new();
+    let mut expect: HashMap<String, Answer> = HashMap::new();
     for &j in &packing.batch {
         let row = &rows[lines[j].0];
         body.push_str(&lines[j].1);
-        expect.insert(row.key.clone(), row.prompt.as_ref().map(prompt_name));
+        expect.insert(
+            row.key.clone(),
+            Answer::of(&row.payload, row.prompt.as_ref()),
+        );
     }
 
     if stop.is_cancelled() {
@@ -293,7 +296,7 @@ pub async fn run_adopted(
     let _heartbeat = Heartbeat::start(&ctx, &claim.name);
     tracing::info!(job = %job.job_id, rows = adopted.keys.len(), batch = %job.batch, adoptions = job.adoptions, "job adopted");
     let held: HashSet<&String> = adopted.keys.iter().collect();
-    let mut expect: HashMap<String, Option<String>> = HashMap::new();
+    let mut expect: HashMap<String, Answer> = HashMap::new();
     let mut page_token = String::new();
     loop {
         let req = pb::ListRowsRequest {
@@ -304,7 +307,8 @@ pub async fn run_adopted(
             }),
             page_size: 1000,
             page_token: page_token.clone(),
-            view: pb::RowView::Basic as i32,
+            // FULL: the payload says whether the request asked for JSON.
+            view: pb::RowView::Full as i32,
         };
         let page = with_retry(ctx.retry, "ListRows", || {
             let mut c = ctx.clients.ledgers.clone();
@@ -315,7 +319,8 @@ pub async fn run_adopted(
         .into_inner();
         for row in page.rows {
             if held.contains(&row.key) {
-                expect.insert(row.key, row.prompt.as_ref().map(prompt_name));
+                let answer = Answer::of(&row.payload, row.prompt.as_ref());
+                expect.insert(row.key, answer);
             }
         }
         if page.next_page_token.is_empty() {
@@ -326,12 +331,28 @@ pub async fn run_adopted(
     follow(&ctx, job, &claim.name, expect, &stop).await
 }
 
+/// What a row's answer is checked against: its prompt's schema (by prompt
+/// name) and whether JSON was asked for.
+struct Answer {
+    prompt: Option<String>,
+    json: bool,
+}
+
+impl Answer {
+    fn of(payload: &str, prompt: Option<&pb::PromptRef>) -> Answer {
+        Answer {
+            prompt: prompt.map(prompt_name),
+            json: crate::prompt::asks_for_json(payload, prompt.is_some()),
+        }
+    }
+}
+
 /// Waits for the job's batch to end, then reconciles it.
 async fn follow(
     ctx: &Arc<Ctx>,
     job: pb::Job,
     claim: &str,
-    expect: HashMap<String, Option<String>>,
+    expect: HashMap<String, Answer>,
     stop: &CancellationToken,
 ) -> Result<JobEnd, JobError> {
     let operation = if job.operation.is_empty() {
@@ -390,7 +411,7 @@ async fn follow(
     let bytes = ctx.gemini.download(&output_file).await?;
     let prompts = {
         let mut m: HashMap<String, PromptResult> = HashMap::new();
-        for name in expect.values().flatten() {
+        for name in expect.values().filter_map(|a| a.prompt.as_ref()) {
             if let Entry::Vacant(slot) = m.entry(name.clone()) {
                 slot.insert(ctx.prompt(name).await?);
             }
@@ -399,13 +420,15 @@ async fn follow(
     };
     let expectations: HashMap<String, Expect<'_>> = expect
         .iter()
-        .map(|(key, prompt)| {
-            let schema = prompt
+        .map(|(key, answer)| {
+            let schema = answer
+                .prompt
                 .as_ref()
                 .and_then(|p| prompts.get(p))
                 .and_then(|r| r.as_ref().ok())
                 .and_then(|c| c.validator.as_ref());
-            (key.clone(), Expect { schema })
+            let json = answer.json;
+            (key.clone(), Expect { schema, json })
         })
         .collect();
     let matched = output::match_output(&bytes, &expectations);

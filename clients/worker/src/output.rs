@@ -38,6 +38,10 @@ const MAX_MESSAGE: usize = 2048;
 pub struct Expect<'a> {
     /// The compiled response schema, when the row's prompt has one.
     pub schema: Option<&'a jsonschema::Validator>,
+    /// Whether the request asked for JSON (`responseMimeType:
+    /// application/json`): then an answer that is not JSON is invalid
+    /// output; otherwise the text is the result, stored as a JSON string.
+    pub json: bool,
 }
 
 /// The output matched to the job's rows.
@@ -176,6 +180,9 @@ fn answer(response: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> 
             ..Default::default()
         });
     }
+    if !expect.json {
+        return Ok(Value::String(text).to_string());
+    }
     let invalid = |message: String| pb::Failure {
         kind: pb::FailureKind::InvalidOutput as i32,
         finish_reason: finish.to_string(),
@@ -288,6 +295,7 @@ mod tests {
                     k.to_string(),
                     Expect {
                         schema: Some(&schema),
+                        json: true,
                     },
                 )
             })
@@ -342,8 +350,39 @@ mod tests {
     fn without_a_schema_any_json_is_a_result() {
         let line = json!({"key": "k", "response": {"candidates": [{"content": {"parts": [
             {"text": "thinking...", "thought": true}, {"text": "[1, 2]"}]}, "finishReason": "STOP"}]}});
-        let o = outcome("k", &line, &Expect { schema: None });
+        let o = outcome(
+            "k",
+            &line,
+            &Expect {
+                schema: None,
+                json: true,
+            },
+        );
         assert_eq!(o.outcome, Some(Outcome::Result("[1,2]".into())));
+    }
+
+    /// A request that did not ask for JSON gets its text back as the
+    /// result (a JSON string), not an invalid-output failure.
+    #[test]
+    fn a_plain_text_answer_is_the_result_when_json_was_not_asked_for() {
+        let line = json!({"key": "k", "response": {"candidates": [{"content": {"parts": [
+            {"text": "Hello \"there\""}]}, "finishReason": "STOP"}]}});
+        let plain = Expect {
+            schema: None,
+            json: false,
+        };
+        assert_eq!(
+            outcome("k", &line, &plain).outcome,
+            Some(Outcome::Result(r#""Hello \"there\"""#.into()))
+        );
+        let json = Expect {
+            schema: None,
+            json: true,
+        };
+        assert!(matches!(
+            outcome("k", &line, &json).outcome,
+            Some(Outcome::Failure(_))
+        ));
     }
 
     #[test]

@@ -103,6 +103,24 @@ pub fn build_request(payload: &str, prompt: Option<&PromptSpec>) -> Result<Value
     ))
 }
 
+/// Whether the request built for a row asks for JSON: always when the row
+/// has a prompt or names only its text; for a row that carries its own
+/// request, when that request's `generationConfig.responseMimeType` does.
+pub fn asks_for_json(payload: &str, has_prompt: bool) -> bool {
+    if has_prompt {
+        return true;
+    }
+    let Ok(vars) = serde_json::from_str::<Value>(payload) else {
+        return true;
+    };
+    if !vars.get("contents").is_some_and(Value::is_array) {
+        return true;
+    }
+    vars.pointer("/generationConfig/responseMimeType")
+        .and_then(Value::as_str)
+        == Some("application/json")
+}
+
 fn request(text: &str, schema: Option<&Value>, system: Option<&str>) -> Value {
     let mut config = json!({"responseMimeType": "application/json"});
     if let Some(schema) = schema {
@@ -121,6 +139,17 @@ fn request(text: &str, schema: Option<&Value>, system: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_is_asked_for_unless_the_row_brings_a_request_without_it() {
+        assert!(asks_for_json("{}", true));
+        assert!(asks_for_json(r#"{"text": "hi"}"#, false));
+        assert!(!asks_for_json(r#"{"contents": []}"#, false));
+        assert!(asks_for_json(
+            r#"{"contents": [], "generationConfig": {"responseMimeType": "application/json"}}"#,
+            false
+        ));
+    }
 
     fn spec(template: &str, schema: &str) -> PromptSpec {
         PromptSpec::from_registry(template, schema, "").unwrap()
