@@ -22,7 +22,6 @@ use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_server::config::ServeArgs;
 use tally_server::server;
-use tokio::io::AsyncBufReadExt;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_health::pb::HealthCheckRequest;
@@ -31,6 +30,10 @@ use tonic_health::pb::health_client::HealthClient;
 
 /// Bound on every wait; generous, as crash recovery includes a lease expiry.
 const DEADLINE: Duration = Duration::from_secs(60);
+
+#[path = "support/process.rs"]
+mod process;
+use process::spawn_server_process;
 /// How often a bounded wait looks again.
 const POLL: Duration = Duration::from_millis(20);
 /// The model of the rows the churning clients enroll and claim.
@@ -254,58 +257,21 @@ where
     }
 }
 
-/// Starts `tally-server` as a separate process on `db` and answers its gRPC
-/// address (read from its JSON "tally serving" log line) and the child.
-/// Expired claims are swept every 100ms.
+/// Starts `tally-server` as a separate process on `db` (see
+/// `support/process.rs`); expired claims are swept every 100ms.
 async fn spawn_server(db: &TestDb) -> (SocketAddr, tokio::process::Child) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tally-server"))
-        .args([
-            "--database-url",
-            db.url(),
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--auth",
-            "disabled",
+    spawn_server_process(
+        db,
+        &[
             "--sweep-interval",
             "100ms",
             "--health-interval",
             "200ms",
             "--db-max-connections",
             "8",
-        ])
-        .env("TALLY_LOG", "info")
-        .env_remove("TALLY_ALERT_SECRET")
-        .env_remove("TALLY_WEBHOOK_SECRETS")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn tally-server");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if v["fields"]["message"] == "tally serving" {
-                return v["fields"]["grpc"]
-                    .as_str()
-                    .unwrap()
-                    .parse::<SocketAddr>()
-                    .unwrap();
-            }
-        }
-        panic!("tally-server exited before serving");
-    })
+        ],
+    )
     .await
-    .expect("tally-server serving before the deadline");
-    // Keep draining its log so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (addr, child)
 }
 
 async fn connect(addr: SocketAddr) -> Channel {

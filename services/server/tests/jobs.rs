@@ -17,12 +17,15 @@ use tally_proto::v1::job_service_client::JobServiceClient;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_server::config::ServeArgs;
 use tally_server::server::{self, Running};
-use tokio::io::AsyncBufReadExt;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
 const DEADLINE: Duration = Duration::from_secs(20);
+
+#[path = "support/process.rs"]
+mod process;
+use process::spawn_server_process;
 
 type Jobs = JobServiceClient<Channel>;
 type Ledgers = LedgerServiceClient<Channel>;
@@ -657,55 +660,6 @@ async fn a_watcher_that_resumes_sees_every_event_exactly_once() {
     let all = stored_sequences(&r).await;
     assert_eq!(all.len(), 12);
     r.stop().await.unwrap();
-}
-
-/// Starts `tally-server` as a separate process on `db` and answers its gRPC
-/// address (read from its JSON "tally serving" log line) and the child.
-async fn spawn_server_process(db: &TestDb, extra: &[&str]) -> (SocketAddr, tokio::process::Child) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tally-server"))
-        .args([
-            "--database-url",
-            db.url(),
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--auth",
-            "disabled",
-        ])
-        .args(extra)
-        .env("TALLY_LOG", "info")
-        .env_remove("TALLY_ALERT_SECRET")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn tally-server");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = tokio::time::timeout(DEADLINE, async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if v["fields"]["message"] == "tally serving" {
-                return v["fields"]["grpc"]
-                    .as_str()
-                    .unwrap()
-                    .parse::<SocketAddr>()
-                    .unwrap();
-            }
-        }
-        panic!("tally-server exited before serving");
-    })
-    .await
-    .expect("tally-server serving before the deadline");
-    // Keep draining its log so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (addr, child)
 }
 
 /// With two server processes on one database, an event committed through
