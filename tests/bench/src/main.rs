@@ -8,9 +8,11 @@
 mod child;
 mod db;
 mod grpc;
+mod ingest;
 mod raw;
 mod stats;
 mod sustained;
+mod watch;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +51,12 @@ struct Cli {
     /// Ledger sizes for the claim-latency scale test.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     scale: Vec<u64>,
+    /// IngestEvent calls per second in the ingest-latency phase.
+    #[arg(long, default_value_t = 200)]
+    ingest_rate: u32,
+    /// Job events per second in the watch fan-out phase.
+    #[arg(long, default_value_t = 50)]
+    watch_rate: u32,
     /// Smaller everything, for a quick look.
     #[arg(long)]
     quick: bool,
@@ -172,6 +180,50 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         ));
     }
 
+    let events = (cli.ingest_rate as u64 * cli.seconds) as usize;
+    eprintln!(
+        "ingest: {events} events at {}/s, about 1 in 5 dropped",
+        cli.ingest_rate
+    );
+    let mix = ingest::mix(events);
+    let (lat, dropped) = ingest::tally(&server.addr, &mix, cli.ingest_rate).await?;
+    let raw_lat = ingest::raw(&pool, &mix, cli.ingest_rate).await?;
+    eprintln!("ingest: {dropped} of {events} not applied by the reducer");
+    lines.push(latency_line(
+        format!(
+            "IngestEvent latency p50 (p99) at {}/s vs raw upsert",
+            cli.ingest_rate
+        ),
+        &lat,
+        &raw_lat,
+    ));
+
+    let events = (cli.watch_rate as u64 * cli.seconds) as usize;
+    eprintln!(
+        "watch: {events} job events at {}/s, {} watchers",
+        cli.watch_rate,
+        watch::WATCHERS
+    );
+    let fan = watch::tally(&server.addr, "watch", events, cli.watch_rate).await?;
+    let raw_fan = watch::raw(&pool, events, cli.watch_rate).await?;
+    for (who, f) in [("tally", &fan), ("raw", &raw_fan)] {
+        eprintln!(
+            "watch {who}: {} events, {} deliveries, {} missing, {} seen before the commit's answer",
+            f.events,
+            f.latencies.len(),
+            f.missing,
+            f.early
+        );
+    }
+    lines.push(latency_line(
+        format!(
+            "WatchJobs commit->delivery p50 (p99), {} watchers, vs LISTEN/NOTIFY",
+            watch::WATCHERS
+        ),
+        &fan.latencies,
+        &raw_fan.latencies,
+    ));
+
     let mut first_p50 = None;
     for &size in &cli.scale {
         let ledger = format!("scale-{size}");
@@ -273,6 +325,27 @@ fn curve_lines(label: &str, samples: &[sustained::Sample], minutes: f64) -> Vec<
             }
         })
         .collect()
+}
+
+/// Latency line: p50 (p99) both sides; ratio = baseline p50 / tally p50
+/// (above 1: tally is faster).
+fn latency_line(workload: String, tally: &[Duration], baseline: &[Duration]) -> Line {
+    let p = |v: &[Duration]| {
+        format!(
+            "{} ({})",
+            ms(stats::percentile(v, 0.5)),
+            ms(stats::percentile(v, 0.99))
+        )
+    };
+    Line {
+        workload,
+        tally: p(tally),
+        baseline: p(baseline),
+        ratio: Some(
+            stats::percentile(baseline, 0.5).as_secs_f64()
+                / stats::percentile(tally, 0.5).as_secs_f64().max(1e-9),
+        ),
+    }
 }
 
 fn line(workload: String, tally: f64, baseline: f64) -> Line {
