@@ -230,8 +230,10 @@ struct TakenRow {
 }
 
 /// The claim itself, in one statement: the model (given, or that of the
-/// oldest ready row), the queue entries (SKIP LOCKED), the rows marked
-/// RUNNING under `token`, and the claim record.
+/// oldest ready row), the queue entries taken and their rows marked RUNNING
+/// under `token` (by `tally_claim_runnable`, migration 0005: SKIP LOCKED,
+/// chunks split where the claim needs only part of one), and the claim
+/// record.
 async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
     ledger: &LedgerRecord,
@@ -251,22 +253,8 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
                 WHERE m.ledger_id = $1
                 ORDER BY first.ready_time LIMIT 1)) AS model
         ),
-        picked AS (
-            DELETE FROM runnable WHERE ctid IN (
-                SELECT ctid FROM runnable
-                WHERE ledger_id = $1 AND model = (SELECT model FROM chosen)
-                  AND ready_time <= now()
-                ORDER BY ready_time, row_id
-                LIMIT $3
-                FOR UPDATE SKIP LOCKED)
-            RETURNING row_id
-        ),
         upd AS (
-            UPDATE rows r SET status = 2, claim_id = $4, update_time = now()
-            FROM picked p
-            WHERE r.id = p.row_id AND r.status IN (1, 3) AND r.unmet_deps = 0
-            RETURNING r.id, r.key, r.payload, r.prompt_name, r.prompt_version, r.model,
-                      r.provider_failures, r.content_failures, r.infra_failures, r.attempts
+            SELECT * FROM tally_claim_runnable($1, (SELECT model FROM chosen), $3::int4, $4)
         ),
         made AS (
             INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,

@@ -33,6 +33,28 @@ impl Store {
     /// one outcome per row, in order.
     pub async fn enroll(&self, ledger: &str, rows: &[NewRow]) -> Result<Vec<EnrollOutcome>> {
         let ledger = self.ledger(ledger).await?;
+        if rows
+            .iter()
+            .all(|r| r.depends_on.is_empty() && r.prompt_name.is_empty())
+        {
+            // Nothing to check or lock first: the insert is one statement
+            // on its own, atomic without a transaction around it.
+            let unknown = self.models.unknown(
+                ledger.id,
+                rows.iter().map(|r| r.model_or(&ledger.policy.model)),
+            );
+            let plan = plan_statuses(rows, &HashMap::new(), &HashMap::new());
+            let inserted =
+                insert(&self.pool, &ledger, rows, &plan, &HashMap::new(), &unknown).await?;
+            let listed: Vec<String> = unknown.iter().map(|m| m.to_string()).collect();
+            self.models.remember(ledger.id, &listed);
+            // ON CONFLICT waited for any concurrent insert of our keys to
+            // end, so every key we did not insert is now committed and
+            // visible.
+            if let Some(outcomes) = outcomes(&self.pool, ledger.id, rows, &inserted).await? {
+                return Ok(outcomes);
+            }
+        }
         for _ in 0..RACE_RETRIES {
             let mut tx = self.begin().await?;
             let unknown = self.models.unknown(
@@ -88,7 +110,7 @@ async fn enroll_once(
     violations.finish().map_err(StoreError::InvalidArgument)?;
 
     let plan = plan_statuses(rows, &batch, &existing);
-    let inserted = insert(tx, ledger, rows, &plan, &existing, unknown_models).await?;
+    let inserted = insert(&mut **tx, ledger, rows, &plan, &existing, unknown_models).await?;
 
     // A same-call dependency we took for new must have been inserted by us;
     // if a concurrent enrollment inserted it first, our counts are wrong.
@@ -101,6 +123,23 @@ async fn enroll_once(
         return Ok(Attempt::Raced);
     }
 
+    Ok(
+        match outcomes(&mut **tx, ledger.id, rows, &inserted).await? {
+            Some(outcomes) => Attempt::Done(outcomes),
+            None => Attempt::Raced,
+        },
+    )
+}
+
+/// One outcome per row: ENROLLED for the keys this call inserted, and for
+/// the others ALREADY_PRESENT or CONFLICT by content hash. `None` when a key
+/// is neither inserted nor visible (a concurrent insert we cannot see yet).
+async fn outcomes<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    exec: E,
+    ledger_id: i64,
+    rows: &[NewRow],
+    inserted: &HashSet<String>,
+) -> Result<Option<Vec<EnrollOutcome>>> {
     let others: Vec<&str> = rows
         .iter()
         .map(|r| r.key.as_str())
@@ -112,9 +151,9 @@ async fn enroll_once(
         sqlx::query_as::<_, (String, Vec<u8>)>(
             "SELECT key, content_hash FROM rows WHERE ledger_id = $1 AND key = ANY($2)",
         )
-        .bind(ledger.id)
+        .bind(ledger_id)
         .bind(&others)
-        .fetch_all(&mut **tx)
+        .fetch_all(exec)
         .await?
         .into_iter()
         .collect()
@@ -127,14 +166,12 @@ async fn enroll_once(
             match hashes.get(&row.key) {
                 Some(h) if h.as_slice() == row.content_hash => EnrollOutcome::AlreadyPresent,
                 Some(_) => EnrollOutcome::Conflict,
-                // Neither inserted nor visible: a concurrent insert we
-                // cannot see yet. Try the batch again.
-                None => return Ok(Attempt::Raced),
+                None => return Ok(None),
             }
         };
         outcomes.push(outcome);
     }
-    Ok(Attempt::Done(outcomes))
+    Ok(Some(outcomes))
 }
 
 /// Every prompt a row names must be registered.
@@ -283,7 +320,7 @@ fn plan_statuses(
         .collect()
 }
 
-/// The one statement: rows, their dependency edges, their queue entries and
+/// The one statement: rows, their dependency edges, their queue chunks and
 /// the models not yet in the ledger's model list. Returns the keys actually
 /// inserted.
 ///
@@ -291,8 +328,13 @@ fn plan_statuses(
 /// `ORDER BY` in the statement, which costs a collation-aware sort): every
 /// enrollment takes the key index in one order, so two enrollments of
 /// overlapping keys wait for each other instead of deadlocking.
-async fn insert(
-    tx: &mut Transaction<'static, Postgres>,
+///
+/// A column whose every value is the default (no dependencies, no prompt,
+/// the ledger's model, PENDING with nothing unmet) is sent as an empty
+/// array; `unnest` pads it with NULLs and the statement fills in the
+/// default. Most enrollments send three arrays instead of nine.
+async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    exec: E,
     ledger: &LedgerRecord,
     rows: &[NewRow],
     plan: &[Planned],
@@ -300,6 +342,7 @@ async fn insert(
     unknown_models: &[&str],
 ) -> Result<HashSet<String>> {
     let ledger_id = ledger.id;
+    let default_model = ledger.policy.model.as_str();
     let n = rows.len();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_unstable_by(|&a, &b| rows[a].key.cmp(&rows[b].key));
@@ -321,7 +364,7 @@ async fn insert(
         deps_csv.push(row.depends_on.join(","));
         prompt_names.push(row.prompt_name.as_str());
         prompt_versions.push(row.prompt_version.as_str());
-        models.push(row.model_or(&ledger.policy.model));
+        models.push(row.model_or(default_model));
         statuses.push(p.status.code());
         unmet.push(p.unmet);
         let mut seen = HashSet::new();
@@ -333,26 +376,24 @@ async fn insert(
             }
         }
     }
-    let inserted: Vec<String> = sqlx::query_scalar(
+    let inserted: Option<Vec<String>> = sqlx::query_scalar(
         r#"
-        WITH input AS (
-            SELECT * FROM unnest($2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[],
-                                 $7::text[], $8::text[], $9::int2[], $10::int4[])
-                AS t(key, payload, content_hash, deps_csv, prompt_name, prompt_version,
-                     model, status, unmet)
-        ),
-        ins AS (
+        WITH ins AS (
             INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
                               prompt_version, model, status, unmet_deps, rule, last_error)
-            SELECT $1, key, payload, content_hash,
-                   CASE WHEN deps_csv = '' THEN '{}'::text[] ELSE string_to_array(deps_csv, ',') END,
-                   prompt_name, prompt_version, model, status, unmet,
+            SELECT $1, t.key, t.payload, t.content_hash,
+                   coalesce(string_to_array(nullif(t.deps_csv, ''), ','), '{}'),
+                   coalesce(t.prompt_name, ''), coalesce(t.prompt_version, ''),
+                   coalesce(t.model, $15), coalesce(t.status, 1), coalesce(t.unmet, 0),
                    -- Born BLOCKED reads like blocked later (apply::block_dependants).
-                   CASE WHEN status = 6 THEN 'dependency_failed' ELSE '' END,
-                   CASE WHEN status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
+                   CASE WHEN t.status = 6 THEN 'dependency_failed' ELSE '' END,
+                   CASE WHEN t.status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
             -- In array order: keys sorted (see above). Ids, and so claim
             -- order within one call, follow key order.
-            FROM input
+            FROM unnest($2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[],
+                        $7::text[], $8::text[], $9::int2[], $10::int4[])
+                AS t(key, payload, content_hash, deps_csv, prompt_name, prompt_version,
+                     model, status, unmet)
             ON CONFLICT (ledger_id, key) DO NOTHING
             RETURNING id, key, status, unmet_deps, model
         ),
@@ -364,33 +405,58 @@ async fn insert(
             LEFT JOIN ins p ON p.key = e.dep_key
             WHERE coalesce(e.dep_id, p.id) IS NOT NULL
         ),
+        -- Claimable rows go on the queue in chunks of consecutive ids, at
+        -- most 128 to a chunk (migration 0005).
         queued AS (
-            INSERT INTO runnable (ledger_id, model, ready_time, row_id)
-            SELECT $1, model, now(), id FROM ins WHERE status = 1 AND unmet_deps = 0
+            INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids)
+            SELECT $1, model, now(), min(id), array_agg(id ORDER BY id)
+            FROM ins WHERE status = 1 AND unmet_deps = 0
+            GROUP BY model, id / 128
         ),
         models AS (
             INSERT INTO ledger_models (ledger_id, model)
             SELECT $1, m FROM unnest($14::text[]) AS m
             ON CONFLICT DO NOTHING
         )
-        SELECT key FROM ins
+        SELECT array_agg(key) FROM ins
         "#,
     )
     .bind(ledger_id)
     .bind(&keys)
     .bind(&payloads)
     .bind(&hashes)
-    .bind(&deps_csv)
-    .bind(&prompt_names)
-    .bind(&prompt_versions)
-    .bind(&models)
-    .bind(&statuses)
-    .bind(&unmet)
+    .bind(unless_all(deps_csv, &String::new()))
+    .bind(unless_all(prompt_names, &""))
+    .bind(unless_all(prompt_versions, &""))
+    .bind(unless_all(models, &default_model))
+    .bind(unless_all(statuses, &RowStatus::Pending.code()))
+    .bind(unless_all(unmet, &0))
     .bind(&e_child)
     .bind(&e_dep)
     .bind(&e_dep_id)
     .bind(unknown_models)
-    .fetch_all(&mut **tx)
+    .bind(default_model)
+    .fetch_one(exec)
     .await?;
-    Ok(inserted.into_iter().collect())
+    Ok(inserted.unwrap_or_default().into_iter().collect())
+}
+
+/// `values`, or nothing when every one of them is `default`.
+fn unless_all<T: PartialEq>(mut values: Vec<T>, default: &T) -> Vec<T> {
+    if values.iter().all(|v| v == default) {
+        values.clear();
+    }
+    values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unless_all;
+
+    #[test]
+    fn a_column_of_defaults_is_sent_empty_and_any_other_whole() {
+        assert!(unless_all(vec!["", ""], &"").is_empty());
+        assert_eq!(unless_all(vec!["", "m"], &""), vec!["", "m"]);
+        assert_eq!(unless_all(vec![1, 1], &0), vec![1, 1]);
+    }
 }

@@ -36,8 +36,9 @@ struct Cli {
     /// Default: DATABASE_URL; without either, a private PostgreSQL.
     #[arg(long, env = "DATABASE_URL")]
     admin_url: Option<String>,
-    /// Seconds each throughput phase runs.
-    #[arg(long, default_value_t = 6)]
+    /// Seconds each side of a throughput phase runs (in three alternating
+    /// rounds).
+    #[arg(long, default_value_t = 9)]
     seconds: u64,
     /// Rows per enroll phase.
     #[arg(long, default_value_t = 200_000)]
@@ -46,7 +47,7 @@ struct Cli {
     #[arg(long, default_value_t = 4)]
     clients: usize,
     /// Rows enrolled ahead of each claim+report phase.
-    #[arg(long, default_value_t = 300_000)]
+    #[arg(long, default_value_t = 600_000)]
     backlog: u64,
     /// Ledger sizes for the claim-latency scale test.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
@@ -60,6 +61,25 @@ struct Cli {
     /// Smaller everything, for a quick look.
     #[arg(long)]
     quick: bool,
+    /// Which phases to run (default: all of them).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Phase>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Phase {
+    /// EnrollRows against the bulk insert.
+    Enroll,
+    /// ClaimRows + ReportOutcomes of 500 rows with 1, 2 and 4 workers.
+    Claim,
+    /// The same with batches of one row.
+    Batch1,
+    /// IngestEvent latency.
+    Ingest,
+    /// WatchJobs fan-out latency.
+    Watch,
+    /// Claim latency and server RSS as the ledger grows.
+    Scale,
 }
 
 #[derive(Subcommand)]
@@ -139,29 +159,44 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
     let mut client = grpc::connect(&server.addr).await?;
     let mut lines = Vec::new();
     let phase = Duration::from_secs(cli.seconds);
+    let runs = |p: Phase| cli.only.is_empty() || cli.only.contains(&p);
 
-    eprintln!(
-        "enroll: {} rows, {} clients, batches of 1000",
-        cli.enroll_rows, cli.clients
-    );
-    let keys = Arc::new(workload::keys("e", 0..cli.enroll_rows));
-    grpc::create_ledger(&mut client, "enroll").await?;
-    raw::setup(&pool, "enroll").await?;
-    let (raw_n, raw_t) = raw::enroll(&pool, "enroll", keys.clone(), cli.clients, 1000).await?;
-    let (n, t) = grpc::enroll(&server.addr, "enroll", keys.clone(), cli.clients, 1000).await?;
-    lines.push(line(
-        format!("enroll ({} clients, batches of 1000)", cli.clients),
-        rate(n, t),
-        rate(raw_n, raw_t),
-    ));
+    if runs(Phase::Enroll) {
+        eprintln!(
+            "enroll: {} rows, {} clients, batches of 1000, {ROUNDS} rounds a side",
+            cli.enroll_rows, cli.clients
+        );
+        let keys = workload::keys("e", 0..cli.enroll_rows);
+        let slices: Vec<Arc<Vec<String>>> = keys
+            .chunks(keys.len().div_ceil(ROUNDS).max(1))
+            .map(|c| Arc::new(c.to_vec()))
+            .collect();
+        grpc::create_ledger(&mut client, "enroll").await?;
+        raw::setup(&pool, "enroll").await?;
+        checkpoint(&pool).await;
+        let ((raw_n, raw_t), (n, t)) = alternate(
+            slices.len(),
+            async |r| raw::enroll(&pool, "enroll", slices[r].clone(), cli.clients, 1000).await,
+            async |r| {
+                grpc::enroll(&server.addr, "enroll", slices[r].clone(), cli.clients, 1000).await
+            },
+        )
+        .await?;
+        lines.push(line(
+            format!("enroll ({} clients, batches of 1000)", cli.clients),
+            rate(n, t),
+            rate(raw_n, raw_t),
+        ));
+    }
 
-    for (batch, workers, backlog) in [
-        (500, 1, cli.backlog),
-        (500, 2, cli.backlog),
-        (500, 4, cli.backlog),
-        (1, 1, 20_000),
-        (1, 4, 20_000),
-    ] {
+    let claim_phases = [
+        (Phase::Claim, 500, 1, cli.backlog),
+        (Phase::Claim, 500, 2, cli.backlog),
+        (Phase::Claim, 500, 4, cli.backlog),
+        (Phase::Batch1, 1, 1, 20_000),
+        (Phase::Batch1, 1, 4, 20_000),
+    ];
+    for (_, batch, workers, backlog) in claim_phases.into_iter().filter(|p| runs(p.0)) {
         let ledger = format!("cr-{batch}-{workers}");
         eprintln!("claim+report: batch {batch}, {workers} workers, backlog {backlog}");
         let keys = Arc::new(workload::keys(&ledger, 0..backlog));
@@ -170,9 +205,14 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         raw::setup(&pool, &ledger).await?;
         raw::enroll(&pool, &ledger, keys, cli.clients, 1000).await?;
         sqlx::query("VACUUM ANALYZE").execute(&pool).await?;
-        let (raw_n, raw_t) = raw::claim_report(&pool, &ledger, workers, batch, phase).await?;
-        let (n, t) =
-            grpc::claim_report(&server.addr, &ledger, workers, batch as i32, phase).await?;
+        checkpoint(&pool).await;
+        let round = phase / ROUNDS as u32;
+        let ((raw_n, raw_t), (n, t)) = alternate(
+            ROUNDS,
+            async |_| raw::claim_report(&pool, &ledger, workers, batch, round).await,
+            async |_| grpc::claim_report(&server.addr, &ledger, workers, batch as i32, round).await,
+        )
+        .await?;
         lines.push(line(
             format!("claim+report, batch {batch}, {workers} worker(s)"),
             rate(n, t),
@@ -180,52 +220,61 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         ));
     }
 
-    let events = (cli.ingest_rate as u64 * cli.seconds) as usize;
-    eprintln!(
-        "ingest: {events} events at {}/s, about 1 in 5 dropped",
-        cli.ingest_rate
-    );
-    let mix = ingest::mix(events);
-    let (lat, dropped) = ingest::tally(&server.addr, &mix, cli.ingest_rate).await?;
-    let raw_lat = ingest::raw(&pool, &mix, cli.ingest_rate).await?;
-    eprintln!("ingest: {dropped} of {events} not applied by the reducer");
-    lines.push(latency_line(
-        format!(
-            "IngestEvent latency p50 (p99) at {}/s vs raw upsert",
-            cli.ingest_rate
-        ),
-        &lat,
-        &raw_lat,
-    ));
-
-    let events = (cli.watch_rate as u64 * cli.seconds) as usize;
-    eprintln!(
-        "watch: {events} job events at {}/s, {} watchers",
-        cli.watch_rate,
-        watch::WATCHERS
-    );
-    let fan = watch::tally(&server.addr, "watch", events, cli.watch_rate).await?;
-    let raw_fan = watch::raw(&pool, events, cli.watch_rate).await?;
-    for (who, f) in [("tally", &fan), ("raw", &raw_fan)] {
+    if runs(Phase::Ingest) {
+        let events = (cli.ingest_rate as u64 * cli.seconds) as usize;
         eprintln!(
-            "watch {who}: {} events, {} deliveries, {} missing, {} seen before the commit's answer",
-            f.events,
-            f.latencies.len(),
-            f.missing,
-            f.early
+            "ingest: {events} events at {}/s, about 1 in 5 dropped",
+            cli.ingest_rate
         );
+        let mix = ingest::mix(events);
+        let (lat, dropped) = ingest::tally(&server.addr, &mix, cli.ingest_rate).await?;
+        let raw_lat = ingest::raw(&pool, &mix, cli.ingest_rate).await?;
+        eprintln!("ingest: {dropped} of {events} not applied by the reducer");
+        lines.push(latency_line(
+            format!(
+                "IngestEvent latency p50 (p99) at {}/s vs raw upsert",
+                cli.ingest_rate
+            ),
+            &lat,
+            &raw_lat,
+        ));
     }
-    lines.push(latency_line(
-        format!(
-            "WatchJobs commit->delivery p50 (p99), {} watchers, vs LISTEN/NOTIFY",
+
+    if runs(Phase::Watch) {
+        let events = (cli.watch_rate as u64 * cli.seconds) as usize;
+        eprintln!(
+            "watch: {events} job events at {}/s, {} watchers",
+            cli.watch_rate,
             watch::WATCHERS
-        ),
-        &fan.latencies,
-        &raw_fan.latencies,
-    ));
+        );
+        let fan = watch::tally(&server.addr, "watch", events, cli.watch_rate).await?;
+        let raw_fan = watch::raw(&pool, events, cli.watch_rate).await?;
+        for (who, f) in [("tally", &fan), ("raw", &raw_fan)] {
+            eprintln!(
+                "watch {who}: {} events, {} deliveries, {} missing, {} seen before the commit's answer",
+                f.events,
+                f.latencies.len(),
+                f.missing,
+                f.early
+            );
+        }
+        lines.push(latency_line(
+            format!(
+                "WatchJobs commit->delivery p50 (p99), {} watchers, vs LISTEN/NOTIFY",
+                watch::WATCHERS
+            ),
+            &fan.latencies,
+            &raw_fan.latencies,
+        ));
+    }
 
     let mut first_p50 = None;
-    for &size in &cli.scale {
+    let scale = if runs(Phase::Scale) {
+        &cli.scale[..]
+    } else {
+        &[]
+    };
+    for &size in scale {
         let ledger = format!("scale-{size}");
         eprintln!("scale: {size} rows");
         let keys = Arc::new(workload::keys(&ledger, 0..size));
@@ -325,6 +374,42 @@ fn curve_lines(label: &str, samples: &[sustained::Sample], minutes: f64) -> Vec<
             }
         })
         .collect()
+}
+
+/// Rounds a side in each throughput phase.
+const ROUNDS: usize = 3;
+
+/// Runs `rounds` rounds of each side, alternating which goes first, so that
+/// checkpoints, autovacuum and the machine's other work fall on both sides
+/// alike. Returns each side's (rows, time) summed over its rounds.
+async fn alternate(
+    rounds: usize,
+    mut raw: impl AsyncFnMut(usize) -> anyhow::Result<(u64, Duration)>,
+    mut tally: impl AsyncFnMut(usize) -> anyhow::Result<(u64, Duration)>,
+) -> anyhow::Result<((u64, Duration), (u64, Duration))> {
+    let (mut a, mut b) = ((0, Duration::ZERO), (0, Duration::ZERO));
+    let add = |acc: &mut (u64, Duration), (n, t): (u64, Duration)| {
+        acc.0 += n;
+        acc.1 += t;
+    };
+    for r in 0..rounds {
+        if r % 2 == 0 {
+            add(&mut a, raw(r).await?);
+            add(&mut b, tally(r).await?);
+        } else {
+            add(&mut b, tally(r).await?);
+            add(&mut a, raw(r).await?);
+        }
+    }
+    Ok((a, b))
+}
+
+/// Starts a phase with no checkpoint debt from the one before (best effort:
+/// CHECKPOINT needs a superuser or pg_checkpoint).
+async fn checkpoint(pool: &sqlx::PgPool) {
+    if let Err(e) = sqlx::query("CHECKPOINT").execute(pool).await {
+        eprintln!("(no CHECKPOINT before the phase: {e})");
+    }
 }
 
 /// Latency line: p50 (p99) both sides; ratio = baseline p50 / tally p50

@@ -119,15 +119,19 @@ pub async fn expire(store: &Store, claim: &ClaimGrant) {
         .expect("expire claim");
 }
 
-/// Every entry of the runnable queue points at a claimable row, and every
-/// claimable row with no unmet dependency has exactly one entry.
+/// Every row on the runnable queue (a single entry or one of a chunk) is
+/// claimable, and every claimable row with no unmet dependency is on it
+/// exactly once.
 pub async fn assert_queue_consistent(store: &Store) {
     let bad: i64 = sqlx::query_scalar(
-        "SELECT
-           (SELECT count(*) FROM runnable q JOIN rows r ON r.id = q.row_id
+        "WITH queued AS (
+             SELECT unnest(coalesce(row_ids, ARRAY[row_id])) AS row_id FROM runnable
+         )
+         SELECT
+           (SELECT count(*) FROM queued q JOIN rows r ON r.id = q.row_id
               WHERE r.status NOT IN (1, 3) OR r.unmet_deps > 0)
          + (SELECT count(*) FROM rows r WHERE r.status IN (1, 3) AND r.unmet_deps = 0
-              AND (SELECT count(*) FROM runnable q WHERE q.row_id = r.id) <> 1)",
+              AND (SELECT count(*) FROM queued q WHERE q.row_id = r.id) <> 1)",
     )
     .fetch_one(store.pool())
     .await
