@@ -4,8 +4,9 @@
 -- entry each, all at the right edge of `runnable_order` where concurrent
 -- enrollers meet, and later one dead entry per row at the queue head for
 -- every claim to walk past. Now an enrollment queues its claimable rows in
--- chunks of consecutive ids (`row_ids`, at most 128, `row_id` = the first of
--- them, so a chunk sorts where its first row would). Rows that become
+-- chunks (`row_ids`, ascending): the call's ids that fall in one aligned
+-- block of 128 ids (`id / 128`), so at most 128 to a chunk; `row_id` is the
+-- first of them, so a chunk sorts where its first row would. Rows that become
 -- claimable one by one (retries, releases, freed dependants, redrives) still
 -- get single entries (`row_ids` NULL).
 --

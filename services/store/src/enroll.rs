@@ -405,8 +405,8 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             LEFT JOIN ins p ON p.key = e.dep_key
             WHERE coalesce(e.dep_id, p.id) IS NOT NULL
         ),
-        -- Claimable rows go on the queue in chunks of consecutive ids, at
-        -- most 128 to a chunk (migration 0005).
+        -- Claimable rows go on the queue in chunks: this call's ids in one
+        -- aligned block of 128 ids go together (migration 0005).
         queued AS (
             INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids)
             SELECT $1, model, now(), min(id), array_agg(id ORDER BY id)
