@@ -33,21 +33,22 @@ impl Store {
     /// one outcome per row, in order.
     pub async fn enroll(&self, ledger: &str, rows: &[NewRow]) -> Result<Vec<EnrollOutcome>> {
         let ledger = self.ledger(ledger).await?;
+        // Listing a model twice is harmless (ON CONFLICT DO NOTHING), so one
+        // look-up serves every attempt below.
+        let unknown = self.models.unknown(
+            ledger.id,
+            rows.iter().map(|r| r.model_or(&ledger.policy.model)),
+        );
         if rows
             .iter()
             .all(|r| r.depends_on.is_empty() && r.prompt_name.is_empty())
         {
             // Nothing to check or lock first: the insert is one statement
             // on its own, atomic without a transaction around it.
-            let unknown = self.models.unknown(
-                ledger.id,
-                rows.iter().map(|r| r.model_or(&ledger.policy.model)),
-            );
             let plan = plan_statuses(rows, &HashMap::new(), &HashMap::new());
             let inserted =
                 insert(&self.pool, &ledger, rows, &plan, &HashMap::new(), &unknown).await?;
-            let listed: Vec<String> = unknown.iter().map(|m| m.to_string()).collect();
-            self.models.remember(ledger.id, &listed);
+            self.models.remember(ledger.id, &unknown);
             // ON CONFLICT waited for any concurrent insert of our keys to
             // end, so every key we did not insert is now committed and
             // visible.
@@ -57,15 +58,10 @@ impl Store {
         }
         for _ in 0..RACE_RETRIES {
             let mut tx = self.begin().await?;
-            let unknown = self.models.unknown(
-                ledger.id,
-                rows.iter().map(|r| r.model_or(&ledger.policy.model)),
-            );
             match enroll_once(&mut tx, &ledger, rows, &unknown).await {
                 Ok(Attempt::Done(outcomes)) => {
                     tx.commit().await?;
-                    let listed: Vec<String> = unknown.iter().map(|m| m.to_string()).collect();
-                    self.models.remember(ledger.id, &listed);
+                    self.models.remember(ledger.id, &unknown);
                     return Ok(outcomes);
                 }
                 Ok(Attempt::Raced) => tx.rollback().await?,

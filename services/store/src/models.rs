@@ -33,12 +33,12 @@ impl KnownModels {
     }
 
     /// Remembers pairs whose listing has committed.
-    pub(crate) fn remember(&self, ledger_id: i64, models: &[String]) {
+    pub(crate) fn remember(&self, ledger_id: i64, models: &[&str]) {
         let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if known.len() + models.len() > MAX_PAIRS {
             known.clear();
         }
-        known.extend(models.iter().map(|m| (ledger_id, m.clone())));
+        known.extend(models.iter().map(|m| (ledger_id, m.to_string())));
     }
 }
 
@@ -50,7 +50,7 @@ mod tests {
     fn only_unremembered_models_of_that_ledger_are_unknown_once_each() {
         let k = KnownModels::default();
         assert_eq!(k.unknown(1, ["a", "b", "a"]), vec!["a", "b"]);
-        k.remember(1, &["a".to_string()]);
+        k.remember(1, &["a"]);
         assert_eq!(k.unknown(1, ["a", "b", "a"]), vec!["b"]);
         assert_eq!(
             k.unknown(2, ["a"]),
