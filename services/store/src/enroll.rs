@@ -27,6 +27,22 @@ enum Attempt {
     Raced,
 }
 
+/// The keys an insert added: all of the call's (the usual case, answered
+/// without shipping them back), or only these.
+enum Inserted {
+    All,
+    Only(HashSet<String>),
+}
+
+impl Inserted {
+    fn contains(&self, key: &str) -> bool {
+        match self {
+            Inserted::All => true,
+            Inserted::Only(keys) => keys.contains(key),
+        }
+    }
+}
+
 impl Store {
     /// Enrolls `rows` (validated by the caller: keys well-formed and unique
     /// within the call, payloads JSON objects, no cycle among them). Returns
@@ -134,12 +150,12 @@ async fn outcomes<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
     ledger_id: i64,
     rows: &[NewRow],
-    inserted: &HashSet<String>,
+    inserted: &Inserted,
 ) -> Result<Option<Vec<EnrollOutcome>>> {
     let others: Vec<&str> = rows
         .iter()
         .map(|r| r.key.as_str())
-        .filter(|k| !inserted.contains(*k))
+        .filter(|k| !inserted.contains(k))
         .collect();
     let hashes: HashMap<String, Vec<u8>> = if others.is_empty() {
         HashMap::new()
@@ -318,7 +334,8 @@ fn plan_statuses(
 
 /// The one statement: rows, their dependency edges, their queue chunks and
 /// the models not yet in the ledger's model list. Returns the keys actually
-/// inserted.
+/// inserted; the statement ships them back only when it did not insert them
+/// all (its `CASE` evaluates the `array_agg` subquery only then).
 ///
 /// Rows go in in key order (byte order, sorted here rather than by an
 /// `ORDER BY` in the statement, which costs a collation-aware sort): every
@@ -336,7 +353,7 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     plan: &[Planned],
     existing: &HashMap<String, Existing>,
     unknown_models: &[&str],
-) -> Result<HashSet<String>> {
+) -> Result<Inserted> {
     let ledger_id = ledger.id;
     let default_model = ledger.policy.model.as_str();
     let n = rows.len();
@@ -372,7 +389,7 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             }
         }
     }
-    let inserted: Option<Vec<String>> = sqlx::query_scalar(
+    let (count, keys_back): (i64, Option<Vec<String>>) = sqlx::query_as(
         r#"
         WITH ins AS (
             INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
@@ -414,7 +431,8 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             SELECT $1, m FROM unnest($14::text[]) AS m
             ON CONFLICT DO NOTHING
         )
-        SELECT array_agg(key) FROM ins
+        SELECT (SELECT count(*) FROM ins),
+               CASE WHEN (SELECT count(*) FROM ins) < $16 THEN (SELECT array_agg(key) FROM ins) END
         "#,
     )
     .bind(ledger_id)
@@ -432,9 +450,14 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     .bind(&e_dep_id)
     .bind(unknown_models)
     .bind(default_model)
+    .bind(n as i64)
     .fetch_one(exec)
     .await?;
-    Ok(inserted.unwrap_or_default().into_iter().collect())
+    Ok(if count == n as i64 {
+        Inserted::All
+    } else {
+        Inserted::Only(keys_back.unwrap_or_default().into_iter().collect())
+    })
 }
 
 /// `values`, or nothing when every one of them is `default`.

@@ -620,3 +620,61 @@ async fn dependencies_block_and_redrive_unblocks() {
     assert!(!claimed.contains("p5"));
     env.stop().await;
 }
+
+/// Invariant 5 when one report settles two dependencies of the same row:
+/// `a` SUCCEEDED and `b` PERMANENT in one report leave `x` (waiting for both)
+/// and its dependant `y` BLOCKED, with `x` counted down for `a` all the same:
+/// once `b` is redriven and succeeds, `x` is claimable and `y` after it.
+#[tokio::test]
+async fn one_report_that_frees_and_blocks_a_dependant_blocks_it() {
+    let env = env().await;
+    env.ledger("l").await;
+    env.enroll(
+        "l",
+        vec![
+            row("a"),
+            row("b"),
+            row_deps("x", &["a", "b"]),
+            row_deps("y", &["x"]),
+        ],
+    )
+    .await;
+    let g = env.claim("l", 10).await.unwrap();
+    assert_eq!(sorted(g.keys()), ["a", "b"]);
+    env.report(&g.claim.name, vec![success("a", 1, 1), failure("b", 400)])
+        .await;
+    for k in ["x", "y"] {
+        let r = env.get_row("l", k).await;
+        assert_eq!(
+            (r.status(), r.rule.as_str()),
+            (pb::RowStatus::Blocked, "dependency_failed"),
+            "{k}"
+        );
+    }
+    assert!(
+        env.claim("l", 10).await.is_none(),
+        "a BLOCKED row was queued"
+    );
+
+    let mut client = env.client();
+    let done = client
+        .redrive_rows(pb::RedriveRowsRequest {
+            parent: ledger_name("l"),
+            target: keys(&["b"]),
+            validate_only: false,
+            reason: "input fixed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((done.redriven, done.unblocked), (1, 2));
+    let g = env.claim("l", 10).await.unwrap();
+    assert_eq!(g.keys(), ["b"], "x still waits for b");
+    env.report(&g.claim.name, vec![success("b", 1, 1)]).await;
+    let g = env.claim("l", 10).await.unwrap();
+    assert_eq!(g.keys(), ["x"], "a was counted when it succeeded");
+    env.report(&g.claim.name, vec![success("x", 1, 1)]).await;
+    let g = env.claim("l", 10).await.unwrap();
+    assert_eq!(g.keys(), ["y"]);
+    env.stop().await;
+}
