@@ -6,6 +6,7 @@
 //! marks them RUNNING under the claim's token, all in one statement.
 
 use crate::apply::{self, NewAttempt, RowWrite};
+use crate::held::HeldRows;
 use crate::types::{
     ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord,
     Rescued, Time, Usage,
@@ -102,7 +103,7 @@ impl LockedClaim {
 }
 
 /// A RUNNING row as the store loads it to settle it.
-#[derive(sqlx::FromRow, Clone)]
+#[derive(sqlx::FromRow, Clone, Debug)]
 pub(crate) struct LockedRow {
     pub id: i64,
     pub key: String,
@@ -223,6 +224,7 @@ pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
 /// A row taken by a claim, with the claim's times repeated on each.
 #[derive(sqlx::FromRow)]
 struct TakenRow {
+    id: i64,
     #[sqlx(flatten)]
     row: HeldRow,
     create_time: Time,
@@ -264,7 +266,7 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             FROM upd HAVING count(*) > 0
             RETURNING create_time, expire_time
         )
-        SELECT u.key, u.payload, u.prompt_name, u.prompt_version, u.model,
+        SELECT u.id, u.key, u.payload, u.prompt_name, u.prompt_version, u.model,
                u.provider_failures, u.content_failures, u.infra_failures, u.attempts,
                m.create_time, m.expire_time
         FROM upd u CROSS JOIN made m ORDER BY u.id
@@ -327,6 +329,7 @@ impl Store {
             self.rescue_if_due(record.id).await?;
             let token = Uuid::new_v4();
             let taken = take_rows(&self.pool, &record, req, token).await?;
+            self.remember_held(record.id, token, &taken);
             return Ok(grant(&record, req, token, taken));
         };
         if let Some(grant) = self.replay_claim(record.id, req).await? {
@@ -348,7 +351,34 @@ impl Store {
         let token = Uuid::new_v4();
         let taken = take_rows(&mut *tx, &record, req, token).await?;
         tx.commit().await?;
+        self.remember_held(record.id, token, &taken);
         Ok(grant(&record, req, token, taken))
+    }
+
+    /// Notes what claim `token` took, as it found it (see `held`).
+    fn remember_held(&self, ledger_id: i64, token: Uuid, taken: &[TakenRow]) {
+        let rows = taken
+            .iter()
+            .map(|t| {
+                let r = &t.row;
+                let row = LockedRow {
+                    id: t.id,
+                    key: r.key.clone(),
+                    status: RowStatus::Running.code(),
+                    provider_failures: r.provider_failures,
+                    content_failures: r.content_failures,
+                    infra_failures: r.infra_failures,
+                    attempts: r.attempts,
+                    claim_id: Some(token),
+                    last_claim_id: None,
+                    model: r.model.clone(),
+                    prompt_name: r.prompt_name.clone(),
+                    prompt_version: r.prompt_version.clone(),
+                };
+                (r.key.clone(), row)
+            })
+            .collect();
+        self.held.insert(token, HeldRows { ledger_id, rows });
     }
 
     /// Rescues the ledger's expired claims, if a one-row probe finds any.

@@ -14,6 +14,7 @@
 //! - [`operations`]: provider operations through the monotonic reducer,
 //!   their event log, and the job each one moves on.
 //! - [`notify`]: `LISTEN` connections that wake watch streams.
+//! - `held`: what this process's claims hold, so a report can skip reading it.
 //! - [`apply`]: the shared writer of row transitions and their effects
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
@@ -24,6 +25,7 @@ pub mod claims;
 pub mod enroll;
 pub mod error;
 pub mod events;
+mod held;
 pub mod jobs;
 pub mod ledgers;
 pub mod locks;
@@ -53,6 +55,7 @@ pub struct Store {
     pool: PgPool,
     ledgers: ledgers::Cache,
     models: models::KnownModels,
+    held: held::HeldCache,
 }
 
 /// How to connect.
@@ -95,6 +98,7 @@ impl Store {
             pool,
             ledgers: ledgers::Cache::default(),
             models: models::KnownModels::default(),
+            held: held::HeldCache::default(),
         }
     }
 

@@ -9,11 +9,16 @@
 
 use crate::apply::{self, NewAttempt, RowWrite};
 use crate::claims::{self, LOCKED_ROW_COLUMNS, LockedRow};
-use crate::types::{JobEventKind, ReportItem, ReportSummary, RowVerdict, Verdict};
+use crate::types::{
+    JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Verdict,
+};
 use crate::{Result, Store, StoreError, events, jitter_sample};
 use chrono::TimeDelta;
+use sqlx::Row;
 use std::collections::{HashMap, HashSet};
-use tally_core::classify::Failure;
+use std::sync::LazyLock;
+use tally_core::classify::{Failure, Override};
+use tally_core::policy::Policy;
 use tally_core::status::RowStatus;
 use tally_core::transition::{self, Context, Event, Outcome};
 use uuid::Uuid;
@@ -21,9 +26,45 @@ use uuid::Uuid;
 /// Longest error message kept per attempt.
 const MAX_ERROR_CHARS: usize = 2048;
 
+/// The one-statement report: locks the claim (ACTIVE, within its lease,
+/// without a job), settles the rows (only those RUNNING under it), drops
+/// them from the claim's count, and asserts (migration 0006) that every row
+/// given was written, so that it keeps all or nothing. `$33` is the number
+/// of rows.
+static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH RECURSIVE c AS (
+             SELECT token FROM claims
+             WHERE token = $2 AND ledger_id = $1 AND state = 1 AND expire_time > now()
+               AND job_id IS NULL
+             FOR UPDATE
+         ),
+         {},
+         -- As claims::drop_held, for a live claim without a job.
+         dropped AS (
+             UPDATE claims SET held = held - $33,
+                    state = CASE WHEN held - $33 <= 0 THEN 2 ELSE state END
+             WHERE token = (SELECT token FROM c)
+             RETURNING held
+         )
+         SELECT tally_assert((SELECT count(*) FROM upd) = $33,
+                             'the claim no longer holds every row reported'),
+                (SELECT held FROM dropped), now()",
+        apply::settle_ctes("EXISTS (SELECT 1 FROM c)")
+    )
+});
+
+/// SQLSTATE of `tally_assert`.
+const FENCE_MOVED: &str = "TL001";
+
 impl Store {
     /// Applies `items` for claim `token`; `actor` is recorded with each
     /// attempt. Answers one verdict per item, in order.
+    ///
+    /// When this process granted the claim and every item names a distinct
+    /// row of it, the report is one statement decided from what the claim
+    /// found (module `held`); otherwise, or when that statement finds the
+    /// claim or a row moved on, it reads and locks what it needs first.
     pub async fn report(
         &self,
         ledger: &str,
@@ -32,6 +73,9 @@ impl Store {
         actor: &str,
     ) -> Result<ReportSummary> {
         let record = self.ledger(ledger).await?;
+        if let Some(summary) = self.report_held(&record, token, items, actor).await? {
+            return Ok(summary);
+        }
         let policy = &record.policy;
         let overrides = policy.overrides();
         let mut tx = self.begin().await?;
@@ -64,72 +108,9 @@ impl Store {
             let held = row.is_some_and(|r| r.claim_id == Some(token) && r.status == 2);
             let verdict = match row {
                 Some(row) if held && live && first_mention => {
-                    let ctx = Context {
-                        policy,
-                        overrides: &overrides,
-                        jitter: jitter_sample(row.id, row.attempts as u32),
-                    };
-                    let event = Event::Report(item.outcome.clone());
-                    let t = transition::step(row.state()?, &event, &ctx).map_err(|r| {
-                        StoreError::Internal(format!("held row {} refused a report: {r}", row.key))
-                    })?;
-                    let attempt = t.attempt.clone().ok_or_else(|| {
-                        StoreError::Internal("a report must record an attempt".into())
-                    })?;
-                    let error = match &item.outcome {
-                        Outcome::Success => String::new(),
-                        Outcome::Failure(f) => describe_failure(f),
-                    };
-                    let retry_after_ms = t.retry_after.map_or(0, |d| d.as_millis() as i64);
-                    writes.push(RowWrite {
-                        id: row.id,
-                        status: t.status,
-                        failures: t.failures,
-                        total: t.total,
-                        rule: t.rule.as_ref().map(|r| r.name()),
-                        last_error: Some(error.clone()),
-                        result: item
-                            .result
-                            .clone()
-                            .filter(|_| t.status == RowStatus::Succeeded),
-                        usage: item.usage,
-                        retry_after_ms,
-                        attempted: true,
-                        attempt: Some(NewAttempt {
-                            number: t.total as i32,
-                            job_id: claim.job_id,
-                            model: row.model.clone(),
-                            prompt_name: row.prompt_name.clone(),
-                            prompt_version: row.prompt_version.clone(),
-                            outcome: attempt.outcome,
-                            rule: attempt.rule.name(),
-                            budget: attempt.budget,
-                            usage: item.usage,
-                            error,
-                            actor: actor.to_string(),
-                        }),
-                    });
-                    RowVerdict {
-                        key: item.key.clone(),
-                        verdict: match t.status {
-                            RowStatus::Succeeded => Verdict::Succeeded,
-                            RowStatus::Retryable => Verdict::Retryable,
-                            RowStatus::Permanent => Verdict::Permanent,
-                            other => {
-                                return Err(StoreError::Internal(format!(
-                                    "a report left row {} {other}",
-                                    row.key
-                                )));
-                            }
-                        },
-                        rule: attempt.rule.name(),
-                        budget: attempt.budget,
-                        next_attempt_time: t
-                            .retry_after
-                            .map(|_| claim.now + TimeDelta::milliseconds(retry_after_ms)),
-                        failures: t.failures,
-                        total: t.total,
-                    }
+                    let d = decide(row, item, policy, &overrides, claim.job_id, actor)?;
+                    writes.push(d.write);
+                    d.answer.at(claim.now)
                 }
                 Some(row) if !first_mention || row.last_claim_id == Some(token) => {
                     unchanged(row, Verdict::Duplicate, "already_reported")?
@@ -157,6 +138,172 @@ impl Store {
         tx.commit().await?;
         Ok(ReportSummary { verdicts, held })
     }
+
+    /// The one-statement report, when this process granted the claim and
+    /// every item names a distinct row it took. `None`: not applicable, or
+    /// the claim or a row moved on (nothing was written).
+    async fn report_held(
+        &self,
+        record: &LedgerRecord,
+        token: Uuid,
+        items: &[ReportItem],
+        actor: &str,
+    ) -> Result<Option<ReportSummary>> {
+        let Some(held) = self.held.get(token) else {
+            return Ok(None);
+        };
+        let mut seen = HashSet::with_capacity(items.len());
+        let found = held.ledger_id == record.id
+            && !items.is_empty()
+            && items
+                .iter()
+                .all(|i| held.rows.contains_key(&i.key) && seen.insert(i.key.as_str()));
+        if !found {
+            return Ok(None);
+        }
+        let policy = &record.policy;
+        let overrides = policy.overrides();
+        let (writes, answers): (Vec<RowWrite>, Vec<Answer>) = items
+            .iter()
+            .map(|i| decide(&held.rows[&i.key], i, policy, &overrides, None, actor))
+            .map(|d| d.map(|d| (d.write, d.answer)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
+        let args = apply::Settlement::new(token, &writes);
+        let query = sqlx::query(ONE_STATEMENT_SQL.as_str())
+            .bind(record.id)
+            .bind(token);
+        let outcome = args
+            .bind(query)
+            .bind(writes.len() as i64)
+            .fetch_one(&self.pool)
+            .await;
+        let row = match outcome {
+            Ok(row) => row,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(FENCE_MOVED) => {
+                self.held.forget(token);
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let held_now: i32 = row.try_get(1)?;
+        let now: Time = row.try_get(2)?;
+        if items.len() == held.rows.len() {
+            self.held.forget(token);
+        }
+        Ok(Some(ReportSummary {
+            verdicts: answers.into_iter().map(|a| a.at(now)).collect(),
+            held: held_now,
+        }))
+    }
+}
+
+/// A held row's report, decided: what to write, and what to answer.
+struct Decided {
+    write: RowWrite,
+    answer: Answer,
+}
+
+/// A verdict whose next attempt time waits for the writing transaction's
+/// time.
+struct Answer {
+    verdict: RowVerdict,
+    retry_after: Option<TimeDelta>,
+}
+
+impl Answer {
+    fn at(self, now: Time) -> RowVerdict {
+        RowVerdict {
+            next_attempt_time: self.retry_after.map(|d| now + d),
+            ..self.verdict
+        }
+    }
+}
+
+/// Puts `item`'s outcome for a row RUNNING under the reporting claim through
+/// the row state machine.
+fn decide(
+    row: &LockedRow,
+    item: &ReportItem,
+    policy: &Policy,
+    overrides: &[Override],
+    job_id: Option<i64>,
+    actor: &str,
+) -> Result<Decided> {
+    let ctx = Context {
+        policy,
+        overrides,
+        jitter: jitter_sample(row.id, row.attempts as u32),
+    };
+    let event = Event::Report(item.outcome.clone());
+    let t = transition::step(row.state()?, &event, &ctx)
+        .map_err(|r| StoreError::Internal(format!("held row {} refused a report: {r}", row.key)))?;
+    let attempt = t
+        .attempt
+        .clone()
+        .ok_or_else(|| StoreError::Internal("a report must record an attempt".into()))?;
+    let error = match &item.outcome {
+        Outcome::Success => String::new(),
+        Outcome::Failure(f) => describe_failure(f),
+    };
+    let retry_after_ms = t.retry_after.map_or(0, |d| d.as_millis() as i64);
+    let verdict = RowVerdict {
+        key: item.key.clone(),
+        verdict: match t.status {
+            RowStatus::Succeeded => Verdict::Succeeded,
+            RowStatus::Retryable => Verdict::Retryable,
+            RowStatus::Permanent => Verdict::Permanent,
+            other => {
+                return Err(StoreError::Internal(format!(
+                    "a report left row {} {other}",
+                    row.key
+                )));
+            }
+        },
+        rule: attempt.rule.name(),
+        budget: attempt.budget,
+        next_attempt_time: None,
+        failures: t.failures,
+        total: t.total,
+    };
+    let write = RowWrite {
+        id: row.id,
+        status: t.status,
+        failures: t.failures,
+        total: t.total,
+        rule: t.rule.as_ref().map(|r| r.name()),
+        last_error: Some(error.clone()),
+        result: item
+            .result
+            .clone()
+            .filter(|_| t.status == RowStatus::Succeeded),
+        usage: item.usage,
+        retry_after_ms,
+        attempted: true,
+        attempt: Some(NewAttempt {
+            number: t.total as i32,
+            job_id,
+            model: row.model.clone(),
+            prompt_name: row.prompt_name.clone(),
+            prompt_version: row.prompt_version.clone(),
+            outcome: attempt.outcome,
+            rule: attempt.rule.name(),
+            budget: attempt.budget,
+            usage: item.usage,
+            error,
+            actor: actor.to_string(),
+        }),
+    };
+    Ok(Decided {
+        write,
+        answer: Answer {
+            verdict,
+            retry_after: t
+                .retry_after
+                .map(|_| TimeDelta::milliseconds(retry_after_ms)),
+        },
+    })
 }
 
 /// Adds a report's settled rows to its job's counts. Only a live claim

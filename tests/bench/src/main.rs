@@ -393,6 +393,12 @@ async fn alternate(
         acc.1 += t;
     };
     for r in 0..rounds {
+        // Progress, and a marker to line a profiler up with one side.
+        eprintln!(
+            "  round {} of {rounds}: {} first",
+            r + 1,
+            if r % 2 == 0 { "raw" } else { "tally" }
+        );
         if r % 2 == 0 {
             add(&mut a, raw(r).await?);
             add(&mut b, tally(r).await?);
