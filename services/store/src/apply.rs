@@ -12,19 +12,15 @@ use std::sync::LazyLock;
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use uuid::Uuid;
 
-/// One attempt to record.
+/// One attempt to record. The rest of it comes from its write and its row:
+/// its number is the row's new attempt count, its usage and error are the
+/// write's, and its model and prompt the row's.
 #[derive(Debug, Clone)]
 pub(crate) struct NewAttempt {
-    pub number: i32,
     pub job_id: Option<i64>,
-    pub model: String,
-    pub prompt_name: String,
-    pub prompt_version: String,
     pub outcome: RowStatus,
     pub rule: String,
     pub budget: Option<Budget>,
-    pub usage: Usage,
-    pub error: String,
     pub actor: String,
 }
 
@@ -49,8 +45,10 @@ pub(crate) struct RowWrite {
     pub attempt: Option<NewAttempt>,
 }
 
-/// The settle statement's arguments: one array per column of `writes`
-/// (`$3`…`$17`) and of their attempts (`$18`…`$32`).
+/// The settle statement's arguments: one array per column of `writes` and
+/// of their attempts (`$3`…`$22`). A column whose every value is its default
+/// is sent empty (`unnest` pads it with NULLs, which the statement reads as
+/// the default).
 pub(crate) struct Settlement<'a> {
     ids: Vec<i64>,
     statuses: Vec<i16>,
@@ -61,80 +59,59 @@ pub(crate) struct Settlement<'a> {
     results: Vec<Option<&'a str>>,
     usage: [Vec<i64>; 4],
     delays: Vec<i64>,
-    last_claims: Vec<Option<Uuid>>,
-    a_row: Vec<i64>,
-    a_number: Vec<i32>,
-    a_job: Vec<Option<i64>>,
-    a_text: [Vec<&'a str>; 3],
-    a_outcome: Vec<i16>,
-    a_rule: Vec<&'a str>,
+    attempted: Vec<bool>,
+    a_outcome: Vec<Option<i16>>,
+    a_rule: Vec<Option<&'a str>>,
     a_budget: Vec<Option<i16>>,
-    a_usage: [Vec<i64>; 4],
-    a_error: Vec<&'a str>,
-    a_actor: Vec<&'a str>,
+    a_job: Vec<Option<i64>>,
+    a_actor: Vec<Option<&'a str>>,
+}
+
+/// `values`, or nothing when every one of them is `default`.
+pub(crate) fn unless_all<T: PartialEq>(mut values: Vec<T>, default: &T) -> Vec<T> {
+    if values.iter().all(|v| v == default) {
+        values.clear();
+    }
+    values
 }
 
 impl<'a> Settlement<'a> {
-    pub fn new(claim_id: Uuid, writes: &'a [RowWrite]) -> Self {
-        let col = |f: &dyn Fn(&'a RowWrite) -> i64| writes.iter().map(f).collect::<Vec<_>>();
-        let attempts: Vec<(i64, &'a NewAttempt)> = writes
-            .iter()
-            .filter_map(|w| w.attempt.as_ref().map(|a| (w.id, a)))
-            .collect();
-        let a_col = |f: &dyn Fn(&'a NewAttempt) -> i64| {
-            attempts.iter().map(|(_, a)| f(a)).collect::<Vec<_>>()
-        };
+    pub fn new(writes: &'a [RowWrite]) -> Self {
+        fn col<'a, T: PartialEq>(
+            writes: &'a [RowWrite],
+            default: T,
+            f: impl Fn(&'a RowWrite) -> T,
+        ) -> Vec<T> {
+            unless_all(writes.iter().map(f).collect(), &default)
+        }
+        let attempt = |w: &'a RowWrite| w.attempt.as_ref();
         Settlement {
-            ids: col(&|w| w.id),
+            ids: writes.iter().map(|w| w.id).collect(),
             statuses: writes.iter().map(|w| w.status.code()).collect(),
             failures: [
-                writes.iter().map(|w| w.failures.provider as i32).collect(),
-                writes.iter().map(|w| w.failures.content as i32).collect(),
-                writes.iter().map(|w| w.failures.infra as i32).collect(),
+                col(writes, 0, |w| w.failures.provider as i32),
+                col(writes, 0, |w| w.failures.content as i32),
+                col(writes, 0, |w| w.failures.infra as i32),
             ],
             totals: writes.iter().map(|w| w.total as i32).collect(),
-            rules: writes.iter().map(|w| w.rule.as_deref()).collect(),
-            errors: writes.iter().map(|w| w.last_error.as_deref()).collect(),
-            results: writes.iter().map(|w| w.result.as_deref()).collect(),
+            rules: col(writes, None, |w| w.rule.as_deref()),
+            errors: col(writes, None, |w| w.last_error.as_deref()),
+            results: col(writes, None, |w| w.result.as_deref()),
             usage: [
-                col(&|w| w.usage.input),
-                col(&|w| w.usage.output),
-                col(&|w| w.usage.thinking),
-                col(&|w| w.usage.cached),
+                col(writes, 0, |w| w.usage.input),
+                col(writes, 0, |w| w.usage.output),
+                col(writes, 0, |w| w.usage.thinking),
+                col(writes, 0, |w| w.usage.cached),
             ],
-            delays: col(&|w| w.retry_after_ms),
-            last_claims: writes
-                .iter()
-                .map(|w| w.attempted.then_some(claim_id))
-                .collect(),
-            a_row: attempts.iter().map(|(id, _)| *id).collect(),
-            a_number: attempts.iter().map(|(_, a)| a.number).collect(),
-            a_job: attempts.iter().map(|(_, a)| a.job_id).collect(),
-            a_text: [
-                attempts.iter().map(|(_, a)| a.model.as_str()).collect(),
-                attempts
-                    .iter()
-                    .map(|(_, a)| a.prompt_name.as_str())
-                    .collect(),
-                attempts
-                    .iter()
-                    .map(|(_, a)| a.prompt_version.as_str())
-                    .collect(),
-            ],
-            a_outcome: attempts.iter().map(|(_, a)| a.outcome.code()).collect(),
-            a_rule: attempts.iter().map(|(_, a)| a.rule.as_str()).collect(),
-            a_budget: attempts
-                .iter()
-                .map(|(_, a)| a.budget.map(Budget::code))
-                .collect(),
-            a_usage: [
-                a_col(&|a| a.usage.input),
-                a_col(&|a| a.usage.output),
-                a_col(&|a| a.usage.thinking),
-                a_col(&|a| a.usage.cached),
-            ],
-            a_error: attempts.iter().map(|(_, a)| a.error.as_str()).collect(),
-            a_actor: attempts.iter().map(|(_, a)| a.actor.as_str()).collect(),
+            delays: col(writes, 0, |w| w.retry_after_ms),
+            attempted: col(writes, false, |w| w.attempted),
+            a_outcome: col(writes, None, |w| attempt(w).map(|a| a.outcome.code())),
+            a_rule: col(writes, None, |w| attempt(w).map(|a| a.rule.as_str())),
+            a_budget: col(writes, None, |w| {
+                attempt(w).and_then(|a| a.budget.map(Budget::code))
+            }),
+            a_job: col(writes, None, |w| attempt(w).and_then(|a| a.job_id)),
+            a_actor: col(writes, None, |w| attempt(w).map(|a| a.actor.as_str())),
         }
     }
 
@@ -143,7 +120,7 @@ impl<'a> Settlement<'a> {
         self.ids.len()
     }
 
-    /// Binds `$3`…`$32` of [`settle_ctes`] (after the caller bound `$1`, the
+    /// Binds `$3`…`$22` of [`settle_ctes`] (after the caller bound `$1`, the
     /// ledger id, and `$2`, the claim token).
     pub fn bind<'q>(&'q self, q: PgQuery<'q>) -> PgQuery<'q> {
         q.bind(&self.ids)
@@ -160,21 +137,11 @@ impl<'a> Settlement<'a> {
             .bind(&self.usage[2])
             .bind(&self.usage[3])
             .bind(&self.delays)
-            .bind(&self.last_claims)
-            .bind(&self.a_row)
-            .bind(&self.a_number)
-            .bind(&self.a_job)
-            .bind(&self.a_text[0])
-            .bind(&self.a_text[1])
-            .bind(&self.a_text[2])
+            .bind(&self.attempted)
             .bind(&self.a_outcome)
             .bind(&self.a_rule)
             .bind(&self.a_budget)
-            .bind(&self.a_usage[0])
-            .bind(&self.a_usage[1])
-            .bind(&self.a_usage[2])
-            .bind(&self.a_usage[3])
-            .bind(&self.a_error)
+            .bind(&self.a_job)
             .bind(&self.a_actor)
     }
 }
@@ -188,7 +155,8 @@ pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::P
 /// unmet dependencies of dependants of rows that SUCCEEDED and BLOCKs every
 /// transitive dependant of rows that became PERMANENT, in one update of each
 /// dependant; `queued` requeues what is claimable again; `recorded` keeps the
-/// attempts. The statement using them reads `upd`.
+/// attempts (numbered by the rows' new attempt counts, with the usage and
+/// error just written). The statement using them reads `upd`.
 ///
 /// No dependant is ever a row of the claim (a row runs only once every
 /// dependency SUCCEEDED), so `upd` and `deps` never touch the same row.
@@ -198,32 +166,36 @@ pub(crate) fn settle_ctes(gate: &str) -> String {
         w AS (
             SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
                                  $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
-                                 $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::uuid[])
+                                 $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::bool[],
+                                 $18::int2[], $19::text[], $20::int2[], $21::int8[], $22::text[])
                 AS w(id, status, pf, cf, inf, attempts, rule, err, result, d_in, d_out,
-                     d_think, d_cached, delay_ms, last_claim)
+                     d_think, d_cached, delay_ms, attempted, a_outcome, a_rule, a_budget,
+                     a_job, a_actor)
         ),
         upd AS (
             UPDATE rows r SET
                 status = w.status,
-                provider_failures = w.pf,
-                content_failures = w.cf,
-                infra_failures = w.inf,
+                provider_failures = coalesce(w.pf, 0),
+                content_failures = coalesce(w.cf, 0),
+                infra_failures = coalesce(w.inf, 0),
                 attempts = w.attempts,
                 rule = coalesce(w.rule, r.rule),
                 last_error = coalesce(w.err, r.last_error),
                 result = coalesce(w.result, r.result),
-                input_tokens = r.input_tokens + w.d_in,
-                output_tokens = r.output_tokens + w.d_out,
-                thinking_tokens = r.thinking_tokens + w.d_think,
-                cached_tokens = r.cached_tokens + w.d_cached,
+                input_tokens = r.input_tokens + coalesce(w.d_in, 0),
+                output_tokens = r.output_tokens + coalesce(w.d_out, 0),
+                thinking_tokens = r.thinking_tokens + coalesce(w.d_think, 0),
+                cached_tokens = r.cached_tokens + coalesce(w.d_cached, 0),
                 claim_id = NULL,
-                last_claim_id = coalesce(w.last_claim, r.last_claim_id),
+                last_claim_id = CASE WHEN w.attempted THEN $2 ELSE r.last_claim_id END,
                 next_attempt_time = CASE WHEN w.status = 3
-                    THEN now() + w.delay_ms * interval '1 millisecond' END,
+                    THEN now() + coalesce(w.delay_ms, 0) * interval '1 millisecond' END,
                 update_time = now()
             FROM w
             WHERE r.id = w.id AND r.status = 2 AND r.claim_id = $2 AND {gate}
-            RETURNING r.id, r.status, r.model, r.next_attempt_time
+            RETURNING r.id, r.status, r.model, r.next_attempt_time, r.prompt_name,
+                      r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
+                      w.d_cached, w.a_outcome, w.a_rule, w.a_budget, w.a_job, w.a_actor
         ),
         counted AS (
             SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
@@ -263,13 +235,11 @@ pub(crate) fn settle_ctes(gate: &str) -> String {
                                   prompt_name, prompt_version, outcome, rule, budget,
                                   input_tokens, output_tokens, thinking_tokens, cached_tokens,
                                   error, actor)
-            SELECT $1, a.row_id, a.number, $2, a.job_id, a.model, a.pname, a.pver, a.outcome,
-                   a.rule, a.budget, a.d_in, a.d_out, a.d_think, a.d_cached, a.error, a.actor
-            FROM unnest($18::int8[], $19::int4[], $20::int8[], $21::text[], $22::text[],
-                        $23::text[], $24::int2[], $25::text[], $26::int2[], $27::int8[],
-                        $28::int8[], $29::int8[], $30::int8[], $31::text[], $32::text[])
-                AS a(row_id, number, job_id, model, pname, pver, outcome, rule, budget,
-                     d_in, d_out, d_think, d_cached, error, actor)
+            SELECT $1, id, attempts, $2, a_job, model, prompt_name, prompt_version, a_outcome,
+                   a_rule, a_budget, coalesce(d_in, 0), coalesce(d_out, 0),
+                   coalesce(d_think, 0), coalesce(d_cached, 0), last_error,
+                   coalesce(a_actor, '')
+            FROM upd WHERE a_outcome IS NOT NULL
         )"#
     )
 }
@@ -293,7 +263,7 @@ pub(crate) async fn settle(
     if writes.is_empty() {
         return Ok(());
     }
-    let args = Settlement::new(claim_id, writes);
+    let args = Settlement::new(writes);
     let query = sqlx::query(SETTLE_SQL.as_str())
         .bind(ledger_id)
         .bind(claim_id);
@@ -335,4 +305,16 @@ pub(crate) async fn block_dependants(
     .await?
     .rows_affected();
     Ok(blocked as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unless_all;
+
+    #[test]
+    fn a_column_of_defaults_is_sent_empty_and_any_other_whole() {
+        assert!(unless_all(vec!["", ""], &"").is_empty());
+        assert_eq!(unless_all(vec!["", "m"], &""), vec!["", "m"]);
+        assert_eq!(unless_all(vec![1, 1], &0), vec![1, 1]);
+    }
 }

@@ -114,9 +114,6 @@ pub(crate) struct LockedRow {
     pub attempts: i32,
     pub claim_id: Option<Uuid>,
     pub last_claim_id: Option<Uuid>,
-    pub model: String,
-    pub prompt_name: String,
-    pub prompt_version: String,
 }
 
 impl LockedRow {
@@ -136,7 +133,7 @@ impl LockedRow {
 }
 
 pub(crate) const LOCKED_ROW_COLUMNS: &str = "id, key, status, provider_failures, content_failures, \
-     infra_failures, attempts, claim_id, last_claim_id, model, prompt_name, prompt_version";
+     infra_failures, attempts, claim_id, last_claim_id";
 
 /// Loads and locks a claim of a ledger; NOT_FOUND when there is none.
 pub(crate) async fn lock_claim(
@@ -371,9 +368,6 @@ impl Store {
                     attempts: r.attempts,
                     claim_id: Some(token),
                     last_claim_id: None,
-                    model: r.model.clone(),
-                    prompt_name: r.prompt_name.clone(),
-                    prompt_version: r.prompt_version.clone(),
                 };
                 (r.key.clone(), row)
             })
@@ -640,16 +634,10 @@ pub(crate) fn transitions(
                 retry_after_ms: t.retry_after.map_or(0, |d| d.as_millis() as i64),
                 attempted: false,
                 attempt: t.attempt.map(|a| NewAttempt {
-                    number: t.total as i32,
                     job_id,
-                    model: row.model.clone(),
-                    prompt_name: row.prompt_name.clone(),
-                    prompt_version: row.prompt_version.clone(),
                     outcome: a.outcome,
                     rule: a.rule.name(),
                     budget: a.budget,
-                    usage: Usage::default(),
-                    error: describe_system(&a.rule),
                     actor: actor(row).unwrap_or_default(),
                 }),
             })

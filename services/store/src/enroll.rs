@@ -6,6 +6,7 @@
 //! share-locked here, so a concurrent report cannot settle them between our
 //! read and our commit) or at rows of the same call.
 
+use crate::apply::unless_all;
 use crate::types::{EnrollOutcome, LedgerRecord, NewRow};
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, Transaction};
@@ -458,24 +459,4 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     } else {
         Inserted::Only(keys_back.unwrap_or_default().into_iter().collect())
     })
-}
-
-/// `values`, or nothing when every one of them is `default`.
-fn unless_all<T: PartialEq>(mut values: Vec<T>, default: &T) -> Vec<T> {
-    if values.iter().all(|v| v == default) {
-        values.clear();
-    }
-    values
-}
-
-#[cfg(test)]
-mod tests {
-    use super::unless_all;
-
-    #[test]
-    fn a_column_of_defaults_is_sent_empty_and_any_other_whole() {
-        assert!(unless_all(vec!["", ""], &"").is_empty());
-        assert_eq!(unless_all(vec!["", "m"], &""), vec!["", "m"]);
-        assert_eq!(unless_all(vec![1, 1], &0), vec![1, 1]);
-    }
 }

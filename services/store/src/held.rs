@@ -96,9 +96,6 @@ mod tests {
                     attempts: 0,
                     claim_id: None,
                     last_claim_id: None,
-                    model: "m".into(),
-                    prompt_name: String::new(),
-                    prompt_version: String::new(),
                 };
                 (key, row)
             })

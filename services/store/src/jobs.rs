@@ -342,9 +342,6 @@ pub async fn follow_provider(
                 let why = format!("the job carrying the row ended {}: {error}", t.state);
                 for w in &mut writes {
                     w.last_error = Some(why.clone());
-                    if let Some(a) = &mut w.attempt {
-                        a.error = why.clone();
-                    }
                 }
             }
             apply::settle(tx, ledger, token, &writes).await?;
@@ -737,9 +734,6 @@ impl Store {
                 );
                 for w in &mut writes {
                     w.last_error = Some(why.clone());
-                    if let Some(a) = &mut w.attempt {
-                        a.error = why.clone();
-                    }
                 }
             }
             apply::settle(&mut tx, record.id, token, &writes).await?;

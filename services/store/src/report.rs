@@ -29,7 +29,7 @@ const MAX_ERROR_CHARS: usize = 2048;
 /// The one-statement report: locks the claim (ACTIVE, within its lease,
 /// without a job), settles the rows (only those RUNNING under it), drops
 /// them from the claim's count, and asserts (migration 0006) that every row
-/// given was written, so that it keeps all or nothing. `$33` is the number
+/// given was written, so that it keeps all or nothing. `$23` is the number
 /// of rows.
 static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -42,12 +42,12 @@ static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
          {},
          -- As claims::drop_held, for a live claim without a job.
          dropped AS (
-             UPDATE claims SET held = held - $33,
-                    state = CASE WHEN held - $33 <= 0 THEN 2 ELSE state END
+             UPDATE claims SET held = held - $23,
+                    state = CASE WHEN held - $23 <= 0 THEN 2 ELSE state END
              WHERE token = (SELECT token FROM c)
              RETURNING held
          )
-         SELECT tally_assert((SELECT count(*) FROM upd) = $33,
+         SELECT tally_assert((SELECT count(*) FROM upd) = $23,
                              'the claim no longer holds every row reported'),
                 (SELECT held FROM dropped), now()",
         apply::settle_ctes("EXISTS (SELECT 1 FROM c)")
@@ -170,7 +170,7 @@ impl Store {
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .unzip();
-        let args = apply::Settlement::new(token, &writes);
+        let args = apply::Settlement::new(&writes);
         let query = sqlx::query(ONE_STATEMENT_SQL.as_str())
             .bind(record.id)
             .bind(token);
@@ -273,7 +273,7 @@ fn decide(
         failures: t.failures,
         total: t.total,
         rule: t.rule.as_ref().map(|r| r.name()),
-        last_error: Some(error.clone()),
+        last_error: Some(error),
         result: item
             .result
             .clone()
@@ -282,16 +282,10 @@ fn decide(
         retry_after_ms,
         attempted: true,
         attempt: Some(NewAttempt {
-            number: t.total as i32,
             job_id,
-            model: row.model.clone(),
-            prompt_name: row.prompt_name.clone(),
-            prompt_version: row.prompt_version.clone(),
             outcome: attempt.outcome,
             rule: attempt.rule.name(),
             budget: attempt.budget,
-            usage: item.usage,
-            error,
             actor: actor.to_string(),
         }),
     };
