@@ -427,13 +427,13 @@ pub fn claim_to_proto(c: &st::ClaimRecord) -> pb::Claim {
     }
 }
 
-pub fn claimed_row_to_proto(r: &st::ClaimedRow) -> pb::ClaimedRow {
+pub fn claimed_row_to_proto(r: st::ClaimedRow) -> pb::ClaimedRow {
     pb::ClaimedRow {
-        key: r.key.clone(),
-        payload: r.payload.clone(),
         prompt: prompt_ref(&r.prompt_name, &r.prompt_version),
-        model: r.model.clone(),
         attempts: Some(attempts(r.failures, r.total)),
+        key: r.key,
+        payload: r.payload,
+        model: r.model,
     }
 }
 

@@ -183,7 +183,11 @@ impl LedgerService for Ledgers {
             None => pb::ClaimRowsResponse::default(),
             Some(g) => pb::ClaimRowsResponse {
                 claim: Some(convert::claim_to_proto(&g.claim)),
-                rows: g.rows.iter().map(convert::claimed_row_to_proto).collect(),
+                rows: g
+                    .rows
+                    .into_iter()
+                    .map(convert::claimed_row_to_proto)
+                    .collect(),
             },
         }))
     }

@@ -12,7 +12,8 @@ use crate::types::{
     Rescued, Time, Usage,
 };
 use crate::{Result, Store, StoreError, events, jitter_sample, jobs, ledgers};
-use sqlx::{Postgres, Transaction};
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, Row, Transaction};
 use std::time::Duration;
 use tally_core::job::JobEvent;
 use tally_core::policy::Policy;
@@ -219,13 +220,34 @@ pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
 }
 
 /// A row taken by a claim, with the claim's times repeated on each.
-#[derive(sqlx::FromRow)]
 struct TakenRow {
     id: i64,
-    #[sqlx(flatten)]
     row: HeldRow,
     create_time: Time,
     expire_time: Time,
+}
+
+/// By position, in `take_rows`'s column order: hundreds of rows a call, and
+/// a look-up by column name per field showed in profiles.
+impl sqlx::FromRow<'_, PgRow> for TakenRow {
+    fn from_row(r: &PgRow) -> sqlx::Result<Self> {
+        Ok(TakenRow {
+            id: r.try_get(0)?,
+            row: HeldRow {
+                key: r.try_get(1)?,
+                payload: r.try_get(2)?,
+                prompt_name: r.try_get(3)?,
+                prompt_version: r.try_get(4)?,
+                model: r.try_get(5)?,
+                provider_failures: r.try_get(6)?,
+                content_failures: r.try_get(7)?,
+                infra_failures: r.try_get(8)?,
+                attempts: r.try_get(9)?,
+            },
+            create_time: r.try_get(10)?,
+            expire_time: r.try_get(11)?,
+        })
+    }
 }
 
 /// The claim itself, in one statement: the model (given, or that of the
