@@ -231,7 +231,7 @@ impl LedgerService for Ledgers {
         req: Request<pb::ReportOutcomesRequest>,
     ) -> Reply<pb::ReportOutcomesResponse> {
         let actor = actor(&req);
-        let (ledger, token, items) = validate::report(req.get_ref(), &self.limits)?;
+        let (ledger, token, items) = validate::report(req.into_inner(), &self.limits)?;
         let summary = self
             .store
             .report(&ledger, token, &items, &actor)
@@ -241,7 +241,7 @@ impl LedgerService for Ledgers {
             held: summary.held,
             ..Default::default()
         };
-        for v in &summary.verdicts {
+        for v in summary.verdicts {
             let verdict = convert::verdict_to_proto(v.verdict);
             match verdict {
                 pb::Verdict::Succeeded => resp.succeeded += 1,
@@ -252,9 +252,9 @@ impl LedgerService for Ledgers {
                 pb::Verdict::Unspecified => {}
             }
             resp.verdicts.push(pb::RowVerdict {
-                key: v.key.clone(),
+                key: v.key,
                 verdict: verdict as i32,
-                rule: v.rule.clone(),
+                rule: v.rule,
                 budget: convert::budget_to_proto(v.budget),
                 next_attempt_time: convert::opt_timestamp(v.next_attempt_time),
                 attempts: Some(convert::attempts(v.failures, v.total)),

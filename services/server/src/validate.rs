@@ -198,8 +198,9 @@ pub fn keys(
     finish(v)
 }
 
+/// Takes the request by value: keys and results move into the items.
 pub fn report(
-    req: &pb::ReportOutcomesRequest,
+    req: pb::ReportOutcomesRequest,
     limits: &Limits,
 ) -> Result<(String, Uuid, Vec<ReportItem>), Status> {
     let (ledger, token) = claim("claim", &req.claim)?;
@@ -213,20 +214,20 @@ pub fn report(
     finish(v)?;
     let mut v = Violations::new();
     let mut items = Vec::with_capacity(req.outcomes.len());
-    for (i, o) in req.outcomes.iter().enumerate() {
+    for (i, o) in req.outcomes.into_iter().enumerate() {
         let at = |f: &str| format!("outcomes[{i}].{f}");
         v.check(at("key"), validate_key(&o.key));
         let usage = convert::usage_from_proto(o.usage.as_ref()).unwrap_or_else(|| {
             v.add(at("usage"), "token counts must not be negative");
             Default::default()
         });
-        let (outcome, result) = match &o.outcome {
+        let (outcome, result) = match o.outcome {
             Some(pb::row_outcome::Outcome::Result(r)) => {
-                v.check(at("result"), payload::validate_value(r));
-                (Outcome::Success, Some(r.clone()))
+                v.check(at("result"), payload::validate_value(&r));
+                (Outcome::Success, Some(r))
             }
             Some(pb::row_outcome::Outcome::Failure(f)) => (
-                Outcome::Failure(convert::failure_from_proto(f, &at("failure"), &mut v)),
+                Outcome::Failure(convert::failure_from_proto(&f, &at("failure"), &mut v)),
                 None,
             ),
             None => {
@@ -235,7 +236,7 @@ pub fn report(
             }
         };
         items.push(ReportItem {
-            key: o.key.clone(),
+            key: o.key,
             outcome,
             result,
             usage,
@@ -496,7 +497,7 @@ mod tests {
             ],
         };
         assert_eq!(
-            fields(&report(&req, &Limits::default()).unwrap_err()),
+            fields(&report(req, &Limits::default()).unwrap_err()),
             [
                 "outcomes[0].outcome",
                 "outcomes[1].usage",
