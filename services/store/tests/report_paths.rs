@@ -139,3 +139,37 @@ async fn released_rows_are_stale_beside_held_ones() {
     assert_eq!(a.status, RowStatus::Pending);
     assert_queue_consistent(&env.store).await;
 }
+
+/// Invariant 1 under a race: the same report sent eight times at once (a
+/// worker retrying on a timeout) settles each row exactly once; every other
+/// copy answers DUPLICATE and records no attempt.
+#[tokio::test]
+async fn concurrent_copies_of_one_report_settle_each_row_once() {
+    let env = env().await;
+    ledger(&env).await;
+    let keys = ["a", "b", "c", "d"];
+    let rows: Vec<_> = keys.iter().map(|k| row(k, &[])).collect();
+    env.store.enroll("l", &rows).await.unwrap();
+    let token = claim(&env.store, "l", 10).await.unwrap().claim.token;
+    let copies: Vec<_> = (0..8)
+        .map(|_| {
+            let store = env.store.clone();
+            tokio::spawn(async move { report(&store, token, &keys).await })
+        })
+        .collect();
+    let mut succeeded = 0;
+    for copy in copies {
+        for (key, verdict) in verdicts(&copy.await.unwrap()) {
+            match verdict {
+                Verdict::Succeeded => succeeded += 1,
+                Verdict::Duplicate => {}
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(succeeded, keys.len());
+    for k in keys {
+        assert_eq!(attempts(&env.store, k).await, 1, "{k}");
+    }
+    assert_queue_consistent(&env.store).await;
+}
