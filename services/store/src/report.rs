@@ -34,9 +34,12 @@ const MAX_ERROR_CHARS: usize = 2048;
 static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH RECURSIVE c AS (
-             SELECT token FROM claims
-             WHERE token = $2 AND ledger_id = $1 AND state = 1 AND expire_time > now()
-               AND job_id IS NULL
+             -- By token only (the primary key): a condition on expire_time
+             -- here could send the planner through the index of every
+             -- active claim.
+             SELECT token,
+                    state = 1 AND expire_time > now() AND job_id IS NULL AS live
+             FROM claims WHERE token = $2 AND ledger_id = $1
              FOR UPDATE
          ),
          {},
@@ -44,13 +47,13 @@ static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
          dropped AS (
              UPDATE claims SET held = held - $23,
                     state = CASE WHEN held - $23 <= 0 THEN 2 ELSE state END
-             WHERE token = (SELECT token FROM c)
+             WHERE token = (SELECT token FROM c WHERE live)
              RETURNING held
          )
          SELECT tally_assert((SELECT count(*) FROM upd) = $23,
                              'the claim no longer holds every row reported'),
                 (SELECT held FROM dropped), now()",
-        apply::settle_ctes("EXISTS (SELECT 1 FROM c)")
+        apply::settle_ctes("coalesce((SELECT live FROM c), false)")
     )
 });
 
