@@ -485,7 +485,10 @@ async fn a_killed_server_loses_no_acknowledged_write() {
             continue;
         }
         let states: Vec<(String, i16, Option<uuid::Uuid>, bool, bool)> = sqlx::query_as(
-            "SELECT r.key, r.status, r.claim_id, c.expire_time <= now(),
+            "SELECT r.key,
+                    CASE WHEN c.state = 1 AND r.id = ANY(c.row_ids) THEN 2::int2 ELSE r.status END,
+                    CASE WHEN c.state = 1 AND r.id = ANY(c.row_ids) THEN c.token END,
+                    c.expire_time <= now(),
                     EXISTS (SELECT 1 FROM attempts a
                              WHERE a.ledger_id = r.ledger_id AND a.row_id = r.id
                                AND a.claim_id = c.token AND a.outcome = 4)

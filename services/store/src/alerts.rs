@@ -13,12 +13,10 @@
 //! dies mid-POST leaves a lease that runs out, and another sender retries
 //! with the same `msg_id`, which receivers use to drop duplicates.
 
-use crate::types::{LedgerRecord, OutboxAlert, Time};
-use crate::{Result, Store, StoreError};
+use crate::types::{LedgerRecord, OutboxAlert};
+use crate::{Result, Store};
 use std::time::Duration;
 use tally_core::alert::{self, AlertFacts, AlertKind, Decision};
-use tally_core::status::RowStatus;
-use tally_core::summary::LedgerCounts;
 
 impl Store {
     /// Ledgers whose policy asks for alerts.
@@ -110,7 +108,7 @@ impl Store {
             tx.commit().await?;
             return Ok(None);
         }
-        let (counts, by_rule, now) = ledger_counts(&mut tx, ledger.id).await?;
+        let (counts, by_rule, now) = crate::rows::status_counts(&mut *tx, ledger.id).await?;
         let examples: Vec<String> = sqlx::query_scalar(
             "SELECT key FROM rows WHERE ledger_id = $1 AND status = 5
              ORDER BY update_time DESC, key LIMIT $2",
@@ -207,38 +205,4 @@ impl Store {
         .await?;
         Ok(())
     }
-}
-
-/// Counts by status and PERMANENT rows by rule, with the database's now.
-async fn ledger_counts(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    ledger_id: i64,
-) -> Result<(LedgerCounts, Vec<(String, i64)>, Time)> {
-    let rows: Vec<(i16, String, i64, Time)> = sqlx::query_as(
-        "SELECT status, CASE WHEN status = 5 THEN rule ELSE '' END AS rule, count(*), now()
-         FROM rows WHERE ledger_id = $1 GROUP BY 1, 2",
-    )
-    .bind(ledger_id)
-    .fetch_all(&mut **tx)
-    .await?;
-    let mut counts = LedgerCounts::default();
-    let mut by_rule = Vec::new();
-    let mut now = chrono::Utc::now();
-    for (code, rule, n, t) in rows {
-        now = t;
-        match RowStatus::from_code(code) {
-            Some(RowStatus::Pending) => counts.pending += n,
-            Some(RowStatus::Running) => counts.running += n,
-            Some(RowStatus::Retryable) => counts.retryable += n,
-            Some(RowStatus::Succeeded) => counts.succeeded += n,
-            Some(RowStatus::Permanent) => {
-                counts.permanent += n;
-                by_rule.push((rule, n));
-            }
-            Some(RowStatus::Blocked) => counts.blocked += n,
-            None => return Err(StoreError::Internal(format!("row status {code}"))),
-        }
-    }
-    by_rule.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok((counts, by_rule, now))
 }

@@ -149,20 +149,25 @@ impl<'a> Settlement<'a> {
 pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// The settling CTEs, to follow `WITH RECURSIVE` (`doomed` walks the
-/// dependency graph): `upd` writes the rows (`$1` ledger, `$2` claim token,
-/// the rest from [`Settlement::bind`]) where they are RUNNING under the claim
-/// and `gate` (SQL after `AND`, or `true`) holds; `deps` counts down the
-/// unmet dependencies of dependants of rows that SUCCEEDED and BLOCKs every
-/// transitive dependant of rows that became PERMANENT, in one update of each
-/// dependant; `queued` requeues what is claimable again; `recorded` keeps the
-/// attempts (numbered by the rows' new attempt counts, with the usage and
-/// error just written). The statement using them reads `upd`.
+/// dependency graph) and a CTE `c` that locks the claim (`$2`, of ledger
+/// `$1`) with its `row_ids`, `held` and `job_id`, and says whether it may
+/// settle (`live`). `upd` writes the rows
+/// (the rest of the arguments from [`Settlement::bind`]); `deps` counts down
+/// the unmet dependencies of dependants of rows that SUCCEEDED and BLOCKs
+/// every transitive dependant of rows that became PERMANENT, in one update
+/// of each dependant; `queued` requeues what is claimable again;
+/// `recorded` keeps the attempts (numbered by the rows' new attempt counts,
+/// with the usage and error just written); `dropped` takes the written rows
+/// out of the claim's `row_ids` (the rows it holds, migration 0007) and
+/// closes a claim without a job that holds nothing more. The statement
+/// using them must assert [`SETTLED`].
 ///
-/// No dependant is ever a row of the claim (a row runs only once every
-/// dependency SUCCEEDED), so `upd` and `deps` never touch the same row.
-pub(crate) fn settle_ctes(gate: &str) -> String {
-    format!(
-        r#"
+/// A held row keeps the status it was claimed with (PENDING or RETRYABLE)
+/// until it is settled here. No dependant is ever a held row (a row is
+/// claimed only once every dependency SUCCEEDED, which never changes), so
+/// `upd` and `deps` never touch the same row.
+pub(crate) fn settle_ctes() -> &'static str {
+    r#"
         w AS (
             SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
                                  $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
@@ -186,13 +191,14 @@ pub(crate) fn settle_ctes(gate: &str) -> String {
                 output_tokens = r.output_tokens + coalesce(w.d_out, 0),
                 thinking_tokens = r.thinking_tokens + coalesce(w.d_think, 0),
                 cached_tokens = r.cached_tokens + coalesce(w.d_cached, 0),
-                claim_id = NULL,
                 last_claim_id = CASE WHEN w.attempted THEN $2 ELSE r.last_claim_id END,
+                job_id = coalesce((SELECT job_id FROM c), r.job_id),
                 next_attempt_time = CASE WHEN w.status = 3
                     THEN now() + coalesce(w.delay_ms, 0) * interval '1 millisecond' END,
                 update_time = now()
             FROM w
-            WHERE r.id = w.id AND r.status = 2 AND r.claim_id = $2 AND {gate}
+            WHERE r.id = w.id AND r.status IN (1, 3)
+              AND coalesce((SELECT live FROM c), false)
             RETURNING r.id, r.status, r.model, r.next_attempt_time, r.prompt_name,
                       r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
                       w.d_cached, w.a_outcome, w.a_rule, w.a_budget, w.a_job, w.a_actor
@@ -240,41 +246,77 @@ pub(crate) fn settle_ctes(gate: &str) -> String {
                    coalesce(d_think, 0), coalesce(d_cached, 0), last_error,
                    coalesce(a_actor, '')
             FROM upd WHERE a_outcome IS NOT NULL
+        ),
+        -- Every claim without a job is DONE once it holds nothing; a claim
+        -- with one stays ACTIVE (its lease is the job owner's) until the job
+        -- is finished, adopted or abandoned.
+        dropped AS (
+            UPDATE claims k SET row_ids = kept.ids, held = cardinality(kept.ids),
+                   state = CASE WHEN cardinality(kept.ids) = 0 AND k.state = 1
+                                     AND k.job_id IS NULL THEN 2 ELSE k.state END
+            FROM (SELECT ARRAY(SELECT x FROM unnest(c.row_ids) x
+                               EXCEPT SELECT id FROM upd ORDER BY 1) AS ids
+                  FROM c WHERE c.live) kept
+            WHERE k.token = $2
+            RETURNING k.held
         )"#
-    )
 }
+
+/// What a settling statement asserts (with `tally_assert`, migration 0006),
+/// given `$23`, the number of rows it was given: it wrote every one of them,
+/// and each was one the claim held. Otherwise it raises SQLSTATE
+/// [`FENCE_MOVED`] and keeps nothing.
+pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $23
+          AND (SELECT c.held - d.held FROM c, dropped d) = $23";
+
+/// SQLSTATE of `tally_assert`.
+pub(crate) const FENCE_MOVED: &str = "TL001";
 
 static SETTLE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH RECURSIVE {} SELECT count(*) FROM upd",
-        settle_ctes("true")
+        "WITH RECURSIVE c AS (
+             SELECT token, row_ids, held, job_id, true AS live FROM claims
+             WHERE token = $2 AND ledger_id = $1 FOR UPDATE
+         ),
+         {}
+         SELECT tally_assert({SETTLED}, 'a settled row was not held by the claim'),
+                (SELECT held FROM dropped)",
+        settle_ctes()
     )
 });
 
-/// Writes `writes` for rows held by claim `claim_id`. Fails (and the caller
-/// rolls back) if any row is no longer RUNNING under that claim: callers
-/// lock the rows first, so that would be a bug.
+/// Writes `writes` for rows held by claim `claim_id` and takes them out of
+/// its `row_ids`; returns how many rows the claim still holds. Fails (and
+/// the caller rolls back) if any row was not held: callers lock the claim
+/// and read what it holds first, so that would be a bug.
 pub(crate) async fn settle(
     tx: &mut Transaction<'static, Postgres>,
     ledger_id: i64,
     claim_id: Uuid,
     writes: &[RowWrite],
-) -> Result<()> {
+) -> Result<i32> {
     if writes.is_empty() {
-        return Ok(());
+        return Ok(
+            sqlx::query_scalar("SELECT held FROM claims WHERE token = $1")
+                .bind(claim_id)
+                .fetch_one(&mut **tx)
+                .await?,
+        );
     }
     let args = Settlement::new(writes);
     let query = sqlx::query(SETTLE_SQL.as_str())
         .bind(ledger_id)
         .bind(claim_id);
-    let updated: i64 = args.bind(query).fetch_one(&mut **tx).await?.try_get(0)?;
     let n = args.len();
-    if updated != n as i64 {
-        return Err(StoreError::Internal(format!(
-            "settled {updated} of {n} rows of claim {claim_id}: a row changed under its lock"
-        )));
+    match args.bind(query).bind(n as i64).fetch_one(&mut **tx).await {
+        Ok(row) => Ok(row.try_get(1)?),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(FENCE_MOVED) => {
+            Err(StoreError::Internal(format!(
+                "settling {n} rows of claim {claim_id}: a row was not held by the claim under its lock"
+            )))
+        }
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// BLOCKs every transitive dependant of rows that just became PERMANENT.

@@ -3,7 +3,9 @@
 //!
 //! A claim takes rows off the narrow `runnable` queue with `FOR UPDATE SKIP
 //! LOCKED` (concurrent claimers never wait for, nor get, the same row) and
-//! marks them RUNNING under the claim's token, all in one statement.
+//! records them in its `row_ids`, all in one statement. The rows themselves
+//! are not written until they are settled (migration 0007): a row is
+//! RUNNING while an ACTIVE claim's `row_ids` holds it.
 
 use crate::apply::{self, NewAttempt, RowWrite};
 use crate::held::HeldRows;
@@ -94,6 +96,8 @@ pub(crate) struct LockedClaim {
     pub live: bool,
     pub job_id: Option<i64>,
     pub now: Time,
+    /// The rows the claim holds.
+    pub row_ids: Vec<i64>,
 }
 
 impl LockedClaim {
@@ -103,7 +107,8 @@ impl LockedClaim {
     }
 }
 
-/// A RUNNING row as the store loads it to settle it.
+/// A row as the store loads it to settle it (or to answer a report that
+/// does not).
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub(crate) struct LockedRow {
     pub id: i64,
@@ -113,11 +118,23 @@ pub(crate) struct LockedRow {
     pub content_failures: i32,
     pub infra_failures: i32,
     pub attempts: i32,
-    pub claim_id: Option<Uuid>,
     pub last_claim_id: Option<Uuid>,
 }
 
 impl LockedRow {
+    /// The row as the claim holding it sees it: RUNNING.
+    pub fn held_state(&self) -> RowState {
+        RowState {
+            status: RowStatus::Running,
+            failures: PerBudget::new(
+                self.provider_failures as u32,
+                self.content_failures as u32,
+                self.infra_failures as u32,
+            ),
+            total: self.attempts as u32,
+        }
+    }
+
     pub fn state(&self) -> Result<RowState> {
         Ok(RowState {
             status: RowStatus::from_code(self.status).ok_or_else(|| {
@@ -134,7 +151,7 @@ impl LockedRow {
 }
 
 pub(crate) const LOCKED_ROW_COLUMNS: &str = "id, key, status, provider_failures, content_failures, \
-     infra_failures, attempts, claim_id, last_claim_id";
+     infra_failures, attempts, last_claim_id";
 
 /// Loads and locks a claim of a ledger; NOT_FOUND when there is none.
 pub(crate) async fn lock_claim(
@@ -144,7 +161,7 @@ pub(crate) async fn lock_claim(
     token: Uuid,
 ) -> Result<LockedClaim> {
     sqlx::query_as::<_, LockedClaim>(
-        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now
+        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now, row_ids
          FROM claims WHERE token = $1 AND ledger_id = $2 FOR UPDATE",
     )
     .bind(token)
@@ -155,6 +172,7 @@ pub(crate) async fn lock_claim(
 }
 
 /// Loads and locks the rows a claim still holds (optionally only `keys`).
+/// The caller holds the claim's lock.
 pub(crate) async fn lock_held_rows(
     tx: &mut Transaction<'static, Postgres>,
     token: Uuid,
@@ -163,7 +181,7 @@ pub(crate) async fn lock_held_rows(
     let sql = format!(
         "SELECT {LOCKED_ROW_COLUMNS} FROM rows
          WHERE id = ANY((SELECT row_ids FROM claims WHERE token = $1)::int8[])
-           AND claim_id = $1 AND status = 2 AND ($2::text[] IS NULL OR key = ANY($2))
+           AND ($2::text[] IS NULL OR key = ANY($2))
          ORDER BY id FOR UPDATE"
     );
     Ok(sqlx::query_as::<_, LockedRow>(sqlx::AssertSqlSafe(sql))
@@ -171,34 +189,6 @@ pub(crate) async fn lock_held_rows(
         .bind(keys)
         .fetch_all(&mut **tx)
         .await?)
-}
-
-/// Marks `n` rows as no longer held; the claim is DONE when none are left,
-/// unless it carries a job: that claim stays ACTIVE (its lease is the job
-/// owner's) until the job is finished, adopted or abandoned.
-pub(crate) async fn drop_held(
-    tx: &mut Transaction<'static, Postgres>,
-    token: Uuid,
-    n: i32,
-) -> Result<i32> {
-    if n == 0 {
-        return Ok(
-            sqlx::query_scalar("SELECT held FROM claims WHERE token = $1")
-                .bind(token)
-                .fetch_one(&mut **tx)
-                .await?,
-        );
-    }
-    Ok(sqlx::query_scalar(
-        "UPDATE claims SET held = held - $2,
-                state = CASE WHEN held - $2 <= 0 AND state = 1 AND job_id IS NULL
-                             THEN 2 ELSE state END
-         WHERE token = $1 RETURNING held",
-    )
-    .bind(token)
-    .bind(n)
-    .fetch_one(&mut **tx)
-    .await?)
 }
 
 const CLAIM_SELECT: &str = "SELECT c.token, l.name AS ledger, c.worker, c.model, c.create_time, \
@@ -388,13 +378,20 @@ impl Store {
                     content_failures: r.content_failures,
                     infra_failures: r.infra_failures,
                     attempts: r.attempts,
-                    claim_id: Some(token),
                     last_claim_id: None,
                 };
                 (r.key.clone(), row)
             })
             .collect();
-        self.held.insert(token, HeldRows { ledger_id, rows });
+        let held = taken.len() as i32;
+        self.held.insert(
+            token,
+            HeldRows {
+                ledger_id,
+                rows,
+                held,
+            },
+        );
     }
 
     /// Rescues the ledger's expired claims, if a one-row probe finds any.
@@ -434,7 +431,6 @@ impl Store {
             "SELECT key, payload, prompt_name, prompt_version, model, provider_failures,
                     content_failures, infra_failures, attempts
              FROM rows WHERE id = ANY((SELECT row_ids FROM claims WHERE token = $1)::int8[])
-               AND claim_id = $1 AND status = 2
              ORDER BY id",
         )
         .bind(token)
@@ -512,8 +508,7 @@ impl Store {
             let writes = transitions(&rows, &Event::Release, &record.policy, claim.job_id, |_| {
                 None
             })?;
-            apply::settle(&mut tx, record.id, token, &writes).await?;
-            let held = drop_held(&mut tx, token, writes.len() as i32).await?;
+            let held = apply::settle(&mut tx, record.id, token, &writes).await?;
             if let Some(job) = job.filter(|_| held <= 0) {
                 jobs::abandon(
                     &mut tx,
@@ -530,6 +525,7 @@ impl Store {
             Ok((writes.len() as i64, out))
         }
         .await;
+        self.held.forget(token);
         crate::end_tx(tx, out).await
     }
 
@@ -592,10 +588,11 @@ impl Store {
                 |_| Some("system".to_string()),
             )?;
             apply::settle(&mut tx, ledger_id, token, &writes).await?;
-            sqlx::query("UPDATE claims SET state = 3, held = 0 WHERE token = $1")
+            sqlx::query("UPDATE claims SET state = 3 WHERE token = $1")
                 .bind(token)
                 .execute(&mut *tx)
                 .await?;
+            self.held.forget(token);
             out.rows += writes.len();
             if !writes.is_empty() {
                 tracing::info!(ledger = %ledger, claim = %token, rows = writes.len(), "rescued rows of an expired claim");
@@ -641,7 +638,7 @@ pub(crate) fn transitions(
                 overrides: &overrides,
                 jitter: jitter_sample(row.id, row.attempts as u32),
             };
-            let t = transition::step(row.state()?, event, &ctx).map_err(|r| {
+            let t = transition::step(row.held_state(), event, &ctx).map_err(|r| {
                 StoreError::Internal(format!("row {} refused {event:?}: {r}", row.key))
             })?;
             Ok(RowWrite {

@@ -1,13 +1,14 @@
 //! What the claims this process granted hold, as each claim found its rows:
 //! a report of those rows can then be decided without reading them back.
 //!
-//! It is only ever a hint. While a row is RUNNING under a claim nothing but
-//! that claim's own settlement changes its counters, so a row still RUNNING
-//! under the token when the report writes is exactly as the claim found it;
-//! the report's guarded statement checks that (and the claim's lease) and
-//! writes nothing unless every row passes. A claim granted by another
-//! replica, evicted, or reported in part is simply not found, or fails the
-//! check, and the report reads the rows as before.
+//! It is only ever a hint. While a claim holds a row nothing but that
+//! claim's own settlements changes it, and every settlement lowers the
+//! claim's `held` count; so while `held` is what this process last saw, the
+//! rows remembered here are exactly the rows the claim holds, as it found
+//! them. The report's guarded statement checks that (and the claim's lease)
+//! and writes nothing unless it holds. A claim granted by another replica,
+//! evicted, or settled elsewhere is simply not found, or fails the check, and
+//! the report reads the rows as before.
 
 use crate::claims::LockedRow;
 use std::collections::{HashMap, VecDeque};
@@ -17,11 +18,14 @@ use uuid::Uuid;
 /// Past this many rows, the oldest claims are forgotten first.
 const MAX_ROWS: usize = 50_000;
 
-/// The rows of one claim by key, each as the claim found it.
+/// The rows of one claim not yet reported through this process, by key,
+/// each as the claim found it, and the claim's `held` count as this process
+/// last saw it.
 #[derive(Debug)]
 pub(crate) struct HeldRows {
     pub ledger_id: i64,
     pub rows: HashMap<String, LockedRow>,
+    pub held: i32,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +73,33 @@ impl HeldCache {
         self.lock().claims.get(&token).cloned()
     }
 
+    /// Notes that a report through this process settled `keys` of claim
+    /// `token`, after which the claim holds `held` rows. Forgets the claim
+    /// when it holds none, or when another report of it is in flight here
+    /// (that one then finds the claim changed and reads it back).
+    pub fn settled<'k>(&self, token: Uuid, keys: impl Iterator<Item = &'k str>, held: i32) {
+        let mut inner = self.lock();
+        let Some(entry) = inner.claims.remove(&token) else {
+            return;
+        };
+        let before = entry.rows.len();
+        let kept = match Arc::try_unwrap(entry) {
+            Ok(mut h) if held > 0 => {
+                for k in keys {
+                    h.rows.remove(k);
+                }
+                h.held = held;
+                Some(h)
+            }
+            _ => None,
+        };
+        inner.rows -= before;
+        if let Some(h) = kept {
+            inner.rows += h.rows.len();
+            inner.claims.insert(token, Arc::new(h));
+        }
+    }
+
     /// Forgets claim `token` (its rows were reported, or the hint failed).
     pub fn forget(&self, token: Uuid) {
         let mut inner = self.lock();
@@ -94,13 +125,16 @@ mod tests {
                     content_failures: 0,
                     infra_failures: 0,
                     attempts: 0,
-                    claim_id: None,
                     last_claim_id: None,
                 };
                 (key, row)
             })
             .collect();
-        HeldRows { ledger_id: 1, rows }
+        HeldRows {
+            ledger_id: 1,
+            rows,
+            held: n as i32,
+        }
     }
 
     #[test]
@@ -130,6 +164,34 @@ mod tests {
         let inner = cache.lock();
         assert!(inner.order.len() <= 1025, "{}", inner.order.len());
         assert_eq!((inner.claims.len(), inner.rows), (0, 0));
+    }
+
+    #[test]
+    fn a_settlement_keeps_the_rest_and_forgets_a_claim_that_holds_nothing() {
+        let cache = HeldCache::default();
+        let t = Uuid::new_v4();
+        cache.insert(t, held(4));
+        cache.settled(t, ["k0", "k1"].into_iter(), 2);
+        let h = cache.get(t).expect("two rows left");
+        assert_eq!((h.held, h.rows.len()), (2, 2));
+        assert!(h.rows.contains_key("k2") && !h.rows.contains_key("k0"));
+        drop(h);
+        assert_eq!(cache.lock().rows, 2);
+        cache.settled(t, ["k2", "k3"].into_iter(), 0);
+        assert!(cache.get(t).is_none());
+        assert_eq!(cache.lock().rows, 0);
+    }
+
+    #[test]
+    fn a_settlement_while_another_report_reads_the_claim_forgets_it() {
+        let cache = HeldCache::default();
+        let t = Uuid::new_v4();
+        cache.insert(t, held(4));
+        let in_flight = cache.get(t);
+        cache.settled(t, ["k0"].into_iter(), 3);
+        assert!(cache.get(t).is_none());
+        assert_eq!(cache.lock().rows, 0);
+        drop(in_flight);
     }
 
     #[test]

@@ -232,7 +232,7 @@ pub(crate) async fn abandon(
         |_| None,
     )?;
     apply::settle(tx, ledger.id, token, &writes).await?;
-    sqlx::query("UPDATE claims SET state = $2, held = 0 WHERE token = $1")
+    sqlx::query("UPDATE claims SET state = $2 WHERE token = $1")
         .bind(token)
         .bind(claim_state)
         .execute(&mut **tx)
@@ -345,7 +345,6 @@ pub async fn follow_provider(
                 }
             }
             apply::settle(tx, ledger, token, &writes).await?;
-            claims::drop_held(tx, token, writes.len() as i32).await?;
             let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
             retryable = count(RowStatus::Retryable);
             permanent = count(RowStatus::Permanent);
@@ -433,11 +432,9 @@ impl Store {
                             CASE WHEN worker <> '' THEN worker ELSE $3 END, held
                      FROM c RETURNING id
                  ),
-                 cl AS (UPDATE claims SET job_id = (SELECT id FROM j) WHERE token = $1),
-                 r AS (
-                     UPDATE rows SET job_id = (SELECT id FROM j)
-                     WHERE id = ANY((SELECT row_ids FROM c)::int8[]) AND claim_id = $1 AND status = 2
-                 )
+                 -- The job's rows are the claim's: readers find the job of
+                 -- a held row through its claim, and settling it records it.
+                 cl AS (UPDATE claims SET job_id = (SELECT id FROM j) WHERE token = $1)
                  SELECT id FROM j",
             )
             .bind(token)
@@ -606,16 +603,20 @@ impl Store {
                 continue;
             }
             let token = Uuid::new_v4();
-            let keys: Vec<(i64, String)> = sqlx::query_as(
-                "SELECT id, key FROM rows
-                 WHERE id = ANY($1) AND claim_id = $2 AND status = 2
-                 ORDER BY id FOR UPDATE",
-            )
-            .bind(&row_ids)
-            .bind(old)
-            .fetch_all(&mut *tx)
-            .await?;
+            let keys: Vec<(i64, String)> =
+                sqlx::query_as("SELECT id, key FROM rows WHERE id = ANY($1) ORDER BY id")
+                    .bind(&row_ids)
+                    .fetch_all(&mut *tx)
+                    .await?;
             let ids: Vec<i64> = keys.iter().map(|(id, _)| *id).collect();
+            if ids.len() != row_ids.len() {
+                return Err(StoreError::Internal(format!(
+                    "claim {old} of job {} holds {} rows, {} of them exist",
+                    job.public_id,
+                    row_ids.len(),
+                    ids.len()
+                )));
+            }
             sqlx::query(
                 "INSERT INTO claims (token, ledger_id, worker, model, row_ids, row_count, held,
                                      job_id, expire_time)
@@ -631,24 +632,7 @@ impl Store {
             .bind(lease_ms(lease, record.policy.lease))
             .execute(&mut *tx)
             .await?;
-            let moved = sqlx::query(
-                "UPDATE rows SET claim_id = $1
-                 WHERE id = ANY($2) AND claim_id = $3 AND status = 2",
-            )
-            .bind(token)
-            .bind(&ids)
-            .bind(old)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if moved != ids.len() as u64 {
-                return Err(StoreError::Internal(format!(
-                    "moved {moved} of {} rows of job {}",
-                    ids.len(),
-                    job.public_id
-                )));
-            }
-            sqlx::query("UPDATE claims SET state = 3, held = 0 WHERE token = $1")
+            sqlx::query("UPDATE claims SET state = 3, held = 0, row_ids = '{}' WHERE token = $1")
                 .bind(old)
                 .execute(&mut *tx)
                 .await?;

@@ -2,9 +2,10 @@
 //!
 //! The store reads what a change needs (locking it), asks `tally-core` what
 //! the change is (pure state machines), and writes the result back in
-//! set-based statements guarded by the state it read: `… WHERE status = 2 AND
-//! claim_id = $claim`. Time is the database's clock (`now()`), so replicas
-//! with skewed clocks agree on leases and backoff.
+//! set-based statements guarded by the state it read: a row is settled only
+//! while the claim it locked still holds it (`claims.row_ids`, migration
+//! 0007). Time is the database's clock (`now()`), so replicas with skewed
+//! clocks agree on leases and backoff.
 //!
 //! - [`Store`]: the pool and the migrator.
 //! - [`ledgers`], [`enroll`], [`claims`], [`report`], [`rows`],

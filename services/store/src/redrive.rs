@@ -5,7 +5,6 @@
 use crate::types::{RedriveResult, RedriveTarget};
 use crate::{Result, Store, StoreError, rows};
 use sqlx::types::Json;
-use sqlx::{Postgres, QueryBuilder};
 use std::collections::HashSet;
 use tally_core::status::RowStatus;
 use tally_core::violation::Violations;
@@ -49,9 +48,7 @@ impl Store {
                 found
             }
             RedriveTarget::Filter(filter) => {
-                let mut qb = QueryBuilder::<Postgres>::new(
-                    "SELECT r.id, r.key, r.status FROM rows r WHERE r.ledger_id = ",
-                );
+                let mut qb = rows::select_rows(&format!("r.id, r.key, {}", rows::STATUS), "");
                 qb.push_bind(record.id);
                 rows::push_filter(&mut qb, filter);
                 qb.push(" ORDER BY r.id FOR UPDATE");

@@ -27,38 +27,29 @@ use uuid::Uuid;
 const MAX_ERROR_CHARS: usize = 2048;
 
 /// The one-statement report: locks the claim (ACTIVE, within its lease,
-/// without a job), settles the rows (only those RUNNING under it), drops
-/// them from the claim's count, and asserts (migration 0006) that every row
-/// given was written, so that it keeps all or nothing. `$23` is the number
-/// of rows.
+/// without a job, and still holding as many rows as this process last saw:
+/// no settlement it does not know of happened), settles the rows and takes
+/// them out of the claim, and asserts (migration 0006) that every row given
+/// was written and held, so that it keeps all or nothing. `$23` is the
+/// number of rows, `$24` the claim's `held` as this process last saw it.
 static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH RECURSIVE c AS (
              -- By token only (the primary key): a condition on expire_time
              -- here could send the planner through the index of every
              -- active claim.
-             SELECT token,
-                    state = 1 AND expire_time > now() AND job_id IS NULL AS live
+             SELECT token, row_ids, held, job_id,
+                    state = 1 AND expire_time > now() AND job_id IS NULL AND held = $24 AS live
              FROM claims WHERE token = $2 AND ledger_id = $1
              FOR UPDATE
          ),
-         {},
-         -- As claims::drop_held, for a live claim without a job.
-         dropped AS (
-             UPDATE claims SET held = held - $23,
-                    state = CASE WHEN held - $23 <= 0 THEN 2 ELSE state END
-             WHERE token = (SELECT token FROM c WHERE live)
-             RETURNING held
-         )
-         SELECT tally_assert((SELECT count(*) FROM upd) = $23,
-                             'the claim no longer holds every row reported'),
+         {}
+         SELECT tally_assert({}, 'the claim no longer holds every row reported'),
                 (SELECT held FROM dropped), now()",
-        apply::settle_ctes("coalesce((SELECT live FROM c), false)")
+        apply::settle_ctes(),
+        apply::SETTLED
     )
 });
-
-/// SQLSTATE of `tally_assert`.
-const FENCE_MOVED: &str = "TL001";
 
 impl Store {
     /// Applies `items` for claim `token`; `actor` is recorded with each
@@ -102,13 +93,14 @@ impl Store {
                 .collect();
 
         let live = claim.is_live();
+        let holds: HashSet<i64> = claim.row_ids.iter().copied().collect();
         let mut seen = HashSet::new();
         let mut writes = Vec::new();
         let mut verdicts = Vec::with_capacity(items.len());
         for item in items {
             let row = rows.get(&item.key);
             let first_mention = seen.insert(item.key.as_str());
-            let held = row.is_some_and(|r| r.claim_id == Some(token) && r.status == 2);
+            let held = row.is_some_and(|r| holds.contains(&r.id));
             let verdict = match row {
                 Some(row) if held && live && first_mention => {
                     let d = decide(row, item, policy, &overrides, claim.job_id, actor)?;
@@ -132,13 +124,14 @@ impl Store {
             };
             verdicts.push(verdict);
         }
-        apply::settle(&mut tx, record.id, token, &writes).await?;
-        let held = claims::drop_held(&mut tx, token, writes.len() as i32).await?;
+        let held = apply::settle(&mut tx, record.id, token, &writes).await?;
         if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
             count_into_job(&mut tx, job_id, token, &writes).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Progress)], actor).await?;
         }
         tx.commit().await?;
+        // What this process remembers of the claim is out of date now.
+        self.held.forget(token);
         Ok(ReportSummary { verdicts, held })
     }
 
@@ -180,11 +173,12 @@ impl Store {
         let outcome = args
             .bind(query)
             .bind(writes.len() as i64)
+            .bind(held.held)
             .fetch_one(&self.pool)
             .await;
         let row = match outcome {
             Ok(row) => row,
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(FENCE_MOVED) => {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(apply::FENCE_MOVED) => {
                 self.held.forget(token);
                 return Ok(None);
             }
@@ -192,9 +186,9 @@ impl Store {
         };
         let held_now: i32 = row.try_get(1)?;
         let now: Time = row.try_get(2)?;
-        if items.len() == held.rows.len() {
-            self.held.forget(token);
-        }
+        drop(held);
+        self.held
+            .settled(token, items.iter().map(|i| i.key.as_str()), held_now);
         Ok(Some(ReportSummary {
             verdicts: answers.into_iter().map(|a| a.at(now)).collect(),
             held: held_now,
@@ -224,7 +218,7 @@ impl Answer {
     }
 }
 
-/// Puts `item`'s outcome for a row RUNNING under the reporting claim through
+/// Puts `item`'s outcome for a row the reporting claim holds (RUNNING) through
 /// the row state machine.
 fn decide(
     row: &LockedRow,
@@ -240,7 +234,7 @@ fn decide(
         jitter: jitter_sample(row.id, row.attempts as u32),
     };
     let event = Event::Report(item.outcome.clone());
-    let t = transition::step(row.state()?, &event, &ctx)
+    let t = transition::step(row.held_state(), &event, &ctx)
         .map_err(|r| StoreError::Internal(format!("held row {} refused a report: {r}", row.key)))?;
     let attempt = t
         .attempt

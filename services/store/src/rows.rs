@@ -1,11 +1,16 @@
 //! Reading rows: one row with its attempts history, filtered lists, and the
 //! ledger summary.
+//!
+//! A row held by a claim keeps its stored status until it is settled
+//! (migration 0007); readers show it RUNNING, under the ACTIVE claim whose
+//! `row_ids` holds it and with that claim's job.
 
 use crate::types::{AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, Time, Usage};
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 use std::collections::HashMap;
 use tally_core::status::{Budget, PerBudget, RowStatus};
+use tally_core::summary::LedgerCounts;
 use uuid::Uuid;
 
 #[derive(sqlx::FromRow)]
@@ -80,7 +85,32 @@ impl RowRow {
     }
 }
 
-/// Columns of `rows r` (with `full`: payload and result too).
+/// The rows a ledger's active claims hold (`$1`: the ledger). Queries that
+/// filter many rows define it as a CTE `held` and test rows against it with
+/// [`IS_HELD`] (a hashed subplan: one pass over the held ids per query).
+const HELD: &str = "SELECT unnest(c.row_ids) AS id FROM claims c \
+     WHERE c.ledger_id = $1 AND c.state = 1";
+
+const IS_HELD: &str = "r.id IN (SELECT id FROM held)";
+
+/// A row's status as filters see it (held rows are RUNNING).
+pub(crate) const STATUS: &str = "(CASE WHEN r.id IN (SELECT id FROM held) \
+     THEN 2::int2 ELSE r.status END)";
+
+/// The claim holding row `r`, with its job, as `h` (`gate`: SQL that is
+/// false for rows known not to be held, so they skip the search).
+fn holder(gate: &str) -> String {
+    format!(
+        "LEFT JOIN LATERAL (
+             SELECT c.token, c.job_id FROM claims c
+             WHERE {gate} AND c.ledger_id = r.ledger_id AND c.state = 1
+               AND r.id = ANY(c.row_ids)
+             LIMIT 1) h ON true"
+    )
+}
+
+/// Columns of `rows r` and its holder `h` (with `full`: payload and result
+/// too).
 fn row_columns(full: bool) -> String {
     let heavy = if full {
         "r.payload, r.result"
@@ -88,19 +118,34 @@ fn row_columns(full: bool) -> String {
         "NULL::text AS payload, NULL::text AS result"
     };
     format!(
-        "r.id, r.key, {heavy}, r.depends_on, r.prompt_name, r.prompt_version, r.model, r.status, \
+        "r.id, r.key, {heavy}, r.depends_on, r.prompt_name, r.prompt_version, r.model, \
+         CASE WHEN h.token IS NOT NULL THEN 2::int2 ELSE r.status END AS status, \
          r.provider_failures, r.content_failures, r.infra_failures, r.attempts, r.rule, \
          r.last_error, r.input_tokens, r.output_tokens, r.thinking_tokens, r.cached_tokens, \
-         r.claim_id, (SELECT j.public_id FROM jobs j WHERE j.id = r.job_id) AS job, \
+         h.token AS claim_id, \
+         (SELECT j.public_id FROM jobs j WHERE j.id = coalesce(h.job_id, r.job_id)) AS job, \
          r.next_attempt_time, r.create_time, r.update_time, r.unmet_deps"
     )
 }
 
-/// Appends ` AND …` conditions for `filter` on `rows r`.
+/// `WITH held … SELECT {select} FROM rows r {join} WHERE r.ledger_id = `
+/// (the caller binds the ledger next, as `$1`): the start of every query
+/// that filters rows with [`push_filter`].
+pub(crate) fn select_rows(select: &str, join: &str) -> QueryBuilder<Postgres> {
+    QueryBuilder::new(format!(
+        "WITH held AS MATERIALIZED ({HELD}) \
+         SELECT {select} FROM rows r {join} WHERE r.ledger_id = "
+    ))
+}
+
+/// Appends ` AND …` conditions for `filter` on `rows r` (with the `held`
+/// CTE of [`select_rows`]).
 pub(crate) fn push_filter(qb: &mut QueryBuilder<Postgres>, filter: &RowFilter) {
     if !filter.statuses.is_empty() {
         let codes: Vec<i16> = filter.statuses.iter().map(|s| s.code()).collect();
-        qb.push(" AND r.status = ANY(").push_bind(codes).push(")");
+        qb.push(format!(" AND {STATUS} = ANY("))
+            .push_bind(codes)
+            .push(")");
     }
     if let Some(rule) = &filter.rule {
         qb.push(" AND r.rule = ").push_bind(rule.clone());
@@ -116,9 +161,17 @@ pub(crate) fn push_filter(qb: &mut QueryBuilder<Postgres>, filter: &RowFilter) {
             .push_bind(version.clone());
     }
     if let Some(job) = &filter.job {
-        qb.push(" AND r.job_id = (SELECT id FROM jobs WHERE public_id = ")
-            .push_bind(job.clone())
-            .push(")");
+        // A held row is the job's while the job's claim holds it; any
+        // other row, when the job was the last to carry it.
+        qb.push(format!(
+            " AND CASE WHEN {IS_HELD} THEN r.id IN (
+                 SELECT unnest(c.row_ids) FROM claims c JOIN jobs j ON j.id = c.job_id
+                 WHERE c.ledger_id = r.ledger_id AND c.state = 1 AND j.public_id = "
+        ))
+        .push_bind(job.clone())
+        .push(") ELSE r.job_id = (SELECT id FROM jobs WHERE public_id = ")
+        .push_bind(job.clone())
+        .push(") END");
     }
 }
 
@@ -149,8 +202,9 @@ impl Store {
     pub async fn get_row(&self, ledger: &str, key: &str) -> Result<RowRecord> {
         let record = self.ledger(ledger).await?;
         let sql = format!(
-            "SELECT {} FROM rows r WHERE r.ledger_id = $1 AND r.key = $2",
-            row_columns(true)
+            "SELECT {} FROM rows r {} WHERE r.ledger_id = $1 AND r.key = $2",
+            row_columns(true),
+            holder("true")
         );
         let row = sqlx::query_as::<_, RowRow>(sqlx::AssertSqlSafe(sql))
             .bind(record.id)
@@ -226,10 +280,7 @@ impl Store {
         full: bool,
     ) -> Result<Vec<RowRecord>> {
         let record = self.ledger(ledger).await?;
-        let mut qb = QueryBuilder::<Postgres>::new(format!(
-            "SELECT {} FROM rows r WHERE r.ledger_id = ",
-            row_columns(full)
-        ));
+        let mut qb = select_rows(&row_columns(full), &holder(IS_HELD));
         qb.push_bind(record.id);
         if let Some(after) = after {
             qb.push(" AND r.key > ").push_bind(after.to_string());
@@ -262,31 +313,9 @@ impl Store {
     pub async fn summarize(&self, ledger: &str) -> Result<LedgerSummary> {
         let record = self.ledger(ledger).await?;
         let mut summary = LedgerSummary::default();
-        let by_status: Vec<(i16, String, i64)> = sqlx::query_as(
-            "SELECT status, CASE WHEN status = 5 THEN rule ELSE '' END AS rule, count(*)
-             FROM rows WHERE ledger_id = $1 GROUP BY 1, 2",
-        )
-        .bind(record.id)
-        .fetch_all(&self.pool)
-        .await?;
-        for (code, rule, n) in by_status {
-            let c = &mut summary.counts;
-            match RowStatus::from_code(code) {
-                Some(RowStatus::Pending) => c.pending += n,
-                Some(RowStatus::Running) => c.running += n,
-                Some(RowStatus::Retryable) => c.retryable += n,
-                Some(RowStatus::Succeeded) => c.succeeded += n,
-                Some(RowStatus::Permanent) => {
-                    c.permanent += n;
-                    summary.permanent_by_rule.push((rule, n));
-                }
-                Some(RowStatus::Blocked) => c.blocked += n,
-                None => return Err(StoreError::Internal(format!("row status {code}"))),
-            }
-        }
-        summary
-            .permanent_by_rule
-            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let (counts, by_rule, _) = status_counts(&self.pool, record.id).await?;
+        summary.counts = counts;
+        summary.permanent_by_rule = by_rule;
         let by_model: Vec<AttemptSums> = sqlx::query_as(
             "SELECT model, budget, count(*) AS n, coalesce(sum(input_tokens), 0)::int8 AS input,
                     coalesce(sum(output_tokens), 0)::int8 AS output,
@@ -338,6 +367,54 @@ impl Store {
         .await?;
         Ok(summary)
     }
+}
+
+/// Counts by status as readers see them (held rows RUNNING), PERMANENT rows
+/// by rule (most first), and the database's now.
+pub(crate) async fn status_counts<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    exec: E,
+    ledger_id: i64,
+) -> Result<(LedgerCounts, Vec<(String, i64)>, Time)> {
+    // Stored statuses, with the held rows counted under 0 and then each
+    // under its stored status with a negative count; a ledger holds far
+    // fewer rows than it has, so this reads the held ones by id only.
+    let rows: Vec<(i16, String, i64, Time)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT status, CASE WHEN status = 5 THEN rule ELSE '' END AS rule, count(*), now()
+         FROM rows WHERE ledger_id = $1 GROUP BY 1, 2
+         UNION ALL
+         SELECT r.status, '', -count(*), now() FROM ({HELD}) h JOIN rows r ON r.id = h.id
+         GROUP BY 1
+         UNION ALL
+         SELECT 0::int2, '', count(*), now() FROM ({HELD}) h"
+    )))
+    .bind(ledger_id)
+    .fetch_all(exec)
+    .await?;
+    let mut counts = LedgerCounts::default();
+    let mut by_rule = Vec::new();
+    let mut now = chrono::Utc::now();
+    for (code, rule, n, t) in rows {
+        now = t;
+        match code {
+            0 => counts.running += n,
+            _ => match RowStatus::from_code(code) {
+                Some(RowStatus::Pending) => counts.pending += n,
+                Some(RowStatus::Running) => counts.running += n,
+                Some(RowStatus::Retryable) => counts.retryable += n,
+                Some(RowStatus::Succeeded) => counts.succeeded += n,
+                Some(RowStatus::Permanent) => {
+                    counts.permanent += n;
+                    if n > 0 {
+                        by_rule.push((rule, n));
+                    }
+                }
+                Some(RowStatus::Blocked) => counts.blocked += n,
+                None => return Err(StoreError::Internal(format!("row status {code}"))),
+            },
+        }
+    }
+    by_rule.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok((counts, by_rule, now))
 }
 
 #[derive(sqlx::FromRow)]

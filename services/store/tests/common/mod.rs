@@ -120,18 +120,28 @@ pub async fn expire(store: &Store, claim: &ClaimGrant) {
 }
 
 /// Every row on the runnable queue (a single entry or one of a chunk) is
-/// claimable, and every claimable row with no unmet dependency is on it
-/// exactly once.
+/// claimable, every claimable row with no unmet dependency is on it exactly
+/// once, a row held by an active claim is on no other active claim and
+/// not on the queue, and only active claims hold rows (claims hold rows without writing them, so the queue is
+/// what keeps two claims from taking one row).
 pub async fn assert_queue_consistent(store: &Store) {
     let bad: i64 = sqlx::query_scalar(
         "WITH queued AS (
              SELECT unnest(coalesce(row_ids, ARRAY[row_id])) AS row_id FROM runnable
-         )
+         ),
+         held AS (SELECT unnest(row_ids) AS row_id FROM claims WHERE state = 1)
          SELECT
            (SELECT count(*) FROM queued q JOIN rows r ON r.id = q.row_id
-              WHERE r.status NOT IN (1, 3) OR r.unmet_deps > 0)
+              WHERE r.status NOT IN (1, 3) OR r.unmet_deps > 0
+                 OR r.id IN (SELECT row_id FROM held))
          + (SELECT count(*) FROM rows r WHERE r.status IN (1, 3) AND r.unmet_deps = 0
-              AND (SELECT count(*) FROM queued q WHERE q.row_id = r.id) <> 1)",
+              AND r.id NOT IN (SELECT row_id FROM held)
+              AND (SELECT count(*) FROM queued q WHERE q.row_id = r.id) <> 1)
+         + (SELECT count(*) - count(DISTINCT row_id) FROM held)
+         + (SELECT count(*) FROM held h JOIN rows r ON r.id = h.row_id
+              WHERE r.status NOT IN (1, 3))
+         + (SELECT count(*) FROM claims
+              WHERE held <> cardinality(row_ids) OR (state <> 1 AND held > 0))",
     )
     .fetch_one(store.pool())
     .await
