@@ -247,6 +247,10 @@ pub(crate) fn settle_ctes() -> &'static str {
                    coalesce(a_actor, '')
             FROM upd WHERE a_outcome IS NOT NULL
         ),
+        kept AS MATERIALIZED (
+            SELECT ARRAY(SELECT x FROM unnest(c.row_ids) x EXCEPT SELECT id FROM upd) AS ids
+            FROM c WHERE c.live
+        ),
         -- Every claim without a job is DONE once it holds nothing; a claim
         -- with one stays ACTIVE (its lease is the job owner's) until the job
         -- is finished, adopted or abandoned.
@@ -254,9 +258,7 @@ pub(crate) fn settle_ctes() -> &'static str {
             UPDATE claims k SET row_ids = kept.ids, held = cardinality(kept.ids),
                    state = CASE WHEN cardinality(kept.ids) = 0 AND k.state = 1
                                      AND k.job_id IS NULL THEN 2 ELSE k.state END
-            FROM (SELECT ARRAY(SELECT x FROM unnest(c.row_ids) x
-                               EXCEPT SELECT id FROM upd ORDER BY 1) AS ids
-                  FROM c WHERE c.live) kept
+            FROM kept
             WHERE k.token = $2
             RETURNING k.held
         )"#

@@ -14,8 +14,9 @@ use crate::types::{
     Rescued, Time, Usage,
 };
 use crate::{Result, Store, StoreError, events, jitter_sample, jobs, ledgers};
-use sqlx::postgres::PgRow;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
+use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 use tally_core::job::JobEvent;
 use tally_core::policy::Policy;
@@ -209,52 +210,54 @@ pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         .ok_or_else(|| StoreError::not_found("claim", token.to_string()))
 }
 
-/// A row taken by a claim, with the claim's times repeated on each.
-struct TakenRow {
-    id: i64,
-    row: HeldRow,
-    create_time: Time,
-    expire_time: Time,
+/// The condition "claim `c` ran out of lease and waits to be rescued"
+/// (claims of submitted jobs wait for adoption instead).
+const RESCUE_DUE: &str = "c.state = 1 AND c.expire_time <= now()
+     AND (c.job_id IS NULL OR EXISTS (
+         SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL))";
+
+/// What one claim statement did: found expired claims to rescue first (and
+/// took nothing), or took these rows (one array per column, in id order).
+#[derive(sqlx::FromRow)]
+struct Taken {
+    due: bool,
+    ids: Option<Vec<i64>>,
+    keys: Option<Vec<String>>,
+    payloads: Option<Vec<String>>,
+    prompt_names: Option<Vec<String>>,
+    prompt_versions: Option<Vec<String>>,
+    models: Option<Vec<String>>,
+    provider_failures: Option<Vec<i32>>,
+    content_failures: Option<Vec<i32>>,
+    infra_failures: Option<Vec<i32>>,
+    attempts: Option<Vec<i32>>,
+    create_time: Option<Time>,
+    expire_time: Option<Time>,
 }
 
-/// By position, in `take_rows`'s column order: hundreds of rows a call, and
-/// a look-up by column name per field showed in profiles.
-impl sqlx::FromRow<'_, PgRow> for TakenRow {
-    fn from_row(r: &PgRow) -> sqlx::Result<Self> {
-        Ok(TakenRow {
-            id: r.try_get(0)?,
-            row: HeldRow {
-                key: r.try_get(1)?,
-                payload: r.try_get(2)?,
-                prompt_name: r.try_get(3)?,
-                prompt_version: r.try_get(4)?,
-                model: r.try_get(5)?,
-                provider_failures: r.try_get(6)?,
-                content_failures: r.try_get(7)?,
-                infra_failures: r.try_get(8)?,
-                attempts: r.try_get(9)?,
-            },
-            create_time: r.try_get(10)?,
-            expire_time: r.try_get(11)?,
-        })
-    }
-}
-
-/// The claim itself, in one statement: the model (given, or that of the
-/// oldest ready row), the queue entries taken and their rows marked RUNNING
-/// under `token` (by `tally_claim_runnable`, migration 0005: SKIP LOCKED,
-/// chunks split where the claim needs only part of one), and the claim
-/// record.
+/// The claim itself, in one statement: unless `check_due` finds expired
+/// claims of the ledger to rescue first, the model (given, or that of the
+/// oldest ready row), the queue entries taken and their rows (by
+/// `tally_claim_runnable`, migrations 0005 and 0007: SKIP LOCKED, chunks
+/// split where the claim needs only part of one), and the claim record
+/// holding them. One row back, whatever happened: arrays, not a row per row
+/// taken (hundreds a call; decoding them one by one showed in profiles).
 async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
     ledger: &LedgerRecord,
     req: &ClaimRequest,
     token: Uuid,
-) -> Result<Vec<TakenRow>> {
-    Ok(sqlx::query_as::<_, TakenRow>(
-        r#"
-        WITH chosen AS (
-            SELECT coalesce($2::text, (
+    check_due: bool,
+) -> Result<Taken> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            r#"
+        WITH due AS (
+            SELECT $8 AND EXISTS (
+                SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {RESCUE_DUE}) AS due
+        ),
+        chosen AS (
+            SELECT CASE WHEN (SELECT due FROM due) THEN NULL ELSE coalesce($2::text, (
                 SELECT m.model FROM ledger_models m
                 CROSS JOIN LATERAL (
                     SELECT r.ready_time FROM runnable r
@@ -262,7 +265,7 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
                       AND r.ready_time <= now()
                     ORDER BY r.ready_time LIMIT 1) first
                 WHERE m.ledger_id = $1
-                ORDER BY first.ready_time LIMIT 1)) AS model
+                ORDER BY first.ready_time LIMIT 1)) END AS model
         ),
         upd AS (
             SELECT * FROM tally_claim_runnable($1, (SELECT model FROM chosen), $3::int4, $4)
@@ -275,47 +278,113 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             FROM upd HAVING count(*) > 0
             RETURNING create_time, expire_time
         )
-        SELECT u.id, u.key, u.payload, u.prompt_name, u.prompt_version, u.model,
-               u.provider_failures, u.content_failures, u.infra_failures, u.attempts,
-               m.create_time, m.expire_time
-        FROM upd u CROSS JOIN made m ORDER BY u.id
-        "#,
-    )
-    .bind(ledger.id)
-    .bind(req.model.as_deref())
-    .bind(req.max_rows)
-    .bind(token)
-    .bind(&req.worker)
-    .bind(req.request_id.as_deref())
-    .bind(lease_ms(req.lease, &ledger.policy))
-    .fetch_all(exec)
-    .await?)
+        SELECT (SELECT due FROM due) AS due,
+               array_agg(u.id) AS ids, array_agg(u.key) AS keys,
+               array_agg(u.payload) AS payloads, array_agg(u.prompt_name) AS prompt_names,
+               array_agg(u.prompt_version) AS prompt_versions, array_agg(u.model) AS models,
+               array_agg(u.provider_failures) AS provider_failures,
+               array_agg(u.content_failures) AS content_failures,
+               array_agg(u.infra_failures) AS infra_failures,
+               array_agg(u.attempts) AS attempts,
+               (SELECT create_time FROM made) AS create_time,
+               (SELECT expire_time FROM made) AS expire_time
+        FROM (SELECT * FROM upd ORDER BY id) u
+        "#
+        )
+    });
+    Ok(sqlx::query_as::<_, Taken>(SQL.as_str())
+        .bind(ledger.id)
+        .bind(req.model.as_deref())
+        .bind(req.max_rows)
+        .bind(token)
+        .bind(&req.worker)
+        .bind(req.request_id.as_deref())
+        .bind(lease_ms(req.lease, &ledger.policy))
+        .bind(check_due)
+        .fetch_one(exec)
+        .await?)
 }
 
-/// The answer to a claim that took `taken` (none: nothing was runnable).
-fn grant(
-    ledger: &LedgerRecord,
-    req: &ClaimRequest,
-    token: Uuid,
-    taken: Vec<TakenRow>,
-) -> Option<ClaimGrant> {
-    let first = taken.first()?;
-    let claim = ClaimRecord {
-        token,
-        ledger: ledger.name.clone(),
-        worker: req.worker.clone(),
-        model: first.row.model.clone(),
-        create_time: first.create_time,
-        expire_time: first.expire_time,
-        state: ClaimState::Active,
-        row_count: taken.len() as i32,
-        held: taken.len() as i32,
-        job: None,
-    };
-    Some(ClaimGrant {
-        claim,
-        rows: taken.into_iter().map(|t| t.row.into()).collect(),
-    })
+impl Taken {
+    /// The answer to the claim (none: nothing was runnable), and what the
+    /// claim holds as it found it (for `held`).
+    fn into_grant(
+        self,
+        ledger: &LedgerRecord,
+        req: &ClaimRequest,
+        token: Uuid,
+    ) -> Result<Option<(ClaimGrant, HeldRows)>> {
+        let ids = self.ids.unwrap_or_default();
+        let (Some(create_time), Some(expire_time)) = (self.create_time, self.expire_time) else {
+            return Ok(None);
+        };
+        let n = ids.len();
+        let mut rows = Vec::with_capacity(n);
+        let mut held = HashMap::with_capacity(n);
+        let columns = ids
+            .into_iter()
+            .zip(self.keys.unwrap_or_default())
+            .zip(self.payloads.unwrap_or_default())
+            .zip(self.prompt_names.unwrap_or_default())
+            .zip(self.prompt_versions.unwrap_or_default())
+            .zip(self.models.unwrap_or_default())
+            .zip(self.provider_failures.unwrap_or_default())
+            .zip(self.content_failures.unwrap_or_default())
+            .zip(self.infra_failures.unwrap_or_default())
+            .zip(self.attempts.unwrap_or_default());
+        for (
+            ((((((((id, key), payload), prompt_name), prompt_version), model), pf), cf), inf),
+            total,
+        ) in columns
+        {
+            held.insert(
+                key.clone(),
+                LockedRow {
+                    id,
+                    key: key.clone(),
+                    status: RowStatus::Running.code(),
+                    provider_failures: pf,
+                    content_failures: cf,
+                    infra_failures: inf,
+                    attempts: total,
+                    last_claim_id: None,
+                },
+            );
+            rows.push(ClaimedRow {
+                key,
+                payload,
+                prompt_name,
+                prompt_version,
+                model,
+                failures: PerBudget::new(pf as u32, cf as u32, inf as u32),
+                total: total as u32,
+            });
+        }
+        let Some(first) = rows.first().filter(|_| rows.len() == n) else {
+            return Err(StoreError::Internal(format!(
+                "claim {token} took {n} rows but returned {} of them",
+                rows.len()
+            )));
+        };
+        let claim = ClaimRecord {
+            token,
+            ledger: ledger.name.clone(),
+            worker: req.worker.clone(),
+            model: first.model.clone(),
+            create_time,
+            expire_time,
+            state: ClaimState::Active,
+            row_count: n as i32,
+            held: n as i32,
+            job: None,
+        };
+        let held = HeldRows {
+            ledger_id: ledger.id,
+            rows: held,
+            held: n as i32,
+        };
+        Ok(Some((ClaimGrant { claim, rows }, held)))
+    }
 }
 
 fn lease_ms(lease: Option<Duration>, policy: &Policy) -> i64 {
@@ -330,16 +399,19 @@ impl Store {
     /// runnable. With a `request_id` seen before, answers that claim again
     /// (with the rows it still holds) instead of leasing more.
     ///
-    /// Without a request id the claim is one statement; expired claims of
-    /// the ledger are rescued first when (a cheap probe says) there are any.
+    /// Expired claims of the ledger are rescued first: without a request id
+    /// the claim is one statement that looks for them and takes nothing when
+    /// it finds any (then they are rescued and the claim runs again).
     pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
         let record = self.ledger(ledger).await?;
         let Some(request_id) = &req.request_id else {
-            self.rescue_if_due(record.id).await?;
             let token = Uuid::new_v4();
-            let taken = take_rows(&self.pool, &record, req, token).await?;
-            self.remember_held(record.id, token, &taken);
-            return Ok(grant(&record, req, token, taken));
+            let mut taken = take_rows(&self.pool, &record, req, token, true).await?;
+            if taken.due {
+                self.rescue_expired(Some(record.id)).await?;
+                taken = take_rows(&self.pool, &record, req, token, false).await?;
+            }
+            return self.granted(&record, req, token, taken);
         };
         if let Some(grant) = self.replay_claim(record.id, req).await? {
             return Ok(Some(grant));
@@ -358,52 +430,32 @@ impl Store {
             return Ok(Some(grant));
         }
         let token = Uuid::new_v4();
-        let taken = take_rows(&mut *tx, &record, req, token).await?;
+        let taken = take_rows(&mut *tx, &record, req, token, false).await?;
         tx.commit().await?;
-        self.remember_held(record.id, token, &taken);
-        Ok(grant(&record, req, token, taken))
+        self.granted(&record, req, token, taken)
     }
 
-    /// Notes what claim `token` took, as it found it (see `held`).
-    fn remember_held(&self, ledger_id: i64, token: Uuid, taken: &[TakenRow]) {
-        let rows = taken
-            .iter()
-            .map(|t| {
-                let r = &t.row;
-                let row = LockedRow {
-                    id: t.id,
-                    key: r.key.clone(),
-                    status: RowStatus::Running.code(),
-                    provider_failures: r.provider_failures,
-                    content_failures: r.content_failures,
-                    infra_failures: r.infra_failures,
-                    attempts: r.attempts,
-                    last_claim_id: None,
-                };
-                (r.key.clone(), row)
-            })
-            .collect();
-        let held = taken.len() as i32;
-        self.held.insert(
-            token,
-            HeldRows {
-                ledger_id,
-                rows,
-                held,
-            },
-        );
+    /// The answer to what a claim took; this process remembers the rows
+    /// (see `held`).
+    fn granted(
+        &self,
+        ledger: &LedgerRecord,
+        req: &ClaimRequest,
+        token: Uuid,
+        taken: Taken,
+    ) -> Result<Option<ClaimGrant>> {
+        let Some((grant, held)) = taken.into_grant(ledger, req, token)? else {
+            return Ok(None);
+        };
+        self.held.insert(token, held);
+        Ok(Some(grant))
     }
 
     /// Rescues the ledger's expired claims, if a one-row probe finds any.
     async fn rescue_if_due(&self, ledger_id: i64) -> Result<()> {
-        let due: bool = sqlx::query_scalar(
-            "SELECT EXISTS (
-                 SELECT 1 FROM claims c
-                 WHERE c.state = 1 AND c.expire_time <= now() AND c.ledger_id = $1
-                   AND (c.job_id IS NULL OR EXISTS (
-                       SELECT 1 FROM jobs j
-                       WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL)))",
-        )
+        let due: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT EXISTS (SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {RESCUE_DUE})"
+        )))
         .bind(ledger_id)
         .fetch_one(&self.pool)
         .await?;

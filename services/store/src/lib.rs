@@ -87,6 +87,10 @@ impl Store {
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .min_connections(1)
+            // No ping before every query (a round trip each): a connection
+            // the database dropped fails its next query as UNAVAILABLE,
+            // which callers retry, and the pool replaces it.
+            .test_before_acquire(false)
             .acquire_timeout(opts.acquire_timeout)
             .connect_with(connect)
             .await?;

@@ -140,7 +140,9 @@ pub async fn claim_report(
         let parent = format!("ledgers/{ledger}");
         tasks.push(tokio::spawn(async move {
             let mut reported = 0u64;
+            let (mut claims, mut reports) = (Vec::new(), Vec::new());
             while Instant::now() < deadline {
+                let t = Instant::now();
                 let grant = client
                     .claim_rows(pb::ClaimRowsRequest {
                         parent: parent.clone(),
@@ -151,22 +153,36 @@ pub async fn claim_report(
                     .await?
                     .into_inner();
                 let Some(claim) = grant.claim else { break };
+                claims.push(t.elapsed());
                 let n = grant.rows.len() as u64;
-                client
-                    .report_outcomes(pb::ReportOutcomesRequest {
-                        claim: claim.name,
-                        outcomes: outcomes(&grant.rows),
-                    })
-                    .await?;
+                let req = pb::ReportOutcomesRequest {
+                    claim: claim.name,
+                    outcomes: outcomes(&grant.rows),
+                };
+                let t = Instant::now();
+                client.report_outcomes(req).await?;
+                reports.push(t.elapsed());
                 reported += n;
             }
-            Ok::<u64, anyhow::Error>(reported)
+            Ok::<_, anyhow::Error>((reported, claims, reports))
         }));
     }
-    let mut total = 0;
+    let (mut total, mut claims, mut reports) = (0, Vec::new(), Vec::new());
     for t in tasks {
-        total += t.await??;
+        let (n, c, r) = t.await??;
+        total += n;
+        claims.extend(c);
+        reports.extend(r);
     }
+    claims.sort();
+    reports.sort();
+    // Where a round's time went, for profiling.
+    eprintln!(
+        "    tally: {} calls a side, ClaimRows p50 {}, ReportOutcomes p50 {}",
+        claims.len(),
+        crate::stats::ms(crate::stats::percentile(&claims, 0.5)),
+        crate::stats::ms(crate::stats::percentile(&reports, 0.5)),
+    );
     Ok((total, start.elapsed()))
 }
 

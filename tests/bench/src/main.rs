@@ -64,6 +64,10 @@ struct Cli {
     /// Which phases to run (default: all of them).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Phase>,
+    /// Worker counts of the claim+report phases (default: 1, 2 and 4 at
+    /// batch 500; 1 and 4 at batch 1).
+    #[arg(long, value_delimiter = ',')]
+    workers: Vec<usize>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -196,7 +200,11 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         (Phase::Batch1, 1, 1, 20_000),
         (Phase::Batch1, 1, 4, 20_000),
     ];
-    for (_, batch, workers, backlog) in claim_phases.into_iter().filter(|p| runs(p.0)) {
+    let counted = |w: usize| cli.workers.is_empty() || cli.workers.contains(&w);
+    for (_, batch, workers, backlog) in claim_phases
+        .into_iter()
+        .filter(|p| runs(p.0) && counted(p.2))
+    {
         let ledger = format!("cr-{batch}-{workers}");
         eprintln!("claim+report: batch {batch}, {workers} workers, backlog {backlog}");
         let keys = Arc::new(workload::keys(&ledger, 0..backlog));
