@@ -62,9 +62,16 @@ impl Store {
         {
             // Nothing to check or lock first: the insert is one statement
             // on its own, atomic without a transaction around it.
-            let plan = plan_statuses(rows, &HashMap::new(), &HashMap::new());
-            let inserted =
-                insert(&self.pool, &ledger, rows, &plan, &HashMap::new(), &unknown).await?;
+            let default_model = ledger.policy.model.as_str();
+            let inserted = if rows
+                .iter()
+                .all(|r| r.model_or(default_model) == default_model)
+            {
+                insert_plain(&self.pool, &ledger, rows, &unknown).await?
+            } else {
+                let plan = plan_statuses(rows, &HashMap::new(), &HashMap::new());
+                insert(&self.pool, &ledger, rows, &plan, &HashMap::new(), &unknown).await?
+            };
             self.models.remember(ledger.id, &unknown);
             // ON CONFLICT waited for any concurrent insert of our keys to
             // end, so every key we did not insert is now committed and
@@ -331,6 +338,66 @@ fn plan_statuses(
             Planned { status, unmet }
         })
         .collect()
+}
+
+/// The usual enrollment, in one statement: rows without dependencies or a
+/// prompt, on the ledger's model (every other column takes its default),
+/// queued in chunks as [`insert`] does. Only the new ids come back (they
+/// ascend in the order the rows went in, which is key order); the keys
+/// inserted are looked up by id afterwards in the rare call where some were
+/// already there.
+async fn insert_plain(
+    pool: &sqlx::PgPool,
+    ledger: &LedgerRecord,
+    rows: &[NewRow],
+    unknown_models: &[&str],
+) -> Result<Inserted> {
+    let n = rows.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_unstable_by(|&a, &b| rows[a].key.cmp(&rows[b].key));
+    let keys: Vec<&str> = order.iter().map(|&i| rows[i].key.as_str()).collect();
+    let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
+    let hashes: Vec<&[u8]> = order.iter().map(|&i| &rows[i].content_hash[..]).collect();
+    let (count, ids): (i64, Option<Vec<i64>>) = sqlx::query_as(
+        r#"
+        WITH ins AS (
+            INSERT INTO rows (ledger_id, key, payload, content_hash, model, status)
+            SELECT $1, t.key, t.payload, t.content_hash, $5, 1
+            FROM unnest($2::text[], $3::text[], $4::bytea[]) AS t(key, payload, content_hash)
+            ON CONFLICT (ledger_id, key) DO NOTHING
+            RETURNING id
+        ),
+        queued AS (
+            INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids)
+            SELECT $1, $5, now(), min(id), array_agg(id)
+            FROM ins GROUP BY id / 128
+        ),
+        models AS (
+            INSERT INTO ledger_models (ledger_id, model)
+            SELECT $1, m FROM unnest($6::text[]) AS m
+            ON CONFLICT DO NOTHING
+        )
+        SELECT (SELECT count(*) FROM ins),
+               CASE WHEN (SELECT count(*) FROM ins) < $7 THEN (SELECT array_agg(id) FROM ins) END
+        "#,
+    )
+    .bind(ledger.id)
+    .bind(&keys)
+    .bind(&payloads)
+    .bind(&hashes)
+    .bind(ledger.policy.model.as_str())
+    .bind(unknown_models)
+    .bind(n as i64)
+    .fetch_one(pool)
+    .await?;
+    if count == n as i64 {
+        return Ok(Inserted::All);
+    }
+    let keys: Vec<String> = sqlx::query_scalar("SELECT key FROM rows WHERE id = ANY($1)")
+        .bind(ids.unwrap_or_default())
+        .fetch_all(pool)
+        .await?;
+    Ok(Inserted::Only(keys.into_iter().collect()))
 }
 
 /// The one statement: rows, their dependency edges, their queue chunks and
