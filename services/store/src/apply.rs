@@ -13,18 +13,36 @@ use tally_core::status::{Budget, PerBudget, RowStatus};
 use uuid::Uuid;
 
 /// One attempt to record. The rest of it comes from its write and its row:
-/// its number is the row's new attempt count, its usage and error are the
-/// write's, and its model and prompt the row's.
+/// its number is the row's new attempt count, its outcome, rule, usage and
+/// error are the write's (the state machine gives an attempt the status and
+/// rule it gives the row), its model and prompt the row's, its claim and job
+/// the settling claim's, its actor the settlement's.
 #[derive(Debug, Clone)]
 pub(crate) struct NewAttempt {
-    pub job_id: Option<i64>,
-    pub outcome: RowStatus,
-    pub rule: String,
     pub budget: Option<Budget>,
-    pub actor: String,
 }
 
-/// A RUNNING row's next state.
+impl NewAttempt {
+    /// The attempt of transition `t`, which must record it as the row's
+    /// status and rule (a bug otherwise).
+    pub fn of(t: &tally_core::transition::Transition) -> Result<Option<NewAttempt>> {
+        let Some(a) = &t.attempt else {
+            return Ok(None);
+        };
+        if a.outcome != t.status || Some(&a.rule) != t.rule.as_ref() {
+            return Err(StoreError::Internal(format!(
+                "an attempt recorded as {} {} left its row {} {:?}",
+                a.outcome,
+                a.rule.name(),
+                t.status,
+                t.rule.as_ref().map(|r| r.name())
+            )));
+        }
+        Ok(Some(NewAttempt { budget: a.budget }))
+    }
+}
+
+/// A held row's next state.
 #[derive(Debug, Clone)]
 pub(crate) struct RowWrite {
     pub id: i64,
@@ -38,17 +56,23 @@ pub(crate) struct RowWrite {
     pub usage: Usage,
     /// RETRYABLE rows: claimable again after this many milliseconds.
     pub retry_after_ms: i64,
-    /// Whether this write is the claim's own attempt on the row (a report,
-    /// or an expiry counted against the claim): a later report from the same
-    /// claim is then a DUPLICATE rather than STALE.
-    pub attempted: bool,
     pub attempt: Option<NewAttempt>,
 }
 
+/// Who settles the rows of one statement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settler<'a> {
+    /// The claim's own attempt (a report): a later report of a row from the
+    /// same claim is then a DUPLICATE rather than STALE.
+    pub attempted: bool,
+    /// Recorded with each attempt.
+    pub actor: &'a str,
+}
+
 /// The settle statement's arguments: one array per column of `writes` and
-/// of their attempts (`$3`…`$22`). A column whose every value is its default
-/// is sent empty (`unnest` pads it with NULLs, which the statement reads as
-/// the default).
+/// of their attempts (`$3`…`$18`), then the settler (`$19`, `$20`). A column
+/// whose every value is its default is sent empty (`unnest` pads it with
+/// NULLs, which the statement reads as the default).
 pub(crate) struct Settlement<'a> {
     ids: Vec<i64>,
     statuses: Vec<i16>,
@@ -59,12 +83,9 @@ pub(crate) struct Settlement<'a> {
     results: Vec<Option<&'a str>>,
     usage: [Vec<i64>; 4],
     delays: Vec<i64>,
-    attempted: Vec<bool>,
-    a_outcome: Vec<Option<i16>>,
-    a_rule: Vec<Option<&'a str>>,
+    recorded: Vec<bool>,
     a_budget: Vec<Option<i16>>,
-    a_job: Vec<Option<i64>>,
-    a_actor: Vec<Option<&'a str>>,
+    by: Settler<'a>,
 }
 
 /// `values`, or nothing when every one of them is `default`.
@@ -76,7 +97,7 @@ pub(crate) fn unless_all<T: PartialEq>(mut values: Vec<T>, default: &T) -> Vec<T
 }
 
 impl<'a> Settlement<'a> {
-    pub fn new(writes: &'a [RowWrite]) -> Self {
+    pub fn new(writes: &'a [RowWrite], by: Settler<'a>) -> Self {
         fn col<'a, T: PartialEq>(
             writes: &'a [RowWrite],
             default: T,
@@ -84,7 +105,6 @@ impl<'a> Settlement<'a> {
         ) -> Vec<T> {
             unless_all(writes.iter().map(f).collect(), &default)
         }
-        let attempt = |w: &'a RowWrite| w.attempt.as_ref();
         Settlement {
             ids: writes.iter().map(|w| w.id).collect(),
             statuses: writes.iter().map(|w| w.status.code()).collect(),
@@ -104,14 +124,11 @@ impl<'a> Settlement<'a> {
                 col(writes, 0, |w| w.usage.cached),
             ],
             delays: col(writes, 0, |w| w.retry_after_ms),
-            attempted: col(writes, false, |w| w.attempted),
-            a_outcome: col(writes, None, |w| attempt(w).map(|a| a.outcome.code())),
-            a_rule: col(writes, None, |w| attempt(w).map(|a| a.rule.as_str())),
+            recorded: col(writes, false, |w| w.attempt.is_some()),
             a_budget: col(writes, None, |w| {
-                attempt(w).and_then(|a| a.budget.map(Budget::code))
+                w.attempt.as_ref().and_then(|a| a.budget.map(Budget::code))
             }),
-            a_job: col(writes, None, |w| attempt(w).and_then(|a| a.job_id)),
-            a_actor: col(writes, None, |w| attempt(w).map(|a| a.actor.as_str())),
+            by,
         }
     }
 
@@ -120,7 +137,7 @@ impl<'a> Settlement<'a> {
         self.ids.len()
     }
 
-    /// Binds `$3`…`$22` of [`settle_ctes`] (after the caller bound `$1`, the
+    /// Binds `$3`…`$20` of [`settle_ctes`] (after the caller bound `$1`, the
     /// ledger id, and `$2`, the claim token).
     pub fn bind<'q>(&'q self, q: PgQuery<'q>) -> PgQuery<'q> {
         q.bind(&self.ids)
@@ -137,12 +154,10 @@ impl<'a> Settlement<'a> {
             .bind(&self.usage[2])
             .bind(&self.usage[3])
             .bind(&self.delays)
-            .bind(&self.attempted)
-            .bind(&self.a_outcome)
-            .bind(&self.a_rule)
+            .bind(&self.recorded)
             .bind(&self.a_budget)
-            .bind(&self.a_job)
-            .bind(&self.a_actor)
+            .bind(self.by.attempted)
+            .bind(self.by.actor)
     }
 }
 
@@ -172,10 +187,9 @@ pub(crate) fn settle_ctes() -> &'static str {
             SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
                                  $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
                                  $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::bool[],
-                                 $18::int2[], $19::text[], $20::int2[], $21::int8[], $22::text[])
+                                 $18::int2[])
                 AS w(id, status, pf, cf, inf, attempts, rule, err, result, d_in, d_out,
-                     d_think, d_cached, delay_ms, attempted, a_outcome, a_rule, a_budget,
-                     a_job, a_actor)
+                     d_think, d_cached, delay_ms, recorded, a_budget)
         ),
         upd AS (
             UPDATE rows r SET
@@ -191,7 +205,7 @@ pub(crate) fn settle_ctes() -> &'static str {
                 output_tokens = r.output_tokens + coalesce(w.d_out, 0),
                 thinking_tokens = r.thinking_tokens + coalesce(w.d_think, 0),
                 cached_tokens = r.cached_tokens + coalesce(w.d_cached, 0),
-                last_claim_id = CASE WHEN w.attempted THEN $2 ELSE r.last_claim_id END,
+                last_claim_id = CASE WHEN $19 THEN $2 ELSE r.last_claim_id END,
                 job_id = coalesce((SELECT job_id FROM c), r.job_id),
                 next_attempt_time = CASE WHEN w.status = 3
                     THEN now() + coalesce(w.delay_ms, 0) * interval '1 millisecond' END,
@@ -199,9 +213,9 @@ pub(crate) fn settle_ctes() -> &'static str {
             FROM w
             WHERE r.id = w.id AND r.status IN (1, 3)
               AND coalesce((SELECT live FROM c), false)
-            RETURNING r.id, r.status, r.model, r.next_attempt_time, r.prompt_name,
+            RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
                       r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
-                      w.d_cached, w.a_outcome, w.a_rule, w.a_budget, w.a_job, w.a_actor
+                      w.d_cached, w.recorded, w.a_budget
         ),
         counted AS (
             SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
@@ -241,11 +255,10 @@ pub(crate) fn settle_ctes() -> &'static str {
                                   prompt_name, prompt_version, outcome, rule, budget,
                                   input_tokens, output_tokens, thinking_tokens, cached_tokens,
                                   error, actor)
-            SELECT $1, id, attempts, $2, a_job, model, prompt_name, prompt_version, a_outcome,
-                   a_rule, a_budget, coalesce(d_in, 0), coalesce(d_out, 0),
-                   coalesce(d_think, 0), coalesce(d_cached, 0), last_error,
-                   coalesce(a_actor, '')
-            FROM upd WHERE a_outcome IS NOT NULL
+            SELECT $1, id, attempts, $2, (SELECT job_id FROM c), model, prompt_name,
+                   prompt_version, status, rule, a_budget, coalesce(d_in, 0), coalesce(d_out, 0),
+                   coalesce(d_think, 0), coalesce(d_cached, 0), last_error, $20
+            FROM upd WHERE recorded
         ),
         kept AS MATERIALIZED (
             SELECT ARRAY(SELECT x FROM unnest(c.row_ids) x EXCEPT SELECT id FROM upd) AS ids
@@ -265,11 +278,11 @@ pub(crate) fn settle_ctes() -> &'static str {
 }
 
 /// What a settling statement asserts (with `tally_assert`, migration 0006),
-/// given `$23`, the number of rows it was given: it wrote every one of them,
+/// given `$21`, the number of rows it was given: it wrote every one of them,
 /// and each was one the claim held. Otherwise it raises SQLSTATE
 /// [`FENCE_MOVED`] and keeps nothing.
-pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $23
-          AND (SELECT c.held - d.held FROM c, dropped d) = $23";
+pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $21
+          AND (SELECT c.held - d.held FROM c, dropped d) = $21";
 
 /// SQLSTATE of `tally_assert`.
 pub(crate) const FENCE_MOVED: &str = "TL001";
@@ -296,6 +309,7 @@ pub(crate) async fn settle(
     ledger_id: i64,
     claim_id: Uuid,
     writes: &[RowWrite],
+    by: Settler<'_>,
 ) -> Result<i32> {
     if writes.is_empty() {
         return Ok(
@@ -305,7 +319,7 @@ pub(crate) async fn settle(
                 .await?,
         );
     }
-    let args = Settlement::new(writes);
+    let args = Settlement::new(writes, by);
     let query = sqlx::query(SETTLE_SQL.as_str())
         .bind(ledger_id)
         .bind(claim_id);

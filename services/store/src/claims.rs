@@ -7,7 +7,7 @@
 //! are not written until they are settled (migration 0007): a row is
 //! RUNNING while an ACTIVE claim's `row_ids` holds it.
 
-use crate::apply::{self, NewAttempt, RowWrite};
+use crate::apply::{self, NewAttempt, RowWrite, Settler};
 use crate::held::HeldRows;
 use crate::types::{
     ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord,
@@ -26,6 +26,13 @@ use uuid::Uuid;
 
 /// Claims rescued per call of [`Store::rescue_expired`].
 const RESCUE_BATCH: i64 = 50;
+
+/// Settlements tally makes itself (releases, expiries): not a claim's own
+/// attempt.
+pub(crate) const SYSTEM: Settler<'static> = Settler {
+    attempted: false,
+    actor: "system",
+};
 
 #[derive(sqlx::FromRow)]
 struct ClaimRow {
@@ -557,10 +564,8 @@ impl Store {
                 None => None,
             };
             let rows = lock_held_rows(&mut tx, token, keys).await?;
-            let writes = transitions(&rows, &Event::Release, &record.policy, claim.job_id, |_| {
-                None
-            })?;
-            let held = apply::settle(&mut tx, record.id, token, &writes).await?;
+            let writes = transitions(&rows, &Event::Release, &record.policy)?;
+            let held = apply::settle(&mut tx, record.id, token, &writes, SYSTEM).await?;
             if let Some(job) = job.filter(|_| held <= 0) {
                 jobs::abandon(
                     &mut tx,
@@ -636,10 +641,8 @@ impl Store {
                 &rows,
                 &Event::LeaseExpired { counted: true },
                 &record.policy,
-                None,
-                |_| Some("system".to_string()),
             )?;
-            apply::settle(&mut tx, ledger_id, token, &writes).await?;
+            apply::settle(&mut tx, ledger_id, token, &writes, SYSTEM).await?;
             sqlx::query("UPDATE claims SET state = 3 WHERE token = $1")
                 .bind(token)
                 .execute(&mut *tx)
@@ -679,8 +682,6 @@ pub(crate) fn transitions(
     rows: &[LockedRow],
     event: &Event,
     policy: &Policy,
-    job_id: Option<i64>,
-    actor: impl Fn(&LockedRow) -> Option<String>,
 ) -> Result<Vec<RowWrite>> {
     let overrides = policy.overrides();
     rows.iter()
@@ -703,14 +704,7 @@ pub(crate) fn transitions(
                 result: None,
                 usage: Usage::default(),
                 retry_after_ms: t.retry_after.map_or(0, |d| d.as_millis() as i64),
-                attempted: false,
-                attempt: t.attempt.map(|a| NewAttempt {
-                    job_id,
-                    outcome: a.outcome,
-                    rule: a.rule.name(),
-                    budget: a.budget,
-                    actor: actor(row).unwrap_or_default(),
-                }),
+                attempt: NewAttempt::of(&t)?,
             })
         })
         .collect()

@@ -228,10 +228,8 @@ pub(crate) async fn abandon(
         &rows,
         &tally_core::transition::Event::LeaseExpired { counted: false },
         &ledger.policy,
-        Some(job.id),
-        |_| None,
     )?;
-    apply::settle(tx, ledger.id, token, &writes).await?;
+    apply::settle(tx, ledger.id, token, &writes, claims::SYSTEM).await?;
     sqlx::query("UPDATE claims SET state = $2 WHERE token = $1")
         .bind(token)
         .bind(claim_state)
@@ -335,8 +333,6 @@ pub async fn follow_provider(
                 &rows,
                 &tally_core::transition::Event::JobFailed,
                 &record.policy,
-                Some(job_id),
-                |_| Some(actor.to_string()),
             )?;
             if !error.is_empty() {
                 let why = format!("the job carrying the row ended {}: {error}", t.state);
@@ -344,7 +340,11 @@ pub async fn follow_provider(
                     w.last_error = Some(why.clone());
                 }
             }
-            apply::settle(tx, ledger, token, &writes).await?;
+            let by = apply::Settler {
+                attempted: false,
+                actor,
+            };
+            apply::settle(tx, ledger, token, &writes, by).await?;
             let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
             retryable = count(RowStatus::Retryable);
             permanent = count(RowStatus::Permanent);
@@ -708,9 +708,7 @@ impl Store {
             })?;
             let rows = claims::lock_held_rows(&mut tx, token, None).await?;
             let event = req.final_state.row_event();
-            let mut writes = claims::transitions(&rows, &event, &record.policy, Some(job.id), |_| {
-                Some(actor.to_string())
-            })?;
+            let mut writes = claims::transitions(&rows, &event, &record.policy)?;
             if req.final_state != FinalState::Succeeded && !req.error.is_empty() {
                 let why = format!(
                     "the job carrying the row ended {}: {}",
@@ -720,7 +718,11 @@ impl Store {
                     w.last_error = Some(why.clone());
                 }
             }
-            apply::settle(&mut tx, record.id, token, &writes).await?;
+            let by = apply::Settler {
+                attempted: false,
+                actor,
+            };
+            apply::settle(&mut tx, record.id, token, &writes, by).await?;
             let retryable = writes
                 .iter()
                 .filter(|w| w.status == RowStatus::Retryable)

@@ -30,8 +30,8 @@ const MAX_ERROR_CHARS: usize = 2048;
 /// without a job, and still holding as many rows as this process last saw:
 /// no settlement it does not know of happened), settles the rows and takes
 /// them out of the claim, and asserts (migration 0006) that every row given
-/// was written and held, so that it keeps all or nothing. `$23` is the
-/// number of rows, `$24` the claim's `held` as this process last saw it.
+/// was written and held, so that it keeps all or nothing. `$21` is the
+/// number of rows, `$22` the claim's `held` as this process last saw it.
 static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH RECURSIVE c AS (
@@ -39,7 +39,7 @@ static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
              -- here could send the planner through the index of every
              -- active claim.
              SELECT token, row_ids, held, job_id,
-                    state = 1 AND expire_time > now() AND job_id IS NULL AND held = $24 AS live
+                    state = 1 AND expire_time > now() AND job_id IS NULL AND held = $22 AS live
              FROM claims WHERE token = $2 AND ledger_id = $1
              FOR UPDATE
          ),
@@ -103,7 +103,7 @@ impl Store {
             let held = row.is_some_and(|r| holds.contains(&r.id));
             let verdict = match row {
                 Some(row) if held && live && first_mention => {
-                    let d = decide(row, item, policy, &overrides, claim.job_id, actor)?;
+                    let d = decide(row, item, policy, &overrides)?;
                     writes.push(d.write);
                     d.answer.at(claim.now)
                 }
@@ -124,7 +124,7 @@ impl Store {
             };
             verdicts.push(verdict);
         }
-        let held = apply::settle(&mut tx, record.id, token, &writes).await?;
+        let held = apply::settle(&mut tx, record.id, token, &writes, reporter(actor)).await?;
         if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
             count_into_job(&mut tx, job_id, token, &writes).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Progress)], actor).await?;
@@ -161,12 +161,12 @@ impl Store {
         let overrides = policy.overrides();
         let (writes, answers): (Vec<RowWrite>, Vec<Answer>) = items
             .iter()
-            .map(|i| decide(&held.rows[&i.key], i, policy, &overrides, None, actor))
+            .map(|i| decide(&held.rows[&i.key], i, policy, &overrides))
             .map(|d| d.map(|d| (d.write, d.answer)))
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .unzip();
-        let args = apply::Settlement::new(&writes);
+        let args = apply::Settlement::new(&writes, reporter(actor));
         let query = sqlx::query(ONE_STATEMENT_SQL.as_str())
             .bind(record.id)
             .bind(token);
@@ -193,6 +193,14 @@ impl Store {
             verdicts: answers.into_iter().map(|a| a.at(now)).collect(),
             held: held_now,
         }))
+    }
+}
+
+/// A report's settler: the claim's own attempt, by `actor`.
+fn reporter(actor: &str) -> apply::Settler<'_> {
+    apply::Settler {
+        attempted: true,
+        actor,
     }
 }
 
@@ -225,8 +233,6 @@ fn decide(
     item: &ReportItem,
     policy: &Policy,
     overrides: &[Override],
-    job_id: Option<i64>,
-    actor: &str,
 ) -> Result<Decided> {
     let ctx = Context {
         policy,
@@ -236,10 +242,9 @@ fn decide(
     let event = Event::Report(item.outcome.clone());
     let t = transition::step(row.held_state(), &event, &ctx)
         .map_err(|r| StoreError::Internal(format!("held row {} refused a report: {r}", row.key)))?;
-    let attempt = t
-        .attempt
-        .clone()
+    let attempt = NewAttempt::of(&t)?
         .ok_or_else(|| StoreError::Internal("a report must record an attempt".into()))?;
+    let rule = t.rule.as_ref().map(|r| r.name());
     let error = match &item.outcome {
         Outcome::Success => String::new(),
         Outcome::Failure(f) => describe_failure(f),
@@ -258,7 +263,7 @@ fn decide(
                 )));
             }
         },
-        rule: attempt.rule.name(),
+        rule: rule.clone().unwrap_or_default(),
         budget: attempt.budget,
         next_attempt_time: None,
         failures: t.failures,
@@ -269,7 +274,7 @@ fn decide(
         status: t.status,
         failures: t.failures,
         total: t.total,
-        rule: t.rule.as_ref().map(|r| r.name()),
+        rule,
         last_error: Some(error),
         result: item
             .result
@@ -277,14 +282,7 @@ fn decide(
             .filter(|_| t.status == RowStatus::Succeeded),
         usage: item.usage,
         retry_after_ms,
-        attempted: true,
-        attempt: Some(NewAttempt {
-            job_id,
-            outcome: attempt.outcome,
-            rule: attempt.rule.name(),
-            budget: attempt.budget,
-            actor: actor.to_string(),
-        }),
+        attempt: Some(attempt),
     };
     Ok(Decided {
         write,
