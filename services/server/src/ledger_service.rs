@@ -134,14 +134,14 @@ impl LedgerService for Ledgers {
         &self,
         req: Request<pb::EnrollRowsRequest>,
     ) -> Reply<pb::EnrollRowsResponse> {
-        let (ledger, rows) = validate::enroll(req.get_ref(), &self.limits)?;
+        let (ledger, rows) = validate::enroll(req.into_inner(), &self.limits)?;
         let outcomes = self
             .store
             .enroll(&ledger, &rows)
             .await
             .map_err(from_store)?;
         let mut resp = pb::EnrollRowsResponse::default();
-        for (row, outcome) in rows.iter().zip(&outcomes) {
+        for (row, outcome) in rows.into_iter().zip(&outcomes) {
             let o = match outcome {
                 EnrollOutcome::Enrolled => {
                     resp.enrolled += 1;
@@ -157,7 +157,7 @@ impl LedgerService for Ledgers {
                 }
             };
             resp.results.push(pb::EnrollResult {
-                key: row.key.clone(),
+                key: row.key,
                 outcome: o as i32,
             });
         }

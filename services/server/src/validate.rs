@@ -69,23 +69,54 @@ fn count(field: &str, n: usize, max: usize, v: &mut Violations) {
 }
 
 pub fn enroll(
-    req: &pb::EnrollRowsRequest,
+    req: pb::EnrollRowsRequest,
     limits: &Limits,
 ) -> Result<(String, Vec<NewRow>), Status> {
     let ledger = ledger("parent", &req.parent)?;
     let mut v = Violations::new();
     count("rows", req.rows.len(), limits.max_rows_per_call, &mut v);
     finish(v)?;
+    let hashes = check_rows(&req.rows)?;
+    // Every check passed: the request's strings move into the rows as they are.
+    let rows = req
+        .rows
+        .into_iter()
+        .zip(hashes)
+        .map(|(r, content_hash)| {
+            let (prompt_name, prompt_version) =
+                r.prompt.map(|p| (p.name, p.version)).unwrap_or_default();
+            NewRow {
+                key: r.key,
+                payload: r.payload,
+                depends_on: r.depends_on,
+                prompt_name,
+                prompt_version,
+                model: r.model,
+                content_hash,
+            }
+        })
+        .collect();
+    Ok((ledger, rows))
+}
+
+/// Every per-row check of an enrollment, and the rows' content hashes.
+/// Field names are formatted only for a violation: a thousand valid rows
+/// cost no strings.
+fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
     let mut v = Violations::new();
-    let mut first_seen: HashMap<&str, usize> = HashMap::with_capacity(req.rows.len());
-    let mut rows = Vec::with_capacity(req.rows.len());
-    for (i, r) in req.rows.iter().enumerate() {
+    let mut first_seen: HashMap<&str, usize> = HashMap::with_capacity(rows.len());
+    let mut hashes = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
         let at = |f: &str| format!("rows[{i}].{f}");
-        v.check(at("key"), validate_key(&r.key));
+        if let Err(e) = validate_key(&r.key) {
+            v.add(at("key"), e.to_string());
+        }
         if let Some(j) = first_seen.insert(r.key.as_str(), i) {
             v.add(at("key"), format!("repeats rows[{j}].key {:?}", r.key));
         }
-        v.check(at("payload"), payload::validate_object(&r.payload));
+        if let Err(e) = payload::validate_object(&r.payload) {
+            v.add(at("payload"), e.to_string());
+        }
         for (j, d) in r.depends_on.iter().enumerate() {
             v.check(format!("rows[{i}].depends_on[{j}]"), validate_key(d));
             if *d == r.key {
@@ -102,51 +133,46 @@ pub fn enroll(
                     at("prompt.version"),
                     names::validate_prompt_version(&p.version),
                 );
-                (p.name.clone(), p.version.clone())
+                (p.name.as_str(), p.version.as_str())
             }
-            None => (String::new(), String::new()),
+            None => ("", ""),
         };
-        short_text(&at("model"), &r.model, &mut v);
+        if r.model.len() > MAX_TEXT {
+            short_text(&at("model"), &r.model, &mut v);
+        }
         let deps: Vec<&str> = r.depends_on.iter().map(String::as_str).collect();
-        let content_hash = payload::content_hash(&Content {
+        hashes.push(payload::content_hash(&Content {
             payload: &r.payload,
             depends_on: &deps,
-            prompt_name: &prompt_name,
-            prompt_version: &prompt_version,
-            model: &r.model,
-        });
-        rows.push(NewRow {
-            key: r.key.clone(),
-            payload: r.payload.clone(),
-            depends_on: r.depends_on.clone(),
             prompt_name,
             prompt_version,
-            model: r.model.clone(),
-            content_hash,
-        });
+            model: &r.model,
+        }));
         if v.len() > 100 {
             break;
         }
     }
     finish(v)?;
-    let graph: Vec<(&str, Vec<&str>)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.key.as_str(),
-                r.depends_on.iter().map(String::as_str).collect(),
-            )
-        })
-        .collect();
-    let edges: Vec<(&str, &[&str])> = graph.iter().map(|(k, d)| (*k, d.as_slice())).collect();
-    if let Some(cycle) = tally_core::deps::find_cycle(&edges) {
-        let first = first_seen.get(cycle[0]).copied().unwrap_or(0);
-        return Err(invalid_field(
-            format!("rows[{first}].depends_on"),
-            format!("dependency cycle: {}", cycle.join(" -> ")),
-        ));
+    if rows.iter().any(|r| !r.depends_on.is_empty()) {
+        let edges: Vec<(&str, Vec<&str>)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.key.as_str(),
+                    r.depends_on.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        let edges: Vec<(&str, &[&str])> = edges.iter().map(|(k, d)| (*k, d.as_slice())).collect();
+        if let Some(cycle) = tally_core::deps::find_cycle(&edges) {
+            let first = first_seen.get(cycle[0]).copied().unwrap_or(0);
+            return Err(invalid_field(
+                format!("rows[{first}].depends_on"),
+                format!("dependency cycle: {}", cycle.join(" -> ")),
+            ));
+        }
     }
-    Ok((ledger, rows))
+    Ok(hashes)
 }
 
 pub fn claim_rows(
@@ -401,7 +427,7 @@ mod tests {
                 input(&"x".repeat(300), "{", &[]),
             ],
         };
-        let s = enroll(&req, &Limits::default()).unwrap_err();
+        let s = enroll(req.clone(), &Limits::default()).unwrap_err();
         assert_eq!(s.code(), Code::InvalidArgument);
         assert_eq!(
             fields(&s),
@@ -422,19 +448,19 @@ mod tests {
             parent: "ledgers/l".into(),
             rows: vec![input("a", "{}", &["b"]), input("b", "{}", &["a"])],
         };
-        let s = enroll(&req, &Limits::default()).unwrap_err();
+        let s = enroll(req.clone(), &Limits::default()).unwrap_err();
         assert!(s.message().contains("dependency cycle"), "{}", s.message());
         let limits = Limits {
             max_rows_per_call: 1,
             ..Limits::default()
         };
-        let s = enroll(&req, &limits).unwrap_err();
+        let s = enroll(req.clone(), &limits).unwrap_err();
         assert!(s.message().contains("max_rows_per_call"), "{}", s.message());
         let empty = pb::EnrollRowsRequest {
             parent: "ledgers/l".into(),
             rows: vec![],
         };
-        assert_eq!(fields(&enroll(&empty, &limits).unwrap_err()), ["rows"]);
+        assert_eq!(fields(&enroll(empty, &limits).unwrap_err()), ["rows"]);
     }
 
     #[test]
