@@ -371,14 +371,17 @@ async fn insert_plain(
             INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids)
             SELECT $1, $5, now(), min(id), array_agg(id)
             FROM ins GROUP BY id / 128
+            RETURNING cardinality(row_ids) AS n
         ),
         models AS (
             INSERT INTO ledger_models (ledger_id, model)
             SELECT $1, m FROM unnest($6::text[]) AS m
             ON CONFLICT DO NOTHING
         )
-        SELECT (SELECT count(*) FROM ins),
-               CASE WHEN (SELECT count(*) FROM ins) < $7 THEN (SELECT array_agg(id) FROM ins) END
+        -- Every row inserted is queued, so the queue's chunks count them
+        -- without another pass over `ins`.
+        SELECT q.n, CASE WHEN q.n < $7 THEN (SELECT array_agg(id) FROM ins) END
+        FROM (SELECT coalesce(sum(n), 0)::int8 AS n FROM queued) q
         "#,
     )
     .bind(ledger.id)
