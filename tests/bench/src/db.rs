@@ -11,13 +11,23 @@ use tally_pg::{EmbeddedOptions, EmbeddedPostgres};
 /// Marks a database as the bench's own (so a crashed run can be resumed).
 const MARKER: &str = "tally_bench_marker";
 
+/// Scratch databases are named `tally_bench_<8 hex>`. Only names of this
+/// shape (safe to splice into SQL unquoted) are ever dropped as leftovers.
+const SCRATCH_NAMES: &str = "^tally_bench_[a-z0-9_]+$";
+
+/// A run's session lock on its scratch database's name: taken on the admin
+/// connection before the database exists and held until it is dropped, so a
+/// scratch database whose lock is free belongs to a run that died.
+const TRY_LOCK: &str = "SELECT pg_try_advisory_lock(hashtext($1))";
+
 pub enum Scratch {
     /// An empty database someone pointed us at: emptied again afterwards.
     Given { url: String },
-    /// A database we created on a server: dropped afterwards.
+    /// A database we created on a server: dropped afterwards. `guard` is
+    /// the admin session holding the database's lock (see [`TRY_LOCK`]).
     Created {
         url: String,
-        admin: String,
+        guard: PgConnection,
         name: String,
     },
     /// A private server in a temp dir: stopped and removed afterwards.
@@ -77,14 +87,22 @@ impl Scratch {
                 "tally_bench_{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             );
-            let mut conn = PgConnection::connect(&admin)
+            let mut guard = PgConnection::connect(&admin)
                 .await
                 .context("connect to the admin url")?;
+            drop_leftovers(&mut guard).await?;
+            let locked: bool = sqlx::query_scalar(TRY_LOCK)
+                .bind(&name)
+                .fetch_one(&mut guard)
+                .await?;
+            if !locked {
+                bail!("the lock of a new scratch database {name} is taken; run again");
+            }
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut conn)
+                .execute(&mut guard)
                 .await?;
             let url = with_database(&admin, &name);
-            return Ok(Scratch::Created { url, admin, name });
+            return Ok(Scratch::Created { url, guard, name });
         }
         let dir = std::env::temp_dir().join(format!("tally-bench-{}", std::process::id()));
         let mut opts = EmbeddedOptions::new(&dir);
@@ -111,12 +129,13 @@ impl Scratch {
                     .await?;
                 let _ = MARKER;
             }
-            Scratch::Created { admin, name, .. } => {
-                let mut conn = PgConnection::connect(&admin).await?;
+            Scratch::Created {
+                mut guard, name, ..
+            } => {
                 sqlx::query(sqlx::AssertSqlSafe(format!(
                     "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
                 )))
-                .execute(&mut conn)
+                .execute(&mut guard)
                 .await?;
             }
             Scratch::Private { pg, dir, .. } => {
@@ -126,6 +145,41 @@ impl Scratch {
         }
         Ok(())
     }
+}
+
+/// Drops the scratch databases of runs that died before dropping their own
+/// (killed, or their server crashed mid-run: a 10-minute sustained run leaves
+/// tens of gigabytes). A database whose run is alive keeps its lock and is
+/// left alone.
+async fn drop_leftovers(conn: &mut PgConnection) -> anyhow::Result<()> {
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname ~ $1 ORDER BY datname")
+            .bind(SCRATCH_NAMES)
+            .fetch_all(&mut *conn)
+            .await?;
+    for name in names {
+        let free: bool = sqlx::query_scalar(TRY_LOCK)
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await?;
+        if !free {
+            continue;
+        }
+        let dropped = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut *conn)
+        .await;
+        sqlx::query("SELECT pg_advisory_unlock(hashtext($1))")
+            .bind(&name)
+            .execute(&mut *conn)
+            .await?;
+        match dropped {
+            Ok(_) => eprintln!("dropped {name}, left behind by an earlier run that did not finish"),
+            Err(e) => eprintln!("could not drop {name}, left behind by an earlier run: {e}"),
+        }
+    }
+    Ok(())
 }
 
 /// `url` with its database replaced by `name`.
@@ -153,5 +207,61 @@ mod tests {
             super::with_database("postgres://u@h", "x"),
             "postgres://u@h/x"
         );
+    }
+
+    /// A scratch database whose run died (its lock is free) is dropped when
+    /// the next run starts; one whose run is alive (lock held) is not; a
+    /// run's own database is gone after it releases.
+    #[tokio::test]
+    async fn a_run_drops_the_leftovers_of_dead_runs_and_only_those() {
+        use sqlx::{Connection, PgConnection};
+        let db = tally_pg::TestDb::new().await;
+        let admin = super::with_database(db.url(), "postgres");
+        let exists = async |name: &str| -> bool {
+            let mut c = PgConnection::connect(&admin).await.unwrap();
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(name)
+                .fetch_one(&mut c)
+                .await
+                .unwrap()
+        };
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let (dead, alive) = (
+            format!("tally_bench_dead_{suffix}"),
+            format!("tally_bench_alive_{suffix}"),
+        );
+        let mut live_run = PgConnection::connect(&admin).await.unwrap();
+        for name in [&dead, &alive] {
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut live_run)
+                .await
+                .unwrap();
+        }
+        let locked: bool = sqlx::query_scalar(super::TRY_LOCK)
+            .bind(&alive)
+            .fetch_one(&mut live_run)
+            .await
+            .unwrap();
+        assert!(locked);
+
+        let scratch = super::Scratch::acquire(None, Some(admin.clone()))
+            .await
+            .unwrap();
+        let super::Scratch::Created { name: ours, .. } = &scratch else {
+            panic!("an admin url gives a created database");
+        };
+        let ours = ours.clone();
+        assert!(!exists(&dead).await, "the dead run's database is dropped");
+        assert!(exists(&alive).await, "the live run's database is kept");
+        assert!(exists(&ours).await);
+
+        scratch.release().await.unwrap();
+        assert!(!exists(&ours).await, "a run drops its own database");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE {alive} WITH (FORCE)"
+        )))
+        .execute(&mut live_run)
+        .await
+        .unwrap();
     }
 }
