@@ -43,9 +43,13 @@ pub fn claim(field: &str, name: &str) -> Result<(String, Uuid), Status> {
 }
 
 fn short_text(field: &str, text: &str, v: &mut Violations) {
-    if text.len() > MAX_TEXT {
-        v.add(field, format!("must be at most {MAX_TEXT} characters"));
+    if let Some(e) = too_long(text) {
+        v.add(field, e);
     }
+}
+
+fn too_long(text: &str) -> Option<String> {
+    (text.len() > MAX_TEXT).then(|| format!("must be at most {MAX_TEXT} characters"))
 }
 
 /// A lease: unset takes the ledger's; set, 1s to 7 days.
@@ -137,8 +141,8 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
             }
             None => ("", ""),
         };
-        if r.model.len() > MAX_TEXT {
-            short_text(&at("model"), &r.model, &mut v);
+        if let Some(e) = too_long(&r.model) {
+            v.add(at("model"), e);
         }
         let deps: Vec<&str> = r.depends_on.iter().map(String::as_str).collect();
         hashes.push(payload::content_hash(&Content {

@@ -69,6 +69,28 @@ pub(crate) struct Settler<'a> {
     pub actor: &'a str,
 }
 
+impl<'a> Settler<'a> {
+    /// Settlements tally makes itself (releases, expiries).
+    pub const SYSTEM: Settler<'static> = Settler::on_behalf("system");
+
+    /// A report: the claim's own attempt, by `actor`.
+    pub const fn report(actor: &'a str) -> Self {
+        Settler {
+            attempted: true,
+            actor,
+        }
+    }
+
+    /// A settlement `actor` makes for the claim (the end of its job): not
+    /// the claim's own attempt.
+    pub const fn on_behalf(actor: &'a str) -> Self {
+        Settler {
+            attempted: false,
+            actor,
+        }
+    }
+}
+
 /// The settle statement's arguments: one array per column of `writes` and
 /// of their attempts (`$3`…`$18`), then the settler (`$19`, `$20`). A column
 /// whose every value is its default is sent empty (`unnest` pads it with

@@ -27,13 +27,6 @@ use uuid::Uuid;
 /// Claims rescued per call of [`Store::rescue_expired`].
 const RESCUE_BATCH: i64 = 50;
 
-/// Settlements tally makes itself (releases, expiries): not a claim's own
-/// attempt.
-pub(crate) const SYSTEM: Settler<'static> = Settler {
-    attempted: false,
-    actor: "system",
-};
-
 #[derive(sqlx::FromRow)]
 struct ClaimRow {
     token: Uuid,
@@ -565,7 +558,7 @@ impl Store {
             };
             let rows = lock_held_rows(&mut tx, token, keys).await?;
             let writes = transitions(&rows, &Event::Release, &record.policy)?;
-            let held = apply::settle(&mut tx, record.id, token, &writes, SYSTEM).await?;
+            let held = apply::settle(&mut tx, record.id, token, &writes, Settler::SYSTEM).await?;
             if let Some(job) = job.filter(|_| held <= 0) {
                 jobs::abandon(
                     &mut tx,
@@ -642,7 +635,7 @@ impl Store {
                 &Event::LeaseExpired { counted: true },
                 &record.policy,
             )?;
-            apply::settle(&mut tx, ledger_id, token, &writes, SYSTEM).await?;
+            apply::settle(&mut tx, ledger_id, token, &writes, Settler::SYSTEM).await?;
             sqlx::query("UPDATE claims SET state = 3 WHERE token = $1")
                 .bind(token)
                 .execute(&mut *tx)

@@ -229,7 +229,7 @@ pub(crate) async fn abandon(
         &tally_core::transition::Event::LeaseExpired { counted: false },
         &ledger.policy,
     )?;
-    apply::settle(tx, ledger.id, token, &writes, claims::SYSTEM).await?;
+    apply::settle(tx, ledger.id, token, &writes, apply::Settler::SYSTEM).await?;
     sqlx::query("UPDATE claims SET state = $2 WHERE token = $1")
         .bind(token)
         .bind(claim_state)
@@ -340,11 +340,7 @@ pub async fn follow_provider(
                     w.last_error = Some(why.clone());
                 }
             }
-            let by = apply::Settler {
-                attempted: false,
-                actor,
-            };
-            apply::settle(tx, ledger, token, &writes, by).await?;
+            apply::settle(tx, ledger, token, &writes, apply::Settler::on_behalf(actor)).await?;
             let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
             retryable = count(RowStatus::Retryable);
             permanent = count(RowStatus::Permanent);
@@ -718,10 +714,7 @@ impl Store {
                     w.last_error = Some(why.clone());
                 }
             }
-            let by = apply::Settler {
-                attempted: false,
-                actor,
-            };
+            let by = apply::Settler::on_behalf(actor);
             apply::settle(&mut tx, record.id, token, &writes, by).await?;
             let retryable = writes
                 .iter()

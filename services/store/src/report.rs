@@ -7,7 +7,7 @@
 //! When the claim carries a job, the job's counts move in the same
 //! transaction and a PROGRESS event is appended.
 
-use crate::apply::{self, NewAttempt, RowWrite};
+use crate::apply::{self, NewAttempt, RowWrite, Settler};
 use crate::claims::{self, LOCKED_ROW_COLUMNS, LockedRow};
 use crate::types::{
     JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Verdict,
@@ -124,7 +124,8 @@ impl Store {
             };
             verdicts.push(verdict);
         }
-        let held = apply::settle(&mut tx, record.id, token, &writes, reporter(actor)).await?;
+        let held =
+            apply::settle(&mut tx, record.id, token, &writes, Settler::report(actor)).await?;
         if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
             count_into_job(&mut tx, job_id, token, &writes).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Progress)], actor).await?;
@@ -166,7 +167,7 @@ impl Store {
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .unzip();
-        let args = apply::Settlement::new(&writes, reporter(actor));
+        let args = apply::Settlement::new(&writes, Settler::report(actor));
         let query = sqlx::query(ONE_STATEMENT_SQL.as_str())
             .bind(record.id)
             .bind(token);
@@ -193,14 +194,6 @@ impl Store {
             verdicts: answers.into_iter().map(|a| a.at(now)).collect(),
             held: held_now,
         }))
-    }
-}
-
-/// A report's settler: the claim's own attempt, by `actor`.
-fn reporter(actor: &str) -> apply::Settler<'_> {
-    apply::Settler {
-        attempted: true,
-        actor,
     }
 }
 

@@ -375,8 +375,8 @@ pub(crate) async fn status_counts<'e, E: sqlx::Executor<'e, Database = Postgres>
     exec: E,
     ledger_id: i64,
 ) -> Result<(LedgerCounts, Vec<(String, i64)>, Time)> {
-    // Stored statuses, with the held rows counted under 0 and then each
-    // under its stored status with a negative count; a ledger holds far
+    // Stored statuses (no stored row is RUNNING), then the held rows: each
+    // taken off its stored status and counted RUNNING. A ledger holds far
     // fewer rows than it has, so this reads the held ones by id only.
     let rows: Vec<(i16, String, i64, Time)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT status, CASE WHEN status = 5 THEN rule ELSE '' END AS rule, count(*), now()
@@ -385,7 +385,7 @@ pub(crate) async fn status_counts<'e, E: sqlx::Executor<'e, Database = Postgres>
          SELECT r.status, '', -count(*), now() FROM ({HELD}) h JOIN rows r ON r.id = h.id
          GROUP BY 1
          UNION ALL
-         SELECT 0::int2, '', count(*), now() FROM ({HELD}) h"
+         SELECT 2::int2, '', count(*), now() FROM ({HELD}) h"
     )))
     .bind(ledger_id)
     .fetch_all(exec)
@@ -395,22 +395,19 @@ pub(crate) async fn status_counts<'e, E: sqlx::Executor<'e, Database = Postgres>
     let mut now = chrono::Utc::now();
     for (code, rule, n, t) in rows {
         now = t;
-        match code {
-            0 => counts.running += n,
-            _ => match RowStatus::from_code(code) {
-                Some(RowStatus::Pending) => counts.pending += n,
-                Some(RowStatus::Running) => counts.running += n,
-                Some(RowStatus::Retryable) => counts.retryable += n,
-                Some(RowStatus::Succeeded) => counts.succeeded += n,
-                Some(RowStatus::Permanent) => {
-                    counts.permanent += n;
-                    if n > 0 {
-                        by_rule.push((rule, n));
-                    }
+        match RowStatus::from_code(code) {
+            Some(RowStatus::Pending) => counts.pending += n,
+            Some(RowStatus::Running) => counts.running += n,
+            Some(RowStatus::Retryable) => counts.retryable += n,
+            Some(RowStatus::Succeeded) => counts.succeeded += n,
+            Some(RowStatus::Permanent) => {
+                counts.permanent += n;
+                if n > 0 {
+                    by_rule.push((rule, n));
                 }
-                Some(RowStatus::Blocked) => counts.blocked += n,
-                None => return Err(StoreError::Internal(format!("row status {code}"))),
-            },
+            }
+            Some(RowStatus::Blocked) => counts.blocked += n,
+            None => return Err(StoreError::Internal(format!("row status {code}"))),
         }
     }
     by_rule.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

@@ -53,6 +53,16 @@ async fn count(store: &Store, table: &str) -> i64 {
         .unwrap()
 }
 
+/// Rows RUNNING: held by an active claim (migration 0007).
+async fn running_rows(store: &Store) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(cardinality(row_ids)), 0)::int8 FROM claims WHERE state = 1",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+}
+
 /// A tiny deterministic generator, so shuffles are reproducible by seed.
 struct Rng(u64);
 
@@ -500,13 +510,7 @@ async fn the_job_moves_in_the_same_transaction_or_nothing_does() {
     assert_eq!((op.state, op.version), (OpState::Running, 1));
     assert_eq!(count(s, "operation_events").await, events_before);
     assert_eq!(count(s, "job_events").await, job_events_before);
-    let rows: i64 = sqlx::query_scalar(
-        "SELECT coalesce(sum(cardinality(row_ids)), 0)::int8 FROM claims WHERE state = 1",
-    )
-    .fetch_one(s.pool())
-    .await
-    .unwrap();
-    assert_eq!(rows, 2);
+    assert_eq!(running_rows(s).await, 2);
 
     sqlx::raw_sql("DROP TRIGGER refuse ON jobs")
         .execute(s.pool())
@@ -536,11 +540,5 @@ async fn a_succeeded_operation_makes_its_job_ready_to_reconcile() {
     assert_eq!(got.state, JobState::Succeeded);
     assert_eq!(got.end_time, None);
     assert_eq!(got.unreported, 2);
-    let running: i64 = sqlx::query_scalar(
-        "SELECT coalesce(sum(cardinality(row_ids)), 0)::int8 FROM claims WHERE state = 1",
-    )
-    .fetch_one(s.pool())
-    .await
-    .unwrap();
-    assert_eq!(running, 2);
+    assert_eq!(running_rows(s).await, 2);
 }

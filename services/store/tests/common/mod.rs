@@ -121,9 +121,9 @@ pub async fn expire(store: &Store, claim: &ClaimGrant) {
 
 /// Every row on the runnable queue (a single entry or one of a chunk) is
 /// claimable, every claimable row with no unmet dependency is on it exactly
-/// once, a row held by an active claim is on no other active claim and
-/// not on the queue, and only active claims hold rows (claims hold rows without writing them, so the queue is
-/// what keeps two claims from taking one row).
+/// once, a row held by an active claim is on no other active claim and not
+/// on the queue, and only active claims hold rows (claims hold rows without
+/// writing them, so the queue is what keeps two claims from taking one row).
 pub async fn assert_queue_consistent(store: &Store) {
     let bad: i64 = sqlx::query_scalar(
         "WITH queued AS (
