@@ -65,7 +65,8 @@ async fn main() -> Result<()> {
 
     let mut webhook = WebhookTarget::new(format!("http://{http}/webhooks/gemini"), secret);
     webhook.duplicate = true;
-    webhook.stale_running_after_terminal = true;
+    // A second copy of each event after later ones: out-of-order delivery.
+    webhook.redeliver_after = Some(std::time::Duration::from_millis(300));
     let emulator = Emulator::start(
         "127.0.0.1:0".parse()?,
         EmulatorConfig {

@@ -11,10 +11,53 @@ use serde_json::{Map, Value, json};
 use crate::faults::JobFault;
 use crate::output::InputRow;
 
-const BATCH_TYPE: &str =
-    "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch";
-const OUTPUT_TYPE: &str =
-    "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput";
+/// What a batch does: `batchGenerateContent` or `asyncBatchEmbedContent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchKind {
+    Generate,
+    Embed,
+}
+
+impl BatchKind {
+    fn resource_type(self) -> &'static str {
+        match self {
+            BatchKind::Generate => {
+                "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch"
+            }
+            BatchKind::Embed => {
+                "type.googleapis.com/google.ai.generativelanguage.v1main.EmbedContentBatch"
+            }
+        }
+    }
+
+    fn output_type(self) -> &'static str {
+        match self {
+            BatchKind::Generate => {
+                "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput"
+            }
+            BatchKind::Embed => {
+                "type.googleapis.com/google.ai.generativelanguage.v1main.EmbedContentBatchOutput"
+            }
+        }
+    }
+
+    /// The output field holding inlined responses.
+    fn inlined_field(self) -> &'static str {
+        match self {
+            BatchKind::Generate => "inlinedResponses",
+            BatchKind::Embed => "inlinedEmbedContentResponses",
+        }
+    }
+}
+
+/// Where a finished batch's responses are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Responses {
+    /// `files/<id>` of a JSONL responses file (input was a file).
+    File(String),
+    /// The responses themselves, in request order (input was inline).
+    Inlined(Vec<Value>),
+}
 
 /// RFC 3339 in UTC with microseconds, as Google writes timestamps.
 pub fn rfc3339(t: DateTime<Utc>) -> String {
@@ -85,8 +128,9 @@ pub struct Batch {
     /// The model without the `models/` prefix.
     pub model: String,
     pub display_name: String,
-    /// `files/<id>` of the input.
-    pub input_file: String,
+    pub kind: BatchKind,
+    /// `files/<id>` of the input; `None` for inline requests.
+    pub input_file: Option<String>,
     pub rows: Vec<InputRow>,
     pub fault: Option<JobFault>,
     pub state: BatchState,
@@ -94,9 +138,13 @@ pub struct Batch {
     pub update_time: DateTime<Utc>,
     /// When it became RUNNING, if it did.
     pub running_time: Option<DateTime<Utc>>,
+    /// How long it is meant to stay RUNNING (its counts move over it).
+    pub running_for: chrono::Duration,
     pub end_time: Option<DateTime<Utc>>,
-    /// `files/<id>` of the responses, on success.
-    pub output_file: Option<String>,
+    /// The responses, once the batch finished with some.
+    pub output: Option<Responses>,
+    /// Deleted by the client: the batch runs on, but is no longer found.
+    pub deleted: bool,
     pub successful: u64,
     pub failed: u64,
     pub error: Option<BatchError>,
@@ -142,10 +190,23 @@ impl Batch {
         true
     }
 
-    fn stats(&self) -> Value {
+    /// `batchStats` at `now`. While RUNNING, requests complete steadily
+    /// over `running_for` (never all of them: the last few finish with the
+    /// batch), as the provider's counts move during a run.
+    fn stats(&self, now: DateTime<Utc>) -> Value {
         let n = self.rows.len() as u64;
         let (pending, successful, failed) = match self.state {
-            BatchState::Pending | BatchState::Running => (n, 0, 0),
+            BatchState::Pending => (n, 0, 0),
+            BatchState::Running => {
+                let done = match (self.running_time, self.running_for.num_milliseconds()) {
+                    (Some(start), total) if total > 0 => {
+                        let elapsed = (now - start).num_milliseconds().clamp(0, total);
+                        (n * elapsed as u64 / total as u64).min(n.saturating_sub(1))
+                    }
+                    _ => 0,
+                };
+                (n - done, done, 0)
+            }
             BatchState::Succeeded => (0, self.successful, self.failed),
             BatchState::Failed => (0, 0, n),
             BatchState::Expired | BatchState::Cancelled => (0, 0, 0),
@@ -165,36 +226,61 @@ impl Batch {
         Value::Object(stats)
     }
 
-    /// The `GenerateContentBatch` resource.
-    pub fn resource(&self) -> Value {
+    /// The `GenerateContentBatch` resource at `now`.
+    pub fn resource(&self, now: DateTime<Utc>) -> Value {
+        let input = match &self.input_file {
+            Some(file) => json!({"fileName": file}),
+            None => json!({"requests": {}}),
+        };
         let mut batch = json!({
-            "@type": BATCH_TYPE,
+            "@type": self.kind.resource_type(),
             "name": self.name(),
             "model": format!("models/{}", self.model),
             "displayName": self.display_name,
-            "inputConfig": {"fileName": self.input_file},
+            "inputConfig": input,
             "createTime": rfc3339(self.create_time),
             "updateTime": rfc3339(self.update_time),
-            "batchStats": self.stats(),
+            "batchStats": self.stats(now),
             "state": self.state.wire(),
         });
         if let Some(end) = self.end_time {
             batch["endTime"] = json!(rfc3339(end));
         }
-        if let Some(out) = &self.output_file {
-            batch["output"] = json!({"responsesFile": out});
+        if let Some(out) = self.output_value() {
+            batch["output"] = out;
         }
         batch
     }
 
-    /// The long-running operation wrapping the batch.
-    pub fn operation(&self) -> Value {
-        let mut op = json!({"name": self.name(), "metadata": self.resource()});
+    /// The `output` object: `responsesFile`, or the inlined responses.
+    fn output_value(&self) -> Option<Value> {
+        Some(match self.output.as_ref()? {
+            Responses::File(file) => json!({"responsesFile": file}),
+            Responses::Inlined(lines) => {
+                json!({self.kind.inlined_field(): {"inlinedResponses": lines}})
+            }
+        })
+    }
+
+    /// `files/<id>` of the responses file, if the output is one.
+    pub fn output_file(&self) -> Option<&str> {
+        match self.output.as_ref()? {
+            Responses::File(file) => Some(file),
+            Responses::Inlined(_) => None,
+        }
+    }
+
+    /// The long-running operation wrapping the batch, as seen at `now`.
+    pub fn operation(&self, now: DateTime<Utc>) -> Value {
+        let mut op = json!({"name": self.name(), "metadata": self.resource(now)});
         if self.state.is_terminal() {
             op["done"] = json!(true);
-            match (&self.output_file, &self.error) {
-                (Some(out), _) if self.state == BatchState::Succeeded => {
-                    op["response"] = json!({"@type": OUTPUT_TYPE, "responsesFile": out});
+            match (self.output_value(), &self.error) {
+                (Some(Value::Object(out)), _) if self.state == BatchState::Succeeded => {
+                    let mut response = Map::new();
+                    response.insert("@type".to_owned(), json!(self.kind.output_type()));
+                    response.extend(out);
+                    op["response"] = Value::Object(response);
                 }
                 (_, Some(err)) => {
                     op["error"] = json!({"code": err.code, "message": err.message});
@@ -220,12 +306,18 @@ pub fn parse_page_token(token: &str) -> Option<u64> {
 }
 
 /// One page of batches, newest first: the batches (by reference) and the
-/// next page token if more remain. `batches` must be in creation order.
-pub fn page(batches: &[Batch], size: usize, below: Option<u64>) -> (Vec<&Batch>, Option<String>) {
+/// next page token if more remain. `batches` must be in creation order;
+/// deleted ones are left out, and so are those `listed` refuses (list lag).
+pub fn page(
+    batches: &[Batch],
+    size: usize,
+    below: Option<u64>,
+    listed: impl Fn(&Batch) -> bool,
+) -> (Vec<&Batch>, Option<String>) {
     let mut newest_first = batches
         .iter()
         .rev()
-        .filter(|b| below.is_none_or(|limit| b.seq < limit));
+        .filter(|b| !b.deleted && below.is_none_or(|limit| b.seq < limit) && listed(b));
     let items: Vec<&Batch> = newest_first.by_ref().take(size).collect();
     let more = newest_first.next().is_some();
     let token = match (more, items.last()) {
@@ -235,41 +327,51 @@ pub fn page(batches: &[Batch], size: usize, below: Option<u64>) -> (Vec<&Batch>,
     (items, token)
 }
 
+/// A PENDING generation batch of `rows` rows from a file, for tests.
+#[cfg(test)]
+pub fn test_batch(seq: u64, rows: usize) -> Batch {
+    let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+    Batch {
+        seq,
+        id: format!("b{seq}"),
+        model: "gemini-2.5-flash".into(),
+        display_name: format!("job-{seq}"),
+        kind: BatchKind::Generate,
+        input_file: Some("files/in".into()),
+        rows: (0..rows)
+            .map(|i| InputRow {
+                key: format!("k{i}"),
+                request: json!({"contents": []}),
+                inline: None,
+            })
+            .collect(),
+        fault: None,
+        state: BatchState::Pending,
+        create_time: t,
+        update_time: t,
+        running_time: None,
+        running_for: chrono::Duration::seconds(10),
+        end_time: None,
+        output: None,
+        deleted: false,
+        successful: 0,
+        failed: 0,
+        error: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn batch(seq: u64, rows: usize) -> Batch {
-        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        Batch {
-            seq,
-            id: format!("b{seq}"),
-            model: "gemini-2.5-flash".into(),
-            display_name: format!("job-{seq}"),
-            input_file: "files/in".into(),
-            rows: (0..rows)
-                .map(|i| InputRow {
-                    key: format!("k{i}"),
-                    request: json!({"contents": []}),
-                })
-                .collect(),
-            fault: None,
-            state: BatchState::Pending,
-            create_time: t,
-            update_time: t,
-            running_time: None,
-            end_time: None,
-            output_file: None,
-            successful: 0,
-            failed: 0,
-            error: None,
-        }
+        test_batch(seq, rows)
     }
 
     #[test]
     fn pending_operation_has_no_done_and_string_counts() {
         let b = batch(1, 3);
-        let op = b.operation();
+        let op = b.operation(b.update_time);
         assert_eq!(op["name"], "batches/b1");
         assert!(op.get("done").is_none());
         assert_eq!(op["metadata"]["state"], "BATCH_STATE_PENDING");
@@ -282,6 +384,30 @@ mod tests {
     }
 
     #[test]
+    fn running_counts_progress_but_never_finish_before_the_batch() {
+        let mut b = batch(1, 10);
+        let t = b.update_time;
+        b.transition(BatchState::Running, t);
+        let start = b.running_time.unwrap();
+        let at = |ms| {
+            b.operation(start + chrono::Duration::milliseconds(ms))["metadata"]["batchStats"]
+                .clone()
+        };
+        assert_eq!(
+            at(0),
+            json!({"requestCount": "10", "pendingRequestCount": "10"})
+        );
+        assert_eq!(
+            at(5_000),
+            json!({"requestCount": "10", "successfulRequestCount": "5", "pendingRequestCount": "5"})
+        );
+        assert_eq!(
+            at(60_000),
+            json!({"requestCount": "10", "successfulRequestCount": "9", "pendingRequestCount": "1"})
+        );
+    }
+
+    #[test]
     fn transitions_move_update_time_and_terminal_absorbs() {
         let mut b = batch(1, 2);
         let created = b.update_time;
@@ -289,12 +415,12 @@ mod tests {
         assert!(b.update_time > created, "update time strictly increases");
         assert_eq!(b.running_time, Some(b.update_time));
         let later = b.update_time + chrono::Duration::milliseconds(5);
-        b.output_file = Some("files/out".into());
+        b.output = Some(Responses::File("files/out".into()));
         b.successful = 1;
         b.failed = 1;
         assert!(b.transition(BatchState::Succeeded, later));
         assert!(!b.transition(BatchState::Cancelled, later));
-        let op = b.operation();
+        let op = b.operation(b.update_time);
         assert_eq!(op["done"], true);
         assert_eq!(op["response"]["responsesFile"], "files/out");
         assert_eq!(op["metadata"]["output"]["responsesFile"], "files/out");
@@ -316,7 +442,7 @@ mod tests {
             let mut b = batch(1, 1);
             let t = b.update_time;
             assert!(b.transition(to, t));
-            let op = b.operation();
+            let op = b.operation(b.update_time);
             assert_eq!(op["done"], true);
             assert_eq!(op["error"]["code"], code);
             assert!(op.get("response").is_none());
@@ -327,16 +453,16 @@ mod tests {
     #[test]
     fn pages_are_newest_first_and_stable_under_inserts() {
         let mut all: Vec<Batch> = (1..=5).map(|s| batch(s, 1)).collect();
-        let (p1, t1) = page(&all, 2, None);
+        let (p1, t1) = page(&all, 2, None, |_| true);
         assert_eq!(p1.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![5, 4]);
         let below = parse_page_token(t1.as_deref().unwrap()).unwrap();
         all.push(batch(6, 1));
-        let (p2, t2) = page(&all, 2, Some(below));
+        let (p2, t2) = page(&all, 2, Some(below), |_| true);
         assert_eq!(p2.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![3, 2]);
-        let (p3, t3) = page(&all, 2, parse_page_token(&t2.unwrap()));
+        let (p3, t3) = page(&all, 2, parse_page_token(&t2.unwrap()), |_| true);
         assert_eq!(p3.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![1]);
         assert!(t3.is_none());
-        let (exact, none) = page(&all[..2], 2, None);
+        let (exact, none) = page(&all[..2], 2, None, |_| true);
         assert_eq!(exact.len(), 2);
         assert!(none.is_none());
         assert_eq!(parse_page_token("garbage!"), None);

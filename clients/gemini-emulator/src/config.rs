@@ -69,11 +69,11 @@ pub struct WebhookTarget {
     pub secret: String,
     /// Deliver every event twice, with the same `webhook-id`.
     pub duplicate: bool,
-    /// Deliver the `batch.running` event only after the terminal one, with
-    /// its RUNNING-era timestamp (out of order, as real deliveries can be).
-    pub stale_running_after_terminal: bool,
-    /// Also announce the move to RUNNING (`batch.running`) when it happens.
-    pub running_events: bool,
+    /// Deliver every event once more, with the same `webhook-id`, this long
+    /// after the first delivery: a redelivery that arrives after later
+    /// events of other batches and after the batch was read by polling (out
+    /// of order, as real deliveries can be).
+    pub redeliver_after: Option<Duration>,
     /// Tries per delivery before giving up (at least 1).
     pub max_attempts: u32,
     /// Delay before the first retry; doubled for each further one.
@@ -81,15 +81,14 @@ pub struct WebhookTarget {
 }
 
 impl WebhookTarget {
-    /// A target with the usual defaults: no duplicates, in order, terminal
-    /// events only, 4 tries starting at 50ms backoff.
+    /// A target with the usual defaults: no duplicates, no redelivery, 4
+    /// tries starting at 50ms backoff.
     pub fn new(url: impl Into<String>, secret: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             secret: secret.into(),
             duplicate: false,
-            stale_running_after_terminal: false,
-            running_events: false,
+            redeliver_after: None,
             max_attempts: 4,
             retry_backoff: Duration::from_millis(50),
         }

@@ -1,6 +1,8 @@
 //! Google-style API errors: `{"error": {"code", "message", "status"}}` with
-//! the HTTP status in `code` and the canonical status name in `status`. The
-//! one place HTTP codes are mapped to status names.
+//! the HTTP status in `code`, the canonical status name in `status` and,
+//! where Google sends them, typed `details` (`google.rpc.ErrorInfo`,
+//! `RetryInfo`, `QuotaFailure`). The one place HTTP codes are mapped to
+//! status names.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +27,26 @@ pub fn status_name(code: u16) -> &'static str {
     }
 }
 
+/// The gRPC canonical code (`google.rpc.Code`) Google pairs with an HTTP
+/// code: what a per-line `google.rpc.Status` carries.
+pub fn grpc_code(http: u16) -> i32 {
+    match http {
+        400 => 3,
+        401 => 16,
+        403 => 7,
+        404 => 5,
+        409 => 10,
+        412 => 9,
+        429 => 8,
+        499 => 1,
+        500 => 13,
+        501 => 12,
+        502 | 503 => 14,
+        504 => 4,
+        _ => 2,
+    }
+}
+
 /// The error object (without the `error` wrapper) for `code`.
 pub fn error_object(code: u16, message: &str) -> Value {
     json!({"code": code, "message": message, "status": status_name(code)})
@@ -37,6 +59,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for a `Retry-After` header.
     pub retry_after: Option<u64>,
+    /// `google.rpc` detail messages, each with its `@type`.
+    pub details: Vec<Value>,
 }
 
 impl ApiError {
@@ -45,7 +69,39 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            details: Vec::new(),
         }
+    }
+
+    /// What the provider answers a key it does not know: 400 with an
+    /// `ErrorInfo` whose reason is `API_KEY_INVALID` (not 401).
+    pub fn api_key_invalid() -> Self {
+        let mut error = Self::invalid("API key not valid. Please pass a valid API key.");
+        error.details.push(json!({
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": "API_KEY_INVALID",
+            "domain": "googleapis.com",
+            "metadata": {"service": "generativelanguage.googleapis.com"},
+        }));
+        error
+    }
+
+    /// A quota refusal as the provider words it: 429 with `QuotaFailure`
+    /// naming the violated quota and `RetryInfo` saying when to come back.
+    pub fn quota_exhausted(message: impl Into<String>, quota_id: &str, retry_secs: u64) -> Self {
+        let mut error = Self::new(429, message);
+        error.details.push(json!({
+            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+            "violations": [{
+                "quotaMetric": "generativelanguage.googleapis.com/batch_enqueued_tokens",
+                "quotaId": quota_id,
+            }],
+        }));
+        error.details.push(json!({
+            "@type": "type.googleapis.com/google.rpc.RetryInfo",
+            "retryDelay": format!("{retry_secs}s"),
+        }));
+        error
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -57,7 +113,11 @@ impl ApiError {
     }
 
     pub fn body(&self) -> Value {
-        json!({"error": error_object(self.code, &self.message)})
+        let mut error = error_object(self.code, &self.message);
+        if !self.details.is_empty() {
+            error["details"] = Value::Array(self.details.clone());
+        }
+        json!({"error": error})
     }
 }
 
@@ -87,5 +147,22 @@ mod tests {
         );
         assert_eq!(status_name(503), "UNAVAILABLE");
         assert_eq!(status_name(418), "UNKNOWN");
+    }
+
+    #[test]
+    fn quota_and_key_errors_carry_typed_details() {
+        let body = ApiError::quota_exhausted("too many", "BatchEnqueuedTokens", 7).body();
+        assert_eq!(body["error"]["code"], 429);
+        assert_eq!(body["error"]["details"][1]["retryDelay"], "7s");
+        assert!(
+            body["error"]["details"][0]["@type"]
+                .as_str()
+                .unwrap()
+                .ends_with("google.rpc.QuotaFailure")
+        );
+        let key = ApiError::api_key_invalid().body();
+        assert_eq!(key["error"]["code"], 400);
+        assert_eq!(key["error"]["status"], "INVALID_ARGUMENT");
+        assert_eq!(key["error"]["details"][0]["reason"], "API_KEY_INVALID");
     }
 }

@@ -25,7 +25,14 @@
 //!     {"match": {"display_name_contains": "hold"},    "fault": {"kind": "stays_pending"}}
 //!   ],
 //!   "create_429": {"times": 2, "retry_after_secs": 5},
-//!   "finalize_error_body": {"times": 1, "code": 500}
+//!   "finalize_error_body": {"times": 1, "code": 500},
+//!   "row_errors": "grpc",
+//!   "create_answer_lost": {"times": 1},
+//!   "list_lag_ms": 2000,
+//!   "output_unavailable": {"times": 1, "code": 404},
+//!   "mime_refusal": {"times": 1},
+//!   "file_ttl_ms": 172800000,
+//!   "partial_on_cancel": true
 //! }
 //! ```
 //!
@@ -54,6 +61,58 @@ pub struct FaultPlan {
     pub create_429: Option<Create429>,
     /// The next `times` upload finalizes answer HTTP 200 with an error body.
     pub finalize_error_body: Option<FinalizeErrorBody>,
+    /// How per-line errors are written (default: as the provider does).
+    pub row_errors: RowErrorFormat,
+    /// The next `times` creates make the batch, then answer 500: the
+    /// client never learns the batch's name.
+    pub create_answer_lost: Option<Times>,
+    /// A batch is left out of list results for this long after its
+    /// creation (GET by name finds it at once).
+    pub list_lag_ms: u64,
+    /// The next `times` downloads of a generated file answer `code` (403 or
+    /// 404: not downloadable yet, or any more).
+    pub output_unavailable: Option<OutputUnavailable>,
+    /// The next `times` finalizes of an `application/jsonl` upload answer
+    /// 200 with a 400 "Unsupported MIME type" error body.
+    pub mime_refusal: Option<Times>,
+    /// Files (uploaded and generated) are gone this long after they were
+    /// made (the provider keeps them 48 hours); 0 keeps them.
+    pub file_ttl_ms: u64,
+    /// A batch cancelled while RUNNING has answered the first half of its
+    /// rows, and names a responses file holding them.
+    pub partial_on_cancel: bool,
+}
+
+/// The output-unavailable fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputUnavailable {
+    pub times: u32,
+    #[serde(default = "default_unavailable_code")]
+    pub code: u16,
+}
+
+fn default_unavailable_code() -> u16 {
+    404
+}
+
+/// A counted fault with nothing else to say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Times {
+    pub times: u32,
+}
+
+/// The shape of an output line's `error`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowErrorFormat {
+    /// `google.rpc.Status`: a gRPC canonical `code` and a `message`, no
+    /// `status` (what the provider writes).
+    #[default]
+    Grpc,
+    /// The REST error shape: the HTTP `code` and the `status` name.
+    Http,
 }
 
 /// One per-row rule.
@@ -98,6 +157,13 @@ pub enum RowFault {
     InvalidJson,
     /// The key is left out of the output file.
     Missing,
+    /// `finishReason: MAX_TOKENS`: thinking used up the output budget, the
+    /// text is cut short (not valid JSON).
+    MaxTokens,
+    /// `finishReason: RECITATION`, no content.
+    Recitation,
+    /// `finishReason: OTHER` with partial text.
+    OtherFinish,
     /// An error line with `code` (default 400 INVALID_ARGUMENT), every time.
     PermanentError {
         #[serde(default = "default_permanent_code")]
@@ -144,6 +210,10 @@ pub enum JobFault {
     Failed {
         #[serde(default = "default_failed_message")]
         message: String,
+        /// The first half of the rows were answered before it failed: the
+        /// batch names a responses file holding them.
+        #[serde(default)]
+        partial: bool,
     },
     /// PENDING → BATCH_STATE_EXPIRED without ever running.
     Expired,
@@ -160,9 +230,13 @@ fn default_failed_message() -> String {
 #[serde(deny_unknown_fields)]
 pub struct Create429 {
     pub times: u32,
-    /// The `Retry-After` header, in seconds (default 1).
+    /// The `RetryInfo.retryDelay` in the error body, in seconds (default 1).
     #[serde(default = "one_u64")]
     pub retry_after_secs: u64,
+    /// Also send a `Retry-After` header. The provider documents only the
+    /// body's `RetryInfo`; a proxy in front of it may add the header.
+    #[serde(default)]
+    pub retry_after_header: bool,
 }
 
 fn one_u64() -> u64 {
@@ -208,6 +282,9 @@ impl FaultPlan {
 pub enum RowVerdict {
     Answer,
     Safety,
+    MaxTokens,
+    Recitation,
+    OtherFinish,
     PromptBlocked,
     Error(u16),
     EmptyText,
@@ -223,6 +300,9 @@ pub struct Faults {
     job_uses: Vec<u32>,
     create_429_used: u32,
     finalize_used: u32,
+    answers_lost: u32,
+    downloads_refused: u32,
+    mime_refused: u32,
     processed: HashMap<String, u32>,
 }
 
@@ -241,6 +321,9 @@ impl Faults {
             let code = match rule.fault {
                 RowFault::Transient { code, .. } | RowFault::PermanentError { code } => Some(code),
                 RowFault::Safety
+                | RowFault::MaxTokens
+                | RowFault::Recitation
+                | RowFault::OtherFinish
                 | RowFault::PromptBlocked
                 | RowFault::EmptyText
                 | RowFault::InvalidJson
@@ -262,6 +345,9 @@ impl Faults {
             regexes,
             plan,
             create_429_used: 0,
+            answers_lost: 0,
+            downloads_refused: 0,
+            mime_refused: 0,
             finalize_used: 0,
             processed: HashMap::new(),
         })
@@ -288,6 +374,9 @@ impl Faults {
         };
         match rule.fault {
             RowFault::Safety => RowVerdict::Safety,
+            RowFault::MaxTokens => RowVerdict::MaxTokens,
+            RowFault::Recitation => RowVerdict::Recitation,
+            RowFault::OtherFinish => RowVerdict::OtherFinish,
             RowFault::PromptBlocked => RowVerdict::PromptBlocked,
             RowFault::Transient { code, times } => {
                 if before < times {
@@ -319,15 +408,59 @@ impl Faults {
         Some(self.plan.jobs[index].fault.clone())
     }
 
-    /// If a create should be rejected with 429, its `Retry-After` seconds.
-    pub fn take_create_429(&mut self) -> Option<u64> {
+    /// If a create should be rejected with 429, the fault (its delay and
+    /// whether a `Retry-After` header goes with the body).
+    pub fn take_create_429(&mut self) -> Option<Create429> {
         let fault = self.plan.create_429.as_ref()?;
         if self.create_429_used < fault.times {
             self.create_429_used += 1;
-            Some(fault.retry_after_secs)
+            Some(fault.clone())
         } else {
             None
         }
+    }
+
+    /// Whether this create's answer is lost (the batch is made anyway).
+    pub fn take_create_answer_lost(&mut self) -> bool {
+        match self.plan.create_answer_lost {
+            Some(Times { times }) if self.answers_lost < times => {
+                self.answers_lost += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// If this download of a generated file is refused, the code.
+    pub fn take_output_unavailable(&mut self) -> Option<u16> {
+        let fault = self.plan.output_unavailable?;
+        (self.downloads_refused < fault.times).then(|| {
+            self.downloads_refused += 1;
+            fault.code
+        })
+    }
+
+    /// Whether this finalize of an `application/jsonl` upload is refused.
+    pub fn take_mime_refusal(&mut self) -> bool {
+        match self.plan.mime_refusal {
+            Some(Times { times }) if self.mime_refused < times => {
+                self.mime_refused += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// How long files live, if they expire.
+    pub fn file_ttl(&self) -> Option<chrono::Duration> {
+        (self.plan.file_ttl_ms > 0).then(|| {
+            chrono::Duration::milliseconds(i64::try_from(self.plan.file_ttl_ms).unwrap_or(i64::MAX))
+        })
+    }
+
+    /// How long a new batch stays out of list results.
+    pub fn list_lag(&self) -> chrono::Duration {
+        chrono::Duration::milliseconds(i64::try_from(self.plan.list_lag_ms).unwrap_or(i64::MAX))
     }
 
     /// If a finalize should answer 200 with an error body, the error code.
@@ -428,11 +561,30 @@ mod tests {
             r#"{"create_429": {"times": 2, "retry_after_secs": 3},
                 "finalize_error_body": {"times": 1}}"#,
         );
-        assert_eq!(f.take_create_429(), Some(3));
-        assert_eq!(f.take_create_429(), Some(3));
+        assert_eq!(
+            f.take_create_429()
+                .map(|c| (c.retry_after_secs, c.retry_after_header)),
+            Some((3, false))
+        );
+        assert_eq!(
+            f.take_create_429()
+                .map(|c| (c.retry_after_secs, c.retry_after_header)),
+            Some((3, false))
+        );
         assert_eq!(f.take_create_429(), None);
         assert_eq!(f.take_finalize_error(), Some(500));
         assert_eq!(f.take_finalize_error(), None);
+        let mut lost = plan(r#"{"create_answer_lost": {"times": 1}, "list_lag_ms": 1500}"#);
+        assert!(lost.take_create_answer_lost());
+        assert!(!lost.take_create_answer_lost());
+        assert_eq!(lost.list_lag(), chrono::Duration::milliseconds(1500));
+        let mut gone = plan(r#"{"output_unavailable": {"times": 2, "code": 403}}"#);
+        assert_eq!(gone.take_output_unavailable(), Some(403));
+        assert_eq!(gone.take_output_unavailable(), Some(403));
+        assert_eq!(gone.take_output_unavailable(), None);
+        let mut mime = plan(r#"{"mime_refusal": {"times": 1}}"#);
+        assert!(mime.take_mime_refusal());
+        assert!(!mime.take_mime_refusal());
     }
 
     #[test]

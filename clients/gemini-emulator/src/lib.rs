@@ -49,7 +49,8 @@ use tokio::task::JoinHandle;
 
 pub use config::{EmulatorConfig, Timing, WebhookTarget};
 pub use faults::{
-    FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, RowFault, RowMatch, RowRule,
+    FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, RowErrorFormat, RowFault, RowMatch,
+    RowRule,
 };
 pub use stats::{Outcome, Stats, Submission};
 

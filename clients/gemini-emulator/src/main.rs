@@ -45,12 +45,10 @@ struct Args {
     /// Deliver every webhook event twice (same webhook-id).
     #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_DUPLICATE")]
     webhook_duplicate: bool,
-    /// Deliver the batch.running event after the terminal one (out of order).
-    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_STALE")]
-    webhook_stale: bool,
-    /// Also announce the move to RUNNING with a batch.running event.
-    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_RUNNING")]
-    webhook_running: bool,
+    /// Deliver every webhook event once more this long after the first
+    /// time (out of order with later events), e.g. 5s.
+    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_REDELIVER_AFTER", value_parser = humantime::parse_duration)]
+    webhook_redeliver_after: Option<Duration>,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "GEMINI_EMULATOR_LOG_JSON")]
     log_json: bool,
@@ -83,8 +81,7 @@ async fn main() -> anyhow::Result<()> {
     let webhook = match (args.webhook_url, args.webhook_secret) {
         (Some(url), Some(secret)) => Some(WebhookTarget {
             duplicate: args.webhook_duplicate,
-            stale_running_after_terminal: args.webhook_stale,
-            running_events: args.webhook_running,
+            redeliver_after: args.webhook_redeliver_after,
             ..WebhookTarget::new(url, secret)
         }),
         // Unsigned webhooks would teach receivers to skip verification.

@@ -1,20 +1,43 @@
-//! Pure batch processing: parsing the input JSONL, answering one request
-//! (a `GenerateContentResponse` or an error line, per the row's fault
-//! verdict), and assembling the output JSONL in a seeded, non-input order.
+//! Pure batch processing: parsing the input (a JSONL file or inline
+//! requests), answering one request (a `GenerateContentResponse`, an
+//! embedding, or an error line, per the row's fault verdict), and assembling
+//! the output: JSONL in a seeded, non-input order, or inlined responses in
+//! request order.
 
 use serde_json::{Value, json};
 
-use crate::error::error_object;
+use crate::batches::BatchKind;
+use crate::error::{error_object, grpc_code};
 use crate::faults::RowVerdict;
 use crate::ids::shuffled;
 use crate::schema_instance::{instance, prompt_words};
 use crate::stats::Outcome;
 
-/// One input line: `{"key": "...", "request": <GenerateContentRequest>}`.
+/// One request: a JSONL line `{"key": "...", "request": {...}}`, or an
+/// inline request `{"request": {...}, "metadata": {...}}` (its key is
+/// `metadata.key` if that is a string, else its 1-based position).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputRow {
     pub key: String,
     pub request: Value,
+    /// `Some` for an inline request: the metadata echoed on its response.
+    pub inline: Option<Inline>,
+}
+
+/// What an inline request's response echoes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inline {
+    pub metadata: Option<Value>,
+}
+
+/// How answers are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    pub kind: BatchKind,
+    /// Per-line errors as `google.rpc.Status` (gRPC canonical `code`, no
+    /// `status`), as the provider writes them; otherwise the REST error
+    /// shape (HTTP `code` plus `status`).
+    pub grpc_errors: bool,
 }
 
 /// Why an input file was refused (answered 400 INVALID_ARGUMENT).
@@ -32,14 +55,62 @@ pub enum InputError {
     MissingRequest { line: usize },
     #[error("input line {line}: request has no `contents`")]
     MissingContents { line: usize },
+    #[error("input line {line}: embedding request has no `content`")]
+    MissingContent { line: usize },
+    #[error("inline requests: `inputConfig.requests.requests` must be a non-empty list")]
+    InlineShape,
     #[error("input line {line}: duplicate key `{key}`")]
     DuplicateKey { line: usize, key: String },
+}
+
+/// Checks that a request has what its kind needs (`contents` for
+/// generation, `content` for embeddings).
+fn check_request(request: &Value, kind: BatchKind, line: usize) -> Result<(), InputError> {
+    match kind {
+        BatchKind::Generate if !request.get("contents").is_some_and(Value::is_array) => {
+            Err(InputError::MissingContents { line })
+        }
+        BatchKind::Embed if !request.get("content").is_some_and(Value::is_object) => {
+            Err(InputError::MissingContent { line })
+        }
+        BatchKind::Generate | BatchKind::Embed => Ok(()),
+    }
+}
+
+/// Parses inline requests (`inputConfig.requests`: `{"requests": [...]}`).
+pub fn parse_inline(requests: &Value, kind: BatchKind) -> Result<Vec<InputRow>, InputError> {
+    let list = requests
+        .get("requests")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+        .ok_or(InputError::InlineShape)?;
+    let mut rows = Vec::with_capacity(list.len());
+    for (index, item) in list.iter().enumerate() {
+        let line = index + 1;
+        let request = match item.get("request") {
+            Some(r @ Value::Object(_)) => r.clone(),
+            _ => return Err(InputError::MissingRequest { line }),
+        };
+        check_request(&request, kind, line)?;
+        let metadata = item.get("metadata").cloned();
+        let key = metadata
+            .as_ref()
+            .and_then(|m| m.get("key"))
+            .and_then(Value::as_str)
+            .map_or_else(|| line.to_string(), str::to_owned);
+        rows.push(InputRow {
+            key,
+            request,
+            inline: Some(Inline { metadata }),
+        });
+    }
+    Ok(rows)
 }
 
 /// Parses a JSONL input file. Blank lines are skipped; every other line must
 /// hold a key and a request with contents. Duplicate keys are refused (the
 /// real API tolerates them; refusing catches a client bug early).
-pub fn parse_input(bytes: &[u8]) -> Result<Vec<InputRow>, InputError> {
+pub fn parse_input(bytes: &[u8], kind: BatchKind) -> Result<Vec<InputRow>, InputError> {
     let text = std::str::from_utf8(bytes).map_err(|_| InputError::NotUtf8)?;
     let mut rows = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -66,13 +137,15 @@ pub fn parse_input(bytes: &[u8]) -> Result<Vec<InputRow>, InputError> {
             Some(r @ Value::Object(_)) => r,
             _ => return Err(InputError::MissingRequest { line }),
         };
-        if !request.get("contents").is_some_and(Value::is_array) {
-            return Err(InputError::MissingContents { line });
-        }
+        check_request(&request, kind, line)?;
         if !seen.insert(key.clone()) {
             return Err(InputError::DuplicateKey { line, key });
         }
-        rows.push(InputRow { key, request });
+        rows.push(InputRow {
+            key,
+            request,
+            inline: None,
+        });
     }
     if rows.is_empty() {
         return Err(InputError::Empty);
@@ -129,6 +202,29 @@ pub fn answer_text(request: &Value, prompt: &str) -> String {
     value.to_string()
 }
 
+/// Thinking tokens a MAX_TOKENS answer spent.
+const MAX_TOKENS_THOUGHTS: u64 = 64;
+
+/// Thinking tokens of an answer: the request's
+/// `generationConfig.thinkingConfig.thinkingBudget`, capped at 32 (none
+/// without a budget, or with 0: thinking off).
+fn thinking_tokens(request: &Value) -> u64 {
+    request
+        .pointer("/generationConfig/thinkingConfig/thinkingBudget")
+        .and_then(Value::as_u64)
+        .map_or(0, |b| b.min(32))
+}
+
+/// Cached input tokens: half the prompt when the request names
+/// `cachedContent`.
+fn cached_tokens(request: &Value, prompt_tokens: u64) -> u64 {
+    if request.get("cachedContent").is_some_and(Value::is_string) {
+        prompt_tokens / 2
+    } else {
+        0
+    }
+}
+
 /// Tokens as the emulator counts them: about one per four characters.
 pub fn token_count(text: &str) -> u64 {
     (text.chars().count() as u64).div_ceil(4)
@@ -140,34 +236,146 @@ pub fn answer_row(
     row: &InputRow,
     verdict: RowVerdict,
     model_version: &str,
+    style: Style,
 ) -> Option<(Value, Outcome)> {
+    let verdict = match (style.kind, schema_problem(&row.request)) {
+        (BatchKind::Generate, Some(_)) if verdict != RowVerdict::Missing => RowVerdict::Error(400),
+        _ => verdict,
+    };
+    let (body, outcome) = match (verdict, style.kind) {
+        (RowVerdict::Missing, _) => return None,
+        (RowVerdict::Error(code), _) => {
+            let message = schema_problem(&row.request).unwrap_or_else(|| row_error_message(code));
+            let error = if style.grpc_errors {
+                json!({"code": grpc_code(code), "message": message})
+            } else {
+                error_object(code, &message)
+            };
+            (json!({"error": error}), Outcome::Error { code })
+        }
+        (_, BatchKind::Embed) => (
+            json!({"response": {"embedding": {"values": embedding(&row.request)}}}),
+            Outcome::Success,
+        ),
+        (verdict, BatchKind::Generate) => generated(row, verdict, model_version),
+    };
+    let mut line = match &row.inline {
+        None => json!({"key": row.key}),
+        Some(Inline { metadata: Some(m) }) => json!({"metadata": m}),
+        Some(Inline { metadata: None }) => json!({}),
+    };
+    if let (Value::Object(line), Value::Object(body)) = (&mut line, body) {
+        line.extend(body);
+    }
+    Some((line, outcome))
+}
+
+/// JSON Schema keywords the provider's `responseSchema` (an OpenAPI-subset
+/// `Schema` proto) does not know; JSON Schema goes in `responseJsonSchema`.
+const JSON_SCHEMA_ONLY: [&str; 5] = ["$ref", "$defs", "$schema", "const", "additionalProperties"];
+
+/// Why a request's `responseSchema` would be refused (400), if it would:
+/// a JSON-Schema-only keyword or a type array anywhere in it.
+pub fn schema_problem(request: &Value) -> Option<String> {
+    fn walk(v: &Value, path: &str) -> Option<String> {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map {
+                    if JSON_SCHEMA_ONLY.contains(&k.as_str()) {
+                        return Some(format!(
+                            "Invalid JSON payload received. Unknown name \"{k}\" at '{path}': Cannot find field."
+                        ));
+                    }
+                    if k == "type" && child.is_array() {
+                        return Some(format!(
+                            "Invalid JSON payload received. Invalid value at '{path}.type' (type.googleapis.com/google.ai.generativelanguage.v1beta.Type): a type array is not a Type."
+                        ));
+                    }
+                    if let Some(p) = walk(child, &format!("{path}.{k}")) {
+                        return Some(p);
+                    }
+                }
+                None
+            }
+            Value::Array(items) => items.iter().find_map(|i| walk(i, path)),
+            _ => None,
+        }
+    }
+    let config = request
+        .get("generationConfig")
+        .or_else(|| request.get("generation_config"))?;
+    let schema = config
+        .get("responseSchema")
+        .or_else(|| config.get("response_schema"))?;
+    walk(schema, "generation_config.response_schema")
+}
+
+/// Dimensions of an emulated embedding (unless the request asks for fewer).
+const EMBEDDING_DIMENSIONS: usize = 8;
+
+/// A deterministic unit vector for a request's text.
+fn embedding(request: &Value) -> Vec<f64> {
+    let text: String = request
+        .get("content")
+        .map(|c| prompt_text(&json!({"contents": [c]})))
+        .unwrap_or_default();
+    let dims = request
+        .get("outputDimensionality")
+        .and_then(Value::as_u64)
+        .map_or(EMBEDDING_DIMENSIONS, |d| (d as usize).clamp(1, 3072));
+    let seed = crate::ids::hash_str(&text);
+    let raw: Vec<f64> = (0..dims)
+        .map(|i| ((seed.rotate_left(i as u32 * 7) % 2001) as f64 - 1000.0) / 1000.0)
+        .collect();
+    let norm = raw
+        .iter()
+        .map(|x| x * x)
+        .sum::<f64>()
+        .sqrt()
+        .max(f64::EPSILON);
+    raw.iter().map(|x| x / norm).collect()
+}
+
+/// A generation answer (any verdict but an error or a missing row).
+fn generated(row: &InputRow, verdict: RowVerdict, model_version: &str) -> (Value, Outcome) {
     let prompt = prompt_text(&row.request);
     let prompt_tokens = token_count(&prompt).max(1);
-    let usage = |candidate_tokens: u64| {
+    let thoughts = thinking_tokens(&row.request);
+    let cached = cached_tokens(&row.request, prompt_tokens);
+    let usage = |candidate_tokens: u64, thoughts: u64| {
+        // promptTokenCount includes cached tokens; candidatesTokenCount
+        // excludes thoughts; the total counts everything once.
         let mut u = json!({"promptTokenCount": prompt_tokens});
         if candidate_tokens > 0 {
             u["candidatesTokenCount"] = json!(candidate_tokens);
         }
-        u["totalTokenCount"] = json!(prompt_tokens + candidate_tokens);
+        if thoughts > 0 {
+            u["thoughtsTokenCount"] = json!(thoughts);
+        }
+        if cached > 0 {
+            u["cachedContentTokenCount"] = json!(cached);
+        }
+        u["totalTokenCount"] = json!(prompt_tokens + candidate_tokens + thoughts);
         u
     };
-    let text_response = |text: &str| {
+    let finished = |text: &str, reason: &str, thoughts: u64| {
         let tokens = token_count(text);
         json!({
             "candidates": [{
                 "content": {"parts": [{"text": text}], "role": "model"},
-                "finishReason": "STOP",
+                "finishReason": reason,
                 "index": 0
             }],
-            "usageMetadata": usage(tokens),
+            "usageMetadata": usage(tokens, thoughts),
             "modelVersion": model_version
         })
     };
+    let text_response = |text: &str| finished(text, "STOP", thoughts);
     let safety_ratings = json!([
         {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true},
         {"category": "HARM_CATEGORY_HARASSMENT", "probability": "NEGLIGIBLE"}
     ]);
-    let (body, outcome) = match verdict {
+    match verdict {
         RowVerdict::Answer => (
             json!({"response": text_response(&answer_text(&row.request, &prompt))}),
             Outcome::Success,
@@ -180,7 +388,7 @@ pub fn answer_row(
         RowVerdict::Safety => (
             json!({"response": {
                 "candidates": [{"finishReason": "SAFETY", "index": 0, "safetyRatings": safety_ratings}],
-                "usageMetadata": usage(0),
+                "usageMetadata": usage(0, thoughts),
                 "modelVersion": model_version
             }}),
             Outcome::Safety,
@@ -188,22 +396,40 @@ pub fn answer_row(
         RowVerdict::PromptBlocked => (
             json!({"response": {
                 "promptFeedback": {"blockReason": "SAFETY", "safetyRatings": safety_ratings},
-                "usageMetadata": usage(0),
+                "usageMetadata": usage(0, 0),
                 "modelVersion": model_version
             }}),
             Outcome::PromptBlocked,
         ),
-        RowVerdict::Error(code) => (
-            json!({"error": error_object(code, &row_error_message(code))}),
-            Outcome::Error { code },
+        RowVerdict::MaxTokens => {
+            // Thinking took most of the budget; the answer stops mid-way.
+            let full = answer_text(&row.request, &prompt);
+            let cut: String = full.chars().take(full.chars().count() / 2).collect();
+            (
+                json!({"response": finished(&cut, "MAX_TOKENS", thoughts.max(MAX_TOKENS_THOUGHTS))}),
+                Outcome::Finish {
+                    reason: "MAX_TOKENS",
+                },
+            )
+        }
+        RowVerdict::Recitation => (
+            json!({"response": {
+                "candidates": [{"finishReason": "RECITATION", "index": 0}],
+                "usageMetadata": usage(0, thoughts),
+                "modelVersion": model_version
+            }}),
+            Outcome::Finish {
+                reason: "RECITATION",
+            },
         ),
-        RowVerdict::Missing => return None,
-    };
-    let mut line = json!({"key": row.key});
-    if let (Value::Object(line), Value::Object(body)) = (&mut line, body) {
-        line.extend(body);
+        RowVerdict::OtherFinish => (
+            json!({"response": finished("Partial", "OTHER", thoughts)}),
+            Outcome::Finish { reason: "OTHER" },
+        ),
+        RowVerdict::Error(_) | RowVerdict::Missing => {
+            unreachable!("answer_row handles errors and missing rows")
+        }
     }
-    Some((line, outcome))
 }
 
 fn row_error_message(code: u16) -> String {
@@ -216,10 +442,12 @@ fn row_error_message(code: u16) -> String {
     }
 }
 
-/// The output of a processed batch: the JSONL bytes (shuffled by `seed`)
-/// and each row's outcome in input order.
+/// The output of a processed batch: the lines in input order, the JSONL
+/// bytes (the lines shuffled by `seed`) and each row's outcome in input
+/// order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchOutput {
+    pub lines: Vec<Value>,
     pub jsonl: Vec<u8>,
     pub outcomes: Vec<(String, Outcome)>,
     /// Lines that carry a response.
@@ -234,6 +462,7 @@ pub fn build_output(
     rows: &[InputRow],
     model_version: &str,
     seed: u64,
+    style: Style,
     mut decide: impl FnMut(&InputRow, &str) -> RowVerdict,
 ) -> BatchOutput {
     let mut lines = Vec::with_capacity(rows.len());
@@ -242,14 +471,14 @@ pub fn build_output(
     for row in rows {
         let prompt = prompt_text(&row.request);
         let verdict = decide(row, &prompt);
-        match answer_row(row, verdict, model_version) {
+        match answer_row(row, verdict, model_version, style) {
             Some((line, outcome)) => {
                 if line.get("error").is_some() {
                     failed += 1;
                 } else {
                     successful += 1;
                 }
-                lines.push(line.to_string());
+                lines.push(line);
                 outcomes.push((row.key.clone(), outcome));
             }
             None => {
@@ -261,11 +490,12 @@ pub fn build_output(
         }
     }
     let mut jsonl = Vec::new();
-    for line in shuffled(lines, seed) {
-        jsonl.extend_from_slice(line.as_bytes());
+    for line in shuffled(lines.clone(), seed) {
+        jsonl.extend_from_slice(line.to_string().as_bytes());
         jsonl.push(b'\n');
     }
     BatchOutput {
+        lines,
         jsonl,
         outcomes,
         successful,
@@ -277,10 +507,16 @@ pub fn build_output(
 mod tests {
     use super::*;
 
+    const GEN: Style = Style {
+        kind: BatchKind::Generate,
+        grpc_errors: true,
+    };
+
     fn row(key: &str, request: Value) -> InputRow {
         InputRow {
             key: key.into(),
             request,
+            inline: None,
         }
     }
 
@@ -291,28 +527,31 @@ mod tests {
     #[test]
     fn parses_jsonl_and_refuses_bad_lines() {
         let good = b"{\"key\":\"a\",\"request\":{\"contents\":[]}}\n\n{\"key\":\"b\",\"request\":{\"contents\":[]}}\n";
-        let rows = parse_input(good).unwrap();
+        let rows = parse_input(good, BatchKind::Generate).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[1].key, "b");
         assert!(matches!(
-            parse_input(b"not json"),
+            parse_input(b"not json", BatchKind::Generate),
             Err(InputError::NotJson { line: 1, .. })
         ));
         assert_eq!(
-            parse_input(b"{\"request\":{\"contents\":[]}}"),
+            parse_input(b"{\"request\":{\"contents\":[]}}", BatchKind::Generate),
             Err(InputError::MissingKey { line: 1 })
         );
         assert_eq!(
-            parse_input(b"{\"key\":\"a\"}"),
+            parse_input(b"{\"key\":\"a\"}", BatchKind::Generate),
             Err(InputError::MissingRequest { line: 1 })
         );
         assert_eq!(
-            parse_input(b"{\"key\":\"a\",\"request\":{}}"),
+            parse_input(b"{\"key\":\"a\",\"request\":{}}", BatchKind::Generate),
             Err(InputError::MissingContents { line: 1 })
         );
-        assert_eq!(parse_input(b"\n"), Err(InputError::Empty));
+        assert_eq!(
+            parse_input(b"\n", BatchKind::Generate),
+            Err(InputError::Empty)
+        );
         assert!(matches!(
-            parse_input(b"{\"key\":\"a\",\"request\":{\"contents\":[]}}\n{\"key\":\"a\",\"request\":{\"contents\":[]}}"),
+            parse_input(b"{\"key\":\"a\",\"request\":{\"contents\":[]}}\n{\"key\":\"a\",\"request\":{\"contents\":[]}}", BatchKind::Generate),
             Err(InputError::DuplicateKey { line: 2, .. })
         ));
     }
@@ -349,7 +588,7 @@ mod tests {
     #[test]
     fn each_verdict_has_its_shape() {
         let r = row("k", user("hello world, how are you"));
-        let (line, outcome) = answer_row(&r, RowVerdict::Answer, "m").unwrap();
+        let (line, outcome) = answer_row(&r, RowVerdict::Answer, "m", GEN).unwrap();
         assert_eq!(outcome, Outcome::Success);
         assert_eq!(line["key"], "k");
         let resp = &line["response"];
@@ -362,7 +601,7 @@ mod tests {
             .unwrap();
         assert_eq!(total, 6 + cand);
 
-        let (line, outcome) = answer_row(&r, RowVerdict::Safety, "m").unwrap();
+        let (line, outcome) = answer_row(&r, RowVerdict::Safety, "m", GEN).unwrap();
         assert_eq!(outcome, Outcome::Safety);
         assert_eq!(line["response"]["candidates"][0]["finishReason"], "SAFETY");
         assert!(line["response"]["candidates"][0].get("content").is_none());
@@ -372,28 +611,36 @@ mod tests {
                 .is_none()
         );
 
-        let (line, _) = answer_row(&r, RowVerdict::PromptBlocked, "m").unwrap();
+        let (line, _) = answer_row(&r, RowVerdict::PromptBlocked, "m", GEN).unwrap();
         assert!(line["response"].get("candidates").is_none());
         assert_eq!(line["response"]["promptFeedback"]["blockReason"], "SAFETY");
 
-        let (line, _) = answer_row(&r, RowVerdict::EmptyText, "m").unwrap();
+        let (line, _) = answer_row(&r, RowVerdict::EmptyText, "m", GEN).unwrap();
         assert_eq!(
             line["response"]["candidates"][0]["content"]["parts"][0]["text"],
             ""
         );
 
-        let (line, _) = answer_row(&r, RowVerdict::InvalidJson, "m").unwrap();
+        let (line, _) = answer_row(&r, RowVerdict::InvalidJson, "m", GEN).unwrap();
         let text = line["response"]["candidates"][0]["content"]["parts"][0]["text"]
             .as_str()
             .unwrap();
         assert!(serde_json::from_str::<Value>(text).is_err());
 
-        let (line, outcome) = answer_row(&r, RowVerdict::Error(429), "m").unwrap();
+        let (line, outcome) = answer_row(&r, RowVerdict::Error(429), "m", GEN).unwrap();
         assert_eq!(outcome, Outcome::Error { code: 429 });
-        assert_eq!(line["error"]["status"], "RESOURCE_EXHAUSTED");
+        assert_eq!(line["error"]["code"], 8, "gRPC RESOURCE_EXHAUSTED");
+        assert!(line["error"].get("status").is_none());
         assert!(line.get("response").is_none());
+        let rest = Style {
+            grpc_errors: false,
+            ..GEN
+        };
+        let (line, _) = answer_row(&r, RowVerdict::Error(429), "m", rest).unwrap();
+        assert_eq!(line["error"]["code"], 429);
+        assert_eq!(line["error"]["status"], "RESOURCE_EXHAUSTED");
 
-        assert!(answer_row(&r, RowVerdict::Missing, "m").is_none());
+        assert!(answer_row(&r, RowVerdict::Missing, "m", GEN).is_none());
     }
 
     #[test]
@@ -404,8 +651,8 @@ mod tests {
             "k4" => RowVerdict::Error(503),
             _ => RowVerdict::Answer,
         };
-        let a = build_output(&rows, "m", 42, decide);
-        let b = build_output(&rows, "m", 42, decide);
+        let a = build_output(&rows, "m", 42, GEN, decide);
+        let b = build_output(&rows, "m", 42, GEN, decide);
         assert_eq!(a, b);
         let keys: Vec<String> = String::from_utf8(a.jsonl.clone())
             .unwrap()
@@ -426,5 +673,122 @@ mod tests {
         assert_ne!(keys, input_order);
         assert_eq!((a.successful, a.failed), (9, 1));
         assert_eq!(a.outcomes[3], ("k3".to_owned(), Outcome::Missing));
+    }
+
+    #[test]
+    fn inline_requests_echo_metadata_in_request_order() {
+        let requests = json!({"requests": [
+            {"request": user("a"), "metadata": {"key": "first"}},
+            {"request": user("b")},
+        ]});
+        let rows = parse_inline(&requests, BatchKind::Generate).unwrap();
+        assert_eq!(rows[0].key, "first");
+        assert_eq!(rows[1].key, "2");
+        let out = build_output(&rows, "m", 7, GEN, |_, _| RowVerdict::Answer);
+        assert_eq!(out.lines[0]["metadata"]["key"], "first");
+        assert!(out.lines[0].get("key").is_none());
+        assert!(out.lines[1].get("metadata").is_none());
+        assert!(out.lines[1]["response"]["candidates"].is_array());
+        assert_eq!(
+            parse_inline(&json!({"requests": []}), BatchKind::Generate),
+            Err(InputError::InlineShape)
+        );
+        assert_eq!(
+            parse_inline(&json!({"requests": [{"request": {}}]}), BatchKind::Generate),
+            Err(InputError::MissingContents { line: 1 })
+        );
+    }
+
+    #[test]
+    fn embeddings_are_deterministic_unit_vectors() {
+        let request = json!({"content": {"parts": [{"text": "hello"}]}, "outputDimensionality": 4});
+        let rows = parse_inline(
+            &json!({"requests": [{"request": request}]}),
+            BatchKind::Embed,
+        )
+        .unwrap();
+        let style = Style {
+            kind: BatchKind::Embed,
+            grpc_errors: true,
+        };
+        let (a, outcome) = answer_row(&rows[0], RowVerdict::Answer, "m", style).unwrap();
+        let (b, _) = answer_row(&rows[0], RowVerdict::Answer, "m", style).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(outcome, Outcome::Success);
+        let values: Vec<f64> = a["response"]["embedding"]["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(values.len(), 4);
+        let norm: f64 = values.iter().map(|x| x * x).sum();
+        assert!((norm - 1.0).abs() < 1e-9);
+        assert_eq!(
+            parse_input(
+                b"{\"key\":\"a\",\"request\":{\"contents\":[]}}",
+                BatchKind::Embed
+            ),
+            Err(InputError::MissingContent { line: 1 })
+        );
+    }
+
+    #[test]
+    fn response_schema_refuses_json_schema_keywords_response_json_schema_takes_them() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": ["string", "null"]}},
+                            "additionalProperties": false});
+        let mut bad = user("q");
+        bad["generationConfig"] =
+            json!({"responseMimeType": "application/json", "responseSchema": schema});
+        let (line, outcome) = answer_row(&row("k", bad), RowVerdict::Answer, "m", GEN).unwrap();
+        assert_eq!(outcome, Outcome::Error { code: 400 });
+        assert_eq!(line["error"]["code"], 3);
+        assert!(
+            line["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("additionalProperties")
+        );
+        let mut good = user("q");
+        good["generationConfig"] =
+            json!({"responseMimeType": "application/json", "responseJsonSchema": schema});
+        let (_, outcome) = answer_row(&row("k", good), RowVerdict::Answer, "m", GEN).unwrap();
+        assert_eq!(outcome, Outcome::Success);
+        let mut typed = user("q");
+        typed["generationConfig"] = json!({"responseSchema": {"type": "OBJECT", "properties": {"x": {"type": ["STRING", "NULL"]}}}});
+        assert!(schema_problem(&typed).unwrap().contains("type array"));
+    }
+
+    #[test]
+    fn finish_reasons_and_token_kinds_have_the_providers_shapes() {
+        let mut req = user("a question long enough to count");
+        req["generationConfig"] = json!({"thinkingConfig": {"thinkingBudget": 10}});
+        req["cachedContent"] = json!("cachedContents/abc");
+        let r = row("k", req);
+        let (line, _) = answer_row(&r, RowVerdict::Answer, "m", GEN).unwrap();
+        let u = &line["response"]["usageMetadata"];
+        assert_eq!(u["thoughtsTokenCount"], 10);
+        let prompt = u["promptTokenCount"].as_u64().unwrap();
+        assert_eq!(u["cachedContentTokenCount"], prompt / 2);
+        assert_eq!(
+            u["totalTokenCount"].as_u64().unwrap(),
+            prompt + u["candidatesTokenCount"].as_u64().unwrap() + 10
+        );
+        let (line, outcome) = answer_row(&r, RowVerdict::MaxTokens, "m", GEN).unwrap();
+        assert_eq!(
+            outcome,
+            Outcome::Finish {
+                reason: "MAX_TOKENS"
+            }
+        );
+        assert_eq!(
+            line["response"]["candidates"][0]["finishReason"],
+            "MAX_TOKENS"
+        );
+        assert_eq!(line["response"]["usageMetadata"]["thoughtsTokenCount"], 64);
+        let (line, _) = answer_row(&r, RowVerdict::Recitation, "m", GEN).unwrap();
+        assert!(line["response"]["candidates"][0].get("content").is_none());
+        let (line, _) = answer_row(&r, RowVerdict::OtherFinish, "m", GEN).unwrap();
+        assert_eq!(line["response"]["candidates"][0]["finishReason"], "OTHER");
     }
 }

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::Value;
 
+use crate::batches::BatchKind;
 use crate::error::ApiError;
 use crate::faults::FaultPlan;
 use crate::service::{Shared, UploadStep};
@@ -27,17 +28,32 @@ const MAX_BODY: usize = 1 << 30;
 type AppState = State<Arc<Shared>>;
 type Params = Query<HashMap<String, String>>;
 
+/// The API versions served. The SDKs default to `v1` (python-genai's
+/// `GOOGLE_AI_API_DEFAULT_VERSION`), older clients and the docs use `v1beta`;
+/// both answer alike.
+pub const API_VERSIONS: [&str; 2] = ["v1", "v1beta"];
+
 /// The whole router: the Gemini surface behind the API key, the emulator's
 /// own `/_emulator/*` endpoints open.
 pub fn router(shared: Arc<Shared>) -> Router {
-    let api = Router::new()
-        .route("/upload/v1beta/files", post(upload))
-        .route("/v1beta/files/{name}", get(get_file))
-        .route("/download/v1beta/files/{name}", get(download_only))
-        .route("/v1beta/models/{model}", post(model_method))
-        .route("/v1beta/batches", get(list_batches))
-        .route("/v1beta/batches/{name}", get(get_batch).post(batch_method))
-        .route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
+    let mut api = Router::new();
+    for v in API_VERSIONS {
+        api = api
+            .route(&format!("/upload/{v}/files"), post(upload))
+            .route(&format!("/{v}/files"), get(list_files))
+            .route(
+                &format!("/{v}/files/{{name}}"),
+                get(get_file).delete(delete_file),
+            )
+            .route(&format!("/download/{v}/files/{{name}}"), get(download_only))
+            .route(&format!("/{v}/models/{{model}}"), post(model_method))
+            .route(&format!("/{v}/batches"), get(list_batches))
+            .route(
+                &format!("/{v}/batches/{{name}}"),
+                get(get_batch).post(batch_method).delete(delete_batch),
+            );
+    }
+    let api = api.route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
     Router::new()
         .merge(api)
         .route("/_emulator/stats", get(stats))
@@ -47,28 +63,30 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-/// Every API call needs the key, as the `x-goog-api-key` header or `?key=`.
+/// Every API call needs the key, as the `x-goog-api-key` header or `?key=`,
+/// except the calls of a resumable upload session: its URL (with the
+/// `upload_id`) is what authorizes them, and the SDKs send no key there.
 async fn require_key(State(shared): AppState, request: Request, next: Next) -> Response {
+    let query = request.uri().query().unwrap_or("");
+    let pairs = || query.split('&').filter_map(|pair| pair.split_once('='));
+    if request.uri().path().starts_with("/upload/") && pairs().any(|(k, _)| k == "upload_id") {
+        return next.run(request).await;
+    }
     let from_header = request
         .headers()
         .get("x-goog-api-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let from_query = request.uri().query().and_then(|q| {
-        q.split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .find(|(k, _)| *k == "key")
-            .map(|(_, v)| v.to_owned())
-    });
+    let from_query = pairs()
+        .find(|(k, _)| *k == "key")
+        .map(|(_, v)| v.to_owned());
     match from_header.or(from_query) {
         None => ApiError::new(
             403,
             "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
         )
         .into_response(),
-        Some(key) if key != shared.api_key => {
-            ApiError::new(401, "API key not valid. Please pass a valid API key.").into_response()
-        }
+        Some(key) if key != shared.api_key => ApiError::api_key_invalid().into_response(),
         Some(_) => next.run(request).await,
     }
 }
@@ -111,10 +129,11 @@ fn with_upload_headers(mut response: Response, pairs: &[(&'static str, String)])
     response
 }
 
-/// `POST /upload/v1beta/files`: starts a resumable upload, or (with
+/// `POST /upload/{version}/files`: starts a resumable upload, or (with
 /// `?upload_id=`) uploads/finalizes/queries one.
 async fn upload(
     State(shared): AppState,
+    uri: Uri,
     Query(query): Params,
     headers: HeaderMap,
     body: Bytes,
@@ -150,12 +169,14 @@ async fn upload(
             .to_owned();
         let id = shared.start_upload(display_name, mime, declared);
         let url = format!(
-            "{}/upload/v1beta/files?upload_id={id}&upload_protocol=resumable",
-            base_url(&shared, &headers)
+            "{}{}?upload_id={id}&upload_protocol=resumable",
+            base_url(&shared, &headers),
+            uri.path()
         );
         return Ok(with_upload_headers(
             StatusCode::OK.into_response(),
             &[
+                ("x-goog-upload-control-url", url.clone()),
                 ("x-goog-upload-url", url),
                 ("x-goog-upload-status", "active".to_owned()),
                 ("x-goog-upload-chunk-granularity", "8388608".to_owned()),
@@ -208,7 +229,7 @@ async fn upload(
     })
 }
 
-/// `GET /v1beta/files/{id}` or `GET /v1beta/files/{id}:download?alt=media`.
+/// `GET /{version}/files/{id}` or `GET /{version}/files/{id}:download?alt=media`.
 async fn get_file(
     State(shared): AppState,
     Path(name): Path<String>,
@@ -226,7 +247,7 @@ async fn get_file(
     }
 }
 
-/// `GET /download/v1beta/files/{id}:download?alt=media`.
+/// `GET /download/{version}/files/{id}:download?alt=media`.
 async fn download_only(
     State(shared): AppState,
     Path(name): Path<String>,
@@ -256,7 +277,8 @@ fn download(
     Ok(response)
 }
 
-/// `POST /v1beta/models/{model}:batchGenerateContent`.
+/// `POST /{version}/models/{model}:batchGenerateContent` and
+/// `…:asyncBatchEmbedContent`.
 async fn model_method(
     State(shared): AppState,
     Path(segment): Path<String>,
@@ -265,7 +287,19 @@ async fn model_method(
     match segment.rsplit_once(':') {
         Some((model, "batchGenerateContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
-            Ok(json_response(shared.create_batch(model, &body)?))
+            Ok(json_response(shared.create_batch(
+                model,
+                &body,
+                BatchKind::Generate,
+            )?))
+        }
+        Some((model, "asyncBatchEmbedContent")) if !model.is_empty() => {
+            let body = parse_json(&body)?;
+            Ok(json_response(shared.create_batch(
+                model,
+                &body,
+                BatchKind::Embed,
+            )?))
         }
         _ => Err(ApiError::not_found(format!(
             "models/{segment} is not supported by the emulator"
@@ -273,12 +307,46 @@ async fn model_method(
     }
 }
 
-/// `GET /v1beta/batches/{id}`.
+/// `GET /{version}/batches/{id}`.
 async fn get_batch(State(shared): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
     Ok(json_response(shared.get_batch(&id)?))
 }
 
-/// `POST /v1beta/batches/{id}:cancel`.
+/// `DELETE /{version}/batches/{id}`: the operation is forgotten (GET then
+/// answers 404) but, as the API documents for `operations.delete`, the
+/// batch is not cancelled: it runs on and is billed.
+async fn delete_batch(
+    State(shared): AppState,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    shared.delete_batch(&id)?;
+    Ok(json_response(serde_json::json!({})))
+}
+
+/// `DELETE /{version}/files/{id}`.
+async fn delete_file(
+    State(shared): AppState,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    shared.delete_file(&id)?;
+    Ok(json_response(serde_json::json!({})))
+}
+
+/// `GET /{version}/files?pageSize=&pageToken=`.
+async fn list_files(
+    State(shared): AppState,
+    Query(query): Params,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (size, token) = page_params(&query)?;
+    Ok(json_response(shared.list_files(
+        size,
+        token,
+        &base_url(&shared, &headers),
+    )?))
+}
+
+/// `POST /{version}/batches/{id}:cancel`.
 async fn batch_method(
     State(shared): AppState,
     Path(segment): Path<String>,
@@ -291,8 +359,8 @@ async fn batch_method(
     }
 }
 
-/// `GET /v1beta/batches?pageSize=&pageToken=`.
-async fn list_batches(State(shared): AppState, Query(query): Params) -> Result<Response, ApiError> {
+/// The `pageSize` and `pageToken` of a list call.
+fn page_params(query: &HashMap<String, String>) -> Result<(Option<i64>, Option<&str>), ApiError> {
     let page_size = match query.get("pageSize").or_else(|| query.get("page_size")) {
         Some(v) => Some(
             v.parse::<i64>()
@@ -304,6 +372,12 @@ async fn list_batches(State(shared): AppState, Query(query): Params) -> Result<R
         .get("pageToken")
         .or_else(|| query.get("page_token"))
         .map(String::as_str);
+    Ok((page_size, token))
+}
+
+/// `GET /{version}/batches?pageSize=&pageToken=`.
+async fn list_batches(State(shared): AppState, Query(query): Params) -> Result<Response, ApiError> {
+    let (page_size, token) = page_params(&query)?;
     Ok(json_response(shared.list_batches(page_size, token)?))
 }
 

@@ -14,13 +14,13 @@ use tally_core::webhook::Secret;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::batches::{self, Batch, BatchError, BatchState};
+use crate::batches::{self, Batch, BatchError, BatchKind, BatchState, Responses};
 use crate::config::{EmulatorConfig, Timing, WebhookTarget};
 use crate::error::ApiError;
-use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault};
+use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, RowErrorFormat};
 use crate::files::{Source, StoredFile, UploadError, UploadSession};
 use crate::ids::{hash_str, resource_id};
-use crate::output::{build_output, parse_input};
+use crate::output::{Style, build_output, parse_inline, parse_input};
 use crate::stats::{Outcome, Stats, Submission};
 use crate::webhooks::{EventQueue, event_for, spawn_delivery};
 
@@ -211,6 +211,13 @@ impl Shared {
             .uploads
             .remove(upload_id)
             .expect("the session was just found");
+        let jsonl = session.mime_type.eq_ignore_ascii_case("application/jsonl");
+        if jsonl && state.faults.as_mut().is_some_and(Faults::take_mime_refusal) {
+            state.stats.mime_refusals += 1;
+            tracing::info!(upload_id, "fault: application/jsonl refused with a 200");
+            let error = ApiError::invalid("Unsupported MIME type: application/jsonl");
+            return Ok(UploadStep::FinalErrorBody(error.body()));
+        }
         if let Some(code) = state.faults.as_mut().and_then(Faults::take_finalize_error) {
             state.stats.finalize_errors += 1;
             tracing::info!(upload_id, code, "fault: finalize answers an error body");
@@ -233,30 +240,102 @@ impl Shared {
     }
 
     pub fn get_file(&self, id: &str, base_url: &str) -> Result<Value, ApiError> {
-        let state = self.lock();
-        let file = state.files.get(id).ok_or_else(|| file_not_found(id))?;
-        Ok(file.resource(base_url))
+        let mut state = self.lock();
+        Ok(live_file(&mut state, id)?.resource(base_url))
     }
 
+    /// The bytes of a generated file. Uploaded files cannot be downloaded
+    /// (the SDKs say so and refuse before asking).
     pub fn download(&self, id: &str) -> Result<(String, Vec<u8>), ApiError> {
+        let mut state = self.lock();
+        let file = live_file(&mut state, id)?;
+        if file.source == Source::Uploaded {
+            return Err(ApiError::invalid(format!(
+                "Only generated files can be downloaded; files/{id} was uploaded."
+            )));
+        }
+        let found = (file.mime_type.clone(), file.bytes.clone());
+        if let Some(code) = state
+            .faults
+            .as_mut()
+            .and_then(Faults::take_output_unavailable)
+        {
+            state.stats.downloads_refused += 1;
+            tracing::info!(file = id, code, "fault: output not downloadable");
+            return Err(if code == 403 {
+                file_not_found(id)
+            } else {
+                ApiError::not_found(format!("File files/{id} not found."))
+            });
+        }
+        Ok(found)
+    }
+
+    /// `DELETE files/{id}`.
+    pub fn delete_file(&self, id: &str) -> Result<(), ApiError> {
+        let mut state = self.lock();
+        state.files.remove(id).ok_or_else(|| file_not_found(id))?;
+        state.stats.files_deleted += 1;
+        Ok(())
+    }
+
+    /// `GET files`: newest first, `pageSize` at most 100.
+    pub fn list_files(
+        &self,
+        page_size: Option<i64>,
+        token: Option<&str>,
+        base_url: &str,
+    ) -> Result<Value, ApiError> {
+        let size = page_size_of(page_size)?;
+        let after = match token.filter(|t| !t.is_empty()) {
+            Some(t) => Some(
+                batches::parse_page_token(t)
+                    .ok_or_else(|| ApiError::invalid("invalid pageToken"))?,
+            ),
+            None => None,
+        };
         let state = self.lock();
-        let file = state.files.get(id).ok_or_else(|| file_not_found(id))?;
-        Ok((file.mime_type.clone(), file.bytes.clone()))
+        let mut files: Vec<&StoredFile> = state.files.values().collect();
+        files.sort_by(|a, b| (b.created, &b.id).cmp(&(a.created, &a.id)));
+        let start = after.map_or(0, |n| n as usize);
+        let page: Vec<Value> = files
+            .iter()
+            .skip(start)
+            .take(size)
+            .map(|f| f.resource(base_url))
+            .collect();
+        let mut out = json!({});
+        if !page.is_empty() {
+            out["files"] = json!(page);
+        }
+        if start + size < files.len() {
+            out["nextPageToken"] = json!(batches::page_token((start + size) as u64));
+        }
+        Ok(out)
     }
 
     // ----- batches -----
 
-    /// `models/{model}:batchGenerateContent`.
-    pub fn create_batch(self: &Arc<Self>, model: &str, body: &Value) -> Result<Value, ApiError> {
+    /// `models/{model}:batchGenerateContent` (or `:asyncBatchEmbedContent`),
+    /// from an uploaded file or inline requests.
+    pub fn create_batch(
+        self: &Arc<Self>,
+        model: &str,
+        body: &Value,
+        kind: BatchKind,
+    ) -> Result<Value, ApiError> {
         let mut state = self.lock();
-        if let Some(retry_after) = state.faults.as_mut().and_then(Faults::take_create_429) {
+        if let Some(fault) = state.faults.as_mut().and_then(Faults::take_create_429) {
             state.stats.create_rejections += 1;
             tracing::info!(model, "fault: batch create answers 429");
-            let mut error = ApiError::new(
-                429,
-                "Resource has been exhausted (e.g. check quota). Too many batches in flight.",
+            let mut error = ApiError::quota_exhausted(
+                "Resource has been exhausted (e.g. check quota).",
+                "BatchEnqueuedTokensPerModelPerTier",
+                fault.retry_after_secs,
             );
-            error.retry_after = Some(retry_after);
+            if fault.retry_after_header {
+                error.retry_after = Some(fault.retry_after_secs);
+            }
             return Err(error);
         }
         let batch = body
@@ -273,35 +352,49 @@ impl Shared {
                 )));
             }
         }
+        // The SDKs send no display name unless the user sets one (the
+        // Developer API accepts that); it is empty then.
         let display_name = match batch
             .get("displayName")
             .or_else(|| batch.get("display_name"))
         {
-            Some(Value::String(name)) if !name.is_empty() => name.clone(),
-            _ => return Err(ApiError::invalid("`batch.displayName` is required")),
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(name)) => name.clone(),
+            Some(_) => return Err(ApiError::invalid("`batch.displayName` must be a string")),
         };
         let input = batch
             .get("inputConfig")
             .or_else(|| batch.get("input_config"))
             .ok_or_else(|| ApiError::invalid("`batch.inputConfig` is required"))?;
-        if input.get("requests").is_some() {
-            return Err(ApiError::invalid(
-                "inline requests are not supported by the emulator; use inputConfig.fileName",
-            ));
-        }
         let file_name = input
             .get("fileName")
             .or_else(|| input.get("file_name"))
-            .and_then(Value::as_str)
-            .ok_or_else(|| ApiError::invalid("`batch.inputConfig.fileName` is required"))?;
-        let file_id = file_name
-            .strip_prefix("files/")
-            .ok_or_else(|| ApiError::invalid("`fileName` must look like `files/<id>`"))?;
-        let file = state
-            .files
-            .get(file_id)
-            .ok_or_else(|| file_not_found(file_id))?;
-        let rows = parse_input(&file.bytes).map_err(|e| ApiError::invalid(e.to_string()))?;
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| ApiError::invalid("`fileName` must be a string"))
+            })
+            .transpose()?;
+        let rows = match (file_name, input.get("requests")) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid(
+                    "`batch.inputConfig` takes `fileName` or `requests`, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(ApiError::invalid(
+                    "`batch.inputConfig.fileName` or `batch.inputConfig.requests` is required",
+                ));
+            }
+            (None, Some(requests)) => parse_inline(requests, kind),
+            (Some(file_name), None) => {
+                let file_id = file_name
+                    .strip_prefix("files/")
+                    .ok_or_else(|| ApiError::invalid("`fileName` must look like `files/<id>`"))?;
+                let file = live_file(&mut state, file_id)?;
+                parse_input(&file.bytes, kind)
+            }
+        }
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
 
         let seq = state.batches.len() as u64 + 1;
         let id = resource_id(self.nonce, seq | 1 << 40);
@@ -329,20 +422,24 @@ impl Shared {
             id: id.clone(),
             model: model.to_owned(),
             display_name,
-            input_file: file_name.to_owned(),
+            kind,
+            input_file: file_name.map(str::to_owned),
             rows,
             fault: fault.clone(),
             state: BatchState::Pending,
             create_time: now,
             update_time: now,
             running_time: None,
+            running_for: chrono::Duration::from_std(self.timing.running)
+                .unwrap_or(chrono::Duration::MAX),
             end_time: None,
-            output_file: None,
+            output: None,
+            deleted: false,
             successful: 0,
             failed: 0,
             error: None,
         };
-        let operation = batch.operation();
+        let operation = batch.operation(now);
         let index = state.batches.len();
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
@@ -358,30 +455,50 @@ impl Shared {
                 events,
             },
         );
+        let lost = state
+            .faults
+            .as_mut()
+            .is_some_and(Faults::take_create_answer_lost);
+        if lost {
+            state.stats.create_answers_lost += 1;
+        }
         drop(state);
         let shared = Arc::clone(self);
         self.tasks
             .spawn(async move { run_batch(shared, id, fault, cancel).await });
+        if lost {
+            tracing::info!(batch = %name, "fault: the batch was made, its create answers 500");
+            return Err(ApiError::new(500, "Internal error encountered."));
+        }
         Ok(operation)
     }
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let state = self.lock();
         let batch = find(&state, id)?;
-        Ok(batch.operation())
+        Ok(batch.operation(Utc::now()))
     }
 
-    /// `GET /v1beta/batches?pageSize=&pageToken=`.
+    /// `DELETE batches/{id}`: forgotten, not cancelled.
+    pub fn delete_batch(&self, id: &str) -> Result<(), ApiError> {
+        let mut state = self.lock();
+        let index = *state
+            .by_id
+            .get(id)
+            .filter(|&&i| !state.batches[i].deleted)
+            .ok_or_else(|| batch_not_found(id))?;
+        state.batches[index].deleted = true;
+        state.stats.batches_deleted += 1;
+        Ok(())
+    }
+
+    /// `GET batches?pageSize=&pageToken=`.
     pub fn list_batches(
         &self,
         page_size: Option<i64>,
         token: Option<&str>,
     ) -> Result<Value, ApiError> {
-        let size = match page_size {
-            None | Some(0) => DEFAULT_PAGE_SIZE,
-            Some(n) if n < 0 => return Err(ApiError::invalid("pageSize must not be negative")),
-            Some(n) => (n as usize).min(MAX_PAGE_SIZE),
-        };
+        let size = page_size_of(page_size)?;
         let below = match token.filter(|t| !t.is_empty()) {
             Some(t) => Some(
                 batches::parse_page_token(t)
@@ -390,9 +507,15 @@ impl Shared {
             None => None,
         };
         let state = self.lock();
-        let (items, next) = batches::page(&state.batches, size, below);
+        let lag = state
+            .faults
+            .as_ref()
+            .map_or_else(chrono::Duration::zero, Faults::list_lag);
+        let now = Utc::now();
+        let (items, next) =
+            batches::page(&state.batches, size, below, |b| b.create_time + lag <= now);
         let mut out = json!({
-            "operations": items.iter().map(|b| b.operation()).collect::<Vec<_>>()
+            "operations": items.iter().map(|b| b.operation(now)).collect::<Vec<_>>()
         });
         if let Some(next) = next {
             out["nextPageToken"] = json!(next);
@@ -415,28 +538,15 @@ impl Shared {
         resource_id(self.nonce, state.next_id)
     }
 
-    /// PENDING → RUNNING, announcing it if asked to.
+    /// PENDING → RUNNING. The provider sends no webhook event for it.
     fn start_running(&self, id: &str) {
         let mut state = self.lock();
-        let State {
-            batches,
-            by_id,
-            runtime,
-            ..
-        } = &mut *state;
+        let State { batches, by_id, .. } = &mut *state;
         let Some(batch) = by_id.get(id).and_then(|&i| batches.get_mut(i)) else {
             return;
         };
-        if !batch.transition(BatchState::Running, Utc::now()) {
-            return;
-        }
-        tracing::debug!(batch = %batch.name(), "batch running");
-        if let (Some((target, _)), Some(rt)) = (&self.webhook, runtime.get(id))
-            && target.running_events
-            && !target.stale_running_after_terminal
-            && let Some(queue) = &rt.events
-        {
-            let _ = queue.send(event_for(batch, BatchState::Running));
+        if batch.transition(BatchState::Running, Utc::now()) {
+            tracing::debug!(batch = %batch.name(), "batch running");
         }
     }
 
@@ -460,40 +570,26 @@ impl Shared {
             return;
         }
         let name = batch.name();
+        let partial = matches!(batch.fault, Some(JobFault::Failed { partial: true, .. }));
         let outcomes: Vec<(String, Outcome)> = match to {
-            BatchState::Succeeded => {
-                let seed = self.seed ^ hash_str(&batch.display_name) ^ batch.seq;
-                let output =
-                    build_output(&batch.rows, &batch.model, seed, |row, prompt| match faults
-                        .as_mut()
-                    {
-                        Some(f) => f.decide_row(&row.key, prompt),
-                        None => crate::faults::RowVerdict::Answer,
-                    });
-                let out_id = resource_id(self.nonce, (1 << 41) | batch.seq);
-                files.insert(
-                    out_id.clone(),
-                    StoredFile {
-                        id: out_id.clone(),
-                        display_name: format!("{}-responses", batch.display_name),
-                        mime_type: "application/jsonl".to_owned(),
-                        bytes: output.jsonl,
-                        created: Utc::now(),
-                        source: Source::Generated,
-                    },
-                );
-                batch.output_file = Some(format!("files/{out_id}"));
-                batch.successful = output.successful;
-                batch.failed = output.failed;
-                output.outcomes
+            BatchState::Succeeded => self.respond(batch, batch.rows.len(), files, faults),
+            // Part of the batch was answered before it failed.
+            BatchState::Failed if partial => {
+                self.respond_half(batch, files, faults, Outcome::JobFailed)
             }
             BatchState::Failed => every_row(batch, Outcome::JobFailed),
             BatchState::Expired => every_row(batch, Outcome::JobExpired),
+            BatchState::Cancelled
+                if batch.state == BatchState::Running
+                    && faults.as_ref().is_some_and(|f| f.plan().partial_on_cancel) =>
+            {
+                self.respond_half(batch, files, faults, Outcome::JobCancelled)
+            }
             BatchState::Cancelled => every_row(batch, Outcome::JobCancelled),
             BatchState::Pending | BatchState::Running => return,
         };
         if to == BatchState::Failed
-            && let Some(JobFault::Failed { message }) = &batch.fault
+            && let Some(JobFault::Failed { message, .. }) = &batch.fault
         {
             batch.error = Some(BatchError {
                 code: 13,
@@ -514,16 +610,73 @@ impl Shared {
         if let Some(rt) = runtime.get_mut(id) {
             if let Some(queue) = rt.events.take() {
                 let _ = queue.send(event_for(batch, to));
-                let stale = self
-                    .webhook
-                    .as_ref()
-                    .is_some_and(|(t, _)| t.stale_running_after_terminal);
-                if stale && batch.running_time.is_some() {
-                    let _ = queue.send(event_for(batch, BatchState::Running));
-                }
             }
             rt.cancel.cancel();
         }
+    }
+
+    /// Answers the first `upto` rows of `batch` (each by its row fault) and
+    /// records them as its responses: a file for a file batch, inlined
+    /// responses for an inline one. Returns the answered rows' outcomes.
+    fn respond(
+        &self,
+        batch: &mut Batch,
+        upto: usize,
+        files: &mut HashMap<String, StoredFile>,
+        faults: &mut Option<Faults>,
+    ) -> Vec<(String, Outcome)> {
+        let seed = self.seed ^ hash_str(&batch.display_name) ^ batch.seq;
+        let style = Style {
+            kind: batch.kind,
+            grpc_errors: faults
+                .as_ref()
+                .is_none_or(|f| f.plan().row_errors == RowErrorFormat::Grpc),
+        };
+        let output = build_output(
+            &batch.rows[..upto],
+            &batch.model,
+            seed,
+            style,
+            |row, prompt| match faults.as_mut() {
+                Some(f) => f.decide_row(&row.key, prompt),
+                None => crate::faults::RowVerdict::Answer,
+            },
+        );
+        batch.output = Some(if batch.input_file.is_some() {
+            let out_id = resource_id(self.nonce, (1 << 41) | batch.seq);
+            files.insert(
+                out_id.clone(),
+                StoredFile {
+                    id: out_id.clone(),
+                    display_name: format!("{}-responses", batch.display_name),
+                    mime_type: "application/jsonl".to_owned(),
+                    bytes: output.jsonl,
+                    created: Utc::now(),
+                    source: Source::Generated,
+                },
+            );
+            Responses::File(format!("files/{out_id}"))
+        } else {
+            Responses::Inlined(output.lines)
+        });
+        batch.successful = output.successful;
+        batch.failed = output.failed;
+        output.outcomes
+    }
+
+    /// A batch that ended part-way: the first half of its rows answered
+    /// (and in its responses), the rest ended as `rest`.
+    fn respond_half(
+        &self,
+        batch: &mut Batch,
+        files: &mut HashMap<String, StoredFile>,
+        faults: &mut Option<Faults>,
+        rest: Outcome,
+    ) -> Vec<(String, Outcome)> {
+        let answered = batch.rows.len() / 2;
+        let mut outcomes = self.respond(batch, answered, files, faults);
+        outcomes.extend(batch.rows[answered..].iter().map(|r| (r.key.clone(), rest)));
+        outcomes
     }
 
     fn finish_by_id(&self, id: &str, to: BatchState) {
@@ -544,6 +697,21 @@ fn upload_error(e: UploadError) -> ApiError {
     ApiError::invalid(e.to_string())
 }
 
+/// A file that still exists: stored, and not past the plan's TTL (a file
+/// found expired is dropped).
+fn live_file<'a>(state: &'a mut State, id: &str) -> Result<&'a StoredFile, ApiError> {
+    let ttl = state.faults.as_ref().and_then(Faults::file_ttl);
+    let expired = match (state.files.get(id), ttl) {
+        (Some(f), Some(ttl)) => f.created + ttl <= Utc::now(),
+        _ => false,
+    };
+    if expired {
+        state.files.remove(id);
+        state.stats.files_expired += 1;
+    }
+    state.files.get(id).ok_or_else(|| file_not_found(id))
+}
+
 fn file_not_found(id: &str) -> ApiError {
     ApiError::new(
         403,
@@ -551,12 +719,27 @@ fn file_not_found(id: &str) -> ApiError {
     )
 }
 
+fn batch_not_found(id: &str) -> ApiError {
+    ApiError::not_found(format!("Batch batches/{id} not found."))
+}
+
+/// A batch the client can see (not deleted).
 fn find<'a>(state: &'a State, id: &str) -> Result<&'a Batch, ApiError> {
     state
         .by_id
         .get(id)
         .and_then(|&i| state.batches.get(i))
-        .ok_or_else(|| ApiError::not_found(format!("Batch batches/{id} not found.")))
+        .filter(|b| !b.deleted)
+        .ok_or_else(|| batch_not_found(id))
+}
+
+/// A list call's page size: 0 or absent is the default, the maximum caps.
+fn page_size_of(page_size: Option<i64>) -> Result<usize, ApiError> {
+    match page_size {
+        None | Some(0) => Ok(DEFAULT_PAGE_SIZE),
+        Some(n) if n < 0 => Err(ApiError::invalid("pageSize must not be negative")),
+        Some(n) => Ok((n as usize).min(MAX_PAGE_SIZE)),
+    }
 }
 
 /// Walks one batch through its states on the configured timing. Ends early

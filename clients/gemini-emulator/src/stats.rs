@@ -17,6 +17,18 @@ pub struct Stats {
     pub uploads: u64,
     /// Finalize calls answered 200 with an error body by the fault.
     pub finalize_errors: u64,
+    /// Files deleted by clients.
+    pub files_deleted: u64,
+    /// Batches deleted by clients (they ran on).
+    pub batches_deleted: u64,
+    /// Creates that made a batch but answered 500 (the fault).
+    pub create_answers_lost: u64,
+    /// Downloads refused by the output-unavailable fault.
+    pub downloads_refused: u64,
+    /// `application/jsonl` finalizes refused by the MIME fault.
+    pub mime_refusals: u64,
+    /// Files found past the plan's TTL (and dropped).
+    pub files_expired: u64,
     /// Every submission of each row key, in batch creation order.
     pub submissions: BTreeMap<String, Vec<Submission>>,
     /// Webhook deliveries answered 2xx (a duplicate counts twice).
@@ -49,6 +61,11 @@ pub enum Outcome {
     },
     /// A candidate with `finishReason: SAFETY`.
     Safety,
+    /// A candidate cut short or withheld by this finish reason (MAX_TOKENS,
+    /// RECITATION, OTHER).
+    Finish {
+        reason: &'static str,
+    },
     /// No candidates; `promptFeedback.blockReason: SAFETY`.
     PromptBlocked,
     /// A candidate with empty text.

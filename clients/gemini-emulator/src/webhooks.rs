@@ -21,9 +21,8 @@ pub struct Event {
     pub body: Value,
 }
 
-/// The event announcing `batch`'s current state. For RUNNING the
-/// RUNNING-era time is used, so a late (stale) delivery still carries the
-/// time the batch started running.
+/// The event announcing `batch`'s current state. The provider documents
+/// events for the terminal states only; the service queues no others.
 pub fn event_for(batch: &Batch, state: BatchState) -> Event {
     let time = match state {
         BatchState::Running => batch.running_time.unwrap_or(batch.update_time),
@@ -34,12 +33,13 @@ pub fn event_for(batch: &Batch, state: BatchState) -> Event {
         | BatchState::Cancelled => batch.update_time,
     };
     let mut data = json!({"id": batch.name()});
+    if state.is_terminal()
+        && let Some(out) = batch.output_file()
+    {
+        data["output_file_uri"] = json!(out);
+    }
     match state {
-        BatchState::Succeeded => {
-            if let Some(out) = &batch.output_file {
-                data["output_file_uri"] = json!(out);
-            }
-        }
+        BatchState::Succeeded => {}
         BatchState::Failed | BatchState::Expired | BatchState::Cancelled => {
             if let Some(err) = &batch.error {
                 data["error_code"] = json!(err.code);
@@ -82,9 +82,33 @@ pub fn spawn_delivery(shared: &Arc<Shared>, target: WebhookTarget, secret: Secre
             for _ in 0..copies {
                 deliver(&shared_task, &target, &secret, &event, &shutdown).await;
             }
+            if let Some(delay) = target.redeliver_after {
+                redeliver_later(&shared_task, &target, &secret, event, delay);
+            }
         }
     });
     tx
+}
+
+/// Delivers `event` once more after `delay`, on its own task, so events
+/// queued meanwhile (of this batch or others) arrive before it.
+fn redeliver_later(
+    shared: &Arc<Shared>,
+    target: &WebhookTarget,
+    secret: &Secret,
+    event: Event,
+    delay: std::time::Duration,
+) {
+    let (shared_task, target, secret) = (Arc::clone(shared), target.clone(), secret.clone());
+    let shutdown = shared.shutdown.clone();
+    shared.tasks.spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {
+                deliver(&shared_task, &target, &secret, &event, &shutdown).await;
+            }
+            () = shutdown.cancelled() => {}
+        }
+    });
 }
 
 /// Delivers one event, retrying on non-2xx and connection errors.
@@ -144,28 +168,11 @@ async fn deliver(
 mod tests {
     use super::*;
     use crate::batches::BatchError;
-    use chrono::DateTime;
 
     fn batch() -> Batch {
-        let t = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        Batch {
-            seq: 1,
-            id: "abc".into(),
-            model: "m".into(),
-            display_name: "d".into(),
-            input_file: "files/in".into(),
-            rows: vec![],
-            fault: None,
-            state: BatchState::Pending,
-            create_time: t,
-            update_time: t,
-            running_time: None,
-            end_time: None,
-            output_file: None,
-            successful: 0,
-            failed: 0,
-            error: None,
-        }
+        let mut b = crate::batches::test_batch(1, 0);
+        b.id = "abc".into();
+        b
     }
 
     #[test]
@@ -173,7 +180,7 @@ mod tests {
         let mut b = batch();
         let t0 = b.update_time;
         b.transition(BatchState::Running, t0 + chrono::Duration::seconds(1));
-        b.output_file = Some("files/out".into());
+        b.output = Some(crate::batches::Responses::File("files/out".into()));
         b.transition(BatchState::Succeeded, t0 + chrono::Duration::seconds(2));
         let e = event_for(&b, BatchState::Succeeded);
         assert_eq!(e.id, "msg_abc_succeeded");

@@ -44,16 +44,12 @@ async fn every_row_fault_kind() {
     assert!(blocked.get("candidates").is_none());
     assert_eq!(blocked["promptFeedback"]["blockReason"], "SAFETY");
 
-    for (key, code, status) in [
-        ("flaky-1", 429, "RESOURCE_EXHAUSTED"),
-        ("busy", 503, "UNAVAILABLE"),
-        ("boom", 500, "INTERNAL"),
-        ("bad", 400, "INVALID_ARGUMENT"),
-    ] {
+    // Per-line errors are google.rpc.Status: gRPC canonical codes, no name.
+    for (key, code) in [("flaky-1", 8), ("busy", 14), ("boom", 13), ("bad", 3)] {
         let l = by_key(&out, key).unwrap();
         assert!(l.get("response").is_none(), "{key}");
         assert_eq!(l["error"]["code"], code, "{key}");
-        assert_eq!(l["error"]["status"], status, "{key}");
+        assert!(l["error"].get("status").is_none(), "{key}");
     }
     assert_eq!(text_of(by_key(&out, "empty").unwrap()), "");
     assert_eq!(
@@ -99,10 +95,14 @@ async fn every_row_fault_kind() {
     let out = api.results(&second).await;
     assert!(by_key(&out, "flaky-1").unwrap().get("response").is_some());
     assert!(by_key(&out, "boom").unwrap().get("response").is_some());
-    assert_eq!(by_key(&out, "busy").unwrap()["error"]["code"], 503);
+    assert_eq!(
+        by_key(&out, "busy").unwrap()["error"]["code"],
+        14,
+        "gRPC UNAVAILABLE"
+    );
     assert_eq!(
         by_key(&out, "bad").unwrap()["error"]["code"],
-        400,
+        3,
         "permanent stays"
     );
     let third = api.submit("retry-2", &[line("busy", "q")]).await;
@@ -196,10 +196,24 @@ async fn create_answers_429_then_accepts() {
     for _ in 0..2 {
         let response = api.create_raw("job", file_name).await;
         assert_eq!(response.status(), 429);
-        assert_eq!(response.headers()["retry-after"], "7");
+        assert!(
+            response.headers().get("retry-after").is_none(),
+            "the provider says when in the body, not in a header"
+        );
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], 429);
         assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED");
+        let details = body["error"]["details"].as_array().unwrap();
+        let retry = details
+            .iter()
+            .find(|d| d["@type"] == "type.googleapis.com/google.rpc.RetryInfo")
+            .unwrap();
+        assert_eq!(retry["retryDelay"], "7s");
+        assert!(
+            details
+                .iter()
+                .any(|d| d["@type"] == "type.googleapis.com/google.rpc.QuotaFailure")
+        );
     }
     let op = api.create("job", file_name).await;
     assert_eq!(op["metadata"]["state"], "BATCH_STATE_PENDING");
@@ -284,5 +298,53 @@ async fn faults_can_change_at_run_time() {
         ))
         .is_err()
     );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_batch_cancelled_while_running_keeps_what_it_answered() {
+    // Invariant: partial output names a file holding exactly the answered
+    // rows, and the rest are left out (cancelled, not answered).
+    let mut cfg = config(plan(json!({"partial_on_cancel": true})));
+    cfg.timing.running = std::time::Duration::from_secs(30);
+    let (emu, api) = start(cfg).await;
+    let lines: Vec<Value> = (0..4).map(|i| line(&format!("p{i}"), "q")).collect();
+    let name = api.submit("to-cancel", &lines).await;
+    eventually("the batch to run", || async {
+        (api.operation(&name).await["metadata"]["state"] == "BATCH_STATE_RUNNING").then_some(())
+    })
+    .await;
+    let cancelled = api
+        .post(&format!("/v1/{name}:cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 200);
+    let op = api.operation(&name).await;
+    assert_eq!(op["metadata"]["state"], "BATCH_STATE_CANCELLED");
+    let file = op["metadata"]["output"]["responsesFile"].as_str().unwrap();
+    let out = api.download(file, true).await;
+    let keys: Vec<&str> = out.iter().map(|l| l["key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), 2, "half answered: {keys:?}");
+    assert!(keys.iter().all(|k| ["p0", "p1"].contains(k)));
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn files_expire_after_the_plans_ttl() {
+    let (emu, api) = start(config(plan(json!({"file_ttl_ms": 1})))).await;
+    let file = api.upload("short-lived", &jsonl(&[line("a", "x")])).await;
+    let name = file["name"].as_str().unwrap();
+    // Time passes beyond the 1 ms TTL; the file is then gone for good.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let got = api.get(&format!("/v1beta/{name}")).send().await.unwrap();
+    assert_eq!(got.status(), 403);
+    let create = api.create_raw("late", name).await;
+    assert_eq!(
+        create.status(),
+        403,
+        "a batch cannot be made from an expired file"
+    );
+    assert_eq!(emu.stats().files_expired, 1);
     emu.shutdown().await;
 }

@@ -219,9 +219,11 @@ async fn the_api_key_is_required() {
         .send()
         .await
         .unwrap();
-    assert_eq!(wrong.status(), 401);
+    // The provider answers an unknown key 400 with ErrorInfo API_KEY_INVALID.
+    assert_eq!(wrong.status(), 400);
     let body: Value = wrong.json().await.unwrap();
-    assert_eq!(body["error"]["status"], "UNAUTHENTICATED");
+    assert_eq!(body["error"]["status"], "INVALID_ARGUMENT");
+    assert_eq!(body["error"]["details"][0]["reason"], "API_KEY_INVALID");
 
     let by_query = api
         .http
@@ -347,13 +349,29 @@ async fn malformed_inputs_and_requests_are_invalid_argument() {
     let no_file = api.create_raw("x", "files/doesnotexist").await;
     assert_eq!(no_file.status(), 403);
 
+    // The SDKs send no display name unless asked; a display name that is
+    // not a string is refused.
     let no_display_name = api
         .post(&format!("/v1beta/models/{MODEL}:batchGenerateContent"))
         .json(&json!({"batch": {"inputConfig": {"fileName": good_name}}}))
         .send()
         .await
         .unwrap();
-    assert_eq!(no_display_name.status(), 400);
+    assert_eq!(no_display_name.status(), 200);
+    let bad_display_name = api
+        .post(&format!("/v1beta/models/{MODEL}:batchGenerateContent"))
+        .json(&json!({"batch": {"displayName": 7, "inputConfig": {"fileName": good_name}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_display_name.status(), 400);
+    let both_inputs = api
+        .post(&format!("/v1/models/{MODEL}:batchGenerateContent"))
+        .json(&json!({"batch": {"inputConfig": {"fileName": good_name, "requests": {"requests": []}}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(both_inputs.status(), 400);
 
     let wrong_model = api
         .post(&format!("/v1beta/models/{MODEL}:batchGenerateContent"))
@@ -390,7 +408,18 @@ async fn malformed_inputs_and_requests_are_invalid_argument() {
         .await
         .unwrap();
     assert_eq!(no_alt.status(), 400);
-    assert_eq!(emu.stats().batches_created, 1);
+    let uploaded = api
+        .get(&format!("/v1beta/{good_name}:download?alt=media"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        uploaded.status(),
+        400,
+        "uploaded files cannot be downloaded"
+    );
+    // Only the create without a display name made a batch.
+    assert_eq!(emu.stats().batches_created, 2);
     emu.shutdown().await;
 }
 
@@ -493,5 +522,91 @@ async fn cancel_ends_a_batch_once() {
     assert_eq!(unknown.status(), 404);
     let stats = emu.stats();
     assert_eq!(stats.last_outcome("c1"), Some(Outcome::JobCancelled));
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_upload_session_is_authorized_by_its_url_not_the_key() {
+    // Invariant: as with the provider, the upload URL (its upload_id) is the
+    // credential of a session; the SDKs send no key there. An unknown
+    // session is not found, with or without a key.
+    let (emu, api) = start(config(FaultPlan::default())).await;
+    let bytes = jsonl(&[line("a", "x")]);
+    let url = api.start_upload("no-key", bytes.len()).await;
+    assert!(url.contains("/upload/v1beta/files?upload_id="));
+    let start = api
+        .post("/upload/v1/files")
+        .header("X-Goog-Upload-Protocol", "resumable")
+        .header("X-Goog-Upload-Command", "start")
+        .header("X-Goog-Upload-Header-Content-Length", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        start.headers()["x-goog-upload-control-url"],
+        start.headers()["x-goog-upload-url"]
+    );
+    // As the SDKs send it: no key on the session's calls.
+    let finalize_keyless = |url: String| {
+        api.http
+            .post(url)
+            .header("X-Goog-Upload-Command", "upload, finalize")
+            .header("X-Goog-Upload-Offset", "0")
+            .body(bytes.clone())
+            .send()
+    };
+    let response = finalize_keyless(url.clone()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-goog-upload-status"], "final");
+    let unknown = finalize_keyless(format!("{}/upload/v1/files?upload_id=nope", emu.base_url()))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_deleted_batch_is_gone_from_get_and_list_but_runs_on() {
+    let (emu, api) = start(config(FaultPlan::default())).await;
+    let name = api.submit("to-delete", &[line("a", "x")]).await;
+    let url = format!("{}/v1/{name}", emu.base_url());
+    let deleted = api
+        .http
+        .delete(&url)
+        .header("x-goog-api-key", KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    let get = api.get(&format!("/v1/{name}")).send().await.unwrap();
+    assert_eq!(get.status(), 404);
+    let list: Value = api
+        .get("/v1/batches")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(list.get("operations").is_none_or(|ops| {
+        ops.as_array()
+            .unwrap()
+            .iter()
+            .all(|op| op["name"] != name.as_str())
+    }));
+    let again = api
+        .http
+        .delete(&url)
+        .header("x-goog-api-key", KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404, "deleting twice finds nothing");
+    // Deleting is not cancelling: the row was still processed (and billed).
+    eventually("the deleted batch to finish", || async {
+        (emu.stats().submissions["a"][0].outcome == gemini_emulator::Outcome::Success).then_some(())
+    })
+    .await;
+    assert_eq!(emu.stats().batches_deleted, 1);
     emu.shutdown().await;
 }
