@@ -55,6 +55,8 @@ pub enum Rule {
     StatusPermanent,
     SafetyMessage,
     FinishReasonBlocked,
+    FinishReasonMaxTokens,
+    FinishReasonOther,
     PromptBlocked,
     EmptyResponse,
     InvalidOutput,
@@ -76,6 +78,8 @@ impl Rule {
             Rule::StatusPermanent => "status_permanent".into(),
             Rule::SafetyMessage => "safety_message".into(),
             Rule::FinishReasonBlocked => "finish_reason_blocked".into(),
+            Rule::FinishReasonMaxTokens => "finish_reason_max_tokens".into(),
+            Rule::FinishReasonOther => "finish_reason_other".into(),
             Rule::PromptBlocked => "prompt_blocked".into(),
             Rule::EmptyResponse => "empty_response".into(),
             Rule::InvalidOutput => "invalid_output".into(),
@@ -154,19 +158,53 @@ impl Override {
 
 const HTTP_TRANSIENT: [u32; 6] = [408, 429, 500, 502, 503, 504];
 const HTTP_PERMANENT: [u32; 4] = [400, 403, 404, 422];
-const STATUS_TRANSIENT: [&str; 5] = [
-    "UNAVAILABLE",
-    "RESOURCE_EXHAUSTED",
+/// Every canonical status but OK is in exactly one of these two sets (a
+/// test checks it): the gRPC codes of per-line errors are never unknown.
+const STATUS_TRANSIENT: [&str; 7] = [
+    "CANCELLED",
+    "UNKNOWN",
     "DEADLINE_EXCEEDED",
+    "RESOURCE_EXHAUSTED",
     "ABORTED",
     "INTERNAL",
+    "UNAVAILABLE",
 ];
-const STATUS_PERMANENT: [&str; 4] = [
+const STATUS_PERMANENT: [&str; 9] = [
     "INVALID_ARGUMENT",
-    "PERMISSION_DENIED",
     "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
     "FAILED_PRECONDITION",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
 ];
+
+/// The canonical status name of a gRPC code (`google.rpc.Code`), `None`
+/// for OK and for numbers that are not codes.
+pub fn grpc_status_name(code: u32) -> Option<&'static str> {
+    Some(match code {
+        1 => "CANCELLED",
+        2 => "UNKNOWN",
+        3 => "INVALID_ARGUMENT",
+        4 => "DEADLINE_EXCEEDED",
+        5 => "NOT_FOUND",
+        6 => "ALREADY_EXISTS",
+        7 => "PERMISSION_DENIED",
+        8 => "RESOURCE_EXHAUSTED",
+        9 => "FAILED_PRECONDITION",
+        10 => "ABORTED",
+        11 => "OUT_OF_RANGE",
+        12 => "UNIMPLEMENTED",
+        13 => "INTERNAL",
+        14 => "UNAVAILABLE",
+        15 => "DATA_LOSS",
+        16 => "UNAUTHENTICATED",
+        _ => return None,
+    })
+}
+
 const BLOCKING_FINISH_REASONS: [&str; 5] = [
     "SAFETY",
     "RECITATION",
@@ -175,6 +213,13 @@ const BLOCKING_FINISH_REASONS: [&str; 5] = [
     "SPII",
 ];
 const BLOCKING_WORDS: [&str; 3] = ["safety", "blocked", "recitation"];
+/// Finish reasons that mean "the answer ended normally" (or says nothing).
+const COMPLETE_FINISH_REASONS: [&str; 3] = ["", "STOP", "FINISH_REASON_UNSPECIFIED"];
+/// Finish reasons that cut an answer short the same way on every retry
+/// (the output budget, thinking included; an unsupported language): a
+/// retry would pay for the same truncation. A ledger override can say
+/// otherwise (e.g. after raising `maxOutputTokens`).
+const REPEATING_FINISH_REASONS: [&str; 2] = ["MAX_TOKENS", "LANGUAGE"];
 
 /// Classifies one failure. Overrides first, in order; then the built-in
 /// rules: blocking signals, unusable content, missing rows, codes, message
@@ -194,6 +239,25 @@ pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
         .any(|r| r.eq_ignore_ascii_case(finish))
     {
         return Classification::new(Permanent, Budget::Content, Rule::FinishReasonBlocked);
+    }
+    if REPEATING_FINISH_REASONS
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(finish))
+    {
+        let rule = if finish.eq_ignore_ascii_case("MAX_TOKENS") {
+            Rule::FinishReasonMaxTokens
+        } else {
+            Rule::FinishReasonOther
+        };
+        return Classification::new(Permanent, Budget::Content, rule);
+    }
+    if !COMPLETE_FINISH_REASONS
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(finish))
+        && failure.kind != Some(FailureKind::ProviderError)
+    {
+        // OTHER, MALFORMED_FUNCTION_CALL, …: unusual, may pass.
+        return Classification::new(Retryable, Budget::Content, Rule::FinishReasonOther);
     }
     let block_reason = failure.block_reason.trim();
     if !block_reason.is_empty() && !block_reason.eq_ignore_ascii_case("BLOCK_REASON_UNSPECIFIED") {
@@ -278,6 +342,37 @@ mod tests {
             assert_eq!(verdict(&code(c)).0, Severity::Permanent, "code {c}");
             assert_eq!(verdict(&code(c)).2, "http_permanent");
         }
+    }
+
+    #[test]
+    fn every_grpc_code_has_a_verdict_and_none_is_unknown() {
+        // Invariant: a per-line google.rpc.Status is never re-sent as
+        // "unknown": each of the 16 codes is transient or permanent, by name.
+        let permanent = [3, 5, 6, 7, 9, 11, 12, 15, 16];
+        for code in 1..=16 {
+            let name = grpc_status_name(code).expect("a canonical code");
+            let f = Failure {
+                kind: Some(FailureKind::ProviderError),
+                status: name.into(),
+                ..Default::default()
+            };
+            let (severity, _, rule) = verdict(&f);
+            if permanent.contains(&code) {
+                assert_eq!(
+                    (severity, rule.as_str()),
+                    (Severity::Permanent, "status_permanent"),
+                    "{name}"
+                );
+            } else {
+                assert_eq!(
+                    (severity, rule.as_str()),
+                    (Severity::Retryable, "status_transient"),
+                    "{name}"
+                );
+            }
+        }
+        assert_eq!(grpc_status_name(0), None);
+        assert_eq!(grpc_status_name(17), None);
     }
 
     #[test]
@@ -469,5 +564,61 @@ mod tests {
             "override:quota"
         );
         assert_eq!(classify(&miss, &[o]).rule.name(), "http_transient");
+    }
+
+    #[test]
+    fn finish_reasons_that_repeat_are_permanent_others_retry_overrides_win() {
+        // Invariant: a truncation that a retry would pay for again is not
+        // retried unless the ledger says so.
+        let f = |finish: &str, kind| Failure {
+            kind: Some(kind),
+            finish_reason: finish.into(),
+            ..Default::default()
+        };
+        let max = f("MAX_TOKENS", FailureKind::InvalidOutput);
+        assert_eq!(
+            verdict(&max),
+            (
+                Severity::Permanent,
+                Budget::Content,
+                "finish_reason_max_tokens".into()
+            )
+        );
+        assert_eq!(
+            verdict(&f("MAX_TOKENS", FailureKind::EmptyResponse)).2,
+            "finish_reason_max_tokens",
+            "thinking used the whole budget"
+        );
+        assert_eq!(
+            verdict(&f("LANGUAGE", FailureKind::InvalidOutput)),
+            (
+                Severity::Permanent,
+                Budget::Content,
+                "finish_reason_other".into()
+            )
+        );
+        assert_eq!(
+            verdict(&f("OTHER", FailureKind::InvalidOutput)),
+            (
+                Severity::Retryable,
+                Budget::Content,
+                "finish_reason_other".into()
+            )
+        );
+        assert_eq!(
+            verdict(&f("STOP", FailureKind::EmptyResponse)).2,
+            "empty_response"
+        );
+        let retry_max = Override {
+            name: "bigger-budget".into(),
+            finish_reason: "MAX_TOKENS".into(),
+            severity: Some(Severity::Retryable),
+            ..Default::default()
+        };
+        let c = classify(&max, &[retry_max]);
+        assert_eq!(
+            (c.severity, c.rule.name()),
+            (Severity::Retryable, "override:bigger-budget".to_string())
+        );
     }
 }

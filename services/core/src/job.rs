@@ -2,12 +2,21 @@
 //! state says what was sent and what became of it:
 //!
 //! ```text
-//! PREPARING ──submit──▶ SUBMITTED ──provider──▶ RUNNING ──provider──▶ SUCCEEDED | FAILED | CANCELLED | EXPIRED
-//!     │                     │                      │                          │
-//!     │ abandon             └──────── finish ──────┴────────── finish ────────┴──▶ RECONCILED
-//!     ▼
+//! PREPARING ──begin create──▶ CREATING ──submit──▶ SUBMITTED ──provider──▶ RUNNING ──provider──▶ SUCCEEDED | FAILED | CANCELLED | EXPIRED
+//!     │                           │                     │                      │                          │
+//!     │ abandon                   │ not created         └──────── finish ──────┴────────── finish ────────┴──▶ RECONCILED
+//!     ▼                           ▼
 //! CANCELLED (closed: never sent, rows released)
 //! ```
+//!
+//! - `begin create` is recorded before the create call goes to the
+//!   provider: from then on the batch may exist (creation is not
+//!   idempotent and its answer can be lost), so the job's rows are never
+//!   released by the sweeper; a CREATING job whose owner died is adopted
+//!   like a submitted one, and its new owner searches the provider for the
+//!   batch by display name (the job id). Found, it is `submit`ted; after a
+//!   search covering the provider's list lag finds nothing, `not created`
+//!   closes the job and its rows go back without an attempt.
 //!
 //! - `finish` (FinishJob) settles every row the job still holds and closes
 //!   the job as RECONCILED; the batch's final state is kept beside it.
@@ -39,10 +48,12 @@ pub enum JobState {
     Expired,
     /// Every row's outcome is settled; counts and summary are final.
     Reconciled,
+    /// The create call may have reached the provider; no batch recorded yet.
+    Creating,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 9] = [
         JobState::Preparing,
         JobState::Submitted,
         JobState::Running,
@@ -51,6 +62,7 @@ impl JobState {
         JobState::Cancelled,
         JobState::Expired,
         JobState::Reconciled,
+        JobState::Creating,
     ];
 
     pub const fn code(self) -> i16 {
@@ -63,6 +75,7 @@ impl JobState {
             JobState::Cancelled => 6,
             JobState::Expired => 7,
             JobState::Reconciled => 8,
+            JobState::Creating => 9,
         }
     }
 
@@ -76,6 +89,7 @@ impl JobState {
             6 => Some(JobState::Cancelled),
             7 => Some(JobState::Expired),
             8 => Some(JobState::Reconciled),
+            9 => Some(JobState::Creating),
             _ => None,
         }
     }
@@ -90,6 +104,7 @@ impl JobState {
             JobState::Cancelled => "cancelled",
             JobState::Expired => "expired",
             JobState::Reconciled => "reconciled",
+            JobState::Creating => "creating",
         }
     }
 
@@ -97,7 +112,8 @@ impl JobState {
     /// not be handed to anyone else, only its ownership.
     pub const fn is_submitted(self) -> bool {
         match self {
-            JobState::Submitted
+            JobState::Creating
+            | JobState::Submitted
             | JobState::Running
             | JobState::Succeeded
             | JobState::Failed
@@ -147,6 +163,7 @@ impl FinalState {
             JobState::Cancelled => Some(FinalState::Cancelled),
             JobState::Expired => Some(FinalState::Expired),
             JobState::Preparing
+            | JobState::Creating
             | JobState::Submitted
             | JobState::Running
             | JobState::Reconciled => None,
@@ -177,6 +194,11 @@ impl std::fmt::Display for FinalState {
 /// Everything that can happen to a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobEvent {
+    /// MarkCreating: the create call is about to go to the provider.
+    BeginCreate,
+    /// MarkNotCreated: the provider was searched for the batch over its
+    /// list lag and has none; nothing was sent.
+    NotCreated,
     /// MarkSubmitted: the provider accepted the batch.
     Submit,
     /// The provider reports the batch running (operations reducer).
@@ -210,6 +232,10 @@ pub enum JobRefusal {
     AlreadySubmitted { state: JobState },
     #[error("the job is {state}: no batch was recorded for it yet")]
     NotSubmitted { state: JobState },
+    #[error(
+        "the job is creating: its batch may exist at the provider; search for it (MarkSubmitted if found, MarkNotCreated if not)"
+    )]
+    CreateUnresolved,
     #[error("the batch already finished as {current}, not {reported}")]
     FinishedOtherwise {
         current: FinalState,
@@ -224,6 +250,7 @@ impl JobRefusal {
             JobRefusal::AlreadySubmitted { .. } => "JOB_ALREADY_SUBMITTED",
             JobRefusal::NotSubmitted { .. } => "JOB_NOT_SUBMITTED",
             JobRefusal::FinishedOtherwise { .. } => "JOB_FINISHED_OTHERWISE",
+            JobRefusal::CreateUnresolved => "JOB_CREATE_UNRESOLVED",
         }
     }
 }
@@ -233,7 +260,7 @@ impl JobRefusal {
 /// submission, or open, cancelled at the provider and awaiting FinishJob).
 pub fn step(state: JobState, closed: bool, event: JobEvent) -> Result<JobTransition, JobRefusal> {
     use JobState::{
-        Cancelled, Expired, Failed, Preparing, Reconciled, Running, Submitted, Succeeded,
+        Cancelled, Creating, Expired, Failed, Preparing, Reconciled, Running, Submitted, Succeeded,
     };
     if closed {
         return Err(JobRefusal::Closed { state });
@@ -252,8 +279,18 @@ pub fn step(state: JobState, closed: bool, event: JobEvent) -> Result<JobTransit
     };
     match (state, event) {
         (Reconciled, _) => Err(JobRefusal::Closed { state }),
-        (Preparing, JobEvent::Submit) => open(Submitted),
+        (Preparing | Creating, JobEvent::BeginCreate) => open(Creating),
+        (Preparing | Creating, JobEvent::Submit) => open(Submitted),
         (Preparing, JobEvent::Abandon) => close(Cancelled),
+        (Preparing | Creating, JobEvent::NotCreated) => close(Cancelled),
+        (Creating, JobEvent::Adopt) => open(Creating),
+        // The batch may exist: its rows may neither go back (they would be
+        // sent twice) nor fail (a retry would send them twice).
+        (Creating, JobEvent::Abandon | JobEvent::Finish(_)) => Err(JobRefusal::CreateUnresolved),
+        // The provider's events name a batch; none is recorded yet.
+        (Creating, JobEvent::ProviderRunning | JobEvent::ProviderFinished(_)) => {
+            Err(JobRefusal::NotSubmitted { state })
+        }
         // A batch that could not be created fails its rows (an infra
         // attempt each, so a row that breaks every batch ends PERMANENT).
         (Preparing, JobEvent::Finish(FinalState::Failed | FinalState::Cancelled)) => {
@@ -288,9 +325,10 @@ pub fn step(state: JobState, closed: bool, event: JobEvent) -> Result<JobTransit
         (Submitted | Running | Succeeded | Failed | Cancelled | Expired, JobEvent::Adopt) => {
             open(state)
         }
-        (Submitted | Running | Succeeded | Failed | Cancelled | Expired, JobEvent::Submit) => {
-            Err(JobRefusal::AlreadySubmitted { state })
-        }
+        (
+            Submitted | Running | Succeeded | Failed | Cancelled | Expired,
+            JobEvent::Submit | JobEvent::BeginCreate | JobEvent::NotCreated,
+        ) => Err(JobRefusal::AlreadySubmitted { state }),
         // Submitted rows are adopted, never abandoned: the provider may run
         // them, and abandoning would send them twice.
         (Submitted | Running | Succeeded | Failed | Cancelled | Expired, JobEvent::Abandon) => {
@@ -305,6 +343,8 @@ mod tests {
 
     fn events() -> Vec<JobEvent> {
         let mut all = vec![
+            JobEvent::BeginCreate,
+            JobEvent::NotCreated,
             JobEvent::Submit,
             JobEvent::ProviderRunning,
             JobEvent::Abandon,
@@ -372,6 +412,51 @@ mod tests {
                 "JOB_ALREADY_SUBMITTED"
             );
         }
+    }
+
+    #[test]
+    fn a_creating_job_is_never_released_or_failed_only_resolved() {
+        // Invariant: once a create may have reached the provider, the rows
+        // go back only after the search found no batch (NotCreated).
+        let t = step(JobState::Preparing, false, JobEvent::BeginCreate).unwrap();
+        assert_eq!((t.state, t.closes), (JobState::Creating, false));
+        assert!(JobState::Creating.is_submitted());
+        for e in [
+            JobEvent::Abandon,
+            JobEvent::Finish(FinalState::Failed),
+            JobEvent::Finish(FinalState::Cancelled),
+        ] {
+            assert_eq!(
+                step(JobState::Creating, false, e).unwrap_err().reason(),
+                "JOB_CREATE_UNRESOLVED",
+                "{e:?}"
+            );
+        }
+        assert_eq!(
+            step(JobState::Creating, false, JobEvent::Adopt)
+                .unwrap()
+                .state,
+            JobState::Creating
+        );
+        assert_eq!(
+            step(JobState::Creating, false, JobEvent::Submit)
+                .unwrap()
+                .state,
+            JobState::Submitted
+        );
+        assert_eq!(
+            step(JobState::Creating, false, JobEvent::NotCreated),
+            Ok(JobTransition {
+                state: JobState::Cancelled,
+                closes: true
+            })
+        );
+        assert_eq!(
+            step(JobState::Running, false, JobEvent::NotCreated)
+                .unwrap_err()
+                .reason(),
+            "JOB_ALREADY_SUBMITTED"
+        );
     }
 
     #[test]
@@ -443,14 +528,17 @@ mod tests {
     }
 
     #[test]
-    fn only_finish_and_abandon_close_and_nothing_moves_back_to_preparing() {
+    fn only_finish_abandon_and_not_created_close_and_nothing_moves_back_to_preparing() {
         for s in JobState::ALL {
             for e in events() {
                 if let Ok(t) = step(s, false, e) {
                     assert_ne!(t.state, JobState::Preparing, "{s} {e:?}");
                     assert_eq!(
                         t.closes,
-                        matches!(e, JobEvent::Finish(_) | JobEvent::Abandon),
+                        matches!(
+                            e,
+                            JobEvent::Finish(_) | JobEvent::Abandon | JobEvent::NotCreated
+                        ),
                         "{s} {e:?}"
                     );
                     if s.is_submitted() {

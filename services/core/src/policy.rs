@@ -21,6 +21,35 @@ pub struct Price {
     pub model: String,
     pub input_per_million: f64,
     pub output_per_million: f64,
+    /// Input tokens served from the context cache; 0 prices them as
+    /// input (an upper bound).
+    #[serde(default)]
+    pub cached_input_per_million: f64,
+    /// Thinking tokens; 0 prices them as output (as Gemini bills them).
+    #[serde(default)]
+    pub thinking_per_million: f64,
+}
+
+impl Price {
+    /// The estimated cost in USD of tokens as the provider counts them:
+    /// `input` includes `cached` (Gemini's `promptTokenCount` does), and
+    /// `output` excludes `thinking` (`candidatesTokenCount` does).
+    pub fn cost(&self, input: i64, output: i64, thinking: i64, cached: i64) -> f64 {
+        let or = |price: f64, fallback: f64| if price > 0.0 { price } else { fallback };
+        let cached = cached.clamp(0, input.max(0));
+        let fresh = input.max(0) - cached;
+        let per = |tokens: i64, price: f64| tokens.max(0) as f64 / 1e6 * price;
+        per(fresh, self.input_per_million)
+            + per(
+                cached,
+                or(self.cached_input_per_million, self.input_per_million),
+            )
+            + per(output, self.output_per_million)
+            + per(
+                thinking,
+                or(self.thinking_per_million, self.output_per_million),
+            )
+    }
 }
 
 /// A stored override (the classifier's [`Override`] in serializable form).
@@ -210,7 +239,15 @@ impl Policy {
                 v.add(format!("{prefix}.prices[{i}].model"), "must not be empty");
             }
             let sane = |x: f64| x.is_finite() && x >= 0.0;
-            if !(sane(p.input_per_million) && sane(p.output_per_million)) {
+            if ![
+                p.input_per_million,
+                p.output_per_million,
+                p.cached_input_per_million,
+                p.thinking_per_million,
+            ]
+            .into_iter()
+            .all(sane)
+            {
                 v.add(
                     format!("{prefix}.prices[{i}]"),
                     "prices must be finite and not negative",
@@ -304,5 +341,27 @@ mod tests {
         };
         let text = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Policy>(&text).unwrap(), p);
+    }
+
+    #[test]
+    fn cached_and_thinking_tokens_have_their_own_prices_with_safe_fallbacks() {
+        let mut p = Price {
+            model: "m".into(),
+            input_per_million: 1.0,
+            output_per_million: 4.0,
+            cached_input_per_million: 0.25,
+            thinking_per_million: 3.0,
+        };
+        // 1M input of which 0.5M cached, 1M output, 1M thinking.
+        let cost = p.cost(1_000_000, 1_000_000, 1_000_000, 500_000);
+        assert!((cost - (0.5 + 0.125 + 4.0 + 3.0)).abs() < 1e-9, "{cost}");
+        // Unset prices fall back: cached as input, thinking as output.
+        p.cached_input_per_million = 0.0;
+        p.thinking_per_million = 0.0;
+        let cost = p.cost(1_000_000, 0, 1_000_000, 500_000);
+        assert!((cost - (1.0 + 4.0)).abs() < 1e-9, "{cost}");
+        // More cached than input (a bad count) never goes negative.
+        assert!(p.cost(10, 0, 0, 99) >= 0.0);
+        assert_eq!(p.cost(-5, -5, -5, -5), 0.0);
     }
 }

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use std::time::Duration;
-use tally_core::classify::{Failure, FailureKind};
+use tally_core::classify::{self, Failure, FailureKind};
 use tally_core::names;
 use tally_core::policy::{self, OverrideRule, Policy, Price};
 use tally_core::status::{Budget, PerBudget, RowStatus};
@@ -163,6 +163,8 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
                 model: x.model.clone(),
                 input_per_million: x.input_per_million,
                 output_per_million: x.output_per_million,
+                cached_input_per_million: x.cached_input_per_million,
+                thinking_per_million: x.thinking_per_million,
             })
             .collect(),
     }
@@ -307,6 +309,8 @@ fn apply_path(
                     model: p.model.clone(),
                     input_per_million: p.input_per_million,
                     output_per_million: p.output_per_million,
+                    cached_input_per_million: p.cached_input_per_million,
+                    thinking_per_million: p.thinking_per_million,
                 })
                 .collect();
         }
@@ -536,10 +540,27 @@ pub fn failure_from_proto(f: &pb::Failure, field: &str, v: &mut Violations) -> F
             None
         }
     };
+    // A google.rpc.Status without a name: the classifier judges it by the
+    // canonical name of its code.
+    let grpc_name = match u32::try_from(f.grpc_code) {
+        Ok(0) => None,
+        Ok(code) => classify::grpc_status_name(code),
+        Err(_) => None,
+    };
+    if f.grpc_code != 0 && grpc_name.is_none() {
+        v.add(
+            format!("{field}.grpc_code"),
+            "must be 0 or a gRPC canonical code (1..16)",
+        );
+    }
+    let status = match grpc_name {
+        Some(name) if f.status.trim().is_empty() => name.to_owned(),
+        _ => f.status.clone(),
+    };
     Failure {
         kind,
         http_code: f.http_code.max(0) as u32,
-        status: f.status.clone(),
+        status,
         message: f.message.chars().take(2048).collect(),
         finish_reason: f.finish_reason.clone(),
         block_reason: f.block_reason.clone(),

@@ -19,6 +19,8 @@ use uuid::Uuid;
 const MAX_FILE: usize = 512;
 /// Longest job error kept.
 const MAX_ERROR: usize = 4096;
+/// Longest MarkNotCreated reason.
+const MAX_REASON: usize = 1024;
 /// Longest worker or lock owner name.
 const MAX_NAME: usize = 128;
 /// Lock TTLs.
@@ -38,6 +40,7 @@ pub fn job_state_to_proto(s: JobState) -> pb::JobState {
         JobState::Cancelled => pb::JobState::Cancelled,
         JobState::Expired => pb::JobState::Expired,
         JobState::Reconciled => pb::JobState::Reconciled,
+        JobState::Creating => pb::JobState::Creating,
     }
 }
 
@@ -84,6 +87,7 @@ pub fn job_to_proto(j: &JobRecord) -> pb::Job {
             .final_state
             .map_or(pb::JobState::Unspecified, |f| job_state_to_proto(f.state()))
             as i32,
+        create_attempt_time: j.create_attempt_time.map(timestamp),
     }
 }
 
@@ -151,6 +155,28 @@ pub fn submission(req: &pb::MarkSubmittedRequest) -> Result<(String, String), St
     text("input_file", &req.input_file, MAX_FILE, &mut v);
     v.finish().map_err(invalid)?;
     Ok((batch, req.input_file.clone()))
+}
+
+/// MarkCreating's input file: required (the batch is made from it).
+pub fn creating(req: &pb::MarkCreatingRequest) -> Result<String, Status> {
+    let mut v = Violations::new();
+    if req.input_file.trim().is_empty() {
+        v.add(
+            "input_file",
+            "is required: the uploaded file the batch is made from",
+        );
+    }
+    text("input_file", &req.input_file, MAX_FILE, &mut v);
+    v.finish().map_err(invalid)?;
+    Ok(req.input_file.clone())
+}
+
+/// MarkNotCreated's reason (bounded).
+pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<String, Status> {
+    let mut v = Violations::new();
+    text("reason", &req.reason, MAX_REASON, &mut v);
+    v.finish().map_err(invalid)?;
+    Ok(req.reason.clone())
 }
 
 pub fn finish(req: &pb::FinishJobRequest) -> Result<FinishRequest, Status> {

@@ -83,6 +83,32 @@ impl JobService for Jobs {
         }))
     }
 
+    async fn mark_creating(&self, req: Request<pb::MarkCreatingRequest>) -> Reply<pb::Job> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let input_file = jc::creating(&req)?;
+        let job = self
+            .store
+            .mark_creating(&ledger, &job, token, &input_file, &actor)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
+    }
+
+    async fn mark_not_created(&self, req: Request<pb::MarkNotCreatedRequest>) -> Reply<pb::Job> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let reason = jc::not_created(&req)?;
+        let job = self
+            .store
+            .mark_not_created(&ledger, &job, token, &reason, &actor)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
+    }
+
     async fn mark_submitted(&self, req: Request<pb::MarkSubmittedRequest>) -> Reply<pb::Job> {
         let actor = actor(&req);
         let req = req.into_inner();

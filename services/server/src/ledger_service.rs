@@ -328,8 +328,8 @@ impl LedgerService for Ledgers {
         for m in &s.by_model {
             match record.policy.price(&m.model) {
                 Some(p) => {
-                    cost += m.usage.input as f64 / 1e6 * p.input_per_million
-                        + (m.usage.output + m.usage.thinking) as f64 / 1e6 * p.output_per_million;
+                    let u = &m.usage;
+                    cost += p.cost(u.input, u.output, u.thinking, u.cached);
                 }
                 None => unpriced.push(m.model.clone()),
             }

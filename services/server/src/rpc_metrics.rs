@@ -76,24 +76,10 @@ pub fn code_of(headers: &http::HeaderMap) -> Option<&'static str> {
 }
 
 fn code_name(n: i32) -> &'static str {
-    match n {
-        0 => "OK",
-        1 => "CANCELLED",
-        3 => "INVALID_ARGUMENT",
-        4 => "DEADLINE_EXCEEDED",
-        5 => "NOT_FOUND",
-        6 => "ALREADY_EXISTS",
-        7 => "PERMISSION_DENIED",
-        8 => "RESOURCE_EXHAUSTED",
-        9 => "FAILED_PRECONDITION",
-        10 => "ABORTED",
-        11 => "OUT_OF_RANGE",
-        12 => "UNIMPLEMENTED",
-        13 => "INTERNAL",
-        14 => "UNAVAILABLE",
-        15 => "DATA_LOSS",
-        16 => "UNAUTHENTICATED",
-        _ => "UNKNOWN",
+    match u32::try_from(n) {
+        Ok(0) => "OK",
+        Ok(code) => tally_core::classify::grpc_status_name(code).unwrap_or("UNKNOWN"),
+        Err(_) => "UNKNOWN",
     }
 }
 

@@ -18,7 +18,7 @@ use sqlx::{Postgres, Transaction};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
-use tally_core::job::JobEvent;
+use tally_core::job::{JobEvent, JobState};
 use tally_core::policy::Policy;
 use tally_core::status::{PerBudget, RowStatus};
 use tally_core::transition::{self, Context, Event, RowState};
@@ -542,6 +542,15 @@ impl Store {
             let job = match claim.job_id {
                 Some(id) => {
                     let job = jobs::lock_job_by_id(&mut tx, id).await?;
+                    if job.state()? == JobState::Creating {
+                        return Err(StoreError::precondition(
+                            "JOB_CREATE_UNRESOLVED",
+                            format!(
+                                "a batch may have been created for the rows of ledgers/{ledger}/jobs/{}; they cannot be released until the provider was searched for it (MarkSubmitted if found, MarkNotCreated if not)",
+                                job.public_id
+                            ),
+                        ));
+                    }
                     if job.state()?.is_submitted() {
                         return Err(StoreError::precondition(
                             "JOB_SUBMITTED",

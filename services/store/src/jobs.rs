@@ -40,7 +40,7 @@ pub(crate) const JOB_SELECT: &str = "SELECT j.id, j.public_id, j.ledger_id, l.na
      j.output_file, j.error, j.adoptions, j.row_count, j.succeeded, j.retryable, j.permanent, \
      j.missing, CASE WHEN j.end_time IS NULL THEN coalesce(c.held, 0) ELSE 0 END AS unreported, \
      CASE WHEN j.end_time IS NULL THEN c.expire_time END AS lease_expire_time, \
-     j.create_time, j.submit_time, j.end_time, j.update_time \
+     j.create_time, j.submit_time, j.end_time, j.update_time, j.create_attempt_time \
      FROM jobs j JOIN ledgers l ON l.id = j.ledger_id LEFT JOIN claims c ON c.token = j.claim_token";
 
 /// The columns of [`JOB_SELECT`] with their types, for reading a stored
@@ -50,7 +50,7 @@ pub(crate) const JOB_RECORD_COLUMNS: &str = "id int8, public_id text, ledger_id 
      batch text, input_file text, output_file text, error text, adoptions int4, row_count int4, \
      succeeded int4, retryable int4, permanent int4, missing int4, unreported int4, \
      lease_expire_time timestamptz, create_time timestamptz, submit_time timestamptz, \
-     end_time timestamptz, update_time timestamptz";
+     end_time timestamptz, update_time timestamptz, create_attempt_time timestamptz";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct JobRow {
@@ -78,6 +78,7 @@ pub(crate) struct JobRow {
     submit_time: Option<Time>,
     end_time: Option<Time>,
     update_time: Time,
+    create_attempt_time: Option<Time>,
 }
 
 impl JobRow {
@@ -115,6 +116,7 @@ impl JobRow {
             end_time: self.end_time,
             update_time: self.update_time,
             lease_expire_time: self.lease_expire_time,
+            create_attempt_time: self.create_attempt_time,
         })
     }
 }
@@ -176,6 +178,23 @@ async fn lock_job(
         .ok_or_else(|| StoreError::not_found("job", names::job_name(ledger, public_id)))
 }
 
+/// Locks a job's claim, then the job (JobService's order), and checks that
+/// the claim presented is the one fencing the job now.
+async fn lock_fenced(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    ledger: &str,
+    public_id: &str,
+    token: Uuid,
+) -> Result<(claims::LockedClaim, LockedJob)> {
+    let claim = claims::lock_claim(tx, ledger_id, ledger, token).await?;
+    let job = lock_job(tx, ledger_id, ledger, public_id).await?;
+    if job.claim_token != token {
+        return Err(not_the_jobs_claim(ledger, token, &job));
+    }
+    Ok((claim, job))
+}
+
 pub(crate) async fn load_job<'e, E: Executor<'e, Database = Postgres>>(
     exec: E,
     id: i64,
@@ -222,7 +241,22 @@ pub(crate) async fn abandon(
     claim_state: i16,
     why: &str,
 ) -> Result<usize> {
-    let t = job.step(JobEvent::Abandon, &ledger.name)?;
+    close_unsent(tx, ledger, token, job, JobEvent::Abandon, claim_state, why).await
+}
+
+/// Closes a job whose batch does not exist (`Abandon`, or `NotCreated`
+/// after a search): rows back without an attempt, claim to `claim_state`,
+/// job CANCELLED with `why`. Returns the rows released.
+async fn close_unsent(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger: &LedgerRecord,
+    token: Uuid,
+    job: &LockedJob,
+    event: JobEvent,
+    claim_state: i16,
+    why: &str,
+) -> Result<usize> {
+    let t = job.step(event, &ledger.name)?;
     let rows = claims::lock_held_rows(tx, token, None).await?;
     let writes = claims::transitions(
         &rows,
@@ -277,7 +311,9 @@ pub struct ProviderMove {
 /// A batch that FAILED, was CANCELLED or EXPIRED fails the rows the job
 /// still holds at once (`job_failed`, an infra attempt each): they need not
 /// wait for the owner's FinishJob, which then closes the job with nothing
-/// left to settle. Locks are taken in JobService's order: the job's claim,
+/// left to settle. Unless the batch left `partial_output` (a responses
+/// file): then the rows wait for the owner, who reports the answered ones
+/// and finishes the job. Locks are taken in JobService's order: the job's claim,
 /// the job, its rows; a STATE_CHANGED event is appended.
 pub async fn follow_provider(
     tx: &mut Transaction<'static, Postgres>,
@@ -285,6 +321,7 @@ pub async fn follow_provider(
     event: JobEvent,
     error: &str,
     actor: &str,
+    partial_output: bool,
 ) -> Result<Option<ProviderMove>> {
     for _ in 0..3 {
         let found: Option<(i64, Uuid)> =
@@ -311,9 +348,14 @@ pub async fn follow_provider(
         if t.state == from {
             return Ok(None);
         }
+        // With partial output the owner reports what the batch answered,
+        // and its FinishJob returns the rest; failing them here would make
+        // those reports STALE and send the answered rows again.
         let failed = match event {
-            JobEvent::ProviderFinished(f) => f != FinalState::Succeeded,
+            JobEvent::ProviderFinished(f) => f != FinalState::Succeeded && !partial_output,
             JobEvent::ProviderRunning
+            | JobEvent::BeginCreate
+            | JobEvent::NotCreated
             | JobEvent::Submit
             | JobEvent::Finish(_)
             | JobEvent::Abandon
@@ -507,11 +549,7 @@ impl Store {
         let name = names::job_name(ledger, public_id);
         let mut tx = self.begin().await?;
         let out = async {
-            claims::lock_claim(&mut tx, record.id, ledger, token).await?;
-            let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
-            if job.claim_token != token {
-                return Err(not_the_jobs_claim(ledger, token, &job));
-            }
+            let (_, job) = lock_fenced(&mut tx, record.id, ledger, public_id, token).await?;
             let same = job.batch.as_deref() == Some(batch) && job.input_file == input_file;
             if job.batch.is_some() {
                 if same {
@@ -531,12 +569,13 @@ impl Store {
             let updated = sqlx::query(
                 "UPDATE jobs SET state = $2, batch = $3, input_file = $4, submit_time = now(),
                         update_time = now()
-                 WHERE id = $1 AND state = 1 AND end_time IS NULL",
+                 WHERE id = $1 AND state = $5 AND end_time IS NULL",
             )
             .bind(job.id)
             .bind(t.state.code())
             .bind(batch)
             .bind(input_file)
+            .bind(job.state)
             .execute(&mut *tx)
             .await;
             match updated {
@@ -554,12 +593,99 @@ impl Store {
                 }
                 Err(e) => return Err(e.into()),
             }
+            // The provider may have reported on the batch before it was
+            // recorded here; the job takes that state now.
+            let caught_up = crate::operations::catch_up(&mut tx, batch).await?;
             let out = load_job(&mut *tx, job.id).await?;
-            events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
-            tracing::info!(ledger = %ledger, job = %public_id, batch = %batch, "job submitted");
+            if caught_up.is_none() {
+                events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            }
+            tracing::info!(ledger = %ledger, job = %public_id, batch = %batch, caught_up = caught_up.is_some(), "job submitted");
             Ok(out)
         }
         .await;
+        crate::end_tx(tx, out).await
+    }
+
+    /// Records that the batch create is about to be sent (PREPARING →
+    /// CREATING) with its input file, fenced by the job's claim. Again on a
+    /// CREATING job (a retried call) it changes nothing. From then on the
+    /// job's rows are never released unworked until [`Store::mark_not_created`].
+    pub async fn mark_creating(
+        &self,
+        ledger: &str,
+        public_id: &str,
+        token: Uuid,
+        input_file: &str,
+        actor: &str,
+    ) -> Result<JobRecord> {
+        let record = self.ledger(ledger).await?;
+        let mut tx = self.begin().await?;
+        let out = async {
+            let (claim, job) = lock_fenced(&mut tx, record.id, ledger, public_id, token).await?;
+            let t = job.step(JobEvent::BeginCreate, ledger)?;
+            if job.state()? == t.state {
+                return load_job(&mut *tx, job.id).await;
+            }
+            // Only a live claim may start a create: a lapsed one may have
+            // been (or be about to be) swept, its rows given to another.
+            claims::check_live(&claim, ledger)?;
+            sqlx::query(
+                "UPDATE jobs SET state = $2, input_file = $3, create_attempt_time = now(),
+                        update_time = now()
+                 WHERE id = $1 AND end_time IS NULL",
+            )
+            .bind(job.id)
+            .bind(t.state.code())
+            .bind(input_file)
+            .execute(&mut *tx)
+            .await?;
+            let out = load_job(&mut *tx, job.id).await?;
+            events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            tracing::info!(ledger = %ledger, job = %public_id, input_file = %input_file, "batch create begins");
+            Ok(out)
+        }
+        .await;
+        crate::end_tx(tx, out).await
+    }
+
+    /// Closes a CREATING (or PREPARING) job whose batch the provider does
+    /// not have (its owner searched): CANCELLED with `reason`, its rows back
+    /// without an attempt, its claim done. Repeating it answers the closed
+    /// job.
+    pub async fn mark_not_created(
+        &self,
+        ledger: &str,
+        public_id: &str,
+        token: Uuid,
+        reason: &str,
+        actor: &str,
+    ) -> Result<JobRecord> {
+        let record = self.ledger(ledger).await?;
+        let mut tx = self.begin().await?;
+        let out = async {
+            let (_, job) = lock_fenced(&mut tx, record.id, ledger, public_id, token).await?;
+            if job.closed && job.state()? == JobState::Cancelled {
+                return load_job(&mut *tx, job.id).await;
+            }
+            let why = format!("the batch was never created: {reason}");
+            let n = close_unsent(
+                &mut tx,
+                &record,
+                token,
+                &job,
+                JobEvent::NotCreated,
+                2,
+                &why,
+            )
+            .await?;
+            let out = load_job(&mut *tx, job.id).await?;
+            events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            tracing::info!(ledger = %ledger, job = %public_id, rows = n, reason, "batch never created; rows released");
+            Ok(out)
+        }
+        .await;
+        self.held.forget(token);
         crate::end_tx(tx, out).await
     }
 
@@ -679,11 +805,7 @@ impl Store {
         let name = names::job_name(ledger, public_id);
         let mut tx = self.begin().await?;
         let out = async {
-            let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
-            let job = lock_job(&mut tx, record.id, ledger, public_id).await?;
-            if job.claim_token != token {
-                return Err(not_the_jobs_claim(ledger, token, &job));
-            }
+            let (claim, job) = lock_fenced(&mut tx, record.id, ledger, public_id, token).await?;
             if job.closed
                 && job.state == JobState::Reconciled.code()
                 && job.final_state == Some(req.final_state.state().code())

@@ -25,6 +25,7 @@
 //! (WatchOperations pages) and [`Store::last_operation_sequence`].
 
 mod job_link;
+pub(crate) use job_link::catch_up;
 
 pub use crate::jobs::ProviderMove as JobMove;
 

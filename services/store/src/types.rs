@@ -291,6 +291,8 @@ pub struct JobRecord {
     pub update_time: Time,
     /// The owner's lease (the claim's expiry); `None` once closed.
     pub lease_expire_time: Option<Time>,
+    /// When the batch create was first attempted (MarkCreating).
+    pub create_attempt_time: Option<Time>,
 }
 
 impl JobRecord {

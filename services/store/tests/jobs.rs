@@ -432,6 +432,148 @@ async fn a_job_killed_while_preparing_frees_its_rows_without_an_attempt() {
     assert_queue_consistent(&env.store).await;
 }
 
+/// Once a create may have reached the provider (CREATING), the job's rows
+/// are never released unworked: not by ReleaseClaim, not by the sweeper
+/// when the owner dies. The job is adopted instead, and only MarkSubmitted
+/// (the batch was found) or MarkNotCreated (it was searched for and not
+/// found) resolves it; the latter gives the rows back without an attempt.
+#[tokio::test]
+async fn a_creating_job_is_adopted_and_resolved_never_released() {
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a", "b", "c", "d"]).await;
+
+    // Owner A: MarkCreating, then dies. The create may have happened.
+    let (ga, ja) = new_job(&env, "l", 2).await;
+    let creating = env
+        .store
+        .mark_creating("l", &ja.public_id, ga.claim.token, "files/in-a", "worker-a")
+        .await
+        .unwrap();
+    assert_eq!(creating.state, JobState::Creating);
+    assert_eq!(creating.input_file, "files/in-a");
+    let attempted = creating.create_attempt_time.expect("attempt time recorded");
+    let again = env
+        .store
+        .mark_creating("l", &ja.public_id, ga.claim.token, "files/in-a", "worker-a")
+        .await
+        .unwrap();
+    assert_eq!(
+        again.create_attempt_time,
+        Some(attempted),
+        "a retry changes nothing"
+    );
+    let e = env
+        .store
+        .release_claim("l", ga.claim.token, None, "worker-a")
+        .await
+        .unwrap_err();
+    assert_eq!(precondition_reason(&e), "JOB_CREATE_UNRESOLVED");
+    expire(&env.store, &ga).await;
+    let swept = env.store.rescue_expired(None).await.unwrap();
+    assert_eq!((swept.abandoned_jobs, swept.released_rows), (0, 0));
+    assert!(claim(&env.store, "l", 10).await.is_some_and(|g| {
+        // Only the two rows A never held are claimable.
+        keys_of(&g).iter().all(|k| !keys_of(&ga).contains(k))
+    }));
+
+    // Worker B adopts it, still CREATING, with a new claim on the same rows.
+    let r = env
+        .store
+        .adopt_jobs("l", "worker-b", 10, None, "worker-b")
+        .await
+        .unwrap();
+    let adopted = r
+        .adopted
+        .iter()
+        .find(|a| a.job.public_id == ja.public_id)
+        .expect("the CREATING job is adopted");
+    assert_eq!(adopted.job.state, JobState::Creating);
+    let mut held = adopted.keys.clone();
+    held.sort();
+    assert_eq!(held, keys_of(&ga));
+    let token_b = adopted.claim.token;
+    let e = env
+        .store
+        .finish_job(
+            "l",
+            &ja.public_id,
+            token_b,
+            &finish(FinalState::Failed),
+            "worker-b",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        precondition_reason(&e),
+        "JOB_CREATE_UNRESOLVED",
+        "failing would resend"
+    );
+
+    // B searched and found nothing: the rows go back, no attempt counted.
+    let closed = env
+        .store
+        .mark_not_created("l", &ja.public_id, token_b, "not listed", "worker-b")
+        .await
+        .unwrap();
+    assert_eq!(closed.state, JobState::Cancelled);
+    assert!(closed.is_closed());
+    assert!(closed.error.contains("never created"), "{}", closed.error);
+    for key in keys_of(&ga) {
+        let row = env.store.get_row("l", &key).await.unwrap();
+        assert_eq!((row.status, row.total), (RowStatus::Pending, 0), "{key}");
+    }
+    let repeat = env
+        .store
+        .mark_not_created("l", &ja.public_id, token_b, "not listed", "worker-b")
+        .await
+        .unwrap();
+    assert_eq!(repeat.state, JobState::Cancelled);
+    assert_queue_consistent(&env.store).await;
+}
+
+/// A CREATING job whose batch is found is recorded from CREATING as from
+/// PREPARING, and then behaves as any submitted job.
+#[tokio::test]
+async fn a_creating_job_whose_batch_is_found_is_submitted() {
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a"]).await;
+    let (g, job) = new_job(&env, "l", 10).await;
+    env.store
+        .mark_creating("l", &job.public_id, g.claim.token, "files/in", "w")
+        .await
+        .unwrap();
+    let j = env
+        .store
+        .mark_submitted(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            "batches/b1",
+            "files/in",
+            "w",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (j.state, j.batch.as_deref()),
+        (JobState::Submitted, Some("batches/b1"))
+    );
+    let e = env
+        .store
+        .mark_not_created("l", &job.public_id, g.claim.token, "x", "w")
+        .await
+        .unwrap_err();
+    assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");
+    let e = env
+        .store
+        .mark_creating("l", &job.public_id, g.claim.token, "files/in", "w")
+        .await
+        .unwrap_err();
+    assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");
+}
+
 /// The background sweeper treats a PREPARING job's expired claim the same
 /// way: rows released, no attempt, job closed (and no longer active).
 #[tokio::test]
@@ -1002,7 +1144,7 @@ async fn the_provider_moves_a_submitted_job_forward_only() {
         event: JobEvent,
     ) -> Option<tally_store::jobs::ProviderMove> {
         let mut tx = store.pool().begin().await.unwrap();
-        let moved = follow_provider(&mut tx, batch, event, "quota exceeded", "system")
+        let moved = follow_provider(&mut tx, batch, event, "quota exceeded", "system", false)
             .await
             .unwrap();
         tx.commit().await.unwrap();

@@ -542,3 +542,44 @@ async fn a_succeeded_operation_makes_its_job_ready_to_reconcile() {
     assert_eq!(got.unreported, 2);
     assert_eq!(running_rows(s).await, 2);
 }
+
+/// A batch the provider reported on before it was recorded (its create's
+/// answer was lost, or its owner died before MarkSubmitted) moved no job
+/// then; MarkSubmitted catches the job up with the operation's state, so
+/// the job does not wait forever for an event that already came.
+#[tokio::test]
+async fn a_batch_recorded_after_it_finished_catches_its_job_up() {
+    let env = env().await;
+    let s = &env.store;
+    let mut done = event("batches/early", OpState::Succeeded, 10);
+    done.output_file = Some("files/out-early".into());
+    let r = ingest(s, &done).await;
+    assert!(r.decision.is_applied());
+    assert!(r.job.is_none(), "no job has the batch yet");
+    let (_token, job) = job_with_rows(&env, "l", "batches/early", 2).await;
+    let got = job_state(s, "l", &job).await;
+    assert_eq!(got.state, JobState::Succeeded);
+    assert_eq!(got.unreported, 2);
+}
+
+/// A FAILED operation that names a responses file (partial output) moves
+/// its job to FAILED but leaves the rows with it: the owner reports the
+/// answered ones from the file, and its FinishJob returns the rest.
+#[tokio::test]
+async fn a_failed_operation_with_partial_output_leaves_the_rows_to_the_owner() {
+    let env = env().await;
+    let s = &env.store;
+    let (_token, job) = job_with_rows(&env, "l", "batches/part", 2).await;
+    let mut failed = event("batches/part", OpState::Failed, 10);
+    failed.output_file = Some("files/partial".into());
+    let r = ingest(s, &failed).await;
+    let moved = r.job.expect("the job moves");
+    assert_eq!(
+        (moved.from, moved.to),
+        (JobState::Submitted, JobState::Failed)
+    );
+    assert_eq!((moved.rows_retryable, moved.rows_permanent), (0, 0));
+    let got = job_state(s, "l", &job).await;
+    assert_eq!((got.state, got.unreported), (JobState::Failed, 2));
+    assert_eq!(running_rows(s).await, 2);
+}

@@ -132,10 +132,41 @@ pub fn parse_gemini_webhook(body: &[u8]) -> Result<WebhookEvent, PayloadError> {
         state: OpState::parse(raw_type),
         raw_type: raw_type.to_owned(),
         update_time: time(&root, "timestamp")?,
-        output_file: text(&root, "data.output_file_uri")?,
+        output_file: text(&root, "data.output_file_uri")?
+            .as_deref()
+            .and_then(file_name_from_uri),
         error_code: code(&root, "data.error_code")?,
         error_message: text(&root, "data.error_message")?,
     })
+}
+
+/// The Files API name (`files/{id}`) a webhook's output URI names, in any
+/// of the forms it may take (`files/abc`, a `…/v1beta/files/abc` URL, a
+/// `…/files/abc:download?alt=media` download URL); `None` for a URI that
+/// names no Files API file (a `gs://` object): the batch is then read with
+/// GET, whose `responsesFile` is authoritative. The documentation's
+/// examples do not settle the form, so every one is accepted.
+pub fn file_name_from_uri(uri: &str) -> Option<String> {
+    let uri = uri.trim();
+    if uri.starts_with("gs://") {
+        return None;
+    }
+    let path = uri.split(['?', '#']).next()?;
+    let at = path.rfind("files/")?;
+    let before = &path[..at];
+    if !(before.is_empty() || before.ends_with('/')) {
+        return None;
+    }
+    let id = path[at + "files/".len()..]
+        .split(':')
+        .next()?
+        .trim_end_matches('/');
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    valid.then(|| format!("files/{id}"))
 }
 
 /// Where each field of a `batches.get` answer may be, first match wins: the
@@ -721,5 +752,32 @@ mod tests {
             let err = event_from_batch_resource(&value).unwrap_err().to_string();
             assert!(err.starts_with(message), "{value}: {err}");
         }
+    }
+
+    #[test]
+    fn webhook_output_uris_in_any_form_name_the_file() {
+        for uri in [
+            "files/abc-123",
+            "https://generativelanguage.googleapis.com/v1beta/files/abc-123",
+            "https://generativelanguage.googleapis.com/download/v1beta/files/abc-123:download?alt=media",
+            " files/abc-123/ ",
+        ] {
+            assert_eq!(
+                file_name_from_uri(uri).as_deref(),
+                Some("files/abc-123"),
+                "{uri}"
+            );
+        }
+        for uri in [
+            "gs://bucket/batch/output.jsonl",
+            "https://example.com/profiles/abc",
+            "files/",
+            "files/UPPER",
+            "",
+        ] {
+            assert_eq!(file_name_from_uri(uri), None, "{uri}");
+        }
+        let body = br#"{"type": "batch.succeeded", "data": {"id": "batches/a", "output_file_uri": "gs://b/o.jsonl"}}"#;
+        assert_eq!(parse_gemini_webhook(body).unwrap().output_file, None);
     }
 }

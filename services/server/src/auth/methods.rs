@@ -61,7 +61,9 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.JobService/CreateJob", W | O, Unary),
     m("/tally.v1.JobService/GetJob", W | O, Unary),
     m("/tally.v1.JobService/ListJobs", W | O, Unary),
+    m("/tally.v1.JobService/MarkCreating", W | O, Unary),
     m("/tally.v1.JobService/MarkSubmitted", W | O, Unary),
+    m("/tally.v1.JobService/MarkNotCreated", W | O, Unary),
     m("/tally.v1.JobService/AdoptJobs", W | O, Unary),
     m("/tally.v1.JobService/FinishJob", W | O, Unary),
     m("/tally.v1.JobService/WatchJobs", W | O, Stream),
@@ -152,7 +154,7 @@ mod tests {
     #[test]
     fn every_described_rpc_is_in_the_table_with_its_kind() {
         let described = described();
-        assert_eq!(described.len(), 30, "the three services have 30 RPCs");
+        assert_eq!(described.len(), 32, "the three services have 32 RPCs");
         for (path, streams) in &described {
             let Route::Tally(method) = Route::of(path) else {
                 panic!("{path} is missing from auth::methods::METHODS (so it is denied to all)");

@@ -99,8 +99,17 @@ async fn handle(state: &WebhookState, headers: &HeaderMap, body: Body) -> Answer
     let parsed = match parse_gemini_webhook(&bytes) {
         Ok(parsed) => parsed,
         Err(e) => {
-            tracing::warn!(webhook_id = %id_for_logs, error = %e, "webhook refused: malformed body");
-            return refuse(StatusCode::BAD_REQUEST, "malformed", e);
+            // Authentic, so the provider sent it: a 4xx would be retried for
+            // a day and may get the webhook disabled, and the poller finds
+            // the batch's state anyway. Acknowledged, counted and logged
+            // with the reason and the start of the body.
+            let excerpt: String = String::from_utf8_lossy(&bytes).chars().take(256).collect();
+            tracing::warn!(webhook_id = %id_for_logs, reason = %e, body = %excerpt, "authentic webhook not understood; acknowledged and ignored");
+            return (
+                StatusCode::OK,
+                "unparseable",
+                json!({"verdict": "ignored", "reason": e.to_string()}),
+            );
         }
     };
 

@@ -46,10 +46,11 @@ impl WebhookState {
         metrics.describe(
             REQUESTS_METRIC,
             "counter",
-            "webhook deliveries by outcome (accepted, unauthorized, malformed, too_large, unavailable, error)",
+            "webhook deliveries by outcome (accepted, unparseable, unauthorized, malformed, too_large, unavailable, error)",
         );
         for outcome in [
             "accepted",
+            "unparseable",
             "unauthorized",
             "malformed",
             "too_large",

@@ -16,6 +16,9 @@
 //!   (RETRYABLE with rule `job_failed`, an infra attempt recorded with the
 //!   job; PERMANENT at the infra cap), with the operation's error; the
 //!   owner's FinishJob later closes the job with nothing left to settle.
+//!   When the operation names a responses file (partial output), the rows
+//!   stay with the job instead: the owner reports the answered ones and
+//!   its FinishJob returns the rest.
 //!
 //! Each move appends a STATE_CHANGED job event (WatchJobs). Locks: the
 //! operation row (the compare-and-swap) first, then JobService's order
@@ -46,12 +49,56 @@ pub(super) async fn move_linked_job(
         OpState::Expired => JobEvent::ProviderFinished(FinalState::Expired),
         OpState::Pending | OpState::Unknown => return Ok(None),
     };
-    let error = if state.is_terminal() && state != OpState::Succeeded {
-        operation_error(tx, name, state).await?
+    let unsuccessful = state.is_terminal() && state != OpState::Succeeded;
+    let (error, partial_output) = if unsuccessful {
+        (
+            operation_error(tx, name, state).await?,
+            has_output(tx, name).await?,
+        )
     } else {
-        String::new()
+        (String::new(), false)
     };
-    jobs::follow_provider(tx, name, event, &error, source.as_str()).await
+    jobs::follow_provider(tx, name, event, &error, source.as_str(), partial_output).await
+}
+
+/// Catches a job just recorded with `batch` (MarkSubmitted) up with what
+/// the provider already reported about it: a batch made by a create whose
+/// answer was lost, or by an owner that died, may have run (even finished)
+/// before it was recorded, and its events then moved no job. Called in
+/// MarkSubmitted's transaction, which holds the job's claim and the job.
+///
+/// The operation row is locked here, after the job, against the usual
+/// order; this cannot deadlock: an ingest that holds the operation finds
+/// its job by `jobs.batch`, which is not visible until this transaction
+/// commits, so it never waits for this job's locks. With the row locked,
+/// an ingest either committed before (its state is read here) or waits and
+/// then finds the job linked and moves it itself.
+pub(crate) async fn catch_up(
+    tx: &mut Transaction<'static, Postgres>,
+    batch: &str,
+) -> Result<Option<ProviderMove>> {
+    let code: Option<i16> =
+        sqlx::query_scalar("SELECT state FROM operations WHERE name = $1 FOR UPDATE")
+            .bind(batch)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let Some(code) = code else {
+        return Ok(None);
+    };
+    // What was learned then, by webhook or poll: recorded as the poller's.
+    move_linked_job(tx, batch, super::state_from_code(code), EventSource::Poller).await
+}
+
+/// Whether the operation names a responses file (a batch that failed or
+/// was cancelled part-way may have answered some rows).
+async fn has_output(tx: &mut Transaction<'static, Postgres>, name: &str) -> Result<bool> {
+    Ok(
+        sqlx::query_scalar("SELECT output_file <> '' FROM operations WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut **tx)
+            .await?
+            .unwrap_or(false),
+    )
 }
 
 /// The operation's error as one line (`CODE: message`), or a plain account
