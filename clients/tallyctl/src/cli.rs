@@ -141,9 +141,11 @@ pub struct PolicyArgs {
     /// Where alerts are POSTed (empty: none).
     #[arg(long)]
     pub alert_url: Option<String>,
-    /// Price of a model in USD per million tokens, `MODEL=INPUT,OUTPUT`
-    /// (repeatable; on update it replaces the whole table).
-    #[arg(long = "price", value_name = "MODEL=IN,OUT")]
+    /// Price of a model in USD per million tokens,
+    /// `MODEL=INPUT,OUTPUT[,CACHED_INPUT[,THINKING]]` (cached input defaults
+    /// to the input price, thinking to the output price; repeatable; on
+    /// update it replaces the whole table).
+    #[arg(long = "price", value_name = "MODEL=IN,OUT[,CACHED[,THINK]]")]
     pub prices: Vec<String>,
 }
 

@@ -266,6 +266,8 @@ pub fn ledger_json(l: &pb::Ledger) -> Value {
                 "model": m.model,
                 "input_per_million": m.input_per_million,
                 "output_per_million": m.output_per_million,
+                "cached_input_per_million": m.cached_input_per_million,
+                "thinking_per_million": m.thinking_per_million,
             })).collect::<Vec<_>>(),
         },
         "create_time": time_json(l.create_time.as_ref()),

@@ -85,6 +85,45 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_EXIT_WHEN_IDLE")]
     pub exit_when_idle: bool,
 
+    /// How long after a batch create was attempted a search by display name
+    /// keeps looking before deciding the batch was never made (covers the
+    /// provider's list lag; the rows go back only then).
+    #[arg(long, env = "TALLY_WORKER_CREATE_LOOKUP_WINDOW", default_value = "5m", value_parser = parse_duration)]
+    pub create_lookup_window: Duration,
+
+    /// How long a batch create refused for quota (429) is retried, after
+    /// the `RetryInfo` the provider gives, while the claim's heartbeat
+    /// keeps the rows; then the rows go back without an attempt.
+    #[arg(long, env = "TALLY_WORKER_QUOTA_WAIT", default_value = "2h", value_parser = parse_duration)]
+    pub quota_wait: Duration,
+
+    /// How long a finished batch's output that is not downloadable (403 or
+    /// 404 right after the batch finished) is waited for; then the job
+    /// fails with that reason and its rows are retried.
+    #[arg(long, env = "TALLY_WORKER_OUTPUT_WAIT", default_value = "30m", value_parser = parse_duration)]
+    pub output_wait: Duration,
+
+    /// A batch still not finished this long after it was submitted is
+    /// cancelled at the provider and its job finished EXPIRED (its rows are
+    /// retried). The provider expires batches after 48 hours, but batches
+    /// stuck far beyond that are reported.
+    #[arg(long, env = "TALLY_WORKER_BATCH_DEADLINE", default_value = "72h", value_parser = parse_duration)]
+    pub batch_deadline: Duration,
+
+    /// How often this ledger's orphaned input files are looked for (and
+    /// once more before `--exit-when-idle` exits).
+    #[arg(long, env = "TALLY_WORKER_JANITOR_INTERVAL", default_value = "10m", value_parser = parse_duration)]
+    pub janitor_interval: Duration,
+
+    /// An input file younger than this is never deleted as an orphan (its
+    /// upload may still be on its way to MarkCreating).
+    #[arg(long, env = "TALLY_WORKER_ORPHAN_AGE", default_value = "1h", value_parser = parse_duration)]
+    pub orphan_age: Duration,
+
+    /// Test only: die (abort, like kill -9) at this point of the create path.
+    #[arg(long, env = "TALLY_WORKER_FAILPOINT", hide = true, value_enum)]
+    pub failpoint: Option<Failpoint>,
+
     /// Timeout of one Gemini HTTP request.
     #[arg(long, env = "GEMINI_HTTP_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
     pub http_timeout: Duration,
@@ -94,7 +133,26 @@ pub struct WorkerArgs {
     pub log_format: String,
 }
 
+/// Points of the create path where a test can make the worker die.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Failpoint {
+    /// The input file is uploaded; nothing recorded, no create sent.
+    AfterUpload,
+    /// MarkCreating is recorded; the create is not sent.
+    AfterMarkCreating,
+    /// The provider answered the create; MarkSubmitted is not sent.
+    AfterCreate,
+}
+
 impl WorkerArgs {
+    /// Dies at `point` if the test asked for it there.
+    pub fn failpoint(&self, point: Failpoint) {
+        if self.failpoint == Some(point) {
+            eprintln!("failpoint {point:?}: aborting");
+            std::process::abort();
+        }
+    }
+
     /// `ledgers/{id}` whichever way it was given.
     pub fn ledger_name(&self) -> String {
         if self.ledger.starts_with("ledgers/") {

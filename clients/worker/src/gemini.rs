@@ -4,15 +4,18 @@
 //!
 //! - an upload whose finalize answers 200 with an `error` body failed and
 //!   is started again;
-//! - a create answered 429 (or 5xx) waits (`Retry-After` when given) and
+//! - a create answered 429 (or 5xx) waits (the body's `RetryInfo` or a
+//!   `Retry-After` header, when given) and
 //!   tries again;
-//! - a create whose answer was lost (timeout, connection reset after the
-//!   request went out) may have made the batch: the batch is first looked
-//!   up by its display name (the tally job id, unique) before creating
-//!   again, so a batch is never made twice for one job.
+//! - a create whose answer was lost (timeout, connection reset, 5xx after
+//!   the request went out) may have made the batch: it is never sent again;
+//!   the caller searches for the batch by its display name (the tally job
+//!   id, unique) over the provider's list lag (`create.rs`).
 //!
 //! The API key travels in the `x-goog-api-key` header and is never logged.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -94,6 +97,10 @@ impl Patience {
     }
 }
 
+/// How far the provider's clock may be behind tally's when a search for a
+/// batch stops at the time its create was attempted.
+const CLOCK_SKEW: Duration = Duration::from_secs(600);
+
 /// A Gemini API client.
 #[derive(Debug, Clone)]
 pub struct Gemini {
@@ -101,6 +108,10 @@ pub struct Gemini {
     base: String,
     key: ApiKey,
     pub patience: Patience,
+    /// `application/jsonl` was refused once: upload as `text/plain`.
+    plain_text: Arc<AtomicBool>,
+    /// How long a create refused for quota (429) is retried.
+    pub quota_wait: Duration,
 }
 
 impl Gemini {
@@ -118,6 +129,8 @@ impl Gemini {
             base: base_url.trim_end_matches('/').to_string(),
             key,
             patience: Patience::default(),
+            plain_text: Arc::new(AtomicBool::new(false)),
+            quota_wait: Duration::ZERO,
         })
     }
 
@@ -135,15 +148,22 @@ impl Gemini {
             return Ok(resp);
         }
         let code = resp.status().as_u16();
-        let retry_after = resp
+        let header = resp
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let body = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<Value>(&body)
-            .ok()
+        let parsed = serde_json::from_str::<Value>(&body).ok();
+        // The provider says when to come back in the body (RetryInfo); a
+        // proxy may add a Retry-After header. The longer one wins.
+        let from_body = parsed
+            .as_ref()
+            .and_then(|v| crate::output::retry_delay(&v["error"]))
+            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32));
+        let retry_after = header.max(from_body);
+        let message = parsed
             .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
             .unwrap_or(body);
         Err(GeminiError::Http {
@@ -183,16 +203,42 @@ impl Gemini {
     }
 
     /// Uploads `bytes` as a JSONL file; answers its name (`files/…`).
+    ///
+    /// `application/jsonl` is sometimes refused ("Unsupported MIME type",
+    /// even as a 200 with an error body); then the file is sent as
+    /// `text/plain`, which the Batch API reads the same, and so are later
+    /// uploads of this client.
     pub async fn upload_jsonl(
         &self,
         display_name: &str,
         bytes: &[u8],
     ) -> Result<String, GeminiError> {
-        self.retrying("upload", || self.upload_once(display_name, bytes))
-            .await
+        if !self.plain_text.load(Ordering::Relaxed) {
+            match self
+                .retrying("upload", || {
+                    self.upload_once(display_name, bytes, "application/jsonl")
+                })
+                .await
+            {
+                Err(e) if is_mime_refusal(&e) => {
+                    tracing::warn!(error = %e, "application/jsonl refused; uploading as text/plain from now on");
+                    self.plain_text.store(true, Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
+        self.retrying("upload", || {
+            self.upload_once(display_name, bytes, "text/plain")
+        })
+        .await
     }
 
-    async fn upload_once(&self, display_name: &str, bytes: &[u8]) -> Result<String, GeminiError> {
+    async fn upload_once(
+        &self,
+        display_name: &str,
+        bytes: &[u8],
+        mime: &str,
+    ) -> Result<String, GeminiError> {
         let start = self
             .send(
                 self.http
@@ -203,7 +249,7 @@ impl Gemini {
                         "X-Goog-Upload-Header-Content-Length",
                         bytes.len().to_string(),
                     )
-                    .header("X-Goog-Upload-Header-Content-Type", "application/jsonl")
+                    .header("X-Goog-Upload-Header-Content-Type", mime)
                     .json(&json!({"file": {"display_name": display_name}})),
             )
             .await?;
@@ -226,7 +272,10 @@ impl Gemini {
     }
 
     /// Creates the batch (display name = the tally job id) and answers its
-    /// operation JSON. See the module docs for what is retried and how.
+    /// operation JSON. Only a refusal that proves nothing was made (429) is
+    /// tried again, after the body's `RetryInfo` (or the backoff); any other
+    /// failure is returned at once, because the batch may exist: the caller
+    /// resolves it by searching (see `create.rs`), never by creating again.
     pub async fn create_batch(
         &self,
         model: &str,
@@ -240,6 +289,7 @@ impl Gemini {
             "inputConfig": {"fileName": input_file},
         }});
         let url = self.url(&format!("/v1beta/models/{model}:batchGenerateContent"));
+        let started = tokio::time::Instant::now();
         let mut n = 0;
         loop {
             n += 1;
@@ -247,34 +297,46 @@ impl Gemini {
                 Ok(op) => return Ok(op),
                 Err(e) => e,
             };
-            let ambiguous = match &err {
-                GeminiError::Transport(_) => true,
-                GeminiError::Http { code, .. } => *code >= 500,
-                GeminiError::Protocol(_) => false,
-            };
-            if ambiguous {
-                // The batch may exist: find it before making another.
-                match self.find_batch(display_name).await {
-                    Ok(Some(op)) => {
-                        tracing::info!(display_name, "batch found after an ambiguous create");
-                        return Ok(op);
-                    }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "could not list batches"),
-                }
-            }
-            if !err.is_transient() || n >= self.patience.tries {
+            if !self.retry_create(&err, n, started.elapsed()) {
                 return Err(err);
             }
             let pause = self.patience.pause(n, err.retry_after());
-            tracing::warn!(display_name, error = %err, retry_in = ?pause, "batch create failed; retrying");
+            tracing::warn!(display_name, error = %err, retry_in = ?pause, "batch create refused; retrying");
             tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// Whether a refused create is tried again. A 429 (the project's batch
+    /// or enqueued-token quota) proves nothing was made and the uploaded
+    /// file stays usable for 48 hours, so it is retried for `quota_wait`
+    /// while the claim's heartbeat keeps the rows; the count of tries
+    /// bounds it too when `quota_wait` is zero. Nothing else is retried.
+    fn retry_create(&self, err: &GeminiError, tries: u32, waited: Duration) -> bool {
+        if !matches!(err, GeminiError::Http { code: 429, .. }) {
+            return false;
+        }
+        if self.quota_wait.is_zero() {
+            tries < self.patience.tries
+        } else {
+            waited < self.quota_wait
         }
     }
 
     /// The batch whose display name is `display_name`, if any (every page
     /// of the list, newest first).
     pub async fn find_batch(&self, display_name: &str) -> Result<Option<Value>, GeminiError> {
+        self.find_batch_since(display_name, None).await
+    }
+
+    /// [`Gemini::find_batch`], reading pages (newest first) only while they
+    /// hold batches created at or after `since` (less a margin for clock
+    /// skew between tally and the provider).
+    pub async fn find_batch_since(
+        &self,
+        display_name: &str,
+        since: Option<std::time::SystemTime>,
+    ) -> Result<Option<Value>, GeminiError> {
+        let floor = since.and_then(|t| t.checked_sub(CLOCK_SKEW));
         let mut token = String::new();
         loop {
             let mut query = vec![("pageSize", "100".to_string())];
@@ -297,6 +359,16 @@ impl Gemini {
             {
                 return Ok(Some(op.clone()));
             }
+            let oldest = page["operations"]
+                .as_array()
+                .and_then(|ops| ops.last())
+                .and_then(|op| op["metadata"]["createTime"].as_str())
+                .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+            if let (Some(floor), Some(oldest)) = (floor, oldest)
+                && oldest < floor
+            {
+                return Ok(None);
+            }
             match page["nextPageToken"].as_str() {
                 Some(t) if !t.is_empty() => token = t.to_string(),
                 _ => return Ok(None),
@@ -310,6 +382,46 @@ impl Gemini {
         let url = self.url(&format!("/v1beta/batches/{id}"));
         self.retrying("get batch", || self.json(self.http.get(&url)))
             .await
+    }
+
+    /// One page of the project's files (`GET files`, 100 a page).
+    pub async fn list_files(&self, page_token: &str) -> Result<Value, GeminiError> {
+        let mut query = vec![("pageSize", "100".to_string())];
+        if !page_token.is_empty() {
+            query.push(("pageToken", page_token.to_string()));
+        }
+        let url = self.url("/v1beta/files");
+        self.retrying("list files", || {
+            self.json(self.http.get(&url).query(&query))
+        })
+        .await
+    }
+
+    /// `POST batches/{id}:cancel`. Cancelling a finished batch is harmless.
+    pub async fn cancel_batch(&self, name: &str) -> Result<(), GeminiError> {
+        let id = name.rsplit('/').next().unwrap_or(name);
+        let url = self.url(&format!("/v1beta/batches/{id}:cancel"));
+        self.retrying("cancel batch", || self.json(self.http.post(&url)))
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes `file` (`files/…`): input files count against the project's
+    /// file storage until they expire. A file already gone (404, or the 403
+    /// the API answers for a file it does not have) is not an error.
+    pub async fn delete_file(&self, file: &str) -> Result<(), GeminiError> {
+        let id = file.trim_start_matches("files/");
+        let url = self.url(&format!("/v1beta/files/{id}"));
+        match self
+            .retrying("delete file", || self.send(self.http.delete(&url)))
+            .await
+        {
+            Ok(_)
+            | Err(GeminiError::Http {
+                code: 403 | 404, ..
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The bytes of `file` (`files/…`).
@@ -331,6 +443,11 @@ impl Gemini {
 
 /// The file name in a finalize answer; an `error` body (a 200 that failed)
 /// is an error, transient when its code says so.
+/// A 400 that names the MIME type: the file's type was refused.
+fn is_mime_refusal(e: &GeminiError) -> bool {
+    matches!(e, GeminiError::Http { code: 400, message, .. } if message.to_ascii_lowercase().contains("mime type"))
+}
+
 pub fn file_name_of(body: &Value) -> Result<String, GeminiError> {
     if let Some(error) = body.get("error") {
         let code = error["code"].as_u64().unwrap_or(500) as u16;
@@ -401,5 +518,41 @@ mod tests {
             Duration::from_secs(5)
         );
         assert_eq!(p.pause(9, None), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn only_quota_refusals_are_retried_for_the_quota_wait() {
+        let mut g = Gemini::new(
+            "http://localhost",
+            ApiKey::new("k".into()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let http = |code| GeminiError::Http {
+            code,
+            message: String::new(),
+            retry_after: None,
+        };
+        let minute = Duration::from_secs(60);
+        // Without a quota wait, the count of tries bounds it.
+        assert!(g.retry_create(&http(429), 1, minute));
+        assert!(!g.retry_create(&http(429), g.patience.tries, Duration::ZERO));
+        g.quota_wait = Duration::from_secs(3600);
+        assert!(
+            g.retry_create(&http(429), 100, minute),
+            "tries do not end it"
+        );
+        assert!(!g.retry_create(&http(429), 1, Duration::from_secs(3600)));
+        for not_quota in [
+            http(400),
+            http(500),
+            http(503),
+            GeminiError::Transport("x".into()),
+        ] {
+            assert!(
+                !g.retry_create(&not_quota, 1, Duration::ZERO),
+                "{not_quota:?}"
+            );
+        }
     }
 }

@@ -4,8 +4,10 @@
 //! 2. prompts fetched, rows rendered into JSONL lines, packed under the
 //!    row and byte bounds (rows that can never be sent are reported as
 //!    invalid input; rows that did not fit are released, no attempt);
-//! 3. upload, create the batch (display name = the job id), and
-//!    MarkSubmitted at once — before anything else happens to the batch;
+//! 3. upload, MarkCreating, create the batch (display name = the job id),
+//!    and MarkSubmitted at once — before anything else happens to the
+//!    batch (see [`crate::create`]: a create whose outcome is unknown is
+//!    resolved by searching the provider, never by releasing the rows);
 //! 4. wait until the job reaches a terminal state: woken by the
 //!    WatchOperations stream (webhooks) and by a slow poller that feeds the
 //!    provider's view through IngestEvent; GetJob says what is true;
@@ -13,9 +15,9 @@
 //!    FinishJob (the server settles unreported rows); otherwise FinishJob
 //!    with the final state.
 //!
-//! Shutdown: before the batch is created the claim is released (no
-//! attempt); once it may exist, MarkSubmitted still runs; after that the
-//! job is left for adoption.
+//! Shutdown: before MarkCreating the claim is released (no attempt); once
+//! the batch may exist, the create runs to its answer and is recorded;
+//! after that the job is left for adoption.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -28,6 +30,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
+use crate::config::Failpoint;
+use crate::create::{self, CreateEnd};
 use crate::ctx::{Ctx, PromptResult, prompt_name};
 use crate::gemini::GeminiError;
 use crate::jsonl;
@@ -231,7 +235,12 @@ pub async fn run_claim(
         release(&ctx, &claim.name, &[]).await;
         return Ok(JobEnd::Released);
     }
-    let file = match ctx.gemini.upload_jsonl(&job.job_id, body.as_bytes()).await {
+    let display_name = crate::janitor::input_display_name(&ctx.ledger, &job.job_id);
+    let file = match ctx
+        .gemini
+        .upload_jsonl(&display_name, body.as_bytes())
+        .await
+    {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(job = %job.job_id, error = %e, "upload failed; releasing the claim");
@@ -248,43 +257,31 @@ pub async fn run_claim(
     } else {
         claim.model.clone()
     };
-    // From here the batch may exist: it must be recorded, shutdown or not.
-    let op = match ctx.gemini.create_batch(&model, &job.job_id, &file).await {
-        Ok(op) => op,
-        Err(e) => {
-            tracing::warn!(job = %job.job_id, error = %e, "batch create failed; releasing the claim");
-            release(&ctx, &claim.name, &[]).await;
-            return Err(e.into());
-        }
-    };
-    let batch = op["name"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| GeminiError::Protocol(format!("batch create answered no name: {op}")))?;
-    let marked = with_retry(ctx.retry, "MarkSubmitted", || {
-        let mut c = ctx.clients.jobs.clone();
-        let req = pb::MarkSubmittedRequest {
-            name: job.name.clone(),
-            claim: claim.name.clone(),
-            batch: batch.clone(),
-            input_file: file.clone(),
-        };
-        async move { c.mark_submitted(req).await }
-    })
-    .await;
-    let job = match marked {
-        Ok(j) => j.into_inner(),
+    ctx.args.failpoint(Failpoint::AfterUpload);
+    // Recorded before the create goes out: from here the batch may exist,
+    // and the rows are never released until the provider was searched.
+    let job = match create::mark_creating(&ctx, &job, &claim.name, &file).await {
+        Ok(j) => j,
         Err(s) => {
-            tracing::error!(job = %job.job_id, batch = %batch, error = %s, "batch made but not recorded; its rows may run twice");
+            tracing::warn!(job = %job.job_id, error = %s, "MarkCreating failed; releasing the claim");
+            release(&ctx, &claim.name, &[]).await;
             return Err(s.into());
         }
     };
-    tracing::info!(job = %job.job_id, rows = expect.len(), batch = %batch, input_file = %file, "job submitted");
+    ctx.args.failpoint(Failpoint::AfterMarkCreating);
+    let job = match create::create(&ctx, &job, &claim.name, &model, &stop).await? {
+        CreateEnd::Submitted(job) => *job,
+        CreateEnd::NeverMade => return Ok(JobEnd::Released),
+        CreateEnd::LeftForAdoption => return Ok(JobEnd::LeftForAdoption),
+    };
+    tracing::info!(job = %job.job_id, rows = expect.len(), batch = %job.batch, input_file = %file, "job submitted");
     follow(&ctx, job, &claim.name, expect, &stop).await
 }
 
-/// Takes over a job whose owner died after submitting it: finds what its
-/// rows expect, heartbeats the new claim, and follows it to the end.
+/// Takes over a job whose owner died after a create was attempted or after
+/// submitting it: a CREATING job's batch is searched for first (found, it
+/// is recorded; not found, the rows go back); then what its rows expect is
+/// read, the new claim heartbeated, and the job followed to the end.
 pub async fn run_adopted(
     ctx: Arc<Ctx>,
     adopted: pb::AdoptedJob,
@@ -294,6 +291,16 @@ pub async fn run_adopted(
         return Ok(JobEnd::Lost);
     };
     let _heartbeat = Heartbeat::start(&ctx, &claim.name);
+    let job = if job.state() == pb::JobState::Creating {
+        tracing::info!(job = %job.job_id, "adopted a job whose create is unresolved; searching the provider");
+        match create::resolve(&ctx, &job, &claim.name, &stop).await? {
+            CreateEnd::Submitted(job) => *job,
+            CreateEnd::NeverMade => return Ok(JobEnd::Released),
+            CreateEnd::LeftForAdoption => return Ok(JobEnd::LeftForAdoption),
+        }
+    } else {
+        job
+    };
     tracing::info!(job = %job.job_id, rows = adopted.keys.len(), batch = %job.batch, adoptions = job.adoptions, "job adopted");
     let held: HashSet<&String> = adopted.keys.iter().collect();
     let mut expect: HashMap<String, Answer> = HashMap::new();
@@ -372,12 +379,24 @@ async fn follow(
             pb::JobState::Reconciled => return Ok(JobEnd::Reconciled),
             pb::JobState::Unspecified
             | pb::JobState::Preparing
+            | pb::JobState::Creating
             | pb::JobState::Submitted
             | pb::JobState::Running => {}
         }
         if now.claim != claim {
             tracing::warn!(job = %job.job_id, "job is fenced by another claim now; leaving it");
             return Ok(JobEnd::Lost);
+        }
+        if past_deadline(ctx, &now) {
+            let why = format!(
+                "the batch did not finish within --batch-deadline ({}); cancelled",
+                humantime::format_duration(ctx.args.batch_deadline)
+            );
+            tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
+            if let Err(e) = ctx.gemini.cancel_batch(&job.batch).await {
+                tracing::warn!(job = %job.job_id, batch = %job.batch, error = %e, "cancel failed");
+            }
+            return finish(ctx, &now, claim, pb::JobState::Expired, "", &why).await;
         }
         // Until our operation moves, the poll is due, or we are told to stop.
         loop {
@@ -395,7 +414,10 @@ async fn follow(
                     }
                 },
                 _ = tokio::time::sleep_until(next_poll) => {
-                    poll(ctx, &job.batch).await;
+                    if let Polled::Gone(why) = poll(ctx, &job.batch).await {
+                        tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
+                        return finish(ctx, &now, claim, pb::JobState::Failed, "", &why).await;
+                    }
                     next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
                     break;
                 }
@@ -404,11 +426,29 @@ async fn follow(
     };
     let state = done.state();
     tracing::info!(job = %job.job_id, batch = %job.batch, state = ?state, "batch ended");
-    if state != pb::JobState::Succeeded {
-        return finish(ctx, &done, claim, state, "", &done.error).await;
-    }
-    let output_file = output_file(ctx, &operation, &job.batch).await?;
-    let bytes = ctx.gemini.download(&output_file).await?;
+    let output_file = if state == pb::JobState::Succeeded {
+        output_file(ctx, &operation, &job.batch).await?
+    } else {
+        // A failed, cancelled or expired batch may still have answered some
+        // rows (a partial responses file): those are reported, the rest go
+        // back with FinishJob.
+        match partial_output(ctx, &operation, &job.batch).await {
+            Some(file) => {
+                tracing::info!(job = %job.job_id, batch = %job.batch, file = %file, state = ?state, "batch ended with partial output");
+                file
+            }
+            None => return finish(ctx, &done, claim, state, "", &done.error).await,
+        }
+    };
+    let bytes = match download_output(ctx, &job, &output_file, stop).await? {
+        Downloaded::Bytes(b) => b,
+        Downloaded::Stopped => return Ok(JobEnd::LeftForAdoption),
+        Downloaded::GaveUp(why) => {
+            // Bounded: the rows come back through job_failed (an infra
+            // attempt each) instead of the job being adopted forever.
+            return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
+        }
+    };
     let prompts = {
         let mut m: HashMap<String, PromptResult> = HashMap::new();
         for name in expect.values().filter_map(|a| a.prompt.as_ref()) {
@@ -440,7 +480,56 @@ async fn follow(
         return Ok(JobEnd::Lost);
     }
     tracing::info!(job = %job.job_id, batch = %job.batch, rows = expect.len(), reported, missing = expect.len().saturating_sub(reported), "outcomes reported");
-    finish(ctx, &done, claim, state, &output_file, "").await
+    let error = if state == pb::JobState::Succeeded {
+        ""
+    } else {
+        done.error.as_str()
+    };
+    finish(ctx, &done, claim, state, &output_file, error).await
+}
+
+/// What became of a download of a batch's output.
+enum Downloaded {
+    Bytes(Vec<u8>),
+    /// Shutdown while waiting: the job is left for adoption.
+    Stopped,
+    /// Not downloadable for `--output-wait`: why.
+    GaveUp(String),
+}
+
+/// Downloads the output, waiting out a file that is not downloadable yet
+/// (403/404 right after the batch finished) for at most `--output-wait`.
+async fn download_output(
+    ctx: &Ctx,
+    job: &pb::Job,
+    file: &str,
+    stop: &CancellationToken,
+) -> Result<Downloaded, JobError> {
+    let started = tokio::time::Instant::now();
+    let wait = ctx.args.output_wait;
+    let mut pause = std::time::Duration::from_secs(1);
+    loop {
+        match ctx.gemini.download(file).await {
+            Ok(bytes) => return Ok(Downloaded::Bytes(bytes)),
+            Err(GeminiError::Http { code, message, .. }) if code == 403 || code == 404 => {
+                if started.elapsed() >= wait {
+                    let why = format!(
+                        "the output {file} was not downloadable for {}: {code} {message}",
+                        humantime::format_duration(wait)
+                    );
+                    tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
+                    return Ok(Downloaded::GaveUp(why));
+                }
+                tracing::info!(job = %job.job_id, file, code, retry_in = ?pause, "output not downloadable yet");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause.min(wait.saturating_sub(started.elapsed()))) => {}
+            () = stop.cancelled() => return Ok(Downloaded::Stopped),
+        }
+        pause = (pause * 2).min(std::time::Duration::from_secs(60));
+    }
 }
 
 async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
@@ -456,7 +545,7 @@ async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
 }
 
 /// The reconciliation poller: the provider's view, through the reducer.
-async fn poll(ctx: &Ctx, batch: &str) {
+async fn poll(ctx: &Ctx, batch: &str) -> Polled {
     match ctx.gemini.get_batch(batch).await {
         Ok(resource) => {
             let mut c = ctx.clients.operations.clone();
@@ -464,9 +553,43 @@ async fn poll(ctx: &Ctx, batch: &str) {
                 Ok(r) => tracing::debug!(batch, verdict = r.verdict, reason = %r.reason, "polled"),
                 Err(e) => tracing::warn!(batch, error = %e, "poll not ingested"),
             }
+            Polled::Seen
         }
-        Err(e) => tracing::warn!(batch, error = %e, "poll failed"),
+        // Deleted at the provider (by an operator, or gone after its
+        // retention): it will never report again.
+        Err(GeminiError::Http {
+            code: 404, message, ..
+        }) => Polled::Gone(format!(
+            "the batch {batch} is gone at the provider (404: {message})"
+        )),
+        Err(e) => {
+            tracing::warn!(batch, error = %e, "poll failed");
+            Polled::Seen
+        }
     }
+}
+
+/// What a poll learned.
+enum Polled {
+    /// The provider's view went through the reducer (or the poll failed
+    /// for a reason that may pass).
+    Seen,
+    /// The batch no longer exists: why.
+    Gone(String),
+}
+
+/// Whether a submitted batch has outlived `--batch-deadline`.
+fn past_deadline(ctx: &Ctx, job: &pb::Job) -> bool {
+    let Some(submitted) = job
+        .submit_time
+        .as_ref()
+        .and_then(|t| std::time::SystemTime::try_from(*t).ok())
+    else {
+        return false;
+    };
+    submitted
+        .elapsed()
+        .is_ok_and(|age| age > ctx.args.batch_deadline)
 }
 
 /// The output file of a succeeded batch: the operation's, else the
@@ -492,6 +615,26 @@ async fn output_file(ctx: &Ctx, operation: &str, batch: &str) -> Result<String, 
         .ok_or_else(|| {
             GeminiError::Protocol(format!("{batch} succeeded without a responses file")).into()
         })
+}
+
+/// The responses file of a batch that did not succeed, if it has one (the
+/// operation's, else the provider's answer); `None` when it has none or
+/// neither can be asked.
+async fn partial_output(ctx: &Ctx, operation: &str, batch: &str) -> Option<String> {
+    let mut c = ctx.clients.operations.clone();
+    let req = pb::GetOperationRequest {
+        name: operation.to_string(),
+    };
+    if let Ok(op) = c.get_operation(req).await
+        && !op.get_ref().output_file.is_empty()
+    {
+        return Some(op.into_inner().output_file);
+    }
+    let resource = ctx.gemini.get_batch(batch).await.ok()?;
+    resource["metadata"]["output"]["responsesFile"]
+        .as_str()
+        .or_else(|| resource["response"]["responsesFile"].as_str())
+        .map(str::to_owned)
 }
 
 /// Reports outcomes in chunks of the configured size. False when the claim
@@ -555,6 +698,7 @@ async fn finish(
         Ok(j) => {
             let j = j.into_inner();
             tracing::info!(job = %j.job_id, batch = %j.batch, rows = j.counts.as_ref().map_or(0, |c| c.rows), final_state = ?state, summary = %j.summary, "job reconciled");
+            delete_input(ctx, &j).await;
             Ok(JobEnd::Reconciled)
         }
         Err(s) if s.code() == Code::FailedPrecondition => {
@@ -562,6 +706,20 @@ async fn finish(
             Ok(JobEnd::Lost)
         }
         Err(s) => Err(s.into()),
+    }
+}
+
+/// Deletes a closed job's input file (the batch no longer needs it). A
+/// failure is logged: the provider expires files after 48 hours anyway.
+pub(crate) async fn delete_input(ctx: &Ctx, job: &pb::Job) {
+    if job.input_file.is_empty() {
+        return;
+    }
+    match ctx.gemini.delete_file(&job.input_file).await {
+        Ok(()) => tracing::debug!(job = %job.job_id, file = %job.input_file, "input file deleted"),
+        Err(e) => {
+            tracing::warn!(job = %job.job_id, file = %job.input_file, error = %e, "input file not deleted")
+        }
     }
 }
 

@@ -19,8 +19,10 @@
 //! reports), retry scheduling of rows (the ledger's backoff).
 
 pub mod config;
+mod create;
 mod ctx;
 pub mod gemini;
+mod janitor;
 pub mod job;
 pub mod jsonl;
 pub mod output;

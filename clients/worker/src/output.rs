@@ -4,9 +4,14 @@
 //! error code and status); the server's classifier decides what they mean.
 //! Pure: no I/O.
 //!
-//! - an `error` object → PROVIDER_ERROR with its `code` and `status`
-//!   (429/503 are transient, 400 permanent — the server decides);
+//! - an `error` object → PROVIDER_ERROR with its code and `status`: a
+//!   `google.rpc.Status` (gRPC `code`, no `status`) as `grpc_code`, the REST
+//!   shape (HTTP `code` and `status`) as `http_code` (the server decides
+//!   what each means);
 //! - `promptFeedback.blockReason` or a blocking finish reason → BLOCKED;
+//! - a finish reason other than STOP (MAX_TOKENS, OTHER, LANGUAGE, …) →
+//!   INVALID_OUTPUT with the reason (EMPTY_RESPONSE without text), in text
+//!   mode too: the answer was cut short;
 //! - no text → EMPTY_RESPONSE (with the finish reason, if any);
 //! - text that is not JSON or fails the row's schema → INVALID_OUTPUT;
 //! - otherwise the parsed JSON is the result.
@@ -107,20 +112,36 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> pb::RowOutcome {
     }
 }
 
+/// An output line's `error`. The provider writes a `google.rpc.Status`: a
+/// gRPC canonical `code` (3 is INVALID_ARGUMENT, not an HTTP code) and no
+/// `status` name. A `status` name marks the REST shape, whose `code` is
+/// HTTP. A code above 16 cannot be a gRPC code, so it is HTTP either way.
 fn provider_error(error: &Value) -> pb::Failure {
-    let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+    let code = error
+        .get("code")
+        .and_then(Value::as_i64)
+        .and_then(|c| i32::try_from(c).ok())
+        .unwrap_or(0);
+    let status = str_at(error, "status").to_string();
+    let (http_code, grpc_code) = if status.is_empty() && (1..=16).contains(&code) {
+        (0, code)
+    } else {
+        (code.max(0), 0)
+    };
     pb::Failure {
         kind: pb::FailureKind::ProviderError as i32,
-        http_code: i32::try_from(code).unwrap_or(0),
-        status: str_at(error, "status").to_string(),
+        http_code,
+        grpc_code,
+        status,
         message: truncate(str_at(error, "message")),
         retry_delay: retry_delay(error),
         ..Default::default()
     }
 }
 
-/// `google.rpc.RetryInfo` among the error's details (`"retryDelay": "5s"`).
-fn retry_delay(error: &Value) -> Option<prost_types::Duration> {
+/// `google.rpc.RetryInfo` among the error's details (`"retryDelay": "5s"`):
+/// in per-line errors and in the body of an HTTP error alike.
+pub(crate) fn retry_delay(error: &Value) -> Option<prost_types::Duration> {
     let details = error.get("details")?.as_array()?;
     details.iter().find_map(|d| {
         let text = d.get("retryDelay")?.as_str()?;
@@ -172,6 +193,23 @@ fn answer(response: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> 
         .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
+    if !matches!(finish, "" | "STOP" | "FINISH_REASON_UNSPECIFIED") {
+        // Cut short (MAX_TOKENS: the output budget, thinking included) or
+        // ended abnormally (OTHER, LANGUAGE, …): not an answer, even in text
+        // mode. The server's rules (and the ledger's overrides) decide
+        // whether a retry can help.
+        let kind = if text.trim().is_empty() {
+            pb::FailureKind::EmptyResponse
+        } else {
+            pb::FailureKind::InvalidOutput
+        };
+        return Err(pb::Failure {
+            kind: kind as i32,
+            finish_reason: finish.to_string(),
+            message: format!("the answer is incomplete: finish reason {finish}"),
+            ..Default::default()
+        });
+    }
     if text.trim().is_empty() {
         return Err(pb::Failure {
             kind: pb::FailureKind::EmptyResponse as i32,
@@ -390,5 +428,72 @@ mod tests {
         let s = "é".repeat(MAX_MESSAGE);
         let t = truncate(&s);
         assert!(t.len() <= MAX_MESSAGE && t.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn grpc_status_lines_report_a_grpc_code_not_an_http_one() {
+        // Invariant: `{"code": 3}` without a status is INVALID_ARGUMENT, never
+        // "HTTP 3"; a code that cannot be gRPC stays HTTP.
+        let expected: HashMap<String, Expect<'_>> = ["g3", "g1", "h503"]
+            .iter()
+            .map(|k| {
+                (
+                    k.to_string(),
+                    Expect {
+                        schema: None,
+                        json: false,
+                    },
+                )
+            })
+            .collect();
+        let jsonl = [
+            json!({"key": "g3", "error": {"code": 3, "message": "Request contains an invalid argument."}}),
+            json!({"key": "g1", "error": {"code": 1, "message": "The operation was cancelled."}}),
+            json!({"key": "h503", "error": {"code": 503, "message": "overloaded"}}),
+        ]
+        .map(|l| l.to_string())
+        .join("\n");
+        let m = match_output(jsonl.as_bytes(), &expected);
+        let by: HashMap<&str, &pb::Failure> = m
+            .outcomes
+            .iter()
+            .map(|o| (o.key.as_str(), failure(o)))
+            .collect();
+        assert_eq!((by["g3"].grpc_code, by["g3"].http_code), (3, 0));
+        assert_eq!((by["g1"].grpc_code, by["g1"].http_code), (1, 0));
+        assert_eq!((by["h503"].grpc_code, by["h503"].http_code), (0, 503));
+        assert_eq!(by["g3"].status, "");
+    }
+
+    #[test]
+    fn an_answer_cut_short_is_a_failure_with_its_finish_reason() {
+        let expected: HashMap<String, Expect<'_>> = ["max", "other", "thought"]
+            .iter()
+            .map(|k| {
+                (
+                    k.to_string(),
+                    Expect {
+                        schema: None,
+                        json: false,
+                    },
+                )
+            })
+            .collect();
+        let jsonl = [
+            text_line("max", "half an ans", "MAX_TOKENS"),
+            text_line("other", "partial", "OTHER"),
+            text_line("thought", "", "MAX_TOKENS"),
+        ]
+        .join("\n");
+        let m = match_output(jsonl.as_bytes(), &expected);
+        let by: HashMap<&str, &pb::Failure> = m
+            .outcomes
+            .iter()
+            .map(|o| (o.key.as_str(), failure(o)))
+            .collect();
+        assert_eq!(by["max"].kind(), pb::FailureKind::InvalidOutput);
+        assert_eq!(by["max"].finish_reason, "MAX_TOKENS");
+        assert_eq!(by["other"].finish_reason, "OTHER");
+        assert_eq!(by["thought"].kind(), pb::FailureKind::EmptyResponse);
     }
 }

@@ -121,10 +121,14 @@ pub fn asks_for_json(payload: &str, has_prompt: bool) -> bool {
         == Some("application/json")
 }
 
+/// The request for one row. The registry's schema is JSON Schema, so it
+/// goes in `responseJsonSchema`: `responseSchema` is the provider's
+/// OpenAPI-subset `Schema` and refuses `$ref`, `const`, type arrays and
+/// other JSON Schema keywords.
 fn request(text: &str, schema: Option<&Value>, system: Option<&str>) -> Value {
     let mut config = json!({"responseMimeType": "application/json"});
     if let Some(schema) = schema {
-        config["responseSchema"] = schema.clone();
+        config["responseJsonSchema"] = schema.clone();
     }
     let mut req = json!({
         "contents": [{"role": "user", "parts": [{"text": text}]}],
@@ -174,7 +178,7 @@ mod tests {
             json!("application/json")
         );
         assert_eq!(
-            req["generationConfig"]["responseSchema"]["required"],
+            req["generationConfig"]["responseJsonSchema"]["required"],
             json!(["summary"])
         );
         assert!(req.get("systemInstruction").is_none());
@@ -203,6 +207,7 @@ mod tests {
             json!("be terse")
         );
         assert!(req["generationConfig"].get("responseSchema").is_none());
+        assert!(req["generationConfig"].get("responseJsonSchema").is_none());
         assert!(PromptSpec::from_registry("x", "{not json", "").is_err());
     }
 

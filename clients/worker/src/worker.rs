@@ -16,6 +16,7 @@ use tonic::Status;
 use crate::config::WorkerArgs;
 use crate::ctx::Ctx;
 use crate::gemini::{ApiKey, Gemini, GeminiError};
+use crate::janitor;
 use crate::job::{self, JobEnd};
 
 /// How long shutdown waits for job tasks (a batch being created is
@@ -42,6 +43,8 @@ pub struct RunReport {
     pub jobs_reconciled: u64,
     pub jobs_released: u64,
     pub jobs_failed: u64,
+    /// Orphaned input files the janitor deleted.
+    pub files_deleted: u64,
 }
 
 /// Runs the worker until `shutdown` completes (or, with
@@ -55,7 +58,8 @@ pub async fn run_until(
 ) -> Result<RunReport, WorkerError> {
     args.validate().map_err(WorkerError::Config)?;
     let clients = tally_client::connect(&args.server, args.token.as_deref())?;
-    let gemini = Gemini::new(&args.gemini_base_url, api_key, args.http_timeout)?;
+    let mut gemini = Gemini::new(&args.gemini_base_url, api_key, args.http_timeout)?;
+    gemini.quota_wait = args.quota_wait;
     let ctx = Arc::new(Ctx::new(clients, gemini, args));
     let ledger = with_retry(ctx.retry, "GetLedger", || {
         let mut c = ctx.clients.ledgers.clone();
@@ -82,10 +86,15 @@ pub async fn run_until(
     let watcher = tokio::spawn(watch_operations(Arc::clone(&ctx), stop.clone()));
     let mut jobs: JoinSet<Result<JobEnd, job::JobError>> = JoinSet::new();
     let mut report = RunReport::default();
+    let mut next_sweep = tokio::time::Instant::now();
     tokio::pin!(shutdown);
     loop {
         while let Some(done) = jobs.try_join_next() {
             tally(&mut report, Some(done));
+        }
+        if tokio::time::Instant::now() >= next_sweep {
+            report.files_deleted += janitor::sweep(&ctx).await as u64;
+            next_sweep = tokio::time::Instant::now() + ctx.args.janitor_interval;
         }
         let mut worked = false;
         if jobs.len() < max_local {
@@ -112,6 +121,9 @@ pub async fn run_until(
             }
         }
         if !worked && jobs.is_empty() && ctx.args.exit_when_idle && idle(&ctx).await {
+            // Every job is closed: whatever input files are left of them
+            // (and old enough) are orphans.
+            report.files_deleted += janitor::sweep(&ctx).await as u64;
             tracing::info!(ledger = %ctx.ledger, "no work left; exiting");
             break;
         }
@@ -182,6 +194,7 @@ async fn adopt(ctx: &Ctx, max: usize) -> Result<Vec<pb::AdoptedJob>, Status> {
 async fn room(ctx: &Ctx, max: usize) -> bool {
     let open = [
         pb::JobState::Preparing,
+        pb::JobState::Creating,
         pb::JobState::Submitted,
         pb::JobState::Running,
         pb::JobState::Succeeded,

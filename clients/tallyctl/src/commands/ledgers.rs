@@ -136,8 +136,12 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
         .iter()
         .map(|m| {
             format!(
-                "{}={},{}",
-                m.model, m.input_per_million, m.output_per_million
+                "{}={},{},{},{}",
+                m.model,
+                m.input_per_million,
+                m.output_per_million,
+                m.cached_input_per_million,
+                m.thinking_per_million
             )
         })
         .collect::<Vec<_>>()
@@ -183,12 +187,15 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
     );
 }
 
-/// `MODEL=IN,OUT` → a price.
+/// `MODEL=IN,OUT[,CACHED[,THINKING]]` → a price (an omitted cached price
+/// is the input's, an omitted thinking price the output's).
 pub fn parse_price(text: &str) -> Result<pb::ModelPrice, String> {
-    let bad =
-        || format!("price {text:?} must look like MODEL=INPUT,OUTPUT (USD per million tokens)");
+    let bad = || {
+        format!(
+            "price {text:?} must look like MODEL=INPUT,OUTPUT[,CACHED_INPUT[,THINKING]] (USD per million tokens)"
+        )
+    };
     let (model, rest) = text.split_once('=').ok_or_else(bad)?;
-    let (input, output) = rest.split_once(',').ok_or_else(bad)?;
     let number = |s: &str| {
         s.trim()
             .parse::<f64>()
@@ -196,13 +203,17 @@ pub fn parse_price(text: &str) -> Result<pb::ModelPrice, String> {
             .filter(|x| x.is_finite() && *x >= 0.0)
             .ok_or_else(bad)
     };
-    if model.is_empty() {
+    let parts: Vec<&str> = rest.split(',').collect();
+    if model.is_empty() || !(2..=4).contains(&parts.len()) {
         return Err(bad());
     }
+    let optional = |i: usize| parts.get(i).map_or(Ok(0.0), |s| number(s));
     Ok(pb::ModelPrice {
         model: model.to_string(),
-        input_per_million: number(input)?,
-        output_per_million: number(output)?,
+        input_per_million: number(parts[0])?,
+        output_per_million: number(parts[1])?,
+        cached_input_per_million: optional(2)?,
+        thinking_per_million: optional(3)?,
     })
 }
 
@@ -306,7 +317,20 @@ mod tests {
     #[test]
     fn prices_parse_strictly() {
         assert!(parse_price("m=1,2").is_ok());
-        for bad in ["m", "m=1", "=1,2", "m=x,2", "m=-1,2"] {
+        let full = parse_price("m=1,2,0.25,3").unwrap();
+        assert_eq!(
+            (full.cached_input_per_million, full.thinking_per_million),
+            (0.25, 3.0)
+        );
+        for bad in [
+            "m",
+            "m=1",
+            "=1,2",
+            "m=x,2",
+            "m=-1,2",
+            "m=1,2,3,4,5",
+            "m=1,2,-3",
+        ] {
             assert!(parse_price(bad).is_err(), "{bad}");
         }
     }

@@ -259,6 +259,7 @@ impl Display {
 fn active_states() -> Vec<i32> {
     [
         pb::JobState::Preparing,
+        pb::JobState::Creating,
         pb::JobState::Submitted,
         pb::JobState::Running,
         pb::JobState::Succeeded,
@@ -395,7 +396,13 @@ mod tests {
         async fn list_jobs(&self, _: Request<pb::ListJobsRequest>) -> Unary<pb::ListJobsResponse> {
             Err(Status::unimplemented(""))
         }
+        async fn mark_creating(&self, _: Request<pb::MarkCreatingRequest>) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
         async fn mark_submitted(&self, _: Request<pb::MarkSubmittedRequest>) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
+        async fn mark_not_created(&self, _: Request<pb::MarkNotCreatedRequest>) -> Unary<pb::Job> {
             Err(Status::unimplemented(""))
         }
         async fn adopt_jobs(

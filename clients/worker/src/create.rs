@@ -1,0 +1,229 @@
+//! Making a job's batch without ever paying twice for its rows.
+//!
+//! Batch creation is not idempotent, and its answer can be lost (timeout,
+//! reset, 5xx after the batch was made). So before the create call goes
+//! out, tally records MarkCreating (the job becomes CREATING): from then on
+//! nobody releases the job's rows (not this worker on an error, not the
+//! sweeper when this worker dies, not ReleaseClaim) until the provider was
+//! searched for the batch by its display name (the job id) over a window
+//! that covers the provider's list lag after the create attempt. Found, the
+//! batch is recorded (MarkSubmitted) and followed; not found, MarkNotCreated
+//! gives the rows back without an attempt. A worker that adopts a CREATING
+//! job runs the same search.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tally_client::with_retry;
+use tally_proto::v1 as pb;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Failpoint;
+use crate::ctx::Ctx;
+use crate::gemini::GeminiError;
+use crate::job::JobError;
+
+/// How a create ended.
+#[derive(Debug)]
+pub enum CreateEnd {
+    /// The batch exists and is recorded: the job as MarkSubmitted left it.
+    Submitted(Box<pb::Job>),
+    /// No batch exists; the job is closed and its rows went back.
+    NeverMade,
+    /// Shutdown while the search was unresolved: the job waits for
+    /// adoption (its rows are not released).
+    LeftForAdoption,
+}
+
+/// Records MarkCreating (retried; the same call again is a no-op).
+pub async fn mark_creating(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    input_file: &str,
+) -> Result<pb::Job, tonic::Status> {
+    let req = pb::MarkCreatingRequest {
+        name: job.name.clone(),
+        claim: claim.to_string(),
+        input_file: input_file.to_string(),
+    };
+    with_retry(ctx.retry, "MarkCreating", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.mark_creating(req).await }
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// Sends the create for a CREATING job and records what became of it.
+pub async fn create(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    model: &str,
+    stop: &CancellationToken,
+) -> Result<CreateEnd, JobError> {
+    match ctx
+        .gemini
+        .create_batch(model, &job.job_id, &job.input_file)
+        .await
+    {
+        Ok(op) => {
+            ctx.args.failpoint(Failpoint::AfterCreate);
+            let batch = batch_name(&op)?;
+            Ok(CreateEnd::Submitted(Box::new(
+                mark_submitted(ctx, job, claim, &batch).await?,
+            )))
+        }
+        Err(e) if refused(&e) => {
+            // The provider answered and made nothing: the rows go back.
+            tracing::warn!(job = %job.job_id, error = %e, "batch create refused; releasing the rows");
+            mark_not_created(ctx, job, claim, &format!("the create was refused: {e}")).await?;
+            crate::job::delete_input(ctx, job).await;
+            Err(e.into())
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.job_id, error = %e, "batch create unresolved; searching the provider for it");
+            resolve(ctx, job, claim, stop).await
+        }
+    }
+}
+
+/// Searches the provider for a CREATING job's batch until it is found or
+/// the lookup window after the create attempt has passed.
+pub async fn resolve(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    stop: &CancellationToken,
+) -> Result<CreateEnd, JobError> {
+    let window = ctx.args.create_lookup_window;
+    let attempted = job
+        .create_attempt_time
+        .as_ref()
+        .and_then(|t| SystemTime::try_from(*t).ok())
+        .unwrap_or_else(SystemTime::now);
+    let deadline = attempted + window;
+    let pause = (window / 10).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    loop {
+        // Read the clock before the search: "not found" counts only for a
+        // search that began after the window closed.
+        let searched_at = SystemTime::now();
+        match ctx
+            .gemini
+            .find_batch_since(&job.job_id, Some(attempted))
+            .await
+        {
+            Ok(Some(op)) => {
+                let batch = batch_name(&op)?;
+                tracing::info!(job = %job.job_id, batch = %batch, "batch found by its display name");
+                return Ok(CreateEnd::Submitted(Box::new(
+                    mark_submitted(ctx, job, claim, &batch).await?,
+                )));
+            }
+            Ok(None) if searched_at >= deadline => {
+                let reason = format!(
+                    "no batch named {} was listed {} after the create attempt",
+                    job.job_id,
+                    humantime::format_duration(window)
+                );
+                mark_not_created(ctx, job, claim, &reason).await?;
+                crate::job::delete_input(ctx, job).await;
+                tracing::info!(job = %job.job_id, "batch was never created; rows released without an attempt");
+                return Ok(CreateEnd::NeverMade);
+            }
+            Ok(None) => {}
+            // The provider cannot be asked: the rows stay held, whatever
+            // the window says.
+            Err(e) => tracing::warn!(job = %job.job_id, error = %e, "could not list batches"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = stop.cancelled() => {
+                tracing::info!(job = %job.job_id, "shutting down with the create unresolved; job left for adoption");
+                return Ok(CreateEnd::LeftForAdoption);
+            }
+        }
+    }
+}
+
+/// An answer that proves nothing was made: a 4xx (a 429 included: the
+/// create was refused, after the client's own retries).
+fn refused(e: &GeminiError) -> bool {
+    matches!(e, GeminiError::Http { code, .. } if (400..500).contains(code) && *code != 408)
+}
+
+fn batch_name(op: &Value) -> Result<String, GeminiError> {
+    op["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| GeminiError::Protocol(format!("a batch without a name: {op}")))
+}
+
+async fn mark_submitted(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    batch: &str,
+) -> Result<pb::Job, tonic::Status> {
+    let req = pb::MarkSubmittedRequest {
+        name: job.name.clone(),
+        claim: claim.to_string(),
+        batch: batch.to_string(),
+        input_file: job.input_file.clone(),
+    };
+    let got = with_retry(ctx.retry, "MarkSubmitted", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.mark_submitted(req).await }
+    })
+    .await;
+    if let Err(s) = &got {
+        // The job stays CREATING: whoever adopts it finds the batch.
+        tracing::error!(job = %job.job_id, batch, error = %s, "batch made but not recorded; it will be found again on adoption");
+    }
+    got.map(tonic::Response::into_inner)
+}
+
+async fn mark_not_created(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    reason: &str,
+) -> Result<pb::Job, tonic::Status> {
+    let req = pb::MarkNotCreatedRequest {
+        name: job.name.clone(),
+        claim: claim.to_string(),
+        reason: reason.chars().take(1024).collect(),
+    };
+    with_retry(ctx.retry, "MarkNotCreated", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.mark_not_created(req).await }
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_definite_refusal_proves_no_batch_was_made() {
+        let http = |code| GeminiError::Http {
+            code,
+            message: String::new(),
+            retry_after: None,
+        };
+        assert!(refused(&http(400)));
+        assert!(refused(&http(429)));
+        assert!(refused(&http(403)));
+        assert!(!refused(&http(408)), "a timeout may have made it");
+        assert!(!refused(&http(500)));
+        assert!(!refused(&http(503)));
+        assert!(!refused(&GeminiError::Transport("reset".into())));
+        assert!(!refused(&GeminiError::Protocol("no name".into())));
+    }
+}
