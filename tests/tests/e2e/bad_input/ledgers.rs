@@ -130,8 +130,10 @@ async fn create_ledger() {
             pb::LedgerPolicy {
                 prices: vec![pb::ModelPrice {
                     model: "m".into(),
-                    input_per_million: -1.0,
+                    input_per_million: 1.0,
                     output_per_million: 1.0,
+                    cached_input_per_million: -0.5,
+                    thinking_per_million: 0.0,
                 }],
                 ..Default::default()
             },
