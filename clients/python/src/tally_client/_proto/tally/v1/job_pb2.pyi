@@ -1,0 +1,292 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import empty_pb2 as _empty_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from tally_client._proto.tally.v1 import ledger_pb2 as _ledger_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_PREPARING: _ClassVar[JobState]
+    JOB_STATE_SUBMITTED: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+    JOB_STATE_EXPIRED: _ClassVar[JobState]
+    JOB_STATE_RECONCILED: _ClassVar[JobState]
+    JOB_STATE_CREATING: _ClassVar[JobState]
+
+class JobEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_EVENT_TYPE_UNSPECIFIED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_CREATED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_STATE_CHANGED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_PROGRESS: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_ADOPTED: _ClassVar[JobEventType]
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_PREPARING: JobState
+JOB_STATE_SUBMITTED: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+JOB_STATE_EXPIRED: JobState
+JOB_STATE_RECONCILED: JobState
+JOB_STATE_CREATING: JobState
+JOB_EVENT_TYPE_UNSPECIFIED: JobEventType
+JOB_EVENT_TYPE_CREATED: JobEventType
+JOB_EVENT_TYPE_STATE_CHANGED: JobEventType
+JOB_EVENT_TYPE_PROGRESS: JobEventType
+JOB_EVENT_TYPE_ADOPTED: JobEventType
+
+class JobCounts(_message.Message):
+    __slots__ = ("rows", "succeeded", "retryable", "permanent", "missing", "unreported")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    UNREPORTED_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    succeeded: int
+    retryable: int
+    permanent: int
+    missing: int
+    unreported: int
+    def __init__(self, rows: _Optional[int] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., missing: _Optional[int] = ..., unreported: _Optional[int] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FILE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILE_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ADOPTIONS_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job_id: str
+    claim: str
+    state: JobState
+    model: str
+    owner: str
+    batch: str
+    input_file: str
+    output_file: str
+    counts: JobCounts
+    summary: str
+    error: str
+    adoptions: int
+    operation: str
+    create_time: _timestamp_pb2.Timestamp
+    submit_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    lease_expire_time: _timestamp_pb2.Timestamp
+    final_state: JobState
+    create_attempt_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateJobRequest(_message.Message):
+    __slots__ = ("claim",)
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    claim: str
+    def __init__(self, claim: _Optional[str] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("parent", "states", "page_size", "page_token")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    states: _containers.RepeatedScalarFieldContainer[JobState]
+    page_size: int
+    page_token: str
+    def __init__(self, parent: _Optional[str] = ..., states: _Optional[_Iterable[_Union[JobState, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class MarkSubmittedRequest(_message.Message):
+    __slots__ = ("name", "claim", "batch", "input_file")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FILE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    claim: str
+    batch: str
+    input_file: str
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ...) -> None: ...
+
+class MarkCreatingRequest(_message.Message):
+    __slots__ = ("name", "claim", "input_file")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FILE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    claim: str
+    input_file: str
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ...) -> None: ...
+
+class MarkNotCreatedRequest(_message.Message):
+    __slots__ = ("name", "claim", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    claim: str
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AdoptJobsRequest(_message.Message):
+    __slots__ = ("parent", "worker", "max_jobs", "lease")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOBS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    worker: str
+    max_jobs: int
+    lease: _duration_pb2.Duration
+    def __init__(self, parent: _Optional[str] = ..., worker: _Optional[str] = ..., max_jobs: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AdoptedJob(_message.Message):
+    __slots__ = ("job", "claim", "keys")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    claim: _ledger_pb2.Claim
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., claim: _Optional[_Union[_ledger_pb2.Claim, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AdoptJobsResponse(_message.Message):
+    __slots__ = ("jobs", "released_jobs")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[AdoptedJob]
+    released_jobs: int
+    def __init__(self, jobs: _Optional[_Iterable[_Union[AdoptedJob, _Mapping]]] = ..., released_jobs: _Optional[int] = ...) -> None: ...
+
+class FinishJobRequest(_message.Message):
+    __slots__ = ("name", "claim", "final_state", "output_file", "error")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    FINAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FILE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    claim: str
+    final_state: JobState
+    output_file: str
+    error: str
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., final_state: _Optional[_Union[JobState, str]] = ..., output_file: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class WatchJobsRequest(_message.Message):
+    __slots__ = ("parent", "after_sequence")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    after_sequence: int
+    def __init__(self, parent: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("sequence", "type", "job", "time", "actor")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    type: JobEventType
+    job: Job
+    time: _timestamp_pb2.Timestamp
+    actor: str
+    def __init__(self, sequence: _Optional[int] = ..., type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ...) -> None: ...
+
+class Lock(_message.Message):
+    __slots__ = ("name", "owner", "token", "acquire_time", "expire_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner: str
+    token: str
+    acquire_time: _timestamp_pb2.Timestamp
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., token: _Optional[str] = ..., acquire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AcquireLockRequest(_message.Message):
+    __slots__ = ("name", "owner", "ttl")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AcquireLockResponse(_message.Message):
+    __slots__ = ("acquired", "lock")
+    ACQUIRED_FIELD_NUMBER: _ClassVar[int]
+    LOCK_FIELD_NUMBER: _ClassVar[int]
+    acquired: bool
+    lock: Lock
+    def __init__(self, acquired: _Optional[bool] = ..., lock: _Optional[_Union[Lock, _Mapping]] = ...) -> None: ...
+
+class RenewLockRequest(_message.Message):
+    __slots__ = ("name", "token", "ttl")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    token: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ReleaseLockRequest(_message.Message):
+    __slots__ = ("name", "token")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    token: str
+    def __init__(self, name: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...

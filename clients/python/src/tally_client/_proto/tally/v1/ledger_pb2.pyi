@@ -1,0 +1,613 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from tally_client._proto.tally.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EnrollOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENROLL_OUTCOME_UNSPECIFIED: _ClassVar[EnrollOutcome]
+    ENROLL_OUTCOME_ENROLLED: _ClassVar[EnrollOutcome]
+    ENROLL_OUTCOME_ALREADY_PRESENT: _ClassVar[EnrollOutcome]
+    ENROLL_OUTCOME_CONFLICT: _ClassVar[EnrollOutcome]
+
+class ClaimState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLAIM_STATE_UNSPECIFIED: _ClassVar[ClaimState]
+    CLAIM_STATE_ACTIVE: _ClassVar[ClaimState]
+    CLAIM_STATE_DONE: _ClassVar[ClaimState]
+    CLAIM_STATE_EXPIRED: _ClassVar[ClaimState]
+
+class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VERDICT_UNSPECIFIED: _ClassVar[Verdict]
+    VERDICT_SUCCEEDED: _ClassVar[Verdict]
+    VERDICT_RETRYABLE: _ClassVar[Verdict]
+    VERDICT_PERMANENT: _ClassVar[Verdict]
+    VERDICT_STALE: _ClassVar[Verdict]
+    VERDICT_DUPLICATE: _ClassVar[Verdict]
+
+class RowView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROW_VIEW_UNSPECIFIED: _ClassVar[RowView]
+    ROW_VIEW_BASIC: _ClassVar[RowView]
+    ROW_VIEW_FULL: _ClassVar[RowView]
+ENROLL_OUTCOME_UNSPECIFIED: EnrollOutcome
+ENROLL_OUTCOME_ENROLLED: EnrollOutcome
+ENROLL_OUTCOME_ALREADY_PRESENT: EnrollOutcome
+ENROLL_OUTCOME_CONFLICT: EnrollOutcome
+CLAIM_STATE_UNSPECIFIED: ClaimState
+CLAIM_STATE_ACTIVE: ClaimState
+CLAIM_STATE_DONE: ClaimState
+CLAIM_STATE_EXPIRED: ClaimState
+VERDICT_UNSPECIFIED: Verdict
+VERDICT_SUCCEEDED: Verdict
+VERDICT_RETRYABLE: Verdict
+VERDICT_PERMANENT: Verdict
+VERDICT_STALE: Verdict
+VERDICT_DUPLICATE: Verdict
+ROW_VIEW_UNSPECIFIED: RowView
+ROW_VIEW_BASIC: RowView
+ROW_VIEW_FULL: RowView
+
+class Ledger(_message.Message):
+    __slots__ = ("name", "policy", "create_time", "update_time", "etag")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    policy: LedgerPolicy
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    etag: str
+    def __init__(self, name: _Optional[str] = ..., policy: _Optional[_Union[LedgerPolicy, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ...) -> None: ...
+
+class LedgerPolicy(_message.Message):
+    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    ALERT_URL_FIELD_NUMBER: _ClassVar[int]
+    MAX_ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
+    PRICES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    budgets: AttemptBudgets
+    lease: _duration_pb2.Duration
+    backoff: Backoff
+    overrides: _containers.RepeatedCompositeFieldContainer[ClassifierOverride]
+    review_threshold: int
+    alert_url: str
+    max_active_jobs: int
+    prices: _containers.RepeatedCompositeFieldContainer[ModelPrice]
+    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ...) -> None: ...
+
+class AttemptBudgets(_message.Message):
+    __slots__ = ("provider", "content", "infra")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    INFRA_FIELD_NUMBER: _ClassVar[int]
+    provider: int
+    content: int
+    infra: int
+    def __init__(self, provider: _Optional[int] = ..., content: _Optional[int] = ..., infra: _Optional[int] = ...) -> None: ...
+
+class Backoff(_message.Message):
+    __slots__ = ("initial", "max", "multiplier", "jitter")
+    INITIAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    initial: _duration_pb2.Duration
+    max: _duration_pb2.Duration
+    multiplier: float
+    jitter: float
+    def __init__(self, initial: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., multiplier: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
+
+class ClassifierOverride(_message.Message):
+    __slots__ = ("name", "http_code", "status", "message_contains", "finish_reason", "kind", "verdict", "budget")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HTTP_CODE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_CONTAINS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    http_code: int
+    status: str
+    message_contains: str
+    finish_reason: str
+    kind: _common_pb2.FailureKind
+    verdict: _common_pb2.RowStatus
+    budget: _common_pb2.Budget
+    def __init__(self, name: _Optional[str] = ..., http_code: _Optional[int] = ..., status: _Optional[str] = ..., message_contains: _Optional[str] = ..., finish_reason: _Optional[str] = ..., kind: _Optional[_Union[_common_pb2.FailureKind, str]] = ..., verdict: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ...) -> None: ...
+
+class ModelPrice(_message.Message):
+    __slots__ = ("model", "input_per_million", "output_per_million", "cached_input_per_million", "thinking_per_million")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUT_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
+    THINKING_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    input_per_million: float
+    output_per_million: float
+    cached_input_per_million: float
+    thinking_per_million: float
+    def __init__(self, model: _Optional[str] = ..., input_per_million: _Optional[float] = ..., output_per_million: _Optional[float] = ..., cached_input_per_million: _Optional[float] = ..., thinking_per_million: _Optional[float] = ...) -> None: ...
+
+class CreateLedgerRequest(_message.Message):
+    __slots__ = ("ledger_id", "policy")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: str
+    policy: LedgerPolicy
+    def __init__(self, ledger_id: _Optional[str] = ..., policy: _Optional[_Union[LedgerPolicy, _Mapping]] = ...) -> None: ...
+
+class GetLedgerRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListLedgersRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListLedgersResponse(_message.Message):
+    __slots__ = ("ledgers", "next_page_token")
+    LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ledgers: _containers.RepeatedCompositeFieldContainer[Ledger]
+    next_page_token: str
+    def __init__(self, ledgers: _Optional[_Iterable[_Union[Ledger, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class UpdateLedgerRequest(_message.Message):
+    __slots__ = ("ledger", "update_mask")
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    ledger: Ledger
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, ledger: _Optional[_Union[Ledger, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class RowInput(_message.Message):
+    __slots__ = ("key", "payload", "depends_on", "prompt", "model")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    payload: str
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    prompt: _common_pb2.PromptRef
+    model: str
+    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+
+class EnrollRowsRequest(_message.Message):
+    __slots__ = ("parent", "rows")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    rows: _containers.RepeatedCompositeFieldContainer[RowInput]
+    def __init__(self, parent: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[RowInput, _Mapping]]] = ...) -> None: ...
+
+class EnrollResult(_message.Message):
+    __slots__ = ("key", "outcome")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    outcome: EnrollOutcome
+    def __init__(self, key: _Optional[str] = ..., outcome: _Optional[_Union[EnrollOutcome, str]] = ...) -> None: ...
+
+class EnrollRowsResponse(_message.Message):
+    __slots__ = ("results", "enrolled", "already_present", "conflicts")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ENROLLED_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[EnrollResult]
+    enrolled: int
+    already_present: int
+    conflicts: int
+    def __init__(self, results: _Optional[_Iterable[_Union[EnrollResult, _Mapping]]] = ..., enrolled: _Optional[int] = ..., already_present: _Optional[int] = ..., conflicts: _Optional[int] = ...) -> None: ...
+
+class Claim(_message.Message):
+    __slots__ = ("name", "worker", "model", "create_time", "expire_time", "state", "row_count", "held_count", "job")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    HELD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    worker: str
+    model: str
+    create_time: _timestamp_pb2.Timestamp
+    expire_time: _timestamp_pb2.Timestamp
+    state: ClaimState
+    row_count: int
+    held_count: int
+    job: str
+    def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ...) -> None: ...
+
+class ClaimRowsRequest(_message.Message):
+    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    max_rows: int
+    lease: _duration_pb2.Duration
+    worker: str
+    request_id: str
+    model: str
+    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class ClaimedRow(_message.Message):
+    __slots__ = ("key", "payload", "prompt", "model", "attempts")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    payload: str
+    prompt: _common_pb2.PromptRef
+    model: str
+    attempts: _common_pb2.AttemptCounts
+    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ...) -> None: ...
+
+class ClaimRowsResponse(_message.Message):
+    __slots__ = ("claim", "rows")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    claim: Claim
+    rows: _containers.RepeatedCompositeFieldContainer[ClaimedRow]
+    def __init__(self, claim: _Optional[_Union[Claim, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[ClaimedRow, _Mapping]]] = ...) -> None: ...
+
+class ExtendClaimRequest(_message.Message):
+    __slots__ = ("name", "lease")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    lease: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ReleaseClaimRequest(_message.Message):
+    __slots__ = ("name", "keys")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReleaseClaimResponse(_message.Message):
+    __slots__ = ("released", "claim")
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    released: int
+    claim: Claim
+    def __init__(self, released: _Optional[int] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ...) -> None: ...
+
+class RowOutcome(_message.Message):
+    __slots__ = ("key", "result", "failure", "usage")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    result: str
+    failure: _common_pb2.Failure
+    usage: _common_pb2.Usage
+    def __init__(self, key: _Optional[str] = ..., result: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+
+class ReportOutcomesRequest(_message.Message):
+    __slots__ = ("claim", "outcomes")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    claim: str
+    outcomes: _containers.RepeatedCompositeFieldContainer[RowOutcome]
+    def __init__(self, claim: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[RowOutcome, _Mapping]]] = ...) -> None: ...
+
+class RowVerdict(_message.Message):
+    __slots__ = ("key", "verdict", "rule", "budget", "next_attempt_time", "attempts")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    verdict: Verdict
+    rule: str
+    budget: _common_pb2.Budget
+    next_attempt_time: _timestamp_pb2.Timestamp
+    attempts: _common_pb2.AttemptCounts
+    def __init__(self, key: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ...) -> None: ...
+
+class ReportOutcomesResponse(_message.Message):
+    __slots__ = ("verdicts", "succeeded", "retryable", "permanent", "stale", "duplicate", "held")
+    VERDICTS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    verdicts: _containers.RepeatedCompositeFieldContainer[RowVerdict]
+    succeeded: int
+    retryable: int
+    permanent: int
+    stale: int
+    duplicate: int
+    held: int
+    def __init__(self, verdicts: _Optional[_Iterable[_Union[RowVerdict, _Mapping]]] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., stale: _Optional[int] = ..., duplicate: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("number", "claim", "job", "batch", "model", "prompt", "vars_hash", "outcome", "rule", "budget", "usage", "error", "actor", "time")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    VARS_HASH_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    claim: str
+    job: str
+    batch: str
+    model: str
+    prompt: _common_pb2.PromptRef
+    vars_hash: str
+    outcome: _common_pb2.RowStatus
+    rule: str
+    budget: _common_pb2.Budget
+    usage: _common_pb2.Usage
+    error: str
+    actor: str
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, number: _Optional[int] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., batch: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., vars_hash: _Optional[str] = ..., outcome: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Row(_message.Message):
+    __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    UNMET_DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    key: str
+    payload: str
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    prompt: _common_pb2.PromptRef
+    model: str
+    status: _common_pb2.RowStatus
+    attempts: _common_pb2.AttemptCounts
+    rule: str
+    last_error: str
+    result: str
+    usage: _common_pb2.Usage
+    claim: str
+    job: str
+    next_attempt_time: _timestamp_pb2.Timestamp
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    history: _containers.RepeatedCompositeFieldContainer[Attempt]
+    unmet_dependencies: int
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ...) -> None: ...
+
+class GetRowRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RowFilter(_message.Message):
+    __slots__ = ("statuses", "rule", "model", "prompt_name", "prompt_version", "job")
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    statuses: _containers.RepeatedScalarFieldContainer[_common_pb2.RowStatus]
+    rule: str
+    model: str
+    prompt_name: str
+    prompt_version: str
+    job: str
+    def __init__(self, statuses: _Optional[_Iterable[_Union[_common_pb2.RowStatus, str]]] = ..., rule: _Optional[str] = ..., model: _Optional[str] = ..., prompt_name: _Optional[str] = ..., prompt_version: _Optional[str] = ..., job: _Optional[str] = ...) -> None: ...
+
+class ListRowsRequest(_message.Message):
+    __slots__ = ("parent", "filter", "page_size", "page_token", "view")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    filter: RowFilter
+    page_size: int
+    page_token: str
+    view: RowView
+    def __init__(self, parent: _Optional[str] = ..., filter: _Optional[_Union[RowFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[RowView, str]] = ...) -> None: ...
+
+class ListRowsResponse(_message.Message):
+    __slots__ = ("rows", "next_page_token")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[Row]
+    next_page_token: str
+    def __init__(self, rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SummarizeLedgerRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class LedgerSummary(_message.Message):
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line")
+    class PermanentByRuleEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_INFRA_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    UNPRICED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_BY_RULE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_LINE_FIELD_NUMBER: _ClassVar[int]
+    ledger: str
+    total: int
+    pending: int
+    running: int
+    retryable: int
+    succeeded: int
+    permanent: int
+    blocked: int
+    attempts_provider: int
+    attempts_content: int
+    attempts_infra: int
+    attempts_total: int
+    usage: _common_pb2.Usage
+    estimated_cost_usd: float
+    unpriced_models: _containers.RepeatedScalarFieldContainer[str]
+    permanent_by_rule: _containers.ScalarMap[str, int]
+    active_jobs: int
+    summary_line: str
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ...) -> None: ...
+
+class RowKeys(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RedriveRowsRequest(_message.Message):
+    __slots__ = ("parent", "keys", "filter", "validate_only", "reason")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    keys: RowKeys
+    filter: RowFilter
+    validate_only: bool
+    reason: str
+    def __init__(self, parent: _Optional[str] = ..., keys: _Optional[_Union[RowKeys, _Mapping]] = ..., filter: _Optional[_Union[RowFilter, _Mapping]] = ..., validate_only: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RedriveRowsResponse(_message.Message):
+    __slots__ = ("redriven", "unblocked", "skipped", "sample_keys")
+    REDRIVEN_FIELD_NUMBER: _ClassVar[int]
+    UNBLOCKED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    redriven: int
+    unblocked: int
+    skipped: int
+    sample_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, redriven: _Optional[int] = ..., unblocked: _Optional[int] = ..., skipped: _Optional[int] = ..., sample_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Prompt(_message.Message):
+    __slots__ = ("name", "prompt_id", "version", "template", "response_schema", "system_instruction", "sha256", "create_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    prompt_id: str
+    version: str
+    template: str
+    response_schema: str
+    system_instruction: str
+    sha256: str
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., prompt_id: _Optional[str] = ..., version: _Optional[str] = ..., template: _Optional[str] = ..., response_schema: _Optional[str] = ..., system_instruction: _Optional[str] = ..., sha256: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RegisterPromptRequest(_message.Message):
+    __slots__ = ("prompt_id", "version", "template", "response_schema", "system_instruction")
+    PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    prompt_id: str
+    version: str
+    template: str
+    response_schema: str
+    system_instruction: str
+    def __init__(self, prompt_id: _Optional[str] = ..., version: _Optional[str] = ..., template: _Optional[str] = ..., response_schema: _Optional[str] = ..., system_instruction: _Optional[str] = ...) -> None: ...
+
+class GetPromptRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...

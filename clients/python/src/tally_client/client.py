@@ -1,0 +1,335 @@
+"""A typed client for tally over gRPC: ledgers, enrolment in chunks, rows,
+summaries, a claim session for Python workers, and a resumable job watch.
+Every refused call raises a `TallyError` (see `tally_client.errors`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import grpc
+from google.protobuf import duration_pb2
+
+from tally_client._proto.tally.v1 import (
+    common_pb2,
+    job_pb2,
+    job_pb2_grpc,
+    ledger_pb2,
+    ledger_pb2_grpc,
+)
+from tally_client.errors import TallyError, from_rpc_error
+
+#: The server's default rows-per-call limit (`--max-rows-per-call`).
+DEFAULT_CHUNK = 1000
+
+RowLike = ledger_pb2.RowInput | Mapping[str, Any]
+
+
+def ledger_name(ledger: str) -> str:
+    """`ledgers/{id}` whichever way it was given."""
+    return ledger if ledger.startswith("ledgers/") else f"ledgers/{ledger}"
+
+
+def row_input(row: RowLike) -> ledger_pb2.RowInput:
+    """A `RowInput` from a message or a mapping with `key`, `payload` (a
+    string, or anything JSON-serialisable), and optionally `depends_on`,
+    `prompt` (`"name@version"` or `{"name", "version"}`) and `model`."""
+    if isinstance(row, ledger_pb2.RowInput):
+        return row
+    payload = row.get("payload", "")
+    if not isinstance(payload, str):
+        payload = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    prompt = row.get("prompt")
+    ref: common_pb2.PromptRef | None = None
+    if isinstance(prompt, str):
+        name, _, version = prompt.partition("@")
+        ref = common_pb2.PromptRef(name=name, version=version)
+    elif isinstance(prompt, Mapping):
+        ref = common_pb2.PromptRef(name=prompt["name"], version=prompt["version"])
+    return ledger_pb2.RowInput(
+        key=row["key"],
+        payload=payload,
+        depends_on=list(row.get("depends_on", ())),
+        prompt=ref,
+        model=row.get("model", ""),
+    )
+
+
+@dataclass(frozen=True)
+class EnrollProgress:
+    """Where an enrolment is: rows sent so far, and what became of them."""
+
+    sent: int
+    enrolled: int
+    already_present: int
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+def _chunks(rows: Iterable[RowLike], size: int) -> Iterator[list[ledger_pb2.RowInput]]:
+    chunk: list[ledger_pb2.RowInput] = []
+    for row in rows:
+        chunk.append(row_input(row))
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class Client:
+    """One connection to tally. Use it as a context manager, or `close()`."""
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1:50051",
+        *,
+        token: str | None = None,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        if tls or root_certificates is not None:
+            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = grpc.secure_channel(address, creds)
+        else:
+            self._channel = grpc.insecure_channel(address)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._timeout = timeout
+        # The generated stubs carry no annotations.
+        self.ledgers = ledger_pb2_grpc.LedgerServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.jobs = job_pb2_grpc.JobServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def call(self, method: Callable[..., Any], request: Any) -> Any:
+        """Calls a unary RPC of `ledgers` or `jobs`, raising `TallyError`."""
+        try:
+            return method(request, timeout=self._timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    # ----- ledgers -----
+
+    def create_ledger(
+        self, ledger_id: str, policy: ledger_pb2.LedgerPolicy | None = None
+    ) -> ledger_pb2.Ledger:
+        req = ledger_pb2.CreateLedgerRequest(ledger_id=ledger_id, policy=policy)
+        created: ledger_pb2.Ledger = self.call(self.ledgers.CreateLedger, req)
+        return created
+
+    def get_ledger(self, ledger: str) -> ledger_pb2.Ledger:
+        req = ledger_pb2.GetLedgerRequest(name=ledger_name(ledger))
+        found: ledger_pb2.Ledger = self.call(self.ledgers.GetLedger, req)
+        return found
+
+    def summarize(self, ledger: str) -> ledger_pb2.LedgerSummary:
+        req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger))
+        summary: ledger_pb2.LedgerSummary = self.call(self.ledgers.SummarizeLedger, req)
+        return summary
+
+    # ----- rows -----
+
+    def enroll(
+        self,
+        ledger: str,
+        rows: Iterable[RowLike],
+        *,
+        chunk_size: int = DEFAULT_CHUNK,
+        on_progress: Callable[[EnrollProgress], None] | None = None,
+    ) -> EnrollProgress:
+        """Enrolls rows from any iterable (a generator is read once, a chunk
+        at a time). Rows already present with the same content are not
+        enrolled again, so a re-run after a crash adds only what is missing."""
+        if not 1 <= chunk_size <= 10_000:
+            raise ValueError("chunk_size must be between 1 and 10000")
+        sent = enrolled = present = 0
+        for chunk in _chunks(rows, chunk_size):
+            req = ledger_pb2.EnrollRowsRequest(parent=ledger_name(ledger), rows=chunk)
+            r = self.call(self.ledgers.EnrollRows, req)
+            sent += len(chunk)
+            enrolled += r.enrolled
+            present += r.already_present
+            if on_progress is not None:
+                on_progress(EnrollProgress(sent, enrolled, present))
+        return EnrollProgress(sent, enrolled, present)
+
+    def rows(
+        self,
+        ledger: str,
+        *,
+        statuses: Sequence[common_pb2.RowStatus] = (),
+        rule: str = "",
+        full: bool = False,
+        page_size: int = 1000,
+    ) -> Iterator[ledger_pb2.Row]:
+        """Every row (or those with these statuses / this rule), paged."""
+        token = ""
+        while True:
+            req = ledger_pb2.ListRowsRequest(
+                parent=ledger_name(ledger),
+                filter=ledger_pb2.RowFilter(statuses=list(statuses), rule=rule),
+                page_size=page_size,
+                page_token=token,
+                view=ledger_pb2.ROW_VIEW_FULL if full else ledger_pb2.ROW_VIEW_BASIC,
+            )
+            page = self.call(self.ledgers.ListRows, req)
+            yield from page.rows
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    # ----- workers -----
+
+    def claim(
+        self,
+        ledger: str,
+        max_rows: int,
+        *,
+        lease: float = 60.0,
+        worker: str = "python",
+        model: str = "",
+    ) -> ClaimSession | None:
+        """Claims up to `max_rows` runnable rows; `None` when there are none.
+        Use the session as a context manager: it extends the lease in the
+        background and gives back every row not reported when it ends."""
+        req = ledger_pb2.ClaimRowsRequest(
+            parent=ledger_name(ledger),
+            max_rows=max_rows,
+            lease=_duration(lease),
+            worker=worker,
+            request_id=str(uuid.uuid4()),
+            model=model,
+        )
+        r = self.call(self.ledgers.ClaimRows, req)
+        if not r.rows:
+            return None
+        return ClaimSession(self, r.claim, list(r.rows), lease)
+
+    # ----- jobs -----
+
+    def watch_jobs(
+        self,
+        ledger: str,
+        *,
+        after_sequence: int = 0,
+        reconnect_delay: float = 1.0,
+        max_reconnects: int = 60,
+    ) -> Iterator[job_pb2.JobEvent]:
+        """Job events as they happen, resuming after the last one seen when
+        the stream breaks (up to `max_reconnects` times in a row)."""
+        last = after_sequence
+        failures = 0
+        while True:
+            req = job_pb2.WatchJobsRequest(parent=ledger_name(ledger), after_sequence=last)
+            try:
+                for event in self.jobs.WatchJobs(req, metadata=self._metadata):
+                    failures = 0
+                    last = event.sequence
+                    yield event
+                return
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+                if error.code != grpc.StatusCode.UNAVAILABLE or failures >= max_reconnects:
+                    raise error from None
+                failures += 1
+                time.sleep(reconnect_delay)
+
+
+class ClaimSession:
+    """Rows claimed by a Python worker. Report outcomes with `succeed`,
+    `fail` or `report`; the lease is extended every third of it until the
+    session ends, and rows still held then are released (no attempt)."""
+
+    def __init__(
+        self,
+        client: Client,
+        claim: ledger_pb2.Claim,
+        rows: list[ledger_pb2.ClaimedRow],
+        lease: float,
+    ) -> None:
+        self.client = client
+        self.claim = claim
+        self.rows = rows
+        self._lease = lease
+        self._reported: set[str] = set()
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> ClaimSession:
+        self._heartbeat.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._heartbeat.join()
+        held = [r.key for r in self.rows if r.key not in self._reported]
+        if held:
+            req = ledger_pb2.ReleaseClaimRequest(name=self.claim.name, keys=held)
+            try:
+                self.client.call(self.client.ledgers.ReleaseClaim, req)
+            except TallyError:
+                if error is None:
+                    raise
+
+    def _beat(self) -> None:
+        req = ledger_pb2.ExtendClaimRequest(name=self.claim.name, lease=_duration(self._lease))
+        while not self._stop.wait(self._lease / 3):
+            try:
+                self.client.call(self.client.ledgers.ExtendClaim, req)
+            except TallyError:
+                return
+
+    def report(
+        self, outcomes: Sequence[ledger_pb2.RowOutcome]
+    ) -> ledger_pb2.ReportOutcomesResponse:
+        req = ledger_pb2.ReportOutcomesRequest(claim=self.claim.name, outcomes=list(outcomes))
+        r: ledger_pb2.ReportOutcomesResponse = self.client.call(
+            self.client.ledgers.ReportOutcomes, req
+        )
+        self._reported.update(o.key for o in outcomes)
+        return r
+
+    def succeed(self, key: str, result: Any) -> ledger_pb2.ReportOutcomesResponse:
+        """Reports a row's result (JSON-serialisable, or a JSON string)."""
+        text = result if isinstance(result, str) else json.dumps(result)
+        return self.report([ledger_pb2.RowOutcome(key=key, result=text)])
+
+    def fail(
+        self, key: str, *, message: str, http_code: int = 0, status: str = ""
+    ) -> ledger_pb2.ReportOutcomesResponse:
+        """Reports the facts of a failure; the server's classifier decides."""
+        failure = common_pb2.Failure(
+            kind=common_pb2.FAILURE_KIND_PROVIDER_ERROR,
+            http_code=http_code,
+            status=status,
+            message=message,
+        )
+        return self.report([ledger_pb2.RowOutcome(key=key, failure=failure)])

@@ -1,0 +1,91 @@
+"""A real tally-server for the tests: the workspace's binary
+(`TALLY_SERVER_BIN`, else `target/debug/tally-server`), on free ports, with
+a private PostgreSQL under a temporary directory (or `DATABASE_URL`'s server
+when set). Each test uses its own ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tally_client import Client
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _binary() -> str:
+    path = os.environ.get("TALLY_SERVER_BIN") or str(ROOT / "target" / "debug" / "tally-server")
+    if not Path(path).is_file():
+        pytest.exit(
+            f"no tally-server at {path}: run `cargo build -p tally-server` or set TALLY_SERVER_BIN",
+            returncode=2,
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def address() -> Iterator[str]:
+    data = tempfile.mkdtemp(prefix="tally-python-")
+    os.chmod(data, 0o755)  # the private PostgreSQL runs unprivileged
+    args = [
+        _binary(),
+        "--auth",
+        "disabled",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+    ]
+    if not os.environ.get("DATABASE_URL"):
+        args += ["--data-dir", str(Path(data) / "db")]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    grpc_addr = None
+    seen: list[str] = []
+    # The server logs `tally serving` with its gRPC address once it listens.
+    for line in process.stdout:
+        seen.append(line)
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        fields = event.get("fields", {})
+        if fields.get("message") == "tally serving":
+            grpc_addr = fields["grpc"]
+            break
+    if grpc_addr is None:
+        process.kill()
+        pytest.fail("tally-server exited before serving:\n" + "".join(seen[-20:]))
+    try:
+        yield grpc_addr
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def tally(address: str) -> Iterator[Client]:
+    with Client(address) as client:
+        yield client
+
+
+@pytest.fixture
+def ledger(tally: Client) -> str:
+    """A fresh ledger for one test."""
+    ledger_id = f"py-{uuid.uuid4().hex[:12]}"
+    tally.create_ledger(ledger_id)
+    return ledger_id
