@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Python client's checks and tests: a virtual environment under target/,
-# the package installed with its test extra, ruff, mypy, then pytest against
-# the workspace's tally-server (built here unless TALLY_SERVER_BIN is set).
+# the package installed with its test extra (which pulls in the prefect
+# extra), ruff, mypy, then pytest against the workspace's tally-server,
+# tally-worker, tallyctl and gemini-emulator (each built here unless its
+# TALLY_SERVER_BIN, TALLY_WORKER_BIN, TALLYCTL_BIN or GEMINI_EMULATOR_BIN is set).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 venv="${PYTHON_CLIENT_VENV:-$root/target/python-client-venv}"
@@ -9,8 +11,13 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "$root/clients/python[test]"
-if [ -z "${TALLY_SERVER_BIN:-}" ]; then
-    cargo build --quiet -p tally-server --manifest-path "$root/Cargo.toml"
+packages=()
+[ -z "${TALLY_SERVER_BIN:-}" ] && packages+=(-p tally-server)
+[ -z "${TALLY_WORKER_BIN:-}" ] && packages+=(-p tally-worker)
+[ -z "${TALLYCTL_BIN:-}" ] && packages+=(-p tallyctl)
+[ -z "${GEMINI_EMULATOR_BIN:-}" ] && packages+=(-p gemini-emulator)
+if [ ${#packages[@]} -gt 0 ]; then
+    cargo build --quiet "${packages[@]}" --manifest-path "$root/Cargo.toml"
 fi
 cd "$root/clients/python"
 "$venv/bin/ruff" format --check --quiet .

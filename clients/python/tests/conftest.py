@@ -10,9 +10,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -21,14 +23,20 @@ from tally_client import Client
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _binary() -> str:
-    path = os.environ.get("TALLY_SERVER_BIN") or str(ROOT / "target" / "debug" / "tally-server")
+def workspace_binary(name: str, variable: str) -> str:
+    """A binary of the workspace: `$variable`, else `target/debug/{name}`."""
+    path = os.environ.get(variable) or str(ROOT / "target" / "debug" / name)
     if not Path(path).is_file():
         pytest.exit(
-            f"no tally-server at {path}: run `cargo build -p tally-server` or set TALLY_SERVER_BIN",
+            f"no {name} at {path}: run `cargo build -p {name}` or set {variable}",
             returncode=2,
         )
     return path
+
+
+def drain(stream: IO[str]) -> None:
+    """Reads a child's remaining output so that it never blocks on a full pipe."""
+    threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +44,7 @@ def address() -> Iterator[str]:
     data = tempfile.mkdtemp(prefix="tally-python-")
     os.chmod(data, 0o755)  # the private PostgreSQL runs unprivileged
     args = [
-        _binary(),
+        workspace_binary("tally-server", "TALLY_SERVER_BIN"),
         "--auth",
         "disabled",
         "--grpc-addr",
@@ -66,6 +74,7 @@ def address() -> Iterator[str]:
     if grpc_addr is None:
         process.kill()
         pytest.fail("tally-server exited before serving:\n" + "".join(seen[-20:]))
+    drain(process.stdout)
     try:
         yield grpc_addr
     finally:

@@ -68,6 +68,8 @@ class EnrollProgress:
     sent: int
     enrolled: int
     already_present: int
+    #: Rows whose key is enrolled with other content (left unchanged).
+    conflicts: int = 0
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -165,16 +167,17 @@ class Client:
         enrolled again, so a re-run after a crash adds only what is missing."""
         if not 1 <= chunk_size <= 10_000:
             raise ValueError("chunk_size must be between 1 and 10000")
-        sent = enrolled = present = 0
+        sent = enrolled = present = conflicts = 0
         for chunk in _chunks(rows, chunk_size):
             req = ledger_pb2.EnrollRowsRequest(parent=ledger_name(ledger), rows=chunk)
             r = self.call(self.ledgers.EnrollRows, req)
             sent += len(chunk)
             enrolled += r.enrolled
             present += r.already_present
+            conflicts += r.conflicts
             if on_progress is not None:
-                on_progress(EnrollProgress(sent, enrolled, present))
-        return EnrollProgress(sent, enrolled, present)
+                on_progress(EnrollProgress(sent, enrolled, present, conflicts))
+        return EnrollProgress(sent, enrolled, present, conflicts)
 
     def rows(
         self,
@@ -182,15 +185,17 @@ class Client:
         *,
         statuses: Sequence[common_pb2.RowStatus] = (),
         rule: str = "",
+        job: str = "",
         full: bool = False,
         page_size: int = 1000,
     ) -> Iterator[ledger_pb2.Row]:
-        """Every row (or those with these statuses / this rule), paged."""
+        """Every row (or those with these statuses / this rule / this job as
+        their latest), paged."""
         token = ""
         while True:
             req = ledger_pb2.ListRowsRequest(
                 parent=ledger_name(ledger),
-                filter=ledger_pb2.RowFilter(statuses=list(statuses), rule=rule),
+                filter=ledger_pb2.RowFilter(statuses=list(statuses), rule=rule, job=job),
                 page_size=page_size,
                 page_token=token,
                 view=ledger_pb2.ROW_VIEW_FULL if full else ledger_pb2.ROW_VIEW_BASIC,

@@ -1,0 +1,299 @@
+"""The Prefect flow of the design document: plan a page dataset, enroll
+it, run tally-workers, follow every provider job as a Prefect task run, and
+publish what became of the rows as artifacts.
+
+tally holds the record state; Prefect runs the flow. Prefect's retries (if
+the deployment sets any) re-run the flow, which is safe: planning finds the
+same immutable plan, enrolment is idempotent by key (the rows are
+ALREADY_PRESENT), and workers never resend a row that is answered or held
+by a live claim (they adopt the jobs of dead workers). Row retries are
+tally's alone: nothing here retries a row."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import threading
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State
+from prefect.futures import PrefectFuture, wait
+from prefect.states import Failed
+
+from tally_client import Client, NotFound, TallyError, pb
+from tally_prefect import artifacts
+from tally_prefect.plan import FirstPass, PlanError, plan_rows, read_plan, run_tallyctl_plan
+from tally_prefect.workers import WorkerPool
+
+#: Largest table published per job (a provider batch can hold 10,000 rows).
+MAX_TABLE_ROWS = 5000
+
+
+@task(name="plan-pages", cache_policy=NO_CACHE)
+def plan_pages(
+    tallyctl: str, images_root: str, results_root: str, out: str, skip_missing_images: bool
+) -> dict[str, Any]:
+    """`tallyctl plan`: writes the immutable plan, or finds the same one."""
+    report = run_tallyctl_plan(
+        tallyctl,
+        images_root=Path(images_root),
+        results_root=Path(results_root),
+        out=Path(out),
+        skip_missing_images=skip_missing_images,
+    )
+    logger = get_run_logger()
+    for warning in report.get("warnings", []):
+        logger.warning("plan: %s", warning)
+    logger.info(
+        "plan %s: %s pages in %s groups (%s)",
+        out,
+        report.get("pages"),
+        report.get("groups"),
+        report.get("written"),
+    )
+    return report
+
+
+@task(name="enroll-plan", cache_policy=NO_CACHE)
+def enroll_plan(
+    client: Client,
+    ledger: str,
+    plan_path: str,
+    first_pass: FirstPass,
+    prompt: str | None,
+    model: str,
+) -> dict[str, int]:
+    """Enrolls every page row; rows already there are not enrolled again.
+    A row that differs from the enrolled one (CONFLICT) fails the task: the
+    plan is immutable once work started."""
+    nodes = read_plan(Path(plan_path))
+    rows = plan_rows(nodes, first_pass=first_pass, prompt=prompt, model=model)
+    progress = client.enroll(ledger, rows)
+    if progress.conflicts:
+        raise PlanError(
+            f"{progress.conflicts} plan rows differ from the rows ledger {ledger} holds "
+            "under the same keys (a different plan, prompt or model?); nothing was changed"
+        )
+    get_run_logger().info(
+        "enrolled %d new rows, %d already present", progress.enrolled, progress.already_present
+    )
+    return {
+        "pages": len(nodes),
+        "enrolled": progress.enrolled,
+        "already_present": progress.already_present,
+    }
+
+
+@task(name="provider-job", cache_policy=NO_CACHE)
+def provider_job(
+    client: Client, ledger: str, job_name: str, done: threading.Event, max_rows: int
+) -> dict[str, Any]:
+    """One provider batch job, from the moment the flow sees it until it is
+    settled; then its rows as a table artifact."""
+    done.wait()
+    job: pb.job_pb2.Job = client.call(client.jobs.GetJob, pb.job_pb2.GetJobRequest(name=job_name))
+    rows: list[dict[str, str | int]] = []
+    more = False
+    for row in client.rows(ledger, job=job_name, page_size=min(max_rows, 1000)):
+        if len(rows) == max_rows:
+            more = True
+            break
+        rows.append(artifacts.row_record(row))
+    create_table_artifact(
+        key=artifacts.artifact_key(ledger, "job", job.job_id),
+        table=rows,
+        description=artifacts.job_description(job, len(rows), more),
+    )
+    return {
+        "job": job.job_id,
+        "state": artifacts.job_state_name(job.state),
+        "rows": job.counts.rows,
+        "succeeded": job.counts.succeeded,
+        "retryable": job.counts.retryable,
+        "permanent": job.counts.permanent,
+    }
+
+
+@task(name="ledger-summary", cache_policy=NO_CACHE)
+def publish_summary(client: Client, ledger: str, jobs: int) -> dict[str, int]:
+    summary = client.summarize(ledger)
+    create_markdown_artifact(
+        key=artifacts.artifact_key(ledger, "summary"),
+        markdown=artifacts.summary_markdown(ledger, summary, jobs),
+        description=summary.summary_line,
+    )
+    return {
+        "total": summary.total,
+        "succeeded": summary.succeeded,
+        "permanent": summary.permanent,
+        "blocked": summary.blocked,
+        "attempts": summary.attempts_total,
+    }
+
+
+def job_settled(job: pb.job_pb2.Job) -> bool:
+    """Every row of the job has its outcome (or went back unsent)."""
+    j = pb.job_pb2
+    return job.state == j.JOB_STATE_RECONCILED or (
+        job.state == j.JOB_STATE_CANCELLED and not job.batch
+    )
+
+
+@dataclass
+class _Follow:
+    futures: list[PrefectFuture[dict[str, Any]]]
+    settled: dict[str, threading.Event]
+
+    def settle_all(self) -> None:
+        """Lets every job task publish what it knows now."""
+        for event in self.settled.values():
+            event.set()
+
+
+def _watch(watcher: Client, ledger: str, events: queue.Queue[object]) -> None:
+    try:
+        for event in watcher.watch_jobs(ledger, after_sequence=-1):
+            events.put(event)
+    except TallyError as e:
+        events.put(e)
+
+
+def follow_run(
+    follow: _Follow,
+    client: Client,
+    watcher: Client,
+    ledger: str,
+    pool: WorkerPool | None,
+    *,
+    poll_interval: float,
+    max_table_rows: int,
+) -> None:
+    """Follows the ledger's jobs (every one since the first event stored, so
+    a re-run sees the jobs of the crashed run) until every row is terminal.
+    Each job gets a task run; the ledger summary is re-read whenever the
+    event stream goes quiet for `poll_interval`."""
+    logger = get_run_logger()
+    events: queue.Queue[object] = queue.Queue()
+    threading.Thread(target=_watch, args=(watcher, ledger, events), daemon=True).start()
+    while True:
+        try:
+            item = events.get(timeout=poll_interval)
+        except queue.Empty:
+            item = None
+        if isinstance(item, TallyError):
+            raise item
+        if isinstance(item, pb.job_pb2.JobEvent):
+            job = item.job
+            if job.name not in follow.settled:
+                follow.settled[job.name] = threading.Event()
+                follow.futures.append(
+                    provider_job.with_options(task_run_name=f"job-{job.job_id}").submit(
+                        client, ledger, job.name, follow.settled[job.name], max_table_rows
+                    )
+                )
+            if job_settled(job):
+                follow.settled[job.name].set()
+            if not events.empty():
+                continue
+        summary = client.summarize(ledger)
+        if artifacts.all_terminal(summary):
+            logger.info("every row is terminal: %s", summary.summary_line)
+            return
+        if pool is not None and pool.alive() == 0:
+            raise RuntimeError(
+                "every tally-worker exited with rows left: "
+                + ("; ".join(pool.failed()) or "all exited 0")
+            )
+
+
+@flow(name="tally-pages")
+def tally_pages(
+    ledger: str,
+    images_root: str,
+    results_root: str,
+    plan_path: str,
+    server: str = "127.0.0.1:50051",
+    tls: bool = False,
+    tallyctl: str = "tallyctl",
+    worker_bin: str | None = None,
+    workers: int = 1,
+    worker_args: list[str] | None = None,
+    gemini_base_url: str | None = None,
+    worker_log_dir: str | None = None,
+    prompt: str | None = None,
+    model: str = "",
+    first_pass: FirstPass = "content",
+    skip_missing_images: bool = False,
+    fail_on_permanent: bool = False,
+    poll_interval: float = 5.0,
+    max_table_rows: int = 1000,
+) -> dict[str, int] | State[Any]:
+    """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`
+    allow-listed by `results_root/label_to_curricular/…/{n}.json`) into the
+    immutable `plan_path`, enrolls them into `ledger` (which must exist),
+    runs `workers` tally-workers from `worker_bin` (none: workers already
+    run elsewhere), and follows the run until every row is terminal.
+
+    The token comes from `TALLY_TOKEN` (never a parameter: parameters are
+    stored by Prefect); the workers read `GEMINI_API_KEY` from the
+    environment. With `fail_on_permanent`, the flow run ends Failed when any
+    row is PERMANENT (after everything is published)."""
+    if not 1 <= max_table_rows <= MAX_TABLE_ROWS:
+        raise ValueError(f"max_table_rows must be between 1 and {MAX_TABLE_ROWS}")
+    if poll_interval <= 0:
+        raise ValueError("poll_interval must be positive")
+    tallyctl_path = shutil.which(tallyctl) or tallyctl
+    token = os.environ.get("TALLY_TOKEN") or None
+    with (
+        Client(server, token=token, tls=tls) as client,
+        Client(server, token=token, tls=tls) as watcher,
+    ):
+        try:
+            client.get_ledger(ledger)
+        except NotFound:
+            raise ValueError(
+                f"ledger {ledger} does not exist: create it with its policy first "
+                "(tallyctl ledgers create)"
+            ) from None
+        plan_pages(tallyctl_path, images_root, results_root, plan_path, skip_missing_images)
+        enrolled = enroll_plan(client, ledger, plan_path, first_pass, prompt, model)
+        follow = _Follow([], {})
+        with ExitStack() as stack:
+            pool = None
+            if worker_bin is not None:
+                scheme = "https" if tls else "http"
+                pool = WorkerPool(
+                    worker_bin,
+                    server=f"{scheme}://{server}",
+                    ledger=ledger,
+                    count=workers,
+                    gemini_base_url=gemini_base_url,
+                    extra_args=worker_args or [],
+                    log_dir=Path(worker_log_dir) if worker_log_dir else None,
+                )
+                stack.enter_context(pool)
+            # Last in, first out: the job tasks publish what they know
+            # even when following failed, then the workers stop.
+            stack.callback(wait, follow.futures)
+            stack.callback(follow.settle_all)
+            follow_run(
+                follow,
+                client,
+                watcher,
+                ledger,
+                pool,
+                poll_interval=poll_interval,
+                max_table_rows=max_table_rows,
+            )
+        totals = publish_summary(client, ledger, len(follow.futures))
+    result = {**enrolled, **totals, "jobs": len(follow.futures)}
+    if fail_on_permanent and totals["permanent"]:
+        return Failed(message=f"{totals['permanent']} rows are PERMANENT: {result}")
+    return result

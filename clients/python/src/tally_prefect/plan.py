@@ -1,0 +1,207 @@
+"""The page plan of a dataset, made by `tallyctl plan` and read back here.
+
+The allow-list DAG (only pages with a first-pass `{n}.json`, a page
+depending on the previous page when that one is eligible, keys
+`state:school:year:page` escaped) has one implementation, tallyctl's; the
+flow runs it as a subprocess instead of keeping a second copy of its rules
+(escaping, duplicate pages, missing images) that could drift. The plan file
+is immutable: tallyctl leaves an identical one alone and refuses to replace
+a different one, so a re-run after a crash plans the same rows.
+
+The rows are built here exactly as `tallyctl plan --enroll` builds them
+(same key, dependency, and payload bytes), so enrolling from Python and
+from tallyctl gives the same rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tally_prefect import rust_json
+
+#: Largest plan file read (a million pages is ~300 MB of JSON; beyond that,
+#: split the dataset).
+MAX_PLAN_BYTES = 512 * 1024 * 1024
+#: The server's payload limit (`tally_core::payload::MAX_PAYLOAD_BYTES`).
+MAX_PAYLOAD_BYTES = 1024 * 1024
+
+FirstPass = Literal["content", "path"]
+
+
+class PlanError(Exception):
+    """The dataset cannot be planned, or a plan file cannot be read."""
+
+
+@dataclass(frozen=True)
+class PageNode:
+    """One page of the plan."""
+
+    key: str
+    state: str
+    school: str
+    year: str
+    page: int
+    image_path: str
+    filter_json: str
+    depends_on: str | None
+
+
+def unescape_component(text: str) -> str:
+    """The inverse of tallyctl's key escaping (`~HH` per UTF-8 byte)."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "~":
+            hex_ = text[i + 1 : i + 3]
+            if len(hex_) != 2 or hex_.upper() != hex_:
+                raise PlanError(f"bad escape in key component {text!r}")
+            try:
+                out.append(int(hex_, 16))
+            except ValueError:
+                raise PlanError(f"bad escape in key component {text!r}") from None
+            i += 3
+        else:
+            out += text[i].encode("utf-8")
+            i += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PlanError(f"key component {text!r} is not UTF-8 once unescaped") from None
+
+
+def run_tallyctl_plan(
+    tallyctl: str,
+    *,
+    images_root: Path,
+    results_root: Path,
+    out: Path,
+    skip_missing_images: bool = False,
+    timeout: float = 3600.0,
+) -> dict[str, Any]:
+    """Runs `tallyctl plan` (writing `out`, or finding the same plan there)
+    and returns its JSON report (`pages`, `groups`, `written`, `warnings`)."""
+    args = [
+        tallyctl,
+        "--json",
+        "plan",
+        "--images-root",
+        str(images_root),
+        "--results-root",
+        str(results_root),
+        "--out",
+        str(out),
+    ]
+    if skip_missing_images:
+        args.append("--skip-missing-images")
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise PlanError(f"tallyctl plan failed (exit {done.returncode}): {done.stderr.strip()}")
+    try:
+        report: dict[str, Any] = json.loads(done.stdout)["plan"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise PlanError(f"tallyctl plan printed no plan report: {done.stdout[:500]!r}") from None
+    return report
+
+
+def read_plan(path: Path) -> list[PageNode]:
+    """The nodes of a plan file, every dependency before its dependants."""
+    size = path.stat().st_size
+    if size > MAX_PLAN_BYTES:
+        raise PlanError(f"{path} is {size} bytes, more than the {MAX_PLAN_BYTES} read")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PlanError(f"cannot read plan {path}: {e}") from None
+    nodes, deps = value.get("nodes"), value.get("deps")
+    if not isinstance(nodes, dict) or not isinstance(deps, dict):
+        raise PlanError(f'{path}: a plan has objects "nodes" and "deps"')
+    out: dict[str, PageNode] = {}
+    for key, node in nodes.items():
+        parts = key.split(":")
+        if len(parts) != 4 or not parts[3].isdigit():
+            raise PlanError(f"{path}: node key {key!r} is not state:school:year:page")
+        dep = deps.get(key)
+        if dep is not None and dep not in nodes:
+            raise PlanError(f"{path}: node {key} depends on {dep}, which is not a node")
+        if not isinstance(node, Mapping) or not all(
+            isinstance(node.get(f), str) for f in ("image_path", "filter_json")
+        ):
+            raise PlanError(f"{path}: node {key} needs strings image_path and filter_json")
+        state, school, year = (unescape_component(p) for p in parts[:3])
+        out[key] = PageNode(
+            key, state, school, year, int(parts[3]), node["image_path"], node["filter_json"], dep
+        )
+    return _dependencies_first(out)
+
+
+def _dependencies_first(nodes: dict[str, PageNode]) -> list[PageNode]:
+    """Orders nodes so that each one's dependency precedes it (enrolment
+    names a dependency only once it exists); a cycle is an error."""
+    placed: set[str] = set()
+    order: list[PageNode] = []
+    for start in nodes:
+        chain: list[str] = []
+        at: str | None = start
+        while at is not None and at not in placed:
+            if at in chain:
+                raise PlanError(f"dependency cycle through {at}")
+            chain.append(at)
+            at = nodes[at].depends_on
+        for key in reversed(chain):
+            placed.add(key)
+            order.append(nodes[key])
+    return order
+
+
+def payload(node: PageNode, first_pass: FirstPass = "content") -> str:
+    """The row payload tallyctl's planner enrolls for `node`: the page's
+    identity, both paths and (with `content`) the parsed first-pass JSON."""
+    value: dict[str, Any] = {
+        "state": node.state,
+        "school": node.school,
+        "year": node.year,
+        "page": node.page,
+        "image_path": node.image_path,
+        "filter_json": node.filter_json,
+    }
+    if first_pass == "content":
+        try:
+            text = Path(node.filter_json).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise PlanError(f"node {node.key}: cannot read {node.filter_json}: {e}") from None
+        try:
+            value["first_pass"] = rust_json.loads(text)
+        except ValueError as e:
+            raise PlanError(f"node {node.key}: {node.filter_json} is not JSON: {e}") from None
+    text = rust_json.dumps(value)
+    size = len(text.encode("utf-8"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise PlanError(
+            f"node {node.key}: payload is {size} bytes with the first-pass content "
+            f"(limit {MAX_PAYLOAD_BYTES}); use first_pass='path'"
+        )
+    return text
+
+
+def plan_rows(
+    nodes: list[PageNode],
+    *,
+    first_pass: FirstPass = "content",
+    prompt: str | None = None,
+    model: str = "",
+) -> Iterator[dict[str, Any]]:
+    """The rows of the plan, lazily (one first-pass file read at a time)."""
+    for node in nodes:
+        row: dict[str, Any] = {
+            "key": node.key,
+            "payload": payload(node, first_pass),
+            "depends_on": [node.depends_on] if node.depends_on else [],
+            "model": model,
+        }
+        if prompt:
+            row["prompt"] = prompt
+        yield row

@@ -1,0 +1,345 @@
+"""The Prefect flow against a real tally-server, the workspace's
+tally-worker, tallyctl and gemini-emulator, on Prefect's local ephemeral API
+(`prefect_test_harness`: no Prefect server to start)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from conftest import drain, workspace_binary
+from google.protobuf import duration_pb2
+from prefect.artifacts import Artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from prefect.settings import PREFECT_API_URL
+from prefect.testing.utilities import prefect_test_harness
+
+from tally_client import Client, pb
+from tally_prefect import tally_pages
+
+API_KEY = "prefect-suite-key"
+
+
+@dataclass
+class Emulator:
+    base_url: str
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.base_url}/_emulator/stats", timeout=10) as r:
+            result: dict[str, Any] = json.load(r)
+            return result
+
+
+@pytest.fixture(scope="module")
+def prefect_api() -> Iterator[str]:
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    with prefect_test_harness(server_startup_timeout=120):
+        yield str(PREFECT_API_URL.value())
+
+
+def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[Emulator]:
+    plan = tmp / "faults.json"
+    plan.write_text(json.dumps(faults))
+    process = subprocess.Popen(
+        [
+            workspace_binary("gemini-emulator", "GEMINI_EMULATOR_BIN"),
+            "--addr",
+            "127.0.0.1:0",
+            "--pending",
+            "50ms",
+            "--running",
+            running,
+            "--faults",
+            str(plan),
+            "--log-json",
+        ],
+        env={**os.environ, "GEMINI_API_KEY": API_KEY, "RUST_LOG": "info"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    base_url = None
+    for line in process.stdout:  # `ready` with its address once it listens
+        fields = json.loads(line).get("fields", {})
+        if fields.get("message") == "ready":
+            base_url = fields["base_url"]
+            break
+    if base_url is None:
+        process.kill()
+        pytest.fail(f"the emulator exited before it was ready ({process.wait()})")
+    drain(process.stdout)
+    try:
+        yield Emulator(base_url)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def touch(path: Path, text: str = "") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def dataset(root: Path, groups: dict[tuple[str, str, str], tuple[range, list[int]]]) -> None:
+    """Images `range` and first-pass JSONs `list` per (state, school, year)."""
+    for (state, school, year), (images, results) in groups.items():
+        for n in images:
+            touch(root / "images" / state / school / year / f"{n}.jpg")
+        for n in results:
+            # Numbers serde_json and Python would print differently.
+            content = {"page": n, "score": 1.5e20, "tiny": 1.25e-5, "big": 2**70, "text": "é\u0001"}
+            touch(
+                root / "first_pass" / "label_to_curricular" / state / school / year / f"{n}.json",
+                json.dumps(content),
+            )
+
+
+def create_ledger(tally: Client, ledger: str, lease_s: int) -> None:
+    policy = pb.ledger_pb2.LedgerPolicy(
+        lease=duration_pb2.Duration(seconds=lease_s),
+        backoff=pb.ledger_pb2.Backoff(
+            initial=duration_pb2.Duration(nanos=100_000_000),
+            max=duration_pb2.Duration(nanos=500_000_000),
+            multiplier=2.0,
+        ),
+    )
+    tally.create_ledger(ledger, policy)
+
+
+def flow_params(
+    root: Path, ledger: str, address: str, base_url: str, workers: int, batch: int
+) -> dict[str, Any]:
+    return {
+        "ledger": ledger,
+        "images_root": str(root / "images"),
+        "results_root": str(root / "first_pass"),
+        "plan_path": str(root / "plan.json"),
+        "server": address,
+        "tallyctl": workspace_binary("tallyctl", "TALLYCTL_BIN"),
+        "worker_bin": workspace_binary("tally-worker", "TALLY_WORKER_BIN"),
+        "workers": workers,
+        "worker_args": [
+            "--poll-interval",
+            "200ms",
+            "--heartbeat-interval",
+            "1s",
+            "--lease",
+            "3s",
+            # The emulator lists a new batch at once (no list lag): a job
+            # whose create was cut short is resolved in seconds, not 5 min.
+            "--create-lookup-window",
+            "2s",
+            "--claim-size",
+            str(batch),
+            "--max-rows-per-batch",
+            str(batch),
+            "--log-format",
+            "json",
+        ],
+        "gemini_base_url": base_url,
+        "worker_log_dir": str(root / "worker-logs"),
+        "poll_interval": 0.5,
+    }
+
+
+def artifacts_of(flow_run: UUID) -> list[Artifact]:
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run]))
+            )
+
+    return asyncio.run(read())
+
+
+def task_run_names(flow_run: UUID) -> list[str]:
+    async def read() -> list[str]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run]))
+            )
+            return [r.name for r in runs]
+
+    return asyncio.run(read())
+
+
+def jobs_of(tally: Client, ledger: str) -> list[pb.job_pb2.Job]:
+    r = tally.call(
+        tally.jobs.ListJobs, pb.job_pb2.ListJobsRequest(parent=f"ledgers/{ledger}", page_size=1000)
+    )
+    return list(r.jobs)
+
+
+CA = ("California", "Lincoln High", "2023")
+NY = ("New York", "O'Neil Prep", "2024")
+CA_KEY = "California:Lincoln~20High:2023:{}"
+NY_KEY = "New~20York:O~27Neil~20Prep:2024:{}"
+
+
+@pytest.fixture
+def small_run(tmp_path: Path) -> Iterator[Emulator]:
+    dataset(tmp_path, {CA: (range(1, 21), [3, 4, 5, 12]), NY: (range(1, 7), [1, 2, 6])})
+    faults = {
+        "rows": [
+            {"match": {"key": CA_KEY.format(4)}, "fault": {"kind": "permanent_error", "code": 400}},
+            {
+                "match": {"key": NY_KEY.format(1)},
+                "fault": {"kind": "transient", "code": 503, "times": 1},
+            },
+        ]
+    }
+    yield from start_emulator(tmp_path, faults, "200ms")
+
+
+def test_the_flow_runs_the_plan_and_publishes_a_table_per_job_and_the_summary(
+    prefect_api: str, small_run: Emulator, tally: Client, address: str, tmp_path: Path
+) -> None:
+    # Invariants: the flow enrolls exactly tallyctl's plan (tallyctl finds
+    # every row ALREADY_PRESENT, none in CONFLICT), each provider job is a
+    # task run with its rows as a table artifact, the ledger summary is a
+    # markdown artifact, and a PERMANENT row fails the run when asked.
+    ledger = f"pf-small-{uuid.uuid4().hex[:8]}"
+    create_ledger(tally, ledger, lease_s=30)
+    params = flow_params(tmp_path, ledger, address, small_run.base_url, workers=1, batch=3)
+    os.environ["GEMINI_API_KEY"] = API_KEY
+    state = tally_pages(**params, fail_on_permanent=True, return_state=True)
+    assert state.is_failed(), state
+    assert "1 rows are PERMANENT" in (state.message or "")
+
+    summary = tally.summarize(ledger)
+    assert (summary.total, summary.succeeded, summary.permanent, summary.blocked) == (7, 5, 1, 1)
+    row = tally.call(
+        tally.ledgers.GetRow,
+        pb.ledger_pb2.GetRowRequest(name=f"ledgers/{ledger}/rows/{NY_KEY.format(2)}"),
+    )
+    assert list(row.depends_on) == [NY_KEY.format(1)], "the plan's dependency was enrolled"
+
+    # tallyctl enrolls the same plan file into the same ledger: no new row, no conflict.
+    again = subprocess.run(
+        [
+            workspace_binary("tallyctl", "TALLYCTL_BIN"),
+            "--server",
+            f"http://{address}",
+            "--json",
+            "plan",
+            "--from",
+            str(tmp_path / "plan.json"),
+            "--enroll",
+            ledger,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(again.stdout)["enroll"]
+    assert (report["enrolled"], report["already_present"], report["conflicts"]) == (0, 7, 0)
+
+    flow_run = state.state_details.flow_run_id
+    assert flow_run is not None
+    jobs = jobs_of(tally, ledger)
+    assert len(jobs) >= 3, "7 rows in batches of at most 3, and a retry"
+    names = task_run_names(flow_run)
+    for job in jobs:
+        assert names.count(f"job-{job.job_id}") == 1, (job.job_id, names)
+    found = {a.key: a for a in artifacts_of(flow_run)}
+    for job in jobs:
+        assert f"{ledger}-job-{job.job_id}" in found
+    tables = [json.loads(str(found[f"{ledger}-job-{job.job_id}"].data)) for job in jobs]
+    lines = [line for t in tables for line in t]
+    assert all(set(line) == {"key", "status", "rule", "attempts", "error"} for line in lines)
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_key.setdefault(line["key"], []).append(line)
+    permanent = by_key[CA_KEY.format(4)]
+    assert [(p["status"], p["attempts"]) for p in permanent] == [("PERMANENT", 1)]
+    assert permanent[0]["rule"] and permanent[0]["error"]
+    # The retried row: RETRYABLE in its first job's table, SUCCEEDED in the next.
+    retried = sorted((r["attempts"], r["status"]) for r in by_key[NY_KEY.format(1)])
+    assert retried == [(1, "RETRYABLE"), (2, "SUCCEEDED")], retried
+    # BLOCKED rows never ran, so no job shows them; every other row is in a table.
+    assert set(by_key) == {CA_KEY.format(n) for n in (3, 4, 12)} | {
+        NY_KEY.format(n) for n in (1, 2, 6)
+    }
+    summary_md = found[f"{ledger}-summary"]
+    assert summary_md.type == "markdown"
+    text = str(summary_md.data)
+    for expected in ["| SUCCEEDED | 5 |", "| PERMANENT | 1 |", "| BLOCKED | 1 |", "by rule"]:
+        assert expected in text, text
+
+
+@pytest.fixture
+def long_run(tmp_path: Path) -> Iterator[Emulator]:
+    # 40 independent pages (every other page is allow-listed: no dependencies).
+    dataset(tmp_path, {("Texas", "Austin", "2022"): (range(1, 81), list(range(2, 81, 2)))})
+    yield from start_emulator(tmp_path, {}, "1500ms")
+
+
+def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
+    prefect_api: str, long_run: Emulator, tally: Client, address: str, tmp_path: Path
+) -> None:
+    # Invariant: killing the flow host (flow and its workers, SIGKILL) while
+    # batches are at the provider, then running the flow again, enrolls
+    # nothing twice and submits every row to the provider exactly once.
+    ledger = f"pf-killed-{uuid.uuid4().hex[:8]}"
+    create_ledger(tally, ledger, lease_s=3)
+    params = flow_params(tmp_path, ledger, address, long_run.base_url, workers=2, batch=5)
+    script = (
+        "import json, sys\n"
+        "from tally_prefect import tally_pages\n"
+        "tally_pages(**json.loads(sys.argv[1]))\n"
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", script, json.dumps(params)],
+        env={
+            **os.environ,
+            "PREFECT_API_URL": prefect_api,
+            "PREFECT_HOME": str(tmp_path / "prefect-home"),
+            "GEMINI_API_KEY": API_KEY,
+        },
+        start_new_session=True,  # its workers share its process group
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while long_run.stats()["batches_created"] < 1:
+        assert first.poll() is None, "the flow ended before any batch was created"
+        assert time.monotonic() < deadline, "no batch was created in 120 s"
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    at_kill = tally.summarize(ledger)
+    assert at_kill.total == 40
+    assert at_kill.succeeded < 40, "the kill landed mid-run"
+
+    os.environ["GEMINI_API_KEY"] = API_KEY
+    result = tally_pages(**params)
+    assert isinstance(result, dict)
+    assert (result["enrolled"], result["already_present"]) == (0, 40), result
+    assert (result["succeeded"], result["total"]) == (40, 40), result
+
+    submissions = long_run.stats()["submissions"]
+    assert len(submissions) == 40
+    twice = {k: v for k, v in submissions.items() if len(v) != 1}
+    assert not twice, f"rows sent more than once: {twice}"
+    assert sum(j.adoptions for j in jobs_of(tally, ledger)) >= 1, (
+        "the killed run's batch was adopted, not resent"
+    )
