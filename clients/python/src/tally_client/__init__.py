@@ -13,7 +13,14 @@ The generated messages and stubs are in `tally_client.pb` (`ledger_pb2`,
 """
 
 from tally_client import pb
-from tally_client.client import ClaimSession, Client, EnrollProgress, ledger_name, row_input
+from tally_client.client import (
+    ClaimSession,
+    Client,
+    EnrollProgress,
+    ExportProgress,
+    ledger_name,
+    row_input,
+)
 from tally_client.errors import (
     FailedPrecondition,
     FieldViolation,
@@ -22,12 +29,15 @@ from tally_client.errors import (
     TallyError,
     Unavailable,
 )
+from tally_client.export import ExportFormat
 from tally_client.keys import canonical_parts, derive_key, validate_key
 
 __all__ = [
     "ClaimSession",
     "Client",
     "EnrollProgress",
+    "ExportFormat",
+    "ExportProgress",
     "FailedPrecondition",
     "FieldViolation",
     "InvalidArgument",

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 import grpc
 from google.protobuf import duration_pb2
@@ -24,6 +24,7 @@ from tally_client._proto.tally.v1 import (
     ledger_pb2_grpc,
 )
 from tally_client.errors import TallyError, from_rpc_error
+from tally_client.export import CSV_COLUMNS, FORMATS, ExportFormat, csv_line, line
 
 #: The server's default rows-per-call limit (`--max-rows-per-call`).
 DEFAULT_CHUNK = 1000
@@ -70,6 +71,15 @@ class EnrollProgress:
     already_present: int
     #: Rows whose key is enrolled with other content (left unchanged).
     conflicts: int = 0
+
+
+@dataclass(frozen=True)
+class ExportProgress:
+    """Rows written so far, and the cursor that resumes after them (`""`
+    once the export is complete)."""
+
+    rows: int
+    cursor: str
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -179,6 +189,48 @@ class Client:
                 on_progress(EnrollProgress(sent, enrolled, present, conflicts))
         return EnrollProgress(sent, enrolled, present, conflicts)
 
+    def pages(
+        self,
+        ledger: str,
+        *,
+        statuses: Sequence[common_pb2.RowStatus] = (),
+        rule: str = "",
+        job: str = "",
+        model: str = "",
+        prompt: str = "",
+        full: bool = False,
+        page_size: int = 1000,
+        after: str = "",
+    ) -> Iterator[tuple[list[ledger_pb2.Row], str]]:
+        """Pages of rows with the cursor after each (`""` after the last).
+        `prompt` is `name` or `name@version`; `after` is a cursor from an
+        earlier listing with the same filters."""
+        if not 1 <= page_size <= 1000:
+            raise ValueError("page_size must be between 1 and 1000")
+        prompt_name, _, prompt_version = prompt.partition("@")
+        row_filter = ledger_pb2.RowFilter(
+            statuses=list(statuses),
+            rule=rule,
+            job=job,
+            model=model,
+            prompt_name=prompt_name,
+            prompt_version=prompt_version,
+        )
+        token = after
+        while True:
+            req = ledger_pb2.ListRowsRequest(
+                parent=ledger_name(ledger),
+                filter=row_filter,
+                page_size=page_size,
+                page_token=token,
+                view=ledger_pb2.ROW_VIEW_FULL if full else ledger_pb2.ROW_VIEW_BASIC,
+            )
+            page = self.call(self.ledgers.ListRows, req)
+            yield list(page.rows), page.next_page_token
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
     def rows(
         self,
         ledger: str,
@@ -191,20 +243,52 @@ class Client:
     ) -> Iterator[ledger_pb2.Row]:
         """Every row (or those with these statuses / this rule / this job as
         their latest), paged."""
-        token = ""
-        while True:
-            req = ledger_pb2.ListRowsRequest(
-                parent=ledger_name(ledger),
-                filter=ledger_pb2.RowFilter(statuses=list(statuses), rule=rule, job=job),
-                page_size=page_size,
-                page_token=token,
-                view=ledger_pb2.ROW_VIEW_FULL if full else ledger_pb2.ROW_VIEW_BASIC,
-            )
-            page = self.call(self.ledgers.ListRows, req)
-            yield from page.rows
-            if not page.next_page_token:
-                return
-            token = page.next_page_token
+        for page, _ in self.pages(
+            ledger, statuses=statuses, rule=rule, job=job, full=full, page_size=page_size
+        ):
+            yield from page
+
+    def export_rows(
+        self,
+        ledger: str,
+        out: TextIO,
+        *,
+        format: ExportFormat = "jsonl",
+        statuses: Sequence[common_pb2.RowStatus] = (),
+        rule: str = "",
+        model: str = "",
+        prompt: str = "",
+        after: str = "",
+        page_size: int = 1000,
+        on_page: Callable[[ExportProgress], None] | None = None,
+    ) -> ExportProgress:
+        """Writes the rows (with results) to `out` as `jsonl` (tally's shape),
+        `openai` (batch output lines) or `csv` (a header unless resuming),
+        one page in memory at a time. After each page, `on_page` gets the
+        cursor to pass as `after` to resume past what was written (with the
+        same filters); the returned progress has `cursor` `""` when done."""
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+        written = 0
+        cursor = after
+        if format == "csv" and not after:
+            out.write(csv_line(CSV_COLUMNS))
+        for page, cursor in self.pages(
+            ledger,
+            statuses=statuses,
+            rule=rule,
+            model=model,
+            prompt=prompt,
+            full=True,
+            page_size=page_size,
+            after=after,
+        ):
+            out.write("".join(line(row, format) for row in page))
+            written += len(page)
+            if on_page is not None:
+                out.flush()
+                on_page(ExportProgress(written, cursor))
+        return ExportProgress(written, cursor)
 
     # ----- workers -----
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 
 from tally_client import pb
+from tally_client.export import status_name
 
 #: Characters of `last_error` shown in a table cell.
 MAX_ERROR_CHARS = 500
@@ -18,11 +19,6 @@ _NOT_KEY = re.compile(r"[^a-z0-9-]+")
 def artifact_key(*parts: str) -> str:
     """A Prefect artifact key (lower-case letters, digits and dashes)."""
     return _NOT_KEY.sub("-", "-".join(parts).lower()).strip("-")
-
-
-def status_name(status: int) -> str:
-    """`SUCCEEDED` for `ROW_STATUS_SUCCEEDED`."""
-    return pb.common_pb2.RowStatus.Name(status).removeprefix("ROW_STATUS_")
 
 
 def job_state_name(state: int) -> str:

@@ -1,0 +1,143 @@
+"""Rows out of tally, with their results, in the formats data people use:
+`jsonl` (tally's own shape, the fields and names of `tallyctl rows --json`),
+`openai` (the OpenAI Batch API *output* file: one
+`{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`
+per row) and `csv`. Parquet is left to `tallyctl export` (the `parquet`
+crate) rather than adding pyarrow to this package.
+
+Pure: a row in, a record out. `Client.export_rows` does the paging."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Literal
+
+from tally_client._proto.tally.v1 import common_pb2, ledger_pb2
+
+ExportFormat = Literal["jsonl", "openai", "csv"]
+FORMATS: tuple[ExportFormat, ...] = ("jsonl", "openai", "csv")
+
+#: CSV columns, in order; `result` is the stored JSON text.
+CSV_COLUMNS = (
+    "key",
+    "status",
+    "rule",
+    "attempts",
+    "attempts_provider",
+    "attempts_content",
+    "attempts_infra",
+    "last_error",
+    "model",
+    "prompt",
+    "job",
+    "input_tokens",
+    "output_tokens",
+    "thinking_tokens",
+    "cached_tokens",
+    "result",
+)
+
+
+def status_name(status: int) -> str:
+    """`SUCCEEDED` for `ROW_STATUS_SUCCEEDED`."""
+    return common_pb2.RowStatus.Name(status).removeprefix("ROW_STATUS_")
+
+
+def embedded_json(text: str) -> Any:
+    """A stored JSON text as the JSON it holds; the text itself when it does
+    not parse; None when empty (as tallyctl renders it)."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def tally_record(row: ledger_pb2.Row) -> dict[str, Any]:
+    """tally's shape: what the row is and what became of it."""
+    a, u = row.attempts, row.usage
+    prompt = {"name": row.prompt.name, "version": row.prompt.version} if row.prompt.name else None
+    return {
+        "key": row.key,
+        "status": status_name(row.status),
+        "rule": row.rule,
+        "attempts": {
+            "provider": a.provider,
+            "content": a.content,
+            "infra": a.infra,
+            "total": a.total,
+        },
+        "last_error": row.last_error,
+        "model": row.model,
+        "prompt": prompt,
+        "job": row.job,
+        "usage": {
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "thinking_tokens": u.thinking_tokens,
+            "cached_tokens": u.cached_tokens,
+        },
+        "result": embedded_json(row.result),
+    }
+
+
+def openai_record(row: ledger_pb2.Row) -> dict[str, Any]:
+    """A line of an OpenAI batch output file: a SUCCEEDED row answers 200
+    with its result as the body; any other row has no response and an
+    `error` whose code is the rule (or the status when no rule decided)."""
+    record: dict[str, Any] = {"id": row.name, "custom_id": row.key}
+    if row.status == common_pb2.ROW_STATUS_SUCCEEDED:
+        record["response"] = {
+            "status_code": 200,
+            "request_id": row.job,
+            "body": embedded_json(row.result),
+        }
+        record["error"] = None
+    else:
+        record["response"] = None
+        record["error"] = {
+            "code": row.rule or status_name(row.status).lower(),
+            "message": row.last_error or f"row is {status_name(row.status)}",
+        }
+    return record
+
+
+def csv_record(row: ledger_pb2.Row) -> list[str | int]:
+    """The CSV cells of a row, in `CSV_COLUMNS` order."""
+    a, u = row.attempts, row.usage
+    prompt = f"{row.prompt.name}@{row.prompt.version}" if row.prompt.name else ""
+    return [
+        row.key,
+        status_name(row.status),
+        row.rule,
+        a.total,
+        a.provider,
+        a.content,
+        a.infra,
+        row.last_error,
+        row.model,
+        prompt,
+        row.job,
+        u.input_tokens,
+        u.output_tokens,
+        u.thinking_tokens,
+        u.cached_tokens,
+        row.result,
+    ]
+
+
+def csv_line(cells: list[str | int] | tuple[str, ...]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(cells)
+    return buffer.getvalue()
+
+
+def line(row: ledger_pb2.Row, format: ExportFormat) -> str:
+    """One row in `format`, newline included."""
+    if format == "csv":
+        return csv_line(csv_record(row))
+    record = tally_record(row) if format == "jsonl" else openai_record(row)
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
