@@ -51,9 +51,10 @@ class Emulator:
 
 @pytest.fixture(scope="module")
 def prefect_api() -> Iterator[str]:
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    with prefect_test_harness(server_startup_timeout=120):
-        yield str(PREFECT_API_URL.value())
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network in CI
+        with prefect_test_harness(server_startup_timeout=120):
+            yield str(PREFECT_API_URL.value())
 
 
 def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[Emulator]:
@@ -211,7 +212,12 @@ def small_run(tmp_path: Path) -> Iterator[Emulator]:
 
 
 def test_the_flow_runs_the_plan_and_publishes_a_table_per_job_and_the_summary(
-    prefect_api: str, small_run: Emulator, tally: Client, address: str, tmp_path: Path
+    prefect_api: str,
+    small_run: Emulator,
+    tally: Client,
+    address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Invariants: the flow enrolls exactly tallyctl's plan (tallyctl finds
     # every row ALREADY_PRESENT, none in CONFLICT), each provider job is a
@@ -220,7 +226,7 @@ def test_the_flow_runs_the_plan_and_publishes_a_table_per_job_and_the_summary(
     ledger = f"pf-small-{uuid.uuid4().hex[:8]}"
     create_ledger(tally, ledger, lease_s=30)
     params = flow_params(tmp_path, ledger, address, small_run.base_url, workers=1, batch=3)
-    os.environ["GEMINI_API_KEY"] = API_KEY
+    monkeypatch.setenv("GEMINI_API_KEY", API_KEY)  # read by the workers
     state = tally_pages(**params, fail_on_permanent=True, return_state=True)
     assert state.is_failed(), state
     assert "1 rows are PERMANENT" in (state.message or "")
@@ -294,7 +300,12 @@ def long_run(tmp_path: Path) -> Iterator[Emulator]:
 
 
 def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
-    prefect_api: str, long_run: Emulator, tally: Client, address: str, tmp_path: Path
+    prefect_api: str,
+    long_run: Emulator,
+    tally: Client,
+    address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Invariant: killing the flow host (flow and its workers, SIGKILL) while
     # batches are at the provider, then running the flow again, enrolls
@@ -330,7 +341,7 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
     assert at_kill.total == 40
     assert at_kill.succeeded < 40, "the kill landed mid-run"
 
-    os.environ["GEMINI_API_KEY"] = API_KEY
+    monkeypatch.setenv("GEMINI_API_KEY", API_KEY)  # read by the workers
     result = tally_pages(**params)
     assert isinstance(result, dict)
     assert (result["enrolled"], result["already_present"]) == (0, 40), result
