@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tally_client.rust_json import dumps, float_text
 from tally_prefect import PlanError, payload, read_plan
 from tally_prefect.plan import unescape_component
-from tally_prefect.rust_json import dumps, float_text
 
 
 def write(tmp_path: Path, nodes: dict[str, object], deps: dict[str, object]) -> Path:

@@ -30,9 +30,21 @@ from tally_client.errors import (
     Unavailable,
 )
 from tally_client.export import ExportFormat
+from tally_client.formats import (
+    BatchFileError,
+    BatchFormat,
+    Converted,
+    FormatError,
+    check_batch_file,
+)
 from tally_client.keys import canonical_parts, derive_key, validate_key
 
 __all__ = [
+    "BatchFileError",
+    "BatchFormat",
+    "Converted",
+    "FormatError",
+    "check_batch_file",
     "ClaimSession",
     "Client",
     "EnrollProgress",

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -25,6 +26,7 @@ from tally_client._proto.tally.v1 import (
 )
 from tally_client.errors import TallyError, from_rpc_error
 from tally_client.export import CSV_COLUMNS, FORMATS, ExportFormat, csv_line, line
+from tally_client.formats import BatchFormat, batch_rows, check_batch_file
 
 #: The server's default rows-per-call limit (`--max-rows-per-call`).
 DEFAULT_CHUNK = 1000
@@ -188,6 +190,25 @@ class Client:
             if on_progress is not None:
                 on_progress(EnrollProgress(sent, enrolled, present, conflicts))
         return EnrollProgress(sent, enrolled, present, conflicts)
+
+    def enroll_file(
+        self,
+        ledger: str,
+        path: str | Path,
+        *,
+        format: BatchFormat,
+        chunk_size: int = DEFAULT_CHUNK,
+        on_progress: Callable[[EnrollProgress], None] | None = None,
+    ) -> EnrollProgress:
+        """Enrolls an OpenAI batch input file or Anthropic Message Batches
+        file (`format` `openai` or `anthropic`), converted to Gemini requests
+        as `tallyctl enroll --format` does. The whole file is checked first:
+        a bad line or a repeated `custom_id` raises `BatchFileError` and
+        nothing is enrolled."""
+        check_batch_file(path, format)
+        return self.enroll(
+            ledger, batch_rows(path, format), chunk_size=chunk_size, on_progress=on_progress
+        )
 
     def pages(
         self,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tally_prefect import rust_json
+from tally_client import rust_json
 
 #: Largest plan file read (a million pages is ~300 MB of JSON; beyond that,
 #: split the dataset).

@@ -6,9 +6,9 @@ no spaces, strings escaped as serde_json does, floats as its float printer
 way serde_json parses them. The flow test has tallyctl enroll the same plan
 after Python did and requires no CONFLICT, so a change on either side shows.
 
-The planner's row payload is this text (tallyctl's `plan::payload`), so a
-page enrolled from Python and from `tallyctl plan --enroll` is the same row,
-not a CONFLICT."""
+Row payloads that tallyctl also makes (the planner's pages, converted
+OpenAI/Anthropic batch lines) are this text, so a row enrolled from Python
+and from tallyctl is the same row, not a CONFLICT."""
 
 from __future__ import annotations
 
