@@ -11,10 +11,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -98,3 +100,55 @@ def ledger(tally: Client) -> str:
     ledger_id = f"py-{uuid.uuid4().hex[:12]}"
     tally.create_ledger(ledger_id)
     return ledger_id
+
+
+#: The API key the emulator is started with (the workers read GEMINI_API_KEY).
+API_KEY = "python-suite-key"
+
+
+@dataclass
+class Emulator:
+    base_url: str
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.base_url}/_emulator/stats", timeout=10) as r:
+            result: dict[str, Any] = json.load(r)
+            return result
+
+
+def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[Emulator]:
+    plan = tmp / "faults.json"
+    plan.write_text(json.dumps(faults))
+    process = subprocess.Popen(
+        [
+            workspace_binary("gemini-emulator", "GEMINI_EMULATOR_BIN"),
+            "--addr",
+            "127.0.0.1:0",
+            "--pending",
+            "50ms",
+            "--running",
+            running,
+            "--faults",
+            str(plan),
+            "--log-json",
+        ],
+        env={**os.environ, "GEMINI_API_KEY": API_KEY, "RUST_LOG": "info"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    base_url = None
+    for line in process.stdout:  # `ready` with its address once it listens
+        fields = json.loads(line).get("fields", {})
+        if fields.get("message") == "ready":
+            base_url = fields["base_url"]
+            break
+    if base_url is None:
+        process.kill()
+        pytest.fail(f"the emulator exited before it was ready ({process.wait()})")
+    drain(process.stdout)
+    try:
+        yield Emulator(base_url)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

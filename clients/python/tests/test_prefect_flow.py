@@ -11,16 +11,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import pytest
-from conftest import drain, workspace_binary
+from conftest import API_KEY, Emulator, start_emulator, workspace_binary
 from google.protobuf import duration_pb2
 from prefect.artifacts import Artifact
 from prefect.client.orchestration import get_client
@@ -36,18 +34,6 @@ from prefect.testing.utilities import prefect_test_harness
 from tally_client import Client, pb
 from tally_prefect import tally_pages
 
-API_KEY = "prefect-suite-key"
-
-
-@dataclass
-class Emulator:
-    base_url: str
-
-    def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"{self.base_url}/_emulator/stats", timeout=10) as r:
-            result: dict[str, Any] = json.load(r)
-            return result
-
 
 @pytest.fixture(scope="module")
 def prefect_api() -> Iterator[str]:
@@ -55,44 +41,6 @@ def prefect_api() -> Iterator[str]:
         env.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network in CI
         with prefect_test_harness(server_startup_timeout=120):
             yield str(PREFECT_API_URL.value())
-
-
-def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[Emulator]:
-    plan = tmp / "faults.json"
-    plan.write_text(json.dumps(faults))
-    process = subprocess.Popen(
-        [
-            workspace_binary("gemini-emulator", "GEMINI_EMULATOR_BIN"),
-            "--addr",
-            "127.0.0.1:0",
-            "--pending",
-            "50ms",
-            "--running",
-            running,
-            "--faults",
-            str(plan),
-            "--log-json",
-        ],
-        env={**os.environ, "GEMINI_API_KEY": API_KEY, "RUST_LOG": "info"},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    base_url = None
-    for line in process.stdout:  # `ready` with its address once it listens
-        fields = json.loads(line).get("fields", {})
-        if fields.get("message") == "ready":
-            base_url = fields["base_url"]
-            break
-    if base_url is None:
-        process.kill()
-        pytest.fail(f"the emulator exited before it was ready ({process.wait()})")
-    drain(process.stdout)
-    try:
-        yield Emulator(base_url)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def touch(path: Path, text: str = "") -> None:
