@@ -40,6 +40,7 @@ const BLOCKING_FINISH_REASONS: [&str; 6] = [
 const MAX_MESSAGE: usize = 2048;
 
 /// What one row's answer must look like.
+#[derive(Clone, Copy)]
 pub struct Expect<'a> {
     /// The compiled response schema, when the row's prompt has one.
     pub schema: Option<&'a jsonschema::Validator>,
@@ -294,6 +295,17 @@ mod tests {
     /// Lines are matched by key whatever their order; every fault kind
     /// becomes the outcome the server needs to classify it; keys the job
     /// does not hold and unreadable lines are set aside, not reported.
+    /// A request that did not ask for JSON.
+    const PLAIN_TEXT: Expect<'static> = Expect {
+        schema: None,
+        json: false,
+    };
+
+    /// The same expectation for each of `keys`.
+    fn expect_all<'a>(keys: &[&str], e: Expect<'a>) -> HashMap<String, Expect<'a>> {
+        keys.iter().map(|k| (k.to_string(), e)).collect()
+    }
+
     #[test]
     fn every_kind_of_line_becomes_its_outcome() {
         let schema = jsonschema::validator_for(&json!({
@@ -326,18 +338,13 @@ mod tests {
         let keys = [
             "ok", "schema", "notjson", "empty", "safety", "blocked", "e429", "e400", "absent",
         ];
-        let expected: HashMap<String, Expect<'_>> = keys
-            .iter()
-            .map(|k| {
-                (
-                    k.to_string(),
-                    Expect {
-                        schema: Some(&schema),
-                        json: true,
-                    },
-                )
-            })
-            .collect();
+        let expected = expect_all(
+            &keys,
+            Expect {
+                schema: Some(&schema),
+                json: true,
+            },
+        );
         let m = match_output(jsonl.as_bytes(), &expected);
         assert_eq!(m.unexpected, vec!["stranger".to_string(), "ok".to_string()]);
         assert_eq!(m.unreadable, 1);
@@ -434,18 +441,7 @@ mod tests {
     fn grpc_status_lines_report_a_grpc_code_not_an_http_one() {
         // Invariant: `{"code": 3}` without a status is INVALID_ARGUMENT, never
         // "HTTP 3"; a code that cannot be gRPC stays HTTP.
-        let expected: HashMap<String, Expect<'_>> = ["g3", "g1", "h503"]
-            .iter()
-            .map(|k| {
-                (
-                    k.to_string(),
-                    Expect {
-                        schema: None,
-                        json: false,
-                    },
-                )
-            })
-            .collect();
+        let expected = expect_all(&["g3", "g1", "h503"], PLAIN_TEXT);
         let jsonl = [
             json!({"key": "g3", "error": {"code": 3, "message": "Request contains an invalid argument."}}),
             json!({"key": "g1", "error": {"code": 1, "message": "The operation was cancelled."}}),
@@ -467,18 +463,7 @@ mod tests {
 
     #[test]
     fn an_answer_cut_short_is_a_failure_with_its_finish_reason() {
-        let expected: HashMap<String, Expect<'_>> = ["max", "other", "thought"]
-            .iter()
-            .map(|k| {
-                (
-                    k.to_string(),
-                    Expect {
-                        schema: None,
-                        json: false,
-                    },
-                )
-            })
-            .collect();
+        let expected = expect_all(&["max", "other", "thought"], PLAIN_TEXT);
         let jsonl = [
             text_line("max", "half an ans", "MAX_TOKENS"),
             text_line("other", "partial", "OTHER"),
