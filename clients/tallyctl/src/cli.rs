@@ -56,7 +56,8 @@ pub enum Command {
     /// Ledgers and their policy.
     #[command(subcommand)]
     Ledgers(LedgersCmd),
-    /// Enroll rows from a JSONL file (`-` for stdin), in chunks.
+    /// Enroll rows from a JSONL file (`-` for stdin), in chunks: tally's
+    /// rows, or OpenAI / Anthropic batch requests (--format).
     Enroll(EnrollArgs),
     /// A ledger's summary: counts, attempts, tokens, cost, PERMANENT by rule.
     #[command(visible_alias = "summary")]
@@ -155,6 +156,10 @@ pub struct EnrollArgs {
     pub ledger: String,
     /// JSONL file, one row per line (`-`: standard input).
     pub file: PathBuf,
+    /// The file's format: tally's own rows, OpenAI batch input lines, or
+    /// Anthropic Message Batches requests (converted to Gemini requests).
+    #[arg(long, value_enum, default_value = "tally")]
+    pub format: crate::formats::InputFormat,
     /// Rows per EnrollRows call.
     #[arg(long, default_value_t = 1000)]
     pub chunk: usize,

@@ -53,6 +53,8 @@ pub struct Report {
     /// Bad items skipped (with `skip_bad`), or the one that stopped the run.
     pub bad: Vec<(String, String)>,
     pub calls: u64,
+    /// Things said once at the end (e.g. models dropped for the ledger's).
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -66,6 +68,7 @@ impl Report {
             "conflict_keys": self.conflict_keys.iter().map(|(o, k)| serde_json::json!({"origin": o, "key": k})).collect::<Vec<_>>(),
             "bad": self.bad.iter().map(|(o, e)| serde_json::json!({"origin": o, "error": e})).collect::<Vec<_>>(),
             "calls": self.calls,
+            "notes": self.notes,
         })
     }
 }

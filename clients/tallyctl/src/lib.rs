@@ -22,6 +22,7 @@ pub mod commands;
 pub mod connect;
 pub mod enroll;
 pub mod error;
+pub mod formats;
 pub mod jsonl;
 pub mod plan;
 pub mod render;

@@ -1,0 +1,267 @@
+//! Batch files in other tools' formats → tally rows. Pure: one line of text
+//! in, one converted row (or the reason it cannot be converted) out, so the
+//! same table of test vectors (`tests/vectors/formats.json`) checks this and
+//! the Python client.
+//!
+//! - [`openai`]: OpenAI batch input lines (`custom_id`, `method`, `url`,
+//!   `body`), the format OpenAI, vLLM, SGLang, LiteLLM, Together and Groq
+//!   accept;
+//! - [`anthropic`]: Anthropic Message Batches requests (`custom_id`,
+//!   `params`);
+//! - [`gemini`]: the `GenerateContentRequest` both are converted to, which
+//!   the row carries as its payload (the worker sends a payload holding
+//!   `contents` as it is; see `clients/worker/src/prompt.rs`).
+//!
+//! The conversion lives in tallyctl, not in tally-client: it is a file
+//! format of the command line (like [`crate::jsonl`]), not a call of the
+//! API, and keeping it here adds no dependency to the client library. The
+//! Python client has its own implementation, held to the same vectors.
+//!
+//! A line's model goes with the row when it names a Gemini model
+//! (`gemini-…`, `gemma-…`, optionally `models/…`); any other model (`gpt-4o`,
+//! `claude-…`) is dropped, the row takes the ledger's model, and the
+//! converted row says which model was dropped so the caller can say so.
+
+pub mod anthropic;
+pub mod gemini;
+pub mod openai;
+
+use clap::ValueEnum;
+use serde_json::{Map, Value};
+use tally_core::keys::validate_key;
+use tally_core::payload::validate_object;
+
+/// The format of an enroll file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum InputFormat {
+    /// tally's own JSONL (`key`, `payload`, `depends_on`, `prompt`, `model`).
+    #[default]
+    Tally,
+    /// OpenAI batch input (`custom_id`, `method`, `url`, `body`).
+    Openai,
+    /// Anthropic Message Batches requests (`custom_id`, `params`).
+    Anthropic,
+}
+
+/// One converted line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted {
+    /// The `custom_id`, checked against tally's key rules.
+    pub key: String,
+    /// The Gemini `GenerateContentRequest`, as the payload's JSON text
+    /// (canonical: keys sorted, no spaces, so re-enrolling the same file is
+    /// ALREADY_PRESENT).
+    pub payload: String,
+    /// The row's model: the line's, when it names a Gemini model; empty for
+    /// the ledger's.
+    pub model: String,
+    /// The line's model when it was not a Gemini model (and so dropped).
+    pub dropped_model: Option<String>,
+}
+
+/// Converts one non-blank line of an `openai` or `anthropic` file. The
+/// error says what is wrong, without the line number (the caller adds it).
+pub fn convert(format: InputFormat, text: &str) -> Result<Converted, String> {
+    let line: Value =
+        serde_json::from_str(text).map_err(|e| format!("not a valid JSON line: {e}"))?;
+    let Value::Object(mut line) = line else {
+        return Err(format!(
+            "a line must be a JSON object, got {}",
+            kind_of(&line)
+        ));
+    };
+    let key = match line.remove("custom_id") {
+        Some(Value::String(k)) => k,
+        Some(other) => {
+            return Err(format!(
+                "custom_id must be a string, got {}",
+                kind_of(&other)
+            ));
+        }
+        None => return Err("missing custom_id".into()),
+    };
+    validate_key(&key).map_err(|e| format!("custom_id {key:?} is not a valid tally key: {e}"))?;
+    let (request, model) = match format {
+        InputFormat::Openai => openai::convert(line)?,
+        InputFormat::Anthropic => anthropic::convert(line)?,
+        InputFormat::Tally => return Err("tally lines are read by jsonl::parse_line".into()),
+    };
+    let payload = serde_json::to_string(&request).map_err(|e| e.to_string())?;
+    validate_object(&payload).map_err(|e| format!("converted request: {e}"))?;
+    let (model, dropped_model) = match model {
+        None => (String::new(), None),
+        Some(m) => match gemini_model(&m) {
+            Some(g) => (g.to_string(), None),
+            None => (String::new(), Some(m)),
+        },
+    };
+    Ok(Converted {
+        key,
+        payload,
+        model,
+        dropped_model,
+    })
+}
+
+/// The Gemini model a name denotes (`models/` stripped), if it is one.
+pub fn gemini_model(name: &str) -> Option<&str> {
+    let bare = name.strip_prefix("models/").unwrap_or(name);
+    (bare.starts_with("gemini-") || bare.starts_with("gemma-")).then_some(bare)
+}
+
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Field-by-field reading of a JSON object: each known field is taken
+/// (null counts as absent), and whatever is left at the end is an error, so
+/// nothing the converter does not understand is silently dropped.
+pub(crate) struct Fields {
+    map: Map<String, Value>,
+    /// What the object is called in messages (`body`, `params`, `messages[2]`).
+    what: String,
+}
+
+impl Fields {
+    pub fn new(map: Map<String, Value>, what: impl Into<String>) -> Self {
+        Self {
+            map,
+            what: what.into(),
+        }
+    }
+
+    /// The field, if present and not null.
+    pub fn take(&mut self, name: &str) -> Option<Value> {
+        self.map.remove(name).filter(|v| !v.is_null())
+    }
+
+    pub fn string(&mut self, name: &str) -> Result<Option<String>, String> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(format!(
+                "{}.{name} must be a string, got {}",
+                self.what,
+                kind_of(&other)
+            )),
+        }
+    }
+
+    pub fn number(&mut self, name: &str) -> Result<Option<Value>, String> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(v @ Value::Number(_)) => Ok(Some(v)),
+            Some(other) => Err(format!(
+                "{}.{name} must be a number, got {}",
+                self.what,
+                kind_of(&other)
+            )),
+        }
+    }
+
+    /// A whole number of at least 1.
+    pub fn count(&mut self, name: &str) -> Result<Option<u64>, String> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n >= 1 => Ok(Some(n)),
+                _ => Err(format!(
+                    "{}.{name} must be a whole number of at least 1, got {v}",
+                    self.what
+                )),
+            },
+        }
+    }
+
+    pub fn boolean(&mut self, name: &str) -> Result<Option<bool>, String> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(other) => Err(format!(
+                "{}.{name} must be a boolean, got {}",
+                self.what,
+                kind_of(&other)
+            )),
+        }
+    }
+
+    /// Drops fields that do not change the answer (user ids, metadata).
+    pub fn ignore(&mut self, names: &[&str]) {
+        for n in names {
+            self.map.remove(*n);
+        }
+    }
+
+    /// Refuses any field left: a listed one with its reason, any other as
+    /// unknown.
+    pub fn finish(self, unsupported: &[(&str, &str)]) -> Result<(), String> {
+        let Some(name) = self.map.keys().next() else {
+            return Ok(());
+        };
+        match unsupported.iter().find(|(n, _)| n == name) {
+            Some((_, why)) => Err(format!(
+                "{}.{name} cannot be converted to a Gemini request ({why})",
+                self.what
+            )),
+            None => Err(format!("{}.{name} is not a known field", self.what)),
+        }
+    }
+}
+
+/// The object under `name`, required.
+pub(crate) fn object(v: Option<Value>, what: &str) -> Result<Map<String, Value>, String> {
+    match v {
+        Some(Value::Object(m)) => Ok(m),
+        Some(other) => Err(format!(
+            "{what} must be a JSON object, got {}",
+            kind_of(&other)
+        )),
+        None => Err(format!("missing {what}")),
+    }
+}
+
+#[cfg(test)]
+mod vectors;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemini_models_are_recognized_by_name() {
+        assert_eq!(gemini_model("gemini-2.5-flash"), Some("gemini-2.5-flash"));
+        assert_eq!(
+            gemini_model("models/gemini-2.5-pro"),
+            Some("gemini-2.5-pro")
+        );
+        assert_eq!(gemini_model("gemma-3-27b-it"), Some("gemma-3-27b-it"));
+        assert_eq!(gemini_model("gpt-4o-mini"), None);
+        assert_eq!(gemini_model("claude-sonnet-4-5"), None);
+        assert_eq!(gemini_model("models/"), None);
+    }
+
+    /// Unknown fields are refused, so a mapping we lack is never silently
+    /// dropped; fields that cannot map say why.
+    #[test]
+    fn leftover_fields_are_errors() {
+        let mut f = Fields::new(
+            serde_json::from_str(r#"{"a": 1, "tools": []}"#).unwrap(),
+            "body",
+        );
+        assert_eq!(f.take("a"), Some(Value::from(1)));
+        let e = f.finish(&[("tools", "function calling")]).unwrap_err();
+        assert_eq!(
+            e,
+            "body.tools cannot be converted to a Gemini request (function calling)"
+        );
+        let f = Fields::new(serde_json::from_str(r#"{"zz": 1}"#).unwrap(), "params");
+        assert_eq!(f.finish(&[]).unwrap_err(), "params.zz is not a known field");
+    }
+}
