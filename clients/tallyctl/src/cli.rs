@@ -10,7 +10,8 @@ use std::path::PathBuf;
 ///
 /// Exit codes: 0 ok; 1 usage or input error; 2 server error (its gRPC code
 /// and message are printed); 3 rows ended PERMANENT (status/watch with
-/// --fail-on-permanent); 4 lock held by someone else (locks acquire).
+/// --fail-on-permanent); 4 lock held by someone else (locks acquire); 130
+/// interrupted (export, after printing its resume cursor).
 #[derive(Debug, Parser)]
 #[command(name = "tallyctl", version, about, long_about = None)]
 pub struct Cli {
@@ -86,6 +87,9 @@ pub enum Command {
     Prompts(PromptsCmd),
     /// Plan (and optionally enroll) a page dataset from its files.
     Plan(PlanArgs),
+    /// Stream a ledger's rows with their results as JSONL, OpenAI batch
+    /// output, CSV or Parquet (resumable with --after).
+    Export(ExportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -172,6 +176,38 @@ pub struct EnrollArgs {
     /// Check every line, send nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "jsonl")]
+    pub format: crate::export::ExportFormat,
+    /// Write to this file (default: standard output). Created or truncated;
+    /// with --after, continued (except Parquet, which needs a new file).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Only rows with this status (repeatable).
+    #[arg(long = "status", value_name = "STATUS")]
+    pub statuses: Vec<String>,
+    /// Only rows whose latest verdict came from this rule.
+    #[arg(long)]
+    pub rule: Option<String>,
+    /// Only rows for this model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Only rows of this prompt (`name` or `name@version`).
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Continue after this cursor (printed by an interrupted or failed
+    /// export; give the same filters).
+    #[arg(long, value_name = "CURSOR")]
+    pub after: Option<String>,
+    /// Rows per ListRows call (1-1000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i32).range(1..=1000))]
+    pub page_size: i32,
 }
 
 #[derive(Debug, Args)]

@@ -20,6 +20,8 @@ pub enum ExitCode {
     Permanent = 3,
     /// `locks acquire`: someone else holds the lock.
     LockHeld = 4,
+    /// Interrupted (Ctrl-C) after saying how to resume (`export`).
+    Interrupted = 130,
 }
 
 impl ExitCode {

@@ -8,6 +8,8 @@
 //!   print a table or a JSON projection";
 //! - [`enroll`]: the chunked, streaming enroller shared by `enroll` and
 //!   `plan --enroll`; [`jsonl`]: parsing one enroll line;
+//! - [`formats`]: OpenAI and Anthropic batch request lines → rows;
+//!   [`export`]: rows → JSONL, OpenAI batch output, CSV, Parquet;
 //! - [`plan`]: the pure dataset planner, and [`plan::scan`], its file-system
 //!   walk;
 //! - [`render`]: enum names, times, and the `--json` projections;
@@ -22,6 +24,7 @@ pub mod commands;
 pub mod connect;
 pub mod enroll;
 pub mod error;
+pub mod export;
 pub mod formats;
 pub mod jsonl;
 pub mod plan;

@@ -227,7 +227,7 @@ fn prompt_json(p: Option<&pb::PromptRef>) -> Value {
 
 /// A JSON text field (payload, result) as the JSON it holds; a string when
 /// it does not parse; null when empty.
-fn embedded_json(text: &str) -> Value {
+pub fn embedded_json(text: &str) -> Value {
     if text.is_empty() {
         return Value::Null;
     }

@@ -3,6 +3,7 @@
 //! exit code.
 
 pub mod enroll;
+pub mod export;
 pub mod jobs;
 pub mod ledgers;
 pub mod operations;
@@ -31,5 +32,6 @@ pub async fn dispatch(ctx: &mut Ctx, command: Command) -> Result<ExitCode, CliEr
         Command::Locks(cmd) => jobs::locks(ctx, cmd).await,
         Command::Prompts(cmd) => prompts::run(ctx, cmd).await,
         Command::Plan(args) => plan::run(ctx, args).await,
+        Command::Export(args) => export::run(ctx, args).await,
     }
 }

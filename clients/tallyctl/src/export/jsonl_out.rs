@@ -1,0 +1,70 @@
+//! `--format jsonl`: each row as the object `tallyctl rows --full --json`
+//! prints (key, status, rule, attempts, usage, model, prompt, job,
+//! last_error, times, and the payload and result as the JSON they hold),
+//! without the attempts history (`tallyctl row` shows it).
+
+use super::{Out, Sink, write_json_line};
+use crate::render;
+use serde_json::Value;
+use std::io;
+use tally_proto::v1 as pb;
+
+pub struct JsonlSink {
+    out: Out,
+}
+
+impl JsonlSink {
+    pub fn new(out: Out) -> Self {
+        Self { out }
+    }
+}
+
+/// One row's line.
+pub fn row_line(r: &pb::Row) -> Value {
+    let mut v = render::row_json(r, false);
+    v["payload"] = render::embedded_json(&r.payload);
+    v["result"] = render::embedded_json(&r.result);
+    v
+}
+
+impl Sink for JsonlSink {
+    fn write_page(&mut self, rows: &[pb::Row]) -> io::Result<()> {
+        for r in rows {
+            write_json_line(&mut self.out, &row_line(r))?;
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> io::Result<Out> {
+        let mut out = self.out;
+        io::Write::flush(&mut out)?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Payload and result come out as JSON values, not strings holding JSON,
+    /// and the history is left out.
+    #[test]
+    fn a_row_is_one_object_with_its_json_embedded() {
+        let r = pb::Row {
+            key: "k".into(),
+            status: pb::RowStatus::Succeeded as i32,
+            payload: r#"{"a":1}"#.into(),
+            result: r#"{"answer":"yes"}"#.into(),
+            rule: "success".into(),
+            history: vec![pb::Attempt::default()],
+            ..Default::default()
+        };
+        let v = row_line(&r);
+        assert_eq!(v["key"], "k");
+        assert_eq!(v["status"], "SUCCEEDED");
+        assert_eq!(v["payload"]["a"], 1);
+        assert_eq!(v["result"]["answer"], "yes");
+        assert_eq!(v["rule"], "success");
+        assert!(v.get("history").is_none());
+    }
+}
