@@ -4,6 +4,7 @@
 
 pub mod enroll;
 pub mod jobs;
+pub mod ledger_delete;
 pub mod ledgers;
 pub mod operations;
 pub mod plan;
