@@ -43,7 +43,7 @@ pub fn ledger_state(v: i32) -> String {
 
 /// `rows purged/total` of a ledger being deleted.
 pub fn purge_progress(l: &pb::Ledger) -> String {
-    let p = l.purge.clone().unwrap_or_default();
+    let p = l.purge.unwrap_or_default();
     format!("{}/{} rows purged", p.rows_purged, p.rows_total)
 }
 
