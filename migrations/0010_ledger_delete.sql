@@ -25,9 +25,11 @@ CREATE TABLE ledger_purges (
     -- Deleted with force: live claims were expired and open jobs abandoned.
     forced         boolean     NOT NULL,
     actor          text        NOT NULL DEFAULT '',
-    -- What the delete found: rows (counted just before the mark), live
-    -- claims expired and open jobs abandoned (0 unless forced).
-    rows_total     bigint      NOT NULL,
+    -- Rows the ledger had: NULL until the purge's first step has counted
+    -- them (counting a big ledger takes seconds; the delete call does not
+    -- wait for it). Live claims expired and open jobs abandoned by the mark
+    -- (0 unless forced).
+    rows_total     bigint,
     claims_expired integer     NOT NULL DEFAULT 0,
     jobs_abandoned integer     NOT NULL DEFAULT 0,
     rows_purged    bigint      NOT NULL DEFAULT 0,

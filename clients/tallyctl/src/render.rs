@@ -44,7 +44,8 @@ pub fn ledger_state(v: i32) -> String {
 /// `rows purged/total` of a ledger being deleted.
 pub fn purge_progress(l: &pb::Ledger) -> String {
     let p = l.purge.unwrap_or_default();
-    format!("{}/{} rows purged", p.rows_purged, p.rows_total)
+    let total = p.rows_total.map_or("?".to_string(), |n| n.to_string());
+    format!("{}/{total} rows purged", p.rows_purged)
 }
 
 pub fn job_state(v: i32) -> String {

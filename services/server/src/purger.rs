@@ -97,6 +97,9 @@ fn record(metrics: &Metrics, step: &PurgeStep) {
             }
             tracing::debug!(ledger = %ledger, table, deleted, attempts, "purged a batch");
         }
+        PurgeStep::Counted { ledger, rows } => {
+            tracing::info!(ledger = %ledger, rows, "purging a deleted ledger");
+        }
         PurgeStep::Finished { ledger } => {
             metrics.inc(FINISHED, &[]);
             tracing::info!(ledger = %ledger, "deleted ledger purged; its name is free");

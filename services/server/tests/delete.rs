@@ -188,7 +188,7 @@ async fn refusals_force_and_invisibility() {
             purge.claims_expired,
             purge.jobs_abandoned
         ),
-        (true, 50, 2, 1)
+        (true, None, 2, 1)
     );
 
     // Every work RPC: NOT_FOUND.
@@ -364,8 +364,10 @@ async fn refusals_force_and_invisibility() {
 
     // The purge empties it in the background; the name stays held.
     until(&mut l, "busy", "rows purged", |r| {
-        r.as_ref()
-            .is_ok_and(|x| x.purge.as_ref().is_some_and(|p| p.rows_purged == 50))
+        r.as_ref().is_ok_and(|x| {
+            x.purge
+                .is_some_and(|p| p.rows_purged == 50 && p.rows_total == Some(50))
+        })
     })
     .await;
     assert_eq!(

@@ -76,7 +76,7 @@ impl From<LedgerRow> for LedgerRecord {
         let deletion = r.delete_time.map(|delete_time| Deletion {
             delete_time,
             forced: r.forced.unwrap_or(false),
-            rows_total: r.rows_total.unwrap_or(0),
+            rows_total: r.rows_total,
             rows_purged: r.rows_purged.unwrap_or(0),
             claims_expired: r.claims_expired.unwrap_or(0),
             jobs_abandoned: r.jobs_abandoned.unwrap_or(0),

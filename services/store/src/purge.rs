@@ -8,7 +8,8 @@
 //! refuses while the ledger has live claims or open jobs.
 //!
 //! [`Store::purge_step`] is one bounded batch of some deleting ledger's
-//! purge, in its own short transaction: at most `batch` entries of one table
+//! purge, in its own short transaction (the first step of a purge counts
+//! the ledger's rows instead, for its progress): at most `batch` entries of one table
 //! (rows go with their attempts and dependency edges; jobs with their
 //! provider operations). The ledger's `ledger_purges` row is locked for the
 //! batch with SKIP LOCKED, so replicas share purges without waiting on each
@@ -50,6 +51,8 @@ pub enum PurgeStep {
         deleted: i64,
         attempts: i64,
     },
+    /// Counted the `rows` of `ledger` (its purge's first step).
+    Counted { ledger: String, rows: i64 },
     /// Nothing of `ledger` is left, but it was marked less than `settle`
     /// ago; its row stays until then.
     Settling { ledger: String },
@@ -61,7 +64,9 @@ impl PurgeStep {
     /// Whether another step right away may find work.
     pub fn busy(&self) -> bool {
         match self {
-            PurgeStep::Batch { .. } | PurgeStep::Finished { .. } => true,
+            PurgeStep::Batch { .. } | PurgeStep::Counted { .. } | PurgeStep::Finished { .. } => {
+                true
+            }
             PurgeStep::Idle | PurgeStep::Settling { .. } => false,
         }
     }
@@ -133,18 +138,12 @@ impl Store {
         if deleting {
             return self.describe_ledger(req.ledger).await;
         }
-        // Counted outside the mark's transaction (it may take a moment on a
-        // big ledger): the figure is for progress only.
-        let rows_total: i64 = sqlx::query_scalar("SELECT count(*) FROM rows WHERE ledger_id = $1")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await?;
         let mut tx = self.begin().await?;
-        let out = mark(&mut tx, req, &name, rows_total).await;
+        let out = mark(&mut tx, req, &name).await;
         let marked = crate::end_tx(tx, out).await?;
         self.ledgers.forget(req.ledger);
         if let Some((claims, jobs)) = marked {
-            tracing::info!(ledger = %req.ledger, force = req.force, rows = rows_total, claims_expired = claims, jobs_abandoned = jobs, actor = %req.actor, "ledger marked for deletion");
+            tracing::info!(ledger = %req.ledger, ledger_id = id, force = req.force, claims_expired = claims, jobs_abandoned = jobs, actor = %req.actor, "ledger marked for deletion");
         }
         self.describe_ledger(req.ledger).await
     }
@@ -165,7 +164,6 @@ async fn mark(
     tx: &mut Transaction<'static, Postgres>,
     req: &DeleteLedger<'_>,
     name: &str,
-    rows_total: i64,
 ) -> Result<Option<(i32, i32)>> {
     let locked: Option<(i64, i64, bool)> = sqlx::query_as(
         "SELECT id, etag, delete_time IS NOT NULL FROM ledgers WHERE name = $1 FOR UPDATE",
@@ -203,7 +201,6 @@ async fn mark(
         .bind(id)
         .bind(req.force)
         .bind(req.actor)
-        .bind(rows_total)
         .fetch_one(&mut **tx)
         .await?;
     Ok(Some(closed))
@@ -215,9 +212,10 @@ async fn step(
     settle: Duration,
 ) -> Result<PurgeStep> {
     let settle_ms = settle.as_millis().min(i64::MAX as u128) as i64;
-    let picked: Option<(i64, String, String, bool)> = sqlx::query_as(
+    let picked: Option<(i64, String, String, bool, bool)> = sqlx::query_as(
         "SELECT p.ledger_id, l.name, p.cursor,
-                l.delete_time <= now() - $1 * interval '1 millisecond'
+                l.delete_time <= now() - $1 * interval '1 millisecond',
+                p.rows_total IS NULL
          FROM ledger_purges p JOIN ledgers l ON l.id = p.ledger_id
          ORDER BY p.update_time, p.ledger_id LIMIT 1
          FOR UPDATE OF p SKIP LOCKED",
@@ -225,9 +223,23 @@ async fn step(
     .bind(settle_ms)
     .fetch_optional(&mut **tx)
     .await?;
-    let Some((id, ledger, cursor, settled)) = picked else {
+    let Some((id, ledger, cursor, settled, uncounted)) = picked else {
         return Ok(PurgeStep::Idle);
     };
+    if uncounted {
+        // First, the figure progress is measured against: no batch of this
+        // ledger can run meanwhile (this step holds its purge row), so the
+        // count and the rows already purged add up exactly.
+        let rows: i64 = sqlx::query_scalar(
+            "WITH n AS (SELECT count(*) AS n FROM rows WHERE ledger_id = $1)
+             UPDATE ledger_purges SET rows_total = rows_purged + (SELECT n FROM n)
+             WHERE ledger_id = $1 RETURNING rows_total",
+        )
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?;
+        return Ok(PurgeStep::Counted { ledger, rows });
+    }
     let progress = |table, deleted, attempts| PurgeStep::Batch {
         ledger: ledger.clone(),
         table,

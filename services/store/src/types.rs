@@ -30,8 +30,9 @@ pub struct Deletion {
     pub delete_time: Time,
     /// Deleted with force (live claims expired, open jobs abandoned).
     pub forced: bool,
-    /// Rows the ledger had when it was deleted.
-    pub rows_total: i64,
+    /// Rows the ledger had when it was deleted; `None` until the purge's
+    /// first step has counted them.
+    pub rows_total: Option<i64>,
     /// Rows removed so far.
     pub rows_purged: i64,
     pub claims_expired: i32,

@@ -67,8 +67,11 @@ pub async fn run(url: &str, o: &Options) -> anyhow::Result<Vec<Line>> {
         .await?
         .into_inner();
     let call = start.elapsed();
-    let total = marked.purge.map_or(0, |p| p.rows_total);
-    let purge = wait_gone(&mut client, total).await?;
+    anyhow::ensure!(
+        marked.state == pb::LedgerState::Deleting as i32,
+        "DeleteLedger did not answer a DELETING ledger"
+    );
+    let purge = wait_gone(&mut client, o.rows).await?;
     let elapsed = start.elapsed();
     stop.store(true, Ordering::Relaxed);
     let mut during = claimer.await??;
@@ -159,7 +162,7 @@ async fn claim_loop(
 
 /// Polls GetLedger until the deleted ledger is gone, printing progress;
 /// answers how long that took.
-async fn wait_gone(client: &mut Client, total: i64) -> anyhow::Result<Duration> {
+async fn wait_gone(client: &mut Client, total: u64) -> anyhow::Result<Duration> {
     let start = Instant::now();
     let mut last_print = Instant::now();
     loop {

@@ -64,14 +64,16 @@ async fn wait_for_purge(
     mut last: pb::Ledger,
     interval: std::time::Duration,
 ) -> Result<pb::Ledger, CliError> {
-    let total = last.purge.as_ref().map_or(0, |p| p.rows_total.max(0)) as u64;
-    let bar = ctx.progress(Some(total));
+    let bar = ctx.progress(Some(0));
     bar.set_message(format!("deleting {name}"));
     let lines = !ctx.interactive && !ctx.json;
     let mut shown = None;
     let mut ticker = tokio::time::interval(interval);
     loop {
         let purged = last.purge.as_ref().map_or(0, |p| p.rows_purged);
+        if let Some(total) = last.purge.as_ref().and_then(|p| p.rows_total) {
+            bar.set_length(total.max(0) as u64);
+        }
         bar.set_position(purged.max(0) as u64);
         if lines && shown != Some(purged) {
             println!("deleting {name}: {}", render::purge_progress(&last));

@@ -2,7 +2,7 @@
 -- ledger becomes DELETING, every claim still ACTIVE is expired holding
 -- nothing (no row is written: the rows are about to go), every open job is
 -- closed as abandoned, and the purge is queued.
--- $1 ledger id, $2 forced, $3 actor, $4 rows counted before the mark.
+-- $1 ledger id, $2 forced, $3 actor.
 -- Answers (claims expired, jobs abandoned).
 WITH marked AS (
     UPDATE ledgers SET delete_time = now(), etag = etag + 1, update_time = now()
@@ -22,6 +22,6 @@ WITH marked AS (
     SELECT (SELECT count(*) FILTER (WHERE live) FROM claims_closed)::int4 AS claims,
            (SELECT count(*) FROM jobs_closed)::int4 AS jobs
 )
-INSERT INTO ledger_purges (ledger_id, forced, actor, rows_total, claims_expired, jobs_abandoned)
-SELECT m.id, $2, $3, $4, c.claims, c.jobs FROM marked m, counts c
+INSERT INTO ledger_purges (ledger_id, forced, actor, claims_expired, jobs_abandoned)
+SELECT m.id, $2, $3, c.claims, c.jobs FROM marked m, counts c
 RETURNING claims_expired, jobs_abandoned
