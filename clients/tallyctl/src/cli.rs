@@ -118,6 +118,28 @@ pub enum LedgersCmd {
         #[arg(long)]
         etag: Option<String>,
     },
+    /// Delete a ledger and everything in it. The ledger disappears from
+    /// every call at once; its contents are purged in the background.
+    /// Refused while claims are live or jobs open, unless --force.
+    Delete {
+        /// Ledger id.
+        ledger: String,
+        /// Delete even with live claims and open jobs: the claims are
+        /// expired (late reports answer NOT_FOUND) and the jobs abandoned.
+        /// Batches still running at the provider are NOT cancelled and may
+        /// still be billed: cancel them first.
+        #[arg(long)]
+        force: bool,
+        /// Wait until the purge has finished, showing its progress.
+        #[arg(long)]
+        wait: bool,
+        /// How often --wait polls the ledger.
+        #[arg(long, default_value = "1s")]
+        interval: String,
+        /// Fail with ABORTED if the ledger changed since this etag was read.
+        #[arg(long)]
+        etag: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Args, Default)]

@@ -33,6 +33,21 @@ pub fn budget(v: i32) -> String {
     )
 }
 
+pub fn ledger_state(v: i32) -> String {
+    short(
+        pb::LedgerState::try_from(v).ok().map(|s| s.as_str_name()),
+        "LEDGER_STATE_",
+        v,
+    )
+}
+
+/// `rows purged/total` of a ledger being deleted.
+pub fn purge_progress(l: &pb::Ledger) -> String {
+    let p = l.purge.unwrap_or_default();
+    let total = p.rows_total.map_or("?".to_string(), |n| n.to_string());
+    format!("{}/{total} rows purged", p.rows_purged)
+}
+
 pub fn job_state(v: i32) -> String {
     short(
         pb::JobState::try_from(v).ok().map(|s| s.as_str_name()),
@@ -273,6 +288,15 @@ pub fn ledger_json(l: &pb::Ledger) -> Value {
         "create_time": time_json(l.create_time.as_ref()),
         "update_time": time_json(l.update_time.as_ref()),
         "etag": l.etag,
+        "state": ledger_state(l.state),
+        "delete_time": time_json(l.delete_time.as_ref()),
+        "purge": l.purge.as_ref().map(|p| json!({
+            "rows_total": p.rows_total,
+            "rows_purged": p.rows_purged,
+            "forced": p.forced,
+            "claims_expired": p.claims_expired,
+            "jobs_abandoned": p.jobs_abandoned,
+        })),
     })
 }
 

@@ -808,3 +808,75 @@ async fn prompts_jobs_operations_and_locks() {
     }
     env.stop().await;
 }
+
+// Invariant: `ledgers delete` refuses a ledger with a live claim (exit 2,
+// FAILED_PRECONDITION, reason LEDGER_ACTIVE, nothing deleted); with
+// --force --wait it returns only once the purge has finished (the ledger
+// is NOT_FOUND and its id free again); without --wait it answers at once
+// with the ledger DELETING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledgers_delete_refuses_active_work_then_forces_and_waits() {
+    let env = Env::start().await;
+    env.ok(&["ledgers", "create", "doomed"]).await;
+    let lines: String = (0..300)
+        .map(|i| format!("{{\"key\": \"k{i}\", \"payload\": {{\"n\": {i}}}}}\n"))
+        .collect();
+    let file = env.file("rows.jsonl", &lines);
+    env.ok(&["enroll", "doomed", &file]).await;
+    let mut client = env.client().await;
+    let claimed = client
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: "ledgers/doomed".into(),
+            max_rows: 10,
+            worker: "test-worker".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(claimed.rows.len(), 10);
+
+    let r = env.run(&["ledgers", "delete", "doomed"]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("FAILED_PRECONDITION"), "{}", r.stderr);
+    assert!(r.stderr.contains("LEDGER_ACTIVE"), "{}", r.stderr);
+    let still = env.json(&["ledgers", "get", "doomed"]).await;
+    assert_eq!(still["state"], "ACTIVE");
+
+    let r = env
+        .ok(&[
+            "ledgers",
+            "delete",
+            "doomed",
+            "--force",
+            "--wait",
+            "--interval",
+            "100ms",
+        ])
+        .await;
+    assert!(r.stdout.contains("ledgers/doomed deleted"), "{}", r.stdout);
+    let gone = env.run(&["ledgers", "get", "doomed"]).await;
+    assert_eq!(gone.code, 2);
+    assert!(gone.stderr.contains("NOT_FOUND"), "{}", gone.stderr);
+    // A late report from the expired claim finds nothing.
+    let late = client
+        .report_outcomes(pb::ReportOutcomesRequest {
+            claim: claimed.claim.unwrap().name,
+            outcomes: vec![pb::RowOutcome {
+                key: claimed.rows[0].key.clone(),
+                outcome: Some(pb::row_outcome::Outcome::Result("{}".into())),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), tonic::Code::NotFound);
+    env.ok(&["ledgers", "create", "doomed"]).await;
+
+    // Without --wait: answered at once, DELETING, with the purge's figures.
+    env.ok(&["ledgers", "create", "quick"]).await;
+    let doc = env.json(&["ledgers", "delete", "quick"]).await;
+    assert_eq!(doc["state"], "DELETING", "{doc}");
+    assert_eq!(doc["purge"]["forced"], false);
+    env.stop().await;
+}

@@ -140,6 +140,9 @@ pub struct ServeArgs {
     pub watch_poll_interval: Duration,
 
     #[command(flatten)]
+    pub purge: PurgeArgs,
+
+    #[command(flatten)]
     pub limits: Limits,
 
     #[command(flatten)]
@@ -264,6 +267,46 @@ impl ServeArgs {
             tolerance: w.tolerance,
             max_body_bytes: w.max_body_bytes,
         }))
+    }
+}
+
+/// The background purge of deleted ledgers (see the README's "Deleting a
+/// ledger").
+#[derive(Debug, Clone, Args)]
+pub struct PurgeArgs {
+    /// How often this replica looks for ledgers to purge when it has not
+    /// just deleted one itself (a delete through this replica starts its
+    /// purge at once).
+    #[arg(long, env = "TALLY_PURGE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub purge_interval: Duration,
+
+    /// Most entries one purge transaction deletes (rows with their attempts
+    /// count as rows).
+    #[arg(long, env = "TALLY_PURGE_BATCH", default_value_t = 2000,
+          value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub purge_batch: i64,
+
+    /// Pause between two purge batches, leaving the database to other
+    /// work (0s: none).
+    #[arg(long, env = "TALLY_PURGE_PAUSE", default_value = "0s", value_parser = parse_duration)]
+    pub purge_pause: Duration,
+
+    /// How long a deleted ledger keeps its name after its contents are
+    /// gone: longer than any call that read the ledger before the delete
+    /// can still be writing (the request timeout), so nothing it writes
+    /// is left behind.
+    #[arg(long, env = "TALLY_PURGE_SETTLE", default_value = "30s", value_parser = parse_duration)]
+    pub purge_settle: Duration,
+}
+
+impl Default for PurgeArgs {
+    fn default() -> Self {
+        Self {
+            purge_interval: Duration::from_secs(5),
+            purge_batch: 2000,
+            purge_pause: Duration::ZERO,
+            purge_settle: Duration::from_secs(30),
+        }
     }
 }
 
@@ -435,6 +478,11 @@ impl ServeArgs {
             alert_secret: None,
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),
+            purge: PurgeArgs {
+                purge_interval: Duration::from_millis(200),
+                purge_settle: Duration::ZERO,
+                ..PurgeArgs::default()
+            },
             limits: Limits::default(),
             webhook: WebhookArgs::default(),
             security: Security::disabled(),
@@ -576,5 +624,16 @@ mod tests {
         );
         let plain = Cli::try_parse_from(["tally-server", "--grpc-addr", "0.0.0.0:1"]).unwrap();
         assert_eq!(plain.serve_args().grpc_addr.to_string(), "0.0.0.0:1");
+    }
+
+    #[test]
+    fn purge_defaults_match_their_default_impl() {
+        let cli = Cli::try_parse_from(["tally-server"]).unwrap();
+        let (p, d) = (&cli.serve.purge, PurgeArgs::default());
+        assert_eq!(p.purge_interval, d.purge_interval);
+        assert_eq!(p.purge_batch, d.purge_batch);
+        assert_eq!(p.purge_pause, d.purge_pause);
+        assert_eq!(p.purge_settle, d.purge_settle);
+        assert!(Cli::try_parse_from(["tally-server", "--purge-batch", "0"]).is_err());
     }
 }

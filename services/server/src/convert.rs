@@ -171,12 +171,25 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
 }
 
 pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
+    let state = match l.deletion {
+        None => pb::LedgerState::Active,
+        Some(_) => pb::LedgerState::Deleting,
+    };
     pb::Ledger {
         name: names::ledger_name(&l.name),
         policy: Some(policy_to_proto(&l.policy)),
         create_time: Some(timestamp(l.create_time)),
         update_time: Some(timestamp(l.update_time)),
         etag: l.etag.to_string(),
+        state: state as i32,
+        delete_time: l.deletion.as_ref().map(|d| timestamp(d.delete_time)),
+        purge: l.deletion.as_ref().map(|d| pb::LedgerPurge {
+            rows_total: d.rows_total,
+            rows_purged: d.rows_purged,
+            forced: d.forced,
+            claims_expired: d.claims_expired,
+            jobs_abandoned: d.jobs_abandoned,
+        }),
     }
 }
 

@@ -6,13 +6,14 @@ use crate::config::Limits;
 use crate::convert::{self, ledger_to_proto};
 use crate::metrics::Metrics;
 use crate::status::{from_store, invalid, invalid_field};
-use crate::{paging, validate};
+use crate::{paging, purger, validate};
 use tally_core::names;
 use tally_core::summary::ledger_line;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_server::LedgerService;
 use tally_store::Store;
+use tally_store::purge::DeleteLedger;
 use tally_store::types::EnrollOutcome;
 use tonic::{Request, Response, Status};
 
@@ -25,10 +26,12 @@ pub struct Ledgers {
     store: Store,
     limits: Limits,
     metrics: Metrics,
+    purge: purger::Wake,
 }
 
 impl Ledgers {
-    pub fn new(store: Store, limits: Limits, metrics: Metrics) -> Self {
+    /// `purge` wakes this replica's purger after a DeleteLedger.
+    pub fn new(store: Store, limits: Limits, metrics: Metrics, purge: purger::Wake) -> Self {
         metrics.describe(
             ROWS_ENROLLED,
             "counter",
@@ -43,6 +46,7 @@ impl Ledgers {
             store,
             limits,
             metrics,
+            purge,
         }
     }
 }
@@ -75,7 +79,11 @@ impl LedgerService for Ledgers {
 
     async fn get_ledger(&self, req: Request<pb::GetLedgerRequest>) -> Reply<pb::Ledger> {
         let name = validate::ledger("name", &req.get_ref().name)?;
-        let ledger = self.store.get_ledger(&name).await.map_err(from_store)?;
+        let ledger = self
+            .store
+            .describe_ledger(&name)
+            .await
+            .map_err(from_store)?;
         Ok(Response::new(ledger_to_proto(&ledger)))
     }
 
@@ -85,15 +93,17 @@ impl LedgerService for Ledgers {
     ) -> Reply<pb::ListLedgersResponse> {
         let req = req.into_inner();
         let size = paging::page_size(req.page_size)?;
-        let after = paging::decode(&req.page_token, "ledgers", "")?;
+        // A page token is valid only with the show_deleted it was made for.
+        let fp = if req.show_deleted { "show_deleted" } else { "" };
+        let after = paging::decode(&req.page_token, "ledgers", fp)?;
         let ledgers = self
             .store
-            .list_ledgers(after.as_deref(), size)
+            .list_ledgers(after.as_deref(), size, req.show_deleted)
             .await
             .map_err(from_store)?;
         let next = paging::next_token(
             "ledgers",
-            "",
+            fp,
             ledgers.len(),
             size,
             ledgers.last().map(|l| l.name.as_str()),
@@ -375,6 +385,31 @@ impl LedgerService for Ledgers {
             skipped: r.skipped,
             sample_keys: r.sample_keys,
         }))
+    }
+
+    async fn delete_ledger(&self, req: Request<pb::DeleteLedgerRequest>) -> Reply<pb::Ledger> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let ledger = validate::ledger("name", &req.name)?;
+        let etag = match req.etag.as_str() {
+            "" => None,
+            e => Some(
+                e.parse()
+                    .map_err(|_| invalid_field("etag", "is not an etag this server issued"))?,
+            ),
+        };
+        let deleted = self
+            .store
+            .delete_ledger(&DeleteLedger {
+                ledger: &ledger,
+                force: req.force,
+                etag,
+                actor: &actor,
+            })
+            .await
+            .map_err(from_store)?;
+        self.purge.now();
+        Ok(Response::new(ledger_to_proto(&deleted)))
     }
 
     async fn register_prompt(&self, req: Request<pb::RegisterPromptRequest>) -> Reply<pb::Prompt> {

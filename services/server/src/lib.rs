@@ -11,6 +11,7 @@
 //! - [`operations_service`]: OperationsService handlers and their message
 //!   translations; [`webhook`]: the signed provider webhook receiver on its
 //!   own HTTP listener; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
+//! - [`purger`]: the background purge of deleted ledgers.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
@@ -35,6 +36,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod operations_service;
 pub mod paging;
+pub mod purger;
 pub mod rpc_metrics;
 pub mod server;
 pub mod status;

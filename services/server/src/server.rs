@@ -140,8 +140,14 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
 
     let limits = args.limits.clone();
     let max = limits.max_message_bytes;
-    let ledgers = LedgerServiceServer::new(Ledgers::new(store.clone(), limits, metrics.clone()))
-        .max_decoding_message_size(max);
+    let purge_wake = crate::purger::Wake::default();
+    let ledgers = LedgerServiceServer::new(Ledgers::new(
+        store.clone(),
+        limits,
+        metrics.clone(),
+        purge_wake.clone(),
+    ))
+    .max_decoding_message_size(max);
     let stop = CancellationToken::new();
     let (hub, hub_task) = watch::Hub::start(
         store.clone(),
@@ -178,6 +184,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         tokio::spawn(sweep_expired_claims(
             store.clone(),
             args.sweep_interval,
+            stop.clone(),
+        )),
+        tokio::spawn(crate::purger::run(
+            store.clone(),
+            args.purge.clone(),
+            purge_wake,
+            metrics.clone(),
             stop.clone(),
         )),
         tokio::spawn(crate::maintenance::vacuum_queue(

@@ -91,6 +91,31 @@ pub fn from_store(e: StoreError) -> Status {
                 ErrorDetails::with_resource_info(kind, name, "", message),
             )
         }
+        StoreError::LedgerDeleting { name } => {
+            let message = format!(
+                "{name} is being deleted; its id is free again once the purge has finished (GetLedger shows its progress)"
+            );
+            let mut details = ErrorDetails::with_resource_info("ledger", name, "", message.clone());
+            details.set_error_info("LEDGER_DELETING", DOMAIN, std::collections::HashMap::new());
+            Status::with_error_details(Code::AlreadyExists, message, details)
+        }
+        StoreError::LedgerActive {
+            name,
+            live_claims,
+            open_jobs,
+        } => {
+            let message = format!(
+                "{name} has {live_claims} live claim(s) and {open_jobs} open job(s); \
+                 let them finish (or cancel the jobs' batches at the provider), or delete with force"
+            );
+            let metadata = std::collections::HashMap::from([
+                ("live_claims".to_string(), live_claims.to_string()),
+                ("open_jobs".to_string(), open_jobs.to_string()),
+            ]);
+            let mut details = ErrorDetails::with_error_info("LEDGER_ACTIVE", DOMAIN, metadata);
+            details.add_precondition_failure_violation("LEDGER_ACTIVE", name, message.clone());
+            Status::with_error_details(Code::FailedPrecondition, message, details)
+        }
         StoreError::InvalidArgument(v) => invalid(v),
         StoreError::FailedPrecondition {
             reason,
@@ -158,6 +183,21 @@ mod tests {
             from_store(StoreError::Unavailable("down".into())).code(),
             Code::Unavailable
         );
+        let active = from_store(StoreError::LedgerActive {
+            name: "ledgers/x".into(),
+            live_claims: 2,
+            open_jobs: 1,
+        });
+        assert_eq!(active.code(), Code::FailedPrecondition);
+        let info = active.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "LEDGER_ACTIVE");
+        assert_eq!(info.metadata["live_claims"], "2");
+        assert_eq!(info.metadata["open_jobs"], "1");
+        let deleting = from_store(StoreError::LedgerDeleting {
+            name: "ledgers/x".into(),
+        });
+        assert_eq!(deleting.code(), Code::AlreadyExists);
+        assert!(deleting.message().contains("being deleted"));
         let s = from_store(StoreError::ResourceExhausted {
             message: "too many jobs".into(),
             retry_after_secs: 30,

@@ -24,7 +24,7 @@ impl Store {
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page = self.list_ledgers(after.as_deref(), 1000).await?;
+            let page = self.list_ledgers(after.as_deref(), 1000, false).await?;
             let full = page.len() == 1000;
             after = page.last().map(|l| l.name.clone());
             out.extend(page.into_iter().filter(|l| alert::enabled(&l.policy)));

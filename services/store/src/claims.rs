@@ -599,7 +599,7 @@ impl Store {
         let mut tx = self.begin().await?;
         let expired: Vec<(Uuid, i64, String, Option<i64>)> = sqlx::query_as(
             "SELECT c.token, c.ledger_id, l.name, c.job_id
-             FROM claims c JOIN ledgers l ON l.id = c.ledger_id
+             FROM claims c JOIN ledgers l ON l.id = c.ledger_id AND l.delete_time IS NULL
              WHERE c.state = 1 AND c.expire_time <= now()
                AND (c.job_id IS NULL OR EXISTS (
                    SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL))

@@ -23,6 +23,18 @@ pub enum StoreError {
         reason: &'static str,
         description: String,
     },
+    /// The name belongs to a ledger whose deletion has not finished.
+    #[error("{name} is being deleted; the name is free again once its purge has finished")]
+    LedgerDeleting { name: String },
+    /// DeleteLedger without force on a ledger with work in flight.
+    #[error(
+        "{name} has {live_claims} live claim(s) and {open_jobs} open job(s); finish or cancel them, or delete with force"
+    )]
+    LedgerActive {
+        name: String,
+        live_claims: i64,
+        open_jobs: i64,
+    },
     /// A concurrent change won (etag mismatch).
     #[error("{0}")]
     Aborted(String),
@@ -77,6 +89,8 @@ impl StoreError {
             StoreError::Unavailable(_) | StoreError::Aborted(_) => true,
             StoreError::NotFound { .. }
             | StoreError::AlreadyExists { .. }
+            | StoreError::LedgerDeleting { .. }
+            | StoreError::LedgerActive { .. }
             | StoreError::InvalidArgument(_)
             | StoreError::FailedPrecondition { .. }
             | StoreError::ResourceExhausted { .. }

@@ -130,7 +130,7 @@ impl Store {
 
     /// The ledger's internal id, for filtering events (NOT_FOUND if none).
     pub async fn ledger_id(&self, ledger: &str) -> Result<i64> {
-        sqlx::query_scalar("SELECT id FROM ledgers WHERE name = $1")
+        sqlx::query_scalar("SELECT id FROM ledgers WHERE name = $1 AND delete_time IS NULL")
             .bind(ledger)
             .fetch_optional(&self.pool)
             .await?

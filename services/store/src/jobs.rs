@@ -325,7 +325,11 @@ pub async fn follow_provider(
 ) -> Result<Option<ProviderMove>> {
     for _ in 0..3 {
         let found: Option<(i64, Uuid)> =
-            sqlx::query_as("SELECT id, claim_token FROM jobs WHERE batch = $1")
+            // A deleting ledger's jobs no longer move (they are purged).
+            sqlx::query_as(
+                "SELECT j.id, j.claim_token FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
+                 WHERE j.batch = $1 AND l.delete_time IS NULL",
+            )
                 .bind(batch)
                 .fetch_optional(&mut **tx)
                 .await?;

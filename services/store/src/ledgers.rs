@@ -1,6 +1,11 @@
 //! Ledgers and their policies.
+//!
+//! A ledger being deleted (`delete_time` set, see [`crate::purge`]) is
+//! invisible here except to [`Store::describe_ledger`] and
+//! [`Store::list_ledgers`] with `show_deleted`: every work path loads its
+//! ledger through [`load`] or [`Store::ledger`], which answer NOT_FOUND.
 
-use crate::types::{LedgerRecord, Time};
+use crate::types::{Deletion, LedgerRecord, Time};
 use crate::{Result, Store, StoreError};
 use sqlx::types::Json;
 use sqlx::{Executor, Postgres};
@@ -35,7 +40,7 @@ impl Cache {
         map.insert(record.name.clone(), (Instant::now(), record.clone()));
     }
 
-    fn forget(&self, name: &str) {
+    pub(crate) fn forget(&self, name: &str) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -51,10 +56,31 @@ struct LedgerRow {
     etag: i64,
     create_time: Time,
     update_time: Time,
+    // Only in queries that join `ledger_purges` (DESCRIBE_COLUMNS).
+    #[sqlx(default)]
+    delete_time: Option<Time>,
+    #[sqlx(default)]
+    forced: Option<bool>,
+    #[sqlx(default)]
+    rows_total: Option<i64>,
+    #[sqlx(default)]
+    rows_purged: Option<i64>,
+    #[sqlx(default)]
+    claims_expired: Option<i32>,
+    #[sqlx(default)]
+    jobs_abandoned: Option<i32>,
 }
 
 impl From<LedgerRow> for LedgerRecord {
     fn from(r: LedgerRow) -> Self {
+        let deletion = r.delete_time.map(|delete_time| Deletion {
+            delete_time,
+            forced: r.forced.unwrap_or(false),
+            rows_total: r.rows_total,
+            rows_purged: r.rows_purged.unwrap_or(0),
+            claims_expired: r.claims_expired.unwrap_or(0),
+            jobs_abandoned: r.jobs_abandoned.unwrap_or(0),
+        });
         LedgerRecord {
             id: r.id,
             name: r.name,
@@ -62,18 +88,25 @@ impl From<LedgerRow> for LedgerRecord {
             etag: r.etag,
             create_time: r.create_time,
             update_time: r.update_time,
+            deletion,
         }
     }
 }
 
 const COLUMNS: &str = "id, name, policy, etag, create_time, update_time";
 
-/// Looks a ledger up by id, inside any executor (pool or transaction).
+/// A ledger with its deletion, if any: `FROM ledgers l LEFT JOIN
+/// ledger_purges p ON p.ledger_id = l.id`.
+const DESCRIBE_COLUMNS: &str = "l.id, l.name, l.policy, l.etag, l.create_time, l.update_time, \
+     l.delete_time, p.forced, p.rows_total, p.rows_purged, p.claims_expired, p.jobs_abandoned";
+
+/// Looks a live ledger up by id, inside any executor (pool or
+/// transaction). A ledger being deleted is NOT_FOUND.
 pub(crate) async fn load<'e, E: Executor<'e, Database = Postgres>>(
     exec: E,
     name: &str,
 ) -> Result<LedgerRecord> {
-    let sql = format!("SELECT {COLUMNS} FROM ledgers WHERE name = $1");
+    let sql = format!("SELECT {COLUMNS} FROM ledgers WHERE name = $1 AND delete_time IS NULL");
     sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
         .bind(name)
         .fetch_optional(exec)
@@ -88,18 +121,32 @@ impl Store {
             "INSERT INTO ledgers (name, policy) VALUES ($1, $2)
              ON CONFLICT (name) DO NOTHING RETURNING {COLUMNS}"
         );
-        sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
+        let created = sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
             .bind(name)
             .bind(Json(policy))
             .fetch_optional(&self.pool)
-            .await?
-            .map(Into::into)
-            .ok_or_else(|| StoreError::AlreadyExists {
+            .await?;
+        if let Some(row) = created {
+            return Ok(row.into());
+        }
+        // Taken: by a live ledger, or by one whose purge has not finished.
+        let deleting: Option<Option<Time>> =
+            sqlx::query_scalar("SELECT delete_time FROM ledgers WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+        Err(match deleting {
+            Some(Some(_)) => StoreError::LedgerDeleting {
+                name: format!("ledgers/{name}"),
+            },
+            Some(None) | None => StoreError::AlreadyExists {
                 kind: "ledger",
                 name: format!("ledgers/{name}"),
-            })
+            },
+        })
     }
 
+    /// A live ledger (NOT_FOUND while it is being deleted).
     pub async fn get_ledger(&self, name: &str) -> Result<LedgerRecord> {
         let record = load(&self.pool, name).await?;
         self.ledgers.put(&record);
@@ -115,15 +162,39 @@ impl Store {
         }
     }
 
-    /// Ledgers in name order after `after`.
-    pub async fn list_ledgers(&self, after: Option<&str>, limit: i64) -> Result<Vec<LedgerRecord>> {
+    /// A ledger, live or being deleted (then with its [`Deletion`]): what
+    /// GetLedger shows.
+    pub async fn describe_ledger(&self, name: &str) -> Result<LedgerRecord> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM ledgers WHERE ($1::text IS NULL OR name > $1)
-             ORDER BY name LIMIT $2"
+            "SELECT {DESCRIBE_COLUMNS} FROM ledgers l
+             LEFT JOIN ledger_purges p ON p.ledger_id = l.id WHERE l.name = $1"
+        );
+        sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(Into::into)
+            .ok_or_else(|| StoreError::not_found("ledger", format!("ledgers/{name}")))
+    }
+
+    /// Live ledgers in name order after `after`; with `show_deleted`, those
+    /// being deleted too.
+    pub async fn list_ledgers(
+        &self,
+        after: Option<&str>,
+        limit: i64,
+        show_deleted: bool,
+    ) -> Result<Vec<LedgerRecord>> {
+        let sql = format!(
+            "SELECT {DESCRIBE_COLUMNS} FROM ledgers l
+             LEFT JOIN ledger_purges p ON p.ledger_id = l.id
+             WHERE ($1::text IS NULL OR l.name > $1) AND ($3 OR l.delete_time IS NULL)
+             ORDER BY l.name LIMIT $2"
         );
         let rows = sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
             .bind(after)
             .bind(limit)
+            .bind(show_deleted)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows.into_iter().map(Into::into).collect())
@@ -140,7 +211,7 @@ impl Store {
     ) -> Result<LedgerRecord> {
         let sql = format!(
             "UPDATE ledgers SET policy = $2, etag = etag + 1, update_time = now()
-             WHERE name = $1 AND etag = $3 RETURNING {COLUMNS}"
+             WHERE name = $1 AND etag = $3 AND delete_time IS NULL RETURNING {COLUMNS}"
         );
         self.ledgers.forget(name);
         let updated = sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))

@@ -14,6 +14,8 @@
 //!   job event log (and its LISTEN side), run locks, ledger alerts.
 //! - [`operations`]: provider operations through the monotonic reducer,
 //!   their event log, and the job each one moves on.
+//! - [`purge`]: deleting ledgers: the mark, then the purge in bounded
+//!   batches.
 //! - [`notify`]: `LISTEN` connections that wake watch streams.
 //! - `held`: what this process's claims hold, so a report can skip reading it.
 //! - [`apply`]: the shared writer of row transitions and their effects
@@ -35,6 +37,7 @@ mod models;
 pub mod notify;
 pub mod operations;
 pub mod prompts;
+pub mod purge;
 pub mod redrive;
 pub mod report;
 pub mod rows;

@@ -19,6 +19,24 @@ pub struct LedgerRecord {
     pub etag: i64,
     pub create_time: Time,
     pub update_time: Time,
+    /// Set while the ledger is being deleted (DELETING); `None` for a live
+    /// ledger. Work paths never see a deleting ledger.
+    pub deletion: Option<Deletion>,
+}
+
+/// A ledger being deleted: when, how, and how far its purge has come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deletion {
+    pub delete_time: Time,
+    /// Deleted with force (live claims expired, open jobs abandoned).
+    pub forced: bool,
+    /// Rows the ledger had when it was deleted; `None` until the purge's
+    /// first step has counted them.
+    pub rows_total: Option<i64>,
+    /// Rows removed so far.
+    pub rows_purged: i64,
+    pub claims_expired: i32,
+    pub jobs_abandoned: i32,
 }
 
 /// One row to enroll, validated by the caller.

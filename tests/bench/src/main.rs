@@ -7,6 +7,7 @@
 
 mod child;
 mod db;
+mod delete;
 mod grpc;
 mod ingest;
 mod raw;
@@ -105,6 +106,19 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         raw_minutes: f64,
     },
+    /// DeleteLedger of a --rows ledger while another ledger is claimed
+    /// continuously: the delete's duration, and the other ledger's claim
+    /// latency during the purge against the same loop just before it.
+    Delete {
+        #[arg(long, default_value_t = 1_000_000)]
+        rows: u64,
+        #[arg(long, default_value_t = 400_000)]
+        live_rows: u64,
+        #[arg(long, default_value_t = 10)]
+        claim_batch: i32,
+        #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+        before: Duration,
+    },
     /// Internal: run the server under test.
     Serve {
         #[arg(long)]
@@ -146,6 +160,20 @@ async fn main() -> anyhow::Result<()> {
                 interval: *interval,
             };
             run_sustained(scratch.url(), &opts, *raw_minutes).await
+        }
+        Some(Command::Delete {
+            rows,
+            live_rows,
+            claim_batch,
+            before,
+        }) => {
+            let opts = delete::Options {
+                rows: *rows,
+                live_rows: *live_rows,
+                claim_batch: *claim_batch,
+                before: *before,
+            };
+            delete::run(scratch.url(), &opts).await
         }
         _ => run(&cli, scratch.url()).await,
     };

@@ -25,6 +25,7 @@ async fn list_ledgers_pages_in_name_order() {
                 .list_ledgers(pb::ListLedgersRequest {
                     page_size: size,
                     page_token: token,
+                    ..Default::default()
                 })
                 .await
                 .unwrap()

@@ -1,4 +1,5 @@
-//! `tallyctl ledgers list|get|create|update`.
+//! `tallyctl ledgers list|get|create|update` (and `delete`, in
+//! [`super::ledger_delete`]).
 
 use crate::cli::{LedgersCmd, PolicyArgs};
 use crate::error::{CliError, ExitCode};
@@ -9,6 +10,22 @@ use tally_proto::v1 as pb;
 pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
     match cmd {
         LedgersCmd::List => list(ctx).await,
+        LedgersCmd::Delete {
+            ledger,
+            force,
+            wait,
+            interval,
+            etag,
+        } => {
+            let d = super::ledger_delete::Delete {
+                ledger,
+                force,
+                wait,
+                interval,
+                etag,
+            };
+            super::ledger_delete::run(ctx, d).await
+        }
         LedgersCmd::Get { ledger } => {
             let name = ledger_name(&ledger);
             let l = ctx
@@ -83,6 +100,7 @@ async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
             .list_ledgers(pb::ListLedgersRequest {
                 page_size: 1000,
                 page_token,
+                show_deleted: false,
             })
             .await
             .map_err(|s| CliError::server("list ledgers", s))?
@@ -127,6 +145,14 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
     if ctx.json {
         ctx.print_json(&render::ledger_json(l));
         return;
+    }
+    if l.state == pb::LedgerState::Deleting as i32 {
+        println!(
+            "{} is being deleted since {}: {}",
+            l.name,
+            render::time(l.delete_time.as_ref()),
+            render::purge_progress(l)
+        );
     }
     let p = l.policy.clone().unwrap_or_default();
     let b = p.budgets.unwrap_or_default();
@@ -183,6 +209,7 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
             ("created", render::time(l.create_time.as_ref())),
             ("updated", render::time(l.update_time.as_ref())),
             ("etag", l.etag.clone()),
+            ("state", render::ledger_state(l.state)),
         ])
     );
 }

@@ -55,6 +55,7 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.LedgerService/ListRows", E | O, Unary),
     m("/tally.v1.LedgerService/SummarizeLedger", E | W | O, Unary),
     m("/tally.v1.LedgerService/RedriveRows", O, Unary),
+    m("/tally.v1.LedgerService/DeleteLedger", O, Unary),
     m("/tally.v1.LedgerService/RegisterPrompt", E | O, Unary),
     m("/tally.v1.LedgerService/GetPrompt", E | W | O, Unary),
     // JobService
@@ -154,7 +155,7 @@ mod tests {
     #[test]
     fn every_described_rpc_is_in_the_table_with_its_kind() {
         let described = described();
-        assert_eq!(described.len(), 32, "the three services have 32 RPCs");
+        assert_eq!(described.len(), 33, "the three services have 33 RPCs");
         for (path, streams) in &described {
             let Route::Tally(method) = Route::of(path) else {
                 panic!("{path} is missing from auth::methods::METHODS (so it is denied to all)");
@@ -185,6 +186,7 @@ mod tests {
             "/tally.v1.LedgerService/CreateLedger",
             "/tally.v1.LedgerService/UpdateLedger",
             "/tally.v1.LedgerService/RedriveRows",
+            "/tally.v1.LedgerService/DeleteLedger",
             "/tally.v1.OperationsService/ListOperationEvents",
         ] {
             let Route::Tally(m) = Route::of(path) else {

@@ -220,6 +220,7 @@ async fn list_ledgers() {
             .rejected(env.client().list_ledgers(pb::ListLedgersRequest {
                 page_size: size,
                 page_token: String::new(),
+                ..Default::default()
             }))
             .await;
         assert_invalid(&s, &["page_size"]);
@@ -241,6 +242,7 @@ async fn list_ledgers() {
             .rejected(env.client().list_ledgers(pb::ListLedgersRequest {
                 page_size: 10,
                 page_token: token.into(),
+                ..Default::default()
             }))
             .await;
         assert_invalid(&s, &["page_token"]);

@@ -146,6 +146,7 @@ async fn list_rows() {
         .list_ledgers(pb::ListLedgersRequest {
             page_size: 1,
             page_token: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

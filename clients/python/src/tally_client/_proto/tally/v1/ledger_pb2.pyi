@@ -13,6 +13,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class LedgerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEDGER_STATE_UNSPECIFIED: _ClassVar[LedgerState]
+    LEDGER_STATE_ACTIVE: _ClassVar[LedgerState]
+    LEDGER_STATE_DELETING: _ClassVar[LedgerState]
+
 class EnrollOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ENROLL_OUTCOME_UNSPECIFIED: _ClassVar[EnrollOutcome]
@@ -41,6 +47,9 @@ class RowView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROW_VIEW_UNSPECIFIED: _ClassVar[RowView]
     ROW_VIEW_BASIC: _ClassVar[RowView]
     ROW_VIEW_FULL: _ClassVar[RowView]
+LEDGER_STATE_UNSPECIFIED: LedgerState
+LEDGER_STATE_ACTIVE: LedgerState
+LEDGER_STATE_DELETING: LedgerState
 ENROLL_OUTCOME_UNSPECIFIED: EnrollOutcome
 ENROLL_OUTCOME_ENROLLED: EnrollOutcome
 ENROLL_OUTCOME_ALREADY_PRESENT: EnrollOutcome
@@ -60,18 +69,38 @@ ROW_VIEW_BASIC: RowView
 ROW_VIEW_FULL: RowView
 
 class Ledger(_message.Message):
-    __slots__ = ("name", "policy", "create_time", "update_time", "etag")
+    __slots__ = ("name", "policy", "create_time", "update_time", "etag", "state", "delete_time", "purge")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PURGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     policy: LedgerPolicy
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     etag: str
-    def __init__(self, name: _Optional[str] = ..., policy: _Optional[_Union[LedgerPolicy, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ...) -> None: ...
+    state: LedgerState
+    delete_time: _timestamp_pb2.Timestamp
+    purge: LedgerPurge
+    def __init__(self, name: _Optional[str] = ..., policy: _Optional[_Union[LedgerPolicy, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., delete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., purge: _Optional[_Union[LedgerPurge, _Mapping]] = ...) -> None: ...
+
+class LedgerPurge(_message.Message):
+    __slots__ = ("rows_total", "rows_purged", "forced", "claims_expired", "jobs_abandoned")
+    ROWS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PURGED_FIELD_NUMBER: _ClassVar[int]
+    FORCED_FIELD_NUMBER: _ClassVar[int]
+    CLAIMS_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    JOBS_ABANDONED_FIELD_NUMBER: _ClassVar[int]
+    rows_total: int
+    rows_purged: int
+    forced: bool
+    claims_expired: int
+    jobs_abandoned: int
+    def __init__(self, rows_total: _Optional[int] = ..., rows_purged: _Optional[int] = ..., forced: _Optional[bool] = ..., claims_expired: _Optional[int] = ..., jobs_abandoned: _Optional[int] = ...) -> None: ...
 
 class LedgerPolicy(_message.Message):
     __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices")
@@ -166,12 +195,24 @@ class GetLedgerRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ListLedgersRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "show_deleted")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SHOW_DELETED_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    show_deleted: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., show_deleted: _Optional[bool] = ...) -> None: ...
+
+class DeleteLedgerRequest(_message.Message):
+    __slots__ = ("name", "force", "etag")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    force: bool
+    etag: str
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ..., etag: _Optional[str] = ...) -> None: ...
 
 class ListLedgersResponse(_message.Message):
     __slots__ = ("ledgers", "next_page_token")

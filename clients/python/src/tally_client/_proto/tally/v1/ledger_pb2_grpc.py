@@ -106,6 +106,11 @@ class LedgerServiceStub:
                 request_serializer=tally_dot_v1_dot_ledger__pb2.RedriveRowsRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_ledger__pb2.RedriveRowsResponse.FromString,
                 _registered_method=True)
+        self.DeleteLedger = channel.unary_unary(
+                '/tally.v1.LedgerService/DeleteLedger',
+                request_serializer=tally_dot_v1_dot_ledger__pb2.DeleteLedgerRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
+                _registered_method=True)
         self.RegisterPrompt = channel.unary_unary(
                 '/tally.v1.LedgerService/RegisterPrompt',
                 request_serializer=tally_dot_v1_dot_ledger__pb2.RegisterPromptRequest.SerializeToString,
@@ -229,6 +234,25 @@ class LedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteLedger(self, request, context):
+        """Operator: deletes a ledger and everything in it (rows, attempts,
+        claims, jobs and their provider operations, events, alerts), AIP-164
+        style. The call marks the ledger DELETING and returns it at once; from
+        then on every other RPC on it answers NOT_FOUND (GetLedger shows it
+        with `delete_time` and the purge's progress; ListLedgers only with
+        `show_deleted`), and CreateLedger with its id answers ALREADY_EXISTS
+        until a background purge in the servers has removed everything in
+        bounded batches and then the ledger itself (GetLedger: NOT_FOUND).
+        While the ledger has live claims or open jobs it is refused with
+        FAILED_PRECONDITION (ErrorInfo reason LEDGER_ACTIVE, metadata
+        `live_claims` and `open_jobs`) unless `force` is set; see
+        DeleteLedgerRequest.force. Deleting a ledger already DELETING answers
+        it again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RegisterPrompt(self, request, context):
         """Registers an immutable prompt template. The same name and version with the
         same text is a no-op; with other text it is ALREADY_EXISTS.
@@ -311,6 +335,11 @@ def add_LedgerServiceServicer_to_server(servicer, server):
                     servicer.RedriveRows,
                     request_deserializer=tally_dot_v1_dot_ledger__pb2.RedriveRowsRequest.FromString,
                     response_serializer=tally_dot_v1_dot_ledger__pb2.RedriveRowsResponse.SerializeToString,
+            ),
+            'DeleteLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteLedger,
+                    request_deserializer=tally_dot_v1_dot_ledger__pb2.DeleteLedgerRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_ledger__pb2.Ledger.SerializeToString,
             ),
             'RegisterPrompt': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterPrompt,
@@ -681,6 +710,33 @@ class LedgerService:
             '/tally.v1.LedgerService/RedriveRows',
             tally_dot_v1_dot_ledger__pb2.RedriveRowsRequest.SerializeToString,
             tally_dot_v1_dot_ledger__pb2.RedriveRowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.LedgerService/DeleteLedger',
+            tally_dot_v1_dot_ledger__pb2.DeleteLedgerRequest.SerializeToString,
+            tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,109 @@
+//! The background purge of deleted ledgers: batch after batch through
+//! `Store::purge_step` (one short transaction each, see
+//! `tally_store::purge`) while there is work, then a wait for the next
+//! interval or for a DeleteLedger through this replica. Every replica runs
+//! one; they share purges through the store's SKIP LOCKED, and a purge that
+//! a crash cut short is resumed by whichever replica looks next.
+
+use crate::config::PurgeArgs;
+use crate::metrics::Metrics;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tally_store::Store;
+use tally_store::purge::PurgeStep;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// Entries (rows, attempts, claims, jobs, …) purged by this replica.
+pub const PURGED: &str = "tally_purged_entries_total";
+/// Deleted ledgers whose purge this replica finished.
+pub const FINISHED: &str = "tally_ledgers_purged_total";
+
+/// Wakes the purger now (after a delete) instead of at its next interval.
+#[derive(Clone, Default)]
+pub struct Wake(Arc<Notify>);
+
+impl Wake {
+    pub fn now(&self) {
+        self.0.notify_one();
+    }
+}
+
+pub async fn run(
+    store: Store,
+    args: PurgeArgs,
+    wake: Wake,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
+    metrics.describe(
+        PURGED,
+        "counter",
+        "entries of deleted ledgers removed by this replica, by table",
+    );
+    metrics.describe(
+        FINISHED,
+        "counter",
+        "deleted ledgers whose purge this replica finished",
+    );
+    loop {
+        // Batches while there is work; each is its own transaction. A
+        // ledger waiting out its settle time moves to the back of the
+        // round; once every one left is waiting, so does this task.
+        let mut settling = HashSet::new();
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            match store.purge_step(args.purge_batch, args.purge_settle).await {
+                Ok(PurgeStep::Idle) => break,
+                Ok(PurgeStep::Settling { ledger }) => {
+                    if !settling.insert(ledger) {
+                        break;
+                    }
+                }
+                Ok(step) => record(&metrics, &step),
+                Err(e) => {
+                    tracing::warn!(error = %e, "purging a deleted ledger failed; retrying later");
+                    break;
+                }
+            }
+            if !args.purge_pause.is_zero() {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(args.purge_pause) => {}
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = wake.0.notified() => {}
+            _ = tokio::time::sleep(args.purge_interval) => {}
+        }
+    }
+}
+
+fn record(metrics: &Metrics, step: &PurgeStep) {
+    match step {
+        PurgeStep::Batch {
+            ledger,
+            table,
+            deleted,
+            attempts,
+        } => {
+            metrics.add(PURGED, &[("table", table)], *deleted as f64);
+            if *attempts > 0 {
+                metrics.add(PURGED, &[("table", "attempts")], *attempts as f64);
+            }
+            tracing::debug!(ledger = %ledger, table, deleted, attempts, "purged a batch");
+        }
+        PurgeStep::Counted { ledger, rows } => {
+            tracing::info!(ledger = %ledger, rows, "purging a deleted ledger");
+        }
+        PurgeStep::Finished { ledger } => {
+            metrics.inc(FINISHED, &[]);
+            tracing::info!(ledger = %ledger, "deleted ledger purged; its name is free");
+        }
+        PurgeStep::Settling { .. } | PurgeStep::Idle => {}
+    }
+}
