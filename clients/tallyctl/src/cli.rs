@@ -140,6 +140,23 @@ pub enum LedgersCmd {
         #[arg(long)]
         etag: Option<String>,
     },
+    /// Export every row to a new file, then delete the ledger: the delete
+    /// is sent only after the export is complete and fsynced, and only if
+    /// the ledger did not change while it was exported. Refused while rows
+    /// are RUNNING or jobs open (stop the workers, or let them finish).
+    Archive {
+        /// Ledger id.
+        ledger: String,
+        /// The archive file; must not exist yet.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        /// Archive format.
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: crate::export::ExportFormat,
+        /// Wait until the purge has finished, showing its progress.
+        #[arg(long)]
+        wait: bool,
+    },
 }
 
 #[derive(Debug, Clone, Args, Default)]

@@ -880,3 +880,83 @@ async fn ledgers_delete_refuses_active_work_then_forces_and_waits() {
     assert_eq!(doc["purge"]["forced"], false);
     env.stop().await;
 }
+
+// Invariant: `ledgers archive` deletes nothing unless every row is in the
+// archive: with work in flight it is refused before a file is made and the
+// ledger stays; once the work is done, the file holds every row exactly
+// once and only then is the ledger deleted; an existing file is never
+// overwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledgers_archive_exports_every_row_before_deleting() {
+    let env = Env::start().await;
+    env.ok(&["ledgers", "create", "old"]).await;
+    let lines: String = (0..300)
+        .map(|i| format!("{{\"key\": \"k{i}\", \"payload\": {{\"n\": {i}}}}}\n"))
+        .collect();
+    let file = env.file("rows.jsonl", &lines);
+    env.ok(&["enroll", "old", &file]).await;
+    let archive = env.dir.path().join("old.jsonl");
+    let archive_arg = archive.to_str().unwrap();
+
+    let mut client = env.client().await;
+    let claim = client
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: "ledgers/old".into(),
+            max_rows: 10,
+            worker: "test-worker".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .claim
+        .unwrap();
+    let r = env
+        .run(&["ledgers", "archive", "old", "-o", archive_arg])
+        .await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("10 RUNNING rows"), "{}", r.stderr);
+    assert!(!archive.exists(), "refused before a file was made");
+    client
+        .release_claim(pb::ReleaseClaimRequest {
+            name: claim.name,
+            keys: vec![],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        work(&env, "old", |k| Ok(format!("{{\"k\": \"{k}\"}}"))).await,
+        300
+    );
+
+    let r = env
+        .ok(&["ledgers", "archive", "old", "-o", archive_arg, "--wait"])
+        .await;
+    assert!(r.stderr.contains("archived 300 rows"), "{}", r.stderr);
+    assert!(r.stdout.contains("ledgers/old deleted"), "{}", r.stdout);
+    let text = std::fs::read_to_string(&archive).unwrap();
+    let mut keys: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 300, "every row exactly once");
+    let gone = env.run(&["ledgers", "get", "old"]).await;
+    assert!(gone.stderr.contains("NOT_FOUND"), "{}", gone.stderr);
+
+    // The archive file is never overwritten.
+    env.ok(&["ledgers", "create", "again"]).await;
+    let r = env
+        .run(&["ledgers", "archive", "again", "-o", archive_arg])
+        .await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("exists"), "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&archive).unwrap(), text);
+    env.stop().await;
+}

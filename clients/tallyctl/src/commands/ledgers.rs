@@ -1,5 +1,5 @@
-//! `tallyctl ledgers list|get|create|update` (and `delete`, in
-//! [`super::ledger_delete`]).
+//! `tallyctl ledgers list|get|create|update` (`delete` is in
+//! [`super::ledger_delete`], `archive` in [`super::ledger_archive`]).
 
 use crate::cli::{LedgersCmd, PolicyArgs};
 use crate::error::{CliError, ExitCode};
@@ -25,6 +25,20 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
                 etag,
             };
             super::ledger_delete::run(ctx, d).await
+        }
+        LedgersCmd::Archive {
+            ledger,
+            output,
+            format,
+            wait,
+        } => {
+            let a = super::ledger_archive::Archive {
+                ledger,
+                output,
+                format,
+                wait,
+            };
+            super::ledger_archive::run(ctx, a).await
         }
         LedgersCmd::Get { ledger } => {
             let name = ledger_name(&ledger);

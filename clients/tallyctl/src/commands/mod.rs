@@ -5,6 +5,7 @@
 pub mod enroll;
 pub mod export;
 pub mod jobs;
+pub mod ledger_archive;
 pub mod ledger_delete;
 pub mod ledgers;
 pub mod operations;
