@@ -93,6 +93,53 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// The `(verdict, rule)` pairs a report can answer from the built-in
+    /// rules (overrides aside): each rule with the severity the classifier
+    /// gives it, and the exhausted-budget rules, which are PERMANENT. Used
+    /// to create metric series before their first increment.
+    pub fn reported_verdicts() -> Vec<(&'static str, String)> {
+        use Severity::{Permanent, Retryable};
+        let mut out: Vec<(&'static str, String)> = [
+            (Permanent, Rule::FinishReasonBlocked),
+            (Permanent, Rule::FinishReasonMaxTokens),
+            (Retryable, Rule::FinishReasonOther),
+            (Permanent, Rule::FinishReasonOther),
+            (Permanent, Rule::PromptBlocked),
+            (Retryable, Rule::EmptyResponse),
+            (Retryable, Rule::InvalidOutput),
+            (Retryable, Rule::MissingFromOutput),
+            (Retryable, Rule::HttpTransient),
+            (Permanent, Rule::HttpPermanent),
+            (Retryable, Rule::StatusTransient),
+            (Permanent, Rule::StatusPermanent),
+            (Permanent, Rule::SafetyMessage),
+            (Retryable, Rule::UnknownRetryable),
+            (Retryable, Rule::JobFailed),
+            (Retryable, Rule::LeaseExpired),
+        ]
+        .into_iter()
+        .map(|(severity, rule)| (severity.verdict(), rule.name()))
+        .collect();
+        out.extend(
+            Budget::ALL
+                .into_iter()
+                .map(|b| ("PERMANENT", Rule::Exhausted(b).name())),
+        );
+        out
+    }
+}
+
+impl Severity {
+    /// The report verdict of this severity (`RETRYABLE`, `PERMANENT`).
+    pub const fn verdict(self) -> &'static str {
+        match self {
+            Severity::Retryable => "RETRYABLE",
+            Severity::Permanent => "PERMANENT",
+        }
+    }
+}
+
 impl std::fmt::Display for Rule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.name())

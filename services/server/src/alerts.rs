@@ -5,7 +5,7 @@
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature`), retried with
 //! backoff until acknowledged with a 2xx or given up.
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ResultLabels};
 use std::time::Duration;
 use tally_core::alert::{MAX_TRIES, SEND_BACKOFF};
 use tally_core::webhook::{Secret, sign};
@@ -66,9 +66,6 @@ impl Sender {
     }
 }
 
-/// Alert deliveries by result: delivered, retry, given_up.
-pub const METRIC: &str = "tally_alert_deliveries_total";
-
 /// Runs until `stop` fires.
 pub async fn run(
     store: Store,
@@ -77,7 +74,11 @@ pub async fn run(
     metrics: Metrics,
     stop: CancellationToken,
 ) {
-    metrics.describe(METRIC, "counter", "alert delivery tries by result");
+    for result in ["delivered", "retry", "given_up"] {
+        let _ = metrics
+            .alert_deliveries
+            .get_or_create(&ResultLabels { result });
+    }
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -113,17 +114,28 @@ async fn deliver_due(
         }
         match sender.deliver(&alert).await {
             Ok(()) => {
-                metrics.inc(METRIC, &[("result", "delivered")]);
+                metrics
+                    .alert_deliveries
+                    .get_or_create(&ResultLabels {
+                        result: "delivered",
+                    })
+                    .inc();
                 store.alert_delivered(alert.id).await?;
                 tracing::info!(ledger = %alert.ledger, id = %alert.msg_id, reason = %alert.kind, "alert delivered");
             }
             Err(why) if alert.tries >= MAX_TRIES => {
-                metrics.inc(METRIC, &[("result", "given_up")]);
+                metrics
+                    .alert_deliveries
+                    .get_or_create(&ResultLabels { result: "given_up" })
+                    .inc();
                 tracing::error!(ledger = %alert.ledger, id = %alert.msg_id, tries = alert.tries, error = %why, "alert given up");
                 store.alert_failed(alert.id, &why, None).await?;
             }
             Err(why) => {
-                metrics.inc(METRIC, &[("result", "retry")]);
+                metrics
+                    .alert_deliveries
+                    .get_or_create(&ResultLabels { result: "retry" })
+                    .inc();
                 let retry_in =
                     SEND_BACKOFF.delay(alert.tries.max(1) as u32, jitter(alert.id, alert.tries));
                 tracing::warn!(ledger = %alert.ledger, id = %alert.msg_id, tries = alert.tries, retry_in = ?retry_in, error = %why, "alert delivery failed");

@@ -119,6 +119,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_QUEUE_VACUUM_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub queue_vacuum_interval: Duration,
 
+    /// How often the backlog metrics (rows by ledger and status, oldest
+    /// runnable age, open jobs) are read from the database.
+    #[arg(long, env = "TALLY_BACKLOG_INTERVAL", default_value = "15s", value_parser = parse_duration)]
+    pub backlog_interval: Duration,
+
     /// How often expired claims are swept (their rows rescued).
     #[arg(long, env = "TALLY_SWEEP_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub sweep_interval: Duration,
@@ -475,6 +480,7 @@ impl ServeArgs {
             shutdown_grace: Duration::from_secs(5),
             sweep_interval: Duration::from_secs(1),
             queue_vacuum_interval: Duration::from_secs(2),
+            backlog_interval: Duration::from_millis(200),
             alert_secret: None,
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),

@@ -47,7 +47,7 @@ pub async fn watch_database(
             }
             up = Some(now_up);
         }
-        metrics.set("tally_database_up", &[], if now_up { 1.0 } else { 0.0 });
+        metrics.database_up.set(i64::from(now_up));
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}

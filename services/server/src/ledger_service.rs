@@ -17,11 +17,6 @@ use tally_store::purge::DeleteLedger;
 use tally_store::types::EnrollOutcome;
 use tonic::{Request, Response, Status};
 
-/// Rows newly enrolled, by ledger.
-pub const ROWS_ENROLLED: &str = "tally_rows_enrolled_total";
-/// Reported outcomes by ledger and the verdict the report answered.
-pub const ROWS_REPORTED: &str = "tally_rows_reported_total";
-
 pub struct Ledgers {
     store: Store,
     limits: Limits,
@@ -32,16 +27,6 @@ pub struct Ledgers {
 impl Ledgers {
     /// `purge` wakes this replica's purger after a DeleteLedger.
     pub fn new(store: Store, limits: Limits, metrics: Metrics, purge: purger::Wake) -> Self {
-        metrics.describe(
-            ROWS_ENROLLED,
-            "counter",
-            "rows newly enrolled (not already present, not conflicting), by ledger",
-        );
-        metrics.describe(
-            ROWS_REPORTED,
-            "counter",
-            "reported row outcomes by ledger and the verdict answered",
-        );
         Self {
             store,
             limits,
@@ -146,8 +131,8 @@ impl LedgerService for Ledgers {
     ) -> Reply<pb::EnrollRowsResponse> {
         let (ledger, rows) = validate::enroll(req.into_inner(), &self.limits)?;
         let outcomes = self
-            .store
-            .enroll(&ledger, &rows)
+            .metrics
+            .timed("enroll", self.store.enroll(&ledger, &rows))
             .await
             .map_err(from_store)?;
         let mut resp = pb::EnrollRowsResponse::default();
@@ -171,13 +156,8 @@ impl LedgerService for Ledgers {
                 outcome: o as i32,
             });
         }
-        if resp.enrolled > 0 {
-            self.metrics.add(
-                ROWS_ENROLLED,
-                &[("ledger", ledger.as_str())],
-                f64::from(resp.enrolled),
-            );
-        }
+        self.metrics
+            .rows_enrolled_in(&ledger, resp.enrolled.max(0) as u64);
         tracing::debug!(ledger = %ledger, enrolled = resp.enrolled, present = resp.already_present, conflicts = resp.conflicts, "rows enrolled");
         Ok(Response::new(resp))
     }
@@ -185,10 +165,12 @@ impl LedgerService for Ledgers {
     async fn claim_rows(&self, req: Request<pb::ClaimRowsRequest>) -> Reply<pb::ClaimRowsResponse> {
         let (ledger, claim) = validate::claim_rows(req.get_ref(), &self.limits)?;
         let grant = self
-            .store
-            .claim_rows(&ledger, &claim)
+            .metrics
+            .timed("claim", self.store.claim_rows(&ledger, &claim))
             .await
             .map_err(from_store)?;
+        let claimed = grant.as_ref().map_or(0, |g| g.rows.len());
+        self.metrics.rows_claimed_in(&ledger, claimed as u64);
         Ok(Response::new(match grant {
             None => pb::ClaimRowsResponse::default(),
             Some(g) => pb::ClaimRowsResponse {
@@ -243,10 +225,11 @@ impl LedgerService for Ledgers {
         let actor = actor(&req);
         let (ledger, token, items) = validate::report(req.into_inner(), &self.limits)?;
         let summary = self
-            .store
-            .report(&ledger, token, &items, &actor)
+            .metrics
+            .timed("report", self.store.report(&ledger, token, &items, &actor))
             .await
             .map_err(from_store)?;
+        self.metrics.report_verdicts(&ledger, &summary.verdicts);
         let mut resp = pb::ReportOutcomesResponse {
             held: summary.held,
             ..Default::default()
@@ -269,21 +252,6 @@ impl LedgerService for Ledgers {
                 next_attempt_time: convert::opt_timestamp(v.next_attempt_time),
                 attempts: Some(convert::attempts(v.failures, v.total)),
             });
-        }
-        for (status, n) in [
-            ("SUCCEEDED", resp.succeeded),
-            ("RETRYABLE", resp.retryable),
-            ("PERMANENT", resp.permanent),
-            ("STALE", resp.stale),
-            ("DUPLICATE", resp.duplicate),
-        ] {
-            if n > 0 {
-                self.metrics.add(
-                    ROWS_REPORTED,
-                    &[("ledger", ledger.as_str()), ("status", status)],
-                    f64::from(n),
-                );
-            }
         }
         Ok(Response::new(resp))
     }

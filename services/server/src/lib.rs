@@ -23,6 +23,7 @@
 
 pub mod alerts;
 pub mod auth;
+pub mod backlog;
 pub mod caller;
 pub mod config;
 pub mod convert;
@@ -30,6 +31,7 @@ pub mod database;
 pub mod health;
 pub mod job_convert;
 pub mod job_service;
+pub mod ledger_metrics;
 pub mod ledger_service;
 pub mod limits;
 pub mod maintenance;

@@ -22,10 +22,10 @@
 //! (set per service in [`crate::server`]); rows per call are checked in
 //! [`crate::validate`].
 
-use crate::auth::layer::{REFUSED, peer_addr};
+use crate::auth::layer::peer_addr;
 use crate::auth::methods::{Kind, Route};
 use crate::config::Limits;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabels};
 use crate::status;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -93,11 +93,14 @@ struct State {
 impl LimitsLayer {
     /// `end_streams`, when cancelled, ends every open stream (shutdown).
     pub fn new(limits: &Limits, metrics: Metrics, end_streams: CancellationToken) -> Self {
-        metrics.describe(
-            REFUSED,
-            "counter",
-            "calls refused before reaching a handler, by reason",
-        );
+        for reason in [
+            "TOO_MANY_CALLS",
+            "TOO_MANY_STREAMS",
+            "CONNECTION_LIMIT",
+            "REQUEST_TIMEOUT",
+        ] {
+            let _ = metrics.rpc_refused.get_or_create(&ReasonLabels { reason });
+        }
         Self {
             state: Arc::new(State {
                 calls: Arc::new(Semaphore::new(limits.max_concurrent_calls)),
@@ -303,7 +306,10 @@ impl State {
             ),
         };
         tracing::warn!(method, reason, "call refused");
-        self.metrics.inc(REFUSED, &[("reason", reason)]);
+        self.metrics
+            .rpc_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
         let meta = HashMap::from([
             ("method".to_string(), method.to_string()),
             ("limit".to_string(), limit.to_string()),

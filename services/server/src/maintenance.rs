@@ -16,16 +16,6 @@ pub async fn vacuum_queue(
     metrics: Metrics,
     stop: CancellationToken,
 ) {
-    metrics.describe(
-        "tally_queue_dead_entries",
-        "gauge",
-        "dead tuples in the runnable queue table at the last check",
-    );
-    metrics.describe(
-        "tally_queue_vacuums_total",
-        "counter",
-        "VACUUMs of the runnable queue run by this replica",
-    );
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -38,14 +28,14 @@ pub async fn vacuum_queue(
                 continue;
             }
         };
-        metrics.set("tally_queue_dead_entries", &[], stats.dead as f64);
+        metrics.queue_dead_entries.set(stats.dead);
         if !stats.needs_vacuum(MIN_DEAD) {
             continue;
         }
         let started = std::time::Instant::now();
         match store.vacuum_queue().await {
             Ok(true) => {
-                metrics.inc("tally_queue_vacuums_total", &[]);
+                metrics.queue_vacuums.inc();
                 tracing::debug!(dead = stats.dead, live = stats.live, took = ?started.elapsed(), "vacuumed the runnable queue");
             }
             Ok(false) => {}

@@ -1,229 +1,480 @@
-//! A small Prometheus registry: labelled counters, gauges and fixed-bucket
-//! histograms, rendered in the text exposition format at `/metrics`. Small
-//! enough that a crate would add more than it saves.
+//! Every metric the server exports, as typed `prometheus-client` families
+//! in one registry, rendered at `/metrics` in the OpenMetrics text format.
+//!
+//! Counters are registered without their `_total` suffix (the encoder adds
+//! it), so `rows_enrolled` is scraped as `tally_rows_enrolled_total`. Label
+//! sets that are known in advance (codes, reasons, verdicts, rules, and each
+//! ledger once it is seen: [`Metrics::ledger_seen`]) are created at zero, so
+//! the first increment shows in `increase()`.
+//!
+//! The families are grouped by who writes them: the request layers, the
+//! ledger handlers, the background tasks (backlog refresher, sweeper,
+//! vacuum, alerts), and collectors read at scrape time (pool, process).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use tally_store::Store;
 
-type Key = (String, Vec<(String, String)>);
-type Series = BTreeMap<Key, f64>;
+/// Upper bounds of the duration buckets, in seconds (the default
+/// `--request-timeout` is 30s).
+pub const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
 
-#[derive(Clone, Default)]
-pub struct Metrics {
-    inner: Arc<Mutex<Inner>>,
+/// Row statuses a report answers, as `tally_rows_reported_total` labels them.
+pub const REPORT_STATUSES: [&str; 5] =
+    ["SUCCEEDED", "RETRYABLE", "PERMANENT", "STALE", "DUPLICATE"];
+
+/// The calls timed by `tally_ledger_call_duration_seconds`.
+pub const CALLS: [&str; 3] = ["claim", "report", "enroll"];
+
+type F64Gauge = Gauge<f64, AtomicU64>;
+
+macro_rules! labels {
+    ($name:ident { $($field:ident : $ty:ty),* }) => {
+        #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+        pub struct $name { $(pub $field: $ty),* }
+    };
 }
 
-#[derive(Default)]
+labels!(RpcLabels { service: &'static str, method: &'static str, code: &'static str });
+labels!(MethodLabels { service: &'static str, method: &'static str });
+labels!(LedgerLabels { ledger: String });
+labels!(LedgerStatus { ledger: String, status: &'static str });
+labels!(VerdictLabels { ledger: String, verdict: &'static str, rule: String });
+labels!(JobLabels { ledger: String, state: &'static str });
+labels!(CallLabels { call: &'static str });
+labels!(ReasonLabels { reason: &'static str });
+labels!(OutcomeLabels { outcome: &'static str });
+labels!(EventLabels { verdict: &'static str, reason: &'static str });
+labels!(ResultLabels { result: &'static str });
+
+impl LedgerLabels {
+    pub fn of(ledger: &str) -> Self {
+        Self {
+            ledger: ledger.to_string(),
+        }
+    }
+}
+
+/// The metric families. Cheap to clone (each family is an `Arc`).
+#[derive(Clone)]
+pub struct Families {
+    // Request layers.
+    pub grpc_requests: Family<RpcLabels, Counter>,
+    pub grpc_duration: Family<MethodLabels, Histogram>,
+    pub rpc_refused: Family<ReasonLabels, Counter>,
+    // Ledger handlers.
+    pub rows_enrolled: Family<LedgerLabels, Counter>,
+    pub rows_claimed: Family<LedgerLabels, Counter>,
+    pub rows_reported: Family<LedgerStatus, Counter>,
+    pub row_verdicts: Family<VerdictLabels, Counter>,
+    pub call_duration: Family<CallLabels, Histogram>,
+    // Operations and webhooks.
+    pub webhook_requests: Family<OutcomeLabels, Counter>,
+    pub operation_events: Family<EventLabels, Counter>,
+    pub operation_cas_conflicts: Counter,
+    // Background tasks.
+    pub database_up: Gauge,
+    pub watch_streams: Gauge,
+    pub alert_deliveries: Family<ResultLabels, Counter>,
+    pub queue_dead_entries: Gauge,
+    pub queue_vacuums: Counter,
+    pub rows_released: Counter,
+    pub rows_rescued: Counter,
+    pub jobs_abandoned: Counter,
+    // The backlog refresher.
+    pub ledger_rows: Family<LedgerStatus, Gauge>,
+    pub ledger_rows_held: Family<LedgerLabels, Gauge>,
+    pub oldest_runnable_age: Family<LedgerLabels, F64Gauge>,
+    pub jobs_open: Family<JobLabels, Gauge>,
+    pub backlog_refreshed: F64Gauge,
+}
+
+fn histogram() -> Histogram {
+    Histogram::new(BUCKETS.iter().copied())
+}
+
 struct Inner {
-    help: BTreeMap<String, (&'static str, &'static str)>,
-    series: Series,
-    /// Upper bounds of each histogram's buckets, by metric name.
-    buckets: BTreeMap<String, &'static [f64]>,
-    histograms: BTreeMap<Key, Histogram>,
+    registry: Registry,
+    families: Families,
+    /// Ledgers whose label sets were created at zero.
+    seen: Mutex<HashSet<String>>,
 }
 
-/// One labelled histogram: per-bucket (not cumulative) counts, sum, count.
-struct Histogram {
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
+/// The server's metrics: the families, and the registry that renders them.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::ops::Deref for Metrics {
+    type Target = Families;
+    fn deref(&self) -> &Families {
+        &self.0.families
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Metrics {
+    /// The families without the pool collector (for tests of one layer).
     pub fn new() -> Self {
-        Self::default()
+        Self::build(None)
     }
 
-    /// Declares a metric (`kind` is `counter` or `gauge`).
-    pub fn describe(&self, name: &str, kind: &'static str, help: &'static str) {
-        self.lock().help.insert(name.to_string(), (kind, help));
+    /// Every family, and the pool's connections read from `store` at each
+    /// scrape.
+    pub fn with_store(store: Store) -> Self {
+        Self::build(Some(store))
     }
 
-    /// Declares a histogram with fixed bucket upper bounds (ascending; the
-    /// `+Inf` bucket is implied).
-    pub fn describe_histogram(&self, name: &str, help: &'static str, buckets: &'static [f64]) {
-        let mut inner = self.lock();
-        inner.help.insert(name.to_string(), ("histogram", help));
-        inner.buckets.insert(name.to_string(), buckets);
+    fn build(store: Option<Store>) -> Self {
+        let families = Families {
+            grpc_requests: Default::default(),
+            grpc_duration: Family::new_with_constructor(histogram),
+            rpc_refused: Default::default(),
+            rows_enrolled: Default::default(),
+            rows_claimed: Default::default(),
+            rows_reported: Default::default(),
+            row_verdicts: Default::default(),
+            call_duration: Family::new_with_constructor(histogram),
+            webhook_requests: Default::default(),
+            operation_events: Default::default(),
+            operation_cas_conflicts: Default::default(),
+            database_up: Default::default(),
+            watch_streams: Default::default(),
+            alert_deliveries: Default::default(),
+            queue_dead_entries: Default::default(),
+            queue_vacuums: Default::default(),
+            rows_released: Default::default(),
+            rows_rescued: Default::default(),
+            jobs_abandoned: Default::default(),
+            ledger_rows: Default::default(),
+            ledger_rows_held: Default::default(),
+            oldest_runnable_age: Default::default(),
+            jobs_open: Default::default(),
+            backlog_refreshed: Default::default(),
+        };
+        let mut r = Registry::default();
+        let f = &families;
+        r.register(
+            "tally_grpc_requests",
+            "gRPC calls by service, method and status code (streams counted when they start; health and reflection not counted)",
+            f.grpc_requests.clone(),
+        );
+        r.register(
+            "tally_grpc_request_duration_seconds",
+            "gRPC call duration in seconds (streams: time to the response headers)",
+            f.grpc_duration.clone(),
+        );
+        r.register(
+            "tally_rpc_refused",
+            "calls refused by the auth and limits layers, by reason",
+            f.rpc_refused.clone(),
+        );
+        r.register(
+            "tally_rows_enrolled",
+            "newly enrolled rows by ledger",
+            f.rows_enrolled.clone(),
+        );
+        r.register(
+            "tally_rows_claimed",
+            "rows handed out by ClaimRows, by ledger",
+            f.rows_claimed.clone(),
+        );
+        r.register(
+            "tally_rows_reported",
+            "reported rows by ledger and verdict",
+            f.rows_reported.clone(),
+        );
+        r.register(
+            "tally_row_verdicts",
+            "ReportOutcomes verdicts by ledger, verdict and the rule that decided it",
+            f.row_verdicts.clone(),
+        );
+        r.register(
+            "tally_ledger_call_duration_seconds",
+            "time in the store of ClaimRows, ReportOutcomes and EnrollRows, in seconds",
+            f.call_duration.clone(),
+        );
+        r.register(
+            "tally_webhook_requests",
+            "webhook deliveries by outcome (accepted, unparseable, unauthorized, malformed, too_large, unavailable, error)",
+            f.webhook_requests.clone(),
+        );
+        r.register(
+            "tally_operation_events",
+            "operation events ingested, by verdict and drop reason",
+            f.operation_events.clone(),
+        );
+        r.register(
+            "tally_operation_cas_conflicts",
+            "operation writes that lost the compare-and-swap and were decided again",
+            f.operation_cas_conflicts.clone(),
+        );
+        r.register(
+            "tally_database_up",
+            "1 while the database answers",
+            f.database_up.clone(),
+        );
+        r.register(
+            "tally_watch_streams",
+            "open WatchJobs streams",
+            f.watch_streams.clone(),
+        );
+        r.register(
+            "tally_alert_deliveries",
+            "alert delivery tries by result",
+            f.alert_deliveries.clone(),
+        );
+        r.register(
+            "tally_queue_dead_entries",
+            "dead tuples in the runnable queue",
+            f.queue_dead_entries.clone(),
+        );
+        r.register(
+            "tally_queue_vacuums",
+            "vacuums of the runnable queue",
+            f.queue_vacuums.clone(),
+        );
+        r.register(
+            "tally_rows_released",
+            "rows of abandoned (PREPARING) jobs put back without an attempt by this replica's sweeper",
+            f.rows_released.clone(),
+        );
+        r.register(
+            "tally_rows_rescued",
+            "rows of expired claims (lease expiries) rescued by this replica's sweeper, each counted as an infra attempt",
+            f.rows_rescued.clone(),
+        );
+        r.register(
+            "tally_jobs_abandoned",
+            "PREPARING jobs abandoned because their claim's lease expired, by this replica's sweeper",
+            f.jobs_abandoned.clone(),
+        );
+        r.register(
+            "tally_ledger_rows",
+            "rows by ledger and stored status: the planner's estimate (extended statistics, refreshed by ANALYZE); held rows keep their stored status here",
+            f.ledger_rows.clone(),
+        );
+        r.register(
+            "tally_ledger_rows_held",
+            "rows held by active claims (shown RUNNING), by ledger",
+            f.ledger_rows_held.clone(),
+        );
+        r.register(
+            "tally_ledger_oldest_runnable_age_seconds",
+            "age of the oldest claimable row (ready_time in the past), by ledger; 0 when none",
+            f.oldest_runnable_age.clone(),
+        );
+        r.register(
+            "tally_jobs_open",
+            "jobs not yet ended, by ledger and state",
+            f.jobs_open.clone(),
+        );
+        r.register(
+            "tally_backlog_refresh_time_seconds",
+            "Unix time of the last successful backlog refresh",
+            f.backlog_refreshed.clone(),
+        );
+        if let Some(store) = store {
+            r.register_collector(Box::new(PoolCollector(store)));
+        }
+        tally_telemetry::register_build_info(&mut r, env!("CARGO_PKG_VERSION"));
+        let metrics = Self(Arc::new(Inner {
+            registry: r,
+            families,
+            seen: Mutex::new(HashSet::new()),
+        }));
+        metrics.preinit();
+        metrics
     }
 
-    /// Records one observation in a histogram declared with
-    /// [`Metrics::describe_histogram`] (an undeclared one gets only `+Inf`).
-    pub fn observe(&self, name: &str, labels: &[(&str, &str)], value: f64) {
-        let mut inner = self.lock();
-        let bounds = inner.buckets.get(name).copied().unwrap_or(&[]);
-        let h = inner
-            .histograms
-            .entry(key(name, labels))
-            .or_insert_with(|| Histogram {
-                counts: vec![0; bounds.len() + 1],
-                sum: 0.0,
-                count: 0,
+    /// Zeros for the label sets known before any call.
+    fn preinit(&self) {
+        for call in CALLS {
+            let _ = self.call_duration.get_or_create(&CallLabels { call });
+        }
+    }
+
+    /// Creates a ledger's label sets at zero, once per ledger: its row
+    /// counters by verdict, and PERMANENT and RETRYABLE by each built-in
+    /// rule that can give them.
+    pub fn ledger_seen(&self, ledger: &str) {
+        {
+            let mut seen = self.0.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if seen.len() >= MAX_LEDGERS_PREINIT || !seen.insert(ledger.to_string()) {
+                return;
+            }
+        }
+        let l = LedgerLabels::of(ledger);
+        let _ = self.rows_enrolled.get_or_create(&l);
+        let _ = self.rows_claimed.get_or_create(&l);
+        for status in REPORT_STATUSES {
+            let _ = self.rows_reported.get_or_create(&LedgerStatus {
+                ledger: ledger.to_string(),
+                status,
             });
-        let i = bounds
-            .iter()
-            .position(|b| value <= *b)
-            .unwrap_or(bounds.len());
-        h.counts[i] += 1;
-        h.sum += value;
-        h.count += 1;
+        }
+        let _ = self.row_verdicts.get_or_create(&VerdictLabels {
+            ledger: ledger.to_string(),
+            verdict: "SUCCEEDED",
+            rule: "success".into(),
+        });
+        for (verdict, rule) in tally_core::classify::Rule::reported_verdicts() {
+            let _ = self.row_verdicts.get_or_create(&VerdictLabels {
+                ledger: ledger.to_string(),
+                verdict,
+                rule,
+            });
+        }
     }
 
-    /// How many observations a histogram series holds.
-    pub fn observed(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        self.lock()
-            .histograms
-            .get(&key(name, labels))
-            .map_or(0, |h| h.count)
-    }
-
-    pub fn add(&self, name: &str, labels: &[(&str, &str)], by: f64) {
-        let key = key(name, labels);
-        *self.lock().series.entry(key).or_insert(0.0) += by;
-    }
-
-    pub fn inc(&self, name: &str, labels: &[(&str, &str)]) {
-        self.add(name, labels, 1.0);
-    }
-
-    pub fn set(&self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.lock().series.insert(key(name, labels), value);
-    }
-
-    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.lock()
-            .series
-            .get(&key(name, labels))
-            .copied()
-            .unwrap_or(0.0)
-    }
-
+    /// The OpenMetrics text of every family.
     pub fn render(&self) -> String {
-        let inner = self.lock();
-        let mut out = String::new();
-        let mut last = "";
-        for ((name, labels), value) in &inner.series {
-            if name != last {
-                if let Some((kind, help)) = inner.help.get(name) {
-                    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                }
-                last = name;
-            }
-            sample(&mut out, name, labels, None, *value);
-        }
-        for ((name, labels), h) in &inner.histograms {
-            if name != last {
-                if let Some((kind, help)) = inner.help.get(name) {
-                    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                }
-                last = name;
-            }
-            let bounds = inner.buckets.get(name).copied().unwrap_or(&[]);
-            let bucket = format!("{name}_bucket");
-            let mut cumulative = 0;
-            for (i, n) in h.counts.iter().enumerate() {
-                cumulative += n;
-                let le = bounds
-                    .get(i)
-                    .map_or_else(|| "+Inf".to_string(), f64::to_string);
-                sample(&mut out, &bucket, labels, Some(&le), cumulative as f64);
-            }
-            sample(&mut out, &format!("{name}_sum"), labels, None, h.sum);
-            sample(
-                &mut out,
-                &format!("{name}_count"),
-                labels,
-                None,
-                h.count as f64,
-            );
-        }
-        out
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        tally_telemetry::render(&self.0.registry)
     }
 }
 
-/// One sample line; `le` is a histogram bucket's bound, last of the labels.
-fn sample(out: &mut String, name: &str, labels: &[(String, String)], le: Option<&str>, value: f64) {
-    let mut labels: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
-        .collect();
-    if let Some(le) = le {
-        labels.push(format!("le=\"{le}\""));
-    }
-    if labels.is_empty() {
-        let _ = writeln!(out, "{name} {value}");
-    } else {
-        let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
+/// Ledgers given zero series up front; past this, a ledger's series appear
+/// at its first increment (bounds the memory a flood of ledgers takes).
+pub const MAX_LEDGERS_PREINIT: usize = 10_000;
+
+/// The pool's connections, read at each scrape (no database call).
+struct PoolCollector(Store);
+
+impl std::fmt::Debug for PoolCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PoolCollector")
     }
 }
 
-fn key(name: &str, labels: &[(&str, &str)]) -> (String, Vec<(String, String)>) {
-    let mut l: Vec<(String, String)> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    l.sort();
-    (name.to_string(), l)
+impl Collector for PoolCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let pool = self.0.pool();
+        let size = i64::from(pool.size());
+        let idle = i64::try_from(pool.num_idle()).unwrap_or(i64::MAX);
+        let in_use = ConstGauge::new((size - idle).max(0));
+        in_use.encode(e.encode_descriptor(
+            "tally_db_pool_connections_in_use",
+            "pool connections lent out",
+            None,
+            in_use.metric_type(),
+        )?)?;
+        let idle = ConstGauge::new(idle);
+        idle.encode(e.encode_descriptor(
+            "tally_db_pool_connections_idle",
+            "pool connections open and idle",
+            None,
+            idle.metric_type(),
+        )?)?;
+        let max = ConstGauge::new(i64::from(pool.options().get_max_connections()));
+        max.encode(e.encode_descriptor(
+            "tally_db_pool_connections_max",
+            "most connections the pool opens",
+            None,
+            max.metric_type(),
+        )?)?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tally_telemetry::exposition::parse;
 
+    /// Counters render with `_total`, and the HELP and TYPE lines name the
+    /// family. (prometheus-client 0.24 does not escape label values; every
+    /// value here is a fixed string or a validated id of `[a-z0-9_-]`.)
     #[test]
     fn renders_the_text_format() {
         let m = Metrics::new();
-        m.describe("tally_events_total", "counter", "events by verdict");
-        m.inc("tally_events_total", &[("verdict", "applied")]);
-        m.add(
-            "tally_events_total",
-            &[("verdict", "dropped"), ("reason", "lower_rank")],
-            2.0,
-        );
-        m.set("tally_db_up", &[], 1.0);
+        m.rows_enrolled
+            .get_or_create(&LedgerLabels::of("ledger-1"))
+            .inc_by(2);
+        m.database_up.set(1);
         let text = m.render();
-        assert!(text.contains("# TYPE tally_events_total counter"));
-        assert!(text.contains("tally_events_total{reason=\"lower_rank\",verdict=\"dropped\"} 2"));
-        assert!(text.contains("tally_db_up 1"));
-        assert_eq!(m.get("tally_events_total", &[("verdict", "applied")]), 1.0);
+        let s = parse(&text).unwrap();
+        assert_eq!(s.family("tally_rows_enrolled").unwrap().kind, "counter");
+        assert_eq!(
+            s.sample("tally_rows_enrolled_total", &[("ledger", "ledger-1")]),
+            Some(2.0)
+        );
+        assert_eq!(s.sample("tally_database_up", &[]), Some(1.0));
     }
 
+    /// A ledger seen once has every report status and known rule at zero,
+    /// so the first PERMANENT report shows in `increase()`.
     #[test]
-    fn renders_histograms_with_cumulative_buckets() {
+    fn a_seen_ledger_has_its_series_at_zero() {
         let m = Metrics::new();
-        m.describe_histogram("tally_d_seconds", "durations", &[0.125, 1.0]);
-        m.inc("tally_a_total", &[]);
-        for v in [0.0625, 0.125, 0.5, 3.0] {
-            m.observe("tally_d_seconds", &[("method", "M")], v);
+        m.ledger_seen("l");
+        m.ledger_seen("l");
+        let s = parse(&m.render()).unwrap();
+        for status in REPORT_STATUSES {
+            assert_eq!(
+                s.sample(
+                    "tally_rows_reported_total",
+                    &[("ledger", "l"), ("status", status)]
+                ),
+                Some(0.0),
+                "{status}"
+            );
         }
-        let text = m.render();
-        assert!(text.contains("# TYPE tally_d_seconds histogram"), "{text}");
-        assert!(
-            text.contains("tally_d_seconds_bucket{method=\"M\",le=\"0.125\"} 2\n"),
-            "{text}"
+        assert_eq!(
+            s.sample(
+                "tally_row_verdicts_total",
+                &[
+                    ("ledger", "l"),
+                    ("verdict", "PERMANENT"),
+                    ("rule", "http_permanent")
+                ]
+            ),
+            Some(0.0)
         );
-        assert!(
-            text.contains("tally_d_seconds_bucket{method=\"M\",le=\"1\"} 3\n"),
-            "{text}"
+        assert_eq!(
+            s.sample("tally_rows_enrolled_total", &[("ledger", "l")]),
+            Some(0.0)
         );
-        assert!(
-            text.contains("tally_d_seconds_bucket{method=\"M\",le=\"+Inf\"} 4\n"),
-            "{text}"
+    }
+
+    /// Histograms render cumulative buckets with the shared bounds.
+    #[test]
+    fn histograms_have_cumulative_buckets() {
+        let m = Metrics::new();
+        let h = m.call_duration.get_or_create(&CallLabels { call: "claim" });
+        for v in [0.0005, 0.02, 3.0] {
+            h.observe(v);
+        }
+        drop(h);
+        let s = parse(&m.render()).unwrap();
+        let bucket = |le| {
+            s.sample(
+                "tally_ledger_call_duration_seconds_bucket",
+                &[("call", "claim"), ("le", le)],
+            )
+        };
+        assert_eq!(bucket("0.001"), Some(1.0));
+        assert_eq!(bucket("0.025"), Some(2.0));
+        assert_eq!(bucket("+Inf"), Some(3.0));
+        assert_eq!(
+            s.sample(
+                "tally_ledger_call_duration_seconds_count",
+                &[("call", "report")]
+            ),
+            Some(0.0)
         );
-        assert!(
-            text.contains("tally_d_seconds_sum{method=\"M\"} 3.6875\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tally_d_seconds_count{method=\"M\"} 4\n"),
-            "{text}"
-        );
-        assert!(text.contains("tally_a_total 1\n"), "{text}");
-        assert_eq!(m.observed("tally_d_seconds", &[("method", "M")]), 4);
     }
 }

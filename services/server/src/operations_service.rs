@@ -12,7 +12,7 @@
 //! with a poll as the fallback, so a slow consumer holds at most a page and
 //! a small channel in memory and a reconnecting one resumes by sequence.
 
-use crate::metrics::Metrics;
+use crate::metrics::{EventLabels, Metrics};
 use crate::paging;
 use crate::status::{from_store, invalid, invalid_field};
 use crate::wakeup::Wakeups;
@@ -44,10 +44,6 @@ const MAX_OUTPUT_FILE: usize = 2048;
 const MAX_ERROR_CODE: usize = 256;
 const MAX_ERROR_MESSAGE: usize = 4096;
 
-/// The metric every ingested event is counted in, by verdict and reason.
-pub const EVENTS_METRIC: &str = "tally_operation_events_total";
-const CAS_METRIC: &str = "tally_operation_cas_conflicts_total";
-
 pub struct Operations {
     store: Store,
     metrics: Metrics,
@@ -75,24 +71,13 @@ impl Operations {
     }
 }
 
-/// Declares the operation metrics, with a zero for every verdict and
-/// reason so dashboards see the series before the first drop.
+/// Creates the operation metrics at zero for every verdict and reason, so
+/// dashboards see the series before the first drop.
 pub fn describe_metrics(metrics: &Metrics) {
-    metrics.describe(
-        EVENTS_METRIC,
-        "counter",
-        "operation events ingested, by verdict and drop reason",
-    );
-    metrics.describe(
-        CAS_METRIC,
-        "counter",
-        "operation writes that lost the compare-and-swap and were decided again",
-    );
-    metrics.add(
-        EVENTS_METRIC,
-        &[("verdict", "applied"), ("reason", "")],
-        0.0,
-    );
+    let _ = metrics.operation_events.get_or_create(&EventLabels {
+        verdict: "applied",
+        reason: "",
+    });
     for reason in DropReason::all() {
         let verdict = match reason {
             DropReason::TerminalConflict => "recorded",
@@ -101,22 +86,25 @@ pub fn describe_metrics(metrics: &Metrics) {
             | DropReason::StaleOrEqualUpdateTime
             | DropReason::DuplicateEvent => "dropped",
         };
-        metrics.add(
-            EVENTS_METRIC,
-            &[("verdict", verdict), ("reason", reason.as_str())],
-            0.0,
-        );
+        let _ = metrics.operation_events.get_or_create(&EventLabels {
+            verdict,
+            reason: reason.as_str(),
+        });
     }
-    metrics.add(CAS_METRIC, &[], 0.0);
 }
 
 /// Counts one ingested event (gRPC and webhook alike) and logs it.
 pub fn record_ingest(metrics: &Metrics, event: &IncomingEvent, result: &IngestResult) {
     let verdict = result.verdict().as_str();
     let reason = result.decision.reason().map_or("", |r| r.as_str());
-    metrics.inc(EVENTS_METRIC, &[("verdict", verdict), ("reason", reason)]);
+    metrics
+        .operation_events
+        .get_or_create(&EventLabels { verdict, reason })
+        .inc();
     if result.cas_conflicts > 0 {
-        metrics.add(CAS_METRIC, &[], f64::from(result.cas_conflicts));
+        metrics
+            .operation_cas_conflicts
+            .inc_by(u64::from(result.cas_conflicts));
     }
     tracing::info!(
         operation = %event.operation,

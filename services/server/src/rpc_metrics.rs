@@ -20,10 +20,12 @@
 //! The layer is outermost, so calls refused by the auth and limits layers
 //! are counted with their codes too. Paths that are not a known RPC are
 //! counted as `service="unknown",method="unknown"`, so a client cannot
-//! create series at will.
+//! create series at will. Health checks and reflection are not counted at
+//! all: probes every few seconds would dilute the error ratio the alerts
+//! watch.
 
 use crate::auth::methods::{Kind, METHODS, Route};
-use crate::metrics::Metrics;
+use crate::metrics::{MethodLabels, Metrics, RpcLabels};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body::Frame;
@@ -34,32 +36,32 @@ use tonic::Status;
 use tonic::body::Body;
 use tower::{Layer, Service};
 
-pub const REQUESTS: &str = "tally_grpc_requests_total";
-pub const DURATION: &str = "tally_grpc_request_duration_seconds";
-
-/// Upper bounds of the duration buckets, in seconds (the default
-/// `--request-timeout` is 30s).
-pub const BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-];
-
-/// Methods outside [`METHODS`] that are labelled by name.
-const OTHER_METHODS: &[&str] = &[
+/// Methods outside [`METHODS`] that are served but not counted (probes and
+/// tooling).
+const UNCOUNTED: &[&str] = &[
     "/grpc.health.v1.Health/Check",
     "/grpc.health.v1.Health/Watch",
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 ];
 
+/// Whether a call to `path` is counted (health and reflection are not).
+pub fn is_counted(path: &str) -> bool {
+    !UNCOUNTED.contains(&path)
+}
+
 /// The `(service, method)` labels of a request path such as
 /// `/tally.v1.LedgerService/ClaimRows`; `("unknown", "unknown")` for a path
-/// that is not a method this server serves.
-pub fn method_labels(path: &str) -> (&str, &str) {
-    let known = METHODS.iter().any(|m| m.path == path) || OTHER_METHODS.contains(&path);
-    match path.strip_prefix('/').and_then(|p| p.split_once('/')) {
-        Some((service, method)) if known => (service, method),
-        _ => ("unknown", "unknown"),
-    }
+/// that is not a method this server serves. The labels are the method
+/// table's own strings: nothing is allocated per call.
+pub fn method_labels(path: &str) -> (&'static str, &'static str) {
+    METHODS
+        .iter()
+        .map(|m| m.path)
+        .chain(UNCOUNTED.iter().copied())
+        .find(|p| *p == path)
+        .and_then(|p| p.strip_prefix('/')?.split_once('/'))
+        .unwrap_or(("unknown", "unknown"))
 }
 
 /// The canonical name (`OK`, `NOT_FOUND`, …) of the `grpc-status` in
@@ -90,16 +92,6 @@ pub struct RpcMetricsLayer {
 
 impl RpcMetricsLayer {
     pub fn new(metrics: Metrics) -> Self {
-        metrics.describe(
-            REQUESTS,
-            "counter",
-            "gRPC calls by service, method and status code (streams counted when they start)",
-        );
-        metrics.describe_histogram(
-            DURATION,
-            "gRPC call duration in seconds (streams: time to the response headers)",
-            BUCKETS,
-        );
         Self { metrics }
     }
 }
@@ -137,16 +129,19 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path();
+        let clone = self.inner.clone();
+        let mut ready = std::mem::replace(&mut self.inner, clone);
+        if !is_counted(path) {
+            return Box::pin(ready.call(req));
+        }
         let kind = Route::of(path).kind();
         let (service, method) = method_labels(path);
         let call = Call {
             metrics: self.metrics.clone(),
-            service: service.to_string(),
-            method: method.to_string(),
+            service,
+            method,
             start: Instant::now(),
         };
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
         Box::pin(async move {
             let response = match ready.call(req).await {
                 Ok(response) => response,
@@ -179,23 +174,26 @@ where
 /// One call's labels and start, recorded once.
 struct Call {
     metrics: Metrics,
-    service: String,
-    method: String,
+    service: &'static str,
+    method: &'static str,
     start: Instant,
 }
 
 impl Call {
-    fn record(self, code: &str) {
-        let (service, method) = (self.service.as_str(), self.method.as_str());
-        self.metrics.inc(
-            REQUESTS,
-            &[("service", service), ("method", method), ("code", code)],
-        );
-        self.metrics.observe(
-            DURATION,
-            &[("service", service), ("method", method)],
-            self.start.elapsed().as_secs_f64(),
-        );
+    fn record(self, code: &'static str) {
+        let (service, method) = (self.service, self.method);
+        self.metrics
+            .grpc_requests
+            .get_or_create(&RpcLabels {
+                service,
+                method,
+                code,
+            })
+            .inc();
+        self.metrics
+            .grpc_duration
+            .get_or_create(&MethodLabels { service, method })
+            .observe(self.start.elapsed().as_secs_f64());
     }
 }
 
@@ -274,6 +272,19 @@ mod tests {
         }
     }
 
+    /// Probes and reflection are served but never counted; every other
+    /// path is.
+    #[test]
+    fn health_and_reflection_are_not_counted() {
+        assert!(!is_counted("/grpc.health.v1.Health/Check"));
+        assert!(!is_counted("/grpc.health.v1.Health/Watch"));
+        assert!(!is_counted(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+        ));
+        assert!(is_counted("/tally.v1.LedgerService/ClaimRows"));
+        assert!(is_counted("/evil/1234"));
+    }
+
     #[test]
     fn codes_are_named_from_grpc_status() {
         let mut h = http::HeaderMap::new();
@@ -304,11 +315,19 @@ mod tests {
         let layer = RpcMetricsLayer::new(m.clone());
         let call = |layer: &RpcMetricsLayer| Call {
             metrics: layer.metrics.clone(),
-            service: "s".into(),
-            method: "m".into(),
+            service: "s",
+            method: "m",
             start: Instant::now(),
         };
-        let labels = |code| [("service", "s"), ("method", "m"), ("code", code)];
+        let count = |code| {
+            m.grpc_requests
+                .get_or_create(&RpcLabels {
+                    service: "s",
+                    method: "m",
+                    code,
+                })
+                .get()
+        };
 
         // Trailers with a status.
         let mut trailers = http::HeaderMap::new();
@@ -322,7 +341,7 @@ mod tests {
             call: Some(call(&layer)),
         };
         body.collect().await.unwrap();
-        assert_eq!(m.get(REQUESTS, &labels("NOT_FOUND")), 1.0);
+        assert_eq!(count("NOT_FOUND"), 1);
 
         // No status at all: OK.
         let body = Recorded {
@@ -330,17 +349,19 @@ mod tests {
             call: Some(call(&layer)),
         };
         body.collect().await.unwrap();
-        assert_eq!(m.get(REQUESTS, &labels("OK")), 1.0);
+        assert_eq!(count("OK"), 1);
 
         // Dropped before its end: CANCELLED.
         drop(Recorded {
             inner: Body::empty(),
             call: Some(call(&layer)),
         });
-        assert_eq!(m.get(REQUESTS, &labels("CANCELLED")), 1.0);
-        assert_eq!(
-            m.observed(DURATION, &[("service", "s"), ("method", "m")]),
-            3
+        assert_eq!(count("CANCELLED"), 1);
+        let scrape = tally_telemetry::exposition::parse(&m.render()).unwrap();
+        let timed = scrape.sample(
+            "tally_grpc_request_duration_seconds_count",
+            &[("service", "s"), ("method", "m")],
         );
+        assert_eq!(timed, Some(3.0));
     }
 }

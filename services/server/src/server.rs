@@ -91,8 +91,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     db.store.migrate().await.context("migration failed")?;
     tracing::info!(database = %db.url_for_logs, "database ready");
     let store = db.store.clone();
-    let metrics = Metrics::new();
-    metrics.describe("tally_database_up", "gauge", "1 while the database answers");
+    let metrics = Metrics::with_store(store.clone());
 
     let grpc = TcpListener::bind(args.grpc_addr)
         .await
@@ -184,6 +183,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         tokio::spawn(sweep_expired_claims(
             store.clone(),
             args.sweep_interval,
+            metrics.clone(),
+            stop.clone(),
+        )),
+        tokio::spawn(crate::backlog::run(
+            store.clone(),
+            args.backlog_interval,
+            metrics.clone(),
             stop.clone(),
         )),
         tokio::spawn(crate::purger::run(
@@ -360,13 +366,24 @@ fn announce_security(auth: &Authenticator, args: &ServeArgs) {
 }
 
 /// Rescues rows of expired claims even when nobody is claiming.
-async fn sweep_expired_claims(store: Store, every: Duration, stop: CancellationToken) {
+async fn sweep_expired_claims(
+    store: Store,
+    every: Duration,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        match store.rescue_expired(None).await {
+        let rescued = store.rescue_expired(None).await;
+        if let Ok(r) = &rescued {
+            metrics.rows_rescued.inc_by(r.rows as u64);
+            metrics.jobs_abandoned.inc_by(r.abandoned_jobs as u64);
+            metrics.rows_released.inc_by(r.released_rows as u64);
+        }
+        match rescued {
             Ok(r) if r.rows > 0 || r.abandoned_jobs > 0 => tracing::info!(
                 rows = r.rows,
                 abandoned_jobs = r.abandoned_jobs,
@@ -384,7 +401,12 @@ async fn serve_metrics(listener: TcpListener, metrics: Metrics, stop: Cancellati
         "/metrics",
         axum::routing::get(move || {
             let m = metrics.clone();
-            async move { m.render() }
+            async move {
+                (
+                    [(http::header::CONTENT_TYPE, tally_telemetry::CONTENT_TYPE)],
+                    m.render(),
+                )
+            }
         }),
     );
     let result = axum::serve(listener, app)

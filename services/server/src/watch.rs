@@ -47,22 +47,19 @@ pub struct Hub {
     metrics: Metrics,
 }
 
-/// Open WatchJobs streams (a gauge).
-pub const STREAMS_METRIC: &str = "tally_watch_streams";
-
 /// Counts a stream while its task runs.
 struct Open(Metrics);
 
 impl Open {
     fn new(metrics: Metrics) -> Self {
-        metrics.add(STREAMS_METRIC, &[], 1.0);
+        metrics.watch_streams.inc();
         Open(metrics)
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.add(STREAMS_METRIC, &[], -1.0);
+        self.0.watch_streams.dec();
     }
 }
 
@@ -74,8 +71,6 @@ impl Hub {
         metrics: Metrics,
         stop: CancellationToken,
     ) -> (Hub, JoinHandle<()>) {
-        metrics.describe(STREAMS_METRIC, "gauge", "open WatchJobs streams");
-        metrics.set(STREAMS_METRIC, &[], 0.0);
         let (tx, rx) = watch::channel(0u64);
         let task = tokio::spawn(listen(store, tx, stop));
         (

@@ -865,16 +865,16 @@ async fn two_replicas_send_one_signed_alert_per_crossing() {
         assert_eq!(s.accepted.len(), 2);
     }
     let tries = |result| {
-        let labels = [("result", result)];
-        one.metrics.get("tally_alert_deliveries_total", &labels)
-            + two.metrics.get("tally_alert_deliveries_total", &labels)
+        let labels = tally_server::metrics::ResultLabels { result };
+        one.metrics.alert_deliveries.get_or_create(&labels).get()
+            + two.metrics.alert_deliveries.get_or_create(&labels).get()
     };
     // The receiver answered before the sender counted: poll.
     eventually("both deliveries to be counted", || async {
-        (tries("delivered") == 2.0).then_some(())
+        (tries("delivered") == 2).then_some(())
     })
     .await;
-    assert_eq!(tries("retry"), 1.0);
+    assert_eq!(tries("retry"), 1);
     one.stop().await.unwrap();
     two.stop().await.unwrap();
 }
@@ -891,7 +891,7 @@ async fn shutdown_with_an_open_watch_stream_completes_promptly() {
     let (_, mut j) = clients(r.grpc_addr).await;
     let mut stream = watch(&mut j, "ledgers/-", 0).await;
     eventually("the stream to be counted", || async {
-        (r.metrics.get("tally_watch_streams", &[]) == 1.0).then_some(())
+        (r.metrics.watch_streams.get() == 1).then_some(())
     })
     .await;
     let started = Instant::now();

@@ -24,6 +24,7 @@
 
 pub mod alerts;
 pub mod apply;
+pub mod backlog;
 pub mod claims;
 pub mod enroll;
 pub mod error;

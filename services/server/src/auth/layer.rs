@@ -6,7 +6,7 @@
 
 use super::{Authenticator, Decision, subject};
 use crate::caller::Caller;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabels};
 use futures::future::BoxFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,9 +16,6 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tower::{Layer, Service};
 use tracing::Instrument as _;
 
-/// Counter of calls refused by the auth and limits layers.
-pub const REFUSED: &str = "tally_rpc_refused_total";
-
 #[derive(Clone)]
 pub struct AuthLayer {
     auth: Arc<Authenticator>,
@@ -27,11 +24,6 @@ pub struct AuthLayer {
 
 impl AuthLayer {
     pub fn new(auth: Arc<Authenticator>, metrics: Metrics) -> Self {
-        metrics.describe(
-            REFUSED,
-            "counter",
-            "calls refused before reaching a handler, by reason",
-        );
         Self { auth, metrics }
     }
 }
@@ -86,7 +78,10 @@ where
                     reason,
                     "call refused"
                 );
-                self.metrics.inc(REFUSED, &[("reason", reason)]);
+                self.metrics
+                    .rpc_refused
+                    .get_or_create(&ReasonLabels { reason })
+                    .inc();
                 let response = denial.status(&path).into_http();
                 Box::pin(async move { Ok(response) })
             }

@@ -1,7 +1,8 @@
 //! `POST /webhooks/gemini`: one Gemini API webhook delivery
 //! (`{"type": "batch.succeeded", "timestamp": …, "data": {"id": …}}`).
 
-use super::{REQUESTS_METRIC, WebhookState};
+use super::WebhookState;
+use crate::metrics::OutcomeLabels;
 use crate::operations_service::record_ingest;
 use axum::body::Body;
 use axum::extract::State;
@@ -21,7 +22,11 @@ pub(super) async fn receive(
     body: Body,
 ) -> Response {
     let (status, outcome, reply) = handle(&state, &headers, body).await;
-    state.metrics.inc(REQUESTS_METRIC, &[("outcome", outcome)]);
+    state
+        .metrics
+        .webhook_requests
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
     (status, axum::Json(reply)).into_response()
 }
 

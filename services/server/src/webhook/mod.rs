@@ -29,9 +29,6 @@ use tally_store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// The metric every delivery is counted in, by HTTP outcome.
-pub const REQUESTS_METRIC: &str = "tally_webhook_requests_total";
-
 /// What the handlers share.
 pub struct WebhookState {
     pub store: Store,
@@ -43,11 +40,6 @@ pub struct WebhookState {
 
 impl WebhookState {
     pub fn new(store: Store, metrics: Metrics, config: &WebhookListener) -> Self {
-        metrics.describe(
-            REQUESTS_METRIC,
-            "counter",
-            "webhook deliveries by outcome (accepted, unparseable, unauthorized, malformed, too_large, unavailable, error)",
-        );
         for outcome in [
             "accepted",
             "unparseable",
@@ -57,7 +49,9 @@ impl WebhookState {
             "unavailable",
             "error",
         ] {
-            metrics.add(REQUESTS_METRIC, &[("outcome", outcome)], 0.0);
+            let _ = metrics
+                .webhook_requests
+                .get_or_create(&crate::metrics::OutcomeLabels { outcome });
         }
         Self {
             store,

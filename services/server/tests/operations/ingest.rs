@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use tally_proto::v1 as pb;
-use tally_server::operations_service::EVENTS_METRIC;
+use tally_server::metrics::EventLabels;
 use tonic::Code;
 
 const APPLIED: i32 = pb::EventVerdict::Applied as i32;
@@ -126,23 +126,22 @@ async fn the_seed_table_through_ingest_event() {
     assert!(all.iter().all(|e| e.receive_time.is_some()));
 
     let m = &env.running.metrics;
-    assert_eq!(
-        m.get(EVENTS_METRIC, &[("verdict", "applied"), ("reason", "")]),
-        3.0
-    );
+    let events = |verdict, reason| {
+        m.operation_events
+            .get_or_create(&EventLabels { verdict, reason })
+            .get()
+    };
+    assert_eq!(events("applied", ""), 3);
     for (verdict, reason) in [
         ("dropped", "lower_rank"),
         ("dropped", "regress_from_terminal"),
         ("recorded", "terminal_conflict"),
     ] {
-        assert_eq!(
-            m.get(EVENTS_METRIC, &[("verdict", verdict), ("reason", reason)]),
-            1.0
-        );
+        assert_eq!(events(verdict, reason), 1);
     }
     let text = m.render();
     assert!(text.contains(
-        "tally_operation_events_total{reason=\"duplicate_event\",verdict=\"dropped\"} 0"
+        "tally_operation_events_total{verdict=\"dropped\",reason=\"duplicate_event\"} 0"
     ));
     env.stop().await;
 }

@@ -112,13 +112,10 @@ async fn unauthentic_webhooks_are_401_and_write_nothing() {
     let (status, reply) = post(&env, &genuine).await;
     assert_eq!((status, reply["verdict"].as_str()), (200, Some("applied")));
     let m = &env.running.metrics;
-    assert_eq!(
-        m.get(
-            "tally_webhook_requests_total",
-            &[("outcome", "unauthorized")]
-        ),
-        8.0
-    );
+    let unauthorized = tally_server::metrics::OutcomeLabels {
+        outcome: "unauthorized",
+    };
+    assert_eq!(m.webhook_requests.get_or_create(&unauthorized).get(), 8);
     env.stop().await;
 }
 

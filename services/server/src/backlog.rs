@@ -1,0 +1,168 @@
+//! The backlog refresher: every `--backlog-interval`, reads each ledger's
+//! backlog from the store ([`Store::backlog`]: estimates and index probes,
+//! never a count of rows) into the gauges `tally_ledger_rows`,
+//! `tally_ledger_rows_held`, `tally_ledger_oldest_runnable_age_seconds` and
+//! `tally_jobs_open`. A scrape only reads the gauges.
+//!
+//! Each refresh replaces the previous one's series, so a ledger or a status
+//! that disappears stops being exported. Every replica refreshes; the
+//! figures are the same on each (aggregate them with `max`, not `sum`).
+
+use crate::metrics::{JobLabels, LedgerLabels, LedgerStatus, Metrics};
+use std::time::Duration;
+use tally_core::job::JobState;
+use tally_core::status::RowStatus;
+use tally_store::Store;
+use tally_store::backlog::Backlog;
+use tokio_util::sync::CancellationToken;
+
+/// Runs until `stop` fires; the first refresh is immediate.
+pub async fn run(store: Store, every: Duration, metrics: Metrics, stop: CancellationToken) {
+    loop {
+        match store.backlog().await {
+            Ok(b) => publish(&metrics, &b),
+            Err(e) => tracing::warn!(error = %e, "reading the backlog for /metrics failed"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// Replaces the backlog gauges with `b`.
+pub fn publish(metrics: &Metrics, b: &Backlog) {
+    metrics.ledger_rows.clear();
+    metrics.ledger_rows_held.clear();
+    metrics.oldest_runnable_age.clear();
+    metrics.jobs_open.clear();
+    for l in &b.ledgers {
+        let ledger = || l.name.clone();
+        metrics.ledger_seen(&l.name);
+        for status in RowStatus::ALL {
+            // Stored statuses only: no stored row is RUNNING.
+            if status == RowStatus::Running {
+                continue;
+            }
+            let n = l
+                .estimated
+                .iter()
+                .filter(|(s, _)| *s == status)
+                .map(|(_, n)| n)
+                .sum();
+            metrics
+                .ledger_rows
+                .get_or_create(&LedgerStatus {
+                    ledger: ledger(),
+                    status: status_label(status),
+                })
+                .set(n);
+        }
+        metrics
+            .ledger_rows_held
+            .get_or_create(&LedgerLabels::of(&l.name))
+            .set(l.held);
+        let age = match (l.oldest_ready, b.now) {
+            (Some(ready), Some(now)) => ((now - ready).as_seconds_f64()).max(0.0),
+            _ => 0.0,
+        };
+        metrics
+            .oldest_runnable_age
+            .get_or_create(&LedgerLabels::of(&l.name))
+            .set(age);
+        for (state, n) in &l.jobs_open {
+            metrics
+                .jobs_open
+                .get_or_create(&JobLabels {
+                    ledger: ledger(),
+                    state: job_state_label(*state),
+                })
+                .set(*n);
+        }
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics.backlog_refreshed.set(now);
+}
+
+/// A row status as the metrics label it (as the API names it).
+pub const fn status_label(s: RowStatus) -> &'static str {
+    match s {
+        RowStatus::Pending => "PENDING",
+        RowStatus::Running => "RUNNING",
+        RowStatus::Retryable => "RETRYABLE",
+        RowStatus::Succeeded => "SUCCEEDED",
+        RowStatus::Permanent => "PERMANENT",
+        RowStatus::Blocked => "BLOCKED",
+    }
+}
+
+/// A job state as the metrics label it (as the API names it).
+pub const fn job_state_label(s: JobState) -> &'static str {
+    match s {
+        JobState::Preparing => "PREPARING",
+        JobState::Creating => "CREATING",
+        JobState::Submitted => "SUBMITTED",
+        JobState::Running => "RUNNING",
+        JobState::Succeeded => "SUCCEEDED",
+        JobState::Failed => "FAILED",
+        JobState::Cancelled => "CANCELLED",
+        JobState::Expired => "EXPIRED",
+        JobState::Reconciled => "RECONCILED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tally_store::backlog::LedgerBacklog;
+
+    /// A refresh replaces the last one: a ledger gone from the backlog is
+    /// gone from the gauges; statuses without an estimate read 0; the
+    /// oldest runnable age is now minus the oldest ready time.
+    #[test]
+    fn a_refresh_replaces_the_previous_series() {
+        let m = Metrics::new();
+        let now = chrono::Utc::now();
+        let ledger = |name: &str| LedgerBacklog {
+            name: name.into(),
+            estimated: vec![(RowStatus::Pending, 7)],
+            held: 2,
+            oldest_ready: Some(now - chrono::TimeDelta::seconds(30)),
+            jobs_open: vec![(JobState::Running, 1)],
+        };
+        let mut b = Backlog {
+            ledgers: vec![ledger("a"), ledger("b")],
+            now: Some(now),
+        };
+        publish(&m, &b);
+        let rows = |l: &str, status| {
+            m.ledger_rows
+                .get(&LedgerStatus {
+                    ledger: l.into(),
+                    status,
+                })
+                .map(|g| g.get())
+        };
+        assert_eq!(rows("a", "PENDING"), Some(7));
+        assert_eq!(rows("a", "SUCCEEDED"), Some(0));
+        assert_eq!(rows("a", "RUNNING"), None);
+        let age = m
+            .oldest_runnable_age
+            .get(&LedgerLabels::of("a"))
+            .map(|g| g.get());
+        assert_eq!(age, Some(30.0));
+        b.ledgers.pop();
+        publish(&m, &b);
+        assert_eq!(rows("b", "PENDING"), None);
+        assert!(m.ledger_rows_held.get(&LedgerLabels::of("b")).is_none());
+        assert!(m.ledger_rows_held.get(&LedgerLabels::of("a")).is_some());
+        let job = |ledger: &str| JobLabels {
+            ledger: ledger.into(),
+            state: "RUNNING",
+        };
+        assert!(m.jobs_open.get(&job("b")).is_none());
+        assert!(m.jobs_open.get(&job("a")).is_some());
+    }
+}
