@@ -56,6 +56,7 @@ labels!(ReasonLabels { reason: &'static str });
 labels!(OutcomeLabels { outcome: &'static str });
 labels!(EventLabels { verdict: &'static str, reason: &'static str });
 labels!(ResultLabels { result: &'static str });
+labels!(TableLabels { table: &'static str });
 
 impl LedgerLabels {
     pub fn of(ledger: &str) -> Self {
@@ -91,6 +92,9 @@ pub struct Families {
     pub rows_released: Counter,
     pub rows_rescued: Counter,
     pub jobs_abandoned: Counter,
+    // The purger of deleted ledgers.
+    pub purged_entries: Family<TableLabels, Counter>,
+    pub ledgers_purged: Counter,
     // The backlog refresher.
     pub ledger_rows: Family<LedgerStatus, Gauge>,
     pub ledger_rows_held: Family<LedgerLabels, Gauge>,
@@ -160,6 +164,8 @@ impl Metrics {
             rows_released: Default::default(),
             rows_rescued: Default::default(),
             jobs_abandoned: Default::default(),
+            purged_entries: Default::default(),
+            ledgers_purged: Default::default(),
             ledger_rows: Default::default(),
             ledger_rows_held: Default::default(),
             oldest_runnable_age: Default::default(),
@@ -262,6 +268,16 @@ impl Metrics {
             "tally_jobs_abandoned",
             "PREPARING jobs abandoned because their claim's lease expired, by this replica's sweeper",
             f.jobs_abandoned.clone(),
+        );
+        r.register(
+            "tally_purged_entries",
+            "entries of deleted ledgers removed by this replica, by table",
+            f.purged_entries.clone(),
+        );
+        r.register(
+            "tally_ledgers_purged",
+            "deleted ledgers whose purge this replica finished",
+            f.ledgers_purged.clone(),
         );
         r.register(
             "tally_ledger_rows",

@@ -6,18 +6,13 @@
 //! a crash cut short is resumed by whichever replica looks next.
 
 use crate::config::PurgeArgs;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TableLabels};
 use std::collections::HashSet;
 use std::sync::Arc;
 use tally_store::Store;
 use tally_store::purge::PurgeStep;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-
-/// Entries (rows, attempts, claims, jobs, …) purged by this replica.
-pub const PURGED: &str = "tally_purged_entries_total";
-/// Deleted ledgers whose purge this replica finished.
-pub const FINISHED: &str = "tally_ledgers_purged_total";
 
 /// Wakes the purger now (after a delete) instead of at its next interval.
 #[derive(Clone, Default)]
@@ -36,16 +31,6 @@ pub async fn run(
     metrics: Metrics,
     stop: CancellationToken,
 ) {
-    metrics.describe(
-        PURGED,
-        "counter",
-        "entries of deleted ledgers removed by this replica, by table",
-    );
-    metrics.describe(
-        FINISHED,
-        "counter",
-        "deleted ledgers whose purge this replica finished",
-    );
     loop {
         // Batches while there is work; each is its own transaction. A
         // ledger waiting out its settle time moves to the back of the
@@ -91,9 +76,15 @@ fn record(metrics: &Metrics, step: &PurgeStep) {
             deleted,
             attempts,
         } => {
-            metrics.add(PURGED, &[("table", table)], *deleted as f64);
+            metrics
+                .purged_entries
+                .get_or_create(&TableLabels { table })
+                .inc_by(u64::try_from(*deleted).unwrap_or(0));
             if *attempts > 0 {
-                metrics.add(PURGED, &[("table", "attempts")], *attempts as f64);
+                metrics
+                    .purged_entries
+                    .get_or_create(&TableLabels { table: "attempts" })
+                    .inc_by(u64::try_from(*attempts).unwrap_or(0));
             }
             tracing::debug!(ledger = %ledger, table, deleted, attempts, "purged a batch");
         }
@@ -101,7 +92,7 @@ fn record(metrics: &Metrics, step: &PurgeStep) {
             tracing::info!(ledger = %ledger, rows, "purging a deleted ledger");
         }
         PurgeStep::Finished { ledger } => {
-            metrics.inc(FINISHED, &[]);
+            metrics.ledgers_purged.inc();
             tracing::info!(ledger = %ledger, "deleted ledger purged; its name is free");
         }
         PurgeStep::Settling { .. } | PurgeStep::Idle => {}
