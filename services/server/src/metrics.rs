@@ -330,9 +330,11 @@ impl Metrics {
     pub fn ledger_seen(&self, ledger: &str) {
         {
             let mut seen = self.0.seen.lock().unwrap_or_else(|p| p.into_inner());
-            if seen.len() >= MAX_LEDGERS_PREINIT || !seen.insert(ledger.to_string()) {
+            // The usual case, a ledger seen before, allocates nothing.
+            if seen.contains(ledger) || seen.len() >= MAX_LEDGERS_PREINIT {
                 return;
             }
+            seen.insert(ledger.to_string());
         }
         let l = LedgerLabels::of(ledger);
         let _ = self.rows_enrolled.get_or_create(&l);
