@@ -61,7 +61,13 @@ def test_jsonl_openai_and_csv_carry_every_row_once_with_its_result(
         if r["custom_id"] in succeeded:
             assert r["error"] is None
             assert r["response"]["status_code"] == 200
-            assert r["response"]["body"]["answer"] == r["custom_id"][:8]
+            body = r["response"]["body"]
+            assert body["object"] == "chat.completion"
+            assert (
+                json.loads(body["choices"][0]["message"]["content"])["answer"]
+                == (r["custom_id"][:8])
+            )
+            assert r["id"] == f"batch_req_{derive_key(ledger, r['custom_id'])[:32]}"
         else:
             assert r["response"] is None
             assert r["error"]["message"].endswith("bad input") and r["error"]["code"]
@@ -108,3 +114,57 @@ def test_filters_select_rows_and_a_bad_format_writes_nothing(tally: Client, ledg
     with pytest.raises(ValueError, match="format must be one of"):
         tally.export_rows(ledger, out, format="parquet")  # type: ignore[arg-type]
     assert out.getvalue() == ""
+
+
+def test_openai_lines_are_the_ones_tallyctl_writes() -> None:
+    # Invariant: the same row gives the same OpenAI output line as tallyctl's
+    # (clients/tallyctl/src/export/openai_out.rs, test
+    # a_succeeded_row_is_a_chat_completion): a text answer is the content as
+    # is, thinking counts as completion tokens, ids hash (ledger, key).
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from tally_client.export import openai_record
+
+    row = pb.ledger_pb2.Row(
+        name="ledgers/l/rows/req-1",
+        key="req-1",
+        status=pb.common_pb2.ROW_STATUS_SUCCEEDED,
+        result='"Hello there"',
+        model="gemini-2.5-flash",
+        job="ledgers/l/jobs/j1",
+        usage=pb.common_pb2.Usage(
+            input_tokens=10, output_tokens=5, thinking_tokens=2, cached_tokens=4
+        ),
+        update_time=Timestamp(seconds=1_700_000_000),
+    )
+    h = derive_key("l", "req-1")[:32]
+    assert openai_record(row) == {
+        "id": f"batch_req_{h}",
+        "custom_id": "req-1",
+        "response": {
+            "status_code": 200,
+            "request_id": "ledgers/l/jobs/j1",
+            "body": {
+                "id": f"chatcmpl-{h}",
+                "object": "chat.completion",
+                "created": 1_700_000_000,
+                "model": "gemini-2.5-flash",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "Hello there", "refusal": None},
+                        "logprobs": None,
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": 7,
+                    "total_tokens": 17,
+                    "prompt_tokens_details": {"cached_tokens": 4},
+                    "completion_tokens_details": {"reasoning_tokens": 2},
+                },
+            },
+        },
+        "error": None,
+    }

@@ -2,8 +2,9 @@
 `jsonl` (tally's own shape, the fields and names of `tallyctl rows --json`),
 `openai` (the OpenAI Batch API *output* file: one
 `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`
-per row) and `csv`. Parquet is left to `tallyctl export` (the `parquet`
-crate) rather than adding pyarrow to this package.
+per row, the body a `chat.completion`, exactly as `tallyctl export --format
+openai` writes it) and `csv`. Parquet is left to `tallyctl export` (the
+`parquet` crate) rather than adding pyarrow to this package.
 
 Pure: a row in, a record out. `Client.export_rows` does the paging."""
 
@@ -15,6 +16,7 @@ import json
 from typing import Any, Literal
 
 from tally_client._proto.tally.v1 import common_pb2, ledger_pb2
+from tally_client.keys import derive_key
 
 ExportFormat = Literal["jsonl", "openai", "csv"]
 FORMATS: tuple[ExportFormat, ...] = ("jsonl", "openai", "csv")
@@ -84,24 +86,66 @@ def tally_record(row: ledger_pb2.Row) -> dict[str, Any]:
     }
 
 
+def _answer_text(result: str) -> str:
+    """The answer text of a stored result: the string itself when the result
+    is a JSON string (a text answer), else the result's JSON text."""
+    try:
+        value = json.loads(result)
+    except json.JSONDecodeError:
+        return result
+    return value if isinstance(value, str) else result
+
+
 def openai_record(row: ledger_pb2.Row) -> dict[str, Any]:
-    """A line of an OpenAI batch output file: a SUCCEEDED row answers 200
-    with its result as the body; any other row has no response and an
-    `error` whose code is the rule (or the status when no rule decided)."""
-    record: dict[str, Any] = {"id": row.name, "custom_id": row.key}
-    if row.status == common_pb2.ROW_STATUS_SUCCEEDED:
-        record["response"] = {
-            "status_code": 200,
-            "request_id": row.job,
-            "body": embedded_json(row.result),
-        }
-        record["error"] = None
-    else:
+    """A line of an OpenAI batch output file, the same as `tallyctl export
+    --format openai` writes: a SUCCEEDED row answers 200 with a
+    `chat.completion` body (the answer text as the message content; usage
+    with thinking counted as completion tokens, as OpenAI does); any other
+    row has no response and an `error` whose code is the rule (or the
+    status when no rule decided). Ids are `batch_req_<h>`/`chatcmpl-<h>`,
+    `<h>` the first 32 hex digits of the natural key of (ledger, key)."""
+    ledger = row.name.split("/")[1] if row.name.startswith("ledgers/") else ""
+    h = derive_key(ledger, row.key)[:32]
+    record: dict[str, Any] = {"id": f"batch_req_{h}", "custom_id": row.key}
+    if row.status != common_pb2.ROW_STATUS_SUCCEEDED:
         record["response"] = None
         record["error"] = {
             "code": row.rule or status_name(row.status).lower(),
             "message": row.last_error or f"row is {status_name(row.status)}",
         }
+        return record
+    u = row.usage
+    completion = u.output_tokens + u.thinking_tokens
+    record["response"] = {
+        "status_code": 200,
+        "request_id": row.job,
+        "body": {
+            "id": f"chatcmpl-{h}",
+            "object": "chat.completion",
+            "created": row.update_time.seconds,
+            "model": row.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": _answer_text(row.result),
+                        "refusal": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": u.input_tokens,
+                "completion_tokens": completion,
+                "total_tokens": u.input_tokens + completion,
+                "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+                "completion_tokens_details": {"reasoning_tokens": u.thinking_tokens},
+            },
+        },
+    }
+    record["error"] = None
     return record
 
 
