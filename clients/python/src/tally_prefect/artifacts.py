@@ -26,7 +26,10 @@ def job_state_name(state: int) -> str:
 
 
 def row_record(row: pb.ledger_pb2.Row) -> dict[str, str | int]:
-    """One table line: what became of the row (as of its latest job)."""
+    """One table line: what became of the row (as of its latest job). A
+    job's table lists the rows whose latest job it is when the job is
+    settled: a row already claimed again by then is in its next job's table
+    instead, with every attempt counted."""
     error = row.last_error
     if len(error) > MAX_ERROR_CHARS:
         error = error[:MAX_ERROR_CHARS] + "…"
