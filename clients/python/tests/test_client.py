@@ -91,3 +91,24 @@ def test_watch_jobs_streams_events_from_a_sequence(tally: Client, ledger: str) -
     assert done.wait(timeout=30), "the job's CREATED event arrives"
     assert events[0].job.name == job.name
     assert events[0].type == pb.job_pb2.JOB_EVENT_TYPE_CREATED
+
+
+def test_delete_ledger_refuses_live_work_then_forces(tally: Client, ledger: str) -> None:
+    # Invariant: a ledger with a live claim is not deleted without force
+    # (FailedPrecondition, LEDGER_ACTIVE, nothing written); with force it is
+    # DELETING at once and every work call on it answers NOT_FOUND.
+    from tally_client import FailedPrecondition, NotFound
+
+    tally.enroll(
+        ledger, ({"key": derive_key("del", str(i)), "payload": {"n": i}} for i in range(5))
+    )
+    assert tally.claim(ledger, 2) is not None
+    with pytest.raises(FailedPrecondition) as refused:
+        tally.delete_ledger(ledger)
+    assert refused.value.reason == "LEDGER_ACTIVE"
+    assert tally.get_ledger(ledger).state == pb.ledger_pb2.LEDGER_STATE_ACTIVE
+    marked = tally.delete_ledger(ledger, force=True)
+    assert marked.state == pb.ledger_pb2.LEDGER_STATE_DELETING
+    assert marked.purge.forced
+    with pytest.raises(NotFound):
+        tally.summarize(ledger)

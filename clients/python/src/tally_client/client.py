@@ -159,6 +159,20 @@ class Client:
         found: ledger_pb2.Ledger = self.call(self.ledgers.GetLedger, req)
         return found
 
+    def delete_ledger(
+        self, ledger: str, *, force: bool = False, etag: str = ""
+    ) -> ledger_pb2.Ledger:
+        """DeleteLedger (operator role): the ledger is DELETING at once (every
+        work call on it answers NOT_FOUND) and is purged in the background;
+        `get_ledger` shows the purge until it answers NOT_FOUND. Refused
+        (`FailedPrecondition`, reason LEDGER_ACTIVE) while claims are live or
+        jobs open, unless `force`, which expires the claims and abandons the
+        jobs: batches still running at the provider are not cancelled and may
+        still be billed (see the README's "Deleting a ledger")."""
+        req = ledger_pb2.DeleteLedgerRequest(name=ledger_name(ledger), force=force, etag=etag)
+        marked: ledger_pb2.Ledger = self.call(self.ledgers.DeleteLedger, req)
+        return marked
+
     def summarize(self, ledger: str) -> ledger_pb2.LedgerSummary:
         req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger))
         summary: ledger_pb2.LedgerSummary = self.call(self.ledgers.SummarizeLedger, req)
