@@ -1,5 +1,5 @@
 """Rows out of tally, with their results, in the formats data people use:
-`jsonl` (tally's own shape, the fields and names of `tallyctl rows --json`),
+`jsonl` (tally's own shape, the object `tallyctl export --format jsonl` writes),
 `openai` (the OpenAI Batch API *output* file: one
 `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`
 per row, the body a `chat.completion`, exactly as `tallyctl export --format
@@ -13,7 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
+
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from tally_client._proto.tally.v1 import common_pb2, ledger_pb2
 from tally_client.keys import derive_key
@@ -21,25 +24,39 @@ from tally_client.keys import derive_key
 ExportFormat = Literal["jsonl", "openai", "csv"]
 FORMATS: tuple[ExportFormat, ...] = ("jsonl", "openai", "csv")
 
-#: CSV columns, in order; `result` is the stored JSON text.
+#: CSV columns, in order: the columns of `tallyctl export --format csv`
+#: (clients/tallyctl/src/export/record.rs), `update_time` last.
 CSV_COLUMNS = (
     "key",
     "status",
     "rule",
-    "attempts",
     "attempts_provider",
     "attempts_content",
     "attempts_infra",
-    "last_error",
-    "model",
-    "prompt",
-    "job",
+    "attempts_total",
     "input_tokens",
     "output_tokens",
     "thinking_tokens",
     "cached_tokens",
+    "model",
+    "prompt_name",
+    "prompt_version",
+    "job",
+    "last_error",
     "result",
+    "payload",
+    "update_time",
 )
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _time_text(t: Timestamp, *, micros: bool) -> str:
+    """RFC 3339 in UTC with `Z`, to the second (JSON) or microsecond (CSV),
+    as tallyctl writes it."""
+    at = _EPOCH + timedelta(seconds=t.seconds, microseconds=t.nanos // 1000)
+    text = at.isoformat(timespec="microseconds" if micros else "seconds")
+    return text.replace("+00:00", "Z")
 
 
 def status_name(status: int) -> str:
@@ -59,29 +76,42 @@ def embedded_json(text: str) -> Any:
 
 
 def tally_record(row: ledger_pb2.Row) -> dict[str, Any]:
-    """tally's shape: what the row is and what became of it."""
+    """tally's shape, the object `tallyctl export --format jsonl` writes (the
+    one `tallyctl rows --full --json` prints, without the history)."""
     a, u = row.attempts, row.usage
     prompt = {"name": row.prompt.name, "version": row.prompt.version} if row.prompt.name else None
+
+    def when(field: str) -> str | None:
+        return _time_text(getattr(row, field), micros=False) if row.HasField(field) else None
+
     return {
+        "name": row.name,
         "key": row.key,
+        "depends_on": list(row.depends_on),
+        "unmet_dependencies": row.unmet_dependencies,
+        "prompt": prompt,
+        "model": row.model,
         "status": status_name(row.status),
-        "rule": row.rule,
         "attempts": {
             "provider": a.provider,
             "content": a.content,
             "infra": a.infra,
             "total": a.total,
         },
+        "rule": row.rule,
         "last_error": row.last_error,
-        "model": row.model,
-        "prompt": prompt,
-        "job": row.job,
         "usage": {
             "input_tokens": u.input_tokens,
             "output_tokens": u.output_tokens,
             "thinking_tokens": u.thinking_tokens,
             "cached_tokens": u.cached_tokens,
         },
+        "claim": row.claim,
+        "job": row.job,
+        "next_attempt_time": when("next_attempt_time"),
+        "create_time": when("create_time"),
+        "update_time": when("update_time"),
+        "payload": embedded_json(row.payload),
         "result": embedded_json(row.result),
     }
 
@@ -152,30 +182,34 @@ def openai_record(row: ledger_pb2.Row) -> dict[str, Any]:
 def csv_record(row: ledger_pb2.Row) -> list[str | int]:
     """The CSV cells of a row, in `CSV_COLUMNS` order."""
     a, u = row.attempts, row.usage
-    prompt = f"{row.prompt.name}@{row.prompt.version}" if row.prompt.name else ""
+    updated = _time_text(row.update_time, micros=True) if row.HasField("update_time") else ""
     return [
         row.key,
         status_name(row.status),
         row.rule,
-        a.total,
         a.provider,
         a.content,
         a.infra,
-        row.last_error,
-        row.model,
-        prompt,
-        row.job,
+        a.total,
         u.input_tokens,
         u.output_tokens,
         u.thinking_tokens,
         u.cached_tokens,
+        row.model,
+        row.prompt.name,
+        row.prompt.version,
+        row.job,
+        row.last_error,
         row.result,
+        row.payload,
+        updated,
     ]
 
 
 def csv_line(cells: list[str | int] | tuple[str, ...]) -> str:
+    """One CSV record, RFC 4180 (CRLF), quoted only where needed, as tallyctl."""
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(cells)
+    csv.writer(buffer, lineterminator="\r\n").writerow(cells)
     return buffer.getvalue()
 
 
