@@ -14,7 +14,7 @@
 //! sources are per-line errors.
 
 use super::gemini::{self, Request, Role};
-use super::{Fields, kind_of, object};
+use super::{ContentNames, Fields, content_parts, kind_of, object};
 use serde_json::{Map, Value, json};
 
 const UNSUPPORTED: [(&str, &str); 5] = [
@@ -92,57 +92,30 @@ pub fn convert(line: Map<String, Value>) -> Result<(Value, Option<String>), Stri
 /// A string or a list of content blocks → Gemini parts. Images only where
 /// `images` (user turns).
 fn blocks(content: Value, what: &str, images: bool) -> Result<Vec<Value>, String> {
-    let items = match content {
-        Value::String(s) => return Ok(vec![gemini::text_part(s, &format!("{what}.content"))?]),
-        Value::Array(items) if !items.is_empty() => items,
-        Value::Array(_) => return Err(format!("{what} content is empty")),
-        other => {
-            return Err(format!(
-                "{what} content must be a string or a list of blocks, got {}",
-                kind_of(&other)
-            ));
-        }
+    let names = ContentNames {
+        field: " content",
+        list: "blocks",
+        ignored: &["cache_control", "citations"],
     };
-    let mut out = Vec::with_capacity(items.len());
-    for (j, item) in items.into_iter().enumerate() {
-        let bwhat = format!("{what}.content[{j}]");
-        let Value::Object(item) = item else {
-            return Err(format!("{bwhat} must be an object"));
-        };
-        let mut item = Fields::new(item, bwhat.clone());
-        let kind = item.string("type")?.unwrap_or_default();
-        let part = match kind.as_str() {
-            "text" => {
-                let text = item
-                    .string("text")?
-                    .ok_or_else(|| format!("{bwhat} has no text"))?;
-                gemini::text_part(text, &format!("{bwhat}.text"))?
-            }
-            "image" if images => {
-                let mut source = Fields::new(
-                    object(item.take("source"), &format!("{bwhat}.source"))?,
-                    format!("{bwhat}.source"),
-                );
-                let kind = source.string("type")?.unwrap_or_default();
-                if kind != "base64" {
-                    return Err(format!(
-                        "{bwhat}: only base64 image sources are converted, not {kind:?}"
-                    ));
-                }
-                let mime = source.string("media_type")?.unwrap_or_default();
-                let data = source.string("data")?.unwrap_or_default();
-                source.finish(&[])?;
-                gemini::inline_part(&mime, &data, &bwhat)?
-            }
-            other => {
+    content_parts(content, what, &names, |kind, item, bwhat| match kind {
+        "image" if images => {
+            let mut source = Fields::new(
+                object(item.take("source"), &format!("{bwhat}.source"))?,
+                format!("{bwhat}.source"),
+            );
+            let kind = source.string("type")?.unwrap_or_default();
+            if kind != "base64" {
                 return Err(format!(
-                    "{bwhat}: block type {other:?} cannot be converted here"
+                    "{bwhat}: only base64 image sources are converted, not {kind:?}"
                 ));
             }
-        };
-        item.ignore(&["cache_control", "citations"]);
-        item.finish(&[])?;
-        out.push(part);
-    }
-    Ok(out)
+            let mime = source.string("media_type")?.unwrap_or_default();
+            let data = source.string("data")?.unwrap_or_default();
+            source.finish(&[])?;
+            gemini::inline_part(&mime, &data, bwhat)
+        }
+        other => Err(format!(
+            "{bwhat}: block type {other:?} cannot be converted here"
+        )),
+    })
 }

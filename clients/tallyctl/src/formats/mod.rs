@@ -230,6 +230,64 @@ pub(crate) fn object(v: Option<Value>, what: &str) -> Result<Map<String, Value>,
 #[cfg(test)]
 mod vectors;
 
+/// How a format names its content in errors: `{what}{field} is empty`,
+/// `… must be a string or a list of {list}`.
+struct ContentNames {
+    /// `.content` (OpenAI) or ` content` (Anthropic).
+    pub field: &'static str,
+    /// `parts` or `blocks`.
+    pub list: &'static str,
+    /// Fields of an item dropped without conversion.
+    pub ignored: &'static [&'static str],
+}
+
+/// Content (a string, or a non-empty list of typed items) → Gemini parts:
+/// a string and `text` items here, any other item type by `other(kind,
+/// item, what)`, which answers its part or why it cannot be converted.
+fn content_parts(
+    content: Value,
+    what: &str,
+    names: &ContentNames,
+    mut other: impl FnMut(&str, &mut Fields, &str) -> Result<Value, String>,
+) -> Result<Vec<Value>, String> {
+    let field = names.field;
+    let items = match content {
+        Value::String(s) => {
+            return Ok(vec![gemini::text_part(s, &format!("{what}.content"))?]);
+        }
+        Value::Array(items) if !items.is_empty() => items,
+        Value::Array(_) => return Err(format!("{what}{field} is empty")),
+        other => {
+            return Err(format!(
+                "{what}{field} must be a string or a list of {}, got {}",
+                names.list,
+                kind_of(&other)
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (j, item) in items.into_iter().enumerate() {
+        let iwhat = format!("{what}.content[{j}]");
+        let Value::Object(item) = item else {
+            return Err(format!("{iwhat} must be an object"));
+        };
+        let mut item = Fields::new(item, iwhat.clone());
+        let kind = item.string("type")?.unwrap_or_default();
+        let part = if kind == "text" {
+            let text = item
+                .string("text")?
+                .ok_or_else(|| format!("{iwhat} has no text"))?;
+            gemini::text_part(text, &format!("{iwhat}.text"))?
+        } else {
+            other(&kind, &mut item, &iwhat)?
+        };
+        item.ignore(names.ignored);
+        item.finish(&[])?;
+        out.push(part);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@
 //! URLs, other methods, other roles and remote images are per-line errors.
 
 use super::gemini::{self, Request, Role};
-use super::{Fields, kind_of, object};
+use super::{ContentNames, Fields, content_parts, kind_of, object};
 use serde_json::{Map, Value, json};
 
 /// The only endpoint converted.
@@ -188,54 +188,28 @@ fn message(req: &mut Request, m: Value, i: usize) -> Result<(), String> {
 /// Content (a string, or a list of parts) → Gemini parts. Images only where
 /// `images` (user turns).
 fn parts(content: Value, what: &str, images: bool) -> Result<Vec<Value>, String> {
-    let items = match content {
-        Value::String(s) => return Ok(vec![gemini::text_part(s, &format!("{what}.content"))?]),
-        Value::Array(items) if !items.is_empty() => items,
-        Value::Array(_) => return Err(format!("{what}.content is empty")),
-        other => {
-            return Err(format!(
-                "{what}.content must be a string or a list of parts, got {}",
-                kind_of(&other)
-            ));
-        }
+    let names = ContentNames {
+        field: ".content",
+        list: "parts",
+        ignored: &[],
     };
-    let mut out = Vec::with_capacity(items.len());
-    for (j, item) in items.into_iter().enumerate() {
-        let pwhat = format!("{what}.content[{j}]");
-        let Value::Object(item) = item else {
-            return Err(format!("{pwhat} must be an object"));
-        };
-        let mut item = Fields::new(item, pwhat.clone());
-        let kind = item.string("type")?.unwrap_or_default();
-        let part = match kind.as_str() {
-            "text" => {
-                let text = item
-                    .string("text")?
-                    .ok_or_else(|| format!("{pwhat} has no text"))?;
-                gemini::text_part(text, &format!("{pwhat}.text"))?
-            }
-            "image_url" if images => {
-                let mut image = Fields::new(object(item.take("image_url"), &pwhat)?, &pwhat);
-                let url = image.string("url")?.unwrap_or_default();
-                image.ignore(&["detail"]);
-                image.finish(&[])?;
-                let (mime, data) = gemini::parse_data_url(&url).ok_or_else(|| {
-                    format!(
-                        "{pwhat}: only base64 data: URLs are converted (Gemini batch requests cannot fetch remote images)"
-                    )
-                })?;
-                gemini::inline_part(mime, data, &pwhat)?
-            }
-            other => {
-                return Err(format!(
-                    "{pwhat}: part type {other:?} cannot be converted here"
-                ));
-            }
-        };
-        item.finish(&[])?;
-        out.push(part);
-    }
-    Ok(out)
+    content_parts(content, what, &names, |kind, item, pwhat| match kind {
+        "image_url" if images => {
+            let mut image = Fields::new(object(item.take("image_url"), pwhat)?, pwhat);
+            let url = image.string("url")?.unwrap_or_default();
+            image.ignore(&["detail"]);
+            image.finish(&[])?;
+            let (mime, data) = gemini::parse_data_url(&url).ok_or_else(|| {
+                format!(
+                    "{pwhat}: only base64 data: URLs are converted (Gemini batch requests cannot fetch remote images)"
+                )
+            })?;
+            gemini::inline_part(mime, data, pwhat)
+        }
+        other => Err(format!(
+            "{pwhat}: part type {other:?} cannot be converted here"
+        )),
+    })
 }
 
 fn response_format(req: &mut Request, format: Value) -> Result<(), String> {
