@@ -13,6 +13,7 @@ The generated messages and stubs are in `tally_client.pb` (`ledger_pb2`,
 """
 
 from tally_client import pb
+from tally_client.archive import ArchiveError, ArchiveFormat, ArchiveResult
 from tally_client.client import (
     ClaimSession,
     Client,
@@ -40,6 +41,9 @@ from tally_client.formats import (
 from tally_client.keys import canonical_parts, derive_key, validate_key
 
 __all__ = [
+    "ArchiveError",
+    "ArchiveFormat",
+    "ArchiveResult",
     "BatchFileError",
     "BatchFormat",
     "Converted",

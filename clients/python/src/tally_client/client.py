@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import grpc
 from google.protobuf import duration_pb2
@@ -27,6 +27,9 @@ from tally_client._proto.tally.v1 import (
 from tally_client.errors import TallyError, from_rpc_error
 from tally_client.export import CSV_COLUMNS, FORMATS, ExportFormat, csv_line, line
 from tally_client.formats import BatchFormat, batch_rows, check_batch_file
+
+if TYPE_CHECKING:
+    from tally_client.archive import ArchiveFormat, ArchiveResult
 
 #: The server's default rows-per-call limit (`--max-rows-per-call`).
 DEFAULT_CHUNK = 1000
@@ -303,7 +306,10 @@ class Client:
         cursor to pass as `after` to resume past what was written (with the
         same filters); the returned progress has `cursor` `""` when done."""
         if format not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+            raise ValueError(
+                f"format must be one of {', '.join(FORMATS)}, got {format!r}"
+                + (" (Parquet: export_parquet)" if str(format) == "parquet" else "")
+            )
         written = 0
         cursor = after
         if format == "csv" and not after:
@@ -324,6 +330,67 @@ class Client:
                 out.flush()
                 on_page(ExportProgress(written, cursor))
         return ExportProgress(written, cursor)
+
+    def export_parquet(
+        self,
+        ledger: str,
+        path: str | Path,
+        *,
+        statuses: Sequence[common_pb2.RowStatus] = (),
+        rule: str = "",
+        model: str = "",
+        prompt: str = "",
+        after: str = "",
+        page_size: int = 1000,
+        on_page: Callable[[ExportProgress], None] | None = None,
+    ) -> ExportProgress:
+        """Writes the rows (with results) to a new Parquet file at `path`,
+        the file `tallyctl export --format parquet` writes (needs pyarrow:
+        `pip install 'tally-client[parquet]'`). A Parquet file cannot be
+        continued: to resume after a cursor, write the rest to another file.
+        If the export stops early, what was written is a valid file and the
+        last `on_page` cursor resumes after it."""
+        from tally_client.parquet import ParquetWriter
+
+        target = Path(path)
+        if target.exists():
+            raise FileExistsError(f"{target} exists: a Parquet export is always a new file")
+        written = 0
+        cursor = after
+        with ParquetWriter(target) as writer:
+            for page, cursor in self.pages(
+                ledger,
+                statuses=statuses,
+                rule=rule,
+                model=model,
+                prompt=prompt,
+                full=True,
+                page_size=page_size,
+                after=after,
+            ):
+                writer.write(page)
+                written += len(page)
+                if on_page is not None:
+                    on_page(ExportProgress(written, cursor))
+        return ExportProgress(written, cursor)
+
+    def archive_ledger(
+        self,
+        ledger: str,
+        path: str | Path,
+        *,
+        format: ArchiveFormat = "jsonl",
+        wait: bool = True,
+        poll_seconds: float = 1.0,
+    ) -> ArchiveResult:
+        """Exports the whole ledger to a new file, makes it durable, then
+        deletes the ledger, as `tallyctl ledgers archive` does; see
+        `tally_client.archive.archive_ledger` for the guarantees."""
+        from tally_client.archive import archive_ledger
+
+        return archive_ledger(
+            self, ledger, path, format=format, wait=wait, poll_seconds=poll_seconds
+        )
 
     # ----- workers -----
 

@@ -3,8 +3,8 @@
 `openai` (the OpenAI Batch API *output* file: one
 `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`
 per row, the body a `chat.completion`, exactly as `tallyctl export --format
-openai` writes it) and `csv`. Parquet is left to `tallyctl export` (the
-`parquet` crate) rather than adding pyarrow to this package.
+openai` writes it) and `csv`. Parquet is in `tally_client.parquet` (an
+optional extra: pyarrow).
 
 Pure: a row in, a record out. `Client.export_rows` does the paging."""
 

@@ -1,0 +1,136 @@
+"""Archive a ledger: export it to a new file, make the file durable, then
+delete the ledger — `tallyctl ledgers archive` in Python.
+
+Nothing is deleted unless the archive is whole:
+- a ledger with RUNNING rows or open jobs is refused before anything is
+  written (their answers would arrive after the export);
+- the export must complete (every page written; the file and its directory
+  fsynced);
+- the ledger must look the same after the export as before it (counts by
+  status, attempts, open jobs), and the delete carries the etag read before
+  the export, so rows enrolled or answered meanwhile are never deleted
+  unarchived. On a change the file is kept and `ArchiveError` says why."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from tally_client._proto.tally.v1 import ledger_pb2
+from tally_client.client import ledger_name
+from tally_client.errors import NotFound
+
+if TYPE_CHECKING:
+    from tally_client.client import Client
+
+ArchiveFormat = Literal["jsonl", "openai", "csv", "parquet"]
+
+
+class ArchiveError(Exception):
+    """The ledger was not archived (and not deleted); the message says why
+    and what to do."""
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    ledger: str
+    path: Path
+    rows: int
+    #: True once the purge has finished (only waited for with `wait`).
+    purged: bool
+
+
+def _fingerprint(s: ledger_pb2.LedgerSummary) -> tuple[int, ...]:
+    """What must not change between the start of the export and the delete."""
+    return (
+        s.total,
+        s.pending,
+        s.running,
+        s.retryable,
+        s.succeeded,
+        s.permanent,
+        s.blocked,
+        s.attempts_total,
+        s.active_jobs,
+    )
+
+
+def busy(s: ledger_pb2.LedgerSummary) -> str | None:
+    """Why the ledger cannot be archived now, if it cannot."""
+    if s.running > 0 or s.active_jobs > 0:
+        return (
+            f"{s.ledger} has {s.running} RUNNING rows and {s.active_jobs} open jobs: their "
+            "answers would miss the archive; stop the workers or let the jobs finish, then archive"
+        )
+    return None
+
+
+def _fsync(path: Path) -> None:
+    """The file's contents, then its directory entry, on disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _export(client: Client, ledger: str, path: Path, format: ArchiveFormat) -> int:
+    if format == "parquet":
+        return client.export_parquet(ledger, path).rows
+    with open(path, "x", encoding="utf-8", newline="") as out:
+        done = client.export_rows(ledger, out, format=format)
+    if done.cursor:
+        raise ArchiveError(f"the export of {ledger} did not complete: it was not deleted")
+    return done.rows
+
+
+def archive_ledger(
+    client: Client,
+    ledger: str,
+    path: str | Path,
+    *,
+    format: ArchiveFormat = "jsonl",
+    wait: bool = True,
+    poll_seconds: float = 1.0,
+) -> ArchiveResult:
+    """Exports `ledger` to the new file `path` in `format`, fsyncs it, and
+    deletes the ledger if nothing changed meanwhile. With `wait`, returns
+    once the purge has finished. Raises `FileExistsError` if `path` exists,
+    `ArchiveError` when the ledger is busy or changed (nothing deleted), and
+    `TallyError`s from the calls."""
+    target = Path(path)
+    if target.exists():
+        raise FileExistsError(f"{target} exists: an archive is always a new file")
+    name = ledger_name(ledger)
+    etag = client.get_ledger(name).etag
+    before = client.summarize(name)
+    why = busy(before)
+    if why:
+        raise ArchiveError(why)
+    rows = _export(client, name, target, format)
+    _fsync(target)
+    after = client.summarize(name)
+    if _fingerprint(before) != _fingerprint(after):
+        raise ArchiveError(
+            f"{name} changed while it was exported ({before.summary_line} -> "
+            f"{after.summary_line}): it was not deleted; {target} is kept; stop the enrollers "
+            "and workers and archive again to a new file"
+        )
+    client.delete_ledger(name, etag=etag)
+    purged = False
+    while wait and not purged:
+        try:
+            client.get_ledger(name)
+        except NotFound:
+            purged = True
+        else:
+            time.sleep(poll_seconds)
+    return ArchiveResult(name, target, rows, purged)
