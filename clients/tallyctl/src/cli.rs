@@ -279,6 +279,10 @@ pub struct RowFilterArgs {
     /// Only rows whose latest job is this (`{job}` or its full name).
     #[arg(long)]
     pub job: Option<String>,
+    /// Only rows this job was made with, even those a later job carried
+    /// again (`{job}` or its full name).
+    #[arg(long)]
+    pub in_job: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -308,7 +312,7 @@ pub struct RedriveArgs {
     /// Ledger id.
     pub ledger: String,
     /// These keys (comma-separated).
-    #[arg(long, value_delimiter = ',', conflicts_with_all = ["statuses", "rule", "model", "prompt", "prompt_version", "job"])]
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["statuses", "rule", "model", "prompt", "prompt_version", "job", "in_job"])]
     pub keys: Vec<String>,
     #[command(flatten)]
     pub filter: RowFilterArgs,

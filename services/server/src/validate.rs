@@ -295,16 +295,18 @@ pub fn row_filter(field: &str, f: Option<&pb::RowFilter>) -> Result<RowFilter, S
         }
     }
     let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let job = match f.job.as_str() {
+    let mut job_id = |name: &str, which: &str| match name {
         "" => None,
         name => match names::parse_job(name) {
             Ok((_, job)) => Some(job.to_string()),
             Err(e) => {
-                v.add(format!("{field}.job"), e.to_string());
+                v.add(format!("{field}.{which}"), e.to_string());
                 None
             }
         },
     };
+    let job = job_id(&f.job, "job");
+    let in_job = job_id(&f.in_job, "in_job");
     for (name, value) in [
         ("rule", &f.rule),
         ("model", &f.model),
@@ -321,6 +323,7 @@ pub fn row_filter(field: &str, f: Option<&pb::RowFilter>) -> Result<RowFilter, S
         prompt_name: opt(&f.prompt_name),
         prompt_version: opt(&f.prompt_version),
         job,
+        in_job,
     })
 }
 
@@ -335,6 +338,7 @@ pub fn filter_fingerprint(f: &RowFilter, extra: &str) -> String {
         f.prompt_name.as_deref().unwrap_or(""),
         f.prompt_version.as_deref().unwrap_or(""),
         f.job.as_deref().unwrap_or(""),
+        f.in_job.as_deref().unwrap_or(""),
         extra,
     ])
 }

@@ -469,9 +469,9 @@ impl Store {
                      SELECT token, ledger_id, model, worker, held, row_ids FROM claims WHERE token = $1
                  ),
                  j AS (
-                     INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count)
+                     INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count, row_ids)
                      SELECT $2, ledger_id, token, token, model,
-                            CASE WHEN worker <> '' THEN worker ELSE $3 END, held
+                            CASE WHEN worker <> '' THEN worker ELSE $3 END, held, row_ids
                      FROM c RETURNING id
                  ),
                  -- The job's rows are the claim's: readers find the job of

@@ -173,6 +173,14 @@ pub(crate) fn push_filter(qb: &mut QueryBuilder<Postgres>, filter: &RowFilter) {
         .push_bind(job.clone())
         .push(") END");
     }
+    if let Some(job) = &filter.in_job {
+        // Uncorrelated, so an InitPlan: the job's array is read once, then
+        // rows are found by id (ids are unique across ledgers, so another
+        // ledger's job matches nothing here).
+        qb.push(" AND r.id = ANY((SELECT j.row_ids FROM jobs j WHERE j.public_id = ")
+            .push_bind(job.clone())
+            .push(")::bigint[])");
+    }
 }
 
 #[derive(sqlx::FromRow)]

@@ -187,8 +187,10 @@ pub struct RowFilter {
     pub model: Option<String>,
     pub prompt_name: Option<String>,
     pub prompt_version: Option<String>,
-    /// A job's public id.
+    /// A job's public id: the rows whose latest job it is.
     pub job: Option<String>,
+    /// A job's public id: the rows the job was made with.
+    pub in_job: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -602,6 +602,7 @@ async fn the_sweeper_abandons_preparing_jobs_without_counting_an_attempt() {
 /// with rule `job_failed`, an infra attempt each; rows reported before are
 /// untouched. Counts and summary are fixed, and repeating the finish is a
 /// no-op while a different one is refused.
+/// The rows it was made with stay `in_job` once a later job carries them.
 #[tokio::test]
 async fn a_failed_job_turns_its_unreported_rows_retryable() {
     let env = env().await;
@@ -660,6 +661,35 @@ async fn a_failed_job_turns_its_unreported_rows_retryable() {
     // Its rows are claimable again.
     let again = claim(&env.store, "l", 10).await.unwrap();
     assert_eq!(keys_of(&again), ["b", "c"]);
+    // Once b and c are in a second job, the first is their latest job no
+    // more, but they stay among the rows it was made with (`in_job`).
+    let second = env
+        .store
+        .create_job("l", again.claim.token, "w")
+        .await
+        .unwrap();
+    let keys = |filter: RowFilter| {
+        let store = env.store.clone();
+        async move {
+            let rows = store.list_rows("l", &filter, None, 100, false).await;
+            let mut keys: Vec<String> = rows.unwrap().into_iter().map(|r| r.key).collect();
+            keys.sort();
+            keys
+        }
+    };
+    let in_job = |id: &str| RowFilter {
+        in_job: Some(id.to_string()),
+        ..RowFilter::default()
+    };
+    let latest = |id: &str| RowFilter {
+        job: Some(id.to_string()),
+        ..RowFilter::default()
+    };
+    assert_eq!(keys(in_job(&job.public_id)).await, ["a", "b", "c"]);
+    assert_eq!(keys(latest(&job.public_id)).await, ["a"]);
+    assert_eq!(keys(in_job(&second.public_id)).await, ["b", "c"]);
+    assert_eq!(keys(latest(&second.public_id)).await, ["b", "c"]);
+    assert!(keys(in_job("no-such-job")).await.is_empty());
     assert_queue_consistent(&env.store).await;
 }
 

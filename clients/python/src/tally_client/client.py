@@ -234,6 +234,7 @@ class Client:
         statuses: Sequence[common_pb2.RowStatus] = (),
         rule: str = "",
         job: str = "",
+        in_job: str = "",
         model: str = "",
         prompt: str = "",
         full: bool = False,
@@ -241,8 +242,9 @@ class Client:
         after: str = "",
     ) -> Iterator[tuple[list[ledger_pb2.Row], str]]:
         """Pages of rows with the cursor after each (`""` after the last).
-        `prompt` is `name` or `name@version`; `after` is a cursor from an
-        earlier listing with the same filters."""
+        `job` selects the rows whose latest job it is, `in_job` the rows the
+        job was made with; `prompt` is `name` or `name@version`; `after` is
+        a cursor from an earlier listing with the same filters."""
         if not 1 <= page_size <= 1000:
             raise ValueError("page_size must be between 1 and 1000")
         prompt_name, _, prompt_version = prompt.partition("@")
@@ -250,6 +252,7 @@ class Client:
             statuses=list(statuses),
             rule=rule,
             job=job,
+            in_job=in_job,
             model=model,
             prompt_name=prompt_name,
             prompt_version=prompt_version,
@@ -276,13 +279,20 @@ class Client:
         statuses: Sequence[common_pb2.RowStatus] = (),
         rule: str = "",
         job: str = "",
+        in_job: str = "",
         full: bool = False,
         page_size: int = 1000,
     ) -> Iterator[ledger_pb2.Row]:
         """Every row (or those with these statuses / this rule / this job as
-        their latest), paged."""
+        their latest / made into this job), paged."""
         for page, _ in self.pages(
-            ledger, statuses=statuses, rule=rule, job=job, full=full, page_size=page_size
+            ledger,
+            statuses=statuses,
+            rule=rule,
+            job=job,
+            in_job=in_job,
+            full=full,
+            page_size=page_size,
         ):
             yield from page
 

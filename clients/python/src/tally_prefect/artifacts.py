@@ -26,10 +26,11 @@ def job_state_name(state: int) -> str:
 
 
 def row_record(row: pb.ledger_pb2.Row) -> dict[str, str | int]:
-    """One table line: what became of the row (as of its latest job). A
-    job's table lists the rows whose latest job it is when the job is
-    settled: a row already claimed again by then is in its next job's table
-    instead, with every attempt counted."""
+    """One table line: what became of the row, as of the moment the job's
+    table is published (when the job is settled). A job's table lists every
+    row the job was made with (`RowFilter.in_job`); a row already claimed
+    again by then is in this table and the next job's, with its state then
+    and every attempt counted."""
     error = row.last_error
     if len(error) > MAX_ERROR_CHARS:
         error = error[:MAX_ERROR_CHARS] + "…"

@@ -101,7 +101,7 @@ def provider_job(
     job: pb.job_pb2.Job = client.call(client.jobs.GetJob, pb.job_pb2.GetJobRequest(name=job_name))
     rows: list[dict[str, str | int]] = []
     more = False
-    for row in client.rows(ledger, job=job_name, page_size=min(max_rows, 1000)):
+    for row in client.rows(ledger, in_job=job_name, page_size=min(max_rows, 1000)):
         if len(rows) == max_rows:
             more = True
             break

@@ -56,7 +56,7 @@ pub fn row_filter(args: &ExportArgs) -> Result<pb::RowFilter, CliError> {
         model: args.model.clone().unwrap_or_default(),
         prompt_name,
         prompt_version,
-        job: String::new(),
+        ..Default::default()
     })
 }
 

@@ -121,6 +121,11 @@ pub fn row_filter(ledger: &str, f: &RowFilterArgs) -> Result<pb::RowFilter, CliE
             .as_deref()
             .map(|j| job_in_ledger(ledger, j))
             .unwrap_or_default(),
+        in_job: f
+            .in_job
+            .as_deref()
+            .map(|j| job_in_ledger(ledger, j))
+            .unwrap_or_default(),
     })
 }
 
@@ -393,6 +398,7 @@ mod tests {
             &RowFilterArgs {
                 statuses: vec!["permanent".into(), "blocked".into()],
                 job: Some("j1".into()),
+                in_job: Some("ledgers/l/jobs/j2".into()),
                 ..Default::default()
             },
         )
@@ -405,6 +411,7 @@ mod tests {
             ]
         );
         assert_eq!(f.job, "ledgers/l/jobs/j1");
+        assert_eq!(f.in_job, "ledgers/l/jobs/j2");
         assert!(is_empty(
             &row_filter("l", &RowFilterArgs::default()).unwrap()
         ));

@@ -110,6 +110,13 @@ async fn list_rows() {
         ),
         (
             pb::RowFilter {
+                in_job: "ledgers/l".into(),
+                ..Default::default()
+            },
+            vec!["filter.in_job"],
+        ),
+        (
+            pb::RowFilter {
                 rule: long.clone(),
                 model: long.clone(),
                 prompt_name: long.clone(),

@@ -491,20 +491,22 @@ class GetRowRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class RowFilter(_message.Message):
-    __slots__ = ("statuses", "rule", "model", "prompt_name", "prompt_version", "job")
+    __slots__ = ("statuses", "rule", "model", "prompt_name", "prompt_version", "job", "in_job")
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_NAME_FIELD_NUMBER: _ClassVar[int]
     PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    IN_JOB_FIELD_NUMBER: _ClassVar[int]
     statuses: _containers.RepeatedScalarFieldContainer[_common_pb2.RowStatus]
     rule: str
     model: str
     prompt_name: str
     prompt_version: str
     job: str
-    def __init__(self, statuses: _Optional[_Iterable[_Union[_common_pb2.RowStatus, str]]] = ..., rule: _Optional[str] = ..., model: _Optional[str] = ..., prompt_name: _Optional[str] = ..., prompt_version: _Optional[str] = ..., job: _Optional[str] = ...) -> None: ...
+    in_job: str
+    def __init__(self, statuses: _Optional[_Iterable[_Union[_common_pb2.RowStatus, str]]] = ..., rule: _Optional[str] = ..., model: _Optional[str] = ..., prompt_name: _Optional[str] = ..., prompt_version: _Optional[str] = ..., job: _Optional[str] = ..., in_job: _Optional[str] = ...) -> None: ...
 
 class ListRowsRequest(_message.Message):
     __slots__ = ("parent", "filter", "page_size", "page_token", "view")
