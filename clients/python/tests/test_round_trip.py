@@ -11,10 +11,12 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import API_KEY, Emulator, start_emulator, workspace_binary
 
 from tally_client import Client
+from tally_client.export import CSV_COLUMNS
 
 LINES = 10_000
 
@@ -73,3 +75,13 @@ def test_ten_thousand_openai_lines_come_back_once_each_in_the_openai_output_form
     assert set(counts.values()) == {1}
     assert all(r["response"]["status_code"] == 200 and r["error"] is None for r in records)
     assert all(r["response"]["body"] is not None for r in records)
+
+    # The same rows as Parquet: readable by pyarrow, one row per custom_id,
+    # the columns tallyctl's Parquet file has.
+    path = tmp_path / "results.parquet"
+    assert tally.export_parquet(ledger, path).rows == LINES
+    table = pq.read_table(path)
+    assert table.num_rows == LINES
+    assert tuple(table.column_names) == CSV_COLUMNS
+    assert Counter(table.column("key").to_pylist()) == counts
+    assert set(table.column("status").to_pylist()) == {"SUCCEEDED"}
