@@ -327,9 +327,20 @@ pub struct Limits {
     #[arg(long, env = "TALLY_MAX_CLAIM_ROWS", default_value_t = 10_000)]
     pub max_claim_rows: i32,
 
-    /// Largest decoded request message, in bytes.
+    /// Largest request of the bulk methods (EnrollRows, ReportOutcomes,
+    /// ReleaseClaim, RedriveRows, RegisterPrompt, IngestEvent), in bytes.
     #[arg(long, env = "TALLY_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_message_bytes: usize,
+
+    /// Largest request of every other method, in bytes.
+    #[arg(long, env = "TALLY_MAX_SMALL_MESSAGE_BYTES", default_value_t = 1024 * 1024)]
+    pub max_small_message_bytes: usize,
+
+    /// Request bytes held at once across all calls (from the moment a
+    /// request's length is known until it is answered); a request that does
+    /// not fit is refused RESOURCE_EXHAUSTED with a RetryInfo.
+    #[arg(long, env = "TALLY_MAX_REQUEST_MEMORY_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub max_request_memory_bytes: usize,
 
     /// Unary calls in flight across all connections; more are refused with
     /// RESOURCE_EXHAUSTED at once (load shedding).
@@ -363,6 +374,8 @@ impl Default for Limits {
             max_rows_per_call: 10_000,
             max_claim_rows: 10_000,
             max_message_bytes: 64 * 1024 * 1024,
+            max_small_message_bytes: 1024 * 1024,
+            max_request_memory_bytes: 256 * 1024 * 1024,
             max_concurrent_calls: 256,
             max_concurrent_streams: 1024,
             max_calls_per_connection: 64,

@@ -16,7 +16,8 @@
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
 //!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
-//!   (a third layer).
+//!   (a third layer); [`intake`]: request sizes, the request-memory budget
+//!   and row counts read from the wire before decoding ([`wire`]).
 //! - [`health`], [`metrics`], [`paging`], [`caller`].
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
@@ -29,6 +30,7 @@ pub mod config;
 pub mod convert;
 pub mod database;
 pub mod health;
+pub mod intake;
 pub mod job_convert;
 pub mod job_service;
 pub mod ledger_metrics;
@@ -47,3 +49,4 @@ pub mod validate;
 pub mod wakeup;
 pub mod watch;
 pub mod webhook;
+pub mod wire;

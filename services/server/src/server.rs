@@ -81,6 +81,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let auth = Arc::new(Authenticator::from_args(&args.security)?);
     limits::check(&args.limits).map_err(anyhow::Error::msg)?;
+    crate::intake::check(&args.limits).map_err(anyhow::Error::msg)?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = crate::tls::server_config(&args.security)? {
         builder = builder.tls_config(tls).context("invalid TLS settings")?;
@@ -258,6 +259,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .layer(rpc_metrics.clone())
         .layer(AuthLayer::new(auth, metrics.clone()))
         .layer(limits_layer.clone())
+        .layer(crate::intake::IntakeLayer::new(&args.limits))
         .add_service(health_service.clone())
         .add_optional_service(reflect.then_some(reflection_v1))
         .add_optional_service(reflect.then_some(reflection_v1alpha))

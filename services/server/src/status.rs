@@ -13,22 +13,45 @@ use tonic_types::{ErrorDetails, StatusExt};
 /// The ErrorInfo domain of every tally error.
 pub const DOMAIN: &str = "tally.v1";
 
-/// INVALID_ARGUMENT naming every bad field.
+/// Most field violations sent in one status (the rest are counted), so a
+/// request with 200,000 bad entries cannot make a multi-megabyte trailer.
+pub const MAX_VIOLATIONS: usize = 100;
+/// Violations spelled out in the status message.
+const IN_MESSAGE: usize = 5;
+
+/// INVALID_ARGUMENT naming the bad fields: the first [`MAX_VIOLATIONS`] as
+/// BadRequest details, then one entry `…` counting the rest.
 pub fn invalid(violations: Vec<FieldViolation>) -> Status {
+    let total = violations.len();
     let message = match violations.as_slice() {
         [one] => format!("invalid {}: {}", one.field, one.description),
-        many => format!(
-            "{} invalid fields: {}",
-            many.len(),
-            many.iter()
+        many => {
+            let shown: Vec<String> = many
+                .iter()
+                .take(IN_MESSAGE)
                 .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
-        ),
+                .collect();
+            let more = total.saturating_sub(IN_MESSAGE);
+            format!(
+                "{total} invalid fields: {}{}",
+                shown.join("; "),
+                if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                }
+            )
+        }
     };
     let mut details = ErrorDetails::new();
-    for v in violations {
+    for v in violations.into_iter().take(MAX_VIOLATIONS) {
         details.add_bad_request_violation(v.field, v.description);
+    }
+    if total > MAX_VIOLATIONS {
+        details.add_bad_request_violation(
+            "…",
+            format!("{} more invalid fields not listed", total - MAX_VIOLATIONS),
+        );
     }
     Status::with_error_details(Code::InvalidArgument, message, details)
 }
@@ -147,6 +170,31 @@ pub fn from_store(e: StoreError) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request with more bad fields than MAX_VIOLATIONS gets the first
+    /// MAX_VIOLATIONS and one entry counting the rest, so the trailer stays
+    /// small; the message spells out only a few.
+    #[test]
+    fn field_violations_are_capped() {
+        let many: Vec<FieldViolation> = (0..200_000)
+            .map(|i| FieldViolation::new(format!("depends_on[{i}]"), "unknown key"))
+            .collect();
+        let s = invalid(many);
+        let bad = s.get_error_details().bad_request().unwrap().clone();
+        assert_eq!(bad.field_violations.len(), MAX_VIOLATIONS + 1);
+        let last = bad.field_violations.last().unwrap();
+        assert_eq!(last.description, "199900 more invalid fields not listed");
+        assert!(
+            s.message()
+                .starts_with("200000 invalid fields: depends_on[0]")
+        );
+        assert!(
+            s.message().ends_with("; and 199995 more"),
+            "{}",
+            s.message()
+        );
+        assert!(s.details().len() < 16 * 1024, "{}", s.details().len());
+    }
 
     #[test]
     fn violations_become_bad_request_details() {
