@@ -17,4 +17,4 @@ pub mod retry;
 
 pub use connect::{AuthChannel, Bearer, Clients, ConnectError, connect};
 pub use operations::{IngestError, batch_resource_event, ingest_batch_resource};
-pub use retry::{RetryPolicy, is_transient, with_retry};
+pub use retry::{RetryPolicy, error_reason, is_transient, with_retry};

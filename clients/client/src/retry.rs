@@ -68,6 +68,14 @@ pub fn retry_delay(status: &Status) -> Option<Duration> {
     details.retry_info().and_then(|r| r.retry_delay)
 }
 
+/// The server's ErrorInfo reason (e.g. `LEDGER_PAUSED`), if it sent one.
+pub fn error_reason(status: &Status) -> Option<String> {
+    status
+        .get_error_details()
+        .error_info()
+        .map(|i| i.reason.clone())
+}
+
 /// Runs `call` until it succeeds, fails for good, or the tries run out;
 /// answers the last status.
 pub async fn with_retry<T, F, Fut>(

@@ -140,6 +140,29 @@ pub enum LedgersCmd {
         #[arg(long)]
         etag: Option<String>,
     },
+    /// Pause a ledger: no more claims or jobs; claims and jobs already out
+    /// run to their end (reports are accepted, batches reconciled). Rows
+    /// can still be enrolled; they wait for `resume`. Pausing a paused
+    /// ledger changes nothing.
+    Pause {
+        /// Ledger id.
+        ledger: String,
+        /// Why (shown with the pause, with your name and the time).
+        #[arg(long)]
+        reason: String,
+        /// Fail with ABORTED if the ledger changed since this etag was read.
+        #[arg(long)]
+        etag: Option<String>,
+    },
+    /// Resume a paused ledger (whatever paused it): claims are handed out
+    /// again. Resuming an active ledger changes nothing.
+    Resume {
+        /// Ledger id.
+        ledger: String,
+        /// Fail with ABORTED if the ledger changed since this etag was read.
+        #[arg(long)]
+        etag: Option<String>,
+    },
     /// Export every row to a new file, then delete the ledger: the delete
     /// is sent only after the export is complete and fsynced, and only if
     /// the ledger did not change while it was exported. Refused while rows

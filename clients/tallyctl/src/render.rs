@@ -41,6 +41,43 @@ pub fn ledger_state(v: i32) -> String {
     )
 }
 
+pub fn pause_reason(v: i32) -> String {
+    short(
+        pb::LedgerPauseReason::try_from(v)
+            .ok()
+            .map(|s| s.as_str_name()),
+        "LEDGER_PAUSE_REASON_",
+        v,
+    )
+    .to_ascii_lowercase()
+}
+
+/// `PAUSED since … by …: reason (message)`, or the bare state.
+pub fn ledger_state_text(state: i32, pause: Option<&pb::LedgerPause>) -> String {
+    match pause {
+        Some(p) if state == pb::LedgerState::Paused as i32 => format!(
+            "PAUSED since {} by {} ({}): {}",
+            time(p.pause_time.as_ref()),
+            p.actor,
+            pause_reason(p.reason),
+            p.message
+        ),
+        _ => ledger_state(state),
+    }
+}
+
+pub fn pause_json(p: Option<&pb::LedgerPause>) -> Value {
+    match p {
+        None => Value::Null,
+        Some(p) => json!({
+            "reason": pause_reason(p.reason),
+            "message": p.message,
+            "actor": p.actor,
+            "pause_time": time_json(p.pause_time.as_ref()),
+        }),
+    }
+}
+
 /// `rows purged/total` of a ledger being deleted.
 pub fn purge_progress(l: &pb::Ledger) -> String {
     let p = l.purge.unwrap_or_default();
@@ -297,6 +334,7 @@ pub fn ledger_json(l: &pb::Ledger) -> Value {
             "claims_expired": p.claims_expired,
             "jobs_abandoned": p.jobs_abandoned,
         })),
+        "pause": pause_json(l.pause.as_ref()),
     })
 }
 
@@ -322,6 +360,8 @@ pub fn summary_json(s: &pb::LedgerSummary) -> Value {
         "permanent_by_rule": s.permanent_by_rule,
         "active_jobs": s.active_jobs,
         "summary_line": s.summary_line,
+        "state": ledger_state(s.state),
+        "pause": pause_json(s.pause.as_ref()),
         "terminal": is_terminal(s),
     })
 }

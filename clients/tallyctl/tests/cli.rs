@@ -881,6 +881,75 @@ async fn ledgers_delete_refuses_active_work_then_forces_and_waits() {
     env.stop().await;
 }
 
+// Invariant: `ledgers pause` makes the ledger PAUSED with the reason and
+// who paused it, shown by `ledgers get`, `ledgers list`, `status` (text
+// and JSON); `--reason` is required; `ledgers resume` makes it ACTIVE
+// again; both are idempotent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledgers_pause_and_resume_show_the_state_everywhere() {
+    let env = Env::start().await;
+    env.ok(&["ledgers", "create", "nightly"]).await;
+    let missing = env.run(&["ledgers", "pause", "nightly"]).await;
+    assert_ne!(missing.code, 0, "--reason is required");
+
+    let r = env
+        .ok(&[
+            "ledgers",
+            "pause",
+            "nightly",
+            "--reason",
+            "provider incident",
+        ])
+        .await;
+    assert!(
+        r.stdout.contains("ledgers/nightly PAUSED since"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("(operator): provider incident"),
+        "{}",
+        r.stdout
+    );
+    let doc = env.json(&["ledgers", "get", "nightly"]).await;
+    assert_eq!(doc["state"], "PAUSED", "{doc}");
+    assert_eq!(doc["pause"]["reason"], "operator");
+    assert_eq!(doc["pause"]["message"], "provider incident");
+    assert!(!doc["pause"]["actor"].as_str().unwrap().is_empty());
+    let again = env
+        .json(&["ledgers", "pause", "nightly", "--reason", "other"])
+        .await;
+    assert_eq!(again["pause"]["message"], "provider incident", "{again}");
+    assert_eq!(again["etag"], doc["etag"]);
+
+    let list = env.ok(&["ledgers", "list"]).await;
+    assert!(list.stdout.contains("PAUSED (operator)"), "{}", list.stdout);
+    let status = env.ok(&["status", "nightly"]).await;
+    assert!(
+        status.stdout.contains("state  PAUSED since"),
+        "{}",
+        status.stdout
+    );
+    assert!(
+        status.stdout.contains("PAUSED reason=operator succeeded=0"),
+        "{}",
+        status.stdout
+    );
+    let status = env.json(&["status", "nightly"]).await;
+    assert_eq!(status["state"], "PAUSED");
+    assert_eq!(status["pause"]["reason"], "operator");
+
+    let r = env.ok(&["ledgers", "resume", "nightly"]).await;
+    assert!(r.stdout.contains("ledgers/nightly ACTIVE"), "{}", r.stdout);
+    let doc = env.json(&["ledgers", "resume", "nightly"]).await;
+    assert_eq!(doc["state"], "ACTIVE");
+    assert!(doc["pause"].is_null());
+    let unknown = env.run(&["ledgers", "resume", "nope"]).await;
+    assert_eq!(unknown.code, 2);
+    assert!(unknown.stderr.contains("NOT_FOUND"), "{}", unknown.stderr);
+    env.stop().await;
+}
+
 // Invariant: `ledgers archive` deletes nothing unless every row is in the
 // archive: with work in flight it is refused before a file is made and the
 // ledger stays; once the work is done, the file holds every row exactly

@@ -99,6 +99,12 @@ impl Drop for Heartbeat {
     }
 }
 
+/// CreateJob's answer on a paused ledger.
+fn is_paused(s: &Status) -> bool {
+    s.code() == Code::FailedPrecondition
+        && tally_client::error_reason(s).as_deref() == Some("LEDGER_PAUSED")
+}
+
 /// Runs a fresh claim as a job, end to end.
 pub async fn run_claim(
     ctx: Arc<Ctx>,
@@ -127,11 +133,13 @@ pub async fn run_claim(
     let job = match created {
         Ok(j) => j.into_inner(),
         Err(s) => {
-            // The ledger is at its job limit (or the server sheds load):
-            // give the rows back unworked; they are claimable again at once.
+            // The ledger is at its job limit, or was paused after the claim
+            // was made (or the server sheds load): give the rows back
+            // unworked, no attempt counted; they are claimable again at
+            // once (after the resume).
             tracing::info!(claim = %claim.name, error = s.message(), "no job made from the claim; releasing it");
             release(&ctx, &claim.name, &[]).await;
-            return if s.code() == Code::ResourceExhausted {
+            return if s.code() == Code::ResourceExhausted || is_paused(&s) {
                 Ok(JobEnd::Released)
             } else {
                 Err(s.into())

@@ -87,6 +87,7 @@ pub async fn run_until(
     let mut jobs: JoinSet<Result<JobEnd, job::JobError>> = JoinSet::new();
     let mut report = RunReport::default();
     let mut next_sweep = tokio::time::Instant::now();
+    let mut paused = PauseLog::default();
     tokio::pin!(shutdown);
     loop {
         while let Some(done) = jobs.try_join_next() {
@@ -111,12 +112,14 @@ pub async fn run_until(
         }
         if jobs.len() < max_local && room(&ctx, ledger_max).await {
             match claim(&ctx).await {
-                Ok(Some((c, rows))) => {
+                Ok(Claimed::Rows(c, rows)) => {
+                    paused.update(None);
                     worked = true;
                     report.jobs_started += 1;
                     jobs.spawn(job::run_claim(Arc::clone(&ctx), c, rows, stop.clone()));
                 }
-                Ok(None) => {}
+                Ok(Claimed::Nothing) => paused.update(None),
+                Ok(Claimed::Paused(p)) => paused.update(Some(p)),
                 Err(s) => tracing::warn!(error = %s, "ClaimRows failed"),
             }
         }
@@ -231,9 +234,44 @@ async fn room(ctx: &Ctx, max: usize) -> bool {
     }
 }
 
+/// What a claim got.
+enum Claimed {
+    Rows(pb::Claim, Vec<pb::ClaimedRow>),
+    /// Nothing runnable now.
+    Nothing,
+    /// The ledger is paused: nothing is handed out until it is resumed.
+    Paused(pb::LedgerPause),
+}
+
+/// Says once that the ledger is paused, and once that it was resumed,
+/// however many polls see it (a paused ledger is "nothing to do", not an
+/// error: the loop backs off as when idle).
+#[derive(Default)]
+struct PauseLog {
+    paused: bool,
+}
+
+impl PauseLog {
+    fn update(&mut self, now: Option<pb::LedgerPause>) {
+        match (self.paused, now) {
+            (false, Some(p)) => {
+                let reason = pb::LedgerPauseReason::try_from(p.reason)
+                    .map_or("unknown", |r| r.as_str_name());
+                tracing::info!(reason, actor = %p.actor, message = %p.message, "ledger paused; claiming nothing until it is resumed (jobs already out run to their end)");
+                self.paused = true;
+            }
+            (true, None) => {
+                tracing::info!("ledger resumed; claiming again");
+                self.paused = false;
+            }
+            (true, Some(_)) | (false, None) => {}
+        }
+    }
+}
+
 /// Claims a batch of rows; a retry after a lost answer carries the same
 /// request id, so it returns the same claim instead of leasing more.
-async fn claim(ctx: &Ctx) -> Result<Option<(pb::Claim, Vec<pb::ClaimedRow>)>, Status> {
+async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
     let req = pb::ClaimRowsRequest {
         parent: ctx.ledger.clone(),
         max_rows: ctx.args.rows_per_claim(),
@@ -249,7 +287,11 @@ async fn claim(ctx: &Ctx) -> Result<Option<(pb::Claim, Vec<pb::ClaimedRow>)>, St
     })
     .await?
     .into_inner();
-    Ok(r.claim.map(|c| (c, r.rows)))
+    Ok(match (r.claim, r.pause) {
+        (Some(c), _) => Claimed::Rows(c, r.rows),
+        (None, Some(p)) => Claimed::Paused(p),
+        (None, None) => Claimed::Nothing,
+    })
 }
 
 /// No row pending, runnable later, or running, and no job open.

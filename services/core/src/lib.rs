@@ -14,6 +14,7 @@
 //! - [`operation`]: the monotonic reducer for provider operations.
 //! - [`webhook`]: Standard Webhooks signing and verification.
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says.
+//! - [`pause`]: why a ledger is paused, and what it still does while paused.
 //! - [`summary`]: the one-line summaries.
 //! - [`violation`]: how validation reports bad fields.
 
@@ -25,6 +26,7 @@ pub mod job;
 pub mod keys;
 pub mod names;
 pub mod operation;
+pub mod pause;
 pub mod payload;
 pub mod policy;
 pub mod status;

@@ -1,6 +1,8 @@
 //! The one-line summaries operators read (seed 004: "emit a one-line summary
 //! every run, loud only on anomaly").
 
+use crate::pause::PauseReason;
+
 /// Row counts of a ledger.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LedgerCounts {
@@ -34,6 +36,16 @@ pub fn ledger_line(c: &LedgerCounts) -> String {
         "succeeded={} retryable={} permanent={} blocked={} pending={} running={}",
         c.succeeded, c.retryable, c.permanent, c.blocked, c.pending, c.running
     )
+}
+
+/// The summary line of a ledger: [`ledger_line`], led by
+/// `PAUSED reason=<reason>` while the ledger is paused (the one state a
+/// reader of the line must not miss: rows wait and nothing is claimed).
+pub fn ledger_state_line(c: &LedgerCounts, paused: Option<PauseReason>) -> String {
+    match paused {
+        None => ledger_line(c),
+        Some(reason) => format!("PAUSED reason={reason} {}", ledger_line(c)),
+    }
 }
 
 /// Row counts of a job.
@@ -74,6 +86,13 @@ mod tests {
             "succeeded=5 retryable=1 permanent=2 blocked=3 pending=4 running=0"
         );
         assert!(!c.is_settled());
+        // Invariant: an active ledger's line is the plain counts; a paused
+        // one's leads with PAUSED and its reason, then the same counts.
+        assert_eq!(ledger_state_line(&c, None), ledger_line(&c));
+        assert_eq!(
+            ledger_state_line(&c, Some(PauseReason::SpendCap)),
+            format!("PAUSED reason=spend_cap {}", ledger_line(&c))
+        );
         assert_eq!(c.total(), 15);
         let j = JobCounts {
             rows: 10,

@@ -1,14 +1,14 @@
 //! The backlog refresher: every `--backlog-interval`, reads each ledger's
 //! backlog from the store ([`Store::backlog`]: estimates and index probes,
 //! never a count of rows) into the gauges `tally_ledger_rows`,
-//! `tally_ledger_rows_held`, `tally_ledger_oldest_runnable_age_seconds` and
-//! `tally_jobs_open`. A scrape only reads the gauges.
+//! `tally_ledger_rows_held`, `tally_ledger_oldest_runnable_age_seconds`,
+//! `tally_jobs_open` and `tally_ledger_paused`. A scrape only reads the gauges.
 //!
 //! Each refresh replaces the previous one's series, so a ledger or a status
 //! that disappears stops being exported. Every replica refreshes; the
 //! figures are the same on each (aggregate them with `max`, not `sum`).
 
-use crate::metrics::{JobLabels, LedgerLabels, LedgerStatus, Metrics};
+use crate::metrics::{JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels};
 use std::time::Duration;
 use tally_core::job::JobState;
 use tally_core::status::RowStatus;
@@ -36,6 +36,7 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
     metrics.ledger_rows_held.clear();
     metrics.oldest_runnable_age.clear();
     metrics.jobs_open.clear();
+    metrics.ledger_paused.clear();
     for l in &b.ledgers {
         let ledger = || l.name.clone();
         metrics.ledger_seen(&l.name);
@@ -70,6 +71,15 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
             .oldest_runnable_age
             .get_or_create(&LedgerLabels::of(&l.name))
             .set(age);
+        if let Some(reason) = l.paused {
+            metrics
+                .ledger_paused
+                .get_or_create(&PausedLabels {
+                    ledger: ledger(),
+                    reason: reason.as_str(),
+                })
+                .set(1);
+        }
         for (state, n) in &l.jobs_open {
             metrics
                 .jobs_open
@@ -116,6 +126,7 @@ pub const fn job_state_label(s: JobState) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tally_core::pause::PauseReason;
     use tally_store::backlog::LedgerBacklog;
 
     /// A refresh replaces the last one: a ledger gone from the backlog is
@@ -131,6 +142,7 @@ mod tests {
             held: 2,
             oldest_ready: Some(now - chrono::TimeDelta::seconds(30)),
             jobs_open: vec![(JobState::Running, 1)],
+            paused: None,
         };
         let mut b = Backlog {
             ledgers: vec![ledger("a"), ledger("b")],
@@ -164,5 +176,36 @@ mod tests {
         };
         assert!(m.jobs_open.get(&job("b")).is_none());
         assert!(m.jobs_open.get(&job("a")).is_some());
+    }
+
+    /// `tally_ledger_paused{ledger,reason}` is 1 for a paused ledger and
+    /// absent for an active one, and a resume (the next refresh) removes
+    /// it.
+    #[test]
+    fn a_paused_ledger_has_a_paused_series_until_resumed() {
+        let m = Metrics::new();
+        let ledger = |name: &str, paused| LedgerBacklog {
+            name: name.into(),
+            paused,
+            ..Default::default()
+        };
+        let paused = |l: &str, reason| {
+            m.ledger_paused
+                .get(&PausedLabels {
+                    ledger: l.into(),
+                    reason,
+                })
+                .map(|g| g.get())
+        };
+        let mut b = Backlog {
+            ledgers: vec![ledger("a", Some(PauseReason::Operator)), ledger("b", None)],
+            now: None,
+        };
+        publish(&m, &b);
+        assert_eq!(paused("a", "operator"), Some(1));
+        assert_eq!(paused("b", "operator"), None);
+        b.ledgers[0].paused = None;
+        publish(&m, &b);
+        assert_eq!(paused("a", "operator"), None);
     }
 }

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use std::time::Duration;
 use tally_core::classify::{self, Failure, FailureKind};
 use tally_core::names;
+use tally_core::pause::PauseReason;
 use tally_core::policy::{self, OverrideRule, Policy, Price};
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::violation::Violations;
@@ -170,11 +171,37 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
     }
 }
 
+/// DELETING while the ledger is being deleted, else PAUSED while paused,
+/// else ACTIVE.
+pub fn ledger_state(l: &st::LedgerRecord) -> pb::LedgerState {
+    match (&l.deletion, &l.pause) {
+        (Some(_), _) => pb::LedgerState::Deleting,
+        (None, Some(_)) => pb::LedgerState::Paused,
+        (None, None) => pb::LedgerState::Active,
+    }
+}
+
+pub fn pause_reason_to_proto(r: PauseReason) -> pb::LedgerPauseReason {
+    match r {
+        PauseReason::Operator => pb::LedgerPauseReason::Operator,
+        PauseReason::SpendCap => pb::LedgerPauseReason::SpendCap,
+        PauseReason::Quota => pb::LedgerPauseReason::Quota,
+        PauseReason::Billing => pb::LedgerPauseReason::Billing,
+        PauseReason::ModelDrift => pb::LedgerPauseReason::ModelDrift,
+    }
+}
+
+pub fn pause_to_proto(p: &st::Pause) -> pb::LedgerPause {
+    pb::LedgerPause {
+        reason: pause_reason_to_proto(p.reason) as i32,
+        message: p.message.clone(),
+        actor: p.actor.clone(),
+        pause_time: Some(timestamp(p.time)),
+    }
+}
+
 pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
-    let state = match l.deletion {
-        None => pb::LedgerState::Active,
-        Some(_) => pb::LedgerState::Deleting,
-    };
+    let state = ledger_state(l);
     pb::Ledger {
         name: names::ledger_name(&l.name),
         policy: Some(policy_to_proto(&l.policy)),
@@ -190,6 +217,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
             claims_expired: d.claims_expired,
             jobs_abandoned: d.jobs_abandoned,
         }),
+        pause: l.pause.as_ref().map(pause_to_proto),
     }
 }
 

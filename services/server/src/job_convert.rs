@@ -99,10 +99,14 @@ pub fn event_to_proto(e: &JobEventRecord) -> pb::JobEvent {
             JobEventKind::StateChanged => pb::JobEventType::StateChanged,
             JobEventKind::Progress => pb::JobEventType::Progress,
             JobEventKind::Adopted => pb::JobEventType::Adopted,
+            JobEventKind::LedgerPaused => pb::JobEventType::LedgerPaused,
+            JobEventKind::LedgerResumed => pb::JobEventType::LedgerResumed,
         } as i32,
-        job: Some(job_to_proto(&e.job)),
+        job: e.job.as_ref().map(job_to_proto),
         time: Some(timestamp(e.time)),
         actor: e.actor.clone(),
+        ledger: names::ledger_name(&e.ledger),
+        pause: e.pause.as_ref().map(crate::convert::pause_to_proto),
     }
 }
 

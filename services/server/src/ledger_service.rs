@@ -8,13 +8,15 @@ use crate::metrics::Metrics;
 use crate::status::{from_store, invalid, invalid_field};
 use crate::{paging, purger, validate};
 use tally_core::names;
-use tally_core::summary::ledger_line;
+use tally_core::pause::PauseReason;
+use tally_core::summary::ledger_state_line;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_server::LedgerService;
-use tally_store::Store;
+use tally_store::pause::PauseLedger;
 use tally_store::purge::DeleteLedger;
 use tally_store::types::EnrollOutcome;
+use tally_store::{Store, StoreError};
 use tonic::{Request, Response, Status};
 
 pub struct Ledgers {
@@ -164,11 +166,21 @@ impl LedgerService for Ledgers {
 
     async fn claim_rows(&self, req: Request<pb::ClaimRowsRequest>) -> Reply<pb::ClaimRowsResponse> {
         let (ledger, claim) = validate::claim_rows(req.get_ref(), &self.limits)?;
-        let grant = self
+        let grant = match self
             .metrics
             .timed("claim", self.store.claim_rows(&ledger, &claim))
             .await
-            .map_err(from_store)?;
+        {
+            // A paused ledger answers the empty claim of "nothing runnable",
+            // saying why: clients back off as they would anyway.
+            Err(StoreError::LedgerPaused { pause, .. }) => {
+                return Ok(Response::new(pb::ClaimRowsResponse {
+                    pause: Some(convert::pause_to_proto(&pause)),
+                    ..Default::default()
+                }));
+            }
+            other => other.map_err(from_store)?,
+        };
         let claimed = grant.as_ref().map_or(0, |g| g.rows.len());
         self.metrics.rows_claimed_in(&ledger, claimed as u64);
         Ok(Response::new(match grant {
@@ -180,6 +192,7 @@ impl LedgerService for Ledgers {
                     .into_iter()
                     .map(convert::claimed_row_to_proto)
                     .collect(),
+                pause: None,
             },
         }))
     }
@@ -331,7 +344,9 @@ impl LedgerService for Ledgers {
             unpriced_models: unpriced,
             permanent_by_rule: s.permanent_by_rule.iter().cloned().collect(),
             active_jobs: s.active_jobs,
-            summary_line: ledger_line(c),
+            summary_line: ledger_state_line(c, record.pause.as_ref().map(|p| p.reason)),
+            state: convert::ledger_state(&record) as i32,
+            pause: record.pause.as_ref().map(convert::pause_to_proto),
         }))
     }
 
@@ -359,13 +374,7 @@ impl LedgerService for Ledgers {
         let actor = actor(&req);
         let req = req.into_inner();
         let ledger = validate::ledger("name", &req.name)?;
-        let etag = match req.etag.as_str() {
-            "" => None,
-            e => Some(
-                e.parse()
-                    .map_err(|_| invalid_field("etag", "is not an etag this server issued"))?,
-            ),
-        };
+        let etag = validate::etag("etag", &req.etag)?;
         let deleted = self
             .store
             .delete_ledger(&DeleteLedger {
@@ -378,6 +387,36 @@ impl LedgerService for Ledgers {
             .map_err(from_store)?;
         self.purge.now();
         Ok(Response::new(ledger_to_proto(&deleted)))
+    }
+
+    async fn pause_ledger(&self, req: Request<pb::PauseLedgerRequest>) -> Reply<pb::Ledger> {
+        let actor = actor(&req);
+        let (ledger, message, etag) = validate::pause(req.get_ref())?;
+        let paused = self
+            .store
+            .pause_ledger(&PauseLedger {
+                ledger: &ledger,
+                reason: PauseReason::Operator,
+                message: &message,
+                actor: &actor,
+                etag,
+            })
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(ledger_to_proto(&paused)))
+    }
+
+    async fn resume_ledger(&self, req: Request<pb::ResumeLedgerRequest>) -> Reply<pb::Ledger> {
+        let actor = actor(&req);
+        let req = req.into_inner();
+        let ledger = validate::ledger("name", &req.name)?;
+        let etag = validate::etag("etag", &req.etag)?;
+        let resumed = self
+            .store
+            .resume_ledger(&ledger, etag, &actor)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(ledger_to_proto(&resumed)))
     }
 
     async fn register_prompt(&self, req: Request<pb::RegisterPromptRequest>) -> Reply<pb::Prompt> {

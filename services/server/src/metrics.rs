@@ -51,6 +51,7 @@ labels!(LedgerLabels { ledger: String });
 labels!(LedgerStatus { ledger: String, status: &'static str });
 labels!(VerdictLabels { ledger: String, verdict: &'static str, rule: String });
 labels!(JobLabels { ledger: String, state: &'static str });
+labels!(PausedLabels { ledger: String, reason: &'static str });
 labels!(CallLabels { call: &'static str });
 labels!(ReasonLabels { reason: &'static str });
 labels!(OutcomeLabels { outcome: &'static str });
@@ -100,6 +101,7 @@ pub struct Families {
     pub ledger_rows_held: Family<LedgerLabels, Gauge>,
     pub oldest_runnable_age: Family<LedgerLabels, F64Gauge>,
     pub jobs_open: Family<JobLabels, Gauge>,
+    pub ledger_paused: Family<PausedLabels, Gauge>,
     pub backlog_refreshed: F64Gauge,
 }
 
@@ -170,6 +172,7 @@ impl Metrics {
             ledger_rows_held: Default::default(),
             oldest_runnable_age: Default::default(),
             jobs_open: Default::default(),
+            ledger_paused: Default::default(),
             backlog_refreshed: Default::default(),
         };
         let mut r = Registry::default();
@@ -293,6 +296,11 @@ impl Metrics {
             "tally_ledger_oldest_runnable_age_seconds",
             "age of the oldest claimable row (ready_time in the past), by ledger; 0 when none",
             f.oldest_runnable_age.clone(),
+        );
+        r.register(
+            "tally_ledger_paused",
+            "1 for each paused ledger, with the reason it was paused for (absent while active)",
+            f.ledger_paused.clone(),
         );
         r.register(
             "tally_jobs_open",

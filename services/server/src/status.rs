@@ -139,6 +139,22 @@ pub fn from_store(e: StoreError) -> Status {
             details.add_precondition_failure_violation("LEDGER_ACTIVE", name, message.clone());
             Status::with_error_details(Code::FailedPrecondition, message, details)
         }
+        StoreError::LedgerPaused { name, pause } => {
+            let message = format!(
+                "{name} is paused ({}, by {}: {}); nothing new is started until ResumeLedger",
+                pause.reason, pause.actor, pause.message
+            );
+            let metadata = std::collections::HashMap::from([
+                (
+                    "pause_reason".to_string(),
+                    pause.reason.as_str().to_string(),
+                ),
+                ("actor".to_string(), pause.actor.clone()),
+            ]);
+            let mut details = ErrorDetails::with_error_info("LEDGER_PAUSED", DOMAIN, metadata);
+            details.add_precondition_failure_violation("LEDGER_PAUSED", name, message.clone());
+            Status::with_error_details(Code::FailedPrecondition, message, details)
+        }
         StoreError::InvalidArgument(v) => invalid(v),
         StoreError::FailedPrecondition {
             reason,

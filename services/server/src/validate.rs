@@ -366,6 +366,53 @@ pub fn redrive(
     Ok((ledger, target))
 }
 
+/// An optional etag: empty is `None`; anything else must be one this
+/// server issued.
+pub fn etag(field: &str, etag: &str) -> Result<Option<i64>, Status> {
+    parse_etag(etag).map_err(|e| invalid_field(field, e))
+}
+
+fn parse_etag(etag: &str) -> Result<Option<i64>, &'static str> {
+    match etag {
+        "" => Ok(None),
+        e => e
+            .parse()
+            .map(Some)
+            .map_err(|_| "is not an etag this server issued"),
+    }
+}
+
+/// The longest pause message.
+pub const MAX_PAUSE_MESSAGE: usize = 1024;
+
+/// PauseLedger → (ledger, message, etag).
+pub fn pause(req: &pb::PauseLedgerRequest) -> Result<(String, String, Option<i64>), Status> {
+    let mut v = Violations::new();
+    let ledger = names::parse_ledger(&req.name).map_err(|e| e.to_string());
+    if let Err(e) = &ledger {
+        v.add("name", e.clone());
+    }
+    let message = req.message.trim();
+    if message.is_empty() {
+        v.add("message", "must say why the ledger is paused");
+    } else if message.chars().count() > MAX_PAUSE_MESSAGE {
+        v.add(
+            "message",
+            format!("must be at most {MAX_PAUSE_MESSAGE} characters"),
+        );
+    }
+    let etag = parse_etag(&req.etag);
+    if let Err(e) = etag {
+        v.add("etag", e);
+    }
+    finish(v)?;
+    Ok((
+        ledger.expect("checked").to_string(),
+        message.to_string(),
+        etag.expect("checked"),
+    ))
+}
+
 pub fn register_prompt(req: &pb::RegisterPromptRequest) -> Result<PromptRecord, Status> {
     let mut v = Violations::new();
     v.check("prompt_id", names::validate_prompt_id(&req.prompt_id));

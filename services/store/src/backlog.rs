@@ -8,7 +8,8 @@
 //!   (partial index `claims_active_by_ledger`), exact;
 //! - the oldest ready time in the runnable queue: one index probe per
 //!   ledger and model (`runnable_order`), exact;
-//! - open jobs by state (partial index `jobs_open`), exact.
+//! - open jobs by state (partial index `jobs_open`), exact;
+//! - whether the ledger is paused, and why (its row), exact.
 //!
 //! Each query reads index entries or catalog rows only, in proportion to
 //! ledgers, models, active claims and open jobs, not to rows.
@@ -17,6 +18,7 @@ use crate::types::Time;
 use crate::{Result, Store};
 use std::collections::BTreeMap;
 use tally_core::job::JobState;
+use tally_core::pause::PauseReason;
 use tally_core::status::RowStatus;
 
 /// Most ledgers reported (by id); a larger deployment's others are left
@@ -32,6 +34,8 @@ pub struct LedgerBacklog {
     /// The queue's oldest ready time, if anything is queued.
     pub oldest_ready: Option<Time>,
     pub jobs_open: Vec<(JobState, i64)>,
+    /// Why the ledger is paused, if it is.
+    pub paused: Option<PauseReason>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -65,20 +69,22 @@ const OLDEST: &str = "
 impl Store {
     /// Every ledger's backlog (the first [`MAX_LEDGERS`] by id).
     pub async fn backlog(&self) -> Result<Backlog> {
-        let ledgers: Vec<(i64, String, Time)> =
-            sqlx::query_as("SELECT id, name, now() FROM ledgers ORDER BY id LIMIT $1")
-                .bind(MAX_LEDGERS)
-                .fetch_all(&self.pool)
-                .await?;
+        let ledgers: Vec<(i64, String, Time, Option<String>)> = sqlx::query_as(
+            "SELECT id, name, now(), pause_reason FROM ledgers ORDER BY id LIMIT $1",
+        )
+        .bind(MAX_LEDGERS)
+        .fetch_all(&self.pool)
+        .await?;
         let now = ledgers.first().map(|l| l.2);
         let ids: Vec<i64> = ledgers.iter().map(|l| l.0).collect();
         let mut by_id: BTreeMap<i64, LedgerBacklog> = ledgers
             .into_iter()
-            .map(|(id, name, _)| {
+            .map(|(id, name, _, paused)| {
                 (
                     id,
                     LedgerBacklog {
                         name,
+                        paused: paused.as_deref().and_then(PauseReason::parse),
                         ..Default::default()
                     },
                 )

@@ -13,7 +13,7 @@ use crate::types::{
     ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord,
     Rescued, Time, Usage,
 };
-use crate::{Result, Store, StoreError, events, jitter_sample, jobs, ledgers};
+use crate::{Result, Store, StoreError, events, jitter_sample, jobs, ledgers, pause};
 use sqlx::{Postgres, Transaction};
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -221,6 +221,7 @@ const RESCUE_DUE: &str = "c.state = 1 AND c.expire_time <= now()
 #[derive(sqlx::FromRow)]
 struct Taken {
     due: bool,
+    paused: bool,
     ids: Option<Vec<i64>>,
     keys: Option<Vec<String>>,
     payloads: Option<Vec<String>>,
@@ -235,8 +236,10 @@ struct Taken {
     expire_time: Option<Time>,
 }
 
-/// The claim itself, in one statement: unless `check_due` finds expired
-/// claims of the ledger to rescue first, the model (given, or that of the
+/// The claim itself, in one statement: unless the ledger is paused (its
+/// row, read by primary key, has a `pause_reason`: then nothing is taken,
+/// on every replica at once) or `check_due` finds expired claims of the
+/// ledger to rescue first, the model (given, or that of the
 /// oldest ready row), the queue entries taken and their rows (by
 /// `tally_claim_runnable`, migrations 0005 and 0007: SKIP LOCKED, chunks
 /// split where the claim needs only part of one), and the claim record
@@ -254,10 +257,12 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             r#"
         WITH due AS (
             SELECT $8 AND EXISTS (
-                SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {RESCUE_DUE}) AS due
+                SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {RESCUE_DUE}) AS due,
+                   coalesce((SELECT l.pause_reason IS NOT NULL FROM ledgers l
+                             WHERE l.id = $1), false) AS paused
         ),
         chosen AS (
-            SELECT CASE WHEN (SELECT due FROM due) THEN NULL ELSE coalesce($2::text, (
+            SELECT CASE WHEN (SELECT due OR paused FROM due) THEN NULL ELSE coalesce($2::text, (
                 SELECT m.model FROM ledger_models m
                 CROSS JOIN LATERAL (
                     SELECT r.ready_time FROM runnable r
@@ -278,7 +283,7 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             FROM upd HAVING count(*) > 0
             RETURNING create_time, expire_time
         )
-        SELECT (SELECT due FROM due) AS due,
+        SELECT (SELECT due FROM due) AS due, (SELECT paused FROM due) AS paused,
                array_agg(u.id) AS ids, array_agg(u.key) AS keys,
                array_agg(u.payload) AS payloads, array_agg(u.prompt_name) AS prompt_names,
                array_agg(u.prompt_version) AS prompt_versions, array_agg(u.model) AS models,
@@ -407,6 +412,9 @@ impl Store {
         let Some(request_id) = &req.request_id else {
             let token = Uuid::new_v4();
             let mut taken = take_rows(&self.pool, &record, req, token, true).await?;
+            if taken.paused {
+                return Err(self.paused(ledger).await);
+            }
             if taken.due {
                 self.rescue_expired(Some(record.id)).await?;
                 taken = take_rows(&self.pool, &record, req, token, false).await?;
@@ -432,7 +440,25 @@ impl Store {
         let token = Uuid::new_v4();
         let taken = take_rows(&mut *tx, &record, req, token, false).await?;
         tx.commit().await?;
+        if taken.paused {
+            return Err(self.paused(ledger).await);
+        }
         self.granted(&record, req, token, taken)
+    }
+
+    /// The LEDGER_PAUSED answer to a claim on a paused ledger, with the
+    /// pause as it is now (read again: the claim statement only saw that
+    /// there is one).
+    async fn paused(&self, ledger: &str) -> StoreError {
+        match self.get_ledger(ledger).await {
+            Ok(LedgerRecord { pause: Some(p), .. }) => pause::paused(ledger, p),
+            // Resumed (or deleted) since: nothing was taken all the same;
+            // the caller claims again.
+            Ok(_) => StoreError::Aborted(format!(
+                "ledgers/{ledger} was resumed while the claim ran; claim again"
+            )),
+            Err(e) => e,
+        }
     }
 
     /// The answer to what a claim took; this process remembers the rows

@@ -35,6 +35,13 @@ pub enum StoreError {
         live_claims: i64,
         open_jobs: i64,
     },
+    /// The ledger is paused and the call would make new work (a claim, a
+    /// job); see `tally_core::pause`.
+    #[error("{name} is paused ({}): {}", pause.reason, pause.message)]
+    LedgerPaused {
+        name: String,
+        pause: Box<crate::types::Pause>,
+    },
     /// A concurrent change won (etag mismatch).
     #[error("{0}")]
     Aborted(String),
@@ -91,6 +98,7 @@ impl StoreError {
             | StoreError::AlreadyExists { .. }
             | StoreError::LedgerDeleting { .. }
             | StoreError::LedgerActive { .. }
+            | StoreError::LedgerPaused { .. }
             | StoreError::InvalidArgument(_)
             | StoreError::FailedPrecondition { .. }
             | StoreError::ResourceExhausted { .. }

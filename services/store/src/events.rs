@@ -25,10 +25,11 @@
 //! listening server: a hint to read the table, never the data itself.
 
 use crate::jobs::{JOB_RECORD_COLUMNS, JOB_SELECT, JobRow};
-use crate::types::{JobEventKind, JobEventRecord, Time};
+use crate::types::{JobEventKind, JobEventRecord, Pause, Time};
 use crate::{Result, Store, StoreError};
 use sqlx::postgres::PgListener;
-use sqlx::{Postgres, Transaction};
+use sqlx::{FromRow, Postgres, Transaction};
+use tally_core::pause::PauseReason;
 
 /// The channel `pg_notify` wakes listeners on.
 pub const CHANNEL: &str = "tally_job_events";
@@ -48,10 +49,7 @@ pub(crate) async fn append(
     }
     let ids: Vec<i64> = events.iter().map(|(id, _)| *id).collect();
     let kinds: Vec<i16> = events.iter().map(|(_, k)| k.code()).collect();
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(EVENTS_LOCK)
-        .execute(&mut **tx)
-        .await?;
+    lock_sequence(tx).await?;
     let sql = format!(
         "WITH e AS (
              SELECT * FROM unnest($1::int8[], $2::int2[]) WITH ORDINALITY AS e(job_id, type, n)
@@ -74,14 +72,58 @@ pub(crate) async fn append(
     Ok(())
 }
 
+/// Appends an event about a ledger itself (a pause or a resume; `reason`
+/// and `message` are the pause's, `None` for a resume). Call it as the last
+/// statement before committing, like [`append`].
+pub(crate) async fn append_ledger(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    kind: JobEventKind,
+    pause: Option<(PauseReason, &str)>,
+    actor: &str,
+) -> Result<()> {
+    debug_assert!(kind.is_ledger_event());
+    lock_sequence(tx).await?;
+    let (reason, message) = pause.map_or((None, None), |(r, m)| (Some(r.as_str()), Some(m)));
+    let sql = format!(
+        "WITH ins AS (
+             INSERT INTO job_events (ledger_id, type, actor, ledger)
+             VALUES ($1, $2, $3, jsonb_build_object('reason', $4::text, 'message', $5::text))
+             RETURNING seq
+         )
+         SELECT pg_notify('{CHANNEL}', seq::text) FROM ins"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(ledger_id)
+        .bind(kind.code())
+        .bind(actor)
+        .bind(reason)
+        .bind(message)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Takes [`EVENTS_LOCK`] (see the module documentation).
+async fn lock_sequence(tx: &mut Transaction<'static, Postgres>) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(EVENTS_LOCK)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// What every event has; job events also carry the job's columns (read with
+/// [`JobRow`]), ledger events the pause's.
 #[derive(sqlx::FromRow)]
-struct EventRow {
+struct EventHead {
     seq: i64,
     kind: i16,
     actor: String,
     time: Time,
-    #[sqlx(flatten)]
-    job: JobRow,
+    event_ledger: String,
+    pause_reason: Option<String>,
+    pause_message: Option<String>,
 }
 
 /// What woke a listener.
@@ -145,28 +187,57 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<JobEventRecord>> {
+        // One statement, so job and ledger events come from one snapshot
+        // (sequence order is commit order only within a snapshot).
         let sql = format!(
-            "SELECT e.seq, e.type AS kind, e.actor, e.time, x.*
-             FROM job_events e, jsonb_to_record(e.job) AS x({JOB_RECORD_COLUMNS})
+            "SELECT e.seq, e.type AS kind, e.actor, e.time, l.name AS event_ledger,
+                    e.ledger->>'reason' AS pause_reason, e.ledger->>'message' AS pause_message,
+                    x.*
+             FROM job_events e
+             JOIN ledgers l ON l.id = e.ledger_id
+             LEFT JOIN LATERAL jsonb_to_record(e.job) AS x({JOB_RECORD_COLUMNS}) ON true
              WHERE e.seq > $1 AND ($2::int8 IS NULL OR e.ledger_id = $2)
              ORDER BY e.seq LIMIT $3"
         );
-        let rows = sqlx::query_as::<_, EventRow>(sqlx::AssertSqlSafe(sql))
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(after)
             .bind(ledger_id)
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter()
-            .map(|r| {
+        rows.iter()
+            .map(|row| {
+                let head = EventHead::from_row(row)?;
+                let kind = JobEventKind::from_code(head.kind).ok_or_else(|| {
+                    StoreError::Internal(format!("job event {} has type {}", head.seq, head.kind))
+                })?;
+                let job = if kind.is_ledger_event() {
+                    None
+                } else {
+                    Some(JobRow::from_row(row)?.into_record()?)
+                };
+                let pause = match (kind, head.pause_reason.as_deref()) {
+                    (JobEventKind::LedgerPaused, Some(r)) => Some(Pause {
+                        reason: PauseReason::parse(r).ok_or_else(|| {
+                            StoreError::Internal(format!(
+                                "job event {} has pause reason {r}",
+                                head.seq
+                            ))
+                        })?,
+                        message: head.pause_message.unwrap_or_default(),
+                        actor: head.actor.clone(),
+                        time: head.time,
+                    }),
+                    _ => None,
+                };
                 Ok(JobEventRecord {
-                    seq: r.seq,
-                    kind: JobEventKind::from_code(r.kind).ok_or_else(|| {
-                        StoreError::Internal(format!("job event {} has type {}", r.seq, r.kind))
-                    })?,
-                    actor: r.actor,
-                    time: r.time,
-                    job: r.job.into_record()?,
+                    seq: head.seq,
+                    kind,
+                    actor: head.actor,
+                    time: head.time,
+                    ledger: head.event_ledger,
+                    job,
+                    pause,
                 })
             })
             .collect()

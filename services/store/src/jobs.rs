@@ -14,6 +14,7 @@
 
 use crate::claims;
 use crate::events;
+use crate::pause;
 use crate::types::{
     AdoptResult, AdoptedJob, ClaimRecord, FinishRequest, JobEventKind, JobRecord, LedgerRecord,
     Time,
@@ -23,6 +24,7 @@ use sqlx::{Executor, Postgres, Transaction};
 use std::time::Duration;
 use tally_core::job::{self, FinalState, JobEvent, JobRefusal, JobState};
 use tally_core::names;
+use tally_core::pause::Work;
 use tally_core::status::RowStatus;
 use tally_core::summary::JobCounts;
 use uuid::Uuid;
@@ -429,7 +431,8 @@ pub async fn follow_provider(
 impl Store {
     /// Makes a job from a live claim; the job holds the claim's rows. The
     /// same claim again answers the same job. Beyond the ledger's
-    /// `max_active_jobs` open jobs: RESOURCE_EXHAUSTED.
+    /// `max_active_jobs` open jobs: RESOURCE_EXHAUSTED. On a paused ledger:
+    /// LEDGER_PAUSED (the worker releases the claim; no attempt is spent).
     pub async fn create_job(&self, ledger: &str, token: Uuid, actor: &str) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
@@ -440,6 +443,7 @@ impl Store {
                 return Ok(job);
             }
             claims::check_live(&claim, ledger)?;
+            pause::refuse_if_paused(&mut tx, &record, Work::CreateJob).await?;
             // Concurrent creators of one ledger queue here, so the count below
             // cannot be outdated by another creator before this one commits.
             sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")

@@ -5,13 +5,14 @@
 //! [`Store::list_ledgers`] with `show_deleted`: every work path loads its
 //! ledger through [`load`] or [`Store::ledger`], which answer NOT_FOUND.
 
-use crate::types::{Deletion, LedgerRecord, Time};
+use crate::types::{Deletion, LedgerRecord, Pause, Time};
 use crate::{Result, Store, StoreError};
 use sqlx::types::Json;
 use sqlx::{Executor, Postgres};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tally_core::pause::PauseReason;
 use tally_core::policy::Policy;
 
 /// How long a ledger read stays fresh in a replica. Ids never change; a
@@ -32,7 +33,7 @@ impl Cache {
             .map(|(_, l)| l.clone())
     }
 
-    fn put(&self, record: &LedgerRecord) {
+    pub(crate) fn put(&self, record: &LedgerRecord) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() > 10_000 {
             map.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
@@ -49,13 +50,17 @@ impl Cache {
 }
 
 #[derive(sqlx::FromRow)]
-struct LedgerRow {
+pub(crate) struct LedgerRow {
     id: i64,
     name: String,
     policy: Json<Policy>,
     etag: i64,
     create_time: Time,
     update_time: Time,
+    pause_reason: Option<String>,
+    pause_message: Option<String>,
+    pause_actor: Option<String>,
+    pause_time: Option<Time>,
     // Only in queries that join `ledger_purges` (DESCRIBE_COLUMNS).
     #[sqlx(default)]
     delete_time: Option<Time>,
@@ -73,6 +78,20 @@ struct LedgerRow {
 
 impl From<LedgerRow> for LedgerRecord {
     fn from(r: LedgerRow) -> Self {
+        // The CHECK constraints of migration 0013 keep reason and time
+        // together and the reason in the set PauseReason parses.
+        let pause = match (
+            r.pause_reason.as_deref().and_then(PauseReason::parse),
+            r.pause_time,
+        ) {
+            (Some(reason), Some(time)) => Some(Pause {
+                reason,
+                message: r.pause_message.unwrap_or_default(),
+                actor: r.pause_actor.unwrap_or_default(),
+                time,
+            }),
+            _ => None,
+        };
         let deletion = r.delete_time.map(|delete_time| Deletion {
             delete_time,
             forced: r.forced.unwrap_or(false),
@@ -89,16 +108,18 @@ impl From<LedgerRow> for LedgerRecord {
             create_time: r.create_time,
             update_time: r.update_time,
             deletion,
+            pause,
         }
     }
 }
 
-const COLUMNS: &str = "id, name, policy, etag, create_time, update_time";
+pub(crate) const COLUMNS: &str = "id, name, policy, etag, create_time, update_time, \
+     pause_reason, pause_message, pause_actor, pause_time";
 
 /// A ledger with its deletion, if any: `FROM ledgers l LEFT JOIN
 /// ledger_purges p ON p.ledger_id = l.id`.
 const DESCRIBE_COLUMNS: &str = "l.id, l.name, l.policy, l.etag, l.create_time, l.update_time, \
-     l.delete_time, p.forced, p.rows_total, p.rows_purged, p.claims_expired, p.jobs_abandoned";
+     l.pause_reason, l.pause_message, l.pause_actor, l.pause_time, l.delete_time, p.forced, p.rows_total, p.rows_purged, p.claims_expired, p.jobs_abandoned";
 
 /// Looks a live ledger up by id, inside any executor (pool or
 /// transaction). A ledger being deleted is NOT_FOUND.

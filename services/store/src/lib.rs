@@ -14,6 +14,8 @@
 //!   job event log (and its LISTEN side), run locks, ledger alerts.
 //! - [`operations`]: provider operations through the monotonic reducer,
 //!   their event log, and the job each one moves on.
+//! - [`pause`]: pausing and resuming ledgers (the rules are in
+//!   `tally_core::pause`).
 //! - [`purge`]: deleting ledgers: the mark, then the purge in bounded
 //!   batches.
 //! - [`notify`]: `LISTEN` connections that wake watch streams.
@@ -37,6 +39,7 @@ pub mod maintenance;
 mod models;
 pub mod notify;
 pub mod operations;
+pub mod pause;
 pub mod prompts;
 pub mod purge;
 pub mod redrive;

@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use std::time::Duration;
+use tally_core::pause::PauseReason;
 use tally_core::policy::Policy;
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::transition::Outcome;
@@ -22,6 +23,20 @@ pub struct LedgerRecord {
     /// Set while the ledger is being deleted (DELETING); `None` for a live
     /// ledger. Work paths never see a deleting ledger.
     pub deletion: Option<Deletion>,
+    /// Set while the ledger is paused (see `tally_core::pause`).
+    pub pause: Option<Pause>,
+}
+
+/// A ledger's pause: why, who, when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pause {
+    pub reason: PauseReason,
+    /// Free text given with the pause (an operator's reason, or what the
+    /// server saw).
+    pub message: String,
+    /// Who paused it (the caller's name, or `system`).
+    pub actor: String,
+    pub time: Time,
 }
 
 /// A ledger being deleted: when, how, and how far its purge has come.
@@ -367,6 +382,10 @@ pub enum JobEventKind {
     StateChanged,
     Progress,
     Adopted,
+    /// The ledger was paused (an event about the ledger, not a job).
+    LedgerPaused,
+    /// The ledger was resumed (an event about the ledger, not a job).
+    LedgerResumed,
 }
 
 impl JobEventKind {
@@ -377,6 +396,8 @@ impl JobEventKind {
             JobEventKind::StateChanged => 2,
             JobEventKind::Progress => 3,
             JobEventKind::Adopted => 4,
+            JobEventKind::LedgerPaused => 5,
+            JobEventKind::LedgerResumed => 6,
         }
     }
 
@@ -386,7 +407,20 @@ impl JobEventKind {
             2 => Some(JobEventKind::StateChanged),
             3 => Some(JobEventKind::Progress),
             4 => Some(JobEventKind::Adopted),
+            5 => Some(JobEventKind::LedgerPaused),
+            6 => Some(JobEventKind::LedgerResumed),
             _ => None,
+        }
+    }
+
+    /// Whether the event is about the ledger itself (it carries no job).
+    pub const fn is_ledger_event(self) -> bool {
+        match self {
+            JobEventKind::LedgerPaused | JobEventKind::LedgerResumed => true,
+            JobEventKind::Created
+            | JobEventKind::StateChanged
+            | JobEventKind::Progress
+            | JobEventKind::Adopted => false,
         }
     }
 }
@@ -399,8 +433,12 @@ pub struct JobEventRecord {
     /// Who caused it (the caller's name, or `system`).
     pub actor: String,
     pub time: Time,
-    /// The job as of the event.
-    pub job: JobRecord,
+    /// The ledger id the event is about.
+    pub ledger: String,
+    /// The job as of the event; `None` for ledger events.
+    pub job: Option<JobRecord>,
+    /// The pause, for [`JobEventKind::LedgerPaused`].
+    pub pause: Option<Pause>,
 }
 
 /// A named run lock.

@@ -1,4 +1,4 @@
-//! `tallyctl ledgers list|get|create|update` (`delete` is in
+//! `tallyctl ledgers list|get|create|update|pause|resume` (`delete` is in
 //! [`super::ledger_delete`], `archive` in [`super::ledger_archive`]).
 
 use crate::cli::{LedgersCmd, PolicyArgs};
@@ -39,6 +39,41 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
                 wait,
             };
             super::ledger_archive::run(ctx, a).await
+        }
+        LedgersCmd::Pause {
+            ledger,
+            reason,
+            etag,
+        } => {
+            let name = ledger_name(&ledger);
+            let l = ctx
+                .clients
+                .ledgers
+                .pause_ledger(pb::PauseLedgerRequest {
+                    name: name.clone(),
+                    message: reason,
+                    etag: etag.unwrap_or_default(),
+                })
+                .await
+                .map_err(|s| CliError::server(format!("pause {name}"), s))?
+                .into_inner();
+            state_changed(ctx, &l);
+            Ok(ExitCode::Ok)
+        }
+        LedgersCmd::Resume { ledger, etag } => {
+            let name = ledger_name(&ledger);
+            let l = ctx
+                .clients
+                .ledgers
+                .resume_ledger(pb::ResumeLedgerRequest {
+                    name: name.clone(),
+                    etag: etag.unwrap_or_default(),
+                })
+                .await
+                .map_err(|s| CliError::server(format!("resume {name}"), s))?
+                .into_inner();
+            state_changed(ctx, &l);
+            Ok(ExitCode::Ok)
         }
         LedgersCmd::Get { ledger } => {
             let name = ledger_name(&ledger);
@@ -133,6 +168,7 @@ async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
     }
     let mut t = Table::new([
         "LEDGER",
+        "STATE",
         "MODEL",
         "BUDGETS p/c/i",
         "LEASE",
@@ -144,6 +180,12 @@ async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
         let b = p.budgets.unwrap_or_default();
         t.row([
             render::last_segment(&l.name).to_string(),
+            match &l.pause {
+                Some(pause) if l.state == pb::LedgerState::Paused as i32 => {
+                    format!("PAUSED ({})", render::pause_reason(pause.reason))
+                }
+                _ => render::ledger_state(l.state),
+            },
             p.model.clone(),
             format!("{}/{}/{}", b.provider, b.content, b.infra),
             render::duration(p.lease.as_ref()),
@@ -153,6 +195,20 @@ async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
     }
     print!("{}", t.render());
     Ok(ExitCode::Ok)
+}
+
+/// After a pause or resume: the ledger's state in one line (or the ledger
+/// as JSON).
+fn state_changed(ctx: &Ctx, l: &pb::Ledger) {
+    if ctx.json {
+        ctx.print_json(&render::ledger_json(l));
+    } else {
+        println!(
+            "{} {}",
+            l.name,
+            render::ledger_state_text(l.state, l.pause.as_ref())
+        );
+    }
 }
 
 fn show(ctx: &Ctx, l: &pb::Ledger) {
@@ -223,7 +279,10 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
             ("created", render::time(l.create_time.as_ref())),
             ("updated", render::time(l.update_time.as_ref())),
             ("etag", l.etag.clone()),
-            ("state", render::ledger_state(l.state)),
+            (
+                "state",
+                render::ledger_state_text(l.state, l.pause.as_ref())
+            ),
         ])
     );
 }

@@ -34,7 +34,11 @@ pub fn summary_text(s: &pb::LedgerSummary) -> String {
     ] {
         counts.row([label.to_string(), n.to_string()]);
     }
-    out.push_str(&format!("ledger {}\n\n", s.ledger));
+    out.push_str(&format!("ledger {}\n", s.ledger));
+    out.push_str(&format!(
+        "state  {}\n\n",
+        render::ledger_state_text(s.state, s.pause.as_ref())
+    ));
     out.push_str(&counts.render());
     let mut attempts = Table::new(["BUDGET", "ATTEMPTS"]).right(&[1]);
     for (label, n) in [

@@ -337,6 +337,17 @@ pub async fn run(ctx: &mut Ctx, args: WatchArgs) -> Result<ExitCode, CliError> {
                     if let Some(job) = &e.job {
                         display.job(job);
                     }
+                    if e.r#type == pb::JobEventType::LedgerPaused as i32 {
+                        display.note(&format!(
+                            "ledger {}",
+                            render::ledger_state_text(
+                                pb::LedgerState::Paused as i32,
+                                e.pause.as_ref()
+                            )
+                        ));
+                    } else if e.r#type == pb::JobEventType::LedgerResumed as i32 {
+                        display.note(&format!("ledger resumed by {}", e.actor));
+                    }
                 }
                 StreamNews::Down { status, retry_in } => {
                     stream_live = false;

@@ -60,6 +60,20 @@ pub async fn start_server(max_rows_per_call: usize) -> Stack {
 /// short lease (3 s) so a dead worker's jobs are adopted quickly; `extra`
 /// adds or overrides flags.
 pub fn spawn_worker(grpc: &str, gemini: &str, ledger: &str, name: &str, extra: &[&str]) -> Child {
+    worker_command(grpc, gemini, ledger, name, extra)
+        .spawn()
+        .expect("spawn tally-worker")
+}
+
+/// The command [`spawn_worker`] runs, to adjust before spawning (e.g. to
+/// read the worker's log from a pipe).
+pub fn worker_command(
+    grpc: &str,
+    gemini: &str,
+    ledger: &str,
+    name: &str,
+    extra: &[&str],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tally-worker"));
     cmd.args([
         "--server",
@@ -85,7 +99,7 @@ pub fn spawn_worker(grpc: &str, gemini: &str, ledger: &str, name: &str, extra: &
     )
     .stdin(Stdio::null())
     .kill_on_drop(true);
-    cmd.spawn().expect("spawn tally-worker")
+    cmd
 }
 
 pub async fn list_jobs(c: &Clients, ledger: &str) -> Vec<pb::Job> {
@@ -172,6 +186,21 @@ impl World {
         faults: FaultPlan,
         budgets: pb::AttemptBudgets,
     ) -> World {
+        let timing = Timing {
+            pending: Duration::from_millis(200),
+            running: Duration::from_millis(300),
+        };
+        World::start_with(ledger, rows, faults, budgets, timing).await
+    }
+
+    /// [`World::start`] with the emulator's batches taking `timing`.
+    pub async fn start_with(
+        ledger: &str,
+        rows: usize,
+        faults: FaultPlan,
+        budgets: pb::AttemptBudgets,
+        timing: Timing,
+    ) -> World {
         let stack = start_server(100).await;
         let mut target = WebhookTarget::new(stack.hook.clone(), SECRET);
         target.duplicate = true;
@@ -180,10 +209,7 @@ impl World {
             EmulatorConfig {
                 api_key: API_KEY.into(),
                 faults,
-                timing: Timing {
-                    pending: Duration::from_millis(200),
-                    running: Duration::from_millis(300),
-                },
+                timing,
                 webhook: Some(target),
                 seed: 11,
             },

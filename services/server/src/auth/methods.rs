@@ -56,6 +56,8 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.LedgerService/SummarizeLedger", E | W | O, Unary),
     m("/tally.v1.LedgerService/RedriveRows", O, Unary),
     m("/tally.v1.LedgerService/DeleteLedger", O, Unary),
+    m("/tally.v1.LedgerService/PauseLedger", O, Unary),
+    m("/tally.v1.LedgerService/ResumeLedger", O, Unary),
     m("/tally.v1.LedgerService/RegisterPrompt", E | O, Unary),
     m("/tally.v1.LedgerService/GetPrompt", E | W | O, Unary),
     // JobService
@@ -155,7 +157,7 @@ mod tests {
     #[test]
     fn every_described_rpc_is_in_the_table_with_its_kind() {
         let described = described();
-        assert_eq!(described.len(), 33, "the three services have 33 RPCs");
+        assert_eq!(described.len(), 35, "the three services have 35 RPCs");
         for (path, streams) in &described {
             let Route::Tally(method) = Route::of(path) else {
                 panic!("{path} is missing from auth::methods::METHODS (so it is denied to all)");

@@ -28,6 +28,8 @@ const EXPECTED: &[(&str, &str)] = &[
     ("/tally.v1.LedgerService/SummarizeLedger", "EWO"),
     ("/tally.v1.LedgerService/RedriveRows", "O"),
     ("/tally.v1.LedgerService/DeleteLedger", "O"),
+    ("/tally.v1.LedgerService/PauseLedger", "O"),
+    ("/tally.v1.LedgerService/ResumeLedger", "O"),
     ("/tally.v1.LedgerService/RegisterPrompt", "EO"),
     ("/tally.v1.LedgerService/GetPrompt", "EWO"),
     ("/tally.v1.JobService/CreateJob", "WO"),
@@ -107,7 +109,7 @@ async fn every_rpc_for_every_role_no_token_and_a_wrong_token() {
         assert_refused(wrong, Code::Unauthenticated, "TOKEN_UNKNOWN");
         checked += 2;
     }
-    assert_eq!(checked, 33 * 5);
+    assert_eq!(checked, 35 * 5);
 
     // A path in no table is denied to operators too.
     let unlisted = call_empty(
