@@ -33,6 +33,8 @@ class JobEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_EVENT_TYPE_STATE_CHANGED: _ClassVar[JobEventType]
     JOB_EVENT_TYPE_PROGRESS: _ClassVar[JobEventType]
     JOB_EVENT_TYPE_ADOPTED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_LEDGER_PAUSED: _ClassVar[JobEventType]
+    JOB_EVENT_TYPE_LEDGER_RESUMED: _ClassVar[JobEventType]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PREPARING: JobState
 JOB_STATE_SUBMITTED: JobState
@@ -48,6 +50,8 @@ JOB_EVENT_TYPE_CREATED: JobEventType
 JOB_EVENT_TYPE_STATE_CHANGED: JobEventType
 JOB_EVENT_TYPE_PROGRESS: JobEventType
 JOB_EVENT_TYPE_ADOPTED: JobEventType
+JOB_EVENT_TYPE_LEDGER_PAUSED: JobEventType
+JOB_EVENT_TYPE_LEDGER_RESUMED: JobEventType
 
 class JobCounts(_message.Message):
     __slots__ = ("rows", "succeeded", "retryable", "permanent", "missing", "unreported")
@@ -228,18 +232,22 @@ class WatchJobsRequest(_message.Message):
     def __init__(self, parent: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("sequence", "type", "job", "time", "actor")
+    __slots__ = ("sequence", "type", "job", "time", "actor", "ledger", "pause")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     type: JobEventType
     job: Job
     time: _timestamp_pb2.Timestamp
     actor: str
-    def __init__(self, sequence: _Optional[int] = ..., type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ...) -> None: ...
+    ledger: str
+    pause: _ledger_pb2.LedgerPause
+    def __init__(self, sequence: _Optional[int] = ..., type: _Optional[_Union[JobEventType, str]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., ledger: _Optional[str] = ..., pause: _Optional[_Union[_ledger_pb2.LedgerPause, _Mapping]] = ...) -> None: ...
 
 class Lock(_message.Message):
     __slots__ = ("name", "owner", "token", "acquire_time", "expire_time")

@@ -115,7 +115,10 @@ class JobServiceServicer:
     def CreateJob(self, request, context):
         """Makes a job from a live claim; the job holds the claim's rows. Calling it
         again for the same claim returns the same job. Beyond the ledger's
-        max_active_jobs: RESOURCE_EXHAUSTED with a RetryInfo.
+        max_active_jobs: RESOURCE_EXHAUSTED with a RetryInfo. On a paused
+        ledger (a claim made before the pause): FAILED_PRECONDITION, ErrorInfo
+        reason LEDGER_PAUSED; nothing was sent, so release the claim
+        (ReleaseClaim counts no attempt).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -183,7 +186,9 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchJobs(self, request, context):
-        """Server stream of job events, resumable from a sequence number.
+        """Server stream of job events, resumable from a sequence number. A
+        ledger's pauses and resumes are in the same stream (LEDGER_PAUSED,
+        LEDGER_RESUMED), in order with its jobs' events.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

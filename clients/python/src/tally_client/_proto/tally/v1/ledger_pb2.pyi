@@ -18,6 +18,16 @@ class LedgerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEDGER_STATE_UNSPECIFIED: _ClassVar[LedgerState]
     LEDGER_STATE_ACTIVE: _ClassVar[LedgerState]
     LEDGER_STATE_DELETING: _ClassVar[LedgerState]
+    LEDGER_STATE_PAUSED: _ClassVar[LedgerState]
+
+class LedgerPauseReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEDGER_PAUSE_REASON_UNSPECIFIED: _ClassVar[LedgerPauseReason]
+    LEDGER_PAUSE_REASON_OPERATOR: _ClassVar[LedgerPauseReason]
+    LEDGER_PAUSE_REASON_SPEND_CAP: _ClassVar[LedgerPauseReason]
+    LEDGER_PAUSE_REASON_QUOTA: _ClassVar[LedgerPauseReason]
+    LEDGER_PAUSE_REASON_BILLING: _ClassVar[LedgerPauseReason]
+    LEDGER_PAUSE_REASON_MODEL_DRIFT: _ClassVar[LedgerPauseReason]
 
 class EnrollOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -50,6 +60,13 @@ class RowView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 LEDGER_STATE_UNSPECIFIED: LedgerState
 LEDGER_STATE_ACTIVE: LedgerState
 LEDGER_STATE_DELETING: LedgerState
+LEDGER_STATE_PAUSED: LedgerState
+LEDGER_PAUSE_REASON_UNSPECIFIED: LedgerPauseReason
+LEDGER_PAUSE_REASON_OPERATOR: LedgerPauseReason
+LEDGER_PAUSE_REASON_SPEND_CAP: LedgerPauseReason
+LEDGER_PAUSE_REASON_QUOTA: LedgerPauseReason
+LEDGER_PAUSE_REASON_BILLING: LedgerPauseReason
+LEDGER_PAUSE_REASON_MODEL_DRIFT: LedgerPauseReason
 ENROLL_OUTCOME_UNSPECIFIED: EnrollOutcome
 ENROLL_OUTCOME_ENROLLED: EnrollOutcome
 ENROLL_OUTCOME_ALREADY_PRESENT: EnrollOutcome
@@ -69,7 +86,7 @@ ROW_VIEW_BASIC: RowView
 ROW_VIEW_FULL: RowView
 
 class Ledger(_message.Message):
-    __slots__ = ("name", "policy", "create_time", "update_time", "etag", "state", "delete_time", "purge")
+    __slots__ = ("name", "policy", "create_time", "update_time", "etag", "state", "delete_time", "purge", "pause")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +95,7 @@ class Ledger(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     DELETE_TIME_FIELD_NUMBER: _ClassVar[int]
     PURGE_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
     name: str
     policy: LedgerPolicy
     create_time: _timestamp_pb2.Timestamp
@@ -86,7 +104,20 @@ class Ledger(_message.Message):
     state: LedgerState
     delete_time: _timestamp_pb2.Timestamp
     purge: LedgerPurge
-    def __init__(self, name: _Optional[str] = ..., policy: _Optional[_Union[LedgerPolicy, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., delete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., purge: _Optional[_Union[LedgerPurge, _Mapping]] = ...) -> None: ...
+    pause: LedgerPause
+    def __init__(self, name: _Optional[str] = ..., policy: _Optional[_Union[LedgerPolicy, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., etag: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., delete_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., purge: _Optional[_Union[LedgerPurge, _Mapping]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ...) -> None: ...
+
+class LedgerPause(_message.Message):
+    __slots__ = ("reason", "message", "actor", "pause_time")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_TIME_FIELD_NUMBER: _ClassVar[int]
+    reason: LedgerPauseReason
+    message: str
+    actor: str
+    pause_time: _timestamp_pb2.Timestamp
+    def __init__(self, reason: _Optional[_Union[LedgerPauseReason, str]] = ..., message: _Optional[str] = ..., actor: _Optional[str] = ..., pause_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LedgerPurge(_message.Message):
     __slots__ = ("rows_total", "rows_purged", "forced", "claims_expired", "jobs_abandoned")
@@ -214,6 +245,24 @@ class DeleteLedgerRequest(_message.Message):
     etag: str
     def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ..., etag: _Optional[str] = ...) -> None: ...
 
+class PauseLedgerRequest(_message.Message):
+    __slots__ = ("name", "message", "etag")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    message: str
+    etag: str
+    def __init__(self, name: _Optional[str] = ..., message: _Optional[str] = ..., etag: _Optional[str] = ...) -> None: ...
+
+class ResumeLedgerRequest(_message.Message):
+    __slots__ = ("name", "etag")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ETAG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    etag: str
+    def __init__(self, name: _Optional[str] = ..., etag: _Optional[str] = ...) -> None: ...
+
 class ListLedgersResponse(_message.Message):
     __slots__ = ("ledgers", "next_page_token")
     LEDGERS_FIELD_NUMBER: _ClassVar[int]
@@ -325,12 +374,14 @@ class ClaimedRow(_message.Message):
     def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ...) -> None: ...
 
 class ClaimRowsResponse(_message.Message):
-    __slots__ = ("claim", "rows")
+    __slots__ = ("claim", "rows", "pause")
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
     claim: Claim
     rows: _containers.RepeatedCompositeFieldContainer[ClaimedRow]
-    def __init__(self, claim: _Optional[_Union[Claim, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[ClaimedRow, _Mapping]]] = ...) -> None: ...
+    pause: LedgerPause
+    def __init__(self, claim: _Optional[_Union[Claim, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[ClaimedRow, _Mapping]]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ...) -> None: ...
 
 class ExtendClaimRequest(_message.Message):
     __slots__ = ("name", "lease")
@@ -537,7 +588,7 @@ class SummarizeLedgerRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LedgerSummary(_message.Message):
-    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line")
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause")
     class PermanentByRuleEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -563,6 +614,8 @@ class LedgerSummary(_message.Message):
     PERMANENT_BY_RULE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_LINE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     total: int
     pending: int
@@ -581,7 +634,9 @@ class LedgerSummary(_message.Message):
     permanent_by_rule: _containers.ScalarMap[str, int]
     active_jobs: int
     summary_line: str
-    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ...) -> None: ...
+    state: LedgerState
+    pause: LedgerPause
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ...) -> None: ...
 
 class RowKeys(_message.Message):
     __slots__ = ("keys",)

@@ -111,6 +111,16 @@ class LedgerServiceStub:
                 request_serializer=tally_dot_v1_dot_ledger__pb2.DeleteLedgerRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
                 _registered_method=True)
+        self.PauseLedger = channel.unary_unary(
+                '/tally.v1.LedgerService/PauseLedger',
+                request_serializer=tally_dot_v1_dot_ledger__pb2.PauseLedgerRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
+                _registered_method=True)
+        self.ResumeLedger = channel.unary_unary(
+                '/tally.v1.LedgerService/ResumeLedger',
+                request_serializer=tally_dot_v1_dot_ledger__pb2.ResumeLedgerRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
+                _registered_method=True)
         self.RegisterPrompt = channel.unary_unary(
                 '/tally.v1.LedgerService/RegisterPrompt',
                 request_serializer=tally_dot_v1_dot_ledger__pb2.RegisterPromptRequest.SerializeToString,
@@ -253,6 +263,34 @@ class LedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseLedger(self, request, context):
+        """Operator: pauses a ledger (state PAUSED, reason OPERATOR, with the
+        caller as actor and `message` as the why). A paused ledger hands out no
+        claims (ClaimRows answers no claim, with `pause` set) and makes no jobs
+        (CreateJob answers FAILED_PRECONDITION, ErrorInfo reason
+        LEDGER_PAUSED: release the claim, no attempt is counted). Work already
+        out runs to its end: reports, ExtendClaim and ReleaseClaim on live
+        claims, jobs already made (submitted, polled, adopted, finished, their
+        batches' events ingested). EnrollRows and RedriveRows still work; the
+        rows wait for ResumeLedger. WatchJobs sends a LEDGER_PAUSED event.
+        Pausing a paused ledger is a no-op that answers it (the first pause's
+        reason, actor and time stay). A ledger being deleted: NOT_FOUND. With
+        `etag` set and stale: ABORTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeLedger(self, request, context):
+        """Operator: resumes a paused ledger, whatever paused it (state ACTIVE;
+        claims are handed out again). WatchJobs sends a LEDGER_RESUMED event.
+        Resuming an active ledger is a no-op that answers it. A ledger being
+        deleted: NOT_FOUND. With `etag` set and stale: ABORTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RegisterPrompt(self, request, context):
         """Registers an immutable prompt template. The same name and version with the
         same text is a no-op; with other text it is ALREADY_EXISTS.
@@ -339,6 +377,16 @@ def add_LedgerServiceServicer_to_server(servicer, server):
             'DeleteLedger': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteLedger,
                     request_deserializer=tally_dot_v1_dot_ledger__pb2.DeleteLedgerRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_ledger__pb2.Ledger.SerializeToString,
+            ),
+            'PauseLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseLedger,
+                    request_deserializer=tally_dot_v1_dot_ledger__pb2.PauseLedgerRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_ledger__pb2.Ledger.SerializeToString,
+            ),
+            'ResumeLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeLedger,
+                    request_deserializer=tally_dot_v1_dot_ledger__pb2.ResumeLedgerRequest.FromString,
                     response_serializer=tally_dot_v1_dot_ledger__pb2.Ledger.SerializeToString,
             ),
             'RegisterPrompt': grpc.unary_unary_rpc_method_handler(
@@ -736,6 +784,60 @@ class LedgerService:
             target,
             '/tally.v1.LedgerService/DeleteLedger',
             tally_dot_v1_dot_ledger__pb2.DeleteLedgerRequest.SerializeToString,
+            tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.LedgerService/PauseLedger',
+            tally_dot_v1_dot_ledger__pb2.PauseLedgerRequest.SerializeToString,
+            tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.LedgerService/ResumeLedger',
+            tally_dot_v1_dot_ledger__pb2.ResumeLedgerRequest.SerializeToString,
             tally_dot_v1_dot_ledger__pb2.Ledger.FromString,
             options,
             channel_credentials,
