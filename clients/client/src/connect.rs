@@ -1,7 +1,17 @@
 //! Connecting to tally: one lazily connected channel (an unreachable server
-//! is an UNAVAILABLE answer to the first call, which callers retry), the
-//! bearer token on every call, and the three service clients over it.
+//! is an UNAVAILABLE answer to the first call, which callers retry), TLS
+//! for `https://` addresses, the bearer token on every call, and the three
+//! service clients over it. tally-worker and tallyctl both connect here;
+//! errors name their shared flags (`--server`, `--tls-ca`, …).
+//!
+//! TLS trusts the system's root certificates unless a CA file is given
+//! (tonic's `tls-native-roots`: the operating system's store, so a CA an
+//! operator installs system-wide is trusted too, and updates come with the
+//! OS; the container image ships `ca-certificates`). A private CA (`--tls-ca`)
+//! replaces the system roots: a server with a private certificate is
+//! trusted only through that CA.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tally_proto::v1::job_service_client::JobServiceClient;
@@ -10,7 +20,7 @@ use tally_proto::v1::operations_service_client::OperationsServiceClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 /// Large enough for a 10,000-row report or a full ListRows page.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -69,40 +79,145 @@ pub struct Clients {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("bad server address {0:?}: {1}")]
+    #[error("bad --server {0:?}: {1}")]
     BadAddress(String, String),
-    #[error("the token cannot be sent as a header (non-ASCII or control characters)")]
+    #[error("--token holds characters a header cannot (non-ASCII or control characters)")]
     BadToken,
-    #[error("tls: {0}")]
+    #[error("TLS flags need an https:// --server address")]
+    TlsWithoutHttps,
+    #[error("--tls-cert and --tls-key go together (a client certificate and its key)")]
+    HalfIdentity,
+    #[error("cannot read {flag} {}: {error}", path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("bad TLS configuration: {0}")]
     Tls(String),
 }
 
-/// Clients for `server` (`http://host:port` or `https://…`), connecting on
-/// first use, with `token` as the bearer token when given.
-pub fn connect(server: &str, token: Option<&str>) -> Result<Clients, ConnectError> {
-    let mut endpoint = Endpoint::from_shared(server.to_string())
-        .map_err(|e| ConnectError::BadAddress(server.to_string(), e.to_string()))?
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_while_idle(true);
-    if server.starts_with("https://") {
-        endpoint = endpoint
-            .tls_config(ClientTlsConfig::new())
-            .map_err(|e| ConnectError::Tls(e.to_string()))?;
+/// How to reach the server over TLS (used only for `https://` addresses).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// PEM of the CA that signed the server's certificate; without one,
+    /// the system's root certificates are trusted.
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate and key, for mutual TLS.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// The name to verify in the server's certificate (default: the
+    /// address's host).
+    pub domain: Option<String>,
+}
+
+impl Tls {
+    fn is_set(&self) -> bool {
+        *self != Tls::default()
     }
-    let channel = InterceptedService::new(endpoint.connect_lazy(), Bearer::new(token)?);
-    Ok(Clients {
-        ledgers: LedgerServiceClient::new(channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        jobs: JobServiceClient::new(channel.clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        operations: OperationsServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+
+    fn config(&self) -> Result<ClientTlsConfig, ConnectError> {
+        let mut tls = match &self.ca {
+            Some(ca) => {
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca, "--tls-ca")?))
+            }
+            None => ClientTlsConfig::new().with_native_roots(),
+        };
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                tls = tls.identity(Identity::from_pem(
+                    read(cert, "--tls-cert")?,
+                    read(key, "--tls-key")?,
+                ));
+            }
+            (None, None) => {}
+            _ => return Err(ConnectError::HalfIdentity),
+        }
+        if let Some(domain) = &self.domain {
+            tls = tls.domain_name(domain.clone());
+        }
+        Ok(tls)
+    }
+}
+
+fn read(path: &Path, flag: &'static str) -> Result<Vec<u8>, ConnectError> {
+    std::fs::read(path).map_err(|error| ConnectError::Read {
+        flag,
+        path: path.to_path_buf(),
+        error,
     })
+}
+
+/// Where and how to connect.
+#[derive(Clone, Default)]
+pub struct Target {
+    /// `http://host:port` or `https://host:port`.
+    pub server: String,
+    /// Sent as `authorization: Bearer <token>` when set.
+    pub token: Option<String>,
+    pub tls: Tls,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("server", &self.server)
+            .field("token", &self.token.as_ref().map(|_| ".."))
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl Target {
+    /// The three clients over one lazily connected channel. TLS settings
+    /// need an `https://` address; an `https://` address without a CA file
+    /// trusts the system's roots.
+    pub fn connect(&self) -> Result<Clients, ConnectError> {
+        let server = &self.server;
+        let mut endpoint = Endpoint::from_shared(server.clone())
+            .map_err(|e| ConnectError::BadAddress(server.clone(), e.to_string()))?
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(true);
+        let https = server.starts_with("https://");
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return Err(ConnectError::HalfIdentity);
+        }
+        if self.tls.is_set() && !https {
+            return Err(ConnectError::TlsWithoutHttps);
+        }
+        if https {
+            endpoint = endpoint
+                .tls_config(self.tls.config()?)
+                .map_err(|e| ConnectError::Tls(e.to_string()))?;
+        }
+        let channel =
+            InterceptedService::new(endpoint.connect_lazy(), Bearer::new(self.token.as_deref())?);
+        Ok(Clients {
+            ledgers: LedgerServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            jobs: JobServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            operations: OperationsServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        })
+    }
+}
+
+/// Clients for `server` (`http://host:port`, or `https://…` trusting the
+/// system's roots), connecting on first use, with `token` as the bearer
+/// token when given. [`Target`] takes TLS settings too.
+pub fn connect(server: &str, token: Option<&str>) -> Result<Clients, ConnectError> {
+    Target {
+        server: server.to_string(),
+        token: token.map(str::to_string),
+        tls: Tls::default(),
+    }
+    .connect()
 }
 
 #[cfg(test)]
@@ -133,5 +248,44 @@ mod tests {
             connect("not a url", None),
             Err(ConnectError::BadAddress(..))
         ));
+    }
+
+    #[tokio::test]
+    async fn tls_settings_need_https_and_both_halves_of_an_identity() {
+        // Invariant: TLS flags on a plaintext address, a certificate
+        // without its key, or an unreadable CA file are refused before any
+        // connection, each with a message naming the flag.
+        let tls_on_http = Target {
+            server: "http://example:80".into(),
+            tls: Tls {
+                ca: Some("/nonexistent/ca.pem".into()),
+                ..Tls::default()
+            },
+            ..Target::default()
+        };
+        let err = tls_on_http.connect().unwrap_err().to_string();
+        assert!(err.contains("https://"), "{err}");
+        let half = Target {
+            server: "https://example:443".into(),
+            tls: Tls {
+                cert: Some("/x.pem".into()),
+                ..Tls::default()
+            },
+            ..Target::default()
+        };
+        assert!(matches!(half.connect(), Err(ConnectError::HalfIdentity)));
+        let unreadable = Target {
+            server: "https://example:443".into(),
+            tls: Tls {
+                ca: Some("/nonexistent/ca.pem".into()),
+                ..Tls::default()
+            },
+            ..Target::default()
+        };
+        let err = unreadable.connect().unwrap_err().to_string();
+        assert!(
+            err.contains("--tls-ca") && err.contains("/nonexistent/ca.pem"),
+            "{err}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! tally-client: the Rust client library for tally's `tally.v1` API.
 //!
-//! - [`connect`]: one lazily connected channel with the bearer token, and
-//!   the three service clients over it;
+//! - [`connect`]: one lazily connected channel (TLS with the system roots or
+//!   a private CA) with the bearer token, and the three service clients
+//!   over it, for tally-worker and tallyctl alike;
 //! - [`retry`]: retrying calls that failed for reasons that pass
 //!   (UNAVAILABLE, RESOURCE_EXHAUSTED, …) with capped exponential backoff;
 //! - [`operations`]: feeding provider observations into OperationsService,
@@ -15,6 +16,6 @@ pub mod connect;
 pub mod operations;
 pub mod retry;
 
-pub use connect::{AuthChannel, Bearer, Clients, ConnectError, connect};
+pub use connect::{AuthChannel, Bearer, Clients, ConnectError, Target, Tls, connect};
 pub use operations::{IngestError, batch_resource_event, ingest_batch_resource};
 pub use retry::{RetryPolicy, error_reason, is_transient, with_retry};

@@ -28,7 +28,8 @@ pub struct Cli {
     #[arg(long, env = "TALLY_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
 
-    /// PEM file of the CA that signed the server's certificate (https only).
+    /// PEM file of the CA that signed the server's certificate (https only;
+    /// without it, the system's root certificates are trusted).
     #[arg(long, env = "TALLY_TLS_CA", global = true)]
     pub tls_ca: Option<PathBuf>,
 
@@ -582,5 +583,31 @@ mod tests {
         assert!(
             Cli::try_parse_from(["tallyctl", "plan", "--from", "p.json", "--enroll", "l"]).is_ok()
         );
+    }
+
+    #[test]
+    fn help_never_shows_a_token() {
+        // Invariant: every flag whose variable holds a token hides its
+        // value in `--help`, subcommands included.
+        use clap::CommandFactory as _;
+        fn walk(cmd: &clap::Command, seen: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                if let Some(env) = arg.get_env().and_then(|e| e.to_str())
+                    && env.ends_with("TOKEN")
+                {
+                    assert!(arg.is_hide_env_values_set(), "{env} is shown by --help");
+                    seen.push(env.to_string());
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, seen);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut seen = Vec::new();
+        walk(&cmd, &mut seen);
+        assert!(seen.contains(&"TALLY_TOKEN".to_string()), "{seen:?}");
+        assert!(seen.contains(&"TALLY_LOCK_TOKEN".to_string()), "{seen:?}");
     }
 }

@@ -31,7 +31,7 @@ pub mod plan;
 pub mod render;
 pub mod table;
 
-use connect::{Clients, Target};
+use connect::Clients;
 use error::{CliError, ExitCode};
 use indicatif::{ProgressBar, ProgressDrawTarget};
 use std::io::IsTerminal as _;
@@ -96,14 +96,7 @@ pub fn main_with(cli: cli::Cli) -> ExitCode {
 
 /// Connects and runs one command.
 pub async fn run(cli: cli::Cli) -> Result<ExitCode, CliError> {
-    let target = Target {
-        server: cli.server.clone(),
-        token: cli.token.clone(),
-        tls_ca: cli.tls_ca.clone(),
-        tls_cert: cli.tls_cert.clone(),
-        tls_key: cli.tls_key.clone(),
-        tls_domain: cli.tls_domain.clone(),
-    };
+    let target = connect::target(&cli);
     let mut ctx = Ctx {
         clients: target.connect()?,
         json: cli.json,

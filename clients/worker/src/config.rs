@@ -3,6 +3,7 @@
 //! is read from `GEMINI_API_KEY` only: never a flag (it would show in `ps`),
 //! never printed.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
@@ -12,13 +13,31 @@ use clap::Parser;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tally-worker", version, about)]
 pub struct WorkerArgs {
-    /// tally gRPC address.
+    /// tally gRPC address (http:// or https://).
     #[arg(long, env = "TALLY_SERVER", default_value = "http://127.0.0.1:50051")]
     pub server: String,
 
     /// Bearer token for tally (a token with the worker role).
     #[arg(long, env = "TALLY_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+
+    /// PEM file of the CA that signed tally's certificate (https only;
+    /// without it, the system's root certificates are trusted).
+    #[arg(long, env = "TALLY_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(long, env = "TALLY_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TALLY_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Server name to verify in tally's certificate (default: the --server
+    /// host).
+    #[arg(long, env = "TALLY_TLS_DOMAIN")]
+    pub tls_domain: Option<String>,
 
     /// The ledger to work on (its id, or `ledgers/{id}`).
     #[arg(long, env = "TALLY_LEDGER")]
@@ -145,6 +164,20 @@ pub enum Failpoint {
 }
 
 impl WorkerArgs {
+    /// How to reach tally: the address, the token and the TLS flags.
+    pub fn target(&self) -> tally_client::Target {
+        tally_client::Target {
+            server: self.server.clone(),
+            token: self.token.clone(),
+            tls: tally_client::Tls {
+                ca: self.tls_ca.clone(),
+                cert: self.tls_cert.clone(),
+                key: self.tls_key.clone(),
+                domain: self.tls_domain.clone(),
+            },
+        }
+    }
+
     /// Dies at `point` if the test asked for it there.
     pub fn failpoint(&self, point: Failpoint) {
         if self.failpoint == Some(point) {
@@ -234,5 +267,32 @@ mod tests {
             ..a.clone()
         };
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn help_never_shows_the_token() {
+        // Invariant: the variable holding tally's token is hidden in
+        // `--help`, and the TLS flags reach the connection unchanged.
+        use clap::CommandFactory as _;
+        let mut cmd = WorkerArgs::command();
+        cmd.build();
+        let token = cmd
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == "TALLY_TOKEN"))
+            .expect("a TALLY_TOKEN flag");
+        assert!(token.is_hide_env_values_set());
+        let a = WorkerArgs::try_parse_from([
+            "tally-worker",
+            "--ledger",
+            "docs",
+            "--server",
+            "https://tally:50051",
+            "--tls-ca",
+            "/etc/tally/ca.pem",
+        ])
+        .unwrap();
+        let t = a.target();
+        assert_eq!(t.server, "https://tally:50051");
+        assert_eq!(t.tls.ca, Some(PathBuf::from("/etc/tally/ca.pem")));
     }
 }

@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tally_client::{ingest_batch_resource, with_retry};
+use tally_core::names::claim_for_logs;
 use tally_proto::v1 as pb;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
@@ -83,10 +84,12 @@ impl Heartbeat {
                 match got {
                     Ok(_) => {}
                     Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) => {
-                        tracing::warn!(claim = %claim, error = s.message(), "claim can no longer be extended");
+                        tracing::warn!(claim = %claim_for_logs(&claim), error = s.message(), "claim can no longer be extended");
                         return;
                     }
-                    Err(s) => tracing::warn!(claim = %claim, error = %s, "heartbeat failed"),
+                    Err(s) => {
+                        tracing::warn!(claim = %claim_for_logs(&claim), error = %s, "heartbeat failed")
+                    }
                 }
             }
         }))
@@ -137,7 +140,7 @@ pub async fn run_claim(
             // was made (or the server sheds load): give the rows back
             // unworked, no attempt counted; they are claimable again at
             // once (after the resume).
-            tracing::info!(claim = %claim.name, error = s.message(), "no job made from the claim; releasing it");
+            tracing::info!(claim = %claim_for_logs(&claim.name), error = s.message(), "no job made from the claim; releasing it");
             release(&ctx, &claim.name, &[]).await;
             return if s.code() == Code::ResourceExhausted || is_paused(&s) {
                 Ok(JobEnd::Released)
@@ -147,7 +150,7 @@ pub async fn run_claim(
         }
     };
     let _heartbeat = Heartbeat::start(&ctx, &claim.name);
-    tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim.name, "job created");
+    tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim_for_logs(&claim.name), "job created");
 
     // Prompts, each fetched once.
     let mut prompts: HashMap<String, PromptResult> = HashMap::new();
@@ -744,9 +747,10 @@ async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
         async move { c.release_claim(req).await }
     })
     .await;
+    let claim = claim_for_logs(claim);
     match got {
-        Ok(r) => tracing::info!(claim, released = r.into_inner().released, "claim released"),
-        Err(s) => tracing::warn!(claim, error = %s, "release failed; the lease will run out"),
+        Ok(r) => tracing::info!(%claim, released = r.into_inner().released, "claim released"),
+        Err(s) => tracing::warn!(%claim, error = %s, "release failed; the lease will run out"),
     }
 }
 

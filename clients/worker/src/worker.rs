@@ -57,7 +57,7 @@ pub async fn run_until(
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunReport, WorkerError> {
     args.validate().map_err(WorkerError::Config)?;
-    let clients = tally_client::connect(&args.server, args.token.as_deref())?;
+    let clients = args.target().connect()?;
     let mut gemini = Gemini::new(&args.gemini_base_url, api_key, args.http_timeout)?;
     gemini.quota_wait = args.quota_wait;
     let ctx = Arc::new(Ctx::new(clients, gemini, args));

@@ -13,9 +13,11 @@
 //! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks.
 //! - [`operation`]: the monotonic reducer for provider operations.
 //! - [`webhook`]: Standard Webhooks signing and verification.
-//! - [`alert`]: when a ledger's review threshold alerts, and what it says.
+//! - [`alert`]: when a ledger's review threshold alerts, and what it says;
+//!   [`outbound`]: which addresses alerts may reach.
 //! - [`pause`]: why a ledger is paused, and what it still does while paused.
 //! - [`summary`]: the one-line summaries.
+//! - [`usage`]: the bound on reported token counts and saturating sums.
 //! - [`violation`]: how validation reports bad fields.
 
 pub mod alert;
@@ -26,11 +28,13 @@ pub mod job;
 pub mod keys;
 pub mod names;
 pub mod operation;
+pub mod outbound;
 pub mod pause;
 pub mod payload;
 pub mod policy;
 pub mod status;
 pub mod summary;
 pub mod transition;
+pub mod usage;
 pub mod violation;
 pub mod webhook;

@@ -211,6 +211,24 @@ pub fn claim_name(ledger: &str, claim: &str) -> String {
     format!("ledgers/{ledger}/claims/{claim}")
 }
 
+/// How many characters of a claim's id a log line shows.
+pub const LOGGED_CLAIM_CHARS: usize = 8;
+
+/// A claim name (`ledgers/{l}/claims/{id}`) or bare id as logs show it:
+/// only the id's first [`LOGGED_CLAIM_CHARS`] characters, then `…`. The
+/// whole id authorizes reports and FinishJob for the claim, so it is never
+/// logged; the prefix is enough to tell claims apart in a log.
+pub fn claim_for_logs(claim: &str) -> String {
+    let (head, id) = match claim.rfind("/claims/") {
+        Some(i) => claim.split_at(i + "/claims/".len()),
+        None => ("", claim),
+    };
+    match id.char_indices().nth(LOGGED_CLAIM_CHARS) {
+        Some((cut, _)) => format!("{head}{}…", &id[..cut]),
+        None => claim.to_string(),
+    }
+}
+
 pub fn job_name(ledger: &str, job: &str) -> String {
     format!("ledgers/{ledger}/jobs/{job}")
 }
@@ -271,5 +289,17 @@ mod tests {
         assert_eq!(parse_lock("locks/nightly:reviews"), Ok("nightly:reviews"));
         assert!(parse_lock("locks/a b").is_err());
         assert_eq!(job_name("a", "j"), "ledgers/a/jobs/j");
+    }
+
+    #[test]
+    fn claims_are_logged_by_a_short_prefix_only() {
+        // Invariant: a logged claim never carries its whole id, and keeps
+        // the ledger path so the line still says where the claim is.
+        let id = "6f9d2c1e-8b3a-4d5e-9f60-7a1b2c3d4e5f";
+        let name = claim_name("reviews", id);
+        assert_eq!(claim_for_logs(&name), "ledgers/reviews/claims/6f9d2c1e…");
+        assert_eq!(claim_for_logs(id), "6f9d2c1e…");
+        assert!(!claim_for_logs(&name).contains("8b3a"));
+        assert_eq!(claim_for_logs("short"), "short");
     }
 }

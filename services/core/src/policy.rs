@@ -4,6 +4,7 @@
 
 use crate::backoff::Backoff;
 use crate::classify::{FailureKind, Override, Severity};
+use crate::outbound::Reach;
 use crate::status::{Budget, PerBudget};
 use crate::violation::Violations;
 use serde::{Deserialize, Serialize};
@@ -179,8 +180,9 @@ impl Policy {
     }
 
     /// Checks every field; field paths are prefixed with `prefix`
-    /// (e.g. `policy`).
-    pub fn validate(&self, prefix: &str, v: &mut Violations) {
+    /// (e.g. `policy`). `reach` says which alert targets the server may
+    /// send to (see [`crate::outbound`]).
+    pub fn validate(&self, prefix: &str, reach: Reach, v: &mut Violations) {
         let f = |name: &str| format!("{prefix}.{name}");
         if self.model.trim().is_empty() || self.model.len() > 128 {
             v.add(f("model"), "must be 1 to 128 characters");
@@ -228,11 +230,10 @@ impl Policy {
         if self.max_active_jobs == 0 || self.max_active_jobs > 10_000 {
             v.add(f("max_active_jobs"), "must be 1 to 10000");
         }
-        let url_ok = self.alert_url.is_empty()
-            || self.alert_url.starts_with("http://")
-            || self.alert_url.starts_with("https://");
-        if !url_ok {
-            v.add(f("alert_url"), "must be an http:// or https:// URL");
+        if !self.alert_url.is_empty()
+            && let Err(why) = crate::outbound::check_target(&self.alert_url, reach)
+        {
+            v.add(f("alert_url"), why);
         }
         for (i, p) in self.prices.iter().enumerate() {
             if p.model.trim().is_empty() {
@@ -284,7 +285,7 @@ mod tests {
     fn defaults_are_valid_and_documented_values() {
         let p = Policy::default();
         let mut v = Violations::new();
-        p.validate("policy", &mut v);
+        p.validate("policy", Reach::PublicOnly, &mut v);
         assert!(v.is_empty(), "{v:?}");
         assert_eq!(p.caps.per_budget(), PerBudget::new(4, 1, 4));
         assert_eq!(p.max_active_jobs, 4);
@@ -308,7 +309,7 @@ mod tests {
             ..Policy::default()
         };
         let mut v = Violations::new();
-        p.validate("policy", &mut v);
+        p.validate("policy", Reach::PublicOnly, &mut v);
         let fields: Vec<String> = v
             .finish()
             .unwrap_err()

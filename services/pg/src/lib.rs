@@ -10,6 +10,8 @@
 //! - [`testdb`]: [`TestDb`], one fresh database per test, on `DATABASE_URL`'s server or on
 //!   a private cluster shared by the test process.
 //!
+//! - [`url`]: the one redaction of database URLs for logs and errors.
+//!
 //! Layout: `binaries` finds the installation; `privileges` decides who the server runs as;
 //! `process` owns the postmaster process; `embedded` ties them into start and stop;
 //! `testdb` builds on `embedded`; `error` holds [`PgError`].
@@ -23,6 +25,7 @@ mod error;
 pub mod privileges;
 mod process;
 pub mod testdb;
+pub mod url;
 
 pub use binaries::{BIN_ENV, PgBinaries, PgVersion};
 pub use embedded::{EmbeddedOptions, EmbeddedPostgres, SUPERUSER};

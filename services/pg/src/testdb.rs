@@ -58,7 +58,7 @@ impl TestDb {
         if let Err(e) = create(&admin_url, &name).await {
             panic!(
                 "TestDb: could not create database {name} on {}: {e}",
-                redact(&admin_url)
+                crate::url::redact(&admin_url)
             );
         }
         let url = with_database(&admin_url, &name);
@@ -251,25 +251,6 @@ fn with_database(url: &str, database: &str) -> String {
     format!("{}/{database}{query}", &base[..path])
 }
 
-/// `url` with any password replaced by `***`, for messages.
-fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match (authority.rfind('@'), authority.find(':')) {
-        (Some(at), Some(colon)) if colon < at => format!(
-            "{}{}:***{}",
-            &url[..scheme_end],
-            &authority[..colon],
-            &rest[at..]
-        ),
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,15 +273,5 @@ mod tests {
         for (url, want) in cases {
             assert_eq!(with_database(url, "t"), want, "{url}");
         }
-    }
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact("postgres://u:secret@h:1/db"),
-            "postgres://u:***@h:1/db"
-        );
-        assert_eq!(redact("postgres://u@h:1/db"), "postgres://u@h:1/db");
-        assert_eq!(redact("postgres://h:1/db"), "postgres://h:1/db");
     }
 }

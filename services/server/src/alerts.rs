@@ -4,10 +4,22 @@
 //! from the outbox: POSTed as JSON, signed like Standard Webhooks
 //! (`webhook-id`, `webhook-timestamp`, `webhook-signature`), retried with
 //! backoff until acknowledged with a 2xx or given up.
+//!
+//! The alert URL is chosen by whoever sets the policy, so the sender guards
+//! against request forgery (see [`tally_core::outbound`]): unless the server
+//! allows private hosts, a literal address is checked before sending, and a
+//! name is resolved once by [`PublicResolver`], which refuses it when any of
+//! its addresses is not public and otherwise hands exactly those addresses
+//! to the connector (no second lookup that could answer differently). No
+//! proxy is used (it would resolve the name itself) and no redirect is
+//! followed. A refused delivery is given up at once with its reason.
 
 use crate::metrics::{Metrics, ResultLabels};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tally_core::alert::{MAX_TRIES, SEND_BACKOFF};
+use tally_core::outbound::{self, Host, Reach};
 use tally_core::webhook::{Secret, sign};
 use tally_store::Store;
 use tally_store::types::OutboxAlert;
@@ -20,26 +32,56 @@ const BATCH: i64 = 20;
 /// One delivery's time limit.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why an alert was not acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Its target is not one this server may reach: given up at once.
+    Refused(String),
+    /// Anything else (no connection, a timeout, a non-2xx answer, a
+    /// redirect): retried with backoff.
+    Failed(String),
+}
+
 /// A signing HTTP client for alerts.
 pub struct Sender {
     secret: Secret,
+    reach: Reach,
     http: reqwest::Client,
 }
 
 impl Sender {
-    pub fn new(secret: Secret) -> anyhow::Result<Self> {
+    /// `reach` says which addresses alerts may go to.
+    pub fn new(secret: Secret, reach: Reach) -> anyhow::Result<Self> {
         // reqwest is built without a bundled crypto provider (the default
         // one needs cmake); ring is installed once per process.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .user_agent(concat!("tally/", env!("CARGO_PKG_VERSION")))
-            .build()?;
-        Ok(Self { secret, http })
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy();
+        if reach == Reach::PublicOnly {
+            http = http.dns_resolver(Arc::new(PublicResolver));
+        }
+        Ok(Self {
+            secret,
+            reach,
+            http: http.build()?,
+        })
     }
 
-    /// POSTs one alert; `Err` carries why it was not acknowledged.
-    async fn deliver(&self, alert: &OutboxAlert) -> Result<(), String> {
+    /// POSTs one alert.
+    pub async fn deliver(&self, alert: &OutboxAlert) -> Result<(), Failure> {
+        // Literal addresses never reach the resolver: checked here.
+        match outbound::parse_target(&alert.url) {
+            Err(why) => return Err(Failure::Refused(format!("alert url {why}"))),
+            Ok(Host::Ip(ip)) => {
+                if let Some(why) = self.reach.refuses(ip) {
+                    return Err(Failure::Refused(why));
+                }
+            }
+            Ok(Host::Name(_)) => {}
+        }
         let timestamp = chrono::Utc::now().timestamp();
         let signature = sign(
             &self.secret,
@@ -57,12 +99,77 @@ impl Sender {
             .body(alert.body.clone())
             .send()
             .await
-            .map_err(|e| format!("post failed: {e}"))?;
+            .map_err(|e| match refusal_in(&e) {
+                Some(why) => Failure::Refused(why),
+                None => Failure::Failed(format!("post failed: {}", with_causes(&e))),
+            })?;
         if resp.status().is_success() {
             Ok(())
+        } else if resp.status().is_redirection() {
+            Err(Failure::Failed(format!(
+                "answered {} (redirects are not followed)",
+                resp.status()
+            )))
         } else {
-            Err(format!("answered {}", resp.status()))
+            Err(Failure::Failed(format!("answered {}", resp.status())))
         }
+    }
+}
+
+/// The resolver's refusal inside a request error, if that is what it is.
+fn refusal_in(e: &reqwest::Error) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(r) = c.downcast_ref::<Refused>() {
+            return Some(r.0.clone());
+        }
+        cause = c.source();
+    }
+    None
+}
+
+/// An error with its causes, `outer: inner: …` (reqwest's own message
+/// leaves out why the request could not be sent).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// A host name whose addresses are not all public.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// Resolves a name once and refuses it when any address is not public; the
+/// connector then uses exactly the addresses checked here.
+struct PublicResolver;
+
+impl reqwest::dns::Resolve for PublicResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            for a in &addrs {
+                if let Some(why) = Reach::PublicOnly.refuses(a.ip()) {
+                    return Err(Box::new(Refused(format!("host {host}: {why}"))) as _);
+                }
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
     }
 }
 
@@ -123,15 +230,11 @@ async fn deliver_due(
                 store.alert_delivered(alert.id).await?;
                 tracing::info!(ledger = %alert.ledger, id = %alert.msg_id, reason = %alert.kind, "alert delivered");
             }
-            Err(why) if alert.tries >= MAX_TRIES => {
-                metrics
-                    .alert_deliveries
-                    .get_or_create(&ResultLabels { result: "given_up" })
-                    .inc();
-                tracing::error!(ledger = %alert.ledger, id = %alert.msg_id, tries = alert.tries, error = %why, "alert given up");
-                store.alert_failed(alert.id, &why, None).await?;
+            Err(Failure::Refused(why)) => give_up(store, metrics, &alert, &why).await?,
+            Err(Failure::Failed(why)) if alert.tries >= MAX_TRIES => {
+                give_up(store, metrics, &alert, &why).await?
             }
-            Err(why) => {
+            Err(Failure::Failed(why)) => {
                 metrics
                     .alert_deliveries
                     .get_or_create(&ResultLabels { result: "retry" })
@@ -144,6 +247,21 @@ async fn deliver_due(
         }
     }
     Ok(())
+}
+
+/// Records that `alert` will not be sent, and why.
+async fn give_up(
+    store: &Store,
+    metrics: &Metrics,
+    alert: &OutboxAlert,
+    why: &str,
+) -> tally_store::Result<()> {
+    metrics
+        .alert_deliveries
+        .get_or_create(&ResultLabels { result: "given_up" })
+        .inc();
+    tracing::error!(ledger = %alert.ledger, id = %alert.msg_id, tries = alert.tries, error = %why, "alert given up");
+    store.alert_failed(alert.id, why, None).await
 }
 
 /// A jitter sample in `[0, 1)` from the alert and its try, so replicas

@@ -86,7 +86,9 @@ pub struct ServeArgs {
 
     /// PostgreSQL URL. Without one, tally starts a private PostgreSQL under
     /// --data-dir.
-    #[arg(long, env = "DATABASE_URL")]
+    /// Its password is never shown (`--help` hides the variable's value,
+    /// logs and errors redact it).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
     /// Home of the private PostgreSQL (used only without --database-url).
@@ -132,6 +134,12 @@ pub struct ServeArgs {
     /// ledgers' alert URLs (Standard Webhooks). Unset: no alerts are sent.
     #[arg(long, env = "TALLY_ALERT_SECRET", value_parser = parse_alert_secret, hide_env_values = true)]
     pub alert_secret: Option<Secret>,
+
+    /// Let alerts reach loopback, link-local, private and other non-public
+    /// addresses (a receiver on this host or network). Off: such alert URLs
+    /// are refused when a policy is set, and when a name resolves to one.
+    #[arg(long, env = "TALLY_ALERTS_ALLOW_PRIVATE_HOSTS")]
+    pub alerts_allow_private_hosts: bool,
 
     /// How often ledgers' PERMANENT counts are checked against their review
     /// thresholds, and due alerts delivered.
@@ -272,6 +280,32 @@ impl ServeArgs {
             tolerance: w.tolerance,
             max_body_bytes: w.max_body_bytes,
         }))
+    }
+}
+
+impl ServeArgs {
+    /// Which addresses alerts may reach.
+    pub fn alert_reach(&self) -> tally_core::outbound::Reach {
+        if self.alerts_allow_private_hosts {
+            tally_core::outbound::Reach::AnyHost
+        } else {
+            tally_core::outbound::Reach::PublicOnly
+        }
+    }
+
+    /// Refuses `--auth disabled` on a gRPC address other than loopback:
+    /// without authentication anyone who can reach the port may call every
+    /// RPC, so only this machine may be able to reach it.
+    pub fn check_auth_reach(&self) -> Result<(), String> {
+        let addr = self.grpc_addr;
+        if self.security.auth == AuthMode::Disabled && !addr.ip().to_canonical().is_loopback() {
+            return Err(format!(
+                "--auth disabled is allowed only on a loopback address, and --grpc-addr is \
+                 {addr}: listen on 127.0.0.1 (or [::1]), or keep --auth tokens and give \
+                 callers tokens (--tokens-file, TALLY_TOKENS; `tally-server token` issues them)"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -495,6 +529,7 @@ impl ServeArgs {
             queue_vacuum_interval: Duration::from_secs(2),
             backlog_interval: Duration::from_millis(200),
             alert_secret: None,
+            alerts_allow_private_hosts: false,
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),
             purge: PurgeArgs {
@@ -643,6 +678,69 @@ mod tests {
         );
         let plain = Cli::try_parse_from(["tally-server", "--grpc-addr", "0.0.0.0:1"]).unwrap();
         assert_eq!(plain.serve_args().grpc_addr.to_string(), "0.0.0.0:1");
+    }
+
+    #[test]
+    fn auth_disabled_is_refused_on_non_loopback_addresses() {
+        // Invariant: `--auth disabled` starts only on a loopback gRPC
+        // address; the refusal names the address and the ways out.
+        let parse = |addr: &str, auth: &str| {
+            Cli::try_parse_from(["tally-server", "--grpc-addr", addr, "--auth", auth])
+                .unwrap()
+                .serve
+        };
+        for addr in [
+            "0.0.0.0:50051",
+            "[::]:50051",
+            "10.1.2.3:50051",
+            "[::ffff:10.0.0.1]:1",
+        ] {
+            let err = parse(addr, "disabled").check_auth_reach().unwrap_err();
+            assert!(err.contains(addr), "{err}");
+            assert!(
+                err.contains("127.0.0.1") && err.contains("--tokens-file"),
+                "{err}"
+            );
+        }
+        for addr in [
+            "127.0.0.1:50051",
+            "127.8.9.10:1",
+            "[::1]:50051",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert_eq!(parse(addr, "disabled").check_auth_reach(), Ok(()));
+        }
+        assert_eq!(parse("0.0.0.0:50051", "tokens").check_auth_reach(), Ok(()));
+    }
+
+    #[test]
+    fn help_never_shows_the_value_of_a_secret_variable() {
+        // Invariant: every flag whose variable can hold a secret hides its
+        // value in `--help` (the binary's own --help is checked in
+        // tests/security/secrets.rs).
+        use clap::CommandFactory as _;
+        let secret = [
+            "DATABASE_URL",
+            "TALLY_TOKENS",
+            "TALLY_ALERT_SECRET",
+            "TALLY_WEBHOOK_SECRETS",
+        ];
+        let mut seen = Vec::new();
+        let mut cmd = Cli::command();
+        cmd.build();
+        for arg in cmd.get_arguments() {
+            let Some(env) = arg.get_env().and_then(|e| e.to_str()) else {
+                continue;
+            };
+            if secret.contains(&env) {
+                assert!(arg.is_hide_env_values_set(), "{env} is shown by --help");
+                seen.push(env);
+            }
+        }
+        seen.sort_unstable();
+        let mut want = secret.to_vec();
+        want.sort_unstable();
+        assert_eq!(seen, want);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use std::time::Duration;
 use tally_core::classify::{self, Failure, FailureKind};
 use tally_core::names;
+use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
 use tally_core::policy::{self, OverrideRule, Policy, Price};
 use tally_core::status::{Budget, PerBudget, RowStatus};
@@ -101,7 +102,9 @@ pub fn usage_to_proto(u: &st::Usage) -> pb::Usage {
     }
 }
 
-pub fn usage_from_proto(u: Option<&pb::Usage>) -> Option<st::Usage> {
+/// A reported usage; `Err` says why its counts are refused (negative, or
+/// above [`tally_core::usage::MAX_TOKENS_PER_ATTEMPT`]).
+pub fn usage_from_proto(u: Option<&pb::Usage>) -> Result<st::Usage, String> {
     let u = u.cloned().unwrap_or_default();
     let out = st::Usage {
         input: u.input_tokens,
@@ -109,7 +112,10 @@ pub fn usage_from_proto(u: Option<&pb::Usage>) -> Option<st::Usage> {
         thinking: u.thinking_tokens,
         cached: u.cached_tokens,
     };
-    (out.input >= 0 && out.output >= 0 && out.thinking >= 0 && out.cached >= 0).then_some(out)
+    for n in [out.input, out.output, out.thinking, out.cached] {
+        tally_core::usage::check_count(n)?;
+    }
+    Ok(out)
 }
 
 fn prompt_ref(name: &str, version: &str) -> Option<pb::PromptRef> {
@@ -416,7 +422,10 @@ fn override_from_proto(
 
 /// The policy of a new ledger: documented defaults, overridden by every
 /// non-zero field of `src`; then validated.
-pub fn policy_for_create(src: Option<&pb::LedgerPolicy>) -> Result<Policy, Violations> {
+pub fn policy_for_create(
+    src: Option<&pb::LedgerPolicy>,
+    reach: Reach,
+) -> Result<Policy, Violations> {
     let mut p = Policy::default();
     let mut v = Violations::new();
     if let Some(src) = src {
@@ -424,7 +433,7 @@ pub fn policy_for_create(src: Option<&pb::LedgerPolicy>) -> Result<Policy, Viola
             apply_path(&mut p, src, path, true, &mut v);
         }
     }
-    p.validate("policy", &mut v);
+    p.validate("policy", reach, &mut v);
     if v.is_empty() { Ok(p) } else { Err(v) }
 }
 
@@ -433,6 +442,7 @@ pub fn policy_for_update(
     current: &Policy,
     src: &pb::LedgerPolicy,
     paths: &[String],
+    reach: Reach,
 ) -> Result<Policy, Violations> {
     let mut p = current.clone();
     let mut v = Violations::new();
@@ -443,7 +453,7 @@ pub fn policy_for_update(
         apply_path(&mut p, src, path, false, &mut v);
     }
     if v.is_empty() {
-        p.validate("policy", &mut v);
+        p.validate("policy", reach, &mut v);
     }
     if v.is_empty() { Ok(p) } else { Err(v) }
 }
@@ -628,14 +638,17 @@ mod tests {
 
     #[test]
     fn create_takes_defaults_for_zero_fields() {
-        let p = policy_for_create(Some(&pb::LedgerPolicy {
-            model: "gemini-2.5-flash".into(),
-            budgets: Some(pb::AttemptBudgets {
-                provider: 6,
+        let p = policy_for_create(
+            Some(&pb::LedgerPolicy {
+                model: "gemini-2.5-flash".into(),
+                budgets: Some(pb::AttemptBudgets {
+                    provider: 6,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
-            ..Default::default()
-        }))
+            Reach::PublicOnly,
+        )
         .unwrap();
         assert_eq!(p.model, "gemini-2.5-flash");
         assert_eq!((p.caps.provider, p.caps.content, p.caps.infra), (6, 1, 4));
@@ -650,15 +663,27 @@ mod tests {
             max_active_jobs: 9,
             ..Default::default()
         };
-        let p = policy_for_update(&current, &src, &["policy.max_active_jobs".into()]).unwrap();
+        let p = policy_for_update(
+            &current,
+            &src,
+            &["policy.max_active_jobs".into()],
+            Reach::PublicOnly,
+        )
+        .unwrap();
         assert_eq!(
             (p.model.as_str(), p.max_active_jobs),
             (current.model.as_str(), 9)
         );
-        let err =
-            policy_for_update(&current, &src, &["policy.budgets.content".into()]).unwrap_err();
+        let err = policy_for_update(
+            &current,
+            &src,
+            &["policy.budgets.content".into()],
+            Reach::PublicOnly,
+        )
+        .unwrap_err();
         assert_eq!(err.finish().unwrap_err()[0].field, "policy.budgets.content");
-        let err = policy_for_update(&current, &src, &["policy.nope".into()]).unwrap_err();
+        let err = policy_for_update(&current, &src, &["policy.nope".into()], Reach::PublicOnly)
+            .unwrap_err();
         assert_eq!(err.finish().unwrap_err()[0].field, "update_mask");
     }
 

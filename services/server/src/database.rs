@@ -3,6 +3,7 @@
 
 use crate::config::ServeArgs;
 use anyhow::Context as _;
+use tally_pg::url::redact;
 use tally_pg::{EmbeddedOptions, EmbeddedPostgres};
 use tally_store::{ConnectOptions, Store};
 
@@ -48,29 +49,5 @@ impl Database {
                 Err(e) => tracing::warn!(error = %e, "private postgresql did not stop cleanly"),
             }
         }
-    }
-}
-
-/// The URL without its password, for logs.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            let user = creds.split(':').next().unwrap_or("");
-            format!("{}{}@{}", &url[..scheme + 3], user, &url[at + 1..])
-        }
-        _ => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn passwords_are_not_logged() {
-        assert_eq!(
-            super::redact("postgres://tally:s3cret@db:5432/tally"),
-            "postgres://tally@db:5432/tally"
-        );
-        assert_eq!(super::redact("postgres:///tally"), "postgres:///tally");
     }
 }

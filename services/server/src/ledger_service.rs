@@ -8,6 +8,7 @@ use crate::metrics::Metrics;
 use crate::status::{from_store, invalid, invalid_field};
 use crate::{paging, purger, validate};
 use tally_core::names;
+use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
 use tally_core::summary::ledger_state_line;
 use tally_core::violation::Violations;
@@ -24,16 +25,25 @@ pub struct Ledgers {
     limits: Limits,
     metrics: Metrics,
     purge: purger::Wake,
+    reach: Reach,
 }
 
 impl Ledgers {
-    /// `purge` wakes this replica's purger after a DeleteLedger.
-    pub fn new(store: Store, limits: Limits, metrics: Metrics, purge: purger::Wake) -> Self {
+    /// `purge` wakes this replica's purger after a DeleteLedger; `reach`
+    /// says which alert URLs a policy may name.
+    pub fn new(
+        store: Store,
+        limits: Limits,
+        metrics: Metrics,
+        purge: purger::Wake,
+        reach: Reach,
+    ) -> Self {
         Self {
             store,
             limits,
             metrics,
             purge,
+            reach,
         }
     }
 }
@@ -46,7 +56,7 @@ impl LedgerService for Ledgers {
         let req = req.into_inner();
         let mut v = Violations::new();
         v.check("ledger_id", names::validate_ledger_id(&req.ledger_id));
-        let policy = match convert::policy_for_create(req.policy.as_ref()) {
+        let policy = match convert::policy_for_create(req.policy.as_ref(), self.reach) {
             Ok(p) => Some(p),
             Err(more) => {
                 v.extend(more.finish().err().unwrap_or_default());
@@ -116,7 +126,7 @@ impl LedgerService for Ledgers {
                 .map_err(|_| invalid_field("ledger.etag", "is not an etag this server issued"))?,
         };
         let src = ledger.policy.unwrap_or_default();
-        let policy = convert::policy_for_update(&current.policy, &src, &paths)
+        let policy = convert::policy_for_update(&current.policy, &src, &paths, self.reach)
             .map_err(|v| invalid(v.finish().err().unwrap_or_default()))?;
         let updated = self
             .store

@@ -79,6 +79,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let webhooks = args
         .webhook_listener()
         .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+    args.check_auth_reach()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let auth = Arc::new(Authenticator::from_args(&args.security)?);
     limits::check(&args.limits).map_err(anyhow::Error::msg)?;
     crate::intake::check(&args.limits).map_err(anyhow::Error::msg)?;
@@ -146,6 +148,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         limits,
         metrics.clone(),
         purge_wake.clone(),
+        args.alert_reach(),
     ))
     .max_decoding_message_size(max);
     let stop = CancellationToken::new();
@@ -235,7 +238,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     match args.alert_secret.clone() {
         Some(secret) => tasks.push(tokio::spawn(alerts::run(
             store.clone(),
-            alerts::Sender::new(secret)?,
+            alerts::Sender::new(secret, args.alert_reach())?,
             args.alert_interval,
             metrics.clone(),
             stop.clone(),

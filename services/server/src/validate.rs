@@ -247,8 +247,8 @@ pub fn report(
     for (i, o) in req.outcomes.into_iter().enumerate() {
         let at = |f: &str| format!("outcomes[{i}].{f}");
         v.check(at("key"), validate_key(&o.key));
-        let usage = convert::usage_from_proto(o.usage.as_ref()).unwrap_or_else(|| {
-            v.add(at("usage"), "token counts must not be negative");
+        let usage = convert::usage_from_proto(o.usage.as_ref()).unwrap_or_else(|why| {
+            v.add(at("usage"), why);
             Default::default()
         });
         let (outcome, result) = match o.outcome {

@@ -776,6 +776,9 @@ async fn two_replicas_send_one_signed_alert_per_crossing() {
     let mut args = ServeArgs::for_tests(db.url().to_string());
     args.alert_secret = Some(secret);
     args.alert_interval = Duration::from_millis(50);
+    // The receiver listens on loopback, which alerts may reach only with
+    // --alerts-allow-private-hosts.
+    args.alerts_allow_private_hosts = true;
     let one = server::start(args.clone()).await.unwrap();
     let two = server::start(args).await.unwrap();
     let (mut l, _) = clients(one.grpc_addr).await;

@@ -223,10 +223,11 @@ pub(crate) fn settle_ctes() -> &'static str {
                 rule = coalesce(w.rule, r.rule),
                 last_error = coalesce(w.err, r.last_error),
                 result = coalesce(w.result, r.result),
-                input_tokens = r.input_tokens + coalesce(w.d_in, 0),
-                output_tokens = r.output_tokens + coalesce(w.d_out, 0),
-                thinking_tokens = r.thinking_tokens + coalesce(w.d_think, 0),
-                cached_tokens = r.cached_tokens + coalesce(w.d_cached, 0),
+                -- running totals saturate at the int8 maximum, never overflow
+                input_tokens = least(r.input_tokens::numeric + coalesce(w.d_in, 0), 9223372036854775807)::int8,
+                output_tokens = least(r.output_tokens::numeric + coalesce(w.d_out, 0), 9223372036854775807)::int8,
+                thinking_tokens = least(r.thinking_tokens::numeric + coalesce(w.d_think, 0), 9223372036854775807)::int8,
+                cached_tokens = least(r.cached_tokens::numeric + coalesce(w.d_cached, 0), 9223372036854775807)::int8,
                 last_claim_id = CASE WHEN $19 THEN $2 ELSE r.last_claim_id END,
                 job_id = coalesce((SELECT job_id FROM c), r.job_id),
                 next_attempt_time = CASE WHEN w.status = 3

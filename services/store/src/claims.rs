@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 use tally_core::job::{JobEvent, JobState};
+use tally_core::names::claim_for_logs;
 use tally_core::policy::Policy;
 use tally_core::status::{PerBudget, RowStatus};
 use tally_core::transition::{self, Context, Event, RowState};
@@ -678,7 +679,7 @@ impl Store {
             self.held.forget(token);
             out.rows += writes.len();
             if !writes.is_empty() {
-                tracing::info!(ledger = %ledger, claim = %token, rows = writes.len(), "rescued rows of an expired claim");
+                tracing::info!(ledger = %ledger, claim = %claim_for_logs(&token.to_string()), rows = writes.len(), "rescued rows of an expired claim");
             }
         }
         events::append(&mut tx, &abandoned, "system").await?;

@@ -23,7 +23,7 @@ use crate::{Result, Store, StoreError, apply, ledgers};
 use sqlx::{Executor, Postgres, Transaction};
 use std::time::Duration;
 use tally_core::job::{self, FinalState, JobEvent, JobRefusal, JobState};
-use tally_core::names;
+use tally_core::names::{self, claim_for_logs};
 use tally_core::pause::Work;
 use tally_core::status::RowStatus;
 use tally_core::summary::JobCounts;
@@ -490,7 +490,7 @@ impl Store {
             .await?;
             let job = load_job(&mut *tx, job_id).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Created)], actor).await?;
-            tracing::info!(ledger = %ledger, job = %job.public_id, claim = %token, rows = job.counts.rows, "job created");
+            tracing::info!(ledger = %ledger, job = %job.public_id, claim = %claim_for_logs(&token.to_string()), rows = job.counts.rows, "job created");
             Ok(job)
         }
         .await;

@@ -325,13 +325,17 @@ impl Store {
         summary.counts = counts;
         summary.permanent_by_rule = by_rule;
         let by_model: Vec<AttemptSums> = sqlx::query_as(
-            "SELECT model, budget, count(*) AS n, coalesce(sum(input_tokens), 0)::int8 AS input,
-                    coalesce(sum(output_tokens), 0)::int8 AS output,
-                    coalesce(sum(thinking_tokens), 0)::int8 AS thinking,
-                    coalesce(sum(cached_tokens), 0)::int8 AS cached
+            // sum(int8) is numeric: held at the int8 maximum before the
+            // cast, so a huge total saturates instead of failing the call.
+            "SELECT model, budget, count(*) AS n,
+                    least(coalesce(sum(input_tokens), 0), $2)::int8 AS input,
+                    least(coalesce(sum(output_tokens), 0), $2)::int8 AS output,
+                    least(coalesce(sum(thinking_tokens), 0), $2)::int8 AS thinking,
+                    least(coalesce(sum(cached_tokens), 0), $2)::int8 AS cached
              FROM attempts WHERE ledger_id = $1 GROUP BY 1, 2 ORDER BY 1",
         )
         .bind(record.id)
+        .bind(i64::MAX)
         .fetch_all(&self.pool)
         .await?;
         for AttemptSums {
@@ -434,8 +438,9 @@ struct AttemptSums {
 }
 
 fn add_usage(total: &mut Usage, u: &Usage) {
-    total.input += u.input;
-    total.output += u.output;
-    total.thinking += u.thinking;
-    total.cached += u.cached;
+    use tally_core::usage::add;
+    total.input = add(total.input, u.input);
+    total.output = add(total.output, u.output);
+    total.thinking = add(total.thinking, u.thinking);
+    total.cached = add(total.cached, u.cached);
 }

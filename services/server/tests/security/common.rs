@@ -208,3 +208,57 @@ pub async fn one_reported_row(operator: As, worker: As, id: &str) -> pb::Row {
         .expect("get row")
         .into_inner()
 }
+
+/// Creates ledger `id` (with `policy`) holding `n` rows and claims them
+/// all as the worker; returns the claim's name.
+pub async fn claimed(
+    server: &TestServer,
+    id: &str,
+    policy: Option<pb::LedgerPolicy>,
+    n: usize,
+) -> String {
+    let mut l = LedgerServiceClient::new(server.connect().await);
+    l.create_ledger(authed(
+        pb::CreateLedgerRequest {
+            ledger_id: id.into(),
+            policy,
+        },
+        Some(OPERATOR),
+    ))
+    .await
+    .expect("create ledger");
+    let parent = format!("ledgers/{id}");
+    let rows = (0..n)
+        .map(|i| pb::RowInput {
+            key: format!("k{i}"),
+            payload: r#"{"text": "hi"}"#.into(),
+            ..Default::default()
+        })
+        .collect();
+    l.enroll_rows(authed(
+        pb::EnrollRowsRequest {
+            parent: parent.clone(),
+            rows,
+        },
+        Some(OPERATOR),
+    ))
+    .await
+    .expect("enroll");
+    let claim = l
+        .claim_rows(authed(
+            pb::ClaimRowsRequest {
+                parent,
+                max_rows: n as i32,
+                worker: "w".into(),
+                ..Default::default()
+            },
+            Some(WORKER),
+        ))
+        .await
+        .expect("claim")
+        .into_inner()
+        .claim
+        .expect("rows were claimable");
+    assert_eq!(claim.row_count as usize, n);
+    claim.name
+}

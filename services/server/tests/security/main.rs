@@ -3,7 +3,10 @@
 //! server keeps serving others. One test binary; each test starts its own
 //! server on port 0 against a fresh database.
 
+mod arithmetic;
 mod common;
 mod limits;
 mod matrix;
+mod secrets;
+mod ssrf;
 mod tls;

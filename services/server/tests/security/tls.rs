@@ -309,3 +309,63 @@ async fn bad_security_settings_stop_the_server_before_anything_starts() {
     let e = tally_server::server::start(args).await.err().unwrap();
     assert!(format!("{e:#}").contains("TLS"), "{e:#}");
 }
+
+/// The server name in test certificates, with --tls-domain where the
+/// address is an IP.
+fn client_target(server: &TestServer, ca: Option<std::path::PathBuf>) -> tally_client::Target {
+    tally_client::Target {
+        server: format!("https://localhost:{}", server.running.grpc_addr.port()),
+        token: Some(WORKER.into()),
+        tls: tally_client::Tls {
+            ca,
+            ..tally_client::Tls::default()
+        },
+    }
+}
+
+#[tokio::test]
+async fn tally_client_reaches_a_tls_server_through_its_ca_file() {
+    // Invariant: tally-client (the worker's and tallyctl's connection)
+    // speaks TLS to an https:// server, trusting the --tls-ca file; a
+    // server whose CA it was not given (and that no system root signed)
+    // is refused at the handshake, UNAVAILABLE, and nothing is called.
+    let ca = Ca::new("tally test CA");
+    let files = Files::new();
+    let leaf = ca.server();
+    let server = start(|a| {
+        a.security.tls_cert = Some(files.write("server.pem", &leaf.cert));
+        a.security.tls_key = Some(files.write("server.key", &leaf.key));
+    })
+    .await;
+    let ca_file = files.write("ca.pem", &ca.pem);
+
+    let mut trusting = client_target(&server, Some(ca_file)).connect().unwrap();
+    let claimed = trusting
+        .ledgers
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: "ledgers/none".into(),
+            max_rows: 1,
+            worker: "tls-worker".into(),
+            ..Default::default()
+        })
+        .await;
+    // Authenticated as the worker over TLS: the ledger does not exist.
+    assert_eq!(claimed.unwrap_err().code(), Code::NotFound);
+
+    let mut system_roots = client_target(&server, None).connect().unwrap();
+    let refused = system_roots
+        .ledgers
+        .get_ledger(pb::GetLedgerRequest {
+            name: "ledgers/none".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+
+    // A plaintext address with TLS flags is a usage error, not a downgrade.
+    let mut plaintext = client_target(&server, Some(files.write("ca2.pem", &ca.pem)));
+    plaintext.server = format!("http://{}", server.running.grpc_addr);
+    let err = plaintext.connect().unwrap_err().to_string();
+    assert!(err.contains("https://"), "{err}");
+    server.stop().await;
+}
