@@ -17,7 +17,8 @@
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
 //!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
 //!   (a third layer).
-//! - [`health`], [`metrics`], [`paging`], [`caller`].
+//! - [`health`], [`metrics`], [`paging`], [`caller`]; [`health_check`]:
+//!   the `tally-server health` client for a container's HEALTHCHECK.
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
 
@@ -29,6 +30,7 @@ pub mod config;
 pub mod convert;
 pub mod database;
 pub mod health;
+pub mod health_check;
 pub mod job_convert;
 pub mod job_service;
 pub mod ledger_metrics;
