@@ -12,7 +12,8 @@ use tally_core::webhook::Secret;
 /// tally: a control plane for large, unattended LLM batch inference.
 ///
 /// `tally-server [FLAGS]` serves; `tally-server migrate [FLAGS]` applies
-/// migrations and exits; `tally-server token …` issues a bearer token.
+/// migrations and exits; `tally-server token …` issues a bearer token;
+/// `tally-server health` asks a running server whether it is SERVING.
 #[derive(Debug, Parser)]
 #[command(
     name = "tally-server",
@@ -33,7 +34,7 @@ impl Cli {
     pub fn serve_args(&self) -> &ServeArgs {
         match &self.command {
             Some(Command::Serve(args) | Command::Migrate(args)) => args,
-            Some(Command::Token(_)) | None => &self.serve,
+            Some(Command::Token(_) | Command::Health(_)) | None => &self.serve,
         }
     }
 }
@@ -48,6 +49,9 @@ pub enum Command {
     /// Issue a new bearer token: prints it once, with the line (its hash) to
     /// add to the tokens file.
     Token(TokenArgs),
+    /// Ask a running server's gRPC health whether it is SERVING: exit 0 if
+    /// so, 1 otherwise (for a container's HEALTHCHECK).
+    Health(crate::health_check::HealthArgs),
 }
 
 #[derive(Debug, Clone, Args)]

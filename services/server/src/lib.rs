@@ -18,7 +18,8 @@
 //!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
 //!   (a third layer); [`intake`]: request sizes, the request-memory budget
 //!   and row counts read from the wire before decoding ([`wire`]).
-//! - [`health`], [`metrics`], [`paging`], [`caller`].
+//! - [`health`], [`metrics`], [`paging`], [`caller`]; [`health_check`]:
+//!   the `tally-server health` client for a container's HEALTHCHECK.
 //!
 //! Not here: SQL (`tally-store`) and domain rules (`tally-core`).
 
@@ -30,6 +31,7 @@ pub mod config;
 pub mod convert;
 pub mod database;
 pub mod health;
+pub mod health_check;
 pub mod intake;
 pub mod job_convert;
 pub mod job_service;

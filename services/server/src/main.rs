@@ -21,6 +21,16 @@ async fn main() -> anyhow::Result<()> {
             println!("  {}", issued.line);
             Ok(())
         }
+        Some(Command::Health(h)) => match tally_server::health_check::check(h).await {
+            Ok(()) => {
+                println!("SERVING");
+                Ok(())
+            }
+            Err(why) => {
+                eprintln!("not serving: {why}");
+                std::process::exit(1)
+            }
+        },
         Some(Command::Serve(_)) | None => {
             let running = server::start(cli.serve_args().clone()).await?;
             let stop = running.stop_token();
