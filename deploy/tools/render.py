@@ -57,7 +57,8 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.yaml"):
         old.unlink()
-    header = HEADER.format(values=Path(values_file).as_posix())
+    # The values file by name only, so the rendering is the same in every checkout.
+    header = HEADER.format(values=f"deploy/helm/{Path(values_file).name}")
     for name, text in sorted(render(chart_dir, values_file).items()):
         (out / name).write_text(header + "---\n" + text)
     return 0
