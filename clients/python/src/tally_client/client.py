@@ -320,10 +320,39 @@ class Client:
                 f"format must be one of {', '.join(FORMATS)}, got {format!r}"
                 + (" (Parquet: export_parquet)" if str(format) == "parquet" else "")
             )
-        written = 0
-        cursor = after
         if format == "csv" and not after:
             out.write(csv_line(CSV_COLUMNS))
+        return self._export_pages(
+            ledger,
+            lambda page: out.write("".join(line(row, format) for row in page)),
+            out.flush,
+            statuses=statuses,
+            rule=rule,
+            model=model,
+            prompt=prompt,
+            after=after,
+            page_size=page_size,
+            on_page=on_page,
+        )
+
+    def _export_pages(
+        self,
+        ledger: str,
+        write: Callable[[list[ledger_pb2.Row]], object],
+        flush: Callable[[], object],
+        *,
+        statuses: Sequence[common_pb2.RowStatus],
+        rule: str,
+        model: str,
+        prompt: str,
+        after: str,
+        page_size: int,
+        on_page: Callable[[ExportProgress], None] | None,
+    ) -> ExportProgress:
+        """Pages of rows (FULL view) to `write`; after each, `flush` and the
+        progress with the cursor that resumes after it."""
+        written = 0
+        cursor = after
         for page, cursor in self.pages(
             ledger,
             statuses=statuses,
@@ -334,10 +363,10 @@ class Client:
             page_size=page_size,
             after=after,
         ):
-            out.write("".join(line(row, format) for row in page))
+            write(page)
             written += len(page)
             if on_page is not None:
-                out.flush()
+                flush()
                 on_page(ExportProgress(written, cursor))
         return ExportProgress(written, cursor)
 
@@ -365,24 +394,19 @@ class Client:
         target = Path(path)
         if target.exists():
             raise FileExistsError(f"{target} exists: a Parquet export is always a new file")
-        written = 0
-        cursor = after
         with ParquetWriter(target) as writer:
-            for page, cursor in self.pages(
+            return self._export_pages(
                 ledger,
+                writer.write,
+                lambda: None,
                 statuses=statuses,
                 rule=rule,
                 model=model,
                 prompt=prompt,
-                full=True,
-                page_size=page_size,
                 after=after,
-            ):
-                writer.write(page)
-                written += len(page)
-                if on_page is not None:
-                    on_page(ExportProgress(written, cursor))
-        return ExportProgress(written, cursor)
+                page_size=page_size,
+                on_page=on_page,
+            )
 
     def archive_ledger(
         self,
