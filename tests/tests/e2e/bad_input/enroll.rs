@@ -127,17 +127,18 @@ async fn enroll_rows_shapes_and_limits() {
     env.stop().await;
 }
 
-/// A request larger than the server's message limit is refused by the
-/// transport (tonic answers OUT_OF_RANGE) before any handler runs; nothing
-/// is written.
+/// A request larger than the server's message limit is refused from its
+/// length prefix (RESOURCE_EXHAUSTED `MESSAGE_TOO_LARGE`, the gRPC code for
+/// a message over the server's maximum) before any handler runs; nothing is
+/// written.
 #[tokio::test]
 async fn enroll_rows_over_the_message_size_limit() {
     let env = small_server().await;
     env.ledger("l").await;
     let huge = format!(r#"{{"x": "{}"}}"#, "a".repeat(2 * MAX_MESSAGE));
     let s = enroll_rejected(&env, &ledger_name("l"), vec![row_payload("big", &huge)]).await;
-    assert_eq!(s.code(), Code::OutOfRange, "{}", s.message());
-    assert!(s.message().contains("too large"), "{}", s.message());
+    assert_eq!(s.code(), Code::ResourceExhausted, "{}", s.message());
+    assert!(s.message().contains("accepts at most"), "{}", s.message());
     env.stop().await;
 }
 
