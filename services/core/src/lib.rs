@@ -16,6 +16,7 @@
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says;
 //!   [`outbound`]: which addresses alerts may reach.
 //! - [`pause`]: why a ledger is paused, and what it still does while paused.
+//! - [`scope`]: which ledgers, locks and prompts a caller may touch.
 //! - [`summary`]: the one-line summaries.
 //! - [`usage`]: the bound on reported token counts and saturating sums.
 //! - [`violation`]: how validation reports bad fields.
@@ -32,6 +33,7 @@ pub mod outbound;
 pub mod pause;
 pub mod payload;
 pub mod policy;
+pub mod scope;
 pub mod status;
 pub mod summary;
 pub mod transition;

@@ -62,6 +62,21 @@ pub struct TokenArgs {
     /// Its roles, comma-separated: enroller, worker, operator.
     #[arg(long, value_enum, value_delimiter = ',', required = true)]
     pub roles: Vec<Role>,
+    /// The ledgers (and locks and prompts) it reaches, comma-separated:
+    /// exact ids, prefixes such as `acme-*`, or `*` for the whole server.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ledgers: Vec<String>,
+    /// Prompts of other teams it may read but not register
+    /// (comma-separated ids or prefixes such as `shared-*`).
+    #[arg(long, value_delimiter = ',')]
+    pub shared_prompts: Vec<String>,
+    /// How long until it expires (`90d`, `12h`); it never expires without
+    /// this or --expire-time.
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "expire_time")]
+    pub expires_in: Option<std::time::Duration>,
+    /// When it expires, as an RFC 3339 time (`2027-03-01T00:00:00Z`).
+    #[arg(long)]
+    pub expire_time: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -463,6 +478,16 @@ pub struct Security {
     #[arg(long, env = "TALLY_MTLS_ROLES", value_enum, value_delimiter = ',')]
     pub mtls_roles: Vec<Role>,
 
+    /// The ledgers such a certificate reaches (comma-separated ids,
+    /// prefixes such as `acme-*`, or `*`, the default).
+    #[arg(
+        long,
+        env = "TALLY_MTLS_LEDGERS",
+        value_delimiter = ',',
+        default_value = "*"
+    )]
+    pub mtls_ledgers: Vec<String>,
+
     /// Plaintext address serving only gRPC health, for Kubernetes probes
     /// (which cannot speak TLS). Off when unset.
     #[arg(long, env = "TALLY_HEALTH_ADDR")]
@@ -499,6 +524,7 @@ impl Security {
             tls_key: None,
             tls_client_ca: None,
             mtls_roles: Vec::new(),
+            mtls_ledgers: vec!["*".into()],
             health_addr: None,
         }
     }
@@ -581,7 +607,7 @@ mod tests {
     }
 
     #[test]
-    fn token_subcommand_takes_a_name_and_roles() {
+    fn token_subcommand_takes_a_name_roles_and_ledgers() {
         let cli = Cli::try_parse_from([
             "tally-server",
             "token",
@@ -589,19 +615,39 @@ mod tests {
             "alice",
             "--roles",
             "operator,worker",
+            "--ledgers",
+            "acme-*,acme",
+            "--expires-in",
+            "30d",
         ])
         .unwrap();
         match cli.command {
             Some(Command::Token(t)) => {
                 assert_eq!(t.name, "alice");
                 assert_eq!(t.roles, [Role::Operator, Role::Worker]);
+                assert_eq!(t.ledgers, ["acme-*", "acme"]);
+                assert_eq!(t.expires_in, Some(Duration::from_secs(30 * 86400)));
             }
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["tally-server", "token", "--name", "a"]).is_err());
         assert!(
-            Cli::try_parse_from(["tally-server", "token", "--name", "a", "--roles", "admin"])
-                .is_err()
+            Cli::try_parse_from(["tally-server", "token", "--name", "a", "--roles", "worker"])
+                .is_err(),
+            "the scope is never implied"
+        );
+        assert!(
+            Cli::try_parse_from([
+                "tally-server",
+                "token",
+                "--name",
+                "a",
+                "--roles",
+                "admin",
+                "--ledgers",
+                "*"
+            ])
+            .is_err()
         );
     }
 

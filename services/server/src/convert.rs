@@ -492,6 +492,16 @@ pub fn claimed_row_to_proto(r: st::ClaimedRow) -> pb::ClaimedRow {
     }
 }
 
+/// Blanks the claim names of a row and its attempts: for callers whose
+/// roles never use claims (enrollers), since a live claim name is what
+/// authorizes reports on the row.
+pub fn hide_claims(row: &mut pb::Row) {
+    row.claim.clear();
+    for a in &mut row.history {
+        a.claim.clear();
+    }
+}
+
 pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
     pb::Row {
         name: names::row_name(&r.ledger, &r.key),

@@ -2,7 +2,7 @@
 //! [`crate::job_convert`]), makes one store call and encodes the answer.
 //! WatchJobs hands the stream to [`crate::watch`].
 
-use crate::caller::actor;
+use crate::caller::access;
 use crate::convert::claim_to_proto;
 use crate::job_convert::{self as jc, job_to_proto, lock_to_proto};
 use crate::paging;
@@ -37,8 +37,10 @@ type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[tonic::async_trait]
 impl JobService for Jobs {
     async fn create_job(&self, req: Request<pb::CreateJobRequest>) -> Reply<pb::Job> {
-        let actor = actor(&req);
+        let access = access(&req);
         let (ledger, token) = validate::claim("claim", &req.get_ref().claim)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let job = self
             .store
             .create_job(&ledger, token, &actor)
@@ -49,6 +51,7 @@ impl JobService for Jobs {
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Reply<pb::Job> {
         let (ledger, job) = jc::job("name", &req.get_ref().name)?;
+        access(&req).ledger(&ledger)?;
         let job = self
             .store
             .get_job(&ledger, &job)
@@ -58,8 +61,10 @@ impl JobService for Jobs {
     }
 
     async fn list_jobs(&self, req: Request<pb::ListJobsRequest>) -> Reply<pb::ListJobsResponse> {
+        let access = access(&req);
         let req = req.into_inner();
         let ledger = validate::ledger("parent", &req.parent)?;
+        access.ledger(&ledger)?;
         let states = jc::states(&req.states)?;
         let size = paging::page_size(req.page_size)?;
         let list = format!("jobs:{ledger}");
@@ -84,9 +89,11 @@ impl JobService for Jobs {
     }
 
     async fn mark_creating(&self, req: Request<pb::MarkCreatingRequest>) -> Reply<pb::Job> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let input_file = jc::creating(&req)?;
         let job = self
             .store
@@ -97,9 +104,11 @@ impl JobService for Jobs {
     }
 
     async fn mark_not_created(&self, req: Request<pb::MarkNotCreatedRequest>) -> Reply<pb::Job> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let reason = jc::not_created(&req)?;
         let job = self
             .store
@@ -110,9 +119,11 @@ impl JobService for Jobs {
     }
 
     async fn mark_submitted(&self, req: Request<pb::MarkSubmittedRequest>) -> Reply<pb::Job> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let (batch, input_file) = jc::submission(&req)?;
         let job = self
             .store
@@ -123,12 +134,13 @@ impl JobService for Jobs {
     }
 
     async fn adopt_jobs(&self, req: Request<pb::AdoptJobsRequest>) -> Reply<pb::AdoptJobsResponse> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let (ledger, max, lease) = jc::adopt(&req)?;
+        access.ledger(&ledger)?;
         let r = self
             .store
-            .adopt_jobs(&ledger, &req.worker, max, lease, &actor)
+            .adopt_jobs(&ledger, &req.worker, max, lease, &access.name)
             .await
             .map_err(from_store)?;
         Ok(Response::new(pb::AdoptJobsResponse {
@@ -146,9 +158,11 @@ impl JobService for Jobs {
     }
 
     async fn finish_job(&self, req: Request<pb::FinishJobRequest>) -> Reply<pb::Job> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let finish = jc::finish(&req)?;
         let job = self
             .store
@@ -161,10 +175,14 @@ impl JobService for Jobs {
     type WatchJobsStream = Events<pb::JobEvent>;
 
     async fn watch_jobs(&self, req: Request<pb::WatchJobsRequest>) -> Reply<Self::WatchJobsStream> {
+        let access = access(&req);
         let req = req.into_inner();
         let ledger = names::parse_ledger_or_all(&req.parent)
             .map_err(|e| invalid_field("parent", e.to_string()))?;
         jc::watch_start(req.after_sequence, 0)?;
+        if let Some(l) = ledger {
+            access.ledger(l)?;
+        }
         let ledger_id = match ledger {
             Some(l) => Some(self.store.ledger_id(l).await.map_err(from_store)?),
             None => None,
@@ -175,9 +193,15 @@ impl JobService for Jobs {
             0
         };
         let start = jc::watch_start(req.after_sequence, last_now)?;
-        let stream = self
-            .hub
-            .stream(self.store.clone(), ledger_id, start, self.stop.clone());
+        // `ledgers/-` shows only the ledgers the caller reaches.
+        let scope = (!access.everything()).then(|| access.scope.clone());
+        let stream = self.hub.stream(
+            self.store.clone(),
+            ledger_id,
+            scope,
+            start,
+            self.stop.clone(),
+        );
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -185,13 +209,14 @@ impl JobService for Jobs {
         &self,
         req: Request<pb::AcquireLockRequest>,
     ) -> Reply<pb::AcquireLockResponse> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let (name, ttl) = jc::lock_and_ttl(&req.name, req.ttl.as_ref())?;
+        access.lock(&name)?;
         jc::owner(&req.owner)?;
         // Without a given owner, the caller's name says who holds it.
         let owner = if req.owner.is_empty() {
-            actor
+            access.name
         } else {
             req.owner
         };
@@ -207,8 +232,10 @@ impl JobService for Jobs {
     }
 
     async fn renew_lock(&self, req: Request<pb::RenewLockRequest>) -> Reply<pb::Lock> {
+        let access = access(&req);
         let req = req.into_inner();
         let (name, ttl) = jc::lock_and_ttl(&req.name, req.ttl.as_ref())?;
+        access.lock(&name)?;
         let token = jc::lock_token(&req.token)?;
         let lock = self
             .store
@@ -219,10 +246,12 @@ impl JobService for Jobs {
     }
 
     async fn release_lock(&self, req: Request<pb::ReleaseLockRequest>) -> Reply<()> {
+        let access = access(&req);
         let req = req.into_inner();
         let name = names::parse_lock(&req.name)
             .map_err(|e| invalid_field("name", e.to_string()))?
             .to_string();
+        access.lock(&name)?;
         let token = jc::lock_token(&req.token)?;
         self.store
             .release_lock(&name, token)

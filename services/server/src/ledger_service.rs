@@ -1,7 +1,7 @@
 //! LedgerService: thin handlers. Each validates its request (see
 //! [`crate::validate`]), makes one store call and encodes the answer.
 
-use crate::caller::actor;
+use crate::caller::{access, actor};
 use crate::config::Limits;
 use crate::convert::{self, ledger_to_proto};
 use crate::metrics::Metrics;
@@ -53,6 +53,7 @@ type Reply<T> = Result<Response<T>, Status>;
 #[tonic::async_trait]
 impl LedgerService for Ledgers {
     async fn create_ledger(&self, req: Request<pb::CreateLedgerRequest>) -> Reply<pb::Ledger> {
+        let access = access(&req);
         let req = req.into_inner();
         let mut v = Violations::new();
         v.check("ledger_id", names::validate_ledger_id(&req.ledger_id));
@@ -64,6 +65,7 @@ impl LedgerService for Ledgers {
             }
         };
         v.finish().map_err(invalid)?;
+        access.ledger(&req.ledger_id)?;
         let policy = policy.expect("no violations means a policy");
         let ledger = self
             .store
@@ -76,6 +78,7 @@ impl LedgerService for Ledgers {
 
     async fn get_ledger(&self, req: Request<pb::GetLedgerRequest>) -> Reply<pb::Ledger> {
         let name = validate::ledger("name", &req.get_ref().name)?;
+        access(&req).ledger(&name)?;
         let ledger = self
             .store
             .describe_ledger(&name)
@@ -88,6 +91,7 @@ impl LedgerService for Ledgers {
         &self,
         req: Request<pb::ListLedgersRequest>,
     ) -> Reply<pb::ListLedgersResponse> {
+        let access = access(&req);
         let req = req.into_inner();
         let size = paging::page_size(req.page_size)?;
         // A page token is valid only with the show_deleted it was made for.
@@ -95,7 +99,12 @@ impl LedgerService for Ledgers {
         let after = paging::decode(&req.page_token, "ledgers", fp)?;
         let ledgers = self
             .store
-            .list_ledgers(after.as_deref(), size, req.show_deleted)
+            .list_ledgers(
+                after.as_deref(),
+                size,
+                req.show_deleted,
+                &access.scope.ledgers,
+            )
             .await
             .map_err(from_store)?;
         let next = paging::next_token(
@@ -112,11 +121,13 @@ impl LedgerService for Ledgers {
     }
 
     async fn update_ledger(&self, req: Request<pb::UpdateLedgerRequest>) -> Reply<pb::Ledger> {
+        let access = access(&req);
         let req = req.into_inner();
         let ledger = req
             .ledger
             .ok_or_else(|| invalid_field("ledger", "must be set"))?;
         let name = validate::ledger("ledger.name", &ledger.name)?;
+        access.ledger(&name)?;
         let paths = req.update_mask.map(|m| m.paths).unwrap_or_default();
         let current = self.store.get_ledger(&name).await.map_err(from_store)?;
         let etag = match ledger.etag.as_str() {
@@ -141,7 +152,10 @@ impl LedgerService for Ledgers {
         &self,
         req: Request<pb::EnrollRowsRequest>,
     ) -> Reply<pb::EnrollRowsResponse> {
+        let access = access(&req);
         let (ledger, rows) = validate::enroll(req.into_inner(), &self.limits)?;
+        access.ledger(&ledger)?;
+        access.read_prompts(rows.iter().map(|r| r.prompt_name.as_str()))?;
         let outcomes = self
             .metrics
             .timed("enroll", self.store.enroll(&ledger, &rows))
@@ -176,6 +190,7 @@ impl LedgerService for Ledgers {
 
     async fn claim_rows(&self, req: Request<pb::ClaimRowsRequest>) -> Reply<pb::ClaimRowsResponse> {
         let (ledger, claim) = validate::claim_rows(req.get_ref(), &self.limits)?;
+        access(&req).ledger(&ledger)?;
         let grant = match self
             .metrics
             .timed("claim", self.store.claim_rows(&ledger, &claim))
@@ -208,8 +223,10 @@ impl LedgerService for Ledgers {
     }
 
     async fn extend_claim(&self, req: Request<pb::ExtendClaimRequest>) -> Reply<pb::Claim> {
+        let access = access(&req);
         let req = req.into_inner();
         let (ledger, token) = validate::claim("name", &req.name)?;
+        access.ledger(&ledger)?;
         let mut v = Violations::new();
         let lease = validate::lease("lease", req.lease.as_ref(), &mut v);
         v.finish().map_err(invalid)?;
@@ -225,9 +242,11 @@ impl LedgerService for Ledgers {
         &self,
         req: Request<pb::ReleaseClaimRequest>,
     ) -> Reply<pb::ReleaseClaimResponse> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let (ledger, token) = validate::claim("name", &req.name)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         validate::keys("keys", &req.keys, &self.limits, true)?;
         let keys = (!req.keys.is_empty()).then_some(req.keys.as_slice());
         let (released, claim) = self
@@ -245,8 +264,10 @@ impl LedgerService for Ledgers {
         &self,
         req: Request<pb::ReportOutcomesRequest>,
     ) -> Reply<pb::ReportOutcomesResponse> {
-        let actor = actor(&req);
+        let access = access(&req);
         let (ledger, token, items) = validate::report(req.into_inner(), &self.limits)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let summary = self
             .metrics
             .timed("report", self.store.report(&ledger, token, &items, &actor))
@@ -282,13 +303,21 @@ impl LedgerService for Ledgers {
     async fn get_row(&self, req: Request<pb::GetRowRequest>) -> Reply<pb::Row> {
         let (ledger, key) = names::parse_row(&req.get_ref().name)
             .map_err(|e| invalid_field("name", e.to_string()))?;
+        let access = access(&req);
+        access.ledger(ledger)?;
         let row = self.store.get_row(ledger, key).await.map_err(from_store)?;
-        Ok(Response::new(convert::row_to_proto(&row)))
+        let mut row = convert::row_to_proto(&row);
+        if !access.uses_claims {
+            convert::hide_claims(&mut row);
+        }
+        Ok(Response::new(row))
     }
 
     async fn list_rows(&self, req: Request<pb::ListRowsRequest>) -> Reply<pb::ListRowsResponse> {
+        let access = access(&req);
         let req = req.into_inner();
         let ledger = validate::ledger("parent", &req.parent)?;
+        access.ledger(&ledger)?;
         let filter = validate::row_filter("filter", req.filter.as_ref())?;
         let size = paging::page_size(req.page_size)?;
         let full = match pb::RowView::try_from(req.view) {
@@ -311,8 +340,12 @@ impl LedgerService for Ledgers {
             size,
             rows.last().map(|r| r.key.as_str()),
         );
+        let mut rows: Vec<pb::Row> = rows.iter().map(convert::row_to_proto).collect();
+        if !access.uses_claims {
+            rows.iter_mut().for_each(convert::hide_claims);
+        }
         Ok(Response::new(pb::ListRowsResponse {
-            rows: rows.iter().map(convert::row_to_proto).collect(),
+            rows,
             next_page_token: next,
         }))
     }
@@ -322,6 +355,7 @@ impl LedgerService for Ledgers {
         req: Request<pb::SummarizeLedgerRequest>,
     ) -> Reply<pb::LedgerSummary> {
         let ledger = validate::ledger("name", &req.get_ref().name)?;
+        access(&req).ledger(&ledger)?;
         let record = self.store.get_ledger(&ledger).await.map_err(from_store)?;
         let s = self.store.summarize(&ledger).await.map_err(from_store)?;
         let mut cost = 0.0;
@@ -366,6 +400,7 @@ impl LedgerService for Ledgers {
     ) -> Reply<pb::RedriveRowsResponse> {
         let actor = actor(&req);
         let (ledger, target) = validate::redrive(req.get_ref(), &self.limits)?;
+        access(&req).ledger(&ledger)?;
         let req = req.into_inner();
         let r = self
             .store
@@ -381,9 +416,11 @@ impl LedgerService for Ledgers {
     }
 
     async fn delete_ledger(&self, req: Request<pb::DeleteLedgerRequest>) -> Reply<pb::Ledger> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let ledger = validate::ledger("name", &req.name)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let etag = validate::etag("etag", &req.etag)?;
         let deleted = self
             .store
@@ -402,6 +439,7 @@ impl LedgerService for Ledgers {
     async fn pause_ledger(&self, req: Request<pb::PauseLedgerRequest>) -> Reply<pb::Ledger> {
         let actor = actor(&req);
         let (ledger, message, etag) = validate::pause(req.get_ref())?;
+        access(&req).ledger(&ledger)?;
         let paused = self
             .store
             .pause_ledger(&PauseLedger {
@@ -417,9 +455,11 @@ impl LedgerService for Ledgers {
     }
 
     async fn resume_ledger(&self, req: Request<pb::ResumeLedgerRequest>) -> Reply<pb::Ledger> {
-        let actor = actor(&req);
+        let access = access(&req);
         let req = req.into_inner();
         let ledger = validate::ledger("name", &req.name)?;
+        access.ledger(&ledger)?;
+        let actor = access.name;
         let etag = validate::etag("etag", &req.etag)?;
         let resumed = self
             .store
@@ -431,6 +471,7 @@ impl LedgerService for Ledgers {
 
     async fn register_prompt(&self, req: Request<pb::RegisterPromptRequest>) -> Reply<pb::Prompt> {
         let prompt = validate::register_prompt(req.get_ref())?;
+        access(&req).write_prompt(&prompt.prompt_id)?;
         let stored = self
             .store
             .register_prompt(&prompt)
@@ -442,6 +483,7 @@ impl LedgerService for Ledgers {
     async fn get_prompt(&self, req: Request<pb::GetPromptRequest>) -> Reply<pb::Prompt> {
         let (id, version) = names::parse_prompt(&req.get_ref().name)
             .map_err(|e| invalid_field("name", e.to_string()))?;
+        access(&req).read_prompt(id)?;
         let p = self
             .store
             .get_prompt(id, version)

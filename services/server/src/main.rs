@@ -10,8 +10,8 @@ async fn main() -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Migrate(args)) => server::migrate(args).await,
         Some(Command::Token(t)) => {
-            let issued =
-                tally_server::auth::tokens::issue(&t.name, &t.roles).map_err(anyhow::Error::msg)?;
+            let issued = tally_server::auth::tokens::issue_from_args(t, chrono::Utc::now())
+                .map_err(anyhow::Error::msg)?;
             println!(
                 "token for {} (shown once; tally keeps only its hash):",
                 t.name

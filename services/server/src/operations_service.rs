@@ -12,13 +12,16 @@
 //! with a poll as the fallback, so a slow consumer holds at most a page and
 //! a small channel in memory and a reconnecting one resumes by sequence.
 
+use crate::caller::{Access, access};
 use crate::metrics::{EventLabels, Metrics};
 use crate::paging;
 use crate::status::{from_store, invalid, invalid_field};
 use crate::wakeup::Wakeups;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 use tally_core::operation::{DropReason, OpEvent, OpState, normalize_name};
+use tally_core::scope::Scope;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_proto::v1::operations_service_server::OperationsService;
@@ -68,6 +71,20 @@ impl Operations {
             stop,
             poll,
         }
+    }
+}
+
+impl Operations {
+    /// Whether the caller reaches operation `name`: the ledger of the job
+    /// it is linked to must be inside the caller's scope. Decided before
+    /// the operation is read, so an operation of another team and one that
+    /// does not exist get the same answer.
+    async fn check(&self, access: &Access, name: &str) -> Result<(), Status> {
+        if access.everything() {
+            return Ok(());
+        }
+        let job = self.store.operation_job(name).await.map_err(from_store)?;
+        access.operation(name, job.as_deref())
     }
 }
 
@@ -126,7 +143,9 @@ impl OperationsService for Operations {
         &self,
         req: Request<pb::IngestEventRequest>,
     ) -> Reply<pb::IngestEventResponse> {
+        let access = access(&req);
         let event = incoming(req.into_inner())?;
+        self.check(&access, &event.operation).await?;
         let result = self.store.ingest_event(&event).await.map_err(from_store)?;
         record_ingest(&self.metrics, &event, &result);
         Ok(Response::new(pb::IngestEventResponse {
@@ -142,6 +161,7 @@ impl OperationsService for Operations {
 
     async fn get_operation(&self, req: Request<pb::GetOperationRequest>) -> Reply<pb::Operation> {
         let name = operation_name("name", &req.get_ref().name)?;
+        self.check(&access(&req), &name).await?;
         let op = self.store.get_operation(&name).await.map_err(from_store)?;
         Ok(Response::new(operation_to_proto(&op)))
     }
@@ -150,6 +170,7 @@ impl OperationsService for Operations {
         &self,
         req: Request<pb::ListOperationsRequest>,
     ) -> Reply<pb::ListOperationsResponse> {
+        let access = access(&req);
         let req = req.into_inner();
         let mut states = Vec::with_capacity(req.states.len());
         let mut v = Violations::new();
@@ -173,7 +194,7 @@ impl OperationsService for Operations {
             .transpose()?;
         let ops = self
             .store
-            .list_operations(&states, after.as_ref(), size)
+            .list_operations(&states, after.as_ref(), size, &access.scope.ledgers)
             .await
             .map_err(from_store)?;
         let last = ops.last().map(|o| encode_cursor(&o.cursor()));
@@ -193,8 +214,10 @@ impl OperationsService for Operations {
         &self,
         req: Request<pb::ListOperationEventsRequest>,
     ) -> Reply<pb::ListOperationEventsResponse> {
+        let access = access(&req);
         let req = req.into_inner();
         let name = operation_name("parent", &req.parent)?;
+        self.check(&access, &name).await?;
         let size = paging::page_size(req.page_size)?;
         let list = format!("operation_events:{name}");
         let after = match paging::decode(&req.page_token, &list, "")? {
@@ -221,6 +244,7 @@ impl OperationsService for Operations {
         &self,
         req: Request<pb::WatchOperationsRequest>,
     ) -> Reply<Self::WatchOperationsStream> {
+        let access = access(&req);
         let after = match req.get_ref().after_sequence {
             0 => self
                 .store
@@ -237,9 +261,12 @@ impl OperationsService for Operations {
             }
         };
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        // Only transitions of operations linked to the caller's ledgers.
+        let scope = (!access.everything()).then(|| access.scope.clone());
         tokio::spawn(stream_transitions(
             self.store.clone(),
             self.wakeups.clone(),
+            scope,
             after,
             self.poll,
             tx,
@@ -257,6 +284,7 @@ impl OperationsService for Operations {
 async fn stream_transitions(
     store: Store,
     wakeups: Wakeups,
+    scope: Option<Arc<Scope>>,
     mut after: i64,
     poll: Duration,
     tx: mpsc::Sender<Result<pb::OperationTransition, Status>>,
@@ -281,6 +309,9 @@ async fn stream_transitions(
         let full = page.len() as i64 == WATCH_PAGE;
         for t in page {
             after = t.sequence;
+            if !shows(scope.as_deref(), t.operation.job.as_deref()) {
+                continue;
+            }
             tokio::select! {
                 _ = stop.cancelled() => return,
                 sent = tx.send(Ok(transition_to_proto(&t))) => if sent.is_err() { return },
@@ -296,6 +327,14 @@ async fn stream_transitions(
             _ = tokio::time::sleep(poll) => {}
         }
     }
+}
+
+/// Whether a stream limited to `scope` shows a transition of an operation
+/// linked to `job` (unlinked operations only to the whole server).
+fn shows(scope: Option<&Scope>, job: Option<&str>) -> bool {
+    let Some(scope) = scope else { return true };
+    job.and_then(|j| tally_core::names::parse_job(j).ok())
+        .is_some_and(|(ledger, _)| scope.ledger(ledger))
 }
 
 // ---- requests to store inputs ----

@@ -24,7 +24,9 @@
 use crate::job_convert::event_to_proto;
 use crate::metrics::Metrics;
 use crate::status::from_store;
+use std::sync::Arc;
 use std::time::Duration;
+use tally_core::scope::Scope;
 use tally_proto::v1 as pb;
 use tally_store::Store;
 use tally_store::events::Wake;
@@ -83,12 +85,14 @@ impl Hub {
         )
     }
 
-    /// A stream of events after `after`, of one ledger or all, until the
-    /// client goes away or `stop` fires.
+    /// A stream of events after `after`, of one ledger or all (only those
+    /// of ledgers inside `scope`, when given), until the client goes away or
+    /// `stop` fires.
     pub fn stream(
         &self,
         store: Store,
         ledger_id: Option<i64>,
+        scope: Option<Arc<Scope>>,
         after: i64,
         stop: CancellationToken,
     ) -> ReceiverStream<Result<pb::JobEvent, Status>> {
@@ -97,7 +101,8 @@ impl Hub {
         let (wake, poll) = (self.wake.clone(), self.poll);
         tokio::spawn(async move {
             let _open = open;
-            follow(store, ledger_id, after, wake, poll, tx, stop).await;
+            let filter = Filter { ledger_id, scope };
+            follow(store, filter, after, wake, poll, tx, stop).await;
         });
         ReceiverStream::new(rx)
     }
@@ -147,9 +152,24 @@ async fn listen(store: Store, tx: watch::Sender<u64>, stop: CancellationToken) {
     }
 }
 
+/// Which events one stream shows.
+struct Filter {
+    /// One ledger (read in the query), or all.
+    ledger_id: Option<i64>,
+    /// Of all, only the ledgers inside this scope (checked per event; the
+    /// sequence still moves past the others).
+    scope: Option<Arc<Scope>>,
+}
+
+impl Filter {
+    fn shows(&self, ledger: &str) -> bool {
+        self.scope.as_ref().is_none_or(|s| s.ledger(ledger))
+    }
+}
+
 async fn follow(
     store: Store,
-    ledger_id: Option<i64>,
+    filter: Filter,
     mut last: i64,
     mut wake: watch::Receiver<u64>,
     poll: Duration,
@@ -165,7 +185,7 @@ async fn follow(
                 biased;
                 _ = stop.cancelled() => return,
                 _ = tx.closed() => return,
-                r = store.job_events_after(ledger_id, last, PAGE) => r,
+                r = store.job_events_after(filter.ledger_id, last, PAGE) => r,
             };
             let page = match page {
                 Ok(p) => p,
@@ -177,6 +197,10 @@ async fn follow(
             };
             let full = page.len() as i64 == PAGE;
             for e in &page {
+                if !filter.shows(&e.ledger) {
+                    last = e.seq;
+                    continue;
+                }
                 tokio::select! {
                     biased;
                     _ = stop.cancelled() => return,

@@ -17,6 +17,7 @@ use crate::types::{LedgerRecord, OutboxAlert};
 use crate::{Result, Store};
 use std::time::Duration;
 use tally_core::alert::{self, AlertFacts, AlertKind, Decision};
+use tally_core::scope::Patterns;
 
 impl Store {
     /// Ledgers whose policy asks for alerts.
@@ -24,7 +25,9 @@ impl Store {
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page = self.list_ledgers(after.as_deref(), 1000, false).await?;
+            let page = self
+                .list_ledgers(after.as_deref(), 1000, false, &Patterns::all())
+                .await?;
             let full = page.len() == 1000;
             after = page.last().map(|l| l.name.clone());
             out.extend(page.into_iter().filter(|l| alert::enabled(&l.policy)));

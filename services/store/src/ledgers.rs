@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tally_core::pause::PauseReason;
 use tally_core::policy::Policy;
+use tally_core::scope::Patterns;
 
 /// How long a ledger read stays fresh in a replica. Ids never change; a
 /// policy update made through another replica takes effect here within this
@@ -199,23 +200,27 @@ impl Store {
     }
 
     /// Live ledgers in name order after `after`; with `show_deleted`, those
-    /// being deleted too.
+    /// being deleted too; only those inside `scope`.
     pub async fn list_ledgers(
         &self,
         after: Option<&str>,
         limit: i64,
         show_deleted: bool,
+        scope: &Patterns,
     ) -> Result<Vec<LedgerRecord>> {
         let sql = format!(
             "SELECT {DESCRIBE_COLUMNS} FROM ledgers l
              LEFT JOIN ledger_purges p ON p.ledger_id = l.id
              WHERE ($1::text IS NULL OR l.name > $1) AND ($3 OR l.delete_time IS NULL)
+               AND tally_in_scope(l.name, $4, $5)
              ORDER BY l.name LIMIT $2"
         );
         let rows = sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
             .bind(after)
             .bind(limit)
             .bind(show_deleted)
+            .bind(scope.exact())
+            .bind(scope.prefixes())
             .fetch_all(&self.pool)
             .await?;
         Ok(rows.into_iter().map(Into::into).collect())

@@ -35,6 +35,7 @@ use chrono::DateTime;
 use sqlx::{Postgres, Transaction};
 use std::collections::BTreeMap;
 use tally_core::operation::{Decision, DropReason, OpEvent, OpSnapshot, OpState, reduce};
+use tally_core::scope::Patterns;
 
 /// The `NOTIFY` channel woken on every applied transition (payload: the
 /// sequence number). Only a hint: watchers poll too.
@@ -526,12 +527,14 @@ impl Store {
     }
 
     /// Operations newest first (by creation), optionally only in `states`,
-    /// starting after `after`.
+    /// starting after `after`; only those whose job's ledger is inside
+    /// `scope` (with every ledger in scope, those linked to no job too).
     pub async fn list_operations(
         &self,
         states: &[OpState],
         after: Option<&OperationCursor>,
         limit: i64,
+        scope: &Patterns,
     ) -> Result<Vec<OperationRecord>> {
         let codes: Vec<i16> = states.iter().copied().map(state_code).collect();
         let after_time = after
@@ -545,6 +548,9 @@ impl Store {
             "SELECT {OP_COLUMNS} FROM operations o
              WHERE (cardinality($1::int2[]) = 0 OR o.state = ANY($1))
                AND ($2::timestamptz IS NULL OR (o.create_time, o.name) < ($2, $3))
+               AND ($5 OR EXISTS (
+                    SELECT 1 FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
+                     WHERE j.batch = o.name AND tally_in_scope(l.name, $6, $7)))
              ORDER BY o.create_time DESC, o.name DESC
              LIMIT $4"
         );
@@ -553,6 +559,9 @@ impl Store {
             .bind(after_time)
             .bind(after.map(|c| c.name.as_str()))
             .bind(limit)
+            .bind(scope.is_all())
+            .bind(scope.exact())
+            .bind(scope.prefixes())
             .fetch_all(&self.pool)
             .await?
             .into_iter()
@@ -564,6 +573,19 @@ impl Store {
             op.drops = drops.remove(&op.name).unwrap_or_default();
         }
         Ok(ops)
+    }
+
+    /// The job (`ledgers/{l}/jobs/{j}`) an operation is linked to, if any:
+    /// whose ledger a caller must reach to see or move the operation.
+    pub async fn operation_job(&self, name: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT 'ledgers/' || l.name || '/jobs/' || j.public_id
+               FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
+              WHERE j.batch = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// Events of one operation, oldest first, after sequence `after`.

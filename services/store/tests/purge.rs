@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 use tally_core::operation::{OpEvent, OpState};
+use tally_core::scope::Patterns;
 use tally_store::operations::{EventSource, IncomingEvent};
 use tally_store::purge::{DeleteLedger, PurgeStep};
 use tally_store::types::RedriveTarget;
@@ -318,10 +319,16 @@ async fn a_deleting_ledger_is_invisible_to_work_and_its_name_stays_taken() {
         "list_rows",
     );
     assert!(
-        s.list_ledgers(None, 10, false).await.unwrap().is_empty(),
+        s.list_ledgers(None, 10, false, &Patterns::all())
+            .await
+            .unwrap()
+            .is_empty(),
         "left out of lists by default"
     );
-    let shown = s.list_ledgers(None, 10, true).await.unwrap();
+    let shown = s
+        .list_ledgers(None, 10, true, &Patterns::all())
+        .await
+        .unwrap();
     assert_eq!(shown.len(), 1);
     assert!(shown[0].deletion.is_some());
     assert!(s.describe_ledger("gone").await.unwrap().deletion.is_some());

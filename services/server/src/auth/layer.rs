@@ -4,7 +4,7 @@
 //! refusal itself or passes the request on with a [`Caller`] in its
 //! extensions and a tracing span naming method and caller.
 
-use super::{Authenticator, Decision, subject};
+use super::{Authenticator, Decision, Role, subject};
 use crate::caller::Caller;
 use crate::metrics::{Metrics, ReasonLabels};
 use futures::future::BoxFuture;
@@ -68,7 +68,10 @@ where
             .headers()
             .get(http::header::AUTHORIZATION)
             .map(|v| v.as_bytes());
-        match self.auth.decide(&path, authorization, subject.as_deref()) {
+        match self
+            .auth
+            .decide(&path, authorization, subject.as_deref(), chrono::Utc::now())
+        {
             Decision::Deny(denial) => {
                 let reason = denial.reason();
                 tracing::warn!(
@@ -89,7 +92,15 @@ where
                 let caller = principal.as_ref().map_or("", |p| p.name.as_str());
                 let span = tracing::info_span!("rpc", method = %path, caller = %caller);
                 if let Some(p) = principal {
-                    req.extensions_mut().insert(Caller { name: p.name });
+                    // `--auth disabled` (no roles) shows everything.
+                    let uses_claims = p.roles.is_empty()
+                        || p.roles.has(Role::Worker)
+                        || p.roles.has(Role::Operator);
+                    req.extensions_mut().insert(Caller {
+                        name: p.name,
+                        scope: p.scope,
+                        uses_claims,
+                    });
                 }
                 // The clone that was not polled ready stays behind (tower's
                 // usual dance), so the one we call is the ready one.

@@ -20,9 +20,12 @@ pub mod tokens;
 
 use crate::config::{AuthMode, ReflectionMode, Security};
 use crate::status;
+use chrono::{DateTime, Utc};
 use methods::Route;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
+use tally_core::scope::Scope;
 use tokens::{TokenEntry, TokensFile};
 use tonic::{Code, Status};
 
@@ -123,6 +126,8 @@ pub enum Via {
 pub struct Principal {
     pub name: String,
     pub roles: Roles,
+    /// The ledgers, locks and prompts it may touch.
+    pub scope: Arc<Scope>,
     pub via: Via,
 }
 
@@ -136,6 +141,8 @@ pub enum Denial {
     TokenMalformed,
     /// A bearer token no configured hash matches.
     TokenUnknown,
+    /// A known token past its `expire_time`.
+    TokenExpired { caller: String, at: DateTime<Utc> },
     /// The caller's roles do not include one the method allows.
     RoleDenied {
         caller: String,
@@ -154,6 +161,7 @@ impl Denial {
             Denial::TokenMissing => "TOKEN_MISSING",
             Denial::TokenMalformed => "TOKEN_MALFORMED",
             Denial::TokenUnknown => "TOKEN_UNKNOWN",
+            Denial::TokenExpired { .. } => "TOKEN_EXPIRED",
             Denial::RoleDenied { .. } => "ROLE_DENIED",
             Denial::NotListed { .. } => "METHOD_NOT_LISTED",
             Denial::ReflectionOff => "REFLECTION_OFF",
@@ -173,6 +181,17 @@ impl Denial {
                 "malformed authorization header: expected `Bearer <token>`".to_string(),
             ),
             Denial::TokenUnknown => (Code::Unauthenticated, "unknown bearer token".to_string()),
+            Denial::TokenExpired { caller, at } => {
+                meta.insert("caller".into(), caller.clone());
+                let at = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                meta.insert("expire_time".into(), at.clone());
+                (
+                    Code::Unauthenticated,
+                    format!(
+                        "the token of {caller} expired at {at}; issue a new one with `tally-server token`"
+                    ),
+                )
+            }
             Denial::RoleDenied {
                 caller,
                 roles,
@@ -218,11 +237,13 @@ pub struct Authenticator {
     mode: AuthMode,
     reflection: ReflectionMode,
     tokens: Vec<TokenEntry>,
-    /// Roles by client-certificate subject CN, from the tokens file.
-    subjects: HashMap<String, Roles>,
+    /// Roles and scope by client-certificate subject CN, from the tokens
+    /// file.
+    subjects: HashMap<String, (Roles, Arc<Scope>)>,
     /// Roles of a verified client certificate not in `subjects`
-    /// (`--mtls-roles`).
+    /// (`--mtls-roles`), and its scope (`--mtls-ledgers`).
     default_cert_roles: Roles,
+    default_cert_scope: Arc<Scope>,
 }
 
 /// Why the security settings were refused at start.
@@ -264,17 +285,21 @@ impl Authenticator {
                 "the tokens file lists `certificates`, which need --tls-client-ca".into(),
             ));
         }
-        let subjects: HashMap<String, Roles> = file
-            .certificates
-            .iter()
-            .map(|c| (c.subject.clone(), Roles::of(&c.roles)))
-            .collect();
+        let mut subjects = HashMap::new();
+        for c in &file.certificates {
+            let scope = tokens::scope_of(c.ledgers.as_deref(), c.shared_prompts.as_deref())
+                .map_err(|m| ConfigError::Invalid(format!("certificate {}: {m}", c.subject)))?;
+            subjects.insert(c.subject.clone(), (Roles::of(&c.roles), Arc::new(scope)));
+        }
+        let default_cert_scope = tokens::scope_of(Some(&args.mtls_ledgers), None)
+            .map_err(|m| ConfigError::Invalid(format!("--mtls-{}", m.replace('_', "-"))))?;
         let auth = Authenticator {
             mode: args.auth,
             reflection: args.reflection,
             tokens: file.entries()?,
             subjects,
             default_cert_roles: Roles::of(&args.mtls_roles),
+            default_cert_scope: Arc::new(default_cert_scope),
         };
         if auth.mode == AuthMode::Tokens
             && auth.tokens.is_empty()
@@ -302,12 +327,13 @@ impl Authenticator {
 
     /// Decides one request: `path` is the HTTP/2 path, `authorization` the
     /// header's value, `cert_subject` the CN of a verified client
-    /// certificate.
+    /// certificate, `now` the time expiries are judged at.
     pub fn decide(
         &self,
         path: &str,
         authorization: Option<&[u8]>,
         cert_subject: Option<&str>,
+        now: DateTime<Utc>,
     ) -> Decision {
         let route = Route::of(path);
         let needed = match route {
@@ -324,10 +350,11 @@ impl Authenticator {
             return Decision::Allow(Some(Principal {
                 name: cert_subject.unwrap_or("anonymous").to_string(),
                 roles: Roles::NONE,
+                scope: Arc::new(Scope::everything()),
                 via: Via::Nothing,
             }));
         }
-        let principal = match self.authenticate(authorization, cert_subject) {
+        let principal = match self.authenticate(authorization, cert_subject, now) {
             Ok(p) => p,
             Err(d) => return Decision::Deny(d),
         };
@@ -354,26 +381,37 @@ impl Authenticator {
         &self,
         authorization: Option<&[u8]>,
         cert_subject: Option<&str>,
+        now: DateTime<Utc>,
     ) -> Result<Principal, Denial> {
         if let Some(header) = authorization {
             let token = tokens::bearer(header).ok_or(Denial::TokenMalformed)?;
             let entry = tokens::find(&self.tokens, token).ok_or(Denial::TokenUnknown)?;
+            if let Some(at) = entry.expires.filter(|at| *at <= now) {
+                return Err(Denial::TokenExpired {
+                    caller: entry.name.clone(),
+                    at,
+                });
+            }
             return Ok(Principal {
                 name: entry.name.clone(),
                 roles: entry.roles,
+                scope: entry.scope.clone(),
                 via: Via::Token,
             });
         }
         match cert_subject {
-            Some(subject) => Ok(Principal {
-                name: subject.to_string(),
-                roles: self
-                    .subjects
-                    .get(subject)
-                    .copied()
-                    .unwrap_or(self.default_cert_roles),
-                via: Via::Certificate,
-            }),
+            Some(subject) => {
+                let (roles, scope) = match self.subjects.get(subject) {
+                    Some((roles, scope)) => (*roles, scope.clone()),
+                    None => (self.default_cert_roles, self.default_cert_scope.clone()),
+                };
+                Ok(Principal {
+                    name: subject.to_string(),
+                    roles,
+                    scope,
+                    via: Via::Certificate,
+                })
+            }
             None => Err(Denial::TokenMissing),
         }
     }
@@ -407,6 +445,10 @@ mod tests {
         s
     }
 
+    fn at_now(auth: &Authenticator, path: &str, a: Option<&[u8]>, c: Option<&str>) -> Decision {
+        auth.decide(path, a, c, Utc::now())
+    }
+
     fn bearer(t: &str) -> Vec<u8> {
         format!("Bearer {t}").into_bytes()
     }
@@ -424,7 +466,7 @@ mod tests {
     #[test]
     fn tokens_name_the_caller_and_roles_decide() {
         let auth = Authenticator::from_args(&args()).unwrap();
-        match auth.decide(CLAIM, Some(&bearer(ALICE)), None) {
+        match at_now(&auth, CLAIM, Some(&bearer(ALICE)), None) {
             Decision::Allow(Some(p)) => {
                 assert_eq!(p.name, "alice");
                 assert_eq!(p.via, Via::Token);
@@ -432,11 +474,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            auth.decide(ENROLL, Some(&bearer(EVE)), None),
+            at_now(&auth, ENROLL, Some(&bearer(EVE)), None),
             Decision::Allow(Some(_))
         ));
         assert_eq!(
-            denial(auth.decide(CLAIM, Some(&bearer(EVE)), None)),
+            denial(at_now(&auth, CLAIM, Some(&bearer(EVE)), None)),
             "ROLE_DENIED"
         );
     }
@@ -444,22 +486,27 @@ mod tests {
     #[test]
     fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
         let auth = Authenticator::from_args(&args()).unwrap();
-        assert_eq!(denial(auth.decide(CLAIM, None, None)), "TOKEN_MISSING");
+        assert_eq!(denial(at_now(&auth, CLAIM, None, None)), "TOKEN_MISSING");
         assert_eq!(
-            denial(auth.decide(CLAIM, Some(b"Basic YWxpY2U="), None)),
+            denial(at_now(&auth, CLAIM, Some(b"Basic YWxpY2U="), None)),
             "TOKEN_MALFORMED"
         );
         assert_eq!(
-            denial(auth.decide(CLAIM, Some(b"Bearer "), None)),
+            denial(at_now(&auth, CLAIM, Some(b"Bearer "), None)),
             "TOKEN_MALFORMED"
         );
         assert_eq!(
-            denial(auth.decide(CLAIM, Some(&bearer("tally_guess")), None)),
+            denial(at_now(&auth, CLAIM, Some(&bearer("tally_guess")), None)),
             "TOKEN_UNKNOWN"
         );
         // A good certificate does not rescue a bad token.
         assert_eq!(
-            denial(auth.decide(CLAIM, Some(&bearer("tally_guess")), Some("worker-7"))),
+            denial(at_now(
+                &auth,
+                CLAIM,
+                Some(&bearer("tally_guess")),
+                Some("worker-7")
+            )),
             "TOKEN_UNKNOWN"
         );
         let s = Denial::TokenUnknown.status(CLAIM);
@@ -470,7 +517,7 @@ mod tests {
     #[test]
     fn certificates_name_the_caller_with_mapped_or_default_roles() {
         let auth = Authenticator::from_args(&args()).unwrap();
-        match auth.decide(CLAIM, None, Some("worker-7")) {
+        match at_now(&auth, CLAIM, None, Some("worker-7")) {
             Decision::Allow(Some(p)) => {
                 assert_eq!(p.name, "worker-7");
                 assert_eq!(p.via, Via::Certificate);
@@ -479,18 +526,18 @@ mod tests {
         }
         // Unmapped subject, no --mtls-roles: known, but allowed nothing.
         assert_eq!(
-            denial(auth.decide(CLAIM, None, Some("stranger"))),
+            denial(at_now(&auth, CLAIM, None, Some("stranger"))),
             "ROLE_DENIED"
         );
         let mut a = args();
         a.mtls_roles = vec![Role::Enroller];
         let auth = Authenticator::from_args(&a).unwrap();
         assert!(matches!(
-            auth.decide(ENROLL, None, Some("stranger")),
+            at_now(&auth, ENROLL, None, Some("stranger")),
             Decision::Allow(Some(_))
         ));
         assert_eq!(
-            denial(auth.decide(CLAIM, None, Some("stranger"))),
+            denial(at_now(&auth, CLAIM, None, Some("stranger"))),
             "ROLE_DENIED"
         );
     }
@@ -500,10 +547,10 @@ mod tests {
         let auth = Authenticator::from_args(&args()).unwrap();
         let path = "/tally.v1.LedgerService/DropEverything";
         assert_eq!(
-            denial(auth.decide(path, Some(&bearer(ALICE)), None)),
+            denial(at_now(&auth, path, Some(&bearer(ALICE)), None)),
             "METHOD_NOT_LISTED"
         );
-        assert_eq!(denial(auth.decide(path, None, None)), "TOKEN_MISSING");
+        assert_eq!(denial(at_now(&auth, path, None, None)), "TOKEN_MISSING");
         let s = Denial::NotListed {
             caller: "alice".into(),
         }
@@ -517,29 +564,82 @@ mod tests {
         let mut a = args();
         let auth = Authenticator::from_args(&a).unwrap();
         assert_eq!(
-            auth.decide("/grpc.health.v1.Health/Check", None, None),
+            at_now(&auth, "/grpc.health.v1.Health/Check", None, None),
             Decision::Allow(None)
         );
-        assert_eq!(auth.decide(refl, None, None), Decision::Allow(None));
+        assert_eq!(at_now(&auth, refl, None, None), Decision::Allow(None));
         a.reflection = ReflectionMode::Authenticated;
         let auth = Authenticator::from_args(&a).unwrap();
-        assert_eq!(denial(auth.decide(refl, None, None)), "TOKEN_MISSING");
+        assert_eq!(denial(at_now(&auth, refl, None, None)), "TOKEN_MISSING");
         assert!(matches!(
-            auth.decide(refl, Some(&bearer(EVE)), None),
+            at_now(&auth, refl, Some(&bearer(EVE)), None),
             Decision::Allow(Some(_))
         ));
         a.reflection = ReflectionMode::Off;
         let auth = Authenticator::from_args(&a).unwrap();
         assert_eq!(
-            denial(auth.decide(refl, Some(&bearer(ALICE)), None)),
+            denial(at_now(&auth, refl, Some(&bearer(ALICE)), None)),
             "REFLECTION_OFF"
         );
+    }
+
+    /// A token past its expire_time is refused as UNAUTHENTICATED
+    /// TOKEN_EXPIRED, naming the caller and the time; before it, it works.
+    #[test]
+    fn expired_tokens_are_refused_and_scopes_travel_with_the_caller() {
+        let mut a = args();
+        a.tokens = Some(format!(
+            r#"{{"tokens": [{{"name": "acme-etl", "roles": ["enroller"], "ledgers": ["acme-*"],
+                 "expire_time": "2027-03-01T00:00:00Z", "sha256": "{}"}}],
+                "certificates": [{{"subject": "acme-w", "roles": ["worker"], "ledgers": ["acme-*"]}}]}}"#,
+            hash_hex(EVE)
+        ));
+        a.mtls_roles = vec![Role::Worker];
+        a.mtls_ledgers = vec!["beta-*".into()];
+        let auth = Authenticator::from_args(&a).unwrap();
+        let before = DateTime::parse_from_rfc3339("2027-02-28T23:59:59Z")
+            .unwrap()
+            .to_utc();
+        let after = DateTime::parse_from_rfc3339("2027-03-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        match auth.decide(ENROLL, Some(&bearer(EVE)), None, before) {
+            Decision::Allow(Some(p)) => {
+                assert!(p.scope.ledger("acme-1") && !p.scope.ledger("beta-1"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let Decision::Deny(d) = auth.decide(ENROLL, Some(&bearer(EVE)), None, after) else {
+            panic!("an expired token was let through")
+        };
+        assert_eq!(d.reason(), "TOKEN_EXPIRED");
+        let status = d.status(ENROLL);
+        assert_eq!(status.code(), Code::Unauthenticated);
+        assert!(
+            status.message().contains("acme-etl")
+                && status.message().contains("2027-03-01T00:00:00Z")
+        );
+        match auth.decide(CLAIM, None, Some("acme-w"), after) {
+            Decision::Allow(Some(p)) => {
+                assert!(p.scope.ledger("acme-1") && !p.scope.ledger("beta-1"))
+            }
+            other => panic!("{other:?}"),
+        }
+        match auth.decide(CLAIM, None, Some("stranger"), after) {
+            Decision::Allow(Some(p)) => {
+                assert!(p.scope.ledger("beta-1") && !p.scope.ledger("acme-1"))
+            }
+            other => panic!("{other:?}"),
+        }
+        a.mtls_ledgers = vec!["a b".into()];
+        let e = Authenticator::from_args(&a).unwrap_err().to_string();
+        assert!(e.starts_with("--mtls-ledgers"), "{e}");
     }
 
     #[test]
     fn disabled_lets_everything_through_as_anonymous() {
         let auth = Authenticator::from_args(&Security::disabled()).unwrap();
-        match auth.decide("/tally.v1.LedgerService/RedriveRows", None, None) {
+        match at_now(&auth, "/tally.v1.LedgerService/RedriveRows", None, None) {
             Decision::Allow(Some(p)) => assert_eq!(p.name, "anonymous"),
             other => panic!("{other:?}"),
         }

@@ -10,24 +10,35 @@
 //! ```json
 //! {
 //!   "tokens": [
-//!     {"name": "alice", "roles": ["operator"], "sha256": "<64 hex digits>"}
+//!     {"name": "alice", "roles": ["operator"], "ledgers": ["*"], "sha256": "<64 hex digits>"},
+//!     {"name": "acme-etl", "roles": ["enroller"], "ledgers": ["acme-*"],
+//!      "shared_prompts": ["shared-*"], "expire_time": "2027-03-01T00:00:00Z",
+//!      "sha256": "<64 hex digits>"}
 //!   ],
 //!   "certificates": [
-//!     {"subject": "worker-7.batch.internal", "roles": ["worker"]}
+//!     {"subject": "worker-7.batch.internal", "roles": ["worker"], "ledgers": ["acme-*"]}
 //!   ]
 //! }
 //! ```
-//! Unknown fields are refused (a misspelt `roles` must not become "no
-//! roles"), as are empty role lists, bad hashes and duplicates.
+//! `ledgers` (see [`tally_core::scope`]) says which ledgers, locks and
+//! prompts the caller may touch; a line without it reaches the whole server
+//! (`["*"]`), as before scopes existed. `shared_prompts` adds prompts the
+//! caller may read but not register. `expire_time` (RFC 3339) ends a
+//! token's life. Unknown fields are refused (a misspelt `roles` must not
+//! become "no roles"), as are empty role or ledger lists, bad patterns, bad
+//! times, bad hashes and duplicates.
 
 use super::{Role, Roles};
 use base64::Engine as _;
+use chrono::{DateTime, Utc};
 use rand::RngCore as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
+use tally_core::scope::{Patterns, Scope};
 
 /// What tokens start with, so secret scanners and people recognise them.
 pub const PREFIX: &str = "tally_";
@@ -64,15 +75,25 @@ pub struct TokensFile {
 pub struct TokenLine {
     pub name: String,
     pub roles: Vec<Role>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledgers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_prompts: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_time: Option<String>,
     pub sha256: String,
 }
 
-/// Roles for a client certificate, by its subject CN.
+/// Roles (and a scope) for a client certificate, by its subject CN.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CertificateLine {
     pub subject: String,
     pub roles: Vec<Role>,
+    #[serde(default)]
+    pub ledgers: Option<Vec<String>>,
+    #[serde(default)]
+    pub shared_prompts: Option<Vec<String>>,
 }
 
 /// A token as the server holds it.
@@ -80,7 +101,42 @@ pub struct CertificateLine {
 pub struct TokenEntry {
     pub name: String,
     pub roles: Roles,
+    pub scope: Arc<Scope>,
+    /// After this instant the token is refused (TOKEN_EXPIRED).
+    pub expires: Option<DateTime<Utc>>,
     hash: [u8; 32],
+}
+
+/// The scope of a line: `ledgers` (absent: the whole server) and
+/// `shared_prompts` (absent: none).
+pub fn scope_of(
+    ledgers: Option<&[String]>,
+    shared_prompts: Option<&[String]>,
+) -> Result<Scope, String> {
+    let ledgers = match ledgers {
+        None => Patterns::all(),
+        Some([]) => {
+            return Err(
+                "ledgers is empty: list the ledger ids or prefixes (`acme-*`), or `*`".into(),
+            );
+        }
+        Some(list) => Patterns::parse(list).map_err(|m| format!("ledgers{m}"))?,
+    };
+    let shared_prompts = match shared_prompts {
+        None => Patterns::none(),
+        Some(list) => Patterns::parse(list).map_err(|m| format!("shared_prompts{m}"))?,
+    };
+    Ok(Scope {
+        ledgers,
+        shared_prompts,
+    })
+}
+
+/// An RFC 3339 instant, such as `2027-03-01T00:00:00Z`.
+pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("`{text}` is not an RFC 3339 time such as 2027-03-01T00:00:00Z ({e})"))
 }
 
 impl TokensFile {
@@ -109,6 +165,12 @@ impl TokensFile {
                 return Err(invalid(format!("tokens[{i}] ({}) has no roles", t.name)));
             }
             parse_hash(&t.sha256).map_err(|m| invalid(format!("tokens[{i}].sha256 {m}")))?;
+            scope_of(t.ledgers.as_deref(), t.shared_prompts.as_deref())
+                .map_err(|m| invalid(format!("tokens[{i}] ({}): {m}", t.name)))?;
+            if let Some(time) = &t.expire_time {
+                parse_time(time)
+                    .map_err(|m| invalid(format!("tokens[{i}].expire_time ({}): {m}", t.name)))?;
+            }
         }
         for (i, c) in file.certificates.iter().enumerate() {
             check_name(&c.subject)
@@ -119,6 +181,8 @@ impl TokensFile {
                     c.subject
                 )));
             }
+            scope_of(c.ledgers.as_deref(), c.shared_prompts.as_deref())
+                .map_err(|m| invalid(format!("certificates[{i}] ({}): {m}", c.subject)))?;
         }
         Ok(file)
     }
@@ -160,9 +224,23 @@ impl TokensFile {
                     message: format!("the hash of {}'s token is listed twice", t.name),
                 });
             }
+            let invalid = |message: String| TokensError::Invalid {
+                origin: self.origin.clone(),
+                message: format!("{}: {message}", t.name),
+            };
+            let scope =
+                scope_of(t.ledgers.as_deref(), t.shared_prompts.as_deref()).map_err(invalid)?;
+            let expires = t
+                .expire_time
+                .as_deref()
+                .map(parse_time)
+                .transpose()
+                .map_err(invalid)?;
             out.push(TokenEntry {
                 name: t.name.clone(),
                 roles: Roles::of(&t.roles),
+                scope: Arc::new(scope),
+                expires,
                 hash,
             });
         }
@@ -232,12 +310,31 @@ pub struct Issued {
     pub line: String,
 }
 
+/// What a new token grants.
+pub struct Grant<'a> {
+    pub name: &'a str,
+    pub roles: &'a [Role],
+    /// Ledger patterns (`acme-*`, `*`); at least one.
+    pub ledgers: &'a [String],
+    pub shared_prompts: &'a [String],
+    pub expires: Option<DateTime<Utc>>,
+}
+
 /// A new random token (256 bits from the OS-seeded CSPRNG) for `name`.
-pub fn issue(name: &str, roles: &[Role]) -> Result<Issued, String> {
+pub fn issue(grant: &Grant<'_>) -> Result<Issued, String> {
+    let Grant {
+        name,
+        roles,
+        ledgers,
+        shared_prompts,
+        expires,
+    } = *grant;
     check_name(name).map_err(|m| format!("--name {m}"))?;
     if roles.is_empty() {
         return Err("--roles must name at least one role".into());
     }
+    let scope = scope_of(Some(ledgers), Some(shared_prompts))
+        .map_err(|m| format!("--{}", m.replace('_', "-")))?;
     let mut secret = [0u8; 32];
     rand::rng().fill_bytes(&mut secret);
     let token = format!(
@@ -253,19 +350,62 @@ pub fn issue(name: &str, roles: &[Role]) -> Result<Issued, String> {
     let line = serde_json::to_string(&TokenLine {
         name: name.to_string(),
         roles: unique,
+        ledgers: Some(scope.ledgers.to_strings()),
+        shared_prompts: (!scope.shared_prompts.is_empty())
+            .then(|| scope.shared_prompts.to_strings()),
+        expire_time: expires.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         sha256: hash_hex(&token),
     })
     .map_err(|e| e.to_string())?;
     Ok(Issued { token, line })
 }
 
+/// `tally-server token …`: the grant its flags describe, issued at `now`
+/// (an expiry in the past is refused).
+pub fn issue_from_args(
+    args: &crate::config::TokenArgs,
+    now: DateTime<Utc>,
+) -> Result<Issued, String> {
+    let expires = match (&args.expire_time, args.expires_in) {
+        (Some(t), _) => Some(parse_time(t).map_err(|m| format!("--expire-time {m}"))?),
+        (None, Some(d)) => Some(
+            chrono::Duration::from_std(d)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .ok_or("--expires-in is too far in the future")?,
+        ),
+        (None, None) => None,
+    };
+    if expires.is_some_and(|t| t <= now) {
+        return Err("the expiry is not in the future".into());
+    }
+    issue(&Grant {
+        name: &args.name,
+        roles: &args.roles,
+        ledgers: &args.ledgers,
+        shared_prompts: &args.shared_prompts,
+        expires,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn grant<'a>(name: &'a str, roles: &'a [Role], ledgers: &'a [String]) -> Grant<'a> {
+        Grant {
+            name,
+            roles,
+            ledgers,
+            shared_prompts: &[],
+            expires: None,
+        }
+    }
+
     #[test]
     fn issued_tokens_round_trip_through_the_file() {
-        let issued = issue("alice", &[Role::Operator]).unwrap();
+        let all = ["*".to_string()];
+        let issued = issue(&grant("alice", &[Role::Operator], &all)).unwrap();
         assert!(issued.token.starts_with(PREFIX));
         assert!(issued.token.len() > 40);
         assert!(
@@ -278,8 +418,55 @@ mod tests {
         assert_eq!(found.name, "alice");
         assert!(found.roles.has(Role::Operator));
         assert!(find(&entries, "tally_other").is_none());
-        let again = issue("alice", &[Role::Operator]).unwrap();
+        assert!(found.scope.is_everything());
+        let again = issue(&grant("alice", &[Role::Operator], &all)).unwrap();
         assert_ne!(again.token, issued.token);
+    }
+
+    #[test]
+    fn issued_scopes_and_expiry_survive_the_file() {
+        let ledgers = ["acme-*".to_string(), "acme".to_string()];
+        let shared = ["shared-*".to_string()];
+        let expires = parse_time("2027-03-01T00:00:00Z").unwrap();
+        let issued = issue(&Grant {
+            name: "acme-etl",
+            roles: &[Role::Enroller],
+            ledgers: &ledgers,
+            shared_prompts: &shared,
+            expires: Some(expires),
+        })
+        .unwrap();
+        assert!(
+            issued.line.contains(r#""ledgers":["acme-*","acme"]"#),
+            "{}",
+            issued.line
+        );
+        assert!(
+            issued.line.contains("2027-03-01T00:00:00Z"),
+            "{}",
+            issued.line
+        );
+        let doc = format!(r#"{{"tokens": [{}]}}"#, issued.line);
+        let entries = TokensFile::parse(&doc, "t").unwrap().entries().unwrap();
+        let e = find(&entries, &issued.token).unwrap();
+        assert!(e.scope.ledger("acme") && e.scope.ledger("acme-x") && !e.scope.ledger("beta"));
+        assert!(e.scope.read_prompt("shared-x") && !e.scope.write_prompt("shared-x"));
+        assert_eq!(e.expires, Some(expires));
+        let none: [String; 0] = [];
+        assert!(issue(&grant("a", &[Role::Worker], &none)).is_err());
+        let bad = ["a b".to_string()];
+        let e = issue(&grant("a", &[Role::Worker], &bad)).err().unwrap();
+        assert!(e.starts_with("--ledgers"), "{e}");
+    }
+
+    #[test]
+    fn a_line_without_ledgers_reaches_the_whole_server() {
+        let h = hash_hex("tally_x");
+        let doc =
+            format!(r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "sha256": "{h}"}}]}}"#);
+        let entries = TokensFile::parse(&doc, "t").unwrap().entries().unwrap();
+        assert!(entries[0].scope.is_everything());
+        assert_eq!(entries[0].expires, None);
     }
 
     #[test]
@@ -320,6 +507,28 @@ mod tests {
                     r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "sha256": "{h}", "token": "x"}}]}}"#
                 ),
                 "unknown field",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "ledgers": [], "sha256": "{h}"}}]}}"#
+                ),
+                "tokens[0] (a): ledgers is empty",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "ledgers": ["ac*me"], "sha256": "{h}"}}]}}"#
+                ),
+                "tokens[0] (a): ledgers[0] `ac*me`",
+            ),
+            (
+                &format!(
+                    r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "expire_time": "tomorrow", "sha256": "{h}"}}]}}"#
+                ),
+                "tokens[0].expire_time (a): `tomorrow` is not an RFC 3339 time",
+            ),
+            (
+                r#"{"certificates": [{"subject": "w", "roles": ["worker"], "ledgers": ["a/b"]}]}"#,
+                "certificates[0] (w): ledgers[0]",
             ),
         ];
         for (doc, expect) in cases {

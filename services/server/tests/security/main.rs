@@ -9,4 +9,5 @@ mod limits;
 mod matrix;
 mod secrets;
 mod ssrf;
+mod teams;
 mod tls;
