@@ -7,8 +7,14 @@
 //! <data_dir>/postgres.log         initdb and server output (rotated once past 10 MiB)
 //! <data_dir>/port                 the port last used, reused when still free
 //! <data_dir>/superuser-password   random password of the `postgres` superuser (mode 600)
+//! <data_dir>/app-password         random password of the `tally` role (mode 600)
 //! <data_dir>/start.lock           serialises concurrent starts on one directory
 //! ```
+//!
+//! The server gets the URL of the `tally` role, which owns the application database and
+//! nothing else (see [`crate::role`]); the superuser only sets the cluster up. A new data
+//! directory is made mode 700; an existing one is checked before anything in it is read
+//! or started (owner, mode, no symlinks: see [`crate::datadir`]).
 //!
 //! The server listens on 127.0.0.1 only, never on 5432 (the machine's own server), and
 //! has no Unix socket, so it cannot collide with a system server's sockets. It is started
@@ -18,9 +24,9 @@
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,8 +36,10 @@ use nix::unistd::Pid;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 
-use crate::privileges::{Identity, RootMode};
+use crate::datadir::{self, Kind, Layout};
+use crate::privileges::{Identity, RootMode, acceptable_owners};
 use crate::process::{Supervised, process_alive, spawn_supervised};
+use crate::role::{self, APP_ROLE};
 use crate::{PgBinaries, PgError};
 
 /// Name of the superuser the cluster is initialised with.
@@ -41,7 +49,7 @@ pub const SUPERUSER: &str = "postgres";
 const RESERVED_PORT: u16 = 5432;
 const LOG_ROTATE_BYTES: u64 = 10 * 1024 * 1024;
 const START_ATTEMPTS: u32 = 3;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// While waiting for a server to come up: short, since a port held by something that is
 /// not our server may accept and never answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -51,7 +59,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct EmbeddedOptions {
     /// Directory holding the cluster, its log and its small state files.
     pub data_dir: PathBuf,
-    /// Database to create (if missing) and point [`EmbeddedPostgres::url`] at.
+    /// Database to create (if missing), give to the `tally` role and point
+    /// [`EmbeddedPostgres::url`] at. Not `postgres` or a template.
     pub database: String,
     /// PostgreSQL bin directory; searched for when `None` (see [`PgBinaries::locate`]).
     pub bin_dir: Option<PathBuf>,
@@ -88,7 +97,9 @@ pub struct EmbeddedPostgres {
     data_dir: PathBuf,
     database: String,
     port: u16,
-    password: String,
+    /// The superuser's: for setting up only, never in a URL handed out.
+    superuser_password: String,
+    app_password: String,
     postmaster: Postmaster,
     stopped: bool,
 }
@@ -110,29 +121,6 @@ impl fmt::Debug for EmbeddedPostgres {
     }
 }
 
-/// Paths inside a data directory.
-struct Layout {
-    dir: PathBuf,
-    pgdata: PathBuf,
-    log: PathBuf,
-    port: PathBuf,
-    password: PathBuf,
-    lock: PathBuf,
-}
-
-impl Layout {
-    fn new(dir: PathBuf) -> Self {
-        Layout {
-            pgdata: dir.join("pgdata"),
-            log: dir.join("postgres.log"),
-            port: dir.join("port"),
-            password: dir.join("superuser-password"),
-            lock: dir.join("start.lock"),
-            dir,
-        }
-    }
-}
-
 /// Why one launch attempt failed.
 enum LaunchError {
     /// Someone took the port between our check and the server's bind.
@@ -142,22 +130,27 @@ enum LaunchError {
 
 impl EmbeddedPostgres {
     /// Starts (creating on first use) the cluster in `opts.data_dir`, waits until it
-    /// accepts connections and creates `opts.database` if missing. A server left running
-    /// on the directory by a previous owner is reused instead.
+    /// accepts connections, makes sure the `tally` role exists and creates
+    /// `opts.database` for it if missing. A server left running on the directory by a
+    /// previous owner is reused instead. An existing directory is refused
+    /// ([`PgError::UnsafePath`]) unless it and our files in it are ours, not symlinks
+    /// and not open to others.
     pub async fn start(opts: EmbeddedOptions) -> Result<Self, PgError> {
         validate(&opts)?;
         let dir = std::path::absolute(&opts.data_dir).map_err(|e| {
             PgError::io(format!("could not resolve {}", opts.data_dir.display()), e)
         })?;
         let layout = Layout::new(dir);
-        create_private_dir(&layout.dir)?;
-        let _lock = lock_exclusive(&layout.lock, opts.start_timeout).await?;
+        let owners = acceptable_owners();
+        datadir::open_data_dir(&layout.dir, &owners)?;
+        let _lock = lock_exclusive(&layout.lock, &owners, opts.start_timeout).await?;
+        layout.check(&owners)?;
 
-        if let Some(pg) = adopt(&layout, &opts).await? {
+        if let Some(pg) = adopt(&layout, &owners, &opts).await? {
             return Ok(pg);
         }
 
-        let cluster_version = read_trimmed(&layout.pgdata.join("PG_VERSION"));
+        let cluster_version = read_pg_version(&layout.pgdata.join("PG_VERSION"));
         let bins = PgBinaries::locate_preferring(
             opts.bin_dir.as_deref(),
             cluster_version.as_deref().and_then(|v| v.parse().ok()),
@@ -178,7 +171,7 @@ impl EmbeddedPostgres {
         rotate_log(&layout.log);
 
         let password = if cluster_version.is_some() {
-            read_trimmed(&layout.password).ok_or_else(|| {
+            datadir::read_trimmed(&layout.password, &owners, Kind::Secret)?.ok_or_else(|| {
                 PgError::Invalid(format!(
                     "{} is missing, so the existing cluster cannot be reached; restore it or \
                      remove {}",
@@ -187,14 +180,14 @@ impl EmbeddedPostgres {
                 ))
             })?
         } else {
-            initdb(&bins, &identity, &layout, opts.durable).await?
+            initdb(&bins, &identity, &layout, &owners, opts.durable).await?
         };
 
         let mut attempt = 0;
         let (child, port) = loop {
             attempt += 1;
             let port = choose_port(opts.port, &layout, attempt > 1)?;
-            match launch(&bins, &identity, &layout, &opts, port, &password).await {
+            match launch(&bins, &identity, &layout, &owners, &opts, port, &password).await {
                 Ok(child) => break (child, port),
                 Err(LaunchError::PortTaken) if opts.port.is_none() && attempt < START_ATTEMPTS => {
                     tracing::debug!(port, "port taken while starting, trying another");
@@ -207,17 +200,24 @@ impl EmbeddedPostgres {
                 Err(LaunchError::Failed(e)) => return Err(e),
             }
         };
-        write_private_file(&layout.port, port.to_string().as_bytes())?;
+        datadir::write_file(
+            &layout.port,
+            port.to_string().as_bytes(),
+            &owners,
+            Kind::Plain,
+        )?;
 
         let pg = EmbeddedPostgres {
             data_dir: layout.dir.clone(),
             database: opts.database.clone(),
             port,
-            password,
+            superuser_password: password,
+            app_password: String::new(),
             postmaster: Postmaster::Child(child),
             stopped: false,
         };
-        pg.create_database(&opts.database).await?;
+        // On failure `pg` is dropped, which stops the server we just started.
+        let pg = pg.provision(&layout, &owners).await?;
         tracing::info!(
             data_dir = %pg.data_dir.display(),
             port,
@@ -230,20 +230,70 @@ impl EmbeddedPostgres {
         Ok(pg)
     }
 
-    /// `postgres://` URL of the database named in the options (TCP on 127.0.0.1). It holds
-    /// the superuser password: do not log it.
+    /// `postgres://` URL of the database named in the options (TCP on 127.0.0.1), as the
+    /// `tally` role. It holds that role's password: log it only through
+    /// [`crate::url::redact`].
     pub fn url(&self) -> String {
         self.url_for(&self.database)
     }
 
-    /// `postgres://` URL of another database on this server.
+    /// `postgres://` URL of another database on this server, as the `tally` role (which
+    /// can connect to any database but owns only its own).
     pub fn url_for(&self, database: &str) -> String {
         format!(
-            "postgres://{SUPERUSER}:{}@127.0.0.1:{}/{}?sslmode=disable",
-            self.password,
+            "postgres://{APP_ROLE}:{}@127.0.0.1:{}/{}?sslmode=disable",
+            self.app_password,
             self.port,
             percent_encode(database)
         )
+    }
+
+    /// The superuser's URL, for this crate's own setup (test databases) only.
+    pub(crate) fn superuser_url_for(&self, database: &str) -> String {
+        format!(
+            "postgres://{SUPERUSER}:{}@127.0.0.1:{}/{}?sslmode=disable",
+            self.superuser_password,
+            self.port,
+            percent_encode(database)
+        )
+    }
+
+    /// Gives the server its role: reads (or makes, on first use or for a cluster made
+    /// before the role existed) the role's password, creates or restores the role, and
+    /// gives it the database.
+    async fn provision(mut self, layout: &Layout, owners: &[u32]) -> Result<Self, PgError> {
+        let app_password = match datadir::read_trimmed(&layout.app_password, owners, Kind::Secret)?
+        {
+            Some(password) => password,
+            None => {
+                let password = uuid::Uuid::new_v4().simple().to_string();
+                datadir::write_file(
+                    &layout.app_password,
+                    password.as_bytes(),
+                    owners,
+                    Kind::Secret,
+                )?;
+                password
+            }
+        };
+        let mut conn = self.superuser().await?;
+        role::ensure_role(&mut conn, &app_password).await?;
+        let _ = conn.close().await;
+        self.app_password = app_password;
+        self.create_database(&self.database).await?;
+        Ok(self)
+    }
+
+    async fn superuser(&self) -> Result<PgConnection, PgError> {
+        connect(
+            self.port,
+            SUPERUSER,
+            &self.superuser_password,
+            "postgres",
+            CONNECT_TIMEOUT,
+        )
+        .await
+        .map_err(|e| PgError::db("could not connect to the private postgresql", e))
     }
 
     /// The port the server listens on (127.0.0.1 only).
@@ -264,35 +314,12 @@ impl EmbeddedPostgres {
         }
     }
 
-    /// Creates `database` unless it exists.
+    /// Creates `database` unless it exists, and gives it (with anything the superuser
+    /// made in it) to the `tally` role.
     pub async fn create_database(&self, database: &str) -> Result<(), PgError> {
-        let mut conn = connect(self.port, &self.password, "postgres", CONNECT_TIMEOUT)
-            .await
-            .map_err(|e| PgError::db("could not connect to the private postgresql", e))?;
-        let exists: bool =
-            sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
-                .bind(database)
-                .fetch_one(&mut conn)
-                .await
-                .map_err(|e| PgError::db("could not list databases", e))?;
-        if !exists {
-            // Safe: the name is a quoted identifier.
-            let sql = format!("create database {}", quote_ident(database));
-            let created = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .execute(&mut conn)
-                .await;
-            match created {
-                Ok(_) => tracing::info!(database, "database created"),
-                // Created concurrently by someone else: fine.
-                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
-                Err(e) => {
-                    return Err(PgError::db(
-                        format!("could not create database {database}"),
-                        e,
-                    ));
-                }
-            }
-        }
+        validate_database(database)?;
+        let mut conn = self.superuser().await?;
+        role::ensure_database(&mut conn, self.port, &self.superuser_password, database).await?;
         let _ = conn.close().await;
         Ok(())
     }
@@ -360,9 +387,7 @@ impl Drop for EmbeddedPostgres {
 }
 
 fn validate(opts: &EmbeddedOptions) -> Result<(), PgError> {
-    if opts.database.is_empty() {
-        return Err(PgError::Invalid("the database name is empty".to_owned()));
-    }
+    validate_database(&opts.database)?;
     if opts.port == Some(RESERVED_PORT) || opts.port == Some(0) {
         return Err(PgError::Invalid(format!(
             "port {} cannot be used for the private postgresql (5432 belongs to the \
@@ -373,9 +398,24 @@ fn validate(opts: &EmbeddedOptions) -> Result<(), PgError> {
     Ok(())
 }
 
+/// The databases the superuser keeps: the maintenance database and the templates are
+/// never given to the application role.
+fn validate_database(database: &str) -> Result<(), PgError> {
+    if database.is_empty() {
+        return Err(PgError::Invalid("the database name is empty".to_owned()));
+    }
+    if ["postgres", "template0", "template1"].contains(&database) {
+        return Err(PgError::Invalid(format!(
+            "database {database} belongs to the superuser; choose another name"
+        )));
+    }
+    Ok(())
+}
+
 /// Reuses a postmaster that a previous owner left running on this data directory.
 async fn adopt(
     layout: &Layout,
+    owners: &[u32],
     opts: &EmbeddedOptions,
 ) -> Result<Option<EmbeddedPostgres>, PgError> {
     let Ok(pidfile) = fs::read_to_string(layout.pgdata.join("postmaster.pid")) else {
@@ -392,7 +432,7 @@ async fn adopt(
     if !process_alive(pid) {
         return Ok(None);
     }
-    let Some(password) = read_trimmed(&layout.password) else {
+    let Some(password) = datadir::read_trimmed(&layout.password, owners, Kind::Secret)? else {
         return Ok(None);
     };
     let ready = lines.get(7).is_some_and(|s| *s == "ready");
@@ -403,7 +443,7 @@ async fn adopt(
     };
     let deadline = Instant::now() + patience;
     loop {
-        match connect(port, &password, "postgres", PROBE_TIMEOUT).await {
+        match connect(port, SUPERUSER, &password, "postgres", PROBE_TIMEOUT).await {
             Ok(conn) => {
                 let _ = conn.close().await;
                 break;
@@ -419,11 +459,12 @@ async fn adopt(
         data_dir: layout.dir.clone(),
         database: opts.database.clone(),
         port,
-        password,
+        superuser_password: password,
+        app_password: String::new(),
         postmaster: Postmaster::Adopted(pid),
         stopped: false,
     };
-    pg.create_database(&opts.database).await?;
+    let pg = pg.provision(layout, owners).await?;
     tracing::info!(data_dir = %layout.dir.display(), port, pid, "reusing running private postgresql");
     Ok(Some(pg))
 }
@@ -435,22 +476,29 @@ async fn initdb(
     bins: &PgBinaries,
     identity: &Identity,
     layout: &Layout,
+    owners: &[u32],
     durable: bool,
 ) -> Result<String, PgError> {
     let password = uuid::Uuid::new_v4().simple().to_string();
-    write_private_file(&layout.password, password.as_bytes())?;
+    datadir::write_file(&layout.password, password.as_bytes(), owners, Kind::Secret)?;
+    // Leftovers of an interrupted initdb; removing a symlink removes the link only.
     let scratch = layout.dir.join("pgdata.initdb");
-    if scratch.exists() {
+    if fs::symlink_metadata(&scratch).is_ok() {
         fs::remove_dir_all(&scratch)
+            .or_else(|_| fs::remove_file(&scratch))
             .map_err(|e| PgError::io(format!("could not remove {}", scratch.display()), e))?;
     }
     let pwfile = layout.dir.join("initdb-pwfile");
-    write_private_file(&pwfile, password.as_bytes())?;
+    if fs::symlink_metadata(&pwfile).is_ok() {
+        fs::remove_file(&pwfile)
+            .map_err(|e| PgError::io(format!("could not remove {}", pwfile.display()), e))?;
+    }
+    datadir::write_file(&pwfile, password.as_bytes(), owners, Kind::Secret)?;
     let (uid, gid) = identity.host_owner();
     std::os::unix::fs::chown(&pwfile, Some(uid), Some(gid))
         .map_err(|e| PgError::io(format!("could not chown {}", pwfile.display()), e))?;
 
-    let (log, offset) = open_log(&layout.log)?;
+    let (log, offset) = open_log(&layout.log, owners)?;
     let mut cmd = identity.command(&bins.initdb(), Signal::SIGTERM);
     cmd.arg("-D")
         .arg(&scratch)
@@ -497,12 +545,13 @@ async fn launch(
     bins: &PgBinaries,
     identity: &Identity,
     layout: &Layout,
+    owners: &[u32],
     opts: &EmbeddedOptions,
     port: u16,
     password: &str,
 ) -> Result<Supervised, LaunchError> {
     let failed = LaunchError::Failed;
-    let (log, offset) = open_log(&layout.log).map_err(failed)?;
+    let (log, offset) = open_log(&layout.log, owners).map_err(failed)?;
     // SIGINT when we die: a fast shutdown, which disconnects clients and checkpoints.
     let mut cmd = identity.command(&bins.postgres(), Signal::SIGINT);
     cmd.arg("-D")
@@ -526,7 +575,7 @@ async fn launch(
     loop {
         // Whichever comes first: an answer, or the server exiting (then report why).
         let attempt = tokio::select! {
-            result = connect(port, password, "postgres", PROBE_TIMEOUT) => Some(result),
+            result = connect(port, SUPERUSER, password, "postgres", PROBE_TIMEOUT) => Some(result),
             true = child.wait(PROBE_TIMEOUT) => None,
         };
         let Some(attempt) = attempt else {
@@ -589,9 +638,10 @@ fn settings(port: u16, durable: bool) -> Vec<String> {
     s
 }
 
-/// Connects as the superuser over TCP.
+/// Connects as `user` over TCP.
 pub(crate) async fn connect(
     port: u16,
+    user: &str,
     password: &str,
     database: &str,
     timeout: Duration,
@@ -599,7 +649,7 @@ pub(crate) async fn connect(
     let opts = PgConnectOptions::new_without_pgpass()
         .host("127.0.0.1")
         .port(port)
-        .username(SUPERUSER)
+        .username(user)
         .password(password)
         .database(database)
         .ssl_mode(PgSslMode::Disable);
@@ -615,7 +665,7 @@ fn choose_port(explicit: Option<u16>, layout: &Layout, fresh: bool) -> Result<u1
         return Ok(port);
     }
     if !fresh
-        && let Some(port) = read_trimmed(&layout.port).and_then(|p| p.parse::<u16>().ok())
+        && let Some(port) = read_port(layout)
         && port != RESERVED_PORT
         && port != 0
         && port_free(port)
@@ -640,34 +690,14 @@ fn port_free(port: u16) -> bool {
     std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-/// Creates `dir` (mode 700) and, with default permissions, its missing parents.
-pub(crate) fn create_private_dir(dir: &Path) -> Result<(), PgError> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|e| PgError::io(format!("could not create {}", parent.display()), e))?;
-    }
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(PgError::io(
-            format!("could not create {}", dir.display()),
-            e,
-        )),
-    }
-}
-
 /// Holds an exclusive `flock` on `path` until the returned file is dropped.
-async fn lock_exclusive(path: &Path, timeout: Duration) -> Result<File, PgError> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| PgError::io(format!("could not open {}", path.display()), e))?;
+async fn lock_exclusive(path: &Path, owners: &[u32], timeout: Duration) -> Result<File, PgError> {
+    let file = datadir::open_file(
+        path,
+        OpenOptions::new().create(true).truncate(false).write(true),
+        owners,
+        Kind::Plain,
+    )?;
     let deadline = Instant::now() + timeout;
     loop {
         // SAFETY: flock on a descriptor we own.
@@ -692,33 +722,37 @@ async fn lock_exclusive(path: &Path, timeout: Duration) -> Result<File, PgError>
     }
 }
 
-fn write_private_file(path: &Path, contents: &[u8]) -> Result<(), PgError> {
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| PgError::io(format!("could not write {}", path.display()), e))?;
-    file.write_all(contents)
-        .map_err(|e| PgError::io(format!("could not write {}", path.display()), e))
+/// The remembered port; a file that is unsafe or unreadable counts as none (the layout
+/// was checked before, so that means it changed since: better a new port than its word).
+fn read_port(layout: &Layout) -> Option<u16> {
+    datadir::read_trimmed(&layout.port, &acceptable_owners(), Kind::Plain)
+        .ok()
+        .flatten()
+        .and_then(|p| p.parse::<u16>().ok())
 }
 
-fn read_trimmed(path: &Path) -> Option<String> {
-    fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
+/// `PG_VERSION` of a cluster (inside pgdata, PostgreSQL's own file), never through a link.
+fn read_pg_version(path: &Path) -> Option<String> {
+    let mut text = String::new();
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?
+        .take(64)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text.trim().to_owned()).filter(|s| !s.is_empty())
 }
 
 /// Opens the log for appending; returns it and its current length (where this run begins).
-fn open_log(path: &Path) -> Result<(File, u64), PgError> {
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| PgError::io(format!("could not open {}", path.display()), e))?;
+fn open_log(path: &Path, owners: &[u32]) -> Result<(File, u64), PgError> {
+    let file = datadir::open_file(
+        path,
+        OpenOptions::new().create(true).append(true),
+        owners,
+        Kind::Plain,
+    )?;
     let len = file
         .metadata()
         .map_err(|e| PgError::io(format!("could not inspect {}", path.display()), e))?
@@ -732,7 +766,7 @@ fn clone_file(file: &File, path: &Path) -> Result<File, PgError> {
 }
 
 fn rotate_log(path: &Path) {
-    if fs::metadata(path).is_ok_and(|m| m.len() > LOG_ROTATE_BYTES) {
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() > LOG_ROTATE_BYTES) {
         let _ = fs::rename(path, path.with_extension("log.1"));
     }
 }
@@ -740,7 +774,11 @@ fn rotate_log(path: &Path) {
 /// The last 20 lines written to `path` since `offset`.
 fn log_tail(path: &Path, offset: u64) -> String {
     const MAX: u64 = 16 * 1024;
-    let Ok(mut file) = File::open(path) else {
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path);
+    let Ok(mut file) = opened else {
         return String::new();
     };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -774,6 +812,7 @@ fn percent_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
 
     #[test]
     fn quotes_identifiers_and_encodes_paths() {
@@ -809,7 +848,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("log");
         fs::write(&path, "old\n").unwrap();
-        let (mut f, offset) = open_log(&path).unwrap();
+        let (mut f, offset) = open_log(&path, &acceptable_owners()).unwrap();
         writeln!(f, "new 1\nnew 2").unwrap();
         assert_eq!(log_tail(&path, offset), "new 1\nnew 2");
         fs::remove_dir_all(dir).unwrap();

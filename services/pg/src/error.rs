@@ -114,6 +114,18 @@ pub enum PgError {
         waited: Duration,
     },
 
+    /// A path of an existing data directory is not safe to reuse (a symlink, someone
+    /// else's, or open to others).
+    #[error("refusing to use {path}: it {problem}; {fix}")]
+    UnsafePath {
+        /// The offending path.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+        /// What to do about it.
+        fix: String,
+    },
+
     /// The options asked for something we refuse to do.
     #[error("invalid option: {0}")]
     Invalid(String),

@@ -13,17 +13,21 @@
 //! - [`url`]: the one redaction of database URLs for logs and errors.
 //!
 //! Layout: `binaries` finds the installation; `privileges` decides who the server runs as;
-//! `process` owns the postmaster process; `embedded` ties them into start and stop;
+//! `process` owns the postmaster process; `datadir` checks a data directory before it is
+//! reused; `role` makes the unprivileged role tally connects as; `embedded` ties them
+//! into start and stop;
 //! `testdb` builds on `embedded`; `error` holds [`PgError`].
 //!
 //! Not here: tally's schema, migrations and SQL (`tally-store`), and choosing between a
 //! configured URL and the private server (`tally-server`).
 
 mod binaries;
+mod datadir;
 pub mod embedded;
 mod error;
 pub mod privileges;
 mod process;
+pub mod role;
 pub mod testdb;
 pub mod url;
 
@@ -31,4 +35,5 @@ pub use binaries::{BIN_ENV, PgBinaries, PgVersion};
 pub use embedded::{EmbeddedOptions, EmbeddedPostgres, SUPERUSER};
 pub use error::PgError;
 pub use privileges::RootMode;
+pub use role::APP_ROLE;
 pub use testdb::TestDb;

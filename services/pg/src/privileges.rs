@@ -242,6 +242,20 @@ fn user_namespace(bins: &PgBinaries) -> Result<Identity, String> {
         .map(|()| identity)
 }
 
+/// Who may own the files of a data directory we reuse: the user we run as and, when that
+/// is root, also the user we drop privileges to (which [`Identity::prepare_dir`] gives
+/// the directory to in that mode).
+pub(crate) fn acceptable_owners() -> Vec<u32> {
+    let me = geteuid();
+    let mut owners = vec![me.as_raw()];
+    if me.is_root()
+        && let Ok(Identity::Unprivileged { uid, .. }) = unprivileged_user()
+    {
+        owners.push(uid);
+    }
+    owners
+}
+
 fn unprivileged_user() -> Result<Identity, PgError> {
     ["postgres", "nobody"]
         .iter()

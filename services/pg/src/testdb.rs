@@ -2,7 +2,10 @@
 //!
 //! With `DATABASE_URL` set, databases are created on that server (its user must be allowed
 //! to create databases). Without it, on a private cluster shared by the whole test process:
-//! started once, lazily, non-durable, in `$TMPDIR/tally-test-pg-<pid>-<random>`.
+//! started once, lazily, non-durable, in `$TMPDIR/tally-test-pg-<pid>-<random>`. There the
+//! superuser creates each database for the `tally` role and the test connects as that
+//! role, exactly as `tally-server` does on its own private cluster, so tests catch
+//! anything that would need more privilege than the server has.
 //!
 //! The shared cluster must outlive every test's tokio runtime, so it is started from a
 //! dedicated thread with its own runtime, and its postmaster is owned by a supervisor
@@ -22,7 +25,7 @@ use tokio::sync::OnceCell;
 
 use crate::embedded::quote_ident;
 use crate::process::process_alive;
-use crate::{EmbeddedOptions, EmbeddedPostgres};
+use crate::{APP_ROLE, EmbeddedOptions, EmbeddedPostgres};
 
 /// Environment variable naming an existing server to create test databases on.
 pub const DATABASE_URL_ENV: &str = "DATABASE_URL";
@@ -43,10 +46,15 @@ impl TestDb {
     /// # Panics
     /// If no server can be had or the database cannot be created; the message says why.
     pub async fn new() -> TestDb {
-        let admin_url = match std::env::var(DATABASE_URL_ENV) {
-            Ok(url) if !url.is_empty() => url,
+        let name = format!("tally_test_{}", uuid::Uuid::new_v4().simple());
+        let (admin_url, owner, url) = match std::env::var(DATABASE_URL_ENV) {
+            Ok(url) if !url.is_empty() => (url.clone(), None, with_database(&url, &name)),
             _ => match private_cluster().await {
-                Ok(pg) => pg.url_for("postgres"),
+                Ok(pg) => (
+                    pg.superuser_url_for("postgres"),
+                    Some(APP_ROLE),
+                    pg.url_for(&name),
+                ),
                 Err(e) => panic!(
                     "TestDb: could not start a private postgresql for tests ({e}); install \
                      PostgreSQL or set {DATABASE_URL_ENV} to a server where this user can \
@@ -54,14 +62,12 @@ impl TestDb {
                 ),
             },
         };
-        let name = format!("tally_test_{}", uuid::Uuid::new_v4().simple());
-        if let Err(e) = create(&admin_url, &name).await {
+        if let Err(e) = create(&admin_url, &name, owner).await {
             panic!(
                 "TestDb: could not create database {name} on {}: {e}",
                 crate::url::redact(&admin_url)
             );
         }
-        let url = with_database(&admin_url, &name);
         TestDb {
             name,
             url,
@@ -114,10 +120,14 @@ impl Drop for TestDb {
     }
 }
 
-async fn create(admin_url: &str, name: &str) -> Result<(), sqlx::Error> {
+/// Creates `name`, owned by `owner` if given (else by the connecting user).
+async fn create(admin_url: &str, name: &str, owner: Option<&str>) -> Result<(), sqlx::Error> {
     let mut conn = PgConnection::connect(admin_url).await?;
-    // Safe: the name is a quoted identifier.
-    let sql = format!("create database {}", quote_ident(name));
+    // Safe: the names are quoted identifiers.
+    let mut sql = format!("create database {}", quote_ident(name));
+    if let Some(owner) = owner {
+        sql.push_str(&format!(" owner {}", quote_ident(owner)));
+    }
     sqlx::query(sqlx::AssertSqlSafe(sql))
         .execute(&mut conn)
         .await?;
@@ -171,7 +181,6 @@ async fn start_private() -> Result<EmbeddedPostgres, String> {
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     ));
     let mut opts = EmbeddedOptions::new(&dir);
-    opts.database = "postgres".to_owned();
     opts.durable = false;
     let pg = EmbeddedPostgres::start(opts)
         .await

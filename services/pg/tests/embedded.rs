@@ -58,7 +58,7 @@ async fn start_stop_and_restart_keep_data_and_port() {
     let pg = EmbeddedPostgres::start(opts.clone()).await.unwrap();
     let (port, pid) = (pg.port(), pg.pid());
     assert_ne!(port, 5432);
-    assert!(pg.url().starts_with("postgres://postgres:"));
+    assert!(pg.url().starts_with("postgres://tally:"));
     assert!(pg.url().contains(&format!("@127.0.0.1:{port}/tally")));
 
     let mut conn = PgConnection::connect(&pg.url()).await.unwrap();
@@ -81,13 +81,16 @@ async fn start_stop_and_restart_keep_data_and_port() {
         "postgres.log",
         "port",
         "superuser-password",
+        "app-password",
     ] {
         assert!(data.join(file).exists(), "{file} missing");
     }
-    let mode = std::fs::metadata(data.join("superuser-password"))
-        .unwrap()
-        .mode();
-    assert_eq!(mode & 0o077, 0, "password file readable by others");
+    for file in ["superuser-password", "app-password"] {
+        let mode = std::fs::metadata(data.join(file)).unwrap().mode();
+        assert_eq!(mode & 0o077, 0, "{file} readable by others");
+    }
+    let mode = std::fs::metadata(&data).unwrap().mode();
+    assert_eq!(mode & 0o777, 0o700, "a new data directory must be private");
 
     let pg = EmbeddedPostgres::start(opts).await.unwrap();
     assert_eq!(pg.port(), port, "remembered port not reused");
@@ -99,10 +102,14 @@ async fn start_stop_and_restart_keep_data_and_port() {
 #[tokio::test]
 async fn creates_the_database_and_serves_settings() {
     let tmp = TempDir::new("settings");
-    let mut opts = fast_options(&tmp.path().join("data"));
+    let data = tmp.path().join("data");
+    let mut opts = fast_options(&data);
     opts.database = "other db".to_owned();
     let pg = EmbeddedPostgres::start(opts).await.unwrap();
-    let mut conn = PgConnection::connect(&pg.url()).await.unwrap();
+    // Socket settings are the superuser's to read.
+    let mut conn = PgConnection::connect(&superuser_url(&data, pg.port(), "other%20db"))
+        .await
+        .unwrap();
     let row: (String, String, String, String, String, String) = sqlx::query_as(
         "select current_database(), current_setting('max_connections'), \
          current_setting('shared_buffers'), current_setting('fsync'), \
@@ -386,4 +393,232 @@ fn postmaster_dies_with_its_owner_after_dropping_privileges() {
         return;
     }
     check_postmaster_dies_with_owner("drop");
+}
+
+/// tally's migrations, applied here as the server would apply them.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// The superuser's URL for a cluster, from its password file (what the manager itself
+/// uses for setup, and what a tally without its own role handed to the server).
+fn superuser_url(data: &Path, port: u16, database: &str) -> String {
+    let password = std::fs::read_to_string(data.join("superuser-password")).unwrap();
+    format!(
+        "postgres://postgres:{}@127.0.0.1:{port}/{database}?sslmode=disable",
+        password.trim()
+    )
+}
+
+/// The SQLSTATE `sql` fails with, `None` if it succeeds.
+async fn sqlstate(conn: &mut PgConnection, sql: &'static str) -> Option<String> {
+    match sqlx::raw_sql(sql).execute(conn).await {
+        Ok(_) => None,
+        Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn the_server_connects_as_an_unprivileged_role_that_can_migrate() {
+    // Invariant: the URL handed to the server names a role that is no superuser and
+    // cannot make roles, change server settings, make databases, run programs or read
+    // server files, yet owns its database well enough to apply every migration.
+    let tmp = TempDir::new("approle");
+    let pg = EmbeddedPostgres::start(fast_options(&tmp.path().join("data")))
+        .await
+        .unwrap();
+    assert!(
+        pg.url().starts_with("postgres://tally:"),
+        "url names another user"
+    );
+    let mut conn = PgConnection::connect(&pg.url()).await.unwrap();
+    let role: (String, bool, bool, bool) = sqlx::query_as(
+        "select rolname::text, rolsuper, rolcreatedb, rolcreaterole \
+         from pg_roles where rolname = current_user",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(role, ("tally".to_owned(), false, false, false));
+    for sql in [
+        "create role intruder login superuser",
+        "alter system set fsync = off",
+        "create database other",
+        "copy (select 1) to program 'true'",
+        "select pg_read_file('postgresql.conf')",
+    ] {
+        assert_eq!(
+            sqlstate(&mut conn, sql).await.as_deref(),
+            Some("42501"),
+            "{sql}: not refused as insufficient privilege"
+        );
+    }
+    MIGRATOR.run(&mut conn).await.unwrap();
+    let foreign: i64 = sqlx::query_scalar(
+        "select count(*) from pg_class c join pg_namespace n on n.oid = c.relnamespace \
+         where n.nspname = 'public' and c.relowner <> (select oid from pg_roles where rolname = current_user)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(foreign, 0, "migrations made objects the role does not own");
+    conn.close().await.unwrap();
+    pg.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unsafe_existing_data_dir_is_refused_and_no_link_is_followed() {
+    // Invariant: reusing a data directory in which a path of our layout is a symlink or
+    // open to others fails before anything in it is read, written or started, with an
+    // error naming the path and the fix; no link is followed (its target is unchanged).
+    // With the damage undone, the same directory starts again.
+    let tmp = TempDir::new("unsafe");
+    let data = tmp.path().join("data");
+    let opts = fast_options(&data);
+    EmbeddedPostgres::start(opts.clone())
+        .await
+        .unwrap()
+        .stop()
+        .await
+        .unwrap();
+    let refused = |opts: EmbeddedOptions| {
+        let pidfile = data.join("pgdata/postmaster.pid");
+        async move {
+            let err = EmbeddedPostgres::start(opts).await.unwrap_err();
+            assert!(matches!(err, PgError::UnsafePath { .. }), "{err}");
+            assert!(!pidfile.exists(), "a server was started: {err}");
+            err.to_string()
+        }
+    };
+
+    let decoy = tmp.path().join("decoy");
+    let saved = tmp.path().join("saved");
+    for name in [
+        "superuser-password",
+        "app-password",
+        "port",
+        "postgres.log",
+        "pgdata",
+    ] {
+        let path = data.join(name);
+        std::fs::rename(&path, &saved).unwrap();
+        std::fs::write(&decoy, "decoy\n").unwrap();
+        std::os::unix::fs::symlink(&decoy, &path).unwrap();
+        let msg = refused(opts.clone()).await;
+        assert!(
+            msg.starts_with(&format!(
+                "refusing to use {}: it is a symbolic link",
+                path.display()
+            )),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("rm {}", path.display())), "{msg}");
+        assert_eq!(
+            std::fs::read_to_string(&decoy).unwrap(),
+            "decoy\n",
+            "{name}: the link was followed"
+        );
+        std::fs::remove_file(&path).unwrap();
+        std::fs::rename(&saved, &path).unwrap();
+    }
+
+    let chmod = |path: &Path, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    chmod(&data, 0o770);
+    assert_eq!(
+        refused(opts.clone()).await,
+        format!(
+            "refusing to use {0}: it is writable by group or others (mode 770); chmod 700 {0}",
+            data.display()
+        )
+    );
+    chmod(&data, 0o700);
+    let password = data.join("app-password");
+    chmod(&password, 0o644);
+    assert_eq!(
+        refused(opts.clone()).await,
+        format!(
+            "refusing to use {0}: it is readable or writable by group or others (mode 644); \
+             chmod 600 {0}",
+            password.display()
+        )
+    );
+    chmod(&password, 0o600);
+
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&data, &link).unwrap();
+    let msg = refused(fast_options(&link)).await;
+    assert!(
+        msg.starts_with(&format!(
+            "refusing to use {}: it is a symbolic link",
+            link.display()
+        )),
+        "{msg}"
+    );
+
+    let pg = EmbeddedPostgres::start(opts).await.unwrap();
+    assert_eq!(scalar_i64(&pg.url(), "select 1::bigint").await, 1);
+    pg.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cluster_made_before_the_app_role_gets_it_on_reuse() {
+    // Invariant: a cluster of a tally that had only the superuser (no `tally` role, no
+    // app-password, the database and the objects of the first migrations made by the
+    // superuser) is upgraded on reuse: the role is created unprivileged and given the
+    // database and everything in it, so the remaining migrations apply as the role.
+    let tmp = TempDir::new("upgrade");
+    let data = tmp.path().join("data");
+    let opts = fast_options(&data);
+    let pg = EmbeddedPostgres::start(opts.clone()).await.unwrap();
+    let port = pg.port();
+
+    // The old layout, made with the superuser.
+    let mut su = PgConnection::connect(&superuser_url(&data, port, "postgres"))
+        .await
+        .unwrap();
+    sqlx::raw_sql("alter database tally owner to postgres; drop role tally")
+        .execute(&mut su)
+        .await
+        .unwrap();
+    su.close().await.unwrap();
+    let mut su = PgConnection::connect(&superuser_url(&data, port, "tally"))
+        .await
+        .unwrap();
+    MIGRATOR.run_to(8, &mut su).await.unwrap();
+    su.close().await.unwrap();
+    pg.stop().await.unwrap();
+    std::fs::remove_file(data.join("app-password")).unwrap();
+
+    let pg = EmbeddedPostgres::start(opts).await.unwrap();
+    assert!(pg.url().starts_with("postgres://tally:"));
+    let mode = std::fs::metadata(data.join("app-password")).unwrap().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let mut conn = PgConnection::connect(&pg.url()).await.unwrap();
+    let (superuser, db_owner): (bool, String) = sqlx::query_as(
+        "select rolsuper, (select pg_get_userbyid(datdba)::text from pg_database \
+         where datname = current_database()) from pg_roles where rolname = current_user",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!((superuser, db_owner.as_str()), (false, "tally"));
+    // 0009 onwards alter tables and add statistics objects that 0001..0008 made as the
+    // superuser: only their owner may.
+    MIGRATOR.run(&mut conn).await.unwrap();
+    let foreign: Vec<String> = sqlx::query_scalar(
+        "select c.oid::regclass::text from pg_class c \
+         join pg_namespace n on n.oid = c.relnamespace \
+         where n.nspname = 'public' and pg_get_userbyid(c.relowner) <> 'tally' \
+         union all select proname::text from pg_proc p join pg_namespace n \
+         on n.oid = p.pronamespace where n.nspname = 'public' \
+         and pg_get_userbyid(p.proowner) <> 'tally'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(foreign.is_empty(), "still the superuser's: {foreign:?}");
+    conn.close().await.unwrap();
+    pg.stop().await.unwrap();
 }
