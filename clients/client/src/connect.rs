@@ -173,6 +173,14 @@ impl Target {
     /// need an `https://` address; an `https://` address without a CA file
     /// trusts the system's roots.
     pub fn connect(&self) -> Result<Clients, ConnectError> {
+        self.connect_with_timeout(None)
+    }
+
+    /// [`Target::connect`], with every call bounded by `timeout` (until the
+    /// response headers arrive, so a server stream is bounded only while it
+    /// opens). A call past it fails with CANCELLED "Timeout expired"
+    /// ([`tonic::TimeoutExpired`]). tallyctl's `--timeout` is this.
+    pub fn connect_with_timeout(&self, timeout: Option<Duration>) -> Result<Clients, ConnectError> {
         let server = &self.server;
         let mut endpoint = Endpoint::from_shared(server.clone())
             .map_err(|e| ConnectError::BadAddress(server.clone(), e.to_string()))?
@@ -180,6 +188,9 @@ impl Target {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(true);
+        if let Some(timeout) = timeout {
+            endpoint = endpoint.timeout(timeout);
+        }
         let https = server.starts_with("https://");
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             return Err(ConnectError::HalfIdentity);

@@ -7,26 +7,32 @@ use std::path::PathBuf;
 
 /// tallyctl: operate a tally server (ledgers, rows, jobs, operations, locks,
 /// prompts) and plan page datasets.
-///
-/// Exit codes: 0 ok; 1 usage or input error; 2 server error (its gRPC code
-/// and message are printed); 3 rows ended PERMANENT (status/watch with
-/// --fail-on-permanent); 4 lock held by someone else (locks acquire); 130
-/// interrupted (export, after printing its resume cursor).
 #[derive(Debug, Parser)]
-#[command(name = "tallyctl", version, about, long_about = None)]
+#[command(
+    name = "tallyctl",
+    version,
+    about,
+    long_about = None,
+    after_help = AFTER_HELP,
+)]
 pub struct Cli {
-    /// The tally server's gRPC address (http:// or https://).
-    #[arg(
-        long,
-        env = "TALLY_SERVER",
-        default_value = "http://127.0.0.1:50051",
-        global = true
-    )]
-    pub server: String,
+    /// The tally server's gRPC address (http:// or https://) [default:
+    /// the profile's, else http://127.0.0.1:50051].
+    #[arg(long, env = "TALLY_SERVER", global = true)]
+    pub server: Option<String>,
 
     /// Bearer token sent as `authorization: Bearer <token>` on every call.
     #[arg(long, env = "TALLY_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
+
+    /// File holding the bearer token (instead of --token).
+    #[arg(
+        long,
+        env = "TALLY_TOKEN_FILE",
+        global = true,
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<PathBuf>,
 
     /// PEM file of the CA that signed the server's certificate (https only;
     /// without it, the system's root certificates are trusted).
@@ -45,12 +51,54 @@ pub struct Cli {
     #[arg(long, env = "TALLY_TLS_DOMAIN", global = true)]
     pub tls_domain: Option<String>,
 
-    /// Print JSON for scripts instead of tables (errors go to stderr as JSON).
+    /// Named profile of the config file (server, token file, CA, timeout).
+    #[arg(long, env = "TALLYCTL_PROFILE", global = true, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// How long one call may wait for the server's answer [default: the
+    /// profile's, else 30s]; streams (watch) are bounded only while they
+    /// open.
+    #[arg(long, env = "TALLY_TIMEOUT", global = true, value_name = "DURATION")]
+    pub timeout: Option<String>,
+
+    /// Print JSON for scripts instead of tables (errors go to stderr as
+    /// JSON); the same as `-o json`.
     #[arg(long, global = true)]
     pub json: bool,
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Shown after `--help`: exit codes and where settings come from.
+pub const AFTER_HELP: &str = "\
+Exit codes:
+  0    ok
+  1    usage or input error: bad flags, config file, input file or line
+       (nothing, or only what came before the bad line, was sent); also
+       CONFLICT rows with --fail-on-conflict (enroll, plan --enroll)
+  2    the server answered with an error, or could not be reached in time
+       (its gRPC code and message are printed, and the address)
+  3    rows ended PERMANENT (status, watch with --fail-on-permanent)
+  4    the lock is held by someone else (locks acquire)
+  130  interrupted (export, after printing its resume cursor)
+
+Settings: each from its flag, else its TALLY_* variable, else the profile
+(--profile, TALLYCTL_PROFILE or the file's default_profile) of the config
+file ($TALLYCTL_CONFIG, else ~/.config/tally/config.toml), else the default.
+Shell completions: tallyctl completion bash|zsh|fish.";
+
+/// `-o` and `--no-headers`, on every command that lists or shows
+/// resources.
+#[derive(Debug, Clone, Copy, Args, Default)]
+pub struct OutputArgs {
+    /// Output format: table (default), wide (more columns), json, jsonl
+    /// (one object per line), yaml.
+    #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
+    pub output: Option<crate::output::Format>,
+    /// Print tables without their header line.
+    #[arg(long)]
+    pub no_headers: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,21 +112,24 @@ pub enum Command {
     /// A ledger's summary: counts, attempts, tokens, cost, PERMANENT by rule.
     #[command(visible_alias = "summary")]
     Status(StatusArgs),
-    /// List rows, filtered.
-    Rows(RowsArgs),
-    /// One row with its attempts history.
+    /// Rows: list (filtered) and get (one, with its attempts history).
+    Rows(RowsCmd),
+    /// Old spelling of `rows get`.
+    #[command(hide = true)]
     Row(RowArgs),
     /// Put PERMANENT/BLOCKED rows back to PENDING (budgets renewed).
     Redrive(RedriveArgs),
-    /// List a ledger's jobs.
-    Jobs(JobsArgs),
-    /// One job.
+    /// Jobs: list (a ledger's) and get (one).
+    Jobs(JobsCmd),
+    /// Old spelling of `jobs get`.
+    #[command(hide = true)]
     Job(JobArgs),
     /// Live progress per job and for the ledger until every row is terminal.
     Watch(WatchArgs),
-    /// List provider operations.
-    Operations(OperationsArgs),
-    /// One operation, optionally with its event log.
+    /// Provider operations: list and get (optionally with the event log).
+    Operations(OperationsCmd),
+    /// Old spelling of `operations get`.
+    #[command(hide = true)]
     Operation(OperationArgs),
     /// Named run locks.
     #[command(subcommand)]
@@ -91,16 +142,216 @@ pub enum Command {
     /// Stream a ledger's rows with their results as JSONL, OpenAI batch
     /// output, CSV or Parquet (resumable with --after).
     Export(ExportArgs),
+    /// Print a shell completion script (e.g. `source <(tallyctl
+    /// completion bash)`).
+    Completion(CompletionArgs),
+}
+
+impl Command {
+    /// The command's `-o`/`--no-headers`, when it has them.
+    pub fn output_args(&self) -> Option<OutputArgs> {
+        match self {
+            Command::Ledgers(l) => match l {
+                LedgersCmd::List { out }
+                | LedgersCmd::Get { out, .. }
+                | LedgersCmd::Create { out, .. }
+                | LedgersCmd::Update { out, .. }
+                | LedgersCmd::Pause { out, .. }
+                | LedgersCmd::Resume { out, .. } => Some(*out),
+                LedgersCmd::Delete { .. } | LedgersCmd::Archive { .. } => None,
+            },
+            Command::Status(a) => Some(a.out),
+            Command::Rows(r) => Some(match &r.verb {
+                Some(RowsVerb::List(a)) => a.out,
+                Some(RowsVerb::Get(a)) => a.out,
+                None => r.legacy.out,
+            }),
+            Command::Row(a) => Some(a.out),
+            Command::Jobs(j) => Some(match &j.verb {
+                Some(JobsVerb::List(a)) => a.out,
+                Some(JobsVerb::Get(a)) => a.out,
+                None => j.legacy.out,
+            }),
+            Command::Job(a) => Some(a.out),
+            Command::Operations(o) => Some(match &o.verb {
+                Some(OperationsVerb::List(a)) => a.out,
+                Some(OperationsVerb::Get(a)) => a.out,
+                None => o.legacy.out,
+            }),
+            Command::Operation(a) => Some(a.out),
+            Command::Prompts(p) => match p {
+                PromptsCmd::Register { out, .. } | PromptsCmd::Get { out, .. } => Some(*out),
+            },
+            Command::Enroll(_)
+            | Command::Redrive(_)
+            | Command::Watch(_)
+            | Command::Locks(_)
+            | Command::Plan(_)
+            | Command::Export(_)
+            | Command::Completion(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `rows list|get`; `rows LEDGER [filters]` (the old spelling) still
+/// lists.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RowsCmd {
+    #[command(subcommand)]
+    pub verb: Option<RowsVerb>,
+    #[command(flatten)]
+    pub legacy: RowsLegacy,
+}
+
+/// The old `rows LEDGER [filters]`: [`RowsArgs`] with the ledger optional
+/// (clap cannot tell an absent `Option<RowsArgs>` whose fields are
+/// flattened structs).
+#[derive(Debug, Args)]
+pub struct RowsLegacy {
+    /// Ledger id.
+    pub ledger: Option<String>,
+    #[command(flatten)]
+    pub filter: RowFilterArgs,
+    /// Most rows to print (0: all).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Payload, result and whole error messages too.
+    #[arg(long)]
+    pub full: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+impl RowsLegacy {
+    /// The `rows list` arguments, when a ledger was given.
+    pub fn into_list(self) -> Option<RowsArgs> {
+        Some(RowsArgs {
+            ledger: self.ledger?,
+            filter: self.filter,
+            limit: self.limit,
+            full: self.full,
+            out: self.out,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RowsVerb {
+    /// List a ledger's rows, filtered.
+    List(RowsArgs),
+    /// One row with its attempts history.
+    Get(RowArgs),
+}
+
+/// `jobs list|get`; `jobs LEDGER` (the old spelling) still lists.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct JobsCmd {
+    #[command(subcommand)]
+    pub verb: Option<JobsVerb>,
+    #[command(flatten)]
+    pub legacy: JobsLegacy,
+}
+
+/// The old `jobs LEDGER [--state …]`: [`JobsArgs`] with the ledger
+/// optional.
+#[derive(Debug, Args)]
+pub struct JobsLegacy {
+    /// Ledger id.
+    pub ledger: Option<String>,
+    /// Only jobs in this state (repeatable).
+    #[arg(long = "state", value_name = "STATE")]
+    pub states: Vec<String>,
+    /// Most jobs to print (0: all).
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+impl JobsLegacy {
+    /// The `jobs list` arguments, when a ledger was given.
+    pub fn into_list(self) -> Option<JobsArgs> {
+        Some(JobsArgs {
+            ledger: self.ledger?,
+            states: self.states,
+            limit: self.limit,
+            out: self.out,
+        })
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsVerb {
+    /// List a ledger's jobs.
+    List(JobsArgs),
+    /// One job.
+    Get(JobArgs),
+}
+
+/// `operations list|get`; bare `operations [--state …]` (the old
+/// spelling) still lists.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct OperationsCmd {
+    #[command(subcommand)]
+    pub verb: Option<OperationsVerb>,
+    #[command(flatten)]
+    pub legacy: OperationsArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperationsVerb {
+    /// List provider operations.
+    List(OperationsArgs),
+    /// One operation, optionally with its event log.
+    Get(OperationArgs),
+}
+
+/// The command line as tallyctl parses it and prints its help: the derive,
+/// with the old spellings' arguments hidden from `rows`, `jobs` and
+/// `operations` (their `list` verb shows them).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory as _;
+    let hide = |c: clap::Command| c.mut_args(|a| a.hide(true));
+    Cli::command()
+        .mut_subcommand("rows", hide)
+        .mut_subcommand("jobs", hide)
+        .mut_subcommand("operations", hide)
+}
+
+/// Parses the command line (see [`command`]).
+pub fn try_parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::FromArgMatches as _;
+    let matches = command().try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
 }
 
 #[derive(Debug, Subcommand)]
 pub enum LedgersCmd {
     /// List every ledger.
-    List,
+    List {
+        #[command(flatten)]
+        out: OutputArgs,
+    },
     /// Show one ledger and its policy.
     Get {
         /// Ledger id (`reviews-nightly` or `ledgers/reviews-nightly`).
         ledger: String,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Create a ledger; unset policy fields take the server's defaults.
     Create {
@@ -108,6 +359,8 @@ pub enum LedgersCmd {
         ledger: String,
         #[command(flatten)]
         policy: PolicyArgs,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Change the policy fields given (only those).
     Update {
@@ -118,6 +371,8 @@ pub enum LedgersCmd {
         /// Fail with ABORTED if the ledger changed since this etag was read.
         #[arg(long)]
         etag: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Delete a ledger and everything in it. The ledger disappears from
     /// every call at once; its contents are purged in the background.
@@ -154,6 +409,8 @@ pub enum LedgersCmd {
         /// Fail with ABORTED if the ledger changed since this etag was read.
         #[arg(long)]
         etag: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Resume a paused ledger (whatever paused it): claims are handed out
     /// again. Resuming an active ledger changes nothing.
@@ -163,6 +420,8 @@ pub enum LedgersCmd {
         /// Fail with ABORTED if the ledger changed since this etag was read.
         #[arg(long)]
         etag: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Export every row to a new file, then delete the ledger: the delete
     /// is sent only after the export is complete and fsynced, and only if
@@ -280,6 +539,8 @@ pub struct StatusArgs {
     /// Exit 3 when any row is PERMANENT.
     #[arg(long)]
     pub fail_on_permanent: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Clone, Args, Default)]
@@ -321,6 +582,8 @@ pub struct RowsArgs {
     /// Payload, result and whole error messages too.
     #[arg(long)]
     pub full: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -329,6 +592,8 @@ pub struct RowArgs {
     pub ledger: String,
     /// The row's key.
     pub key: String,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -358,12 +623,16 @@ pub struct JobsArgs {
     /// Most jobs to print (0: all).
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct JobArgs {
     /// `ledgers/{ledger}/jobs/{job}` or `{ledger}/{job}`.
     pub name: String,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -386,6 +655,8 @@ pub struct OperationsArgs {
     /// Most operations to print (0: all).
     #[arg(long, default_value_t = 100)]
     pub limit: usize,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -395,6 +666,8 @@ pub struct OperationArgs {
     /// The event log too (source, verdict, reason of every event).
     #[arg(long)]
     pub events: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -460,11 +733,15 @@ pub enum PromptsCmd {
         /// System instruction file.
         #[arg(long)]
         system_file: Option<PathBuf>,
+        #[command(flatten)]
+        out: OutputArgs,
     },
     /// Show one prompt version (`name@version` or `prompts/{p}/versions/{v}`).
     Get {
         /// The prompt.
         name: String,
+        #[command(flatten)]
+        out: OutputArgs,
     },
 }
 
@@ -524,6 +801,7 @@ mod tests {
     #[test]
     fn the_cli_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]
@@ -538,8 +816,117 @@ mod tests {
         ])
         .unwrap();
         assert!(cli.json);
-        assert_eq!(cli.server, "http://h:1");
+        assert_eq!(cli.server.as_deref(), Some("http://h:1"));
         assert!(matches!(cli.command, Command::Status(_)));
+    }
+
+    #[test]
+    fn old_spellings_still_parse_as_the_noun_verb_commands() {
+        // Invariant: every spelling scripts used before noun-verb still
+        // parses, to the same arguments the new spelling gives.
+        let cli = try_parse_from([
+            "tallyctl",
+            "rows",
+            "l",
+            "--status",
+            "permanent",
+            "-o",
+            "yaml",
+        ])
+        .unwrap();
+        let Command::Rows(RowsCmd { verb: None, legacy }) = cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        let a = legacy.into_list().unwrap();
+        assert_eq!((a.ledger.as_str(), a.filter.statuses.len()), ("l", 1));
+        assert_eq!(a.out.output, Some(crate::output::Format::Yaml));
+        let cli = try_parse_from(["tallyctl", "rows", "list", "l", "--limit", "5"]).unwrap();
+        let Command::Rows(RowsCmd {
+            verb: Some(RowsVerb::List(a)),
+            ..
+        }) = cli.command
+        else {
+            panic!()
+        };
+        assert_eq!((a.ledger.as_str(), a.limit), ("l", 5));
+        assert!(matches!(
+            try_parse_from(["tallyctl", "row", "l", "k"])
+                .unwrap()
+                .command,
+            Command::Row(_)
+        ));
+        assert!(matches!(
+            try_parse_from(["tallyctl", "rows", "get", "l", "k"])
+                .unwrap()
+                .command,
+            Command::Rows(RowsCmd {
+                verb: Some(RowsVerb::Get(_)),
+                ..
+            })
+        ));
+        assert!(matches!(
+            try_parse_from(["tallyctl", "jobs", "l", "--state", "running"])
+                .unwrap()
+                .command,
+            Command::Jobs(JobsCmd {
+                verb: None,
+                legacy: JobsLegacy {
+                    ledger: Some(_),
+                    ..
+                }
+            })
+        ));
+        assert!(matches!(
+            try_parse_from(["tallyctl", "job", "l/j"]).unwrap().command,
+            Command::Job(_)
+        ));
+        assert!(matches!(
+            try_parse_from(["tallyctl", "operations"]).unwrap().command,
+            Command::Operations(OperationsCmd { verb: None, .. })
+        ));
+        assert!(matches!(
+            try_parse_from(["tallyctl", "operation", "abc", "--events"])
+                .unwrap()
+                .command,
+            Command::Operation(_)
+        ));
+        assert!(matches!(
+            try_parse_from(["tallyctl", "operations", "get", "abc"])
+                .unwrap()
+                .command,
+            Command::Operations(OperationsCmd {
+                verb: Some(OperationsVerb::Get(_)),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn help_lists_exit_codes_and_hides_old_spellings() {
+        let help = command().render_long_help().to_string();
+        for code in ["0 ", "1 ", "2 ", "3 ", "4 ", "130"] {
+            assert!(help.contains(&format!("\n  {code}")), "exit {code}: {help}");
+        }
+        for old in ["\n  row ", "\n  job ", "\n  operation "] {
+            assert!(!help.contains(old), "{old} shown in\n{help}");
+        }
+        let mut cmd = command();
+        let rows = cmd.find_subcommand_mut("rows").unwrap();
+        let rows_help = rows.render_long_help().to_string();
+        assert!(!rows_help.contains("--status"), "{rows_help}");
+        assert!(rows_help.contains("list"), "{rows_help}");
+    }
+
+    #[test]
+    fn json_and_output_are_one_choice() {
+        let cli = try_parse_from(["tallyctl", "--json", "ledgers", "list"]).unwrap();
+        assert!(cli.json);
+        let cli =
+            try_parse_from(["tallyctl", "ledgers", "list", "-o", "wide", "--no-headers"]).unwrap();
+        let out = cli.command.output_args().unwrap();
+        assert_eq!(out.output, Some(crate::output::Format::Wide));
+        assert!(out.no_headers);
+        assert!(try_parse_from(["tallyctl", "ledgers", "list", "-o", "xml"]).is_err());
     }
 
     #[test]

@@ -6,15 +6,17 @@ use std::fmt::Write as _;
 use tonic::Code;
 use tonic_types::StatusExt;
 
-/// Exit codes, documented in docs-tallyctl.md.
+/// Exit codes, listed in `tallyctl --help` ([`crate::cli::AFTER_HELP`]);
+/// a test checks that the two agree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {
     /// Everything went as asked.
     Ok = 0,
-    /// Bad usage or bad input (flags, files, lines); nothing or only what
-    /// came before the bad input was sent.
+    /// Bad usage or bad input (flags, config file, files, lines); nothing
+    /// or only what came before the bad input was sent. Also CONFLICT rows
+    /// with `--fail-on-conflict`.
     Input = 1,
-    /// The server answered with an error (or could not be reached).
+    /// The server answered with an error (or could not be reached in time).
     Server = 2,
     /// `--fail-on-permanent` (status, watch): rows ended PERMANENT.
     Permanent = 3,
@@ -25,6 +27,16 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
+    /// Every code, for the test that `--help` lists them all.
+    pub const ALL: [ExitCode; 6] = [
+        ExitCode::Ok,
+        ExitCode::Input,
+        ExitCode::Server,
+        ExitCode::Permanent,
+        ExitCode::LockHeld,
+        ExitCode::Interrupted,
+    ];
+
     pub fn code(self) -> i32 {
         self as i32
     }
@@ -45,6 +57,29 @@ pub enum CliError {
         context: String,
         status: Box<tonic::Status>,
     },
+    /// No answer: the server could not be reached, or did not answer
+    /// within `--timeout`. `server` names the address (and the profile).
+    #[error("{context}: {}", describe_unreachable(.server, .status))]
+    Unreachable {
+        context: String,
+        server: String,
+        status: Box<tonic::Status>,
+    },
+}
+
+/// `cannot reach http://h:1 (profile …): UNAVAILABLE: …`, or for a call
+/// past `--timeout`, `no answer from … within the timeout`.
+fn describe_unreachable(server: &str, status: &tonic::Status) -> String {
+    if is_timeout(status) {
+        format!("no answer from {server} within the timeout (--timeout): DEADLINE_EXCEEDED")
+    } else {
+        format!("cannot reach {server}: {}", describe_status("", status))
+    }
+}
+
+/// A call that tonic cut at the channel's timeout (it says CANCELLED).
+fn is_timeout(status: &tonic::Status) -> bool {
+    status.code() == Code::Cancelled && status.message() == tonic::TimeoutExpired(()).to_string()
 }
 
 impl CliError {
@@ -67,7 +102,7 @@ impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             CliError::Usage(_) | CliError::Input(_) => ExitCode::Input,
-            CliError::Server { .. } => ExitCode::Server,
+            CliError::Server { .. } | CliError::Unreachable { .. } => ExitCode::Server,
         }
     }
 
@@ -75,7 +110,29 @@ impl CliError {
     pub fn grpc_code(&self) -> Option<Code> {
         match self {
             CliError::Server { status, .. } => Some(status.code()),
+            CliError::Unreachable { status, .. } if is_timeout(status) => {
+                Some(Code::DeadlineExceeded)
+            }
+            CliError::Unreachable { status, .. } => Some(status.code()),
             CliError::Usage(_) | CliError::Input(_) => None,
+        }
+    }
+
+    /// A server error that means "no answer" (UNAVAILABLE: not reachable;
+    /// a call cut at `--timeout`) becomes [`CliError::Unreachable`], naming
+    /// `server`; anything else is returned as it is.
+    pub fn naming_server(self, server: &str) -> Self {
+        match self {
+            CliError::Server { context, status }
+                if status.code() == Code::Unavailable || is_timeout(&status) =>
+            {
+                CliError::Unreachable {
+                    context,
+                    server: server.to_string(),
+                    status,
+                }
+            }
+            other => other,
         }
     }
 
@@ -104,6 +161,17 @@ impl CliError {
                     "field_violations": violations,
                 }})
             }
+            CliError::Unreachable {
+                context,
+                server,
+                status,
+            } => serde_json::json!({"error": {
+                "kind": "unreachable",
+                "context": context,
+                "server": server,
+                "code": code_name(self.grpc_code().unwrap_or(status.code())),
+                "message": self.to_string(),
+            }}),
         }
     }
 }
@@ -196,6 +264,47 @@ mod tests {
         assert_eq!(e.grpc_code(), Some(Code::NotFound));
         assert_eq!(ExitCode::Permanent.code(), 3);
         assert_eq!(ExitCode::LockHeld.code(), 4);
+    }
+
+    #[test]
+    fn help_lists_every_exit_code() {
+        // Invariant: `--help` documents each code tallyctl can exit with.
+        for code in ExitCode::ALL {
+            let line = format!("\n  {:<4} ", code.code());
+            assert!(
+                crate::cli::AFTER_HELP.contains(&line),
+                "{code:?} missing from --help"
+            );
+        }
+    }
+
+    #[test]
+    fn no_answer_names_the_server_and_other_errors_stay() {
+        let e = CliError::server(
+            "list ledgers",
+            tonic::Status::unavailable("tcp connect error"),
+        )
+        .naming_server("http://h:1 (profile \"p\" of /c.toml)");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("list ledgers: cannot reach http://h:1 (profile \"p\""),
+            "{text}"
+        );
+        assert!(text.contains("UNAVAILABLE: tcp connect error"), "{text}");
+        assert_eq!(e.exit_code(), ExitCode::Server);
+        assert_eq!(
+            e.to_json()["error"]["server"],
+            "http://h:1 (profile \"p\" of /c.toml)"
+        );
+        let timeout = tonic::Status::cancelled(tonic::TimeoutExpired(()).to_string());
+        let e = CliError::server("get x", timeout).naming_server("http://h:1");
+        assert!(
+            e.to_string().contains("no answer from http://h:1 within"),
+            "{e}"
+        );
+        assert_eq!(e.grpc_code(), Some(Code::DeadlineExceeded));
+        let e = CliError::server("get x", tonic::Status::not_found("x")).naming_server("h");
+        assert!(matches!(e, CliError::Server { .. }));
     }
 
     #[test]

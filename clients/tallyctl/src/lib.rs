@@ -3,7 +3,8 @@
 //!
 //! Layout:
 //! - [`cli`]: the command line (clap derive), the only place flags live;
-//! - [`connect`]: the channel, TLS and the bearer token;
+//! - [`connect`]: the channel, TLS, the bearer token and `--timeout`, from
+//!   the flags and [`config`], the config file's profiles;
 //! - [`commands`]: one module per command group, each a thin "call, then
 //!   print a table or a JSON projection";
 //! - [`enroll`]: the chunked, streaming enroller shared by `enroll` and
@@ -12,8 +13,9 @@
 //!   [`export`]: rows → JSONL, OpenAI batch output, CSV, Parquet;
 //! - [`plan`]: the pure dataset planner, and [`plan::scan`], its file-system
 //!   walk;
-//! - [`render`]: enum names, times, and the `--json` projections;
-//!   [`table`]: aligned tables;
+//! - [`output`]: `-o table|wide|json|jsonl|yaml`, JSON made generically
+//!   from the proto descriptors; [`render`]: enum names, times, durations
+//!   for tables; [`table`]: aligned tables;
 //! - [`error`]: failures and the exit codes scripts rely on.
 //!
 //! No business logic lives here: the server decides, tallyctl asks and
@@ -21,12 +23,14 @@
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod connect;
 pub mod enroll;
 pub mod error;
 pub mod export;
 pub mod formats;
 pub mod jsonl;
+pub mod output;
 pub mod plan;
 pub mod render;
 pub mod table;
@@ -34,13 +38,17 @@ pub mod table;
 use connect::Clients;
 use error::{CliError, ExitCode};
 use indicatif::{ProgressBar, ProgressDrawTarget};
+use output::Printer;
 use std::io::IsTerminal as _;
 
 /// What every command gets: the clients and how to print.
 pub struct Ctx {
     pub clients: Clients,
-    /// `--json`: one JSON document on stdout, no tables, no progress bars.
+    /// Machine output (`-o json|jsonl|yaml`, `--json`): one document on
+    /// stdout, no tables, no progress bars, errors as JSON on stderr.
     pub json: bool,
+    /// `-o` and `--no-headers`.
+    pub printer: Printer,
     /// Progress bars are drawn (stderr is a terminal and not `--json`).
     pub interactive: bool,
 }
@@ -58,19 +66,28 @@ impl Ctx {
         bar
     }
 
-    /// Prints a JSON document on stdout.
+    /// Prints a document on stdout in the `-o` format (JSON unless YAML or
+    /// JSONL was asked for).
     pub fn print_json(&self, value: &serde_json::Value) {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).expect("JSON values always serialize")
-        );
+        print!("{}", self.printer.document(value));
+    }
+
+    /// Prints a list of items (see [`Printer::list`]).
+    pub fn print_list(&self, key: &str, items: Vec<serde_json::Value>, truncated: Option<bool>) {
+        print!("{}", self.printer.list(key, items, truncated));
+    }
+
+    /// Prints a table, with its header unless `--no-headers`.
+    pub fn print_table(&self, t: &table::Table) {
+        print!("{}", self.printer.table(t));
     }
 }
 
 /// Runs a parsed command line on a fresh runtime, prints any error (as
-/// JSON on stderr with `--json`) and returns the exit code.
+/// JSON on stderr with machine output) and returns the exit code.
 pub fn main_with(cli: cli::Cli) -> ExitCode {
-    let json = cli.json;
+    let out = cli.command.output_args().unwrap_or_default();
+    let json = output::resolve(out.output, cli.json).map_or(cli.json, |f| f.is_machine());
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -94,15 +111,28 @@ pub fn main_with(cli: cli::Cli) -> ExitCode {
     }
 }
 
-/// Connects and runs one command.
+/// Connects and runs one command. A failure to reach the server names its
+/// address (and the profile that gave it).
 pub async fn run(cli: cli::Cli) -> Result<ExitCode, CliError> {
-    let target = connect::target(&cli);
+    // Needs no server, no config file.
+    if let cli::Command::Completion(args) = &cli.command {
+        return Ok(commands::completion(args));
+    }
+    let out = cli.command.output_args().unwrap_or_default();
+    let format = output::resolve(out.output, cli.json)?;
+    let conn = connect::resolve(&cli)?;
     let mut ctx = Ctx {
-        clients: target.connect()?,
-        json: cli.json,
-        interactive: !cli.json && std::io::stderr().is_terminal(),
+        clients: conn.connect()?,
+        json: format.is_machine(),
+        printer: Printer {
+            format,
+            no_headers: out.no_headers,
+        },
+        interactive: !format.is_machine() && std::io::stderr().is_terminal(),
     };
-    commands::dispatch(&mut ctx, cli.command).await
+    commands::dispatch(&mut ctx, cli.command)
+        .await
+        .map_err(|e| e.naming_server(&conn.describe()))
 }
 
 /// `x` or `ledgers/x` → `ledgers/x`.

@@ -1,10 +1,9 @@
-//! How API values are shown: enum names without their type prefix
-//! (`PERMANENT`, not `ROW_STATUS_PERMANENT`), times in RFC 3339 UTC,
-//! durations in human form, and the explicit JSON projections `--json`
-//! prints (prost types are not serde; these say exactly what a script gets:
-//! proto field names in snake_case, short enum names, times as RFC 3339
-//! strings, durations as humantime strings like `30m`).
+//! How API values are shown in tables: enum names without their type
+//! prefix (`PERMANENT`, not `ROW_STATUS_PERMANENT`), times in RFC 3339 UTC,
+//! durations in human form; and the JSON of each printed message (made by
+//! [`crate::output`] from the descriptors, plus a few derived fields).
 
+use crate::output;
 use serde_json::{Value, json};
 use tally_proto::v1 as pb;
 
@@ -63,18 +62,6 @@ pub fn ledger_state_text(state: i32, pause: Option<&pb::LedgerPause>) -> String 
             p.message
         ),
         _ => ledger_state(state),
-    }
-}
-
-pub fn pause_json(p: Option<&pb::LedgerPause>) -> Value {
-    match p {
-        None => Value::Null,
-        Some(p) => json!({
-            "reason": pause_reason(p.reason),
-            "message": p.message,
-            "actor": p.actor,
-            "pause_time": time_json(p.pause_time.as_ref()),
-        }),
     }
 }
 
@@ -213,13 +200,6 @@ pub fn time(t: Option<&prost_types::Timestamp>) -> String {
     }
 }
 
-fn time_json(t: Option<&prost_types::Timestamp>) -> Value {
-    match t {
-        Some(_) => Value::String(time(t)),
-        None => Value::Null,
-    }
-}
-
 /// `30m`, `1h 30m`; empty when unset.
 pub fn duration(d: Option<&prost_types::Duration>) -> String {
     match d.and_then(|d| std::time::Duration::try_from(*d).ok()) {
@@ -253,117 +233,39 @@ pub fn last_segment(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or(name)
 }
 
-// ---- JSON projections --------------------------------------------------------
-
-fn attempts_json(a: Option<&pb::AttemptCounts>) -> Value {
-    let a = a.cloned().unwrap_or_default();
-    json!({"provider": a.provider, "content": a.content, "infra": a.infra, "total": a.total})
-}
-
-fn usage_json(u: Option<&pb::Usage>) -> Value {
-    let u = u.cloned().unwrap_or_default();
-    json!({
-        "input_tokens": u.input_tokens,
-        "output_tokens": u.output_tokens,
-        "thinking_tokens": u.thinking_tokens,
-        "cached_tokens": u.cached_tokens,
-    })
-}
-
-fn prompt_json(p: Option<&pb::PromptRef>) -> Value {
-    match p {
-        Some(p) if !p.name.is_empty() => json!({"name": p.name, "version": p.version}),
-        _ => Value::Null,
-    }
-}
-
-/// A JSON text field (payload, result) as the JSON it holds; a string when
-/// it does not parse; null when empty.
-pub fn embedded_json(text: &str) -> Value {
-    if text.is_empty() {
-        return Value::Null;
-    }
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
-}
+// ---- JSON ----------------------------------------------------------------------
+//
+// Machine output is the proto messages as [`crate::output`] prints them
+// (every field, generically); these add what a script needs that the
+// message does not carry.
 
 pub fn ledger_json(l: &pb::Ledger) -> Value {
-    let p = l.policy.clone().unwrap_or_default();
-    let b = p.budgets.unwrap_or_default();
-    let backoff = p.backoff.unwrap_or_default();
-    json!({
-        "name": l.name,
-        "policy": {
-            "model": p.model,
-            "budgets": {"provider": b.provider, "content": b.content, "infra": b.infra},
-            "lease": duration(p.lease.as_ref()),
-            "backoff": {
-                "initial": duration(backoff.initial.as_ref()),
-                "max": duration(backoff.max.as_ref()),
-                "multiplier": backoff.multiplier,
-                "jitter": backoff.jitter,
-            },
-            "overrides": p.overrides.iter().map(|o| json!({
-                "name": o.name,
-                "http_code": o.http_code,
-                "status": o.status,
-                "message_contains": o.message_contains,
-                "finish_reason": o.finish_reason,
-                "verdict": row_status(o.verdict),
-                "budget": budget(o.budget),
-            })).collect::<Vec<_>>(),
-            "review_threshold": p.review_threshold,
-            "alert_url": p.alert_url,
-            "max_active_jobs": p.max_active_jobs,
-            "prices": p.prices.iter().map(|m| json!({
-                "model": m.model,
-                "input_per_million": m.input_per_million,
-                "output_per_million": m.output_per_million,
-                "cached_input_per_million": m.cached_input_per_million,
-                "thinking_per_million": m.thinking_per_million,
-            })).collect::<Vec<_>>(),
-        },
-        "create_time": time_json(l.create_time.as_ref()),
-        "update_time": time_json(l.update_time.as_ref()),
-        "etag": l.etag,
-        "state": ledger_state(l.state),
-        "delete_time": time_json(l.delete_time.as_ref()),
-        "purge": l.purge.as_ref().map(|p| json!({
-            "rows_total": p.rows_total,
-            "rows_purged": p.rows_purged,
-            "forced": p.forced,
-            "claims_expired": p.claims_expired,
-            "jobs_abandoned": p.jobs_abandoned,
-        })),
-        "pause": pause_json(l.pause.as_ref()),
-    })
+    let mut v = output::to_json(l);
+    lowercase_pause_reason(&mut v);
+    v
 }
 
+/// `pause.reason` in lower case (`operator`, `spend_cap`), as the summary
+/// line and the tables write it, and as tallyctl's JSON always had it.
+fn lowercase_pause_reason(v: &mut Value) {
+    if let Some(Value::String(r)) = v.pointer_mut("/pause/reason") {
+        *r = r.to_ascii_lowercase();
+    }
+}
+
+/// The summary, plus `attempts` (the four `attempts_*` fields as one
+/// object, as tallyctl printed them before) and `terminal`.
 pub fn summary_json(s: &pb::LedgerSummary) -> Value {
-    json!({
-        "ledger": s.ledger,
-        "total": s.total,
-        "pending": s.pending,
-        "running": s.running,
-        "retryable": s.retryable,
-        "succeeded": s.succeeded,
-        "permanent": s.permanent,
-        "blocked": s.blocked,
-        "attempts": {
-            "provider": s.attempts_provider,
-            "content": s.attempts_content,
-            "infra": s.attempts_infra,
-            "total": s.attempts_total,
-        },
-        "usage": usage_json(s.usage.as_ref()),
-        "estimated_cost_usd": s.estimated_cost_usd,
-        "unpriced_models": s.unpriced_models,
-        "permanent_by_rule": s.permanent_by_rule,
-        "active_jobs": s.active_jobs,
-        "summary_line": s.summary_line,
-        "state": ledger_state(s.state),
-        "pause": pause_json(s.pause.as_ref()),
-        "terminal": is_terminal(s),
-    })
+    let mut v = output::to_json(s);
+    v["attempts"] = json!({
+        "provider": s.attempts_provider,
+        "content": s.attempts_content,
+        "infra": s.attempts_infra,
+        "total": s.attempts_total,
+    });
+    v["terminal"] = Value::Bool(is_terminal(s));
+    lowercase_pause_reason(&mut v);
+    v
 }
 
 /// Every row is SUCCEEDED, PERMANENT or BLOCKED.
@@ -371,147 +273,42 @@ pub fn is_terminal(s: &pb::LedgerSummary) -> bool {
     s.pending == 0 && s.running == 0 && s.retryable == 0
 }
 
-pub fn attempt_json(a: &pb::Attempt) -> Value {
-    json!({
-        "number": a.number,
-        "claim": a.claim,
-        "job": a.job,
-        "batch": a.batch,
-        "model": a.model,
-        "prompt": prompt_json(a.prompt.as_ref()),
-        "vars_hash": a.vars_hash,
-        "outcome": row_status(a.outcome),
-        "rule": a.rule,
-        "budget": budget(a.budget),
-        "usage": usage_json(a.usage.as_ref()),
-        "error": a.error,
-        "actor": a.actor,
-        "time": time_json(a.time.as_ref()),
-    })
-}
-
-/// A row; `full` adds payload, result and history (when the server sent
-/// them).
-pub fn row_json(r: &pb::Row, full: bool) -> Value {
-    let mut v = json!({
-        "name": r.name,
-        "key": r.key,
-        "depends_on": r.depends_on,
-        "unmet_dependencies": r.unmet_dependencies,
-        "prompt": prompt_json(r.prompt.as_ref()),
-        "model": r.model,
-        "status": row_status(r.status),
-        "attempts": attempts_json(r.attempts.as_ref()),
-        "rule": r.rule,
-        "last_error": r.last_error,
-        "usage": usage_json(r.usage.as_ref()),
-        "claim": r.claim,
-        "job": r.job,
-        "next_attempt_time": time_json(r.next_attempt_time.as_ref()),
-        "create_time": time_json(r.create_time.as_ref()),
-        "update_time": time_json(r.update_time.as_ref()),
-    });
-    if full {
-        v["payload"] = embedded_json(&r.payload);
-        v["result"] = embedded_json(&r.result);
-        v["history"] = r.history.iter().map(attempt_json).collect();
-    }
-    v
+/// A row as the server sent it (payload, result and history are empty in
+/// the BASIC view `rows list` asks for without --full).
+pub fn row_json(r: &pb::Row) -> Value {
+    output::to_json(r)
 }
 
 pub fn redrive_json(r: &pb::RedriveRowsResponse, dry_run: bool) -> Value {
-    json!({
-        "dry_run": dry_run,
-        "redriven": r.redriven,
-        "unblocked": r.unblocked,
-        "skipped": r.skipped,
-        "sample_keys": r.sample_keys,
-    })
+    let mut v = output::to_json(r);
+    v["dry_run"] = Value::Bool(dry_run);
+    v
 }
 
 pub fn job_json(j: &pb::Job) -> Value {
-    let c = j.counts.unwrap_or_default();
-    json!({
-        "name": j.name,
-        "job_id": j.job_id,
-        "claim": j.claim,
-        "state": job_state(j.state),
-        "model": j.model,
-        "owner": j.owner,
-        "batch": j.batch,
-        "input_file": j.input_file,
-        "output_file": j.output_file,
-        "counts": {
-            "rows": c.rows,
-            "succeeded": c.succeeded,
-            "retryable": c.retryable,
-            "permanent": c.permanent,
-            "missing": c.missing,
-            "unreported": c.unreported,
-        },
-        "summary": j.summary,
-        "error": j.error,
-        "adoptions": j.adoptions,
-        "operation": j.operation,
-        "create_time": time_json(j.create_time.as_ref()),
-        "submit_time": time_json(j.submit_time.as_ref()),
-        "end_time": time_json(j.end_time.as_ref()),
-        "update_time": time_json(j.update_time.as_ref()),
-        "lease_expire_time": time_json(j.lease_expire_time.as_ref()),
-    })
+    output::to_json(j)
 }
 
 pub fn lock_json(l: &pb::Lock) -> Value {
-    json!({
-        "name": l.name,
-        "owner": l.owner,
-        "token": if l.token.is_empty() { Value::Null } else { Value::String(l.token.clone()) },
-        "acquire_time": time_json(l.acquire_time.as_ref()),
-        "expire_time": time_json(l.expire_time.as_ref()),
-    })
+    output::to_json(l)
 }
 
 pub fn operation_json(o: &pb::Operation) -> Value {
-    json!({
-        "name": o.name,
-        "state": operation_state(o.state),
-        "update_time": time_json(o.update_time.as_ref()),
-        "version": o.version,
-        "job": o.job,
-        "output_file": o.output_file,
-        "error_code": o.error_code,
-        "error_message": o.error_message,
-        "applied_events": o.applied_events,
-        "drops": o.drops,
-        "create_time": time_json(o.create_time.as_ref()),
-    })
+    output::to_json(o)
 }
 
 pub fn operation_event_json(e: &pb::OperationEventRecord) -> Value {
-    json!({
-        "sequence": e.sequence,
-        "source": event_source(e.source),
-        "raw_state": e.raw_state,
-        "state": operation_state(e.state),
-        "update_time": time_json(e.update_time.as_ref()),
-        "receive_time": time_json(e.receive_time.as_ref()),
-        "verdict": event_verdict(e.verdict),
-        "reason": e.reason,
-        "event_id": e.event_id,
-    })
+    output::to_json(e)
 }
 
 pub fn prompt_json_full(p: &pb::Prompt) -> Value {
-    json!({
-        "name": p.name,
-        "prompt_id": p.prompt_id,
-        "version": p.version,
-        "template": p.template,
-        "response_schema": embedded_json(&p.response_schema),
-        "system_instruction": p.system_instruction,
-        "sha256": p.sha256,
-        "create_time": time_json(p.create_time.as_ref()),
-    })
+    output::to_json(p)
+}
+
+/// A JSON text field (payload, result) as the JSON it holds; a string when
+/// it does not parse; null when empty.
+pub fn embedded_json(text: &str) -> Value {
+    output::embedded_json(text)
 }
 
 #[cfg(test)]
@@ -551,21 +348,24 @@ mod tests {
     }
 
     #[test]
-    fn rows_embed_their_json_and_hide_the_bulk_unless_full() {
-        let row = pb::Row {
-            key: "k".into(),
-            payload: r#"{"a":1}"#.into(),
-            result: "not json".into(),
-            status: pb::RowStatus::Succeeded as i32,
+    fn the_summary_keeps_its_attempts_object_and_terminal() {
+        let s = pb::LedgerSummary {
+            attempts_content: 2,
+            attempts_total: 3,
             ..Default::default()
         };
-        let basic = row_json(&row, false);
-        assert_eq!(basic["status"], "SUCCEEDED");
-        assert!(basic.get("payload").is_none());
-        let full = row_json(&row, true);
-        assert_eq!(full["payload"]["a"], 1);
-        assert_eq!(full["result"], "not json");
-        assert_eq!(full["prompt"], Value::Null);
+        let v = summary_json(&s);
+        assert_eq!(v["attempts"]["content"], 2);
+        assert_eq!(v["attempts_total"], 3);
+        assert_eq!(v["terminal"], true);
+        let l = pb::Ledger {
+            pause: Some(pb::LedgerPause {
+                reason: pb::LedgerPauseReason::SpendCap as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(ledger_json(&l)["pause"]["reason"], "spend_cap");
     }
 
     #[test]

@@ -56,6 +56,16 @@ impl Table {
     /// spaces are trimmed; newlines and tabs inside cells are shown as
     /// spaces so a cell never breaks the layout.
     pub fn render(&self) -> String {
+        self.render_with(true)
+    }
+
+    /// [`Table::render`] without the header line (`--no-headers`); columns
+    /// are as wide as their widest cell.
+    pub fn render_rows(&self) -> String {
+        self.render_with(false)
+    }
+
+    fn render_with(&self, with_header: bool) -> String {
         let columns = self
             .rows
             .iter()
@@ -70,14 +80,15 @@ impl Table {
             .iter()
             .map(|r| r.iter().map(|s| clean(s)).collect())
             .collect();
+        let header = if with_header { Some(header) } else { None };
         let mut widths = vec![0usize; columns];
-        for line in std::iter::once(&header).chain(&rows) {
+        for line in header.iter().chain(&rows) {
             for (i, cell) in line.iter().enumerate() {
                 widths[i] = widths[i].max(cell.chars().count());
             }
         }
         let mut out = String::new();
-        for line in std::iter::once(&header).chain(&rows) {
+        for line in header.iter().chain(&rows) {
             let mut text = String::new();
             for (i, width) in widths.iter().enumerate() {
                 let cell = line.get(i).map(String::as_str).unwrap_or("");
@@ -151,6 +162,15 @@ mod tests {
             t.render(),
             "a          b\né          x y\nlong cell\n1          2    extra\n"
         );
+    }
+
+    #[test]
+    fn no_headers_drops_the_title_line_only() {
+        let mut t = Table::new(["status", "rows"]).right(&[1]);
+        t.row(["SUCCEEDED", "12"]);
+        t.row(["BLOCKED", "1000"]);
+        assert_eq!(t.render_rows(), "SUCCEEDED    12\nBLOCKED    1000\n");
+        assert_eq!(Table::new(["key"]).render_rows(), "");
     }
 
     #[test]

@@ -39,16 +39,7 @@ impl Env {
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tallyctl"));
         cmd.arg("--server").arg(&self.url).args(args);
-        for var in [
-            "TALLY_SERVER",
-            "TALLY_TOKEN",
-            "TALLY_TLS_CA",
-            "TALLY_TLS_CERT",
-            "TALLY_TLS_KEY",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.kill_on_drop(true);
+        isolate(&mut cmd, self.dir.path());
         cmd
     }
 
@@ -95,6 +86,43 @@ impl Env {
     async fn stop(mut self) {
         self.server.take().unwrap().stop().await.unwrap();
     }
+}
+
+/// No setting from the developer's environment or config file reaches the
+/// tallyctl under test: the variables are removed and the config file is
+/// looked for under `dir`.
+fn isolate(cmd: &mut tokio::process::Command, dir: &Path) {
+    for var in [
+        "TALLY_SERVER",
+        "TALLY_TOKEN",
+        "TALLY_TOKEN_FILE",
+        "TALLY_TLS_CA",
+        "TALLY_TLS_CERT",
+        "TALLY_TLS_KEY",
+        "TALLY_TLS_DOMAIN",
+        "TALLY_TIMEOUT",
+        "TALLYCTL_CONFIG",
+        "TALLYCTL_PROFILE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("XDG_CONFIG_HOME", dir.join("xdg"));
+    cmd.kill_on_drop(true);
+}
+
+/// tallyctl with exactly these arguments and variables (no --server).
+async fn tallyctl_bare(dir: &Path, args: &[&str], vars: &[(&str, &str)]) -> Run {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tallyctl"));
+    cmd.args(args);
+    isolate(&mut cmd, dir);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("tallyctl {args:?} did not finish within 60s"))
+        .expect("tallyctl runs");
+    Run::from(out)
 }
 
 #[derive(Debug)]
@@ -423,7 +451,12 @@ async fn server_errors_exit_2_with_code_and_details() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("UNAVAILABLE"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("UNAVAILABLE"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach http://{addr}")),
+        "the address is named: {stderr}"
+    );
 }
 
 /// The seed's layout in a temp dir: images 1..20, first-pass JSON for 3, 4,
@@ -1028,4 +1061,448 @@ async fn ledgers_archive_exports_every_row_before_deleting() {
     assert!(r.stderr.contains("exists"), "{}", r.stderr);
     assert_eq!(std::fs::read_to_string(&archive).unwrap(), text);
     env.stop().await;
+}
+
+/// Every key of a printed message's JSON object, against the fields of its
+/// proto message: the same set (plus the derived keys named).
+fn assert_fields(v: &Value, message: &str, derived: &[&str]) {
+    let desc = tallyctl::output::descriptor(message);
+    let mut want: Vec<String> = desc.fields().map(|f| f.name().to_string()).collect();
+    want.extend(derived.iter().map(|d| d.to_string()));
+    want.sort();
+    let mut got: Vec<String> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("{message}: not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "{message} printed as {v}");
+}
+
+/// A command, the message it prints, the list key (None: a get), and
+/// the derived keys it adds.
+type Case<'a> = (Vec<&'a str>, &'a str, Option<&'a str>, Vec<&'a str>);
+
+/// `-o yaml` read back by an independent parser (libyaml).
+fn yaml(text: &str) -> Value {
+    serde_yaml_ng::from_str(text).unwrap_or_else(|e| panic!("not YAML ({e}):\n{text}"))
+}
+
+fn jsonl(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+// Invariant: on every list/get command, `-o json`, `-o jsonl` and `-o yaml`
+// print the same data, which parses back and holds every field of the
+// proto message (so a new field cannot go missing); `--json` is `-o json`;
+// `--no-headers` drops exactly the header line; `-o wide` adds columns;
+// the new noun-verb spellings and the old ones print the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_formats_carry_every_field_on_every_list_and_get() {
+    let env = Env::start().await;
+    env.ok(&["ledgers", "create", "fmt", "--price", "m=1,2"])
+        .await;
+    let rows = env.file(
+        "rows.jsonl",
+        "{\"key\": \"a\", \"payload\": {\"n\": 1}}\n{\"key\": \"b\", \"payload\": {\"n\": 2}, \"depends_on\": [\"a\"]}\n",
+    );
+    env.ok(&["enroll", "fmt", &rows]).await;
+
+    // A job and its operation, so jobs and operations have something to
+    // print.
+    let mut ledgers = env.client().await;
+    let claim = ledgers
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: "ledgers/fmt".into(),
+            max_rows: 10,
+            worker: "w".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .claim
+        .expect("row a is claimable");
+    let mut jobs = pb::job_service_client::JobServiceClient::connect(env.url.clone())
+        .await
+        .unwrap();
+    let job = jobs
+        .create_job(pb::CreateJobRequest {
+            claim: claim.name.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    jobs.mark_submitted(pb::MarkSubmittedRequest {
+        name: job.name.clone(),
+        claim: claim.name.clone(),
+        batch: "batches/fmt1".into(),
+        input_file: "files/in1".into(),
+    })
+    .await
+    .unwrap();
+    let mut ops = pb::operations_service_client::OperationsServiceClient::connect(env.url.clone())
+        .await
+        .unwrap();
+    ops.ingest_event(pb::IngestEventRequest {
+        event: Some(pb::OperationEvent {
+            operation: "batches/fmt1".into(),
+            state: "BATCH_STATE_RUNNING".into(),
+            update_time: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 0,
+            }),
+            source: pb::EventSource::Webhook as i32,
+            event_id: "e1".into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap();
+    let job_ref = format!("fmt/{}", job.job_id);
+
+    // Each command: its JSON, the message it prints, where in the
+    // document, derived keys.
+    let cases: Vec<Case> = vec![
+        (
+            vec!["ledgers", "list"],
+            "tally.v1.Ledger",
+            Some("ledgers"),
+            vec![],
+        ),
+        (
+            vec!["ledgers", "get", "fmt"],
+            "tally.v1.Ledger",
+            None,
+            vec![],
+        ),
+        (
+            vec!["status", "fmt"],
+            "tally.v1.LedgerSummary",
+            None,
+            vec!["attempts", "terminal"],
+        ),
+        (
+            vec!["rows", "list", "fmt"],
+            "tally.v1.Row",
+            Some("rows"),
+            vec![],
+        ),
+        (
+            vec!["rows", "get", "fmt", "b"],
+            "tally.v1.Row",
+            None,
+            vec![],
+        ),
+        (
+            vec!["jobs", "list", "fmt"],
+            "tally.v1.Job",
+            Some("jobs"),
+            vec![],
+        ),
+        (vec!["jobs", "get", &job_ref], "tally.v1.Job", None, vec![]),
+        (
+            vec!["operations", "list"],
+            "tally.v1.Operation",
+            Some("operations"),
+            vec![],
+        ),
+        (
+            vec!["operations", "get", "batches/fmt1"],
+            "tally.v1.Operation",
+            None,
+            vec![],
+        ),
+    ];
+    for (args, message, list_key, derived) in &cases {
+        let with = |o: &'static str| {
+            let mut a = args.clone();
+            a.extend(["-o", o]);
+            a
+        };
+        let json = env.json(args).await;
+        let json_o: Value = serde_json::from_str(&env.ok(&with("json")).await.stdout).unwrap();
+        assert_eq!(json, json_o, "{args:?}: --json is -o json");
+        let yaml_v = yaml(&env.ok(&with("yaml")).await.stdout);
+        assert_eq!(yaml_v, json, "{args:?}: -o yaml holds what -o json does");
+        let lines = jsonl(&env.ok(&with("jsonl")).await.stdout);
+        let items: Vec<Value> = match list_key {
+            Some(k) => {
+                if *k != "ledgers" {
+                    assert_eq!(json["truncated"], false, "{args:?}");
+                }
+                json[*k].as_array().unwrap().clone()
+            }
+            None => vec![json.clone()],
+        };
+        assert_eq!(lines, items, "{args:?}: -o jsonl is one item per line");
+        assert!(!items.is_empty(), "{args:?} printed nothing");
+        for item in &items {
+            assert_fields(item, message, derived);
+        }
+    }
+    // Nested messages too: a row's attempts/usage, a job's counts.
+    let b = env.json(&["rows", "get", "fmt", "b"]).await;
+    assert_fields(&b["attempts"], "tally.v1.AttemptCounts", &[]);
+    assert_eq!(b["payload"]["n"], 2, "payload is the JSON it holds");
+    let j = env.json(&["jobs", "get", &job_ref]).await;
+    assert_fields(&j["counts"], "tally.v1.JobCounts", &[]);
+    assert_eq!(j["batch"], "batches/fmt1");
+    assert_eq!(j["state"], "RUNNING", "the operation event moved it on");
+
+    // Tables: --no-headers drops exactly the header; wide adds columns;
+    // old and new spellings print the same.
+    for (new, old) in [
+        (vec!["rows", "list", "fmt"], vec!["rows", "fmt"]),
+        (vec!["rows", "get", "fmt", "b"], vec!["row", "fmt", "b"]),
+        (vec!["jobs", "list", "fmt"], vec!["jobs", "fmt"]),
+        (vec!["jobs", "get", &job_ref], vec!["job", &job_ref]),
+        (vec!["operations", "list"], vec!["operations"]),
+        (
+            vec!["operations", "get", "batches/fmt1"],
+            vec!["operation", "batches/fmt1"],
+        ),
+    ] {
+        let a = env.ok(&new).await.stdout;
+        let b = env.ok(&old).await.stdout;
+        assert_eq!(a, b, "{new:?} and {old:?} differ");
+    }
+    for (args, header) in [
+        (vec!["ledgers", "list"], "LEDGER"),
+        (vec!["rows", "list", "fmt"], "KEY"),
+        (vec!["jobs", "list", "fmt"], "JOB"),
+        (vec!["operations", "list"], "OPERATION"),
+    ] {
+        let with_headers = env.ok(&args).await.stdout;
+        let mut a = args.clone();
+        a.push("--no-headers");
+        let without = env.ok(&a).await.stdout;
+        assert!(with_headers.starts_with(header), "{args:?}: {with_headers}");
+        assert!(!without.contains(header), "{args:?}: {without}");
+        assert_eq!(
+            without.lines().count() + 1,
+            with_headers.lines().count(),
+            "{args:?}"
+        );
+        let mut w = args.clone();
+        w.extend(["-o", "wide"]);
+        let wide = env.ok(&w).await.stdout;
+        let first = |t: &str| t.lines().next().unwrap().split_whitespace().count();
+        assert!(
+            first(&wide) > first(&with_headers),
+            "{args:?}: -o wide adds columns:\n{wide}"
+        );
+    }
+    let rows_no_headers = env.ok(&["rows", "list", "fmt", "--no-headers"]).await;
+    assert_eq!(rows_no_headers.stdout.lines().count(), 2);
+    // --json with another -o is refused.
+    let r = env.run(&["--json", "ledgers", "list", "-o", "yaml"]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    env.stop().await;
+}
+
+// Invariant: a profile of the config file gives the address (and timeout,
+// token file, CA); a flag overrides it; an unknown profile, a bad file and
+// a bad value are exit 1 with a message naming the file (and the line);
+// a server that cannot be reached is named with the profile that gave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_flags_and_config_errors() {
+    let env = Env::start().await;
+    env.ok(&["ledgers", "create", "prof"]).await;
+    let dead = {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        drop(l);
+        format!("http://{a}")
+    };
+    let token = env.file("t.token", "s3cret\n");
+    let config = env.file(
+        "conf/config.toml",
+        &format!(
+            "default_profile = \"good\"\n\n[profiles.good]\nserver = \"{}\"\ntoken_file = \"{token}\"\ntimeout = \"10s\"\n\n[profiles.dead]\naddress = \"{dead}\"\n",
+            env.url
+        ),
+    );
+    let dir = env.dir.path();
+    let cfg = [("TALLYCTL_CONFIG", config.as_str())];
+
+    // The file's default profile, --profile and TALLYCTL_PROFILE.
+    let r = tallyctl_bare(dir, &["ledgers", "list"], &cfg).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("prof"), "{r:?}");
+    let r = tallyctl_bare(dir, &["--profile", "good", "ledgers", "get", "prof"], &cfg).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = tallyctl_bare(
+        dir,
+        &["ledgers", "list"],
+        &[cfg[0], ("TALLYCTL_PROFILE", "dead")],
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    // Unreachable: the address and the profile that gave it are named.
+    assert!(r.stderr.contains(&format!("cannot reach {dead}")), "{r:?}");
+    assert!(r.stderr.contains("profile \"dead\""), "{r:?}");
+    assert!(r.stderr.contains(&config), "{r:?}");
+
+    // A flag overrides the profile.
+    let r = tallyctl_bare(
+        dir,
+        &["--profile", "dead", "--server", &env.url, "ledgers", "list"],
+        &cfg,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+
+    // An unknown profile.
+    let r = tallyctl_bare(dir, &["--profile", "nope", "ledgers", "list"], &cfg).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("no profile \"nope\""), "{r:?}");
+    assert!(r.stderr.contains(&config), "{r:?}");
+    assert!(r.stderr.contains("dead, good"), "{r:?}");
+
+    // A bad file: the file and the line are named, whatever the command.
+    let bad = env.file(
+        "conf/bad.toml",
+        "[profiles.a]\nserver = \"http://x:1\"\ntimout = \"5s\"\n",
+    );
+    let r = tallyctl_bare(dir, &["ledgers", "list"], &[("TALLYCTL_CONFIG", &bad)]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains(&bad) && r.stderr.contains("line 3"),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("timout"), "{r:?}");
+    let syntax = env.file("conf/syntax.toml", "[profiles.a\n");
+    let r = tallyctl_bare(dir, &["ledgers", "list"], &[("TALLYCTL_CONFIG", &syntax)]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains(&syntax) && r.stderr.contains("line 1"),
+        "{r:?}"
+    );
+    let missing = format!("{}/none.toml", dir.display());
+    let r = tallyctl_bare(dir, &["ledgers", "list"], &[("TALLYCTL_CONFIG", &missing)]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains(&missing), "{r:?}");
+    let bad_value = env.file(
+        "conf/value.toml",
+        "[profiles.a]\nserver = \"http://x:1\"\ntimeout = \"soon\"\n",
+    );
+    let r = tallyctl_bare(
+        dir,
+        &["--profile", "a", "ledgers", "list"],
+        &[("TALLYCTL_CONFIG", &bad_value)],
+    )
+    .await;
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("timeout") && r.stderr.contains("soon"),
+        "{r:?}"
+    );
+
+    // The default location: $XDG_CONFIG_HOME/tally/config.toml.
+    let xdg = env.file(
+        "xdg/tally/config.toml",
+        &format!("[profiles.home]\nserver = \"{}\"\n", env.url),
+    );
+    let r = tallyctl_bare(dir, &["--profile", "home", "ledgers", "list"], &[]).await;
+    assert_eq!(r.code, 0, "{r:?} ({xdg})");
+    env.stop().await;
+}
+
+// Invariant: `--timeout` bounds each call: a server that accepts the
+// connection and never answers is given up on after the timeout, exit 2,
+// with the address named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_is_given_up_on_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Accepts and holds every connection, says nothing.
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let server = format!("http://{addr}");
+    let start = std::time::Instant::now();
+    let r = tallyctl_bare(
+        dir.path(),
+        &["--server", &server, "--timeout", "1s", "ledgers", "list"],
+        &[],
+    )
+    .await;
+    let took = start.elapsed();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr
+            .contains(&format!("no answer from {server} within")),
+        "{r:?}"
+    );
+    // Well under the 10 s connect timeout and the 30 s default.
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    let r = tallyctl_bare(
+        dir.path(),
+        &[
+            "--json",
+            "--server",
+            &server,
+            "--timeout",
+            "1s",
+            "ledgers",
+            "list",
+        ],
+        &[],
+    )
+    .await;
+    let err: Value = serde_json::from_str(r.stderr.trim()).unwrap();
+    assert_eq!(err["error"]["code"], "DEADLINE_EXCEEDED");
+    assert_eq!(err["error"]["server"], server);
+    silent.abort();
+}
+
+// Invariant: `completion SHELL` prints a script for each shell that names
+// the commands (the noun-verb ones, not the hidden old spellings), with
+// no server and even with a broken config file; `--help` lists the exit
+// codes.
+#[tokio::test]
+async fn completions_and_help_need_no_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(&broken, "not toml [").unwrap();
+    let cfg = [("TALLYCTL_CONFIG", broken.to_str().unwrap())];
+    for shell in ["bash", "zsh", "fish"] {
+        let r = tallyctl_bare(dir.path(), &["completion", shell], &cfg).await;
+        assert_eq!(r.code, 0, "{shell}: {r:?}");
+        for word in [
+            "ledgers",
+            "rows",
+            "jobs",
+            "operations",
+            "completion",
+            "no-headers",
+        ] {
+            assert!(r.stdout.contains(word), "{shell} script lacks {word}");
+        }
+    }
+    let bash = tallyctl_bare(dir.path(), &["completion", "bash"], &[]).await;
+    assert!(bash.stdout.contains("complete -F"), "{}", bash.stdout);
+    let r = tallyctl_bare(dir.path(), &["completion", "tcsh"], &[]).await;
+    assert_eq!(r.code, 1, "{r:?}");
+    let help = tallyctl_bare(dir.path(), &["--help"], &[]).await;
+    assert_eq!(help.code, 0);
+    assert!(help.stdout.contains("Exit codes:"), "{}", help.stdout);
+    for line in [
+        "  0    ok",
+        "  1    usage",
+        "  2    the server",
+        "  3    rows",
+        "  4    the lock",
+        "  130  interrupted",
+    ] {
+        assert!(help.stdout.contains(line), "{line:?} in {}", help.stdout);
+    }
 }

@@ -1,4 +1,4 @@
-//! `tallyctl jobs|job|locks` over JobService.
+//! `tallyctl jobs list|get` and `tallyctl locks` over JobService.
 
 use crate::cli::{JobArgs, JobsArgs, LocksCmd};
 use crate::error::{CliError, ExitCode};
@@ -10,14 +10,26 @@ pub fn job_counts(j: &pb::Job) -> pb::JobCounts {
     j.counts.unwrap_or_default()
 }
 
-pub fn jobs_table(jobs: &[pb::Job]) -> Table {
-    let mut t = Table::new([
+/// The jobs table; `wide` adds model, unreported rows, adoptions, the
+/// operation and the submit and end times.
+pub fn jobs_table(jobs: &[pb::Job], wide: bool) -> Table {
+    let mut header = vec![
         "JOB", "STATE", "ROWS", "DONE", "RETRY", "PERM", "MISSING", "BATCH", "OWNER", "CREATED",
-    ])
-    .right(&[2, 3, 4, 5, 6]);
+    ];
+    if wide {
+        header.extend([
+            "MODEL",
+            "UNREPORTED",
+            "ADOPTIONS",
+            "OPERATION",
+            "SUBMITTED",
+            "ENDED",
+        ]);
+    }
+    let mut t = Table::new(header).right(&[2, 3, 4, 5, 6, 11, 12]);
     for j in jobs {
         let c = job_counts(j);
-        t.row([
+        let mut cells = vec![
             j.job_id.clone(),
             render::job_state(j.state),
             c.rows.to_string(),
@@ -28,7 +40,18 @@ pub fn jobs_table(jobs: &[pb::Job]) -> Table {
             j.batch.clone(),
             j.owner.clone(),
             render::time(j.create_time.as_ref()),
-        ]);
+        ];
+        if wide {
+            cells.extend([
+                j.model.clone(),
+                c.unreported.to_string(),
+                j.adoptions.to_string(),
+                j.operation.clone(),
+                render::time(j.submit_time.as_ref()),
+                render::time(j.end_time.as_ref()),
+            ]);
+        }
+        t.row(cells);
     }
     t
 }
@@ -85,12 +108,19 @@ pub async fn list(ctx: &mut Ctx, args: JobsArgs) -> Result<ExitCode, CliError> {
         .await
         .map_err(|s| CliError::server(format!("list jobs of {parent}"), s))?;
     if ctx.json {
-        ctx.print_json(&serde_json::json!({
-            "jobs": jobs.iter().map(render::job_json).collect::<Vec<_>>(),
-            "truncated": more,
-        }));
+        ctx.print_list(
+            "jobs",
+            jobs.iter().map(render::job_json).collect(),
+            Some(more),
+        );
+        if more && ctx.printer.format == crate::output::Format::Jsonl {
+            eprintln!(
+                "(first {} jobs; --limit N for more, --limit 0 for all)",
+                jobs.len()
+            );
+        }
     } else {
-        print!("{}", jobs_table(&jobs).render());
+        ctx.print_table(&jobs_table(&jobs, ctx.printer.wide()));
         if more {
             eprintln!(
                 "(first {} jobs; --limit N for more, --limit 0 for all)",

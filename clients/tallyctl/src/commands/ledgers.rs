@@ -9,7 +9,7 @@ use tally_proto::v1 as pb;
 
 pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
     match cmd {
-        LedgersCmd::List => list(ctx).await,
+        LedgersCmd::List { .. } => list(ctx).await,
         LedgersCmd::Delete {
             ledger,
             force,
@@ -44,6 +44,7 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
             ledger,
             reason,
             etag,
+            ..
         } => {
             let name = ledger_name(&ledger);
             let l = ctx
@@ -60,7 +61,7 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
             state_changed(ctx, &l);
             Ok(ExitCode::Ok)
         }
-        LedgersCmd::Resume { ledger, etag } => {
+        LedgersCmd::Resume { ledger, etag, .. } => {
             let name = ledger_name(&ledger);
             let l = ctx
                 .clients
@@ -75,7 +76,7 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
             state_changed(ctx, &l);
             Ok(ExitCode::Ok)
         }
-        LedgersCmd::Get { ledger } => {
+        LedgersCmd::Get { ledger, .. } => {
             let name = ledger_name(&ledger);
             let l = ctx
                 .clients
@@ -87,7 +88,7 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
             show(ctx, &l);
             Ok(ExitCode::Ok)
         }
-        LedgersCmd::Create { ledger, policy } => {
+        LedgersCmd::Create { ledger, policy, .. } => {
             let id = ledger
                 .strip_prefix("ledgers/")
                 .unwrap_or(&ledger)
@@ -110,6 +111,7 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
             ledger,
             policy,
             etag,
+            ..
         } => {
             let name = ledger_name(&ledger);
             let (policy, paths) = policy_from(&policy)?;
@@ -161,12 +163,15 @@ async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
         page_token = resp.next_page_token;
     }
     if ctx.json {
-        ctx.print_json(&serde_json::json!({
-            "ledgers": all.iter().map(render::ledger_json).collect::<Vec<_>>()
-        }));
+        ctx.print_list(
+            "ledgers",
+            all.iter().map(render::ledger_json).collect(),
+            None,
+        );
         return Ok(ExitCode::Ok);
     }
-    let mut t = Table::new([
+    let wide = ctx.printer.wide();
+    let mut header = vec![
         "LEDGER",
         "STATE",
         "MODEL",
@@ -174,11 +179,15 @@ async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
         "LEASE",
         "MAX JOBS",
         "CREATED",
-    ]);
+    ];
+    if wide {
+        header.extend(["REVIEW AT", "PRICED MODELS", "ALERT URL", "UPDATED", "ETAG"]);
+    }
+    let mut t = Table::new(header);
     for l in &all {
         let p = l.policy.clone().unwrap_or_default();
         let b = p.budgets.unwrap_or_default();
-        t.row([
+        let mut cells = vec![
             render::last_segment(&l.name).to_string(),
             match &l.pause {
                 Some(pause) if l.state == pb::LedgerState::Paused as i32 => {
@@ -191,9 +200,23 @@ async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
             render::duration(p.lease.as_ref()),
             p.max_active_jobs.to_string(),
             render::time(l.create_time.as_ref()),
-        ]);
+        ];
+        if wide {
+            cells.extend([
+                p.review_threshold.to_string(),
+                p.prices
+                    .iter()
+                    .map(|m| m.model.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                p.alert_url.clone(),
+                render::time(l.update_time.as_ref()),
+                l.etag.clone(),
+            ]);
+        }
+        t.row(cells);
     }
-    print!("{}", t.render());
+    ctx.print_table(&t);
     Ok(ExitCode::Ok)
 }
 

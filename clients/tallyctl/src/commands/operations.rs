@@ -1,4 +1,4 @@
-//! `tallyctl operations|operation` over OperationsService.
+//! `tallyctl operations list|get` over OperationsService.
 
 use crate::cli::{OperationArgs, OperationsArgs};
 use crate::error::{CliError, ExitCode};
@@ -47,13 +47,21 @@ pub async fn list(ctx: &mut Ctx, args: OperationsArgs) -> Result<ExitCode, CliEr
         page_token = resp.next_page_token;
     }
     if ctx.json {
-        ctx.print_json(&serde_json::json!({
-            "operations": ops.iter().map(render::operation_json).collect::<Vec<_>>(),
-            "truncated": more,
-        }));
+        ctx.print_list(
+            "operations",
+            ops.iter().map(render::operation_json).collect(),
+            Some(more),
+        );
+        if more && ctx.printer.format == crate::output::Format::Jsonl {
+            eprintln!(
+                "(first {} operations; --limit N for more, --limit 0 for all)",
+                ops.len()
+            );
+        }
         return Ok(ExitCode::Ok);
     }
-    let mut t = Table::new([
+    let wide = ctx.printer.wide();
+    let mut header = vec![
         "OPERATION",
         "STATE",
         "VERSION",
@@ -61,10 +69,13 @@ pub async fn list(ctx: &mut Ctx, args: OperationsArgs) -> Result<ExitCode, CliEr
         "DROPPED",
         "JOB",
         "UPDATED",
-    ])
-    .right(&[2, 3, 4]);
+    ];
+    if wide {
+        header.extend(["DROPS BY REASON", "OUTPUT FILE", "ERROR", "CREATED"]);
+    }
+    let mut t = Table::new(header).right(&[2, 3, 4]);
     for o in &ops {
-        t.row([
+        let mut cells = vec![
             o.name.clone(),
             render::operation_state(o.state),
             o.version.to_string(),
@@ -72,9 +83,20 @@ pub async fn list(ctx: &mut Ctx, args: OperationsArgs) -> Result<ExitCode, CliEr
             o.drops.values().sum::<i64>().to_string(),
             o.job.clone(),
             render::time(o.update_time.as_ref()),
-        ]);
+        ];
+        if wide {
+            cells.extend([
+                drops_text(&o.drops),
+                o.output_file.clone(),
+                format!("{} {}", o.error_code, o.error_message)
+                    .trim()
+                    .to_string(),
+                render::time(o.create_time.as_ref()),
+            ]);
+        }
+        t.row(cells);
     }
-    print!("{}", t.render());
+    ctx.print_table(&t);
     if more {
         eprintln!(
             "(first {} operations; --limit N for more, --limit 0 for all)",
@@ -123,8 +145,6 @@ pub async fn get(ctx: &mut Ctx, args: OperationArgs) -> Result<ExitCode, CliErro
         ctx.print_json(&v);
         return Ok(ExitCode::Ok);
     }
-    let mut drops: Vec<_> = op.drops.iter().collect();
-    drops.sort();
     print!(
         "{}",
         fields(&[
@@ -143,22 +163,26 @@ pub async fn get(ctx: &mut Ctx, args: OperationArgs) -> Result<ExitCode, CliErro
                 }
             ),
             ("applied events", op.applied_events.to_string()),
-            (
-                "drops",
-                drops
-                    .iter()
-                    .map(|(r, n)| format!("{r}={n}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
+            ("drops", drops_text(&op.drops)),
             ("created", render::time(op.create_time.as_ref())),
         ])
     );
     if args.events {
         println!();
-        print!("{}", events_table(&events).render());
+        ctx.print_table(&events_table(&events));
     }
     Ok(ExitCode::Ok)
+}
+
+/// `reason=n reason=n`, sorted by reason.
+fn drops_text(drops: &std::collections::HashMap<String, i64>) -> String {
+    let mut drops: Vec<_> = drops.iter().collect();
+    drops.sort();
+    drops
+        .iter()
+        .map(|(r, n)| format!("{r}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub fn events_table(events: &[pb::OperationEventRecord]) -> Table {

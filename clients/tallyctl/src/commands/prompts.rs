@@ -20,6 +20,7 @@ pub async fn run(ctx: &mut Ctx, cmd: PromptsCmd) -> Result<ExitCode, CliError> {
             template_file,
             schema_file,
             system_file,
+            ..
         } => {
             let template = read(&template_file, "--template-file")?;
             let response_schema = match &schema_file {
@@ -49,7 +50,7 @@ pub async fn run(ctx: &mut Ctx, cmd: PromptsCmd) -> Result<ExitCode, CliError> {
                 .map_err(|s| CliError::server(format!("register prompt {id}@{version}"), s))?
                 .into_inner()
         }
-        PromptsCmd::Get { name } => {
+        PromptsCmd::Get { name, .. } => {
             let name = prompt_name(&name)?;
             ctx.clients
                 .ledgers

@@ -19,8 +19,16 @@ pub async fn summarize(ctx: &mut Ctx, ledger: &str) -> Result<pb::LedgerSummary,
 }
 
 /// The human form of a summary: counts, attempts by budget, tokens, cost,
-/// PERMANENT by rule, then the one-line summary.
-pub fn summary_text(s: &pb::LedgerSummary) -> String {
+/// PERMANENT by rule, then the one-line summary (`no_headers`: the tables
+/// without their title lines).
+pub fn summary_text(s: &pb::LedgerSummary, no_headers: bool) -> String {
+    let render = |t: &Table| {
+        if no_headers {
+            t.render_rows()
+        } else {
+            t.render()
+        }
+    };
     let mut out = String::new();
     let mut counts = Table::new(["STATUS", "ROWS"]).right(&[1]);
     for (label, n) in [
@@ -37,9 +45,9 @@ pub fn summary_text(s: &pb::LedgerSummary) -> String {
     out.push_str(&format!("ledger {}\n", s.ledger));
     out.push_str(&format!(
         "state  {}\n\n",
-        render::ledger_state_text(s.state, s.pause.as_ref())
+        crate::render::ledger_state_text(s.state, s.pause.as_ref())
     ));
-    out.push_str(&counts.render());
+    out.push_str(&render(&counts));
     let mut attempts = Table::new(["BUDGET", "ATTEMPTS"]).right(&[1]);
     for (label, n) in [
         ("provider", s.attempts_provider),
@@ -50,7 +58,7 @@ pub fn summary_text(s: &pb::LedgerSummary) -> String {
         attempts.row([label.to_string(), n.to_string()]);
     }
     out.push('\n');
-    out.push_str(&attempts.render());
+    out.push_str(&render(&attempts));
     let u = s.usage.unwrap_or_default();
     let mut tokens = Table::new(["TOKENS", "COUNT"]).right(&[1]);
     for (label, n) in [
@@ -62,7 +70,7 @@ pub fn summary_text(s: &pb::LedgerSummary) -> String {
         tokens.row([label.to_string(), n.to_string()]);
     }
     out.push('\n');
-    out.push_str(&tokens.render());
+    out.push_str(&render(&tokens));
     out.push_str(&format!("\nestimated cost  ${:.4}", s.estimated_cost_usd));
     if !s.unpriced_models.is_empty() {
         out.push_str(&format!(
@@ -79,7 +87,7 @@ pub fn summary_text(s: &pb::LedgerSummary) -> String {
             t.row([rule.clone(), n.to_string()]);
         }
         out.push('\n');
-        out.push_str(&t.render());
+        out.push_str(&render(&t));
     }
     out.push_str(&format!("\n{}\n", s.summary_line));
     out
@@ -90,7 +98,7 @@ pub async fn status(ctx: &mut Ctx, args: StatusArgs) -> Result<ExitCode, CliErro
     if ctx.json {
         ctx.print_json(&render::summary_json(&s));
     } else {
-        print!("{}", summary_text(&s));
+        print!("{}", summary_text(&s, ctx.printer.no_headers));
     }
     Ok(permanent_exit(&s, args.fail_on_permanent))
 }
@@ -177,12 +185,20 @@ pub async fn list(ctx: &mut Ctx, args: RowsArgs) -> Result<ExitCode, CliError> {
         page_token = resp.next_page_token;
     }
     if ctx.json {
-        ctx.print_json(&serde_json::json!({
-            "rows": rows.iter().map(|r| render::row_json(r, args.full)).collect::<Vec<_>>(),
-            "truncated": more,
-        }));
+        ctx.print_list(
+            "rows",
+            rows.iter().map(render::row_json).collect(),
+            Some(more),
+        );
+        if more && ctx.printer.format == crate::output::Format::Jsonl {
+            eprintln!(
+                "(first {} rows; --limit N for more, --limit 0 for all)",
+                rows.len()
+            );
+        }
         return Ok(ExitCode::Ok);
     }
+    let wide = ctx.printer.wide();
     let mut header = vec![
         "KEY",
         "STATUS",
@@ -193,12 +209,15 @@ pub async fn list(ctx: &mut Ctx, args: RowsArgs) -> Result<ExitCode, CliError> {
         "JOB",
         "ERROR",
     ];
+    if wide {
+        header.extend(["TOKENS in/out", "DEPENDS ON", "NEXT ATTEMPT", "UPDATED"]);
+    }
     if args.full {
         header.extend(["PAYLOAD", "RESULT"]);
     }
     let mut t = Table::new(header);
     for r in &rows {
-        let error = if args.full {
+        let error = if args.full || wide {
             r.last_error.clone()
         } else {
             truncate(&r.last_error, 60)
@@ -213,13 +232,22 @@ pub async fn list(ctx: &mut Ctx, args: RowsArgs) -> Result<ExitCode, CliError> {
             render::last_segment(&r.job).to_string(),
             error,
         ];
+        if wide {
+            let u = r.usage.unwrap_or_default();
+            cells.extend([
+                format!("{}/{}", u.input_tokens, u.output_tokens),
+                r.depends_on.join(","),
+                render::time(r.next_attempt_time.as_ref()),
+                render::time(r.update_time.as_ref()),
+            ]);
+        }
         if args.full {
             cells.push(r.payload.clone());
             cells.push(r.result.clone());
         }
         t.row(cells);
     }
-    print!("{}", t.render());
+    ctx.print_table(&t);
     if more {
         eprintln!(
             "(first {} rows; --limit N for more, --limit 0 for all)",
@@ -239,7 +267,7 @@ pub async fn get(ctx: &mut Ctx, args: RowArgs) -> Result<ExitCode, CliError> {
         .map_err(|s| CliError::server(format!("get {name}"), s))?
         .into_inner();
     if ctx.json {
-        ctx.print_json(&render::row_json(&r, true));
+        ctx.print_json(&render::row_json(&r));
         return Ok(ExitCode::Ok);
     }
     let u = r.usage.unwrap_or_default();
@@ -272,7 +300,7 @@ pub async fn get(ctx: &mut Ctx, args: RowArgs) -> Result<ExitCode, CliError> {
         ])
     );
     println!();
-    print!("{}", attempts_table(&r.history).render());
+    ctx.print_table(&attempts_table(&r.history));
     Ok(ExitCode::Ok)
 }
 
@@ -385,7 +413,8 @@ mod tests {
             summary_line: "succeeded=3 retryable=0 permanent=1 blocked=1 pending=0".into(),
             ..Default::default()
         };
-        let text = summary_text(&s);
+        let text = summary_text(&s, false);
+        assert!(!summary_text(&s, true).contains("STATUS"));
         assert!(text.contains("succeeded     3\n"), "{text}");
         assert!(text.contains("provider         6\n"), "{text}");
         assert!(text.contains("$0.0123 (no price for: m2"));

@@ -375,7 +375,7 @@ pub async fn run(ctx: &mut Ctx, args: WatchArgs) -> Result<ExitCode, CliError> {
     if ctx.json {
         ctx.print_json(&render::summary_json(&summary));
     } else {
-        print!("{}", summary_text(&summary));
+        print!("{}", summary_text(&summary, false));
     }
     Ok(permanent_exit(&summary, args.fail_on_permanent))
 }

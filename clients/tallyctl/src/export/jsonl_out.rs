@@ -1,7 +1,7 @@
-//! `--format jsonl`: each row as the object `tallyctl rows --full --json`
-//! prints (key, status, rule, attempts, usage, model, prompt, job,
-//! last_error, times, and the payload and result as the JSON they hold),
-//! without the attempts history (`tallyctl row` shows it).
+//! `--format jsonl`: each row as the object `tallyctl rows list --full -o
+//! jsonl` prints (every field of the Row message, the payload and result as
+//! the JSON they hold), without the attempts history (`tallyctl rows get`
+//! shows it).
 
 use super::{Out, Sink, write_json_line};
 use crate::render;
@@ -21,9 +21,10 @@ impl JsonlSink {
 
 /// One row's line.
 pub fn row_line(r: &pb::Row) -> Value {
-    let mut v = render::row_json(r, false);
-    v["payload"] = render::embedded_json(&r.payload);
-    v["result"] = render::embedded_json(&r.result);
+    let mut v = render::row_json(r);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("history");
+    }
     v
 }
 
