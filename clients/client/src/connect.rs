@@ -22,8 +22,10 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-/// Large enough for a 10,000-row report or a full ListRows page.
-const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// The largest message these clients send or receive: large enough for a
+/// 10,000-row report or a full ListRows page. ClaimRows tells the server
+/// (`max_response_bytes`), so a claim never answers more than this.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Adds `authorization: Bearer <token>` to every request (nothing without
 /// a token). Its `Debug` never shows the token.

@@ -16,6 +16,8 @@ pub mod connect;
 pub mod operations;
 pub mod retry;
 
-pub use connect::{AuthChannel, Bearer, Clients, ConnectError, Target, Tls, connect};
+pub use connect::{
+    AuthChannel, Bearer, Clients, ConnectError, MAX_MESSAGE_BYTES, Target, Tls, connect,
+};
 pub use operations::{IngestError, batch_resource_event, ingest_batch_resource};
 pub use retry::{RetryPolicy, error_reason, is_transient, with_retry};

@@ -279,6 +279,9 @@ async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
         worker: ctx.worker.clone(),
         request_id: uuid::Uuid::new_v4().to_string(),
         model: ctx.args.model.clone(),
+        // What our client accepts; the server hands out fewer rows rather
+        // than an answer we could not receive (the rest stay runnable).
+        max_response_bytes: tally_client::MAX_MESSAGE_BYTES as i64,
     };
     let r = with_retry(ctx.retry, "ClaimRows", || {
         let mut c = ctx.clients.ledgers.clone();

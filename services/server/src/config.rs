@@ -419,6 +419,12 @@ pub struct Limits {
     /// (reason STREAM_MAX_AGE) and the client resumes from its last sequence.
     #[arg(long, env = "TALLY_MAX_STREAM_AGE", default_value = "30m", value_parser = parse_duration)]
     pub max_stream_age: Duration,
+
+    /// Largest response message, in bytes. ClaimRows hands out rows up to
+    /// the client's `max_response_bytes` but never more than this; list
+    /// pages stop at 4 MiB (gRPC's default receive limit). At least 4 MiB.
+    #[arg(long, env = "TALLY_MAX_RESPONSE_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_response_bytes: usize,
 }
 
 impl Default for Limits {
@@ -434,6 +440,7 @@ impl Default for Limits {
             max_calls_per_connection: 64,
             request_timeout: Duration::from_secs(30),
             max_stream_age: Duration::from_secs(30 * 60),
+            max_response_bytes: 16 * 1024 * 1024,
         }
     }
 }

@@ -212,6 +212,7 @@ impl LedgerService for Ledgers {
             None => pb::ClaimRowsResponse::default(),
             Some(g) => pb::ClaimRowsResponse {
                 claim: Some(convert::claim_to_proto(&g.claim)),
+                truncated: g.held_back > 0,
                 rows: g
                     .rows
                     .into_iter()

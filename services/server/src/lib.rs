@@ -18,6 +18,8 @@
 //!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
 //!   (a third layer); [`intake`]: request sizes, the request-memory budget
 //!   and row counts read from the wire before decoding ([`wire`]).
+//! - [`responses`]: response byte budgets (claims stop, pages end, before
+//!   a client's receive limit).
 //! - [`health`], [`metrics`], [`paging`], [`caller`]; [`health_check`]:
 //!   the `tally-server health` client for a container's HEALTHCHECK.
 //!
@@ -43,6 +45,7 @@ pub mod metrics;
 pub mod operations_service;
 pub mod paging;
 pub mod purger;
+pub mod responses;
 pub mod rpc_metrics;
 pub mod server;
 pub mod status;

@@ -84,6 +84,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let auth = Arc::new(Authenticator::from_args(&args.security)?);
     limits::check(&args.limits).map_err(anyhow::Error::msg)?;
     crate::intake::check(&args.limits).map_err(anyhow::Error::msg)?;
+    crate::responses::check(&args.limits).map_err(anyhow::Error::msg)?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = crate::tls::server_config(&args.security)? {
         builder = builder.tls_config(tls).context("invalid TLS settings")?;
@@ -142,6 +143,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
 
     let limits = args.limits.clone();
     let max = limits.max_message_bytes;
+    let max_out = limits.max_response_bytes;
     let purge_wake = crate::purger::Wake::default();
     let ledgers = LedgerServiceServer::new(Ledgers::new(
         store.clone(),
@@ -150,7 +152,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         purge_wake.clone(),
         args.alert_reach(),
     ))
-    .max_decoding_message_size(max);
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max_out);
     let stop = CancellationToken::new();
     let (hub, hub_task) = watch::Hub::start(
         store.clone(),
@@ -159,7 +162,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         stop.clone(),
     );
     let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, stop.clone()))
-        .max_decoding_message_size(max);
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max_out);
     let (operation_wakeups, operation_listener) = wakeup::spawn(
         store.clone(),
         tally_store::operations::NOTIFY_CHANNEL,
@@ -172,7 +176,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         stop.clone(),
         args.watch_poll_interval,
     ))
-    .max_decoding_message_size(max);
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max_out);
 
     let mut tasks = vec![
         hub_task,

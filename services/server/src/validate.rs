@@ -198,10 +198,14 @@ pub fn claim_rows(
     short_text("worker", &req.worker, &mut v);
     short_text("request_id", &req.request_id, &mut v);
     short_text("model", &req.model, &mut v);
+    let bytes = crate::responses::claim_budget(req.max_response_bytes, limits)
+        .map_err(|e| v.add("max_response_bytes", e))
+        .ok();
     finish(v)?;
     Ok((
         ledger,
         ClaimRequest {
+            bytes,
             max_rows: i64::from(req.max_rows),
             lease,
             worker: req.worker.clone(),

@@ -122,6 +122,7 @@ fn claim_request(max: i32, lease: i64, model: &str, request_id: &str) -> pb::Cla
         worker: "crash-test".into(),
         request_id: request_id.into(),
         model: model.into(),
+        ..Default::default()
     }
 }
 

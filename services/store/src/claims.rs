@@ -233,6 +233,7 @@ struct Taken {
     content_failures: Option<Vec<i32>>,
     infra_failures: Option<Vec<i32>>,
     attempts: Option<Vec<i32>>,
+    held_back: Option<i32>,
     create_time: Option<Time>,
     expire_time: Option<Time>,
 }
@@ -246,6 +247,8 @@ struct Taken {
 /// split where the claim needs only part of one), and the claim record
 /// holding them. One row back, whatever happened: arrays, not a row per row
 /// taken (hundreds a call; decoding them one by one showed in profiles).
+/// With a byte budget, rows past it are put back on the queue by the same
+/// statement (migration 0015) and counted in `held_back`.
 async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
     ledger: &LedgerRecord,
@@ -274,7 +277,8 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
                 ORDER BY first.ready_time LIMIT 1)) END AS model
         ),
         upd AS (
-            SELECT * FROM tally_claim_runnable($1, (SELECT model FROM chosen), $3::int4, $4)
+            SELECT * FROM tally_claim_runnable($1, (SELECT model FROM chosen), $3::int4, $4,
+                                               $9::int8, $10::int4)
         ),
         made AS (
             INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,
@@ -291,7 +295,7 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
                array_agg(u.provider_failures) AS provider_failures,
                array_agg(u.content_failures) AS content_failures,
                array_agg(u.infra_failures) AS infra_failures,
-               array_agg(u.attempts) AS attempts,
+               array_agg(u.attempts) AS attempts, max(u.held_back) AS held_back,
                (SELECT create_time FROM made) AS create_time,
                (SELECT expire_time FROM made) AS expire_time
         FROM (SELECT * FROM upd ORDER BY id) u
@@ -307,6 +311,8 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         .bind(req.request_id.as_deref())
         .bind(lease_ms(req.lease, &ledger.policy))
         .bind(check_due)
+        .bind(req.bytes.map(|b| b.max_bytes))
+        .bind(req.bytes.map_or(0, |b| b.row_overhead))
         .fetch_one(exec)
         .await?)
 }
@@ -389,7 +395,15 @@ impl Taken {
             rows: held,
             held: n as i32,
         };
-        Ok(Some((ClaimGrant { claim, rows }, held)))
+        let held_back = i64::from(self.held_back.unwrap_or(0));
+        Ok(Some((
+            ClaimGrant {
+                claim,
+                rows,
+                held_back,
+            },
+            held,
+        )))
     }
 }
 
@@ -518,6 +532,7 @@ impl Store {
         Ok(Some(ClaimGrant {
             claim,
             rows: rows.into_iter().map(Into::into).collect(),
+            held_back: 0,
         }))
     }
 

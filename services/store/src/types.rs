@@ -93,6 +93,18 @@ pub struct ClaimRequest {
     pub worker: String,
     pub request_id: Option<String>,
     pub model: Option<String>,
+    /// `None`: no byte limit (the row count alone).
+    pub bytes: Option<ByteBudget>,
+}
+
+/// How many bytes of rows one claim may hand out: rows are taken, oldest
+/// ready first, while their sizes (key, payload, prompt and model bytes plus
+/// `row_overhead` each) add up to at most `max_bytes`; the first row always
+/// is. Rows past the cut stay runnable, never claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteBudget {
+    pub max_bytes: i64,
+    pub row_overhead: i32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +154,9 @@ pub struct ClaimedRow {
 pub struct ClaimGrant {
     pub claim: ClaimRecord,
     pub rows: Vec<ClaimedRow>,
+    /// Claimable rows left out because they did not fit the byte budget
+    /// (they stay runnable); 0 when the claim was not cut short.
+    pub held_back: i64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 #: The server's default rows-per-call limit (`--max-rows-per-call`).
 DEFAULT_CHUNK = 1000
+#: The largest message this client receives: grpc's default, set on the
+# channel explicitly and sent with every ClaimRows so the server answers
+# with fewer rows rather than a message the channel would refuse.
+MAX_RECEIVE_BYTES = 4 * 1024 * 1024
 
 RowLike = ledger_pb2.RowInput | Mapping[str, Any]
 
@@ -104,6 +108,9 @@ def _chunks(rows: Iterable[RowLike], size: int) -> Iterator[list[ledger_pb2.RowI
         yield chunk
 
 
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)]
+
+
 class Client:
     """One connection to tally. Use it as a context manager, or `close()`."""
 
@@ -118,9 +125,9 @@ class Client:
     ) -> None:
         if tls or root_certificates is not None:
             creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-            self._channel = grpc.secure_channel(address, creds)
+            self._channel = grpc.secure_channel(address, creds, options=_CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.insecure_channel(address)
+            self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
         # The generated stubs carry no annotations.
@@ -447,6 +454,7 @@ class Client:
             worker=worker,
             request_id=str(uuid.uuid4()),
             model=model,
+            max_response_bytes=MAX_RECEIVE_BYTES,
         )
         r = self.call(self.ledgers.ClaimRows, req)
         if not r.rows:

@@ -344,20 +344,22 @@ class Claim(_message.Message):
     def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ...) -> None: ...
 
 class ClaimRowsRequest(_message.Message):
-    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model")
+    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESPONSE_BYTES_FIELD_NUMBER: _ClassVar[int]
     parent: str
     max_rows: int
     lease: _duration_pb2.Duration
     worker: str
     request_id: str
     model: str
-    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    max_response_bytes: int
+    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., max_response_bytes: _Optional[int] = ...) -> None: ...
 
 class ClaimedRow(_message.Message):
     __slots__ = ("key", "payload", "prompt", "model", "attempts")
@@ -374,14 +376,16 @@ class ClaimedRow(_message.Message):
     def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ...) -> None: ...
 
 class ClaimRowsResponse(_message.Message):
-    __slots__ = ("claim", "rows", "pause")
+    __slots__ = ("claim", "rows", "pause", "truncated")
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     claim: Claim
     rows: _containers.RepeatedCompositeFieldContainer[ClaimedRow]
     pause: LedgerPause
-    def __init__(self, claim: _Optional[_Union[Claim, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[ClaimedRow, _Mapping]]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, claim: _Optional[_Union[Claim, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[ClaimedRow, _Mapping]]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class ExtendClaimRequest(_message.Message):
     __slots__ = ("name", "lease")

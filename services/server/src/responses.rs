@@ -1,0 +1,172 @@
+//! Response byte budgets: no answer larger than its client can receive.
+//!
+//! A gRPC client refuses a message over its receive limit (4 MiB unless
+//! raised), and a refused ClaimRows is worse than an error: its rows stay
+//! leased to a claim nobody works. So:
+//!
+//! - **ClaimRows** takes the client's limit from the request
+//!   (`max_response_bytes`, default [`DEFAULT_CLIENT_RECEIVE`]), capped at
+//!   the server's `--max-response-bytes`, and the store stops taking rows
+//!   where they would no longer fit ([`claim_budget`]); the rows left out
+//!   stay runnable and the answer says `truncated`.
+//! - Every service's encoder refuses a message over `--max-response-bytes`
+//!   (tonic's `max_encoding_message_size`), the last line of defence.
+
+use crate::config::Limits;
+use tally_core::keys::MAX_KEY_LEN;
+use tally_core::payload::MAX_PAYLOAD_BYTES;
+use tally_store::types::ByteBudget;
+
+/// gRPC's default max receive message size: what a client that set
+/// nothing accepts.
+pub const DEFAULT_CLIENT_RECEIVE: usize = 4 * 1024 * 1024;
+
+/// Kept free of rows in every budgeted response: the rest of the message
+/// (the claim) and the gRPC frame. Checked by a test against
+/// the largest such parts.
+pub const ENVELOPE: usize = 4096;
+
+/// The most a `ClaimedRow` encodes to beyond its key, payload, prompt name
+/// and version and model bytes: field tags and length prefixes (at most 5
+/// bytes each), the nested prompt and attempt counts, and the row's own tag
+/// and length in the response. Checked by a test.
+pub const CLAIMED_ROW_OVERHEAD: i32 = 96;
+
+/// The most one claimed row encodes to (keys, payloads and names are
+/// bounded at enrollment; names at [`MAX_NAME`] bytes).
+pub const MAX_CLAIMED_ROW: usize =
+    MAX_KEY_LEN + MAX_PAYLOAD_BYTES + 3 * MAX_NAME + CLAIMED_ROW_OVERHEAD as usize;
+
+/// The smallest `max_response_bytes` a ClaimRows may ask for: one largest
+/// row and the envelope, so every claim can hand out at least one row.
+pub const MIN_CLAIM_RESPONSE: usize = MAX_CLAIMED_ROW + ENVELOPE;
+
+/// Prompt names, versions and models are at most this many bytes.
+const MAX_NAME: usize = 128;
+
+/// The bytes of rows a ClaimRows may return, from the client's
+/// `max_response_bytes` (0: [`DEFAULT_CLIENT_RECEIVE`]); `Err` with the
+/// reason when the value is negative or below [`MIN_CLAIM_RESPONSE`].
+pub fn claim_budget(requested: i64, limits: &Limits) -> Result<ByteBudget, String> {
+    let client = match requested {
+        0 => DEFAULT_CLIENT_RECEIVE,
+        n if n < 0 => return Err("must not be negative (0 means 4 MiB)".into()),
+        n => usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    if client < MIN_CLAIM_RESPONSE {
+        return Err(format!(
+            "must be at least {MIN_CLAIM_RESPONSE} bytes (one largest row and the response \
+             around it), or 0 for 4 MiB"
+        ));
+    }
+    let limit = client.min(limits.max_response_bytes);
+    Ok(ByteBudget {
+        max_bytes: i64::try_from(limit - ENVELOPE).unwrap_or(i64::MAX),
+        row_overhead: CLAIMED_ROW_OVERHEAD,
+    })
+}
+
+/// Refuses a response limit below what a default client receives (so a
+/// default ClaimRows always fits it).
+pub fn check(limits: &Limits) -> Result<(), String> {
+    if limits.max_response_bytes < DEFAULT_CLIENT_RECEIVE {
+        return Err(format!(
+            "--max-response-bytes must be at least {DEFAULT_CLIENT_RECEIVE} (gRPC's default \
+             receive limit)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+    use tally_proto::v1 as pb;
+
+    fn text(n: usize) -> String {
+        "x".repeat(n)
+    }
+
+    /// Invariant: a claimed row never encodes to more than its text bytes
+    /// plus CLAIMED_ROW_OVERHEAD, whatever its lengths and counters.
+    #[test]
+    fn the_claimed_row_overhead_is_an_upper_bound() {
+        let lengths = [0, 1, 127, 128, 16_383, 16_384, MAX_PAYLOAD_BYTES];
+        for &payload in &lengths {
+            for &other in &[0usize, 1, 127, 128] {
+                for counter in [0, 1, i32::MAX, -1] {
+                    let row = pb::ClaimedRow {
+                        key: text(other.min(MAX_KEY_LEN)),
+                        payload: text(payload),
+                        prompt: Some(pb::PromptRef {
+                            name: text(other),
+                            version: text(other),
+                        }),
+                        model: text(other),
+                        attempts: Some(pb::AttemptCounts {
+                            provider: counter,
+                            content: counter,
+                            infra: counter,
+                            total: counter,
+                        }),
+                    };
+                    let response = pb::ClaimRowsResponse {
+                        rows: vec![row],
+                        ..Default::default()
+                    };
+                    let text_bytes = other * 4 + payload;
+                    assert!(
+                        response.encoded_len() <= text_bytes + CLAIMED_ROW_OVERHEAD as usize,
+                        "payload {payload}, names {other}, counter {counter}: {} bytes",
+                        response.encoded_len()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Invariant: the largest claim record and flags fit the envelope, so
+    /// rows within the budget make a response within the limit.
+    #[test]
+    fn the_envelope_holds_the_rest_of_a_response() {
+        let time = Some(prost_types::Timestamp {
+            seconds: i64::MAX,
+            nanos: i32::MAX,
+        });
+        let claim = pb::Claim {
+            name: format!("ledgers/{}/claims/{}", text(MAX_NAME), uuid::Uuid::nil()),
+            worker: text(MAX_NAME),
+            model: text(MAX_NAME),
+            create_time: time,
+            expire_time: time,
+            job: format!("ledgers/{}/jobs/{}", text(MAX_NAME), text(64)),
+            state: pb::ClaimState::Active as i32,
+            row_count: i32::MAX,
+            held_count: i32::MAX,
+        };
+        let claim = pb::ClaimRowsResponse {
+            claim: Some(claim),
+            truncated: true,
+            ..Default::default()
+        };
+        // The gRPC frame adds 5 bytes.
+        assert!(
+            claim.encoded_len() + 5 < ENVELOPE / 2,
+            "{}",
+            claim.encoded_len()
+        );
+    }
+
+    #[test]
+    fn claim_budgets() {
+        let limits = Limits::default();
+        let b = claim_budget(0, &limits).unwrap();
+        assert_eq!(b.max_bytes as usize, DEFAULT_CLIENT_RECEIVE - ENVELOPE);
+        let b = claim_budget(i64::MAX, &limits).unwrap();
+        assert_eq!(b.max_bytes as usize, limits.max_response_bytes - ENVELOPE);
+        assert!(claim_budget(-1, &limits).is_err());
+        assert!(claim_budget(MIN_CLAIM_RESPONSE as i64 - 1, &limits).is_err());
+        assert!(claim_budget(MIN_CLAIM_RESPONSE as i64, &limits).is_ok());
+    }
+}

@@ -1,0 +1,7 @@
+//! Issue 17, item 3, through a real server: responses never larger than
+//! their client can receive.
+//!
+//! Tests that measure print what they measured (`--nocapture` shows it).
+
+mod responses;
+mod support;

@@ -1,0 +1,174 @@
+//! Responses within their client's receive limit (issue 17, item 3).
+
+use crate::support::*;
+use prost::Message as _;
+use std::collections::BTreeSet;
+use tally_proto::v1 as pb;
+use tally_proto::v1::ledger_service_client::LedgerServiceClient;
+use tally_server::responses::{CLAIMED_ROW_OVERHEAD, ENVELOPE};
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_types::StatusExt as _;
+
+fn payload(bytes: usize) -> String {
+    format!(r#"{{"t":"{}"}}"#, "x".repeat(bytes - 8))
+}
+
+/// Creates ledger `id` with `n` rows `k00`, `k01`, … of `bytes`-byte payloads.
+async fn ledger_of_big_rows(
+    l: &mut LedgerServiceClient<Channel>,
+    id: &str,
+    n: usize,
+    bytes: usize,
+) {
+    l.create_ledger(pb::CreateLedgerRequest {
+        ledger_id: id.into(),
+        policy: None,
+    })
+    .await
+    .expect("create ledger");
+    let rows = (0..n)
+        .map(|i| pb::RowInput {
+            key: format!("k{i:02}"),
+            payload: payload(bytes),
+            ..Default::default()
+        })
+        .collect();
+    let r = l
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: format!("ledgers/{id}"),
+            rows,
+        })
+        .await
+        .expect("enroll")
+        .into_inner();
+    assert_eq!(r.enrolled as usize, n);
+}
+
+async fn counts(l: &mut LedgerServiceClient<Channel>, id: &str) -> pb::LedgerSummary {
+    l.summarize_ledger(pb::SummarizeLedgerRequest {
+        name: format!("ledgers/{id}"),
+    })
+    .await
+    .expect("summarize")
+    .into_inner()
+}
+
+/// Invariant: a ClaimRows answer fits the client's `max_response_bytes`;
+/// when rows were left out the answer says `truncated`, the left-out rows
+/// are not claimed (PENDING, no attempt counted) and later claims hand
+/// them out, each row exactly once. A limit below one largest row is
+/// INVALID_ARGUMENT and claims nothing.
+#[tokio::test]
+async fn a_claim_stops_at_the_clients_receive_limit_and_leaves_the_rest_runnable() {
+    let server = start(|_| {}).await;
+    const LIMIT: usize = 2 * 1024 * 1024;
+    const ROWS: usize = 12;
+    const PAYLOAD: usize = 400_000;
+    // The client refuses anything over LIMIT: every answer it decodes fits.
+    let mut l = LedgerServiceClient::new(server.connect().await).max_decoding_message_size(LIMIT);
+    ledger_of_big_rows(&mut l, "big", ROWS, PAYLOAD).await;
+    let claim = |max_response_bytes: i64| pb::ClaimRowsRequest {
+        parent: "ledgers/big".into(),
+        max_rows: ROWS as i32,
+        worker: "w".into(),
+        max_response_bytes,
+        ..Default::default()
+    };
+
+    let refused = l.claim_rows(claim(1_000_000)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let fields: Vec<String> = refused
+        .get_error_details()
+        .bad_request()
+        .map(|b| b.field_violations.iter().map(|v| v.field.clone()).collect())
+        .unwrap_or_default();
+    assert_eq!(fields, ["max_response_bytes"], "{refused:?}");
+    assert_eq!(
+        counts(&mut l, "big").await.running,
+        0,
+        "a refusal claims nothing"
+    );
+
+    let mut seen = BTreeSet::new();
+    let mut answers = Vec::new();
+    loop {
+        let r = l
+            .claim_rows(claim(LIMIT as i64))
+            .await
+            .expect("claim")
+            .into_inner();
+        let Some(c) = &r.claim else { break };
+        let size = r.encoded_len();
+        assert!(
+            size <= LIMIT,
+            "answer of {size} bytes over the {LIMIT}-byte limit"
+        );
+        assert_eq!(
+            c.row_count as usize,
+            r.rows.len(),
+            "the claim holds what it answered"
+        );
+        for row in &r.rows {
+            assert!(seen.insert(row.key.clone()), "{} handed out twice", row.key);
+            assert_eq!(row.attempts.as_ref().map_or(0, |a| a.total), 0);
+        }
+        if answers.is_empty() {
+            // Every row is the same size: the budget (the limit less the
+            // envelope) holds exactly this many.
+            let row = &r.rows[0];
+            let text = row.key.len()
+                + row.payload.len()
+                + row.model.len()
+                + row
+                    .prompt
+                    .as_ref()
+                    .map_or(0, |p| p.name.len() + p.version.len());
+            let fits = (LIMIT - ENVELOPE) / (text + CLAIMED_ROW_OVERHEAD as usize);
+            assert_eq!(r.rows.len(), fits, "rows up to the byte budget");
+            assert!(r.truncated, "rows were left out: the answer says so");
+            let counts = counts(&mut l, "big").await;
+            assert_eq!(
+                counts.running as usize, fits,
+                "only what was answered is held"
+            );
+            assert_eq!(
+                counts.pending as usize,
+                ROWS - fits,
+                "the rest stay runnable"
+            );
+            // A row left out: not claimed, no attempt counted.
+            let left = (0..ROWS)
+                .map(|i| format!("k{i:02}"))
+                .find(|k| !seen.contains(k))
+                .unwrap();
+            let row = l
+                .get_row(pb::GetRowRequest {
+                    name: format!("ledgers/big/rows/{left}"),
+                })
+                .await
+                .expect("get row")
+                .into_inner();
+            assert_eq!(
+                row.status(),
+                pb::RowStatus::Pending,
+                "{left} was not claimed"
+            );
+            assert_eq!(row.attempts.map_or(-1, |a| a.total), 0);
+            assert!(row.history.is_empty());
+        }
+        answers.push((r.rows.len(), r.truncated, size));
+        assert!(answers.len() <= ROWS, "claims never end: {answers:?}");
+    }
+    println!(
+        "claims of {ROWS} rows of {PAYLOAD} bytes at a {LIMIT}-byte limit (rows, truncated, bytes): {answers:?}"
+    );
+    assert_eq!(seen.len(), ROWS, "every row claimed exactly once");
+    assert!(answers.len() > 1);
+    let (_, last_truncated, _) = answers.last().unwrap();
+    assert!(!last_truncated, "the last claim took all that was left");
+    let c = counts(&mut l, "big").await;
+    assert_eq!((c.running as usize, c.pending), (ROWS, 0));
+    assert_eq!(c.attempts_total, 0, "no attempt was spent by a cut claim");
+    server.stop().await;
+}
