@@ -560,6 +560,7 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
             })
             .collect(),
         unmet_dependencies: r.unmet_deps,
+        history_omitted: i32::try_from(r.history_omitted).unwrap_or(i32::MAX),
     }
 }
 

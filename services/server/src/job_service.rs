@@ -81,10 +81,11 @@ impl JobService for Jobs {
             .list_jobs(&ledger, &states, after, size)
             .await
             .map_err(from_store)?;
-        let last = jobs.last().map(|j| j.id.to_string());
+        let (page, got) = crate::responses::page(&jobs, size, job_to_proto);
+        let last = page.len().checked_sub(1).map(|i| jobs[i].id.to_string());
         Ok(Response::new(pb::ListJobsResponse {
-            next_page_token: paging::next_token(&list, &fp, jobs.len(), size, last.as_deref()),
-            jobs: jobs.iter().map(job_to_proto).collect(),
+            next_page_token: paging::next_token(&list, &fp, got, size, last.as_deref()),
+            jobs: page,
         }))
     }
 

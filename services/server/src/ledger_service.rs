@@ -329,22 +329,34 @@ impl LedgerService for Ledgers {
         let list = format!("rows:{ledger}");
         let fp = validate::filter_fingerprint(&filter, "");
         let after = paging::decode(&req.page_token, &list, &fp)?;
-        let rows = self
+        let budget = crate::responses::PAGE_BYTES;
+        let page = self
             .store
-            .list_rows(&ledger, &filter, after.as_deref(), size, full)
+            .list_rows(
+                &ledger,
+                &filter,
+                after.as_deref(),
+                size,
+                full.then_some(budget as i64),
+            )
             .await
             .map_err(from_store)?;
-        let next = paging::next_token(
-            &list,
-            &fp,
-            rows.len(),
-            size,
-            rows.last().map(|r| r.key.as_str()),
+        let fetched = page.rows.len();
+        let (mut rows, cut) = crate::responses::cut_page(
+            page.rows.iter().map(convert::row_to_proto).collect(),
+            budget,
         );
-        let mut rows: Vec<pb::Row> = rows.iter().map(convert::row_to_proto).collect();
         if !access.uses_claims {
             rows.iter_mut().for_each(convert::hide_claims);
         }
+        // A page that ended at its byte limit continues after its last row,
+        // even with fewer rows than asked for.
+        let got = if page.cut || cut {
+            size as usize
+        } else {
+            fetched
+        };
+        let next = paging::next_token(&list, &fp, got, size, rows.last().map(|r| r.key.as_str()));
         Ok(Response::new(pb::ListRowsResponse {
             rows,
             next_page_token: next,

@@ -197,16 +197,14 @@ impl OperationsService for Operations {
             .list_operations(&states, after.as_ref(), size, &access.scope.ledgers)
             .await
             .map_err(from_store)?;
-        let last = ops.last().map(|o| encode_cursor(&o.cursor()));
+        let (page, got) = crate::responses::page(&ops, size, operation_to_proto);
+        let last = page
+            .len()
+            .checked_sub(1)
+            .map(|i| encode_cursor(&ops[i].cursor()));
         Ok(Response::new(pb::ListOperationsResponse {
-            operations: ops.iter().map(operation_to_proto).collect(),
-            next_page_token: paging::next_token(
-                "operations",
-                &filter,
-                ops.len(),
-                size,
-                last.as_deref(),
-            ),
+            operations: page,
+            next_page_token: paging::next_token("operations", &filter, got, size, last.as_deref()),
         }))
     }
 

@@ -9,10 +9,14 @@
 //!   the server's `--max-response-bytes`, and the store stops taking rows
 //!   where they would no longer fit ([`claim_budget`]); the rows left out
 //!   stay runnable and the answer says `truncated`.
+//! - **Lists** page by bytes as well as by count: a page ends before the
+//!   row that would take it past [`page_budget`] ([`cut_page`]), and the
+//!   next page token continues right after the last row returned.
 //! - Every service's encoder refuses a message over `--max-response-bytes`
 //!   (tonic's `max_encoding_message_size`), the last line of defence.
 
 use crate::config::Limits;
+use prost::Message;
 use tally_core::keys::MAX_KEY_LEN;
 use tally_core::payload::MAX_PAYLOAD_BYTES;
 use tally_store::types::ByteBudget;
@@ -22,7 +26,7 @@ use tally_store::types::ByteBudget;
 pub const DEFAULT_CLIENT_RECEIVE: usize = 4 * 1024 * 1024;
 
 /// Kept free of rows in every budgeted response: the rest of the message
-/// (the claim) and the gRPC frame. Checked by a test against
+/// (a claim, a page token) and the gRPC frame. Checked by a test against
 /// the largest such parts.
 pub const ENVELOPE: usize = 4096;
 
@@ -66,13 +70,53 @@ pub fn claim_budget(requested: i64, limits: &Limits) -> Result<ByteBudget, Strin
     })
 }
 
-/// Refuses a response limit below what a default client receives (so a
-/// default ClaimRows always fits it).
+/// The bytes of entries one list page may hold: what a default client
+/// receives, less the envelope ([`check`] keeps the server's own limit at
+/// least that).
+pub const PAGE_BYTES: usize = DEFAULT_CLIENT_RECEIVE - ENVELOPE;
+
+/// Cuts a page of `fetched` entries (converted by `encode`) at
+/// [`PAGE_BYTES`]; returns the entries kept and the `got` to give
+/// [`crate::paging::next_token`]: a page cut short by bytes continues
+/// after its last entry as a full one would.
+pub fn page<S, T: Message>(fetched: &[S], size: i64, encode: impl Fn(&S) -> T) -> (Vec<T>, usize) {
+    let (kept, cut) = cut_page(fetched.iter().map(encode).collect(), PAGE_BYTES);
+    let got = if cut {
+        usize::try_from(size).unwrap_or(usize::MAX)
+    } else {
+        fetched.len()
+    };
+    (kept, got)
+}
+
+/// Keeps the longest prefix of `items` whose encoded size in a repeated
+/// field stays within `budget` (the first item always, so a page is never
+/// empty while there are items); says whether any were dropped.
+pub fn cut_page<T: Message>(mut items: Vec<T>, budget: usize) -> (Vec<T>, bool) {
+    let mut used = 0usize;
+    let mut keep = 0;
+    for item in &items {
+        let len = item.encoded_len();
+        // Tag (1 byte) and length prefix of the entry.
+        let entry = 1 + prost::length_delimiter_len(len) + len;
+        if keep > 0 && used + entry > budget {
+            break;
+        }
+        used += entry;
+        keep += 1;
+    }
+    let cut = keep < items.len();
+    items.truncate(keep);
+    (items, cut)
+}
+
+/// Refuses a response limit that could not hold a default list page or one
+/// largest claimed row.
 pub fn check(limits: &Limits) -> Result<(), String> {
     if limits.max_response_bytes < DEFAULT_CLIENT_RECEIVE {
         return Err(format!(
             "--max-response-bytes must be at least {DEFAULT_CLIENT_RECEIVE} (gRPC's default \
-             receive limit)"
+             receive limit, which list pages are sized for)"
         ));
     }
     Ok(())
@@ -81,7 +125,6 @@ pub fn check(limits: &Limits) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prost::Message as _;
     use tally_proto::v1 as pb;
 
     fn text(n: usize) -> String {
@@ -126,8 +169,8 @@ mod tests {
         }
     }
 
-    /// Invariant: the largest claim record and flags fit the envelope, so
-    /// rows within the budget make a response within the limit.
+    /// Invariant: the largest claim record, page token and flags fit the
+    /// envelope, so rows within the budget make a response within the limit.
     #[test]
     fn the_envelope_holds_the_rest_of_a_response() {
         let time = Some(prost_types::Timestamp {
@@ -156,6 +199,20 @@ mod tests {
             "{}",
             claim.encoded_len()
         );
+        let token = crate::paging::encode(
+            &format!("rows:{}", text(MAX_NAME)),
+            &text(16),
+            &text(MAX_KEY_LEN),
+        );
+        let page = pb::ListRowsResponse {
+            rows: vec![],
+            next_page_token: token,
+        };
+        assert!(
+            page.encoded_len() + 5 < ENVELOPE / 2,
+            "{}",
+            page.encoded_len()
+        );
     }
 
     #[test]
@@ -168,5 +225,29 @@ mod tests {
         assert!(claim_budget(-1, &limits).is_err());
         assert!(claim_budget(MIN_CLAIM_RESPONSE as i64 - 1, &limits).is_err());
         assert!(claim_budget(MIN_CLAIM_RESPONSE as i64, &limits).is_ok());
+    }
+
+    /// Pages stop before the entry that would pass the budget, keep at
+    /// least one entry, and say when they stopped short.
+    #[test]
+    fn pages_are_cut_by_bytes() {
+        let rows = |n: usize| -> Vec<pb::Row> {
+            (0..n)
+                .map(|i| pb::Row {
+                    key: format!("k{i}"),
+                    payload: text(1000),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let one = rows(1)[0].encoded_len() + 3;
+        let (kept, cut) = cut_page(rows(10), one * 3);
+        assert_eq!((kept.len(), cut), (3, true));
+        let (kept, cut) = cut_page(rows(10), one * 3 - 1);
+        assert_eq!((kept.len(), cut), (2, true));
+        let (kept, cut) = cut_page(rows(10), 1);
+        assert_eq!((kept.len(), cut), (1, true), "the first entry always");
+        let (kept, cut) = cut_page(rows(3), one * 3);
+        assert_eq!((kept.len(), cut), (3, false));
     }
 }

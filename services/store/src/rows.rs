@@ -5,7 +5,9 @@
 //! (migration 0007); readers show it RUNNING, under the ACTIVE claim whose
 //! `row_ids` holds it and with that claim's job.
 
-use crate::types::{AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, Time, Usage};
+use crate::types::{
+    AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, RowsPage, Time, Usage,
+};
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 use std::collections::HashMap;
@@ -40,6 +42,9 @@ struct RowRow {
     create_time: Time,
     update_time: Time,
     unmet_deps: i32,
+    /// Rows in the page before the byte cut (FULL lists only).
+    #[sqlx(default)]
+    page_rows: i64,
 }
 
 impl RowRow {
@@ -80,6 +85,7 @@ impl RowRow {
                 update_time: self.update_time,
                 unmet_deps: self.unmet_deps,
                 history: Vec::new(),
+                history_omitted: 0,
             },
         ))
     }
@@ -203,6 +209,26 @@ struct AttemptRow {
     error: String,
     actor: String,
     time: Time,
+    total: i64,
+}
+
+/// The most bytes of attempts text one row's history carries in an answer
+/// (GetRow, ListRows FULL): the newest attempts that fit, the newest always.
+/// An error is at most 2048 characters, so this is a few hundred attempts;
+/// a row redriven again and again has more, and its answer says how many
+/// older ones it left out.
+pub const HISTORY_BYTES: i64 = 1024 * 1024;
+
+/// Counted for each attempt beyond its text: numbers, times, tokens and
+/// their encoding.
+const ATTEMPT_OVERHEAD: i64 = 128;
+
+/// A row's history as answered: its newest attempts, oldest first, and how
+/// many older ones were left out.
+#[derive(Default)]
+struct History {
+    attempts: Vec<AttemptInfo>,
+    omitted: i64,
 }
 
 impl Store {
@@ -221,35 +247,50 @@ impl Store {
             .await?
             .ok_or_else(|| StoreError::not_found("row", format!("ledgers/{ledger}/rows/{key}")))?;
         let (id, mut out) = row.into_record(ledger)?;
-        out.history = self
+        let history = self
             .histories(record.id, &[id])
             .await?
             .remove(&id)
             .unwrap_or_default();
+        out.history = history.attempts;
+        out.history_omitted = history.omitted;
         Ok(out)
     }
 
     /// The attempts of several rows, in one query, by row id.
-    async fn histories(
-        &self,
-        ledger_id: i64,
-        row_ids: &[i64],
-    ) -> Result<HashMap<i64, Vec<AttemptInfo>>> {
+    async fn histories(&self, ledger_id: i64, row_ids: &[i64]) -> Result<HashMap<i64, History>> {
+        // The newest attempts of each row while their text adds up to
+        // HISTORY_BYTES (the newest always), oldest first; `omitted` counts
+        // the older ones left out.
         let rows = sqlx::query_as::<_, AttemptRow>(
-            "SELECT a.row_id, a.number, a.claim_id, j.public_id AS job, j.batch, a.model,
-                    a.prompt_name, a.prompt_version, a.outcome, a.rule, a.budget,
-                    a.input_tokens, a.output_tokens, a.thinking_tokens, a.cached_tokens,
-                    a.error, a.actor, a.time
-             FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id
-             WHERE a.ledger_id = $1 AND a.row_id = ANY($2) ORDER BY a.row_id, a.number",
+            "SELECT * FROM (
+                 SELECT a.row_id, a.number, a.claim_id, j.public_id AS job, j.batch, a.model,
+                        a.prompt_name, a.prompt_version, a.outcome, a.rule, a.budget,
+                        a.input_tokens, a.output_tokens, a.thinking_tokens, a.cached_tokens,
+                        a.error, a.actor, a.time,
+                        sum(octet_length(a.error) + octet_length(a.model)
+                            + octet_length(a.prompt_name) + octet_length(a.prompt_version)
+                            + octet_length(a.rule) + octet_length(a.actor)
+                            + coalesce(octet_length(j.public_id), 0)
+                            + coalesce(octet_length(j.batch), 0) + $3)
+                            OVER (PARTITION BY a.row_id ORDER BY a.number DESC) AS upto,
+                        row_number() OVER (PARTITION BY a.row_id ORDER BY a.number DESC) AS nth,
+                        count(*) OVER (PARTITION BY a.row_id) AS total
+                 FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id
+                 WHERE a.ledger_id = $1 AND a.row_id = ANY($2)) h
+             WHERE h.nth = 1 OR h.upto <= $4
+             ORDER BY h.row_id, h.number",
         )
         .bind(ledger_id)
         .bind(row_ids)
+        .bind(ATTEMPT_OVERHEAD)
+        .bind(HISTORY_BYTES)
         .fetch_all(&self.pool)
         .await?;
-        let mut out: HashMap<i64, Vec<AttemptInfo>> = HashMap::new();
+        let mut out: HashMap<i64, History> = HashMap::new();
         for a in rows {
             let row_id = a.row_id;
+            let total = a.total;
             let info = AttemptInfo {
                 number: a.number,
                 claim: a.claim_id,
@@ -273,46 +314,85 @@ impl Store {
                 actor: a.actor,
                 time: a.time,
             };
-            out.entry(row_id).or_default().push(info);
+            let history = out.entry(row_id).or_default();
+            history.attempts.push(info);
+            history.omitted = (total - history.attempts.len() as i64).max(0);
         }
         Ok(out)
     }
 
-    /// Rows matching `filter` in key order after `after`.
+    /// Rows matching `filter` in key order after `after`: at most `limit`,
+    /// and with `full` set (the FULL view, with payload, result and history)
+    /// at most about `full` bytes of them (the first row always). Says
+    /// whether the page ended at the byte limit before the count.
     pub async fn list_rows(
         &self,
         ledger: &str,
         filter: &RowFilter,
         after: Option<&str>,
         limit: i64,
-        full: bool,
-    ) -> Result<Vec<RowRecord>> {
+        full: Option<i64>,
+    ) -> Result<RowsPage> {
         let record = self.ledger(ledger).await?;
-        let mut qb = select_rows(&row_columns(full), &holder(IS_HELD));
+        let mut qb = match full {
+            // Sized in key order over the page only (the window runs after
+            // the LIMIT): key, payload, result, error and dependencies, and
+            // an estimate of the history (GetRow's bound at most).
+            Some(_) => QueryBuilder::new(format!(
+                "WITH held AS MATERIALIZED ({HELD}), page AS (SELECT {}, \
+                 octet_length(r.key) + coalesce(octet_length(r.payload), 0) \
+                 + coalesce(octet_length(r.result), 0) + octet_length(r.last_error) \
+                 + octet_length(r.rule) + octet_length(r.model) \
+                 + octet_length(array_to_string(r.depends_on, '')) \
+                 + 8 * cardinality(r.depends_on) + 512 \
+                 + least(r.attempts::int8 * 256, {HISTORY_BYTES}) AS size \
+                 FROM rows r {} WHERE r.ledger_id = ",
+                row_columns(true),
+                holder(IS_HELD)
+            )),
+            None => select_rows(&row_columns(false), &holder(IS_HELD)),
+        };
         qb.push_bind(record.id);
         if let Some(after) = after {
             qb.push(" AND r.key > ").push_bind(after.to_string());
         }
         push_filter(&mut qb, filter);
         qb.push(" ORDER BY r.key LIMIT ").push_bind(limit);
+        if let Some(max_bytes) = full {
+            qb.push(
+                ") SELECT * FROM (SELECT p.*, sum(p.size) OVER (ORDER BY p.key) AS upto, \
+                 row_number() OVER (ORDER BY p.key) AS nth, count(*) OVER () AS page_rows \
+                 FROM page p) w WHERE w.nth = 1 OR w.upto <= ",
+            )
+            .push_bind(max_bytes)
+            .push(" ORDER BY w.key");
+        }
         let rows = qb.build_query_as::<RowRow>().fetch_all(&self.pool).await?;
+        let fetched = rows.len();
+        let page_rows = rows.iter().map(|r| r.page_rows).max().unwrap_or(0);
         let records = rows
             .into_iter()
             .map(|r| r.into_record(ledger))
             .collect::<Result<Vec<_>>>()?;
-        let mut histories = if full {
+        let mut histories = if full.is_some() {
             let ids: Vec<i64> = records.iter().map(|(id, _)| *id).collect();
             self.histories(record.id, &ids).await?
         } else {
             HashMap::new()
         };
-        Ok(records
+        let rows = records
             .into_iter()
             .map(|(id, mut rec)| {
-                rec.history = histories.remove(&id).unwrap_or_default();
+                let history = histories.remove(&id).unwrap_or_default();
+                rec.history = history.attempts;
+                rec.history_omitted = history.omitted;
                 rec
             })
-            .collect())
+            .collect();
+        Ok(RowsPage {
+            rows,
+            cut: (fetched as i64) < page_rows,
+        })
     }
 
     /// Counts by status, attempts and tokens summed over the history (so

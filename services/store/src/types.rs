@@ -266,6 +266,18 @@ pub struct RowRecord {
     pub unmet_deps: i32,
     /// Filled by `get_row` and the full view.
     pub history: Vec<AttemptInfo>,
+    /// Older attempts left out of `history` to bound the answer (see
+    /// `rows::HISTORY_BYTES`).
+    pub history_omitted: i64,
+}
+
+/// A page of [`Store::list_rows`](crate::Store::list_rows).
+#[derive(Debug, Clone)]
+pub struct RowsPage {
+    pub rows: Vec<RowRecord>,
+    /// The page ended at its byte limit before its count: more rows follow
+    /// the last one even though fewer than the count came back.
+    pub cut: bool,
 }
 
 #[derive(Debug, Clone, Default)]

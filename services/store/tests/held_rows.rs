@@ -23,9 +23,10 @@ async fn versions(store: &Store) -> Vec<(String, String)> {
 
 async fn list(store: &Store, filter: RowFilter) -> Vec<RowRecord> {
     store
-        .list_rows("l", &filter, None, 100, false)
+        .list_rows("l", &filter, None, 100, None)
         .await
         .unwrap()
+        .rows
 }
 
 fn keys(rows: &[RowRecord]) -> Vec<&str> {

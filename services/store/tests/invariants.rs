@@ -501,9 +501,10 @@ async fn attempts_and_tokens_add_up() {
     assert_eq!(s.usage.output, reported_output);
     let rows_total: i64 = env
         .store
-        .list_rows("l", &RowFilter::default(), None, 1000, false)
+        .list_rows("l", &RowFilter::default(), None, 1000, None)
         .await
         .unwrap()
+        .rows
         .iter()
         .map(|r| i64::from(r.total))
         .sum();

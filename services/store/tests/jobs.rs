@@ -115,9 +115,10 @@ async fn a_job_holds_its_claims_rows_and_creating_it_again_answers_the_same_job(
     };
     let rows = env
         .store
-        .list_rows("l", &filter, None, 100, false)
+        .list_rows("l", &filter, None, 100, None)
         .await
-        .unwrap();
+        .unwrap()
+        .rows;
     let mut held: Vec<_> = rows.into_iter().map(|r| r.key).collect();
     held.sort();
     assert_eq!(held, keys_of(&g));
@@ -671,8 +672,8 @@ async fn a_failed_job_turns_its_unreported_rows_retryable() {
     let keys = |filter: RowFilter| {
         let store = env.store.clone();
         async move {
-            let rows = store.list_rows("l", &filter, None, 100, false).await;
-            let mut keys: Vec<String> = rows.unwrap().into_iter().map(|r| r.key).collect();
+            let rows = store.list_rows("l", &filter, None, 100, None).await;
+            let mut keys: Vec<String> = rows.unwrap().rows.into_iter().map(|r| r.key).collect();
             keys.sort();
             keys
         }

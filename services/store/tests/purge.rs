@@ -313,7 +313,7 @@ async fn a_deleting_ledger_is_invisible_to_work_and_its_name_stays_taken() {
     not_found(s.summarize("gone").await.map(drop), "summarize");
     not_found(s.ledger_id("gone").await.map(drop), "watch jobs");
     not_found(
-        s.list_rows("gone", &Default::default(), None, 10, false)
+        s.list_rows("gone", &Default::default(), None, 10, None)
             .await
             .map(drop),
         "list_rows",

@@ -5,7 +5,7 @@ use prost::Message as _;
 use std::collections::BTreeSet;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
-use tally_server::responses::{CLAIMED_ROW_OVERHEAD, ENVELOPE};
+use tally_server::responses::{CLAIMED_ROW_OVERHEAD, DEFAULT_CLIENT_RECEIVE, ENVELOPE};
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt as _;
@@ -170,5 +170,64 @@ async fn a_claim_stops_at_the_clients_receive_limit_and_leaves_the_rest_runnable
     let c = counts(&mut l, "big").await;
     assert_eq!((c.running as usize, c.pending), (ROWS, 0));
     assert_eq!(c.attempts_total, 0, "no attempt was spent by a cut claim");
+    server.stop().await;
+}
+
+/// Invariant: ListRows in the FULL view answers pages under the default
+/// 4 MiB receive limit, ending early by bytes; following
+/// `next_page_token` returns every row exactly once, in key order.
+#[tokio::test]
+async fn full_pages_end_at_the_byte_limit_and_continue_after_the_last_row() {
+    let server = start(|_| {}).await;
+    const ROWS: usize = 30;
+    const PAYLOAD: usize = 300_000;
+    // A default client: 4 MiB receive limit.
+    let mut l = LedgerServiceClient::new(server.connect().await);
+    ledger_of_big_rows(&mut l, "pages", ROWS, PAYLOAD).await;
+    let mut token = String::new();
+    let mut keys = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let page = l
+            .list_rows(pb::ListRowsRequest {
+                parent: "ledgers/pages".into(),
+                page_size: 1000,
+                page_token: token.clone(),
+                view: pb::RowView::Full as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        let size = page.encoded_len();
+        assert!(size <= DEFAULT_CLIENT_RECEIVE, "a page of {size} bytes");
+        assert!(!page.rows.is_empty(), "a page with a token has rows");
+        for row in &page.rows {
+            assert_eq!(row.payload.len(), PAYLOAD, "FULL rows carry their payload");
+            keys.push(row.key.clone());
+        }
+        pages.push((page.rows.len(), size));
+        assert!(pages.len() <= ROWS, "pages never end: {pages:?}");
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    println!("FULL pages of {ROWS} rows of {PAYLOAD} bytes (rows, bytes): {pages:?}");
+    let all: Vec<String> = (0..ROWS).map(|i| format!("k{i:02}")).collect();
+    assert_eq!(keys, all, "every row once, in key order");
+    assert!(pages.len() > 1, "the byte limit split the list");
+    // BASIC pages by count only: the whole ledger in one page.
+    let basic = l
+        .list_rows(pb::ListRowsRequest {
+            parent: "ledgers/pages".into(),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .expect("list basic")
+        .into_inner();
+    assert_eq!(basic.rows.len(), ROWS);
+    assert!(basic.next_page_token.is_empty());
     server.stop().await;
 }
