@@ -10,7 +10,9 @@
 //!   [`alerts`] evaluates review thresholds and delivers alerts.
 //! - [`operations_service`]: OperationsService handlers and their message
 //!   translations; [`webhook`]: the signed provider webhook receiver on its
-//!   own HTTP listener; [`wakeup`]: LISTEN/NOTIFY wake-ups for watch streams.
+//!   own HTTP listener ([`http_listener`]: its timeouts and connection
+//!   cap, shared with the metrics listener); [`wakeup`]: LISTEN/NOTIFY
+//!   wake-ups for watch streams.
 //! - [`purger`]: the background purge of deleted ledgers.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
@@ -34,6 +36,7 @@ pub mod convert;
 pub mod database;
 pub mod health;
 pub mod health_check;
+pub mod http_listener;
 pub mod intake;
 pub mod job_convert;
 pub mod job_service;

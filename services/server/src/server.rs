@@ -85,6 +85,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     limits::check(&args.limits).map_err(anyhow::Error::msg)?;
     crate::intake::check(&args.limits).map_err(anyhow::Error::msg)?;
     crate::responses::check(&args.limits).map_err(anyhow::Error::msg)?;
+    crate::http_listener::check(&args.http).map_err(anyhow::Error::msg)?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = crate::tls::server_config(&args.security)? {
         builder = builder.tls_config(tls).context("invalid TLS settings")?;
@@ -217,6 +218,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         tokio::spawn(serve_metrics(
             metrics_listener,
             metrics.clone(),
+            args.http.clone(),
             stop.clone(),
         )),
     ];
@@ -229,7 +231,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
                 tolerance = ?config.tolerance,
                 "webhooks enabled at /webhooks/gemini"
             );
-            tasks.push(tokio::spawn(webhook::serve(listener, state, stop.clone())));
+            tasks.push(tokio::spawn(webhook::serve(
+                listener,
+                state,
+                args.http.clone(),
+                stop.clone(),
+            )));
         }
         _ => match args.http_addr {
             Some(addr) => tracing::warn!(
@@ -406,7 +413,12 @@ async fn sweep_expired_claims(
     }
 }
 
-async fn serve_metrics(listener: TcpListener, metrics: Metrics, stop: CancellationToken) {
+async fn serve_metrics(
+    listener: TcpListener,
+    metrics: Metrics,
+    limits: crate::config::HttpLimits,
+    stop: CancellationToken,
+) {
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
@@ -419,12 +431,7 @@ async fn serve_metrics(listener: TcpListener, metrics: Metrics, stop: Cancellati
             }
         }),
     );
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "metrics listener failed");
-    }
+    crate::http_listener::serve(listener, app, limits, "metrics", stop).await;
 }
 
 /// Accepted connections with Nagle's algorithm off and TCP keepalive on

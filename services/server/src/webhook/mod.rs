@@ -71,11 +71,11 @@ pub fn router(state: Arc<WebhookState>) -> axum::Router {
 }
 
 /// Serves webhooks on `listener` until `stop`; in-flight deliveries finish.
-pub async fn serve(listener: TcpListener, state: Arc<WebhookState>, stop: CancellationToken) {
-    let result = axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
-    if let Err(e) = result {
-        tracing::warn!(error = %e, "webhook listener failed");
-    }
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<WebhookState>,
+    limits: crate::config::HttpLimits,
+    stop: CancellationToken,
+) {
+    crate::http_listener::serve(listener, router(state), limits, "webhook", stop).await;
 }

@@ -1,6 +1,8 @@
 //! A real server on port 0 against a fresh database (authentication off:
 //! these tests are about sizes and slots, not callers).
 
+use std::future::Future;
+use std::time::Duration;
 use tally_pg::TestDb;
 use tally_server::config::ServeArgs;
 use tally_server::server::{self, Running};
@@ -32,5 +34,18 @@ impl TestServer {
 
     pub async fn stop(self) {
         self.running.stop().await.expect("clean stop");
+    }
+}
+
+/// Polls `check` until it answers true; fails after 20 s.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

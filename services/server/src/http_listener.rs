@@ -1,0 +1,153 @@
+//! The plain HTTP listeners (webhooks, metrics), served so that no client
+//! can hold them: a connection that does not send its request headers
+//! within `--http-header-timeout` is closed (slowloris), and so is an idle
+//! keep-alive connection after the same time; a request whose body and
+//! answer take longer than `--http-body-timeout` is answered 408 and its
+//! connection closed; at most `--http-max-connections` connections are
+//! open per listener (one more is answered 503 and closed at once); and a
+//! connection is closed after `--http-max-connection-age` (after its
+//! request in flight, if any), so keep-alive cannot pin a slot forever.
+//!
+//! hyper's own HTTP/1 server does the reading (its header read timeout);
+//! this module owns the accept loop, the connection slots and shutdown.
+
+use crate::config::HttpLimits;
+use axum::response::IntoResponse as _;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// What a connection over the cap reads before it is closed.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
+content-type: text/plain\r\ncontent-length: 45\r\n\r\n\
+too many connections (--http-max-connections)";
+
+/// Largest request head (request line and headers) read, in bytes.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Refuses HTTP limits that would make a listener unusable.
+pub fn check(limits: &HttpLimits) -> Result<(), String> {
+    if limits.http_max_connections == 0 {
+        return Err("--http-max-connections must be at least 1".into());
+    }
+    for (flag, d) in [
+        ("--http-header-timeout", limits.http_header_timeout),
+        ("--http-body-timeout", limits.http_body_timeout),
+        ("--http-max-connection-age", limits.http_max_connection_age),
+    ] {
+        if d.is_zero() {
+            return Err(format!("{flag} must be longer than zero"));
+        }
+    }
+    Ok(())
+}
+
+/// Serves `app` on `listener` until `stop`; requests in flight then finish
+/// (within the body timeout).
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: HttpLimits,
+    name: &'static str,
+    stop: CancellationToken,
+) {
+    let body_timeout = limits.http_body_timeout;
+    let app = app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+            match tokio::time::timeout(body_timeout, next.run(req)).await {
+                Ok(response) => response,
+                Err(_) => {
+                    tracing::warn!(listener = name, timeout = ?body_timeout, "request timed out");
+                    let mut response = (
+                        http::StatusCode::REQUEST_TIMEOUT,
+                        format!(
+                            "the request was not received and answered within {} \
+                             (--http-body-timeout)",
+                            humantime::format_duration(body_timeout)
+                        ),
+                    )
+                        .into_response();
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                    response
+                }
+            }
+        },
+    ));
+    let slots = Arc::new(Semaphore::new(limits.http_max_connections));
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors, say: wait instead of spinning.
+                        tracing::warn!(listener = name, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(listener = name, %peer, max = limits.http_max_connections,
+                        "connection refused: too many open (--http-max-connections)");
+                    // Best effort, never waiting on the client.
+                    let _ = stream.try_write(BUSY);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let app = app.clone();
+                let limits = limits.clone();
+                let stop = stop.clone();
+                connections.spawn(async move {
+                    connection(stream, app, &limits, stop).await;
+                    drop(slot);
+                });
+            }
+        }
+    }
+    // Stop accepting; let open connections finish their requests.
+    drop(listener);
+    let grace = limits.http_body_timeout + Duration::from_secs(1);
+    let _ = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+/// One connection, until the client closes it, a timeout or its age ends
+/// it, or the server stops.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    app: axum::Router,
+    limits: &HttpLimits,
+    stop: CancellationToken,
+) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.http_header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(true);
+    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    tokio::pin!(conn);
+    let age = tokio::time::sleep(limits.http_max_connection_age);
+    tokio::pin!(age);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = stop.cancelled() => {}
+        _ = &mut age => {}
+    }
+    // Close after the request in flight (an idle connection at once).
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(limits.http_body_timeout, conn).await;
+}
