@@ -459,6 +459,20 @@ pub struct Limits {
     #[arg(long, env = "TALLY_MAX_STREAM_AGE", default_value = "30m", value_parser = parse_duration)]
     pub max_stream_age: Duration,
 
+    /// Open streams of unauthenticated callers (health Watch, and
+    /// reflection with --reflection open); more are refused with
+    /// RESOURCE_EXHAUSTED. Separate from --max-concurrent-streams, so
+    /// tokenless watchers cannot take authenticated callers' stream slots.
+    #[arg(long, env = "TALLY_MAX_ANONYMOUS_STREAMS", default_value_t = 32)]
+    pub max_anonymous_streams: usize,
+
+    /// Longest a response message may wait for its client to take it
+    /// (HTTP/2 flow control): a client that stops reading is disconnected
+    /// after this and its calls' slots freed. A message must move at
+    /// --max-response-bytes per this time at least.
+    #[arg(long, env = "TALLY_WRITE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+
     /// Largest response message, in bytes. ClaimRows hands out rows up to
     /// the client's `max_response_bytes` but never more than this; list
     /// pages stop at 4 MiB (gRPC's default receive limit). At least 4 MiB.
@@ -480,6 +494,8 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(30),
             max_stream_age: Duration::from_secs(30 * 60),
             max_response_bytes: 16 * 1024 * 1024,
+            max_anonymous_streams: 32,
+            write_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -18,8 +18,9 @@
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
 //!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
-//!   (a third layer); [`intake`]: request sizes, the request-memory budget
-//!   and row counts read from the wire before decoding ([`wire`]).
+//!   (a third layer); [`write_timeout`]: clients that stop reading are
+//!   cut off; [`intake`]: request sizes, the request-memory budget and row
+//!   counts read from the wire before decoding ([`wire`]).
 //! - [`responses`]: response byte budgets (claims stop, pages end, before
 //!   a client's receive limit).
 //! - [`health`], [`metrics`], [`paging`], [`caller`]; [`health_check`]:
@@ -58,3 +59,4 @@ pub mod wakeup;
 pub mod watch;
 pub mod webhook;
 pub mod wire;
+pub mod write_timeout;

@@ -5,6 +5,11 @@
 //!   watches cannot starve unary calls. A call over either budget is shed at
 //!   once with RESOURCE_EXHAUSTED and a RetryInfo, never queued: queueing
 //!   under overload only turns it into timeouts.
+//! - Streams of unauthenticated callers (health Watch, open reflection)
+//!   take slots of their own (`max_anonymous_streams`), so anyone who can
+//!   reach the port cannot take the stream slots of callers with tokens.
+//! - A response message the client does not take within `write_timeout`
+//!   (it stopped reading) gets its connection cut ([`crate::write_timeout`]).
 //! - Calls and streams in flight on one connection
 //!   (`max_calls_per_connection`), so one client cannot take the whole
 //!   budget; also RESOURCE_EXHAUSTED.
@@ -24,9 +29,11 @@
 
 use crate::auth::layer::peer_addr;
 use crate::auth::methods::{Kind, Route};
+use crate::caller::Caller;
 use crate::config::Limits;
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::status;
+use crate::write_timeout::Tracker;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body::Frame;
@@ -61,6 +68,7 @@ pub fn check(limits: &Limits) -> Result<(), String> {
         ),
         ("--max-message-bytes", limits.max_message_bytes),
         ("--max-rows-per-call", limits.max_rows_per_call),
+        ("--max-anonymous-streams", limits.max_anonymous_streams),
     ];
     for (flag, value) in positive {
         if value == 0 {
@@ -70,8 +78,14 @@ pub fn check(limits: &Limits) -> Result<(), String> {
     if limits.max_claim_rows < 1 {
         return Err("--max-claim-rows must be at least 1".into());
     }
-    if limits.request_timeout.is_zero() || limits.max_stream_age.is_zero() {
-        return Err("--request-timeout and --max-stream-age must be longer than zero".into());
+    if limits.request_timeout.is_zero()
+        || limits.max_stream_age.is_zero()
+        || limits.write_timeout.is_zero()
+    {
+        return Err(
+            "--request-timeout, --max-stream-age and --write-timeout must be longer than zero"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -84,6 +98,8 @@ pub struct LimitsLayer {
 struct State {
     calls: Arc<Semaphore>,
     streams: Arc<Semaphore>,
+    anonymous_streams: Arc<Semaphore>,
+    stalls: Arc<Tracker>,
     per_connection: Mutex<HashMap<SocketAddr, usize>>,
     limits: Limits,
     end_streams: CancellationToken,
@@ -96,6 +112,7 @@ impl LimitsLayer {
         for reason in [
             "TOO_MANY_CALLS",
             "TOO_MANY_STREAMS",
+            "TOO_MANY_ANONYMOUS_STREAMS",
             "CONNECTION_LIMIT",
             "REQUEST_TIMEOUT",
         ] {
@@ -105,12 +122,22 @@ impl LimitsLayer {
             state: Arc::new(State {
                 calls: Arc::new(Semaphore::new(limits.max_concurrent_calls)),
                 streams: Arc::new(Semaphore::new(limits.max_concurrent_streams)),
+                anonymous_streams: Arc::new(Semaphore::new(limits.max_anonymous_streams)),
+                stalls: Tracker::new(limits.write_timeout, metrics.clone()),
                 per_connection: Mutex::new(HashMap::new()),
                 limits: limits.clone(),
                 end_streams,
                 metrics,
             }),
         }
+    }
+}
+
+impl LimitsLayer {
+    /// The slow-reader tracker: wrap accepted connections with it and run
+    /// its reaper ([`crate::write_timeout::run`]).
+    pub fn stalls(&self) -> Arc<Tracker> {
+        self.state.stalls.clone()
     }
 }
 
@@ -154,7 +181,17 @@ where
             return Box::pin(inner.call(req));
         }
         let kind = route.kind();
-        let held = match self.state.admit(kind, peer_addr(req.extensions())) {
+        let slot = match (route, kind) {
+            (Route::Health(_) | Route::Reflection, Kind::Stream)
+                if req.extensions().get::<Caller>().is_none() =>
+            {
+                Slot::AnonymousStream
+            }
+            (_, Kind::Stream) => Slot::Stream,
+            (_, Kind::Unary) => Slot::Call,
+        };
+        let peer = peer_addr(req.extensions());
+        let held = match self.state.admit(slot, peer) {
             Ok(held) => held,
             Err(refusal) => {
                 let response = self.state.refuse(&path, refusal).into_http();
@@ -162,13 +199,13 @@ where
             }
         };
         let state = self.state.clone();
+        let watch = peer.map(|peer| Watch::new(&state.stalls, peer, &path));
         match kind {
             Kind::Unary => Box::pin(async move {
                 let timeout = state.limits.request_timeout;
                 match tokio::time::timeout(timeout, inner.call(req)).await {
-                    Ok(Ok(response)) => {
-                        Ok(response.map(|body| Body::new(Guarded::new(body, held, None))))
-                    }
+                    Ok(Ok(response)) => Ok(response
+                        .map(|body| Body::new(Guarded::new(body, held, None).watched(watch)))),
                     Ok(Err(e)) => Err(e),
                     Err(_) => Ok(state.refuse(&path, Refusal::Timeout).into_http()),
                 }
@@ -183,8 +220,26 @@ where
                     path: path.clone(),
                 };
                 let response = inner.call(req).await?;
-                Ok(response.map(|body| Body::new(Guarded::new(body, held, Some(ending)))))
+                Ok(response
+                    .map(|body| Body::new(Guarded::new(body, held, Some(ending)).watched(watch))))
             }),
+        }
+    }
+}
+
+/// Which budget a call takes its slot from.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Call,
+    Stream,
+    AnonymousStream,
+}
+
+impl From<Kind> for Slot {
+    fn from(kind: Kind) -> Slot {
+        match kind {
+            Kind::Unary => Slot::Call,
+            Kind::Stream => Slot::Stream,
         }
     }
 }
@@ -194,6 +249,7 @@ where
 enum Refusal {
     Calls,
     Streams,
+    AnonymousStreams,
     Connection,
     Timeout,
 }
@@ -226,7 +282,11 @@ impl Drop for ConnectionSlot {
 }
 
 impl State {
-    fn admit(self: &Arc<Self>, kind: Kind, peer: Option<SocketAddr>) -> Result<Held, Refusal> {
+    fn admit(
+        self: &Arc<Self>,
+        slot: impl Into<Slot>,
+        peer: Option<SocketAddr>,
+    ) -> Result<Held, Refusal> {
         let connection = match peer {
             Some(addr) => {
                 let mut map = self
@@ -245,9 +305,10 @@ impl State {
             }
             None => None,
         };
-        let (budget, refusal) = match kind {
-            Kind::Unary => (&self.calls, Refusal::Calls),
-            Kind::Stream => (&self.streams, Refusal::Streams),
+        let (budget, refusal) = match slot.into() {
+            Slot::Call => (&self.calls, Refusal::Calls),
+            Slot::Stream => (&self.streams, Refusal::Streams),
+            Slot::AnonymousStream => (&self.anonymous_streams, Refusal::AnonymousStreams),
         };
         let permit = budget.clone().try_acquire_owned().map_err(|_| refusal)?;
         Ok(Held {
@@ -278,6 +339,18 @@ impl State {
                 format!(
                     "server overloaded: {} streams open (max_concurrent_streams); retry with backoff",
                     l.max_concurrent_streams
+                ),
+                Some(RETRY_AFTER),
+            ),
+            Refusal::AnonymousStreams => (
+                Code::ResourceExhausted,
+                "TOO_MANY_ANONYMOUS_STREAMS",
+                "max_anonymous_streams",
+                l.max_anonymous_streams.to_string(),
+                format!(
+                    "{} unauthenticated streams open (max_anonymous_streams); retry with backoff, \
+                     or call with a token",
+                    l.max_anonymous_streams
                 ),
                 Some(RETRY_AFTER),
             ),
@@ -373,6 +446,46 @@ struct Guarded {
     held: Option<Held>,
     ending: Option<Ending>,
     phase: Phase,
+    watch: Option<Watch>,
+}
+
+/// The slow-reader marks of one response (see [`crate::write_timeout`]).
+struct Watch {
+    tracker: Arc<Tracker>,
+    id: u64,
+    peer: SocketAddr,
+    method: Arc<str>,
+    marked: bool,
+}
+
+impl Watch {
+    fn new(tracker: &Arc<Tracker>, peer: SocketAddr, method: &str) -> Self {
+        Self {
+            tracker: tracker.clone(),
+            id: tracker.id(),
+            peer,
+            method: Arc::from(method),
+            marked: false,
+        }
+    }
+
+    fn mark(&mut self) {
+        self.tracker.mark(self.id, self.peer, &self.method);
+        self.marked = true;
+    }
+
+    fn clear(&mut self) {
+        if self.marked {
+            self.tracker.clear(self.id);
+            self.marked = false;
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.clear();
+    }
 }
 
 impl Guarded {
@@ -382,13 +495,20 @@ impl Guarded {
             held: Some(held),
             ending,
             phase: Phase::Open,
+            watch: None,
         }
+    }
+
+    fn watched(mut self, watch: Option<Watch>) -> Self {
+        self.watch = watch;
+        self
     }
 
     fn finish(&mut self) {
         self.phase = Phase::Done;
         self.held = None;
         self.inner = Body::empty();
+        self.watch = None;
     }
 
     /// Passes a frame of the inner body on, finishing at its end.
@@ -397,7 +517,13 @@ impl Guarded {
         frame: Option<Result<Frame<Bytes>, Status>>,
     ) -> Option<Result<Frame<Bytes>, Status>> {
         match &frame {
-            Some(Ok(f)) if f.is_data() => {}
+            Some(Ok(f)) if f.is_data() => {
+                // Cleared when hyper asks for the next frame, which it does
+                // once this one is sent.
+                if let Some(w) = &mut self.watch {
+                    w.mark();
+                }
+            }
             _ => self.finish(),
         }
         frame
@@ -413,6 +539,9 @@ impl http_body::Body for Guarded {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = self.get_mut();
+        if let Some(w) = &mut this.watch {
+            w.clear();
+        }
         loop {
             match &mut this.phase {
                 Phase::Done => return Poll::Ready(None),

@@ -265,6 +265,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let rpc_metrics = RpcMetricsLayer::new(metrics.clone());
     let end_streams = CancellationToken::new();
     let limits_layer = LimitsLayer::new(&args.limits, metrics.clone(), end_streams.clone());
+    let stalls = limits_layer.stalls();
+    tasks.push(tokio::spawn(crate::write_timeout::run(
+        stalls.clone(),
+        stop.clone(),
+    )));
     // HTTP/2 itself stops a client at twice the per-connection limit; up to
     // there, calls over the limit are answered RESOURCE_EXHAUSTED.
     let h2_streams =
@@ -285,6 +290,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let health_stop = CancellationToken::new();
     let health_only = health_listener.map(|listener| {
         let stop = health_stop.clone();
+        let stalls = stalls.clone();
         let router = tonic::transport::Server::builder()
             .max_concurrent_streams(h2_streams)
             .layer(rpc_metrics)
@@ -292,10 +298,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             .add_service(health_service);
         tokio::spawn(async move {
             let served = router
-                .serve_with_incoming_shutdown(
-                    incoming(listener),
-                    async move { stop.cancelled().await },
-                )
+                .serve_with_incoming_shutdown(incoming(listener, &stalls), async move {
+                    stop.cancelled().await
+                })
                 .await;
             if let Err(e) = served {
                 tracing::warn!(error = %e, "health listener failed");
@@ -306,8 +311,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let shutdown = stop.clone();
     let done = tokio::spawn(async move {
         let drained = shutdown.clone();
-        let serve = router
-            .serve_with_incoming_shutdown(incoming(grpc), async move { drained.cancelled().await });
+        let serve = router.serve_with_incoming_shutdown(incoming(grpc, &stalls), async move {
+            drained.cancelled().await
+        });
         tokio::pin!(serve);
         let result = tokio::select! {
             r = &mut serve => r.map_err(anyhow::Error::from),
@@ -436,9 +442,18 @@ async fn serve_metrics(
 
 /// Accepted connections with Nagle's algorithm off and TCP keepalive on
 /// (`serve_with_incoming` ignores the builder's socket options; with Nagle on,
-/// small responses wait for delayed ACKs, ~40 ms per call).
-fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+/// small responses wait for delayed ACKs, ~40 ms per call), each watched for
+/// a client that stops reading ([`crate::write_timeout`]).
+fn incoming(
+    listener: TcpListener,
+    stalls: &Arc<crate::write_timeout::Tracker>,
+) -> impl tokio_stream::Stream<
+    Item = std::io::Result<crate::write_timeout::Watched<tokio::net::TcpStream>>,
+> + use<> {
+    use tokio_stream::StreamExt as _;
+    let stalls = stalls.clone();
     tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(60)))
+        .map(move |accepted| accepted.map(|stream| stalls.watch(stream)))
 }

@@ -254,7 +254,8 @@ async fn a_full_call_budget_sheds_with_resource_exhausted_while_others_are_serve
 #[tokio::test]
 async fn stream_and_connection_budgets_shed_with_resource_exhausted() {
     let server = start(|a| {
-        a.limits.max_concurrent_streams = 3;
+        // Health watches carry no token: they take the tokenless budget.
+        a.limits.max_anonymous_streams = 3;
         a.limits.max_calls_per_connection = 2;
     })
     .await;
@@ -271,8 +272,8 @@ async fn stream_and_connection_budgets_shed_with_resource_exhausted() {
     let _b1 = health_watch(b.clone()).await.unwrap();
     let full = health_watch(b.clone()).await.unwrap_err();
     assert_eq!(full.code(), Code::ResourceExhausted, "{full:?}");
-    assert_eq!(reason(&full), "TOO_MANY_STREAMS");
-    assert!(full.message().contains("max_concurrent_streams"));
+    assert_eq!(reason(&full), "TOO_MANY_ANONYMOUS_STREAMS");
+    assert!(full.message().contains("max_anonymous_streams"));
 
     // Unary calls on another connection are served meanwhile.
     let c = server.connect().await;
