@@ -84,6 +84,14 @@ impl TestDb {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// URL of a role that may create databases on the same server (the
+    /// `DATABASE_URL` user, or the private cluster's superuser), for tests of
+    /// tools that make databases of their own. Never hand it to tally: the
+    /// server connects with [`TestDb::url`]'s unprivileged role.
+    pub fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
 }
 
 impl Drop for TestDb {

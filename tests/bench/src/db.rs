@@ -216,7 +216,7 @@ mod tests {
     async fn a_run_drops_the_leftovers_of_dead_runs_and_only_those() {
         use sqlx::{Connection, PgConnection};
         let db = tally_pg::TestDb::new().await;
-        let admin = super::with_database(db.url(), "postgres");
+        let admin = super::with_database(db.admin_url(), "postgres");
         let exists = async |name: &str| -> bool {
             let mut c = PgConnection::connect(&admin).await.unwrap();
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")

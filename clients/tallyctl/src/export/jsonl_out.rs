@@ -23,7 +23,9 @@ impl JsonlSink {
 pub fn row_line(r: &pb::Row) -> Value {
     let mut v = render::row_json(r);
     if let Some(o) = v.as_object_mut() {
+        // An export carries no history, so nothing of it is counted either.
         o.remove("history");
+        o.remove("history_omitted");
     }
     v
 }
@@ -58,6 +60,7 @@ mod tests {
             result: r#"{"answer":"yes"}"#.into(),
             rule: "success".into(),
             history: vec![pb::Attempt::default()],
+            history_omitted: 3,
             ..Default::default()
         };
         let v = row_line(&r);
@@ -67,5 +70,6 @@ mod tests {
         assert_eq!(v["result"]["answer"], "yes");
         assert_eq!(v["rule"], "success");
         assert!(v.get("history").is_none());
+        assert!(v.get("history_omitted").is_none());
     }
 }
