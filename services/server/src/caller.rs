@@ -104,10 +104,7 @@ impl Access {
     /// An operation, by the job name it is linked to (`None`: linked to no
     /// job yet, which only callers of the whole server may see).
     pub fn operation(&self, operation: &str, job: Option<&str>) -> Result<(), Status> {
-        let allowed = self.scope.is_everything()
-            || job
-                .and_then(|j| tally_core::names::parse_job(j).ok())
-                .is_some_and(|(ledger, _)| self.scope.ledger(ledger));
+        let allowed = self.scope.is_everything() || linked_in_scope(&self.scope, job);
         self.check(allowed, || format!("operations/{operation}"))
     }
 
@@ -142,6 +139,13 @@ impl Access {
             None,
         )
     }
+}
+
+/// Whether `job` (an operation's linked job name, if any) is of a ledger
+/// inside `scope`; an operation linked to no job is in no team's scope.
+pub fn linked_in_scope(scope: &Scope, job: Option<&str>) -> bool {
+    job.and_then(|j| tally_core::names::parse_job(j).ok())
+        .is_some_and(|(ledger, _)| scope.ledger(ledger))
 }
 
 #[cfg(test)]

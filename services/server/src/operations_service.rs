@@ -12,7 +12,7 @@
 //! with a poll as the fallback, so a slow consumer holds at most a page and
 //! a small channel in memory and a reconnecting one resumes by sequence.
 
-use crate::caller::{Access, access};
+use crate::caller::{Access, access, linked_in_scope};
 use crate::metrics::{EventLabels, Metrics};
 use crate::paging;
 use crate::status::{from_store, invalid, invalid_field};
@@ -330,9 +330,7 @@ async fn stream_transitions(
 /// Whether a stream limited to `scope` shows a transition of an operation
 /// linked to `job` (unlinked operations only to the whole server).
 fn shows(scope: Option<&Scope>, job: Option<&str>) -> bool {
-    let Some(scope) = scope else { return true };
-    job.and_then(|j| tally_core::names::parse_job(j).ok())
-        .is_some_and(|(ledger, _)| scope.ledger(ledger))
+    scope.is_none_or(|scope| linked_in_scope(scope, job))
 }
 
 // ---- requests to store inputs ----
