@@ -15,6 +15,15 @@ pub const MIN_LEASE: Duration = Duration::from_secs(1);
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const MAX_CAP: u32 = 100;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Classifier overrides and price entries a policy may hold: a policy is
+/// stored on its ledger and sent with every `Ledger`, so its size is bounded
+/// (a list page of ledgers is cut by bytes as well).
+pub const MAX_OVERRIDES: usize = 100;
+pub const MAX_PRICES: usize = 100;
+/// Bytes of an override's match strings and of a price's model name.
+pub const MAX_MATCH_TEXT: usize = 256;
+/// Bytes of `alert_url`.
+pub const MAX_ALERT_URL: usize = 2048;
 
 /// USD per million tokens of one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -215,8 +224,23 @@ impl Policy {
         if !(0.0..=1.0).contains(&b.jitter) {
             v.add(f("backoff.jitter"), "must be between 0 and 1");
         }
-        for (i, o) in self.overrides.iter().enumerate() {
+        if self.overrides.len() > MAX_OVERRIDES {
+            v.add(
+                f("overrides"),
+                format!("must have at most {MAX_OVERRIDES} entries"),
+            );
+        }
+        for (i, o) in self.overrides.iter().enumerate().take(MAX_OVERRIDES) {
             let at = |name: &str| format!("{prefix}.overrides[{i}].{name}");
+            for (name, text) in [
+                ("status", &o.status),
+                ("message_contains", &o.message_contains),
+                ("finish_reason", &o.finish_reason),
+            ] {
+                if text.len() > MAX_MATCH_TEXT {
+                    v.add(at(name), format!("must be at most {MAX_MATCH_TEXT} bytes"));
+                }
+            }
             if !crate::names::is_simple_id(&o.name, 63) {
                 v.add(at("name"), "must be 1 to 63 characters of [a-z0-9_-]");
             }
@@ -230,14 +254,28 @@ impl Policy {
         if self.max_active_jobs == 0 || self.max_active_jobs > 10_000 {
             v.add(f("max_active_jobs"), "must be 1 to 10000");
         }
-        if !self.alert_url.is_empty()
+        if self.alert_url.len() > MAX_ALERT_URL {
+            v.add(
+                f("alert_url"),
+                format!("must be at most {MAX_ALERT_URL} bytes"),
+            );
+        } else if !self.alert_url.is_empty()
             && let Err(why) = crate::outbound::check_target(&self.alert_url, reach)
         {
             v.add(f("alert_url"), why);
         }
-        for (i, p) in self.prices.iter().enumerate() {
-            if p.model.trim().is_empty() {
-                v.add(format!("{prefix}.prices[{i}].model"), "must not be empty");
+        if self.prices.len() > MAX_PRICES {
+            v.add(
+                f("prices"),
+                format!("must have at most {MAX_PRICES} entries"),
+            );
+        }
+        for (i, p) in self.prices.iter().enumerate().take(MAX_PRICES) {
+            if p.model.trim().is_empty() || p.model.len() > MAX_MATCH_TEXT {
+                v.add(
+                    format!("{prefix}.prices[{i}].model"),
+                    format!("must be 1 to {MAX_MATCH_TEXT} bytes"),
+                );
             }
             let sane = |x: f64| x.is_finite() && x >= 0.0;
             if ![
@@ -325,6 +363,65 @@ mod tests {
                 "policy.overrides[0].name",
                 "policy.overrides[0].name",
                 "policy.alert_url"
+            ]
+        );
+    }
+
+    /// A policy travels in every `Ledger`, so its lists and texts are bounded:
+    /// one entry past each bound is named, and the bounds themselves pass.
+    #[test]
+    fn lists_and_texts_are_bounded() {
+        let rule = |i: usize| OverrideRule {
+            name: format!("r{i}"),
+            http_code: 500,
+            permanent: true,
+            ..OverrideRule::default()
+        };
+        let price = |i: usize| Price {
+            model: format!("m{i}"),
+            input_per_million: 1.0,
+            output_per_million: 1.0,
+            cached_input_per_million: 0.0,
+            thinking_per_million: 0.0,
+        };
+        let fields = |p: &Policy| -> Vec<String> {
+            let mut v = Violations::new();
+            p.validate("policy", Reach::PublicOnly, &mut v);
+            v.finish()
+                .err()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|f| f.field)
+                .collect()
+        };
+        let at_bounds = Policy {
+            overrides: (0..MAX_OVERRIDES).map(rule).collect(),
+            prices: (0..MAX_PRICES).map(price).collect(),
+            ..Policy::default()
+        };
+        assert!(fields(&at_bounds).is_empty());
+        let mut long = rule(0);
+        long.message_contains = "x".repeat(MAX_MATCH_TEXT + 1);
+        let mut long_price = price(0);
+        long_price.model = "m".repeat(MAX_MATCH_TEXT + 1);
+        let past = Policy {
+            overrides: std::iter::once(long)
+                .chain((1..=MAX_OVERRIDES).map(rule))
+                .collect(),
+            prices: std::iter::once(long_price)
+                .chain((1..=MAX_PRICES).map(price))
+                .collect(),
+            alert_url: format!("https://example.com/{}", "a".repeat(MAX_ALERT_URL)),
+            ..Policy::default()
+        };
+        assert_eq!(
+            fields(&past),
+            [
+                "policy.overrides",
+                "policy.overrides[0].message_contains",
+                "policy.alert_url",
+                "policy.prices",
+                "policy.prices[0].model",
             ]
         );
     }

@@ -107,16 +107,13 @@ impl LedgerService for Ledgers {
             )
             .await
             .map_err(from_store)?;
-        let next = paging::next_token(
-            "ledgers",
-            fp,
-            ledgers.len(),
-            size,
-            ledgers.last().map(|l| l.name.as_str()),
-        );
+        // Policies (overrides, prices) make ledgers large enough that a page
+        // of them is cut by bytes like every other list.
+        let (page, got) = crate::responses::page(&ledgers, size, ledger_to_proto);
+        let last = page.len().checked_sub(1).map(|i| ledgers[i].name.as_str());
         Ok(Response::new(pb::ListLedgersResponse {
-            ledgers: ledgers.iter().map(ledger_to_proto).collect(),
-            next_page_token: next,
+            next_page_token: paging::next_token("ledgers", fp, got, size, last),
+            ledgers: page,
         }))
     }
 

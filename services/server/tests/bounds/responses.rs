@@ -231,3 +231,100 @@ async fn full_pages_end_at_the_byte_limit_and_continue_after_the_last_row() {
     assert!(basic.next_page_token.is_empty());
     server.stop().await;
 }
+
+/// A policy at every bound of its lists and texts: about 110 KiB encoded.
+fn largest_policy() -> pb::LedgerPolicy {
+    let text = |c: char| c.to_string().repeat(tally_core::policy::MAX_MATCH_TEXT);
+    pb::LedgerPolicy {
+        overrides: (0..tally_core::policy::MAX_OVERRIDES)
+            .map(|i| pb::ClassifierOverride {
+                name: format!("rule-{i}"),
+                status: text('s'),
+                message_contains: text('m'),
+                finish_reason: text('f'),
+                verdict: pb::RowStatus::Permanent as i32,
+                ..Default::default()
+            })
+            .collect(),
+        prices: (0..tally_core::policy::MAX_PRICES)
+            .map(|i| pb::ModelPrice {
+                model: format!(
+                    "m{i:03}{}",
+                    "p".repeat(tally_core::policy::MAX_MATCH_TEXT - 4)
+                ),
+                input_per_million: 1.0,
+                output_per_million: 2.0,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Invariant: a ledger's policy is bounded (one entry past a list bound is
+/// INVALID_ARGUMENT naming the field, and nothing is created), and
+/// ListLedgers pages of the largest policies stay within a default client's
+/// 4 MiB, continuing after the last ledger: every ledger once, in order.
+#[tokio::test]
+async fn ledger_pages_end_at_the_byte_limit_and_policies_are_bounded() {
+    let server = start(|_| {}).await;
+    let mut l = LedgerServiceClient::new(server.connect().await);
+    let mut too_many = largest_policy();
+    too_many.overrides.push(too_many.overrides[0].clone());
+    let refused = l
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: "too-big".into(),
+            policy: Some(too_many),
+        })
+        .await
+        .expect_err("101 overrides are refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let fields: Vec<String> = refused
+        .get_details_bad_request()
+        .expect("field violations")
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    assert_eq!(fields, ["policy.overrides"]);
+    const LEDGERS: usize = 50;
+    for i in 0..LEDGERS {
+        l.create_ledger(pb::CreateLedgerRequest {
+            ledger_id: format!("big-{i:02}"),
+            policy: Some(largest_policy()),
+        })
+        .await
+        .expect("a policy at its bounds is accepted");
+    }
+    let mut token = String::new();
+    let mut names = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let page = l
+            .list_ledgers(pb::ListLedgersRequest {
+                page_size: 1000,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("list ledgers")
+            .into_inner();
+        let size = page.encoded_len();
+        assert!(size <= DEFAULT_CLIENT_RECEIVE, "a page of {size} bytes");
+        assert!(!page.ledgers.is_empty(), "a page with a token has ledgers");
+        names.extend(page.ledgers.iter().map(|x| x.name.clone()));
+        pages.push((page.ledgers.len(), size));
+        assert!(pages.len() <= LEDGERS, "pages never end: {pages:?}");
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    println!("ListLedgers pages of {LEDGERS} largest policies (ledgers, bytes): {pages:?}");
+    let all: Vec<String> = (0..LEDGERS)
+        .map(|i| format!("ledgers/big-{i:02}"))
+        .collect();
+    assert_eq!(names, all, "every ledger once, in name order");
+    assert!(pages.len() > 1, "the byte limit split the list");
+    server.stop().await;
+}
