@@ -666,14 +666,14 @@ async fn report(ctx: &Ctx, claim: &str, outcomes: Vec<pb::RowOutcome>) -> Result
         .into_inner();
         if r.stale > 0 {
             tracing::warn!(
-                claim,
+                claim = %claim_for_logs(claim),
                 stale = r.stale,
                 "outcomes for rows the claim no longer holds"
             );
         }
         all_stale &= r.stale as usize == chunk.len();
         tracing::debug!(
-            claim,
+            claim = %claim_for_logs(claim),
             succeeded = r.succeeded,
             retryable = r.retryable,
             permanent = r.permanent,
