@@ -5,7 +5,7 @@ exports, and that every alert has a promtool unit test that fires it.
 
 - The exported names are deploy/README.md's "Metrics" table; each of its
   families must also appear as a name in the Rust sources under services/
-  (so the table cannot list a metric the code lost).
+  or clients/ (so the table cannot list a metric the code lost).
 - Every metric a Grafana target or an alert expression names must be in the
   table, with a suffix its type has (`_bucket`/`_sum`/`_count` only for
   histograms).
@@ -73,11 +73,15 @@ def main(root: Path, rules_out: Path) -> int:
     docs = documented((root / "deploy/README.md").read_text())
     if len(docs) < 20:
         errors.append(f"README Metrics table: only {len(docs)} names parsed")
-    sources = "\n".join(p.read_text() for p in sorted((root / "services").rglob("src/**/*.rs")))
+    sources = "\n".join(
+        p.read_text()
+        for top in ("services", "clients")
+        for p in sorted((root / top).rglob("src/**/*.rs"))
+    )
     in_code = set(re.findall(r'"((?:tally|process)_[a-z0-9_]+)"', sources))
     for n, kind in sorted(docs.items()):
         if family(n, kind) not in in_code:
-            errors.append(f"README lists {n} ({kind}) but no source under services/ names {family(n, kind)!r}")
+            errors.append(f"README lists {n} ({kind}) but no source under services/ or clients/ names {family(n, kind)!r}")
     ok = allowed(docs)
 
     used = {}

@@ -28,7 +28,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Adds `authorization: Bearer <token>` to every request (nothing without
-/// a token). Its `Debug` never shows the token.
+/// a token), and the caller's trace context when traces are exported. Its `Debug` never shows the token.
 #[derive(Clone, Default)]
 pub struct Bearer {
     header: Option<MetadataValue<Ascii>>,
@@ -64,8 +64,33 @@ impl Interceptor for Bearer {
         if let Some(h) = &self.header {
             req.metadata_mut().insert("authorization", h.clone());
         }
+        inject_trace_context(req.metadata_mut());
         Ok(req)
     }
+}
+
+/// Writes trace context into gRPC metadata.
+struct Metadata<'a>(&'a mut tonic::metadata::MetadataMap);
+
+impl opentelemetry::propagation::Injector for Metadata<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        let key = tonic::metadata::MetadataKey::from_bytes(key.as_bytes());
+        if let (Ok(key), Ok(value)) = (key, MetadataValue::try_from(value)) {
+            self.0.insert(key, value);
+        }
+    }
+}
+
+/// Adds the current span's W3C trace context (`traceparent`) to a call, so
+/// the server's span of it joins the caller's trace. Nothing is added
+/// unless the process exports traces (the global propagator is a no-op
+/// until `tally_telemetry::traces` installs one).
+fn inject_trace_context(metadata: &mut tonic::metadata::MetadataMap) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let cx = tracing::Span::current().context();
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&cx, &mut Metadata(metadata));
+    });
 }
 
 /// A channel that carries the bearer token.

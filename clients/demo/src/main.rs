@@ -39,20 +39,37 @@ struct Args {
     /// Most rows in one provider batch (smaller: more jobs).
     #[arg(long, default_value_t = 40)]
     batch_rows: usize,
+    /// Where tally serves /metrics (port 0: any free port; printed).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_addr: std::net::SocketAddr,
+    /// Where the worker serves /metrics, /livez and /healthz (off unless
+    /// set).
+    #[arg(long)]
+    worker_metrics_addr: Option<std::net::SocketAddr>,
+    /// Export traces over OTLP/gRPC to this collector (server and worker:
+    /// one trace per job).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let traces = tally_telemetry::traces::init(tally_telemetry::traces::Logs {
+        json: false,
+        filter: tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| "error".into()),
+        otlp_endpoint: args.otlp_endpoint.clone(),
+        service: "tally-demo",
+    })
+    .map_err(anyhow::Error::msg)?;
+    let result = run(args).await;
+    traces.shutdown().await;
+    result
+}
 
+async fn run(args: Args) -> Result<()> {
     println!(
         "starting tally (private PostgreSQL under {})…",
         args.data_dir.display()
@@ -62,6 +79,7 @@ async fn main() -> Result<()> {
     let http = server
         .http_addr
         .context("the webhook listener did not start")?;
+    println!("tally metrics on http://{}/metrics", server.metrics_addr);
 
     let mut webhook = WebhookTarget::new(format!("http://{http}/webhooks/gemini"), secret);
     webhook.duplicate = true;
@@ -114,10 +132,21 @@ async fn main() -> Result<()> {
         "--exit-when-idle",
     ])?;
     let key = tally_worker::ApiKey::new(emulator.api_key().to_string());
-    let mut worker = tokio::spawn(tally_worker::run_until(
+    let listener = match args.worker_metrics_addr {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--worker-metrics-addr {addr}"))?;
+            println!("worker metrics on http://{}/metrics", l.local_addr()?);
+            Some(l)
+        }
+        None => None,
+    };
+    let mut worker = tokio::spawn(tally_worker::run_serving(
         worker_args,
         key,
         std::future::pending::<()>(),
+        listener,
     ));
     let finished = loop {
         tokio::select! {
@@ -186,6 +215,7 @@ fn webhook_secret() -> String {
 
 async fn start_server(args: &Args, secret: &str) -> Result<tally_server::server::Running> {
     let data_dir = args.data_dir.display().to_string();
+    let metrics_addr = args.metrics_addr.to_string();
     let mut argv = vec![
         "tally-server",
         "--auth",
@@ -193,7 +223,7 @@ async fn start_server(args: &Args, secret: &str) -> Result<tally_server::server:
         "--grpc-addr",
         "127.0.0.1:0",
         "--metrics-addr",
-        "127.0.0.1:0",
+        &metrics_addr,
         "--http-addr",
         "127.0.0.1:0",
         "--webhook-secret",

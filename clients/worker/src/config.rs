@@ -147,9 +147,25 @@ pub struct WorkerArgs {
     #[arg(long, env = "GEMINI_HTTP_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
     pub http_timeout: Duration,
 
+    /// Serve `/metrics`, `/livez` and `/healthz` on this address (for
+    /// example `0.0.0.0:9091`); off when not set.
+    #[arg(long, env = "TALLY_WORKER_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
+    /// Limits of the metrics listener.
+    #[command(flatten)]
+    pub http: tally_telemetry::http_listener::HttpLimits,
+
     /// Log format: pretty or json.
     #[arg(long, env = "TALLY_LOG_FORMAT", default_value = "pretty")]
     pub log_format: String,
+
+    /// Export traces over OTLP/gRPC to this collector (for example
+    /// `http://otel-collector:4317`): one trace per job, from its claim to
+    /// its FinishJob, joined by the server's spans of each call. Off when
+    /// unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Points of the create path where a test can make the worker die.
@@ -227,7 +243,7 @@ impl WorkerArgs {
         {
             return Err("--lease must be longer than --heartbeat-interval".into());
         }
-        Ok(())
+        tally_telemetry::http_listener::check(&self.http)
     }
 }
 

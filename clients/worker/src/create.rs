@@ -72,6 +72,8 @@ pub async fn create(
         Ok(op) => {
             ctx.args.failpoint(Failpoint::AfterCreate);
             let batch = batch_name(&op)?;
+            let rows = job.counts.as_ref().map_or(0, |c| c.rows.max(0) as u64);
+            ctx.metrics.batch_created(rows);
             Ok(CreateEnd::Submitted(Box::new(
                 mark_submitted(ctx, job, claim, &batch).await?,
             )))

@@ -13,6 +13,7 @@ use tonic::{Code, Status};
 
 use crate::config::WorkerArgs;
 use crate::gemini::Gemini;
+use crate::metrics::WorkerMetrics;
 use crate::prompt::PromptSpec;
 
 /// A prompt ready to use: its spec and its compiled response schema.
@@ -33,13 +34,14 @@ pub struct Ctx {
     pub ledger: String,
     pub worker: String,
     pub retry: RetryPolicy,
+    pub metrics: WorkerMetrics,
     prompts: Mutex<HashMap<String, PromptResult>>,
     /// Names of operations that just moved (`operations/batches/…`).
     pub ops: broadcast::Sender<String>,
 }
 
 impl Ctx {
-    pub fn new(clients: Clients, gemini: Gemini, args: WorkerArgs) -> Self {
+    pub fn new(clients: Clients, gemini: Gemini, args: WorkerArgs, metrics: WorkerMetrics) -> Self {
         let (ops, _) = broadcast::channel(1024);
         Self {
             clients,
@@ -52,6 +54,7 @@ impl Ctx {
                 max: Duration::from_secs(5),
                 tries: 10,
             },
+            metrics,
             prompts: Mutex::new(HashMap::new()),
             ops,
         }

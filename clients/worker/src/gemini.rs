@@ -112,6 +112,8 @@ pub struct Gemini {
     plain_text: Arc<AtomicBool>,
     /// How long a create refused for quota (429) is retried.
     pub quota_wait: Duration,
+    /// Where failed calls are counted, by status code.
+    pub errors: crate::metrics::ProviderErrors,
 }
 
 impl Gemini {
@@ -131,6 +133,7 @@ impl Gemini {
             patience: Patience::default(),
             plain_text: Arc::new(AtomicBool::new(false)),
             quota_wait: Duration::ZERO,
+            errors: Default::default(),
         })
     }
 
@@ -139,15 +142,18 @@ impl Gemini {
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, GeminiError> {
-        let resp = req
-            .header("x-goog-api-key", &self.key.0)
-            .send()
-            .await
-            .map_err(|e| GeminiError::Transport(without_url(e)))?;
+        let resp = match req.header("x-goog-api-key", &self.key.0).send().await {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.errors.count(None);
+                return Err(GeminiError::Transport(without_url(e)));
+            }
+        };
         if resp.status().is_success() {
             return Ok(resp);
         }
         let code = resp.status().as_u16();
+        self.errors.count(Some(code));
         let header = resp
             .headers()
             .get(reqwest::header::RETRY_AFTER)

@@ -30,6 +30,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
+use tracing::Instrument as _;
 
 use crate::config::Failpoint;
 use crate::create::{self, CreateEnd};
@@ -92,7 +93,7 @@ impl Heartbeat {
                     }
                 }
             }
-        }))
+        }.in_current_span()))
     }
 }
 
@@ -559,6 +560,7 @@ async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
 async fn poll(ctx: &Ctx, batch: &str) -> Polled {
     match ctx.gemini.get_batch(batch).await {
         Ok(resource) => {
+            ctx.metrics.polled();
             let mut c = ctx.clients.operations.clone();
             match ingest_batch_resource(&mut c, &resource).await {
                 Ok(r) => tracing::debug!(batch, verdict = r.verdict, reason = %r.reason, "polled"),

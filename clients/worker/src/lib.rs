@@ -10,6 +10,8 @@
 //!   into an outcome for ReportOutcomes;
 //! - [`config`]: flags and environment.
 //!
+//! [`metrics`]: the worker's `/metrics`, `/livez` and `/healthz`.
+//!
 //! I/O: [`gemini`] the Batch API over REST (upload, create, get, list,
 //! download, with the retries each needs); `ctx` what the tasks share;
 //! [`job`] one job's life from claim to FinishJob; [`worker`] the loop
@@ -25,10 +27,11 @@ pub mod gemini;
 mod janitor;
 pub mod job;
 pub mod jsonl;
+pub mod metrics;
 pub mod output;
 pub mod prompt;
 pub mod worker;
 
 pub use config::WorkerArgs;
 pub use gemini::ApiKey;
-pub use worker::{RunReport, WorkerError, run_until};
+pub use worker::{RunReport, WorkerError, run_serving, run_until};

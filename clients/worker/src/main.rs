@@ -3,32 +3,38 @@
 //! ctrl-c (exit 0), or until the ledger is idle with `--exit-when-idle`.
 
 use clap::Parser as _;
+use tally_telemetry::traces::Logs;
 use tally_worker::{ApiKey, WorkerArgs, run_until};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let args = WorkerArgs::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    if args.log_format == "json" {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
-    let key = std::env::var("GEMINI_API_KEY")
-        .ok()
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| anyhow::anyhow!("GEMINI_API_KEY is not set"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let report = run_until(args, ApiKey::new(key), shutdown_signal()).await?;
-        tracing::info!(?report, "done");
-        Ok(())
+        let traces = tally_telemetry::traces::init(Logs {
+            json: args.log_format == "json",
+            filter,
+            otlp_endpoint: args.otlp_endpoint.clone(),
+            service: "tally-worker",
+        })
+        .map_err(anyhow::Error::msg)?;
+        let result = run(args).await;
+        traces.shutdown().await;
+        result
     })
+}
+
+async fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let key = std::env::var("GEMINI_API_KEY")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("GEMINI_API_KEY is not set"))?;
+    let report = run_until(args, ApiKey::new(key), shutdown_signal()).await?;
+    tracing::info!(?report, "done");
+    Ok(())
 }
 
 /// SIGTERM or ctrl-c.

@@ -12,12 +12,14 @@ use tally_proto::v1 as pb;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
+use tracing::Instrument as _;
 
 use crate::config::WorkerArgs;
 use crate::ctx::Ctx;
 use crate::gemini::{ApiKey, Gemini, GeminiError};
 use crate::janitor;
 use crate::job::{self, JobEnd};
+use crate::metrics::{InFlight, WorkerMetrics};
 
 /// How long shutdown waits for job tasks (a batch being created is
 /// recorded before its task ends).
@@ -56,11 +58,36 @@ pub async fn run_until(
     api_key: ApiKey,
     shutdown: impl Future<Output = ()>,
 ) -> Result<RunReport, WorkerError> {
+    let listener = match args.metrics_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| WorkerError::Config(format!("--metrics-addr {addr}: {e}")))?,
+        ),
+        None => None,
+    };
+    run_serving(args, api_key, shutdown, listener).await
+}
+
+/// [`run_until`], serving `/metrics`, `/livez` and `/healthz` on
+/// `listener` when given (instead of binding `--metrics-addr`): tests and
+/// the demo bind port 0 and read the address first.
+pub async fn run_serving(
+    args: WorkerArgs,
+    api_key: ApiKey,
+    shutdown: impl Future<Output = ()>,
+    listener: Option<tokio::net::TcpListener>,
+) -> Result<RunReport, WorkerError> {
     args.validate().map_err(WorkerError::Config)?;
     let clients = args.target().connect()?;
+    let metrics = WorkerMetrics::new();
     let mut gemini = Gemini::new(&args.gemini_base_url, api_key, args.http_timeout)?;
     gemini.quota_wait = args.quota_wait;
-    let ctx = Arc::new(Ctx::new(clients, gemini, args));
+    gemini.errors = metrics.provider_errors();
+    let stop = CancellationToken::new();
+    let listener_stop = CancellationToken::new();
+    let listener = listener.map(|l| serve_metrics(l, &args, &metrics, listener_stop.clone()));
+    let ctx = Arc::new(Ctx::new(clients, gemini, args, metrics));
     let ledger = with_retry(ctx.retry, "GetLedger", || {
         let mut c = ctx.clients.ledgers.clone();
         let req = pb::GetLedgerRequest {
@@ -82,7 +109,6 @@ pub async fn run_until(
     let idle_pause = ctx.args.poll_interval.min(Duration::from_secs(5));
     tracing::info!(ledger = %ctx.ledger, worker = %ctx.worker, max_jobs = max_local, ledger_max_active_jobs = ledger_max, "worker started");
 
-    let stop = CancellationToken::new();
     let watcher = tokio::spawn(watch_operations(Arc::clone(&ctx), stop.clone()));
     let mut jobs: JoinSet<Result<JobEnd, job::JobError>> = JoinSet::new();
     let mut report = RunReport::default();
@@ -91,7 +117,7 @@ pub async fn run_until(
     tokio::pin!(shutdown);
     loop {
         while let Some(done) = jobs.try_join_next() {
-            tally(&mut report, Some(done));
+            tally(&ctx, &mut report, Some(done));
         }
         if tokio::time::Instant::now() >= next_sweep {
             report.files_deleted += janitor::sweep(&ctx).await as u64;
@@ -101,22 +127,38 @@ pub async fn run_until(
         if jobs.len() < max_local {
             match adopt(&ctx, max_local - jobs.len()).await {
                 Ok(adopted) => {
+                    ctx.metrics.tally_answered();
                     for a in adopted {
                         worked = true;
                         report.jobs_adopted += 1;
-                        jobs.spawn(job::run_adopted(Arc::clone(&ctx), a, stop.clone()));
+                        ctx.metrics.job_adopted();
+                        let span = tracing::debug_span!(target: tally_telemetry::traces::TARGET, "job", ledger = %ctx.ledger, adopted = true);
+                        let task = job::run_adopted(Arc::clone(&ctx), a, stop.clone());
+                        jobs.spawn(in_flight(ctx.metrics.job_started(), task).instrument(span));
                     }
                 }
                 Err(s) => tracing::warn!(error = %s, "AdoptJobs failed"),
             }
         }
         if jobs.len() < max_local && room(&ctx, ledger_max).await {
-            match claim(&ctx).await {
+            // One span (one trace, when traces are exported) from the claim
+            // to the job's FinishJob.
+            let span = tracing::debug_span!(target: tally_telemetry::traces::TARGET, "job", ledger = %ctx.ledger, claim = tracing::field::Empty);
+            let claimed = claim(&ctx).instrument(span.clone()).await;
+            if claimed.is_ok() {
+                ctx.metrics.tally_answered();
+            }
+            match claimed {
                 Ok(Claimed::Rows(c, rows)) => {
                     paused.update(None);
                     worked = true;
                     report.jobs_started += 1;
-                    jobs.spawn(job::run_claim(Arc::clone(&ctx), c, rows, stop.clone()));
+                    span.record(
+                        "claim",
+                        tally_core::names::claim_for_logs(&c.name).to_string(),
+                    );
+                    let task = job::run_claim(Arc::clone(&ctx), c, rows, stop.clone());
+                    jobs.spawn(in_flight(ctx.metrics.job_started(), task).instrument(span));
                 }
                 Ok(Claimed::Nothing) => paused.update(None),
                 Ok(Claimed::Paused(p)) => paused.update(Some(p)),
@@ -133,17 +175,18 @@ pub async fn run_until(
         let pause = if worked { Duration::ZERO } else { idle_pause };
         tokio::select! {
             _ = &mut shutdown => {
+                ctx.metrics.stopping();
                 tracing::info!("shutting down: no more claims; unsubmitted claims are released");
                 break;
             }
             _ = tokio::time::sleep(pause) => {}
-            Some(done) = jobs.join_next(), if !jobs.is_empty() => tally(&mut report, Some(done)),
+            Some(done) = jobs.join_next(), if !jobs.is_empty() => tally(&ctx, &mut report, Some(done)),
         }
     }
     stop.cancel();
     let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while let Some(done) = jobs.join_next().await {
-            tally(&mut report, Some(done));
+            tally(&ctx, &mut report, Some(done));
         }
     })
     .await;
@@ -152,28 +195,69 @@ pub async fn run_until(
         jobs.abort_all();
     }
     watcher.abort();
+    listener_stop.cancel();
+    if let Some(listener) = listener {
+        let _ = listener.await;
+    }
     tracing::info!(?report, "worker stopped");
     Ok(report)
 }
 
 fn tally(
+    ctx: &Ctx,
     report: &mut RunReport,
     done: Option<Result<Result<JobEnd, job::JobError>, tokio::task::JoinError>>,
 ) {
-    match done {
-        None => {}
-        Some(Ok(Ok(JobEnd::Reconciled))) => report.jobs_reconciled += 1,
-        Some(Ok(Ok(JobEnd::Released))) => report.jobs_released += 1,
-        Some(Ok(Ok(JobEnd::LeftForAdoption | JobEnd::Lost))) => {}
+    let end = match done {
+        None => return,
+        Some(Ok(Ok(JobEnd::Reconciled))) => {
+            report.jobs_reconciled += 1;
+            "reconciled"
+        }
+        Some(Ok(Ok(JobEnd::Released))) => {
+            report.jobs_released += 1;
+            "released"
+        }
+        Some(Ok(Ok(JobEnd::LeftForAdoption))) => "left_for_adoption",
+        Some(Ok(Ok(JobEnd::Lost))) => "lost",
         Some(Ok(Err(e))) => {
             report.jobs_failed += 1;
             tracing::warn!(error = %e, "job task failed; its rows come back by lease or adoption");
+            "failed"
         }
         Some(Err(e)) => {
             report.jobs_failed += 1;
             tracing::error!(error = %e, "job task panicked");
+            "failed"
         }
+    };
+    ctx.metrics.job_finished(end);
+}
+
+/// A job task, counted in `tally_worker_jobs_in_flight` while it runs.
+async fn in_flight<T>(guard: InFlight, task: impl Future<Output = T>) -> T {
+    let out = task.await;
+    drop(guard);
+    out
+}
+
+/// Serves the worker's metrics and health on `listener` until `stop`.
+fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    args: &WorkerArgs,
+    metrics: &WorkerMetrics,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics, /livez and /healthz");
     }
+    tokio::spawn(tally_telemetry::http_listener::serve(
+        listener,
+        metrics.router(),
+        args.http.clone(),
+        "metrics",
+        stop,
+    ))
 }
 
 async fn adopt(ctx: &Ctx, max: usize) -> Result<Vec<pb::AdoptedJob>, Status> {

@@ -127,6 +127,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_LOG_FORMAT", value_enum, default_value = "pretty")]
     pub log_format: LogFormat,
 
+    /// Export traces over OTLP/gRPC to this collector (for example
+    /// `http://otel-collector:4317`): a span per RPC and per group of store
+    /// statements, joined to the calling worker's trace. Off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// How often health checks the database.
     #[arg(long, env = "TALLY_HEALTH_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub health_interval: Duration,
@@ -187,41 +193,7 @@ pub struct ServeArgs {
     pub security: Security,
 }
 
-/// Limits of the plain HTTP listeners (webhooks and metrics), each on its
-/// own: see [`crate::http_listener`].
-#[derive(Debug, Clone, Args)]
-pub struct HttpLimits {
-    /// Longest a client may take to send a request's headers; also how long
-    /// an idle keep-alive connection stays open. Then the connection is
-    /// closed (slowloris).
-    #[arg(long, env = "TALLY_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    pub http_header_timeout: Duration,
-
-    /// Longest a request's body may take to arrive and be answered; then
-    /// the answer is 408 and the connection is closed.
-    #[arg(long, env = "TALLY_HTTP_BODY_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
-    pub http_body_timeout: Duration,
-
-    /// Open connections per listener; one more is answered 503 and closed.
-    #[arg(long, env = "TALLY_HTTP_MAX_CONNECTIONS", default_value_t = 256)]
-    pub http_max_connections: usize,
-
-    /// A keep-alive connection is closed after this long (after the request
-    /// in flight, if any).
-    #[arg(long, env = "TALLY_HTTP_MAX_CONNECTION_AGE", default_value = "5m", value_parser = parse_duration)]
-    pub http_max_connection_age: Duration,
-}
-
-impl Default for HttpLimits {
-    fn default() -> Self {
-        Self {
-            http_header_timeout: Duration::from_secs(10),
-            http_body_timeout: Duration::from_secs(30),
-            http_max_connections: 256,
-            http_max_connection_age: Duration::from_secs(5 * 60),
-        }
-    }
-}
+pub use tally_telemetry::http_listener::HttpLimits;
 
 /// The webhook listener's address when secrets are set and no
 /// --http-addr is.
@@ -615,6 +587,7 @@ impl ServeArgs {
             pg_bin: None,
             db_max_connections: 8,
             log_format: LogFormat::Pretty,
+            otlp_endpoint: None,
             health_interval: Duration::from_millis(200),
             shutdown_grace: Duration::from_secs(5),
             sweep_interval: Duration::from_secs(1),

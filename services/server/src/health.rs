@@ -33,10 +33,14 @@ pub async fn watch_database(
 ) {
     let mut up: Option<bool> = None;
     loop {
-        let now_up = matches!(
-            tokio::time::timeout(interval.max(Duration::from_secs(1)), store.ping()).await,
-            Ok(Ok(()))
-        );
+        let pinged = tokio::time::timeout(interval.max(Duration::from_secs(1)), store.ping()).await;
+        let now_up = match pinged {
+            Ok(Ok(waited)) => {
+                metrics.pool_acquire.observe(waited.as_secs_f64());
+                true
+            }
+            _ => false,
+        };
         if up != Some(now_up) {
             if now_up {
                 tracing::info!("database reachable: serving");

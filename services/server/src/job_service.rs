@@ -5,6 +5,7 @@
 use crate::caller::access;
 use crate::convert::claim_to_proto;
 use crate::job_convert::{self as jc, job_to_proto, lock_to_proto};
+use crate::metrics::Metrics;
 use crate::paging;
 use crate::status::{from_store, invalid_field};
 use crate::validate;
@@ -21,13 +22,19 @@ use tonic::{Request, Response, Status};
 pub struct Jobs {
     store: Store,
     hub: Hub,
+    metrics: Metrics,
     /// The server's stop token: open watch streams end when it fires.
     stop: CancellationToken,
 }
 
 impl Jobs {
-    pub fn new(store: Store, hub: Hub, stop: CancellationToken) -> Self {
-        Self { store, hub, stop }
+    pub fn new(store: Store, hub: Hub, metrics: Metrics, stop: CancellationToken) -> Self {
+        Self {
+            store,
+            hub,
+            metrics,
+            stop,
+        }
     }
 }
 
@@ -144,6 +151,7 @@ impl JobService for Jobs {
             .adopt_jobs(&ledger, &req.worker, max, lease, &access.name)
             .await
             .map_err(from_store)?;
+        self.metrics.jobs_adopted.inc_by(r.adopted.len() as u64);
         Ok(Response::new(pb::AdoptJobsResponse {
             jobs: r
                 .adopted

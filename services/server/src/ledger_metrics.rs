@@ -3,10 +3,13 @@
 //! ReportOutcomes and EnrollRows spends in the store. One place, so the
 //! handlers stay one line per count.
 
-use crate::metrics::{CallLabels, LedgerLabels, LedgerStatus, Metrics, VerdictLabels};
+use crate::metrics::{
+    CallLabels, LedgerLabels, LedgerStatus, Metrics, ModelLabels, TOKEN_KINDS, TokenLabels,
+    VerdictLabels,
+};
 use std::future::Future;
 use std::time::Instant;
-use tally_store::types::{RowVerdict, Verdict};
+use tally_store::types::{ReportItem, ReportSummary, RowVerdict, Usage, Verdict};
 
 /// The label a report verdict is counted under.
 pub const fn verdict_label(v: Verdict) -> &'static str {
@@ -46,6 +49,55 @@ impl Metrics {
             self.rows_claimed
                 .get_or_create(&LedgerLabels::of(ledger))
                 .inc_by(n);
+        }
+    }
+
+    /// Counts the tokens and estimated cost of a report's outcomes that
+    /// became attempts (not STALE or DUPLICATE: those were not written),
+    /// under the claim's model. `items` and `summary.verdicts` are in the
+    /// same order, one verdict per item.
+    pub fn report_usage(&self, ledger: &str, items: &[ReportItem], summary: &ReportSummary) {
+        let mut sum = Usage::default();
+        for (item, v) in items.iter().zip(&summary.verdicts) {
+            if matches!(v.verdict, Verdict::Stale | Verdict::Duplicate) {
+                continue;
+            }
+            let u = &item.usage;
+            sum.input = sum.input.saturating_add(u.input);
+            sum.output = sum.output.saturating_add(u.output);
+            sum.thinking = sum.thinking.saturating_add(u.thinking);
+            sum.cached = sum.cached.saturating_add(u.cached);
+        }
+        if sum.is_zero() || summary.model.is_empty() {
+            return;
+        }
+        for (kind, n) in
+            TOKEN_KINDS
+                .into_iter()
+                .zip([sum.input, sum.output, sum.thinking, sum.cached])
+        {
+            if n > 0 {
+                self.tokens
+                    .get_or_create(&TokenLabels {
+                        ledger: ledger.to_string(),
+                        model: summary.model.clone(),
+                        kind,
+                    })
+                    .inc_by(n as u64);
+            }
+        }
+        let labels = ModelLabels {
+            ledger: ledger.to_string(),
+            model: summary.model.clone(),
+        };
+        match &summary.price {
+            Some(p) => {
+                let cost = p.cost(sum.input, sum.output, sum.thinking, sum.cached);
+                self.estimated_cost.get_or_create(&labels).inc_by(cost);
+            }
+            None => {
+                self.unpriced_reports.get_or_create(&labels).inc();
+            }
         }
     }
 
@@ -149,5 +201,63 @@ mod tests {
         };
         assert_eq!(rule("PERMANENT", "http_permanent"), 2);
         assert_eq!(rule("STALE", "not_held"), 1);
+    }
+
+    /// Tokens and cost are counted only for outcomes that became attempts
+    /// (a STALE or DUPLICATE report spent nothing new), under the claim's
+    /// model, priced by the ledger's price; without a price the report is
+    /// counted as unpriced instead of at zero cost.
+    #[test]
+    fn report_usage_counts_attempts_only_under_the_claims_model() {
+        let m = Metrics::new();
+        let item = |key: &str, input, output| ReportItem {
+            key: key.into(),
+            outcome: tally_core::transition::Outcome::Success,
+            result: None,
+            usage: Usage {
+                input,
+                output,
+                thinking: 0,
+                cached: 0,
+            },
+        };
+        let items = [item("a", 1_000_000, 10), item("b", 7, 7)];
+        let mut summary = ReportSummary {
+            verdicts: vec![
+                verdict(Verdict::Succeeded, "success"),
+                verdict(Verdict::Stale, "not_held"),
+            ],
+            held: 0,
+            model: "flash".into(),
+            price: Some(tally_core::policy::Price {
+                model: "flash".into(),
+                input_per_million: 0.5,
+                output_per_million: 2.0,
+                cached_input_per_million: 0.0,
+                thinking_per_million: 0.0,
+            }),
+        };
+        m.report_usage("l", &items, &summary);
+        let tokens = |kind| {
+            m.tokens
+                .get_or_create(&TokenLabels {
+                    ledger: "l".into(),
+                    model: "flash".into(),
+                    kind,
+                })
+                .get()
+        };
+        assert_eq!(tokens("input"), 1_000_000);
+        assert_eq!(tokens("output"), 10);
+        let labels = ModelLabels {
+            ledger: "l".into(),
+            model: "flash".into(),
+        };
+        let cost = m.estimated_cost.get_or_create(&labels).get();
+        assert!((cost - (0.5 + 10.0 * 2.0 / 1e6)).abs() < 1e-12, "{cost}");
+        summary.price = None;
+        m.report_usage("l", &items, &summary);
+        assert_eq!(m.unpriced_reports.get_or_create(&labels).get(), 1);
+        assert_eq!(tokens("input"), 2_000_000);
     }
 }

@@ -272,6 +272,7 @@ impl LedgerService for Ledgers {
             .await
             .map_err(from_store)?;
         self.metrics.report_verdicts(&ledger, &summary.verdicts);
+        self.metrics.report_usage(&ledger, &items, &summary);
         let mut resp = pb::ReportOutcomesResponse {
             held: summary.held,
             ..Default::default()

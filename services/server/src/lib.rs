@@ -18,6 +18,7 @@
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
 //!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
+//!   ([`rpc_trace`]: each call's trace span)
 //!   (a third layer); [`write_timeout`]: clients that stop reading are
 //!   cut off; [`intake`]: request sizes, the request-memory budget and row
 //!   counts read from the wire before decoding ([`wire`]).
@@ -37,7 +38,7 @@ pub mod convert;
 pub mod database;
 pub mod health;
 pub mod health_check;
-pub mod http_listener;
+pub use tally_telemetry::http_listener;
 pub mod intake;
 pub mod job_convert;
 pub mod job_service;
@@ -51,6 +52,7 @@ pub mod paging;
 pub mod purger;
 pub mod responses;
 pub mod rpc_metrics;
+pub mod rpc_trace;
 pub mod server;
 pub mod status;
 pub mod tls;

@@ -1,12 +1,19 @@
 use clap::Parser;
-use tally_server::config::{Cli, Command, LogFormat};
+use tally_server::config::{Cli, Command, LogFormat, ServeArgs};
 use tally_server::server;
+use tally_telemetry::traces::{Logs, Tracing};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logs(cli.serve_args().log_format);
+    let traces = init_logs(cli.serve_args())?;
+    let result = run(&cli).await;
+    traces.shutdown().await;
+    result
+}
+
+async fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Migrate(args)) => server::migrate(args).await,
         Some(Command::Token(t)) => {
@@ -43,14 +50,16 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-fn init_logs(format: LogFormat) {
+fn init_logs(args: &ServeArgs) -> anyhow::Result<Tracing> {
     let filter = EnvFilter::try_from_env("TALLY_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,h2=warn,tower=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Pretty => builder.init(),
-    }
+    tally_telemetry::traces::init(Logs {
+        json: args.log_format == LogFormat::Json,
+        filter,
+        otlp_endpoint: args.otlp_endpoint.clone(),
+        service: "tally-server",
+    })
+    .map_err(anyhow::Error::msg)
 }
 
 async fn wait_for_signal() {

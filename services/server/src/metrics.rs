@@ -37,6 +37,10 @@ pub const REPORT_STATUSES: [&str; 5] =
 pub const CALLS: [&str; 3] = ["claim", "report", "enroll"];
 
 type F64Gauge = Gauge<f64, AtomicU64>;
+type F64Counter = Counter<f64, AtomicU64>;
+
+/// The kinds of tokens `tally_tokens_total` counts.
+pub const TOKEN_KINDS: [&str; 4] = ["input", "output", "thinking", "cached"];
 
 macro_rules! labels {
     ($name:ident { $($field:ident : $ty:ty),* }) => {
@@ -52,6 +56,11 @@ labels!(LedgerStatus { ledger: String, status: &'static str });
 labels!(VerdictLabels { ledger: String, verdict: &'static str, rule: String });
 labels!(JobLabels { ledger: String, state: &'static str });
 labels!(PausedLabels { ledger: String, reason: &'static str });
+labels!(TokenLabels { ledger: String, model: String, kind: &'static str });
+labels!(ModelLabels {
+    ledger: String,
+    model: String
+});
 labels!(CallLabels { call: &'static str });
 labels!(ReasonLabels { reason: &'static str });
 labels!(OutcomeLabels { outcome: &'static str });
@@ -80,6 +89,11 @@ pub struct Families {
     pub rows_reported: Family<LedgerStatus, Counter>,
     pub row_verdicts: Family<VerdictLabels, Counter>,
     pub call_duration: Family<CallLabels, Histogram>,
+    pub tokens: Family<TokenLabels, Counter>,
+    pub estimated_cost: Family<ModelLabels, F64Counter>,
+    pub unpriced_reports: Family<ModelLabels, Counter>,
+    pub jobs_adopted: Counter,
+    pub pool_acquire: Histogram,
     // Operations and webhooks.
     pub webhook_requests: Family<OutcomeLabels, Counter>,
     pub operation_events: Family<EventLabels, Counter>,
@@ -155,6 +169,11 @@ impl Metrics {
             rows_reported: Default::default(),
             row_verdicts: Default::default(),
             call_duration: Family::new_with_constructor(histogram),
+            tokens: Default::default(),
+            estimated_cost: Default::default(),
+            unpriced_reports: Default::default(),
+            jobs_adopted: Default::default(),
+            pool_acquire: histogram(),
             webhook_requests: Default::default(),
             operation_events: Default::default(),
             operation_cas_conflicts: Default::default(),
@@ -216,6 +235,31 @@ impl Metrics {
             "tally_ledger_call_duration_seconds",
             "time in the store of ClaimRows, ReportOutcomes and EnrollRows, in seconds",
             f.call_duration.clone(),
+        );
+        r.register(
+            "tally_tokens",
+            "tokens of reported attempts (verdicts SUCCEEDED, RETRYABLE, PERMANENT), by ledger, the claim's model and kind (input, output, thinking, cached)",
+            f.tokens.clone(),
+        );
+        r.register(
+            "tally_estimated_cost_usd",
+            "estimated cost in USD of reported attempts, from the ledger's price of the model, by ledger and model",
+            f.estimated_cost.clone(),
+        );
+        r.register(
+            "tally_unpriced_reports",
+            "ReportOutcomes calls with usage for a model the ledger has no price for (their cost is not in tally_estimated_cost_usd_total)",
+            f.unpriced_reports.clone(),
+        );
+        r.register(
+            "tally_jobs_adopted",
+            "jobs adopted by a worker after their owner's lease expired",
+            f.jobs_adopted.clone(),
+        );
+        r.register(
+            "tally_db_pool_acquire_duration_seconds",
+            "time a probe waited for a pool connection, sampled every few seconds (how long statements queue for a connection)",
+            f.pool_acquire.clone(),
         );
         r.register(
             "tally_webhook_requests",

@@ -1,5 +1,6 @@
 //! The request-metrics layer: every gRPC call counted by service, method and
-//! status code, and timed, without code in any handler.
+//! status code, and timed, without code in any handler; it also opens each
+//! counted call's trace span ([`crate::rpc_trace`]).
 //!
 //! - `tally_grpc_requests_total{service,method,code}` (counter).
 //! - `tally_grpc_request_duration_seconds{service,method}` (histogram,
@@ -142,32 +143,36 @@ where
             method,
             start: Instant::now(),
         };
-        Box::pin(async move {
-            let response = match ready.call(req).await {
-                Ok(response) => response,
-                Err(e) => {
-                    call.record("UNKNOWN");
-                    return Err(e);
+        let span = crate::rpc_trace::span(&req, service, method);
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let response = match ready.call(req).await {
+                    Ok(response) => response,
+                    Err(e) => {
+                        call.record("UNKNOWN");
+                        return Err(e);
+                    }
+                };
+                let at_once = code_of(response.headers());
+                match (kind, at_once) {
+                    (_, Some(code)) => {
+                        call.record(code);
+                        Ok(response)
+                    }
+                    (Kind::Stream, None) => {
+                        call.record("OK");
+                        Ok(response)
+                    }
+                    (Kind::Unary, None) => Ok(response.map(|body| {
+                        Body::new(Recorded {
+                            inner: body,
+                            call: Some(call),
+                        })
+                    })),
                 }
-            };
-            let at_once = code_of(response.headers());
-            match (kind, at_once) {
-                (_, Some(code)) => {
-                    call.record(code);
-                    Ok(response)
-                }
-                (Kind::Stream, None) => {
-                    call.record("OK");
-                    Ok(response)
-                }
-                (Kind::Unary, None) => Ok(response.map(|body| {
-                    Body::new(Recorded {
-                        inner: body,
-                        call: Some(call),
-                    })
-                })),
-            }
-        })
+            },
+            span,
+        ))
     }
 }
 

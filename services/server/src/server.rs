@@ -162,7 +162,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         metrics.clone(),
         stop.clone(),
     );
-    let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, stop.clone()))
+    let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, metrics.clone(), stop.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max_out);
     let (operation_wakeups, operation_listener) = wakeup::spawn(

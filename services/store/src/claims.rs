@@ -100,6 +100,7 @@ pub(crate) struct LockedClaim {
     pub now: Time,
     /// The rows the claim holds.
     pub row_ids: Vec<i64>,
+    pub model: String,
 }
 
 impl LockedClaim {
@@ -163,7 +164,7 @@ pub(crate) async fn lock_claim(
     token: Uuid,
 ) -> Result<LockedClaim> {
     sqlx::query_as::<_, LockedClaim>(
-        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now, row_ids
+        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now, row_ids, model
          FROM claims WHERE token = $1 AND ledger_id = $2 FOR UPDATE",
     )
     .bind(token)
@@ -394,6 +395,7 @@ impl Taken {
             ledger_id: ledger.id,
             rows: held,
             held: n as i32,
+            model: claim.model.clone(),
         };
         let held_back = i64::from(self.held_back.unwrap_or(0));
         Ok(Some((
@@ -422,6 +424,12 @@ impl Store {
     /// Expired claims of the ledger are rescued first: without a request id
     /// the claim is one statement that looks for them and takes nothing when
     /// it finds any (then they are rescued and the claim runs again).
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.claim_rows",
+        skip_all
+    )]
     pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
         let record = self.ledger(ledger).await?;
         let Some(request_id) = &req.request_id else {
@@ -537,6 +545,12 @@ impl Store {
     }
 
     /// Extends a live claim's lease to `now + lease`.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.extend_claim",
+        skip_all
+    )]
     pub async fn extend_claim(
         &self,
         ledger: &str,
@@ -569,6 +583,12 @@ impl Store {
     /// Rows of a submitted job are refused (the provider has them: finish
     /// the job instead). A PREPARING job whose every row is given back is
     /// closed as CANCELLED.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.release_claim",
+        skip_all
+    )]
     pub async fn release_claim(
         &self,
         ledger: &str,
@@ -637,6 +657,12 @@ impl Store {
     /// abandoned (CANCELLED). Claims of submitted jobs are left alone: their
     /// rows are at the provider and wait for AdoptJobs. Claims are taken
     /// with SKIP LOCKED, so replicas share the work.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.rescue_expired",
+        skip_all
+    )]
     pub async fn rescue_expired(&self, ledger_id: Option<i64>) -> Result<Rescued> {
         let mut tx = self.begin().await?;
         let expired: Vec<(Uuid, i64, String, Option<i64>)> = sqlx::query_as(

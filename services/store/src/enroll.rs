@@ -48,6 +48,12 @@ impl Store {
     /// Enrolls `rows` (validated by the caller: keys well-formed and unique
     /// within the call, payloads JSON objects, no cycle among them). Returns
     /// one outcome per row, in order.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.enroll",
+        skip_all
+    )]
     pub async fn enroll(&self, ledger: &str, rows: &[NewRow]) -> Result<Vec<EnrollOutcome>> {
         let ledger = self.ledger(ledger).await?;
         // Listing a model twice is harmless (ON CONFLICT DO NOTHING), so one

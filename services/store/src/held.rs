@@ -26,6 +26,8 @@ pub(crate) struct HeldRows {
     pub ledger_id: i64,
     pub rows: HashMap<String, LockedRow>,
     pub held: i32,
+    /// The claim's model.
+    pub model: String,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +136,7 @@ mod tests {
             ledger_id: 1,
             rows,
             held: n as i32,
+            model: "m".into(),
         }
     }
 

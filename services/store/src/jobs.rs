@@ -433,6 +433,12 @@ impl Store {
     /// same claim again answers the same job. Beyond the ledger's
     /// `max_active_jobs` open jobs: RESOURCE_EXHAUSTED. On a paused ledger:
     /// LEDGER_PAUSED (the worker releases the claim; no attempt is spent).
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.create_job",
+        skip_all
+    )]
     pub async fn create_job(&self, ledger: &str, token: Uuid, actor: &str) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
@@ -544,6 +550,12 @@ impl Store {
     /// the batch exists at the provider either way, and recording it is
     /// what keeps its rows from being sent twice (the job then waits for
     /// adoption instead of being abandoned).
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.mark_submitted",
+        skip_all
+    )]
     pub async fn mark_submitted(
         &self,
         ledger: &str,
@@ -619,6 +631,12 @@ impl Store {
     /// CREATING) with its input file, fenced by the job's claim. Again on a
     /// CREATING job (a retried call) it changes nothing. From then on the
     /// job's rows are never released unworked until [`Store::mark_not_created`].
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.mark_creating",
+        skip_all
+    )]
     pub async fn mark_creating(
         &self,
         ledger: &str,
@@ -661,6 +679,12 @@ impl Store {
     /// not have (its owner searched): CANCELLED with `reason`, its rows back
     /// without an attempt, its claim done. Repeating it answers the closed
     /// job.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.mark_not_created",
+        skip_all
+    )]
     pub async fn mark_not_created(
         &self,
         ledger: &str,
@@ -702,6 +726,12 @@ impl Store {
     /// (the old claim expires, so the dead owner's late reports are STALE).
     /// The rows are not made claimable. PREPARING jobs of expired claims are
     /// abandoned first (rows released, no attempt).
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.adopt_jobs",
+        skip_all
+    )]
     pub async fn adopt_jobs(
         &self,
         ledger: &str,
@@ -801,6 +831,12 @@ impl Store {
     /// successful batch, `job_failed` otherwise; an attempt each), counts
     /// and summary are fixed, the job is RECONCILED and its claim DONE.
     /// Repeating the same finish answers the closed job.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.finish_job",
+        skip_all
+    )]
     pub async fn finish_job(
         &self,
         ledger: &str,

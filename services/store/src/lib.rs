@@ -128,9 +128,14 @@ impl Store {
     }
 
     /// One round trip: is the database answering?
-    pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+    /// Runs `SELECT 1`; answers how long it waited for a pool connection
+    /// (a sample of how long statements queue for one).
+    pub async fn ping(&self) -> Result<std::time::Duration> {
+        let start = std::time::Instant::now();
+        let mut conn = self.pool.acquire().await?;
+        let waited = start.elapsed();
+        sqlx::query("SELECT 1").execute(&mut *conn).await?;
+        Ok(waited)
     }
 
     pub async fn close(&self) {

@@ -396,6 +396,12 @@ fn cut(text: Option<&str>, max: usize) -> String {
 impl Store {
     /// Puts one event through the reducer and records it (see the module
     /// documentation). A drop is a normal result, not an error.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.ingest_event",
+        skip_all
+    )]
     pub async fn ingest_event(&self, event: &IncomingEvent) -> Result<IngestResult> {
         if tally_core::operation::normalize_name(&event.operation).as_deref()
             != Ok(event.operation.as_str())

@@ -113,6 +113,12 @@ impl Store {
     ///
     /// Operators pause through PauseLedger (`PauseReason::Operator`); spend
     /// caps, quotas and drift checks call this with their own reason.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.pause_ledger",
+        skip_all
+    )]
     pub async fn pause_ledger(&self, req: &PauseLedger<'_>) -> Result<LedgerRecord> {
         let mut tx = self.begin().await?;
         let out = async {
@@ -150,6 +156,12 @@ impl Store {
 
     /// Resumes a paused ledger: it hands out claims again. Resuming an
     /// active ledger changes nothing and answers it.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.resume_ledger",
+        skip_all
+    )]
     pub async fn resume_ledger(
         &self,
         ledger: &str,

@@ -14,6 +14,12 @@ const SAMPLE_KEYS: usize = 100;
 impl Store {
     /// Redrives `target`. With `validate_only`, computes the same answer and
     /// writes nothing.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.redrive",
+        skip_all
+    )]
     pub async fn redrive(
         &self,
         ledger: &str,

@@ -59,6 +59,12 @@ impl Store {
     /// row of it, the report is one statement decided from what the claim
     /// found (module `held`); otherwise, or when that statement finds the
     /// claim or a row moved on, it reads and locks what it needs first.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.report",
+        skip_all
+    )]
     pub async fn report(
         &self,
         ledger: &str,
@@ -133,7 +139,12 @@ impl Store {
         tx.commit().await?;
         // What this process remembers of the claim is out of date now.
         self.held.forget(token);
-        Ok(ReportSummary { verdicts, held })
+        Ok(ReportSummary {
+            verdicts,
+            held,
+            price: policy.price(&claim.model).cloned(),
+            model: claim.model,
+        })
     }
 
     /// The one-statement report, when this process granted the claim and
@@ -187,12 +198,15 @@ impl Store {
         };
         let held_now: i32 = row.try_get(1)?;
         let now: Time = row.try_get(2)?;
+        let model = held.model.clone();
         drop(held);
         self.held
             .settled(token, items.iter().map(|i| i.key.as_str()), held_now);
         Ok(Some(ReportSummary {
             verdicts: answers.into_iter().map(|a| a.at(now)).collect(),
             held: held_now,
+            price: policy.price(&model).cloned(),
+            model,
         }))
     }
 }

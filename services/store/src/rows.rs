@@ -398,6 +398,12 @@ impl Store {
     /// Counts by status, attempts and tokens summed over the history (so
     /// cost covers every attempt, not successes × price), permanent rows by
     /// rule, active jobs.
+    #[tracing::instrument(
+        target = "tally::trace",
+        level = "debug",
+        name = "store.summarize",
+        skip_all
+    )]
     pub async fn summarize(&self, ledger: &str) -> Result<LedgerSummary> {
         let record = self.ledger(ledger).await?;
         let mut summary = LedgerSummary::default();

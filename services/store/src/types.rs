@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 use tally_core::pause::PauseReason;
-use tally_core::policy::Policy;
+use tally_core::policy::{Policy, Price};
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::transition::Outcome;
 use uuid::Uuid;
@@ -207,6 +207,11 @@ pub struct RowVerdict {
 pub struct ReportSummary {
     pub verdicts: Vec<RowVerdict>,
     pub held: i32,
+    /// The reporting claim's model (empty when the claim was not found):
+    /// what the outcomes' tokens were spent on.
+    pub model: String,
+    /// The ledger's price of that model, if it has one.
+    pub price: Option<Price>,
 }
 
 /// Conditions on rows (all set ones must hold).

@@ -5,10 +5,15 @@
 //! - [`process::ProcessCollector`]: `process_*` metrics read from `/proc` at
 //!   each scrape (resident memory, CPU seconds, open and max fds, start time);
 //! - [`register_build_info`]: `tally_build_info` with `version` and `git_sha`;
-//! - [`exposition`]: a parser of the text format, for tests that scrape.
+//! - [`exposition`]: a parser of the text format, for tests that scrape;
+//! - [`traces`]: logs, and OpenTelemetry traces over OTLP when configured;
+//! - [`http_listener`]: the plain HTTP listener both serve `/metrics` on,
+//!   with header and body timeouts and a connection cap.
 
 pub mod exposition;
+pub mod http_listener;
 pub mod process;
+pub mod traces;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::info::Info;

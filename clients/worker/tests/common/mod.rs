@@ -75,7 +75,26 @@ pub fn worker_command(
     extra: &[&str],
 ) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tally-worker"));
-    cmd.args([
+    cmd.args(worker_flags(grpc, gemini, ledger, name))
+        .args(extra)
+        .env("GEMINI_API_KEY", API_KEY)
+        .env(
+            "RUST_LOG",
+            std::env::var("WORKER_LOG").unwrap_or_else(|_| "warn,tally_worker=info".into()),
+        )
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// The flags every test worker gets: fast polls, a short lease (3 s).
+fn worker_flags<'a>(
+    grpc: &'a str,
+    gemini: &'a str,
+    ledger: &'a str,
+    name: &'a str,
+) -> [&'a str; 14] {
+    [
         "--server",
         grpc,
         "--ledger",
@@ -90,16 +109,24 @@ pub fn worker_command(
         "500ms",
         "--lease",
         "3s",
-    ])
-    .args(extra)
-    .env("GEMINI_API_KEY", API_KEY)
-    .env(
-        "RUST_LOG",
-        std::env::var("WORKER_LOG").unwrap_or_else(|_| "warn,tally_worker=info".into()),
-    )
-    .stdin(Stdio::null())
-    .kill_on_drop(true);
-    cmd
+    ]
+}
+
+/// The settings [`worker_command`] gives the binary, for a worker run in
+/// this process ([`tally_worker::run_serving`]).
+pub fn worker_args(
+    grpc: &str,
+    gemini: &str,
+    ledger: &str,
+    name: &str,
+    extra: &[&str],
+) -> tally_worker::WorkerArgs {
+    use clap::Parser as _;
+    let flags = worker_flags(grpc, gemini, ledger, name);
+    let argv = std::iter::once("tally-worker")
+        .chain(flags)
+        .chain(extra.iter().copied());
+    tally_worker::WorkerArgs::try_parse_from(argv).expect("worker flags parse")
 }
 
 pub async fn list_jobs(c: &Clients, ledger: &str) -> Vec<pb::Job> {

@@ -1,4 +1,5 @@
-//! The plain HTTP listeners (webhooks, metrics), served so that no client
+//! The plain HTTP listeners (the server's webhooks and metrics, the
+//! worker's metrics and health), served so that no client
 //! can hold them: a connection that does not send its request headers
 //! within `--http-header-timeout` is closed (slowloris), and so is an idle
 //! keep-alive connection after the same time; a request whose body and
@@ -11,8 +12,8 @@
 //! hyper's own HTTP/1 server does the reading (its header read timeout);
 //! this module owns the accept loop, the connection slots and shutdown.
 
-use crate::config::HttpLimits;
 use axum::response::IntoResponse as _;
+use clap::Args;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
@@ -29,6 +30,47 @@ too many connections (--http-max-connections)";
 
 /// Largest request head (request line and headers) read, in bytes.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// Limits of the plain HTTP listeners (webhooks and metrics), each on its
+/// own: see [`serve`].
+#[derive(Debug, Clone, Args)]
+pub struct HttpLimits {
+    /// Longest a client may take to send a request's headers; also how long
+    /// an idle keep-alive connection stays open. Then the connection is
+    /// closed (slowloris).
+    #[arg(long, env = "TALLY_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http_header_timeout: Duration,
+
+    /// Longest a request's body may take to arrive and be answered; then
+    /// the answer is 408 and the connection is closed.
+    #[arg(long, env = "TALLY_HTTP_BODY_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub http_body_timeout: Duration,
+
+    /// Open connections per listener; one more is answered 503 and closed.
+    #[arg(long, env = "TALLY_HTTP_MAX_CONNECTIONS", default_value_t = 256)]
+    pub http_max_connections: usize,
+
+    /// A keep-alive connection is closed after this long (after the request
+    /// in flight, if any).
+    #[arg(long, env = "TALLY_HTTP_MAX_CONNECTION_AGE", default_value = "5m", value_parser = parse_duration)]
+    pub http_max_connection_age: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            http_header_timeout: Duration::from_secs(10),
+            http_body_timeout: Duration::from_secs(30),
+            http_max_connections: 256,
+            http_max_connection_age: Duration::from_secs(5 * 60),
+        }
+    }
+}
+
+/// Parses `30s`, `5m`, `250ms`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (use forms like 30s, 5m, 1h)"))
+}
 
 /// Refuses HTTP limits that would make a listener unusable.
 pub fn check(limits: &HttpLimits) -> Result<(), String> {

@@ -1,0 +1,151 @@
+//! Logs and traces for tally's binaries.
+//!
+//! Logs go to stderr (pretty or JSON), filtered by an `EnvFilter`. Traces
+//! are off unless an OTLP endpoint is given (`--otlp-endpoint`, or the
+//! standard `OTEL_EXPORTER_OTLP_ENDPOINT`): then spans are exported over
+//! OTLP/gRPC in batches, and the W3C trace context (`traceparent`) is the
+//! global propagator, so a worker's calls carry their span to the server
+//! (`tally-client` injects it, the server's RPC layer extracts it) and one
+//! provider job is one trace from its claim to its FinishJob.
+//!
+//! The spans tally makes (each RPC, each group of store statements, each
+//! job in the worker) have the target [`TARGET`] (`tally::trace`) at DEBUG
+//! level: the log filter does not enable them, so without a trace exporter
+//! they cost nothing on the hot paths. With one, [`trace_filter`] adds
+//! `tally::trace=debug` to the filter. One filter for the whole subscriber
+//! (no per-layer filters): exported spans carry the INFO-and-above log lines
+//! made inside them as span events.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::filter::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{Layer, Registry};
+
+/// The target of the spans tally exports (`#[instrument]` attributes spell
+/// it out: they take a literal).
+pub const TARGET: &str = "tally::trace";
+
+/// How a binary logs and traces.
+pub struct Logs {
+    /// JSON lines instead of pretty text.
+    pub json: bool,
+    pub filter: EnvFilter,
+    /// OTLP/gRPC collector (for example `http://otel-collector:4317`);
+    /// `None`: no traces.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans (`OTEL_SERVICE_NAME` wins).
+    pub service: &'static str,
+}
+
+/// Keeps the trace exporter; [`Tracing::shutdown`] sends what is buffered.
+#[must_use = "dropping it without shutdown loses the last spans"]
+pub struct Tracing(Option<SdkTracerProvider>);
+
+impl Tracing {
+    /// Flushes and stops the exporter (a no-op without one). Blocking work
+    /// runs off the async threads.
+    pub async fn shutdown(self) {
+        if let Some(provider) = self.0 {
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Err(e) = provider.shutdown() {
+                    eprintln!("trace exporter shutdown: {e}");
+                }
+            })
+            .await;
+        }
+    }
+}
+
+/// `filter` with tally's spans enabled (`tally::trace=debug`).
+pub fn trace_filter(filter: EnvFilter) -> EnvFilter {
+    filter.add_directive(
+        "tally::trace=debug"
+            .parse()
+            .expect("a constant directive parses"),
+    )
+}
+
+/// The layer that turns spans into OpenTelemetry spans of `provider`; also
+/// makes W3C trace context the global propagator. For [`init`] (under
+/// [`trace_filter`]), and for tests with an in-memory exporter.
+pub fn otel_layer<S>(provider: &SdkTracerProvider, service: &'static str) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer(service))
+        .with_threads(false)
+}
+
+/// Installs the global subscriber: logs, and traces when an endpoint is
+/// set. Call it inside a Tokio runtime (the gRPC exporter needs one).
+pub fn init(logs: Logs) -> Result<Tracing, String> {
+    let fmt = tracing_subscriber::fmt::layer();
+    let fmt = if logs.json {
+        fmt.json().boxed()
+    } else {
+        fmt.boxed()
+    };
+    let Some(endpoint) = logs.otlp_endpoint.filter(|e| !e.trim().is_empty()) else {
+        Registry::default()
+            .with(logs.filter)
+            .with(fmt)
+            .try_init()
+            .map_err(|e| e.to_string())?;
+        return Ok(Tracing(None));
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint.clone())
+        .build()
+        .map_err(|e| format!("--otlp-endpoint {endpoint}: {e}"))?;
+    let service = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| logs.service.to_string());
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(Resource::builder().with_service_name(service).build())
+        .build();
+    Registry::default()
+        .with(trace_filter(logs.filter))
+        .with(fmt)
+        .with(otel_layer(&provider, logs.service))
+        .try_init()
+        .map_err(|e| e.to_string())?;
+    tracing::info!(%endpoint, "exporting traces over OTLP/gRPC");
+    Ok(Tracing(Some(provider)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without an exporter tally's spans are off at the default level;
+    /// with one they are on, and no log line is widened.
+    #[test]
+    fn the_trace_filter_enables_tallys_spans_only() {
+        let on = |filter: EnvFilter| {
+            let subscriber = Registry::default().with(filter);
+            tracing::subscriber::with_default(subscriber, || {
+                (
+                    !tracing::debug_span!(target: "tally::trace", "probe").is_disabled(),
+                    tracing::enabled!(target: "tally_store::claims", tracing::Level::DEBUG),
+                    tracing::enabled!(target: "h2::proto", tracing::Level::DEBUG),
+                )
+            })
+        };
+        assert_eq!(on(EnvFilter::new("info")), (false, false, false));
+        assert_eq!(
+            on(trace_filter(EnvFilter::new("info"))),
+            (true, false, false)
+        );
+    }
+}
