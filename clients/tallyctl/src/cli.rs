@@ -474,6 +474,27 @@ pub struct PolicyArgs {
     /// update it replaces the whole table).
     #[arg(long = "price", value_name = "MODEL=IN,OUT[,CACHED[,THINK]]")]
     pub prices: Vec<String>,
+    /// Spend cap in USD (needs a --price for every model the rows use).
+    /// Any spend-cap flag sets the whole cap: limits not given are none.
+    #[arg(long)]
+    pub max_cost_usd: Option<f64>,
+    /// Spend cap in input tokens.
+    #[arg(long)]
+    pub max_input_tokens: Option<i64>,
+    /// Spend cap in output tokens (thinking tokens count as output).
+    #[arg(long)]
+    pub max_output_tokens: Option<i64>,
+    /// Fraction of a spend limit at which a warning alert is sent (default
+    /// 0.8).
+    #[arg(long)]
+    pub spend_warn_fraction: Option<f64>,
+    /// Output tokens a row is estimated at before its report (default
+    /// 1024; set it near the prompt's max_output_tokens).
+    #[arg(long)]
+    pub output_tokens_per_row: Option<i64>,
+    /// Remove the spend cap.
+    #[arg(long, conflicts_with_all = ["max_cost_usd", "max_input_tokens", "max_output_tokens", "spend_warn_fraction", "output_tokens_per_row"])]
+    pub no_spend_cap: bool,
 }
 
 #[derive(Debug, Args)]

@@ -34,6 +34,7 @@ pub mod pause;
 pub mod payload;
 pub mod policy;
 pub mod scope;
+pub mod spend;
 pub mod status;
 pub mod summary;
 pub mod transition;

@@ -79,11 +79,21 @@ pub enum Work {
     Redrive,
 }
 
-/// Whether a paused ledger does `work`. New work (a claim, a job) is
-/// refused; everything that finishes work already out goes on.
-pub const fn allowed_while_paused(work: Work) -> bool {
+/// Whether `work` may be refused by a pause at all (new work: a claim, a
+/// job); everything that finishes work already out goes on.
+pub const fn pause_may_refuse(work: Work) -> bool {
+    matches!(work, Work::Claim | Work::CreateJob)
+}
+
+/// Whether a ledger paused for `reason` does `work`. Claims are refused.
+/// A claim made before the pause becoming a job is refused too (nothing
+/// was sent yet), except under a spend-cap pause: such a claim was granted
+/// within the cap, its spend is reserved, and the pause came from a later
+/// claim that did not fit.
+pub const fn allowed_while_paused(work: Work, reason: PauseReason) -> bool {
     match work {
-        Work::Claim | Work::CreateJob => false,
+        Work::Claim => false,
+        Work::CreateJob => matches!(reason, PauseReason::SpendCap),
         Work::Enroll | Work::ClaimUpkeep | Work::JobUpkeep | Work::Redrive => true,
     }
 }
@@ -132,16 +142,24 @@ mod tests {
     // already out.
     #[test]
     fn a_pause_stops_new_work_only() {
-        assert!(!allowed_while_paused(Work::Claim));
-        assert!(!allowed_while_paused(Work::CreateJob));
-        for w in [
-            Work::Enroll,
-            Work::ClaimUpkeep,
-            Work::JobUpkeep,
-            Work::Redrive,
-        ] {
-            assert!(allowed_while_paused(w), "{w:?}");
+        for r in PauseReason::ALL {
+            assert!(!allowed_while_paused(Work::Claim, r));
+            assert_eq!(
+                allowed_while_paused(Work::CreateJob, r),
+                r == PauseReason::SpendCap,
+                "{r}: only claims granted within a spend cap become jobs"
+            );
+            for w in [
+                Work::Enroll,
+                Work::ClaimUpkeep,
+                Work::JobUpkeep,
+                Work::Redrive,
+            ] {
+                assert!(allowed_while_paused(w, r), "{w:?}");
+                assert!(!pause_may_refuse(w));
+            }
         }
+        assert!(pause_may_refuse(Work::Claim) && pause_may_refuse(Work::CreateJob));
     }
 
     // Invariant: pause and resume are idempotent: only a change of state

@@ -5,6 +5,7 @@
 use crate::backoff::Backoff;
 use crate::classify::{FailureKind, Override, Severity};
 use crate::outbound::Reach;
+use crate::spend::SpendCap;
 use crate::status::{Budget, PerBudget};
 use crate::violation::Violations;
 use serde::{Deserialize, Serialize};
@@ -138,6 +139,9 @@ pub struct Policy {
     pub alert_url: String,
     pub max_active_jobs: u32,
     pub prices: Vec<Price>,
+    /// Limits on what the ledger may spend (none when unset).
+    #[serde(default)]
+    pub spend_cap: Option<SpendCap>,
 }
 
 /// Attempt caps per budget (serializable mirror of [`PerBudget`]).
@@ -176,6 +180,7 @@ impl Default for Policy {
             alert_url: String::new(),
             max_active_jobs: 4,
             prices: Vec::new(),
+            spend_cap: None,
         }
     }
 }
@@ -270,6 +275,11 @@ impl Policy {
                 format!("must have at most {MAX_PRICES} entries"),
             );
         }
+        if let Some(cap) = &self.spend_cap {
+            for (name, why) in cap.problems() {
+                v.add(format!("{prefix}.spend_cap.{name}"), why);
+            }
+        }
         for (i, p) in self.prices.iter().enumerate().take(MAX_PRICES) {
             if p.model.trim().is_empty() || p.model.len() > MAX_MATCH_TEXT {
                 v.add(
@@ -293,6 +303,11 @@ impl Policy {
                 );
             }
         }
+    }
+
+    /// The spend cap, if one limits anything.
+    pub fn cap(&self) -> Option<&SpendCap> {
+        self.spend_cap.as_ref().filter(|c| c.limits_anything())
     }
 
     /// The price of one model, if the table has it.

@@ -8,6 +8,7 @@ use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
 use tally_core::policy::{self, OverrideRule, Policy, Price};
+use tally_core::spend::{Amount, SpendCap};
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
@@ -174,6 +175,54 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
                 thinking_per_million: x.thinking_per_million,
             })
             .collect(),
+        spend_cap: p.spend_cap.as_ref().map(spend_cap_to_proto),
+    }
+}
+
+/// A spend cap as given: zero for the warning fraction and the output
+/// estimate take their defaults.
+pub fn spend_cap_from_proto(c: &pb::SpendCap) -> SpendCap {
+    let d = SpendCap::default();
+    SpendCap {
+        max_cost_usd: c.max_cost_usd,
+        max_input_tokens: c.max_input_tokens,
+        max_output_tokens: c.max_output_tokens,
+        warn_fraction: if c.warn_fraction == 0.0 {
+            d.warn_fraction
+        } else {
+            c.warn_fraction
+        },
+        output_tokens_per_row: if c.output_tokens_per_row == 0 {
+            d.output_tokens_per_row
+        } else {
+            c.output_tokens_per_row
+        },
+    }
+}
+
+pub fn spend_cap_to_proto(c: &SpendCap) -> pb::SpendCap {
+    pb::SpendCap {
+        max_cost_usd: c.max_cost_usd,
+        max_input_tokens: c.max_input_tokens,
+        max_output_tokens: c.max_output_tokens,
+        warn_fraction: c.warn_fraction,
+        output_tokens_per_row: c.output_tokens_per_row,
+    }
+}
+
+pub fn spend_to_proto(s: &tally_store::spend::SpendView) -> pb::LedgerSpend {
+    pb::LedgerSpend {
+        cap: Some(spend_cap_to_proto(&s.cap)),
+        spent: Some(spend_amount_to_proto(s.spent)),
+        reserved: Some(spend_amount_to_proto(s.reserved)),
+    }
+}
+
+pub fn spend_amount_to_proto(a: Amount) -> pb::SpendAmount {
+    pb::SpendAmount {
+        cost_usd: a.cost_usd,
+        input_tokens: a.input_tokens,
+        output_tokens: a.output_tokens,
     }
 }
 
@@ -228,7 +277,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
 }
 
 /// Every updatable policy path (the `update_mask` vocabulary).
-pub const POLICY_PATHS: [&str; 12] = [
+pub const POLICY_PATHS: [&str; 13] = [
     "policy.model",
     "policy.budgets",
     "policy.budgets.provider",
@@ -241,6 +290,7 @@ pub const POLICY_PATHS: [&str; 12] = [
     "policy.alert_url",
     "policy.max_active_jobs",
     "policy.prices",
+    "policy.spend_cap",
 ];
 
 /// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
@@ -347,6 +397,11 @@ fn apply_path(
             if let Some(x) = cap(src.max_active_jobs, "max_active_jobs", v) {
                 dst.max_active_jobs = x;
             }
+        }
+        "policy.spend_cap" => {
+            // Unset (or all zero) on update removes the cap; on create it
+            // leaves the default (none).
+            dst.spend_cap = src.spend_cap.as_ref().map(spend_cap_from_proto);
         }
         "policy.prices" => {
             dst.prices = src

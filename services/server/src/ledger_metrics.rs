@@ -9,7 +9,7 @@ use crate::metrics::{
 };
 use std::future::Future;
 use std::time::Instant;
-use tally_store::types::{ReportItem, ReportSummary, RowVerdict, Usage, Verdict};
+use tally_store::types::{ReportItem, ReportSummary, RowVerdict, Verdict, attempted_usage};
 
 /// The label a report verdict is counted under.
 pub const fn verdict_label(v: Verdict) -> &'static str {
@@ -57,17 +57,7 @@ impl Metrics {
     /// under the claim's model. `items` and `summary.verdicts` are in the
     /// same order, one verdict per item.
     pub fn report_usage(&self, ledger: &str, items: &[ReportItem], summary: &ReportSummary) {
-        let mut sum = Usage::default();
-        for (item, v) in items.iter().zip(&summary.verdicts) {
-            if matches!(v.verdict, Verdict::Stale | Verdict::Duplicate) {
-                continue;
-            }
-            let u = &item.usage;
-            sum.input = sum.input.saturating_add(u.input);
-            sum.output = sum.output.saturating_add(u.output);
-            sum.thinking = sum.thinking.saturating_add(u.thinking);
-            sum.cached = sum.cached.saturating_add(u.cached);
-        }
+        let sum = attempted_usage(items, &summary.verdicts);
         if sum.is_zero() || summary.model.is_empty() {
             return;
         }
@@ -214,7 +204,7 @@ mod tests {
             key: key.into(),
             outcome: tally_core::transition::Outcome::Success,
             result: None,
-            usage: Usage {
+            usage: tally_store::types::Usage {
                 input,
                 output,
                 thinking: 0,

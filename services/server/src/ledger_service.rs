@@ -369,6 +369,7 @@ impl LedgerService for Ledgers {
         access(&req).ledger(&ledger)?;
         let record = self.store.get_ledger(&ledger).await.map_err(from_store)?;
         let s = self.store.summarize(&ledger).await.map_err(from_store)?;
+        let spend = self.store.spend(&record).await.map_err(from_store)?;
         let mut cost = 0.0;
         let mut unpriced = Vec::new();
         for m in &s.by_model {
@@ -402,6 +403,7 @@ impl LedgerService for Ledgers {
             summary_line: ledger_state_line(c, record.pause.as_ref().map(|p| p.reason)),
             state: convert::ledger_state(&record) as i32,
             pause: record.pause.as_ref().map(convert::pause_to_proto),
+            spend: spend.as_ref().map(convert::spend_to_proto),
         }))
     }
 

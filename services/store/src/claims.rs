@@ -221,7 +221,7 @@ const RESCUE_DUE: &str = "c.state = 1 AND c.expire_time <= now()
 /// What one claim statement did: found expired claims to rescue first (and
 /// took nothing), or took these rows (one array per column, in id order).
 #[derive(sqlx::FromRow)]
-struct Taken {
+pub(crate) struct Taken {
     due: bool,
     paused: bool,
     ids: Option<Vec<i64>>,
@@ -250,7 +250,7 @@ struct Taken {
 /// taken (hundreds a call; decoding them one by one showed in profiles).
 /// With a byte budget, rows past it are put back on the queue by the same
 /// statement (migration 0015) and counted in `held_back`.
-async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
     ledger: &LedgerRecord,
     req: &ClaimRequest,
@@ -318,7 +318,75 @@ async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         .await?)
 }
 
+/// A taken row, as its spend estimate needs it.
+pub(crate) struct TakenSize<'a> {
+    pub payload_bytes: u64,
+    pub prompt_name: &'a str,
+    pub prompt_version: &'a str,
+    pub model: &'a str,
+}
+
 impl Taken {
+    /// The rows taken, in order, as estimates need them.
+    pub(crate) fn sizes(&self) -> Vec<TakenSize<'_>> {
+        let (Some(p), Some(n), Some(v), Some(m)) = (
+            &self.payloads,
+            &self.prompt_names,
+            &self.prompt_versions,
+            &self.models,
+        ) else {
+            return Vec::new();
+        };
+        p.iter()
+            .zip(n)
+            .zip(v)
+            .zip(m)
+            .map(|(((p, n), v), m)| TakenSize {
+                payload_bytes: p.len() as u64,
+                prompt_name: n,
+                prompt_version: v,
+                model: m,
+            })
+            .collect()
+    }
+
+    /// The ledger was paused: nothing was taken.
+    pub(crate) fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The model of the `i`th row taken.
+    pub(crate) fn model_at(&self, i: usize) -> Option<String> {
+        self.models.as_ref()?.get(i).cloned()
+    }
+
+    /// The keys of the rows taken from the `from`th on.
+    pub(crate) fn keys_from(&self, from: usize) -> Vec<String> {
+        self.keys
+            .as_deref()
+            .map_or(&[][..], |k| k.get(from..).unwrap_or_default())
+            .to_vec()
+    }
+
+    /// Keeps the first `n` rows taken (the rest were given back).
+    pub(crate) fn truncate(&mut self, n: usize) {
+        fn cut<T>(v: &mut Option<Vec<T>>, n: usize) {
+            if let Some(v) = v {
+                v.truncate(n);
+            }
+        }
+        cut(&mut self.ids, n);
+        cut(&mut self.keys, n);
+        cut(&mut self.payloads, n);
+        cut(&mut self.prompt_names, n);
+        cut(&mut self.prompt_versions, n);
+        cut(&mut self.models, n);
+        cut(&mut self.provider_failures, n);
+        cut(&mut self.content_failures, n);
+        cut(&mut self.infra_failures, n);
+        cut(&mut self.attempts, n);
+    }
+
     /// The answer to the claim (none: nothing was runnable), and what the
     /// claim holds as it found it (for `held`).
     fn into_grant(
@@ -432,6 +500,9 @@ impl Store {
     )]
     pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
         let record = self.ledger(ledger).await?;
+        if let Some(cap) = record.policy.cap() {
+            return self.claim_capped(&record, *cap, req).await;
+        }
         let Some(request_id) = &req.request_id else {
             let token = Uuid::new_v4();
             let mut taken = take_rows(&self.pool, &record, req, token, true).await?;
@@ -472,7 +543,7 @@ impl Store {
     /// The LEDGER_PAUSED answer to a claim on a paused ledger, with the
     /// pause as it is now (read again: the claim statement only saw that
     /// there is one).
-    async fn paused(&self, ledger: &str) -> StoreError {
+    pub(crate) async fn paused(&self, ledger: &str) -> StoreError {
         match self.get_ledger(ledger).await {
             Ok(LedgerRecord { pause: Some(p), .. }) => pause::paused(ledger, p),
             // Resumed (or deleted) since: nothing was taken all the same;
@@ -486,7 +557,7 @@ impl Store {
 
     /// The answer to what a claim took; this process remembers the rows
     /// (see `held`).
-    fn granted(
+    pub(crate) fn granted(
         &self,
         ledger: &LedgerRecord,
         req: &ClaimRequest,
@@ -501,7 +572,7 @@ impl Store {
     }
 
     /// Rescues the ledger's expired claims, if a one-row probe finds any.
-    async fn rescue_if_due(&self, ledger_id: i64) -> Result<()> {
+    pub(crate) async fn rescue_if_due(&self, ledger_id: i64) -> Result<()> {
         let due: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT EXISTS (SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {RESCUE_DUE})"
         )))
@@ -514,7 +585,11 @@ impl Store {
         Ok(())
     }
 
-    async fn replay_claim(&self, ledger_id: i64, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
+    pub(crate) async fn replay_claim(
+        &self,
+        ledger_id: i64,
+        req: &ClaimRequest,
+    ) -> Result<Option<ClaimGrant>> {
         let Some(request_id) = &req.request_id else {
             return Ok(None);
         };

@@ -796,6 +796,8 @@ impl Store {
                 .bind(old)
                 .execute(&mut *tx)
                 .await?;
+            // Under a spend cap the rows stay reserved while they are out.
+            crate::spend::carry_reservation(&mut tx, old, token).await?;
             sqlx::query(
                 "UPDATE jobs SET claim_token = $2, owner = $3, adoptions = adoptions + 1,
                         update_time = now()

@@ -16,6 +16,8 @@
 //!   their event log, and the job each one moves on.
 //! - [`pause`]: pausing and resuming ledgers (the rules are in
 //!   `tally_core::pause`).
+//! - [`spend`], `capped`: spend caps' accounts, and the claim of a capped
+//!   ledger (the rules are in `tally_core::spend`).
 //! - [`purge`]: deleting ledgers: the mark, then the purge in bounded
 //!   batches.
 //! - [`notify`]: `LISTEN` connections that wake watch streams.
@@ -27,6 +29,7 @@
 pub mod alerts;
 pub mod apply;
 pub mod backlog;
+mod capped;
 pub mod claims;
 pub mod enroll;
 pub mod error;
@@ -45,6 +48,7 @@ pub mod purge;
 pub mod redrive;
 pub mod report;
 pub mod rows;
+pub mod spend;
 pub mod types;
 
 pub use error::{Result, StoreError};

@@ -83,7 +83,7 @@ pub(crate) async fn refuse_if_paused(
     ledger: &LedgerRecord,
     work: Work,
 ) -> Result<()> {
-    if pause::allowed_while_paused(work) {
+    if !pause::pause_may_refuse(work) {
         return Ok(());
     }
     let sql = format!("SELECT {COLUMNS} FROM ledgers WHERE id = $1");
@@ -93,8 +93,8 @@ pub(crate) async fn refuse_if_paused(
         .await?
         .into();
     match now.pause {
-        None => Ok(()),
-        Some(p) => Err(paused(&now.name, p)),
+        Some(p) if !pause::allowed_while_paused(work, p.reason) => Err(paused(&now.name, p)),
+        _ => Ok(()),
     }
 }
 

@@ -10,7 +10,8 @@
 use crate::apply::{self, NewAttempt, RowWrite, Settler};
 use crate::claims::{self, LOCKED_ROW_COLUMNS, LockedRow};
 use crate::types::{
-    JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Verdict,
+    JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Usage, Verdict,
+    attempted_usage,
 };
 use crate::{Result, Store, StoreError, events, jitter_sample};
 use chrono::TimeDelta;
@@ -73,7 +74,9 @@ impl Store {
         actor: &str,
     ) -> Result<ReportSummary> {
         let record = self.ledger(ledger).await?;
-        if let Some(summary) = self.report_held(&record, token, items, actor).await? {
+        // A capped ledger's reports add to its spend in their transaction.
+        let cap = record.policy.cap().is_some();
+        if !cap && let Some(summary) = self.report_held(&record, token, items, actor).await? {
             return Ok(summary);
         }
         let policy = &record.policy;
@@ -132,6 +135,11 @@ impl Store {
         }
         let held =
             apply::settle(&mut tx, record.id, token, &writes, Settler::report(actor)).await?;
+        if cap {
+            let usage = attempted_usage(items, &verdicts);
+            let spent = spend_of(&usage, policy.price(&claim.model));
+            crate::spend::add_spent(&mut tx, record.id, spent).await?;
+        }
         if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
             count_into_job(&mut tx, job_id, token, &writes).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Progress)], actor).await?;
@@ -381,4 +389,15 @@ pub(crate) fn describe_failure(f: &Failure) -> String {
         (false, false) => format!("{head}: {}", f.message),
     };
     line.chars().take(MAX_ERROR_CHARS).collect()
+}
+
+/// What reported usage spends, in a cap's measures: thinking tokens count
+/// as output (as they are billed), cost at the model's price (0 without
+/// one).
+fn spend_of(u: &Usage, price: Option<&tally_core::policy::Price>) -> tally_core::spend::Amount {
+    tally_core::spend::Amount {
+        cost_usd: price.map_or(0.0, |p| p.cost(u.input, u.output, u.thinking, u.cached)),
+        input_tokens: u.input,
+        output_tokens: u.output.saturating_add(u.thinking),
+    }
 }

@@ -214,6 +214,23 @@ pub struct ReportSummary {
     pub price: Option<Price>,
 }
 
+/// The usage of the reported items that became attempts (not STALE or
+/// DUPLICATE: those were not written). `verdicts` answer `items` in order.
+pub fn attempted_usage(items: &[ReportItem], verdicts: &[RowVerdict]) -> Usage {
+    let mut sum = Usage::default();
+    for (item, v) in items.iter().zip(verdicts) {
+        if matches!(v.verdict, Verdict::Stale | Verdict::Duplicate) {
+            continue;
+        }
+        let u = &item.usage;
+        sum.input = sum.input.saturating_add(u.input);
+        sum.output = sum.output.saturating_add(u.output);
+        sum.thinking = sum.thinking.saturating_add(u.thinking);
+        sum.cached = sum.cached.saturating_add(u.cached);
+    }
+    sum
+}
+
 /// Conditions on rows (all set ones must hold).
 #[derive(Debug, Clone, Default)]
 pub struct RowFilter {

@@ -298,6 +298,7 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
             ("review threshold", p.review_threshold.to_string()),
             ("alert url", p.alert_url.clone()),
             ("prices (USD/M)", prices),
+            ("spend cap", spend_cap_text(p.spend_cap.as_ref())),
             ("overrides", overrides),
             ("created", render::time(l.create_time.as_ref())),
             ("updated", render::time(l.update_time.as_ref())),
@@ -308,6 +309,29 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
             ),
         ])
     );
+}
+
+/// `$50 (warn at 80%, 1024 output tokens a row)`; `none` without a cap.
+fn spend_cap_text(c: Option<&pb::SpendCap>) -> String {
+    let Some(c) = c else {
+        return "none".into();
+    };
+    let mut limits = Vec::new();
+    if c.max_cost_usd > 0.0 {
+        limits.push(format!("${}", c.max_cost_usd));
+    }
+    if c.max_input_tokens > 0 {
+        limits.push(format!("{} input tokens", c.max_input_tokens));
+    }
+    if c.max_output_tokens > 0 {
+        limits.push(format!("{} output tokens", c.max_output_tokens));
+    }
+    format!(
+        "{} (warn at {:.0}%, {} output tokens a row)",
+        limits.join(", "),
+        c.warn_fraction * 100.0,
+        c.output_tokens_per_row
+    )
 }
 
 /// `MODEL=IN,OUT[,CACHED[,THINKING]]` → a price (an omitted cached price
@@ -396,12 +420,53 @@ pub fn policy_from(a: &PolicyArgs) -> Result<(pb::LedgerPolicy, Vec<String>), Cl
             .map_err(CliError::usage)?;
         paths.push("policy.prices".to_string());
     }
+    let cap_given = a.max_cost_usd.is_some()
+        || a.max_input_tokens.is_some()
+        || a.max_output_tokens.is_some()
+        || a.spend_warn_fraction.is_some()
+        || a.output_tokens_per_row.is_some();
+    if cap_given {
+        p.spend_cap = Some(pb::SpendCap {
+            max_cost_usd: a.max_cost_usd.unwrap_or(0.0),
+            max_input_tokens: a.max_input_tokens.unwrap_or(0),
+            max_output_tokens: a.max_output_tokens.unwrap_or(0),
+            warn_fraction: a.spend_warn_fraction.unwrap_or(0.0),
+            output_tokens_per_row: a.output_tokens_per_row.unwrap_or(0),
+        });
+    }
+    if cap_given || a.no_spend_cap {
+        paths.push("policy.spend_cap".to_string());
+    }
     Ok((p, paths))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Any spend-cap flag replaces the whole cap (one mask path);
+    /// --no-spend-cap sends the path with no cap, which removes it.
+    #[test]
+    fn spend_cap_flags_set_or_remove_the_whole_cap() {
+        let (p, paths) = policy_from(&PolicyArgs {
+            max_cost_usd: Some(50.0),
+            output_tokens_per_row: Some(256),
+            ..Default::default()
+        })
+        .unwrap();
+        let cap = p.spend_cap.unwrap();
+        assert_eq!(cap.max_cost_usd, 50.0);
+        assert_eq!(cap.output_tokens_per_row, 256);
+        assert_eq!(cap.max_input_tokens, 0);
+        assert_eq!(paths, ["policy.spend_cap"]);
+        let (p, paths) = policy_from(&PolicyArgs {
+            no_spend_cap: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(p.spend_cap.is_none());
+        assert_eq!(paths, ["policy.spend_cap"]);
+    }
 
     #[test]
     fn flags_become_a_policy_and_a_mask() {

@@ -79,6 +79,10 @@ pub fn summary_text(s: &pb::LedgerSummary, no_headers: bool) -> String {
         ));
     }
     out.push_str(&format!("\nactive jobs     {}\n", s.active_jobs));
+    if let Some(spend) = &s.spend {
+        out.push('\n');
+        out.push_str(&render(&spend_table(spend)));
+    }
     if !s.permanent_by_rule.is_empty() {
         let mut rules: Vec<_> = s.permanent_by_rule.iter().collect();
         rules.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -91,6 +95,47 @@ pub fn summary_text(s: &pb::LedgerSummary, no_headers: bool) -> String {
     }
     out.push_str(&format!("\n{}\n", s.summary_line));
     out
+}
+
+/// A capped ledger's spend: spent, reserved and the limit, per measure the
+/// cap limits.
+fn spend_table(s: &pb::LedgerSpend) -> Table {
+    let cap = s.cap.unwrap_or_default();
+    let spent = s.spent.unwrap_or_default();
+    let reserved = s.reserved.unwrap_or_default();
+    let mut t = Table::new(["SPEND CAP", "SPENT", "RESERVED", "LIMIT"]).right(&[1, 2, 3]);
+    if cap.max_cost_usd > 0.0 {
+        t.row([
+            "cost (USD)".to_string(),
+            format!("{:.4}", spent.cost_usd),
+            format!("{:.4}", reserved.cost_usd),
+            format!("{:.4}", cap.max_cost_usd),
+        ]);
+    }
+    for (label, limit, spent, reserved) in [
+        (
+            "input tokens",
+            cap.max_input_tokens,
+            spent.input_tokens,
+            reserved.input_tokens,
+        ),
+        (
+            "output tokens",
+            cap.max_output_tokens,
+            spent.output_tokens,
+            reserved.output_tokens,
+        ),
+    ] {
+        if limit > 0 {
+            t.row([
+                label.to_string(),
+                spent.to_string(),
+                reserved.to_string(),
+                limit.to_string(),
+            ]);
+        }
+    }
+    t
 }
 
 pub async fn status(ctx: &mut Ctx, args: StatusArgs) -> Result<ExitCode, CliError> {

@@ -139,6 +139,27 @@ async fn create_ledger() {
             },
             vec!["policy.prices[0]"],
         ),
+        (
+            pb::LedgerPolicy {
+                spend_cap: Some(pb::SpendCap::default()),
+                ..Default::default()
+            },
+            vec!["policy.spend_cap.max_cost_usd"],
+        ),
+        (
+            pb::LedgerPolicy {
+                spend_cap: Some(pb::SpendCap {
+                    max_input_tokens: -5,
+                    warn_fraction: 1.5,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            vec![
+                "policy.spend_cap.max_input_tokens",
+                "policy.spend_cap.warn_fraction",
+            ],
+        ),
     ];
     for (policy, fields) in cases {
         let s = env

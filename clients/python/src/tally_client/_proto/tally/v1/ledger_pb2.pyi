@@ -134,7 +134,7 @@ class LedgerPurge(_message.Message):
     def __init__(self, rows_total: _Optional[int] = ..., rows_purged: _Optional[int] = ..., forced: _Optional[bool] = ..., claims_expired: _Optional[int] = ..., jobs_abandoned: _Optional[int] = ...) -> None: ...
 
 class LedgerPolicy(_message.Message):
-    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices")
+    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +144,7 @@ class LedgerPolicy(_message.Message):
     ALERT_URL_FIELD_NUMBER: _ClassVar[int]
     MAX_ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
     PRICES_FIELD_NUMBER: _ClassVar[int]
+    SPEND_CAP_FIELD_NUMBER: _ClassVar[int]
     model: str
     budgets: AttemptBudgets
     lease: _duration_pb2.Duration
@@ -153,7 +154,42 @@ class LedgerPolicy(_message.Message):
     alert_url: str
     max_active_jobs: int
     prices: _containers.RepeatedCompositeFieldContainer[ModelPrice]
-    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ...) -> None: ...
+    spend_cap: SpendCap
+    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ...) -> None: ...
+
+class SpendCap(_message.Message):
+    __slots__ = ("max_cost_usd", "max_input_tokens", "max_output_tokens", "warn_fraction", "output_tokens_per_row")
+    MAX_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    WARN_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_PER_ROW_FIELD_NUMBER: _ClassVar[int]
+    max_cost_usd: float
+    max_input_tokens: int
+    max_output_tokens: int
+    warn_fraction: float
+    output_tokens_per_row: int
+    def __init__(self, max_cost_usd: _Optional[float] = ..., max_input_tokens: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., warn_fraction: _Optional[float] = ..., output_tokens_per_row: _Optional[int] = ...) -> None: ...
+
+class SpendAmount(_message.Message):
+    __slots__ = ("cost_usd", "input_tokens", "output_tokens")
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    def __init__(self, cost_usd: _Optional[float] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
+
+class LedgerSpend(_message.Message):
+    __slots__ = ("cap", "spent", "reserved")
+    CAP_FIELD_NUMBER: _ClassVar[int]
+    SPENT_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    cap: SpendCap
+    spent: SpendAmount
+    reserved: SpendAmount
+    def __init__(self, cap: _Optional[_Union[SpendCap, _Mapping]] = ..., spent: _Optional[_Union[SpendAmount, _Mapping]] = ..., reserved: _Optional[_Union[SpendAmount, _Mapping]] = ...) -> None: ...
 
 class AttemptBudgets(_message.Message):
     __slots__ = ("provider", "content", "infra")
@@ -594,7 +630,7 @@ class SummarizeLedgerRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LedgerSummary(_message.Message):
-    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause")
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend")
     class PermanentByRuleEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -622,6 +658,7 @@ class LedgerSummary(_message.Message):
     SUMMARY_LINE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
+    SPEND_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     total: int
     pending: int
@@ -642,7 +679,8 @@ class LedgerSummary(_message.Message):
     summary_line: str
     state: LedgerState
     pause: LedgerPause
-    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ...) -> None: ...
+    spend: LedgerSpend
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ...) -> None: ...
 
 class RowKeys(_message.Message):
     __slots__ = ("keys",)
