@@ -8,12 +8,15 @@
 //! that disappears stops being exported. Every replica refreshes; the
 //! figures are the same on each (aggregate them with `max`, not `sum`).
 
-use crate::metrics::{JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels};
+use crate::metrics::{
+    JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels, SpendLabels, SpendTokenLabels,
+};
 use std::time::Duration;
 use tally_core::job::JobState;
 use tally_core::status::RowStatus;
 use tally_store::Store;
 use tally_store::backlog::Backlog;
+use tally_store::spend::SpendView;
 use tokio_util::sync::CancellationToken;
 
 /// Runs until `stop` fires; the first refresh is immediate.
@@ -37,6 +40,8 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
     metrics.oldest_runnable_age.clear();
     metrics.jobs_open.clear();
     metrics.ledger_paused.clear();
+    metrics.ledger_spend_usd.clear();
+    metrics.ledger_spend_tokens.clear();
     for l in &b.ledgers {
         let ledger = || l.name.clone();
         metrics.ledger_seen(&l.name);
@@ -80,6 +85,9 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
                 })
                 .set(1);
         }
+        if let Some(s) = &l.spend {
+            publish_spend(metrics, &l.name, s);
+        }
         for (state, n) in &l.jobs_open {
             metrics
                 .jobs_open
@@ -94,6 +102,55 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     metrics.backlog_refreshed.set(now);
+}
+
+/// A capped ledger's spent, reserved and cap, in each measure it limits
+/// (spent and reserved in all three).
+fn publish_spend(metrics: &Metrics, ledger: &str, s: &SpendView) {
+    let usd = |kind, v: f64| {
+        metrics
+            .ledger_spend_usd
+            .get_or_create(&SpendLabels {
+                ledger: ledger.to_string(),
+                kind,
+            })
+            .set(v);
+    };
+    usd("spent", s.spent.cost_usd);
+    usd("reserved", s.reserved.cost_usd);
+    if s.cap.max_cost_usd > 0.0 {
+        usd("cap", s.cap.max_cost_usd);
+    }
+    for (measure, spent, reserved, cap) in [
+        (
+            "input",
+            s.spent.input_tokens,
+            s.reserved.input_tokens,
+            s.cap.max_input_tokens,
+        ),
+        (
+            "output",
+            s.spent.output_tokens,
+            s.reserved.output_tokens,
+            s.cap.max_output_tokens,
+        ),
+    ] {
+        let tokens = |kind, v: i64| {
+            metrics
+                .ledger_spend_tokens
+                .get_or_create(&SpendTokenLabels {
+                    ledger: ledger.to_string(),
+                    measure,
+                    kind,
+                })
+                .set(v);
+        };
+        tokens("spent", spent);
+        tokens("reserved", reserved);
+        if cap > 0 {
+            tokens("cap", cap);
+        }
+    }
 }
 
 /// A row status as the metrics label it (as the API names it).
@@ -143,6 +200,7 @@ mod tests {
             oldest_ready: Some(now - chrono::TimeDelta::seconds(30)),
             jobs_open: vec![(JobState::Running, 1)],
             paused: None,
+            spend: None,
         };
         let mut b = Backlog {
             ledgers: vec![ledger("a"), ledger("b")],
@@ -207,5 +265,66 @@ mod tests {
         b.ledgers[0].paused = None;
         publish(&m, &b);
         assert_eq!(paused("a", "operator"), None);
+    }
+
+    /// A capped ledger exports spent, reserved and the cap of each measure
+    /// it limits (no cap series for a measure without a limit); a ledger
+    /// whose cap is removed stops exporting them at the next refresh.
+    #[test]
+    fn a_capped_ledger_exports_its_spend() {
+        use tally_core::spend::{Amount, SpendCap};
+        let m = Metrics::new();
+        let spend = SpendView {
+            cap: SpendCap {
+                max_cost_usd: 50.0,
+                max_output_tokens: 9000,
+                ..SpendCap::default()
+            },
+            spent: Amount {
+                cost_usd: 12.5,
+                input_tokens: 700,
+                output_tokens: 300,
+            },
+            reserved: Amount {
+                cost_usd: 2.0,
+                input_tokens: 40,
+                output_tokens: 100,
+            },
+        };
+        let mut b = Backlog {
+            ledgers: vec![LedgerBacklog {
+                name: "a".into(),
+                spend: Some(spend),
+                ..Default::default()
+            }],
+            now: None,
+        };
+        publish(&m, &b);
+        let usd = |kind| {
+            m.ledger_spend_usd
+                .get(&SpendLabels {
+                    ledger: "a".into(),
+                    kind,
+                })
+                .map(|g| g.get())
+        };
+        let tokens = |measure, kind| {
+            m.ledger_spend_tokens
+                .get(&SpendTokenLabels {
+                    ledger: "a".into(),
+                    measure,
+                    kind,
+                })
+                .map(|g| g.get())
+        };
+        assert_eq!(usd("spent"), Some(12.5));
+        assert_eq!(usd("reserved"), Some(2.0));
+        assert_eq!(usd("cap"), Some(50.0));
+        assert_eq!(tokens("output", "cap"), Some(9000));
+        assert_eq!(tokens("input", "cap"), None, "no input limit");
+        assert_eq!(tokens("input", "spent"), Some(700));
+        b.ledgers[0].spend = None;
+        publish(&m, &b);
+        assert_eq!(usd("spent"), None);
     }
 }

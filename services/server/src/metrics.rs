@@ -61,6 +61,8 @@ labels!(ModelLabels {
     ledger: String,
     model: String
 });
+labels!(SpendLabels { ledger: String, kind: &'static str });
+labels!(SpendTokenLabels { ledger: String, measure: &'static str, kind: &'static str });
 labels!(CallLabels { call: &'static str });
 labels!(ReasonLabels { reason: &'static str });
 labels!(OutcomeLabels { outcome: &'static str });
@@ -116,6 +118,8 @@ pub struct Families {
     pub oldest_runnable_age: Family<LedgerLabels, F64Gauge>,
     pub jobs_open: Family<JobLabels, Gauge>,
     pub ledger_paused: Family<PausedLabels, Gauge>,
+    pub ledger_spend_usd: Family<SpendLabels, F64Gauge>,
+    pub ledger_spend_tokens: Family<SpendTokenLabels, Gauge>,
     pub backlog_refreshed: F64Gauge,
 }
 
@@ -192,6 +196,8 @@ impl Metrics {
             oldest_runnable_age: Default::default(),
             jobs_open: Default::default(),
             ledger_paused: Default::default(),
+            ledger_spend_usd: Default::default(),
+            ledger_spend_tokens: Default::default(),
             backlog_refreshed: Default::default(),
         };
         let mut r = Registry::default();
@@ -345,6 +351,16 @@ impl Metrics {
             "tally_ledger_paused",
             "1 for each paused ledger, with the reason it was paused for (absent while active)",
             f.ledger_paused.clone(),
+        );
+        r.register(
+            "tally_ledger_spend_usd",
+            "a capped ledger's spend in USD: kind spent (reported usage), reserved (estimates of rows claims hold) or cap (absent without a dollar limit)",
+            f.ledger_spend_usd.clone(),
+        );
+        r.register(
+            "tally_ledger_spend_tokens",
+            "a capped ledger's spend in tokens by measure (input, output) and kind (spent, reserved, cap; cap absent without that limit)",
+            f.ledger_spend_tokens.clone(),
         );
         r.register(
             "tally_jobs_open",

@@ -36,6 +36,8 @@ pub struct LedgerBacklog {
     pub jobs_open: Vec<(JobState, i64)>,
     /// Why the ledger is paused, if it is.
     pub paused: Option<PauseReason>,
+    /// Spent, reserved and the cap, for a ledger with a spend cap.
+    pub spend: Option<crate::spend::SpendView>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -129,6 +131,11 @@ impl Store {
         for (id, state, n) in jobs {
             if let (Some(l), Some(state)) = (by_id.get_mut(&id), JobState::from_code(state)) {
                 l.jobs_open.push((state, n));
+            }
+        }
+        for (id, spend) in crate::spend::of_ledgers(&self.pool, &ids).await? {
+            if let Some(l) = by_id.get_mut(&id) {
+                l.spend = Some(spend);
             }
         }
         Ok(Backlog {

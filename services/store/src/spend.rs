@@ -195,8 +195,55 @@ pub(crate) async fn alert(
     Ok(())
 }
 
+/// The spend of those of `ids` that have a spend cap (for the backlog
+/// metrics): one statement, reservations summed per ledger.
+pub(crate) async fn of_ledgers(pool: &sqlx::PgPool, ids: &[i64]) -> Result<Vec<(i64, SpendView)>> {
+    type Row = (
+        i64,
+        sqlx::types::Json<SpendCap>,
+        f64,
+        i64,
+        i64,
+        f64,
+        i64,
+        i64,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT l.id, l.policy->'spend_cap',
+                coalesce(s.cost_usd, 0), coalesce(s.input_tokens, 0), coalesce(s.output_tokens, 0),
+                coalesce(r.cost_usd, 0)::float8, coalesce(r.input_tokens, 0)::int8,
+                coalesce(r.output_tokens, 0)::int8
+         FROM ledgers l
+         LEFT JOIN ledger_spend s ON s.ledger_id = l.id
+         LEFT JOIN (
+             SELECT r.ledger_id, sum(r.cost_usd * c.held) AS cost_usd,
+                    sum(r.input_tokens * c.held) AS input_tokens,
+                    sum(r.output_tokens * c.held) AS output_tokens
+             FROM claim_reservations r JOIN claims c ON c.token = r.token
+             WHERE r.ledger_id = ANY($1) AND c.held > 0 GROUP BY 1) r ON r.ledger_id = l.id
+         WHERE l.id = ANY($1) AND jsonb_typeof(l.policy->'spend_cap') = 'object'",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.1.limits_anything())
+        .map(|(id, cap, sc, si, so, rc, ri, ro)| {
+            (
+                id,
+                SpendView {
+                    cap: cap.0,
+                    spent: amount((sc, si, so)),
+                    reserved: amount((rc, ri, ro)),
+                },
+            )
+        })
+        .collect())
+}
+
 /// A capped ledger's spend as SummarizeLedger shows it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SpendView {
     pub cap: SpendCap,
     pub spent: Amount,

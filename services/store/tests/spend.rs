@@ -110,6 +110,14 @@ async fn claims_get_what_fits_and_pause_at_the_cap() {
         "only the reported rows made attempts: none was spent on the cap or the release"
     );
     assert_queue_consistent(s).await;
+
+    // The backlog (for /metrics) carries the same spend, for capped
+    // ledgers only.
+    s.create_ledger("uncapped", &fast_policy()).await.unwrap();
+    let backlog = s.backlog().await.unwrap();
+    let of = |name: &str| backlog.ledgers.iter().find(|l| l.name == name).unwrap();
+    assert_eq!(of("l").spend, Some(spend));
+    assert_eq!(of("uncapped").spend, None);
 }
 
 /// Invariant: a claim whose lease ran out stops reserving once its rows
