@@ -7,10 +7,9 @@
 
 mod common;
 
-use common::{API_KEY, World, list_jobs, worker_args};
+use common::{API_KEY, World, list_jobs, summary, until, worker_args};
 use gemini_emulator::faults::Create429;
 use gemini_emulator::{FaultPlan, Timing};
-use std::future::Future;
 use std::time::Duration;
 use tally_proto::v1 as pb;
 use tally_telemetry::exposition::{self, Scrape};
@@ -27,33 +26,6 @@ async fn scrape(addr: impl std::fmt::Display) -> Scrape {
     let (status, text) = get(&format!("http://{addr}/metrics")).await;
     assert_eq!(status, 200);
     exposition::parse(&text).expect("the text format parses")
-}
-
-/// Polls `check` every 50 ms until it holds (at most `within`).
-async fn until<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what} within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn summary(w: &World) -> pb::LedgerSummary {
-    w.c.ledgers
-        .clone()
-        .summarize_ledger(pb::SummarizeLedgerRequest {
-            name: format!("ledgers/{LEDGER}"),
-        })
-        .await
-        .expect("summary")
-        .into_inner()
 }
 
 /// Invariants: mid-run, `/healthz` and `/metrics` show the batches in
@@ -113,7 +85,7 @@ async fn worker_and_server_metrics_agree_with_the_ledger() {
     assert_eq!(get(&format!("http://{addr}/livez")).await.0, 200);
 
     until(Duration::from_secs(120), "every row succeeded", || async {
-        summary(&w).await.succeeded == ROWS as i64
+        summary(&w.c, LEDGER).await.succeeded == ROWS as i64
     })
     .await;
     let jobs = list_jobs(&w.c, LEDGER).await;
@@ -154,7 +126,7 @@ async fn worker_and_server_metrics_agree_with_the_ledger() {
     assert!(end.sample("process_resident_memory_bytes", &[]).unwrap() > 0.0);
 
     // The server: tokens by ledger, model and kind, as the summary sums them.
-    let s = summary(&w).await;
+    let s = summary(&w.c, LEDGER).await;
     let usage = s.usage.expect("usage");
     let server = scrape(w.stack.server.metrics_addr).await;
     let tokens = |kind| {

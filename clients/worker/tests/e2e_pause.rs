@@ -10,7 +10,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{World, all_rows, assert_no_orphan_batch, list_jobs, worker_command};
+use common::{World, all_rows, assert_no_orphan_batch, list_jobs, resume, summary, worker_command};
 use gemini_emulator::{FaultPlan, Timing};
 use tally_proto::v1 as pb;
 use tokio::io::AsyncReadExt;
@@ -37,17 +37,6 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn summary(w: &World) -> pb::LedgerSummary {
-    w.c.ledgers
-        .clone()
-        .summarize_ledger(pb::SummarizeLedgerRequest {
-            name: format!("ledgers/{LEDGER}"),
-        })
-        .await
-        .unwrap()
-        .into_inner()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -123,7 +112,7 @@ async fn a_pause_lets_the_batch_at_the_provider_finish_and_starts_nothing_until_
     let jobs = list_jobs(&w.c, LEDGER).await;
     assert_eq!(jobs.len(), 1, "no job made while paused: {jobs:?}");
     assert_eq!(w.emulator.stats().batches_created, 1);
-    let s = summary(&w).await;
+    let s = summary(&w.c, LEDGER).await;
     assert_eq!(s.state(), pb::LedgerState::Paused);
     assert_eq!(
         (s.succeeded, s.pending, s.running, s.active_jobs),
@@ -133,14 +122,7 @@ async fn a_pause_lets_the_batch_at_the_provider_finish_and_starts_nothing_until_
     );
     assert!(s.summary_line.starts_with("PAUSED reason=operator "));
 
-    w.c.ledgers
-        .clone()
-        .resume_ledger(pb::ResumeLedgerRequest {
-            name: format!("ledgers/{LEDGER}"),
-            etag: String::new(),
-        })
-        .await
-        .unwrap();
+    resume(&w.c, LEDGER).await;
 
     // Invariant: after the resume the rest finishes, and the worker (which
     // waited while the paused ledger still had rows) exits when idle.
@@ -162,7 +144,7 @@ async fn a_pause_lets_the_batch_at_the_provider_finish_and_starts_nothing_until_
         assert_eq!(stats.submission_count(&r.key), 1, "{} sent once", r.key);
         assert_eq!(r.attempts.map_or(0, |a| a.total), 1, "{}", r.key);
     }
-    let s = summary(&w).await;
+    let s = summary(&w.c, LEDGER).await;
     assert_eq!(s.state(), pb::LedgerState::Active);
     // Invariant: the worker said once that the ledger was paused and once
     // that it was resumed, however many polls saw it paused.

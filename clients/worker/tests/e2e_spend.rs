@@ -12,9 +12,8 @@
 
 mod common;
 
-use common::{API_KEY, World, worker_args};
+use common::{API_KEY, World, resume, summary, until, worker_args};
 use gemini_emulator::FaultPlan;
-use std::future::Future;
 use std::time::Duration;
 use tally_core::spend::{RowSize, SpendCap};
 use tally_proto::v1 as pb;
@@ -32,32 +31,6 @@ fn price() -> pb::ModelPrice {
         output_per_million: 1000.0,
         ..Default::default()
     }
-}
-
-async fn until<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what} within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn summary(w: &World) -> pb::LedgerSummary {
-    w.c.ledgers
-        .clone()
-        .summarize_ledger(pb::SummarizeLedgerRequest {
-            name: format!("ledgers/{LEDGER}"),
-        })
-        .await
-        .expect("summary")
-        .into_inner()
 }
 
 async fn set_cap(w: &World, usd: f64) {
@@ -145,16 +118,16 @@ async fn a_spend_cap_pauses_before_the_money_goes_out() {
     until(
         Duration::from_secs(60),
         "the ledger pauses at its cap",
-        || async { summary(&w).await.state == pb::LedgerState::Paused as i32 },
+        || async { summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32 },
     )
     .await;
     // Jobs already out run to their end; then nothing moves.
     until(Duration::from_secs(60), "the jobs out finish", || async {
-        let s = summary(&w).await;
+        let s = summary(&w.c, LEDGER).await;
         s.active_jobs == 0 && s.running == 0
     })
     .await;
-    let s = summary(&w).await;
+    let s = summary(&w.c, LEDGER).await;
     let pause = s.pause.clone().expect("a pause");
     println!("paused: {} ({})", pause.message, pause.actor);
     assert_eq!(pause.reason, pb::LedgerPauseReason::SpendCap as i32);
@@ -194,19 +167,12 @@ async fn a_spend_cap_pauses_before_the_money_goes_out() {
 
     // Raise the cap and resume: the same worker finishes every row.
     set_cap(&w, 100.0).await;
-    w.c.ledgers
-        .clone()
-        .resume_ledger(pb::ResumeLedgerRequest {
-            name: format!("ledgers/{LEDGER}"),
-            etag: String::new(),
-        })
-        .await
-        .expect("resume");
+    resume(&w.c, LEDGER).await;
     until(Duration::from_secs(120), "every row succeeds", || async {
-        summary(&w).await.succeeded == ROWS as i64
+        summary(&w.c, LEDGER).await.succeeded == ROWS as i64
     })
     .await;
-    let s = summary(&w).await;
+    let s = summary(&w.c, LEDGER).await;
     assert_eq!(s.state, pb::LedgerState::Active as i32);
     let spent = s.spend.unwrap().spent.unwrap();
     println!("after resume: spent ${:.4} for {ROWS} rows", spent.cost_usd);

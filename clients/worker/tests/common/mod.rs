@@ -328,3 +328,44 @@ pub fn assert_no_orphan_batch(jobs: &[pb::Job], stats: &gemini_emulator::Stats) 
     );
     recorded.len()
 }
+
+/// Polls `check` every 100 ms until it holds; fails naming `what` after
+/// `within`.
+pub async fn until<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The summary of `ledgers/{ledger}`.
+pub async fn summary(c: &Clients, ledger: &str) -> pb::LedgerSummary {
+    c.ledgers
+        .clone()
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: format!("ledgers/{ledger}"),
+        })
+        .await
+        .expect("summary")
+        .into_inner()
+}
+
+/// Resumes `ledgers/{ledger}`.
+pub async fn resume(c: &Clients, ledger: &str) {
+    c.ledgers
+        .clone()
+        .resume_ledger(pb::ResumeLedgerRequest {
+            name: format!("ledgers/{ledger}"),
+            etag: String::new(),
+        })
+        .await
+        .expect("resume");
+}
