@@ -26,10 +26,9 @@ POD_PATHS = {
 }
 # Long-running workloads need probes; a Job runs to completion.
 SERVING_KINDS = {"Deployment", "StatefulSet", "DaemonSet"}
-# Containers allowed to lack probes, with the reason.
-PROBE_EXEMPT = {
-    "worker": "tally-worker has no health or metrics endpoint yet (issue 20 item 1)",
-}
+# Containers allowed to lack probes, with the reason (none: the worker has
+# /livez and /healthz since issue 20 item 1).
+PROBE_EXEMPT: dict[str, str] = {}
 RESTRICTED_VOLUMES = {
     "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
     "persistentVolumeClaim", "projected", "secret", "image",
