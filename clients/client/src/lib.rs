@@ -20,4 +20,4 @@ pub use connect::{
     AuthChannel, Bearer, Clients, ConnectError, MAX_MESSAGE_BYTES, Target, Tls, connect,
 };
 pub use operations::{IngestError, batch_resource_event, ingest_batch_resource};
-pub use retry::{RetryPolicy, error_reason, is_transient, with_retry};
+pub use retry::{RetryPolicy, error_reason, is_transient, retry_delay, with_retry};

@@ -25,6 +25,7 @@
 //!     {"match": {"display_name_contains": "hold"},    "fault": {"kind": "stays_pending"}}
 //!   ],
 //!   "create_429": {"times": 2, "retry_after_secs": 5},
+//!   "enqueued_tokens": {"limit": 200, "retry_after_secs": 1},
 //!   "finalize_error_body": {"times": 1, "code": 500},
 //!   "row_errors": "grpc",
 //!   "create_answer_lost": {"times": 1},
@@ -59,6 +60,10 @@ pub struct FaultPlan {
     pub jobs: Vec<JobRule>,
     /// The next `times` `batchGenerateContent` calls answer HTTP 429.
     pub create_429: Option<Create429>,
+    /// The project's enqueued-token quota per model, as the provider keeps
+    /// it by tier: a create whose input tokens, with those of the model's
+    /// batches not yet finished, pass `limit` answers HTTP 429.
+    pub enqueued_tokens: Option<EnqueuedTokens>,
     /// The next `times` upload finalizes answer HTTP 200 with an error body.
     pub finalize_error_body: Option<FinalizeErrorBody>,
     /// How per-line errors are written (default: as the provider does).
@@ -223,6 +228,16 @@ pub enum JobFault {
 
 fn default_failed_message() -> String {
     "batch failed: internal error while processing the batch".to_owned()
+}
+
+/// The enqueued-token quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueuedTokens {
+    pub limit: u64,
+    /// The `RetryInfo.retryDelay` of the 429, in seconds (default 1).
+    #[serde(default = "one_u64")]
+    pub retry_after_secs: u64,
 }
 
 /// The create-429 fault.
@@ -418,6 +433,11 @@ impl Faults {
         } else {
             None
         }
+    }
+
+    /// The enqueued-token quota, if the plan sets one.
+    pub fn enqueued_tokens(&self) -> Option<EnqueuedTokens> {
+        self.plan.enqueued_tokens
     }
 
     /// Whether this create's answer is lost (the batch is made anyway).

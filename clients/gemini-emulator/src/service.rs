@@ -395,6 +395,35 @@ impl Shared {
             }
         }
         .map_err(|e| ApiError::invalid(e.to_string()))?;
+        if let Some(quota) = state.faults.as_ref().and_then(Faults::enqueued_tokens) {
+            let tokens = |rows: &[crate::output::InputRow]| -> u64 {
+                rows.iter()
+                    .map(|r| crate::output::token_count(&crate::output::prompt_text(&r.request)))
+                    .sum()
+            };
+            let enqueued: u64 = state
+                .batches
+                .iter()
+                .filter(|b| b.model == model && !b.state.is_terminal())
+                .map(|b| tokens(&b.rows))
+                .sum();
+            let asked = tokens(&rows);
+            if enqueued + asked > quota.limit {
+                state.stats.create_rejections += 1;
+                tracing::info!(
+                    model,
+                    enqueued,
+                    asked,
+                    limit = quota.limit,
+                    "batch create over the enqueued-token quota: 429"
+                );
+                return Err(ApiError::quota_exhausted(
+                    "Resource has been exhausted (e.g. check quota).",
+                    "BatchEnqueuedTokensPerModelPerTier",
+                    quota.retry_after_secs,
+                ));
+            }
+        }
 
         let seq = state.batches.len() as u64 + 1;
         let id = resource_id(self.nonce, seq | 1 << 40);

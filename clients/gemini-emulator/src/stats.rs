@@ -11,7 +11,8 @@ use serde::Serialize;
 pub struct Stats {
     /// Batches accepted by `batchGenerateContent`.
     pub batches_created: u64,
-    /// `batchGenerateContent` calls answered 429 by the `create_429` fault.
+    /// `batchGenerateContent` calls answered 429 (the `create_429` fault, or
+    /// over the `enqueued_tokens` quota).
     pub create_rejections: u64,
     /// Files finalized (uploads that produced a file).
     pub uploads: u64,

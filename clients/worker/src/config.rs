@@ -110,12 +110,6 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_CREATE_LOOKUP_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub create_lookup_window: Duration,
 
-    /// How long a batch create refused for quota (429) is retried, after
-    /// the `RetryInfo` the provider gives, while the claim's heartbeat
-    /// keeps the rows; then the rows go back without an attempt.
-    #[arg(long, env = "TALLY_WORKER_QUOTA_WAIT", default_value = "2h", value_parser = parse_duration)]
-    pub quota_wait: Duration,
-
     /// How long a finished batch's output that is not downloadable (403 or
     /// 404 right after the batch finished) is waited for; then the job
     /// fails with that reason and its rows are retried.

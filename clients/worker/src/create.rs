@@ -79,11 +79,22 @@ pub async fn create(
             )))
         }
         Err(e) if refused(&e) => {
-            // The provider answered and made nothing: the rows go back.
-            tracing::warn!(job = %job.job_id, error = %e, "batch create refused; releasing the rows");
-            mark_not_created(ctx, job, claim, &format!("the create was refused: {e}")).await?;
+            // The provider answered and made nothing: the rows go back. A
+            // 429 (the project's batch or enqueued-token quota) also puts
+            // the model in a cool-down shared by every worker, for as long
+            // as the provider asked (60s when it did not say).
+            let cooldown = quota_refusal(&e);
+            tracing::warn!(job = %job.job_id, error = %e, ?cooldown, "batch create refused; releasing the rows");
+            let reason = format!("the create was refused: {e}");
+            mark_not_created(ctx, job, claim, &reason, cooldown).await?;
             crate::job::delete_input(ctx, job).await;
-            Err(e.into())
+            match cooldown {
+                Some(wait) => {
+                    ctx.hold_claims(wait);
+                    Ok(CreateEnd::NeverMade)
+                }
+                None => Err(e.into()),
+            }
         }
         Err(e) => {
             tracing::warn!(job = %job.job_id, error = %e, "batch create unresolved; searching the provider for it");
@@ -130,7 +141,7 @@ pub async fn resolve(
                     job.job_id,
                     humantime::format_duration(window)
                 );
-                mark_not_created(ctx, job, claim, &reason).await?;
+                mark_not_created(ctx, job, claim, &reason, None).await?;
                 crate::job::delete_input(ctx, job).await;
                 tracing::info!(job = %job.job_id, "batch was never created; rows released without an attempt");
                 return Ok(CreateEnd::NeverMade);
@@ -188,16 +199,34 @@ async fn mark_submitted(
     got.map(tonic::Response::into_inner)
 }
 
+/// The cool-down a create refusal asks for: a 429's RetryInfo (60s when
+/// it gave none); `None` for any other refusal.
+fn quota_refusal(e: &GeminiError) -> Option<Duration> {
+    match e {
+        GeminiError::Http {
+            code: 429,
+            retry_after,
+            ..
+        } => Some(retry_after.unwrap_or(DEFAULT_COOLDOWN)),
+        _ => None,
+    }
+}
+
+/// The cool-down after a 429 at create that named no delay.
+const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
+
 async fn mark_not_created(
     ctx: &Ctx,
     job: &pb::Job,
     claim: &str,
     reason: &str,
+    cooldown: Option<Duration>,
 ) -> Result<pb::Job, tonic::Status> {
     let req = pb::MarkNotCreatedRequest {
         name: job.name.clone(),
         claim: claim.to_string(),
         reason: reason.chars().take(1024).collect(),
+        provider_cooldown: cooldown.and_then(|d| prost_types::Duration::try_from(d).ok()),
     };
     with_retry(ctx.retry, "MarkNotCreated", || {
         let mut c = ctx.clients.jobs.clone();

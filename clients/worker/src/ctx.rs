@@ -38,6 +38,9 @@ pub struct Ctx {
     prompts: Mutex<HashMap<String, PromptResult>>,
     /// Names of operations that just moved (`operations/batches/…`).
     pub ops: broadcast::Sender<String>,
+    /// No claim is made before this (a shared provider cool-down, or the
+    /// ledger's job limit, said to wait).
+    claims_held_until: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Ctx {
@@ -55,9 +58,34 @@ impl Ctx {
                 tries: 10,
             },
             metrics,
+            claims_held_until: std::sync::Mutex::new(None),
             prompts: Mutex::new(HashMap::new()),
             ops,
         }
+    }
+
+    /// Makes no claim for `wait` (capped at an hour), or until a later
+    /// hold already set.
+    pub fn hold_claims(&self, wait: Duration) {
+        let until = tokio::time::Instant::now() + wait.min(Duration::from_secs(3600));
+        let mut held = self
+            .claims_held_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if held.is_none_or(|h| h < until) {
+            *held = Some(until);
+        }
+    }
+
+    /// How long claims are still held back (zero: claim away).
+    pub fn claims_held_for(&self) -> Duration {
+        let held = *self
+            .claims_held_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        held.map_or(Duration::ZERO, |h| {
+            h.saturating_duration_since(tokio::time::Instant::now())
+        })
     }
 
     /// The lease asked for on claims and heartbeats.

@@ -4,9 +4,9 @@
 //!
 //! - an upload whose finalize answers 200 with an `error` body failed and
 //!   is started again;
-//! - a create answered 429 (or 5xx) waits (the body's `RetryInfo` or a
-//!   `Retry-After` header, when given) and
-//!   tries again;
+//! - a create answered 429 is not retried here: the rows go back and the
+//!   model cools down for every worker (the body's `RetryInfo`, or a
+//!   `Retry-After` header, says how long; see `create.rs`);
 //! - a create whose answer was lost (timeout, connection reset, 5xx after
 //!   the request went out) may have made the batch: it is never sent again;
 //!   the caller searches for the batch by its display name (the tally job
@@ -110,8 +110,6 @@ pub struct Gemini {
     pub patience: Patience,
     /// `application/jsonl` was refused once: upload as `text/plain`.
     plain_text: Arc<AtomicBool>,
-    /// How long a create refused for quota (429) is retried.
-    pub quota_wait: Duration,
     /// Where failed calls are counted, by status code.
     pub errors: crate::metrics::ProviderErrors,
 }
@@ -132,7 +130,6 @@ impl Gemini {
             key,
             patience: Patience::default(),
             plain_text: Arc::new(AtomicBool::new(false)),
-            quota_wait: Duration::ZERO,
             errors: Default::default(),
         })
     }
@@ -278,10 +275,12 @@ impl Gemini {
     }
 
     /// Creates the batch (display name = the tally job id) and answers its
-    /// operation JSON. Only a refusal that proves nothing was made (429) is
-    /// tried again, after the body's `RetryInfo` (or the backoff); any other
-    /// failure is returned at once, because the batch may exist: the caller
-    /// resolves it by searching (see `create.rs`), never by creating again.
+    /// operation JSON. Nothing is retried here: a refusal that proves
+    /// nothing was made (4xx; a 429 is the project's quota) goes back to the
+    /// caller, which gives the rows back and, for a 429, puts the model in
+    /// the cool-down tally shares with every worker; any other failure may
+    /// have made the batch: the caller resolves it by searching (see
+    /// `create.rs`), never by creating again.
     pub async fn create_batch(
         &self,
         model: &str,
@@ -295,37 +294,7 @@ impl Gemini {
             "inputConfig": {"fileName": input_file},
         }});
         let url = self.url(&format!("/v1beta/models/{model}:batchGenerateContent"));
-        let started = tokio::time::Instant::now();
-        let mut n = 0;
-        loop {
-            n += 1;
-            let err = match self.json(self.http.post(&url).json(&body)).await {
-                Ok(op) => return Ok(op),
-                Err(e) => e,
-            };
-            if !self.retry_create(&err, n, started.elapsed()) {
-                return Err(err);
-            }
-            let pause = self.patience.pause(n, err.retry_after());
-            tracing::warn!(display_name, error = %err, retry_in = ?pause, "batch create refused; retrying");
-            tokio::time::sleep(pause).await;
-        }
-    }
-
-    /// Whether a refused create is tried again. A 429 (the project's batch
-    /// or enqueued-token quota) proves nothing was made and the uploaded
-    /// file stays usable for 48 hours, so it is retried for `quota_wait`
-    /// while the claim's heartbeat keeps the rows; the count of tries
-    /// bounds it too when `quota_wait` is zero. Nothing else is retried.
-    fn retry_create(&self, err: &GeminiError, tries: u32, waited: Duration) -> bool {
-        if !matches!(err, GeminiError::Http { code: 429, .. }) {
-            return false;
-        }
-        if self.quota_wait.is_zero() {
-            tries < self.patience.tries
-        } else {
-            waited < self.quota_wait
-        }
+        self.json(self.http.post(&url).json(&body)).await
     }
 
     /// The batch whose display name is `display_name`, if any (every page
@@ -524,41 +493,5 @@ mod tests {
             Duration::from_secs(5)
         );
         assert_eq!(p.pause(9, None), Duration::from_secs(1));
-    }
-
-    #[test]
-    fn only_quota_refusals_are_retried_for_the_quota_wait() {
-        let mut g = Gemini::new(
-            "http://localhost",
-            ApiKey::new("k".into()),
-            Duration::from_secs(1),
-        )
-        .unwrap();
-        let http = |code| GeminiError::Http {
-            code,
-            message: String::new(),
-            retry_after: None,
-        };
-        let minute = Duration::from_secs(60);
-        // Without a quota wait, the count of tries bounds it.
-        assert!(g.retry_create(&http(429), 1, minute));
-        assert!(!g.retry_create(&http(429), g.patience.tries, Duration::ZERO));
-        g.quota_wait = Duration::from_secs(3600);
-        assert!(
-            g.retry_create(&http(429), 100, minute),
-            "tries do not end it"
-        );
-        assert!(!g.retry_create(&http(429), 1, Duration::from_secs(3600)));
-        for not_quota in [
-            http(400),
-            http(500),
-            http(503),
-            GeminiError::Transport("x".into()),
-        ] {
-            assert!(
-                !g.retry_create(&not_quota, 1, Duration::ZERO),
-                "{not_quota:?}"
-            );
-        }
     }
 }

@@ -143,6 +143,13 @@ pub async fn run_claim(
             // once (after the resume).
             tracing::info!(claim = %claim_for_logs(&claim.name), error = s.message(), "no job made from the claim; releasing it");
             release(&ctx, &claim.name, &[]).await;
+            // A provider cool-down (or the ledger's job limit) says when to
+            // come back: no new claim before then.
+            if s.code() == Code::ResourceExhausted {
+                ctx.hold_claims(
+                    tally_client::retry_delay(&s).unwrap_or(std::time::Duration::from_secs(5)),
+                );
+            }
             return if s.code() == Code::ResourceExhausted || is_paused(&s) {
                 Ok(JobEnd::Released)
             } else {

@@ -82,7 +82,6 @@ pub async fn run_serving(
     let clients = args.target().connect()?;
     let metrics = WorkerMetrics::new();
     let mut gemini = Gemini::new(&args.gemini_base_url, api_key, args.http_timeout)?;
-    gemini.quota_wait = args.quota_wait;
     gemini.errors = metrics.provider_errors();
     let stop = CancellationToken::new();
     let listener_stop = CancellationToken::new();
@@ -140,7 +139,8 @@ pub async fn run_serving(
                 Err(s) => tracing::warn!(error = %s, "AdoptJobs failed"),
             }
         }
-        if jobs.len() < max_local && room(&ctx, ledger_max).await {
+        if jobs.len() < max_local && ctx.claims_held_for().is_zero() && room(&ctx, ledger_max).await
+        {
             // One span (one trace, when traces are exported) from the claim
             // to the job's FinishJob.
             let span = tracing::debug_span!(target: tally_telemetry::traces::TARGET, "job", ledger = %ctx.ledger, claim = tracing::field::Empty);

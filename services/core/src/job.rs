@@ -255,6 +255,16 @@ impl JobRefusal {
     }
 }
 
+/// Shortest and longest shared cool-down of a model after the provider
+/// refused a create for quota (429).
+pub const MIN_COOLDOWN: std::time::Duration = std::time::Duration::from_secs(1);
+pub const MAX_COOLDOWN: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The cool-down a worker reported (the provider's RetryInfo), clamped.
+pub fn provider_cooldown(asked: std::time::Duration) -> std::time::Duration {
+    asked.clamp(MIN_COOLDOWN, MAX_COOLDOWN)
+}
+
 /// Applies one event to a job in `state`. `closed` says whether the job was
 /// closed already (a CANCELLED job may be closed, abandoned before
 /// submission, or open, cancelled at the provider and awaiting FinishJob).
@@ -562,5 +572,17 @@ mod tests {
         ] {
             assert_eq!(f.row_event(), RowEvent::JobFailed);
         }
+    }
+
+    /// A reported cool-down is kept between a second and an hour.
+    #[test]
+    fn cooldowns_are_clamped() {
+        use std::time::Duration;
+        assert_eq!(provider_cooldown(Duration::ZERO), MIN_COOLDOWN);
+        assert_eq!(
+            provider_cooldown(Duration::from_secs(30)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(provider_cooldown(Duration::from_secs(86_400)), MAX_COOLDOWN);
     }
 }

@@ -176,11 +176,24 @@ pub fn creating(req: &pb::MarkCreatingRequest) -> Result<String, Status> {
 }
 
 /// MarkNotCreated's reason (bounded).
-pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<String, Status> {
+/// The reason, and the shared cool-down asked for (a 429 at create).
+pub fn not_created(
+    req: &pb::MarkNotCreatedRequest,
+) -> Result<(String, Option<std::time::Duration>), Status> {
     let mut v = Violations::new();
     text("reason", &req.reason, MAX_REASON, &mut v);
+    let cooldown = match &req.provider_cooldown {
+        None => None,
+        Some(d) => match crate::convert::duration(d) {
+            Some(d) => Some(d),
+            None => {
+                v.add("provider_cooldown", "must be a non-negative duration");
+                None
+            }
+        },
+    };
     v.finish().map_err(invalid)?;
-    Ok(req.reason.clone())
+    Ok((req.reason.clone(), cooldown))
 }
 
 pub fn finish(req: &pb::FinishJobRequest) -> Result<FinishRequest, Status> {

@@ -117,10 +117,10 @@ impl JobService for Jobs {
         let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let reason = jc::not_created(&req)?;
+        let (reason, cooldown) = jc::not_created(&req)?;
         let job = self
             .store
-            .mark_not_created(&ledger, &job, token, &reason, &actor)
+            .mark_not_created(&ledger, &job, token, &reason, cooldown, &actor)
             .await
             .map_err(from_store)?;
         Ok(Response::new(job_to_proto(&job)))

@@ -428,6 +428,54 @@ pub async fn follow_provider(
     )))
 }
 
+/// Puts the model of job `job_id` in a shared cool-down for `cooldown`
+/// (clamped), or keeps the later end of one already running.
+async fn cool_down(
+    tx: &mut Transaction<'static, Postgres>,
+    job_id: i64,
+    cooldown: Duration,
+) -> Result<()> {
+    let ms = tally_core::job::provider_cooldown(cooldown).as_millis() as i64;
+    let model: String = sqlx::query_scalar(
+        "INSERT INTO model_cooldowns (model, until)
+         SELECT model, now() + $2 * interval '1 millisecond' FROM jobs WHERE id = $1
+         ON CONFLICT (model) DO UPDATE
+         SET until = greatest(model_cooldowns.until, excluded.until), update_time = now()
+         RETURNING model",
+    )
+    .bind(job_id)
+    .bind(ms)
+    .fetch_one(&mut **tx)
+    .await?;
+    tracing::warn!(
+        model,
+        cooldown_ms = ms,
+        "the provider refused a create for quota: model cooling down for every worker"
+    );
+    Ok(())
+}
+
+/// RESOURCE_EXHAUSTED (with the seconds left as RetryInfo) while `model`
+/// cools down.
+async fn refuse_while_cooling(tx: &mut Transaction<'static, Postgres>, model: &str) -> Result<()> {
+    let left: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM until - now())::float8 FROM model_cooldowns
+         WHERE model = $1 AND until > now()",
+    )
+    .bind(model)
+    .fetch_optional(&mut **tx)
+    .await?;
+    match left {
+        None => Ok(()),
+        Some(secs) => Err(StoreError::ResourceExhausted {
+            message: format!(
+                "the provider refused a batch create for model {model:?} for quota (429); every worker waits {secs:.1}s before creating more (a shared cool-down)"
+            ),
+            retry_after_secs: secs.ceil().max(1.0) as u64,
+        }),
+    }
+}
+
 impl Store {
     /// Makes a job from a live claim; the job holds the claim's rows. The
     /// same claim again answers the same job. Beyond the ledger's
@@ -450,6 +498,7 @@ impl Store {
             }
             claims::check_live(&claim, ledger)?;
             pause::refuse_if_paused(&mut tx, &record, Work::CreateJob).await?;
+            refuse_while_cooling(&mut tx, &claim.model).await?;
             // Concurrent creators of one ledger queue here, so the count below
             // cannot be outdated by another creator before this one commits.
             sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")
@@ -691,6 +740,7 @@ impl Store {
         public_id: &str,
         token: Uuid,
         reason: &str,
+        cooldown: Option<Duration>,
         actor: &str,
     ) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
@@ -711,6 +761,9 @@ impl Store {
                 &why,
             )
             .await?;
+            if let Some(cooldown) = cooldown {
+                cool_down(&mut tx, job.id, cooldown).await?;
+            }
             let out = load_job(&mut *tx, job.id).await?;
             events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
             tracing::info!(ledger = %ledger, job = %public_id, rows = n, reason, "batch never created; rows released");

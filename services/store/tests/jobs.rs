@@ -514,7 +514,7 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
     // B searched and found nothing: the rows go back, no attempt counted.
     let closed = env
         .store
-        .mark_not_created("l", &ja.public_id, token_b, "not listed", "worker-b")
+        .mark_not_created("l", &ja.public_id, token_b, "not listed", None, "worker-b")
         .await
         .unwrap();
     assert_eq!(closed.state, JobState::Cancelled);
@@ -526,7 +526,7 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
     }
     let repeat = env
         .store
-        .mark_not_created("l", &ja.public_id, token_b, "not listed", "worker-b")
+        .mark_not_created("l", &ja.public_id, token_b, "not listed", None, "worker-b")
         .await
         .unwrap();
     assert_eq!(repeat.state, JobState::Cancelled);
@@ -563,7 +563,7 @@ async fn a_creating_job_whose_batch_is_found_is_submitted() {
     );
     let e = env
         .store
-        .mark_not_created("l", &job.public_id, g.claim.token, "x", "w")
+        .mark_not_created("l", &job.public_id, g.claim.token, "x", None, "w")
         .await
         .unwrap_err();
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");

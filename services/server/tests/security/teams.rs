@@ -438,6 +438,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                 name: t.job.clone(),
                 claim: t.job_claim.clone(),
                 reason: "test".into(),
+                provider_cooldown: None,
             }),
         ),
         (

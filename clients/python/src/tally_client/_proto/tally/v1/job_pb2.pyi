@@ -170,14 +170,16 @@ class MarkCreatingRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ...) -> None: ...
 
 class MarkNotCreatedRequest(_message.Message):
-    __slots__ = ("name", "claim", "reason")
+    __slots__ = ("name", "claim", "reason", "provider_cooldown")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_COOLDOWN_FIELD_NUMBER: _ClassVar[int]
     name: str
     claim: str
     reason: str
-    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    provider_cooldown: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ..., provider_cooldown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AdoptJobsRequest(_message.Message):
     __slots__ = ("parent", "worker", "max_jobs", "lease")
