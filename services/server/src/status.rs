@@ -167,9 +167,15 @@ pub fn from_store(e: StoreError) -> Status {
         }
         StoreError::Aborted(m) => Status::aborted(m),
         StoreError::ResourceExhausted {
+            reason,
             message,
             retry_after_secs,
-        } => exhausted(message, Duration::from_secs(retry_after_secs)),
+        } => {
+            let mut details =
+                ErrorDetails::with_retry_info(Some(Duration::from_secs(retry_after_secs)));
+            details.set_error_info(reason, DOMAIN, std::collections::HashMap::new());
+            Status::with_error_details(Code::ResourceExhausted, message, details)
+        }
         StoreError::PermissionDenied(m) => with_reason(Code::PermissionDenied, "NOT_OWNER", m),
         StoreError::Unavailable(m) => {
             tracing::warn!(error = %m, "database unavailable");
@@ -263,10 +269,17 @@ mod tests {
         assert_eq!(deleting.code(), Code::AlreadyExists);
         assert!(deleting.message().contains("being deleted"));
         let s = from_store(StoreError::ResourceExhausted {
+            reason: "JOB_LIMIT",
             message: "too many jobs".into(),
             retry_after_secs: 30,
         });
         assert_eq!(s.code(), Code::ResourceExhausted);
         assert!(s.get_error_details().retry_info().is_some());
+        assert_eq!(
+            s.get_error_details()
+                .error_info()
+                .map(|i| i.reason.as_str()),
+            Some("JOB_LIMIT")
+        );
     }
 }

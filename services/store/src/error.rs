@@ -45,9 +45,11 @@ pub enum StoreError {
     /// A concurrent change won (etag mismatch).
     #[error("{0}")]
     Aborted(String),
-    /// A limit was hit; try again after `retry_after_secs`.
+    /// A limit was hit; try again after `retry_after_secs`. `reason` names
+    /// the limit (ErrorInfo): `JOB_LIMIT`, `PROVIDER_COOLDOWN`.
     #[error("{message}")]
     ResourceExhausted {
+        reason: &'static str,
         message: String,
         retry_after_secs: u64,
     },

@@ -468,6 +468,7 @@ async fn refuse_while_cooling(tx: &mut Transaction<'static, Postgres>, model: &s
     match left {
         None => Ok(()),
         Some(secs) => Err(StoreError::ResourceExhausted {
+            reason: "PROVIDER_COOLDOWN",
             message: format!(
                 "the provider refused a batch create for model {model:?} for quota (429); every worker waits {secs:.1}s before creating more (a shared cool-down)"
             ),
@@ -515,6 +516,7 @@ impl Store {
             let max = i64::from(record.policy.max_active_jobs);
             if open >= max {
                 return Err(StoreError::ResourceExhausted {
+                    reason: "JOB_LIMIT",
                     message: format!(
                         "ledgers/{ledger} has {open} active jobs, its limit (policy.max_active_jobs) is {max}; \
                          finish a job or retry later"

@@ -61,9 +61,11 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
     let gb = claim(s, "b", 10).await.unwrap();
     match s.create_job("b", gb.claim.token, "w").await.unwrap_err() {
         StoreError::ResourceExhausted {
+            reason,
             message,
             retry_after_secs,
         } => {
+            assert_eq!(reason, "PROVIDER_COOLDOWN");
             assert!((29..=30).contains(&retry_after_secs), "{retry_after_secs}");
             assert!(message.contains("\"m\""), "{message}");
         }
