@@ -61,6 +61,9 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// `google.rpc` detail messages, each with its `@type`.
     pub details: Vec<Value>,
+    /// The status name when it is not the one paired with `code` (a 400
+    /// FAILED_PRECONDITION).
+    pub status: Option<&'static str>,
 }
 
 impl ApiError {
@@ -70,6 +73,7 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             details: Vec::new(),
+            status: None,
         }
     }
 
@@ -89,11 +93,16 @@ impl ApiError {
     /// A quota refusal as the provider words it: 429 with `QuotaFailure`
     /// naming the violated quota and `RetryInfo` saying when to come back.
     pub fn quota_exhausted(message: impl Into<String>, quota_id: &str, retry_secs: u64) -> Self {
+        let metric = if quota_id.contains("PerDay") {
+            "generativelanguage.googleapis.com/generate_requests_per_day"
+        } else {
+            "generativelanguage.googleapis.com/batch_enqueued_tokens"
+        };
         let mut error = Self::new(429, message);
         error.details.push(json!({
             "@type": "type.googleapis.com/google.rpc.QuotaFailure",
             "violations": [{
-                "quotaMetric": "generativelanguage.googleapis.com/batch_enqueued_tokens",
+                "quotaMetric": metric,
                 "quotaId": quota_id,
             }],
         }));
@@ -102,6 +111,24 @@ impl ApiError {
             "retryDelay": format!("{retry_secs}s"),
         }));
         error
+    }
+
+    /// A project that cannot be billed: 403 PERMISSION_DENIED, or 400
+    /// FAILED_PRECONDITION (how the provider answers where its free tier
+    /// is not offered), each naming billing.
+    pub fn billing(code: u16) -> Self {
+        if code == 400 {
+            let mut error = Self::invalid(
+                "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.",
+            );
+            error.status = Some("FAILED_PRECONDITION");
+            error
+        } else {
+            Self::new(
+                403,
+                "This API method requires billing to be enabled. Please enable billing on your project and retry.",
+            )
+        }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -114,6 +141,9 @@ impl ApiError {
 
     pub fn body(&self) -> Value {
         let mut error = error_object(self.code, &self.message);
+        if let Some(status) = self.status {
+            error["status"] = json!(status);
+        }
         if !self.details.is_empty() {
             error["details"] = Value::Array(self.details.clone());
         }

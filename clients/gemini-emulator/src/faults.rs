@@ -26,6 +26,8 @@
 //!   ],
 //!   "create_429": {"times": 2, "retry_after_secs": 5},
 //!   "enqueued_tokens": {"limit": 200, "retry_after_secs": 1},
+//!   "daily_quota": {"creates": 10, "retry_after_secs": 30},
+//!   "billing": {"code": 403},
 //!   "finalize_error_body": {"times": 1, "code": 500},
 //!   "row_errors": "grpc",
 //!   "create_answer_lost": {"times": 1},
@@ -64,6 +66,15 @@ pub struct FaultPlan {
     /// it by tier: a create whose input tokens, with those of the model's
     /// batches not yet finished, pass `limit` answers HTTP 429.
     pub enqueued_tokens: Option<EnqueuedTokens>,
+    /// The project's daily create quota: after `creates` batches were
+    /// made under this plan, every create answers 429 with a QuotaFailure
+    /// naming a per-day quota (and the RetryInfo the provider sends with
+    /// it, which does not mean the quota is back by then).
+    pub daily_quota: Option<DailyQuota>,
+    /// The project cannot be billed: every create is refused, 403
+    /// PERMISSION_DENIED or 400 FAILED_PRECONDITION (the provider documents
+    /// neither for batch creates; it answers both elsewhere).
+    pub billing: Option<Billing>,
     /// The next `times` upload finalizes answer HTTP 200 with an error body.
     pub finalize_error_body: Option<FinalizeErrorBody>,
     /// How per-line errors are written (default: as the provider does).
@@ -240,6 +251,37 @@ pub struct EnqueuedTokens {
     pub retry_after_secs: u64,
 }
 
+/// The daily-quota fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DailyQuota {
+    pub creates: u64,
+    #[serde(default = "default_daily_retry")]
+    pub retry_after_secs: u64,
+    #[serde(default = "default_daily_quota_id")]
+    pub quota_id: String,
+}
+
+fn default_daily_retry() -> u64 {
+    30
+}
+
+fn default_daily_quota_id() -> String {
+    "GenerateRequestsPerDayPerProjectPerModel".to_owned()
+}
+
+/// The billing fault: the HTTP code of the refusal (403 or 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Billing {
+    #[serde(default = "default_billing_code")]
+    pub code: u16,
+}
+
+fn default_billing_code() -> u16 {
+    403
+}
+
 /// The create-429 fault.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -314,6 +356,8 @@ pub struct Faults {
     regexes: Vec<Option<Regex>>,
     job_uses: Vec<u32>,
     create_429_used: u32,
+    /// Batches made under this plan (the daily quota counts them).
+    created: u64,
     finalize_used: u32,
     answers_lost: u32,
     downloads_refused: u32,
@@ -360,6 +404,7 @@ impl Faults {
             regexes,
             plan,
             create_429_used: 0,
+            created: 0,
             answers_lost: 0,
             downloads_refused: 0,
             mime_refused: 0,
@@ -438,6 +483,24 @@ impl Faults {
     /// The enqueued-token quota, if the plan sets one.
     pub fn enqueued_tokens(&self) -> Option<EnqueuedTokens> {
         self.plan.enqueued_tokens
+    }
+
+    /// The daily create quota, when this plan's creates used it up.
+    pub fn daily_quota_used_up(&self) -> Option<&DailyQuota> {
+        self.plan
+            .daily_quota
+            .as_ref()
+            .filter(|q| self.created >= q.creates)
+    }
+
+    /// Counts a batch made under this plan.
+    pub fn note_created(&mut self) {
+        self.created += 1;
+    }
+
+    /// The billing refusal, if the plan sets one.
+    pub fn billing(&self) -> Option<Billing> {
+        self.plan.billing
     }
 
     /// Whether this create's answer is lost (the batch is made anyway).

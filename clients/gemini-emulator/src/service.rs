@@ -325,6 +325,29 @@ impl Shared {
         kind: BatchKind,
     ) -> Result<Value, ApiError> {
         let mut state = self.lock();
+        if let Some(billing) = state.faults.as_ref().and_then(Faults::billing) {
+            state.stats.create_rejections += 1;
+            tracing::info!(
+                model,
+                code = billing.code,
+                "fault: billing refuses the create"
+            );
+            return Err(ApiError::billing(billing.code));
+        }
+        if let Some(daily) = state
+            .faults
+            .as_ref()
+            .and_then(Faults::daily_quota_used_up)
+            .cloned()
+        {
+            state.stats.create_rejections += 1;
+            tracing::info!(model, "fault: the daily create quota is used up: 429");
+            return Err(ApiError::quota_exhausted(
+                "You exceeded your current quota, please check your plan and billing details.",
+                &daily.quota_id,
+                daily.retry_after_secs,
+            ));
+        }
         if let Some(fault) = state.faults.as_mut().and_then(Faults::take_create_429) {
             state.stats.create_rejections += 1;
             tracing::info!(model, "fault: batch create answers 429");
@@ -445,6 +468,9 @@ impl Shared {
                 });
         }
         state.stats.batches_created += 1;
+        if let Some(faults) = state.faults.as_mut() {
+            faults.note_created();
+        }
         tracing::info!(batch = %name, display_name, rows = rows.len(), fault = ?fault, "batch created");
         let batch = Batch {
             seq,

@@ -83,10 +83,15 @@ pub async fn create(
             // 429 (the project's batch or enqueued-token quota) also puts
             // the model in a cool-down shared by every worker, for as long
             // as the provider asked (60s when it did not say).
-            let cooldown = quota_refusal(&e);
-            tracing::warn!(job = %job.job_id, error = %e, ?cooldown, "batch create refused; releasing the rows");
+            // A refusal waiting does not fix (a daily quota used up,
+            // billing) pauses the ledger instead: no cool-down, the
+            // operator resumes it.
+            let lasting = lasting_refusal(&e);
+            let cooldown = quota_refusal(&e).filter(|_| lasting.is_none());
+            tracing::warn!(job = %job.job_id, error = %e, ?cooldown, ?lasting, "batch create refused; releasing the rows");
             let reason = format!("the create was refused: {e}");
-            mark_not_created(ctx, job, claim, &reason, cooldown).await?;
+            let refusal = Refusal { cooldown, lasting };
+            mark_not_created(ctx, job, claim, &reason, refusal).await?;
             crate::job::delete_input(ctx, job).await;
             match cooldown {
                 Some(wait) => {
@@ -141,7 +146,7 @@ pub async fn resolve(
                     job.job_id,
                     humantime::format_duration(window)
                 );
-                mark_not_created(ctx, job, claim, &reason, None).await?;
+                mark_not_created(ctx, job, claim, &reason, Refusal::default()).await?;
                 crate::job::delete_input(ctx, job).await;
                 tracing::info!(job = %job.job_id, "batch was never created; rows released without an attempt");
                 return Ok(CreateEnd::NeverMade);
@@ -212,21 +217,61 @@ fn quota_refusal(e: &GeminiError) -> Option<Duration> {
     }
 }
 
+/// A create refusal no retry fixes soon, which pauses the ledger: a 429
+/// whose QuotaFailure names a per-day quota (the project's daily limit,
+/// reset at midnight Pacific), a 403 (the project may not use the API:
+/// billing or permission), or a 400 FAILED_PRECONDITION that names billing
+/// (how Gemini answers where the free tier is unavailable). The provider
+/// documents none of these for batch creates; both forms of billing
+/// refusal are taken.
+fn lasting_refusal(e: &GeminiError) -> Option<pb::ProviderRefusal> {
+    let GeminiError::Http {
+        code,
+        message,
+        status,
+        quota_ids,
+        ..
+    } = e
+    else {
+        return None;
+    };
+    match code {
+        429 if quota_ids.iter().any(|id| id.contains("PerDay")) => Some(pb::ProviderRefusal::Quota),
+        403 => Some(pb::ProviderRefusal::Billing),
+        400 if status == "FAILED_PRECONDITION"
+            && message.to_ascii_lowercase().contains("billing") =>
+        {
+            Some(pb::ProviderRefusal::Billing)
+        }
+        _ => None,
+    }
+}
+
 /// The cool-down after a 429 at create that named no delay.
 const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
+
+/// What MarkNotCreated tells tally beyond the reason.
+#[derive(Debug, Clone, Copy, Default)]
+struct Refusal {
+    cooldown: Option<Duration>,
+    lasting: Option<pb::ProviderRefusal>,
+}
 
 async fn mark_not_created(
     ctx: &Ctx,
     job: &pb::Job,
     claim: &str,
     reason: &str,
-    cooldown: Option<Duration>,
+    refusal: Refusal,
 ) -> Result<pb::Job, tonic::Status> {
     let req = pb::MarkNotCreatedRequest {
         name: job.name.clone(),
         claim: claim.to_string(),
         reason: reason.chars().take(1024).collect(),
-        provider_cooldown: cooldown.and_then(|d| prost_types::Duration::try_from(d).ok()),
+        provider_cooldown: refusal
+            .cooldown
+            .and_then(|d| prost_types::Duration::try_from(d).ok()),
+        provider_refusal: refusal.lasting.map_or(0, |r| r as i32),
     };
     with_retry(ctx.retry, "MarkNotCreated", || {
         let mut c = ctx.clients.jobs.clone();
@@ -247,6 +292,8 @@ mod tests {
             code,
             message: String::new(),
             retry_after: None,
+            status: String::new(),
+            quota_ids: Vec::new(),
         };
         assert!(refused(&http(400)));
         assert!(refused(&http(429)));
@@ -256,5 +303,50 @@ mod tests {
         assert!(!refused(&http(503)));
         assert!(!refused(&GeminiError::Transport("reset".into())));
         assert!(!refused(&GeminiError::Protocol("no name".into())));
+    }
+
+    // Invariant: only refusals no retry fixes soon pause the ledger: a
+    // daily quota, a 403, a billing FAILED_PRECONDITION; a plain 429 (the
+    // enqueued-token or per-minute quota) cools down instead.
+    #[test]
+    fn lasting_refusals_pause_and_passing_ones_do_not() {
+        let e = |code, status: &str, message: &str, ids: &[&str]| GeminiError::Http {
+            code,
+            message: message.into(),
+            retry_after: None,
+            status: status.into(),
+            quota_ids: ids.iter().map(|s| s.to_string()).collect(),
+        };
+        let day = e(
+            429,
+            "RESOURCE_EXHAUSTED",
+            "quota",
+            &["GenerateRequestsPerDayPerProjectPerModel"],
+        );
+        assert_eq!(lasting_refusal(&day), Some(pb::ProviderRefusal::Quota));
+        let tokens = e(
+            429,
+            "RESOURCE_EXHAUSTED",
+            "quota",
+            &["BatchEnqueuedTokensPerModelPerTier"],
+        );
+        assert_eq!(lasting_refusal(&tokens), None);
+        assert!(quota_refusal(&tokens).is_some());
+        assert_eq!(lasting_refusal(&e(429, "", "", &[])), None);
+        let denied = e(403, "PERMISSION_DENIED", "billing disabled", &[]);
+        assert_eq!(lasting_refusal(&denied), Some(pb::ProviderRefusal::Billing));
+        let precondition = e(
+            400,
+            "FAILED_PRECONDITION",
+            "Please enable Billing on project",
+            &[],
+        );
+        assert_eq!(
+            lasting_refusal(&precondition),
+            Some(pb::ProviderRefusal::Billing)
+        );
+        let bad = e(400, "INVALID_ARGUMENT", "billing field is wrong", &[]);
+        assert_eq!(lasting_refusal(&bad), None);
+        assert_eq!(lasting_refusal(&GeminiError::Transport("x".into())), None);
     }
 }

@@ -44,6 +44,10 @@ pub enum GeminiError {
         code: u16,
         message: String,
         retry_after: Option<Duration>,
+        /// The error's `status` (`PERMISSION_DENIED`, …); empty if none.
+        status: String,
+        /// The `quotaId`s of a `google.rpc.QuotaFailure` among its details.
+        quota_ids: Vec<String>,
     },
     /// No answer: the request may or may not have been acted on.
     #[error("gemini unreachable: {0}")]
@@ -166,13 +170,21 @@ impl Gemini {
             .and_then(|v| crate::output::retry_delay(&v["error"]))
             .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32));
         let retry_after = header.max(from_body);
-        let message = parsed
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        let error = parsed.as_ref().map(|v| &v["error"]);
+        let status = error
+            .and_then(|e| e["status"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let quota_ids = error.map(crate::output::quota_ids).unwrap_or_default();
+        let message = error
+            .and_then(|e| e["message"].as_str().map(str::to_owned))
             .unwrap_or(body);
         Err(GeminiError::Http {
             code,
             message,
             retry_after,
+            status,
+            quota_ids,
         })
     }
 
@@ -433,6 +445,8 @@ pub fn file_name_of(body: &Value) -> Result<String, GeminiError> {
                 error["message"].as_str().unwrap_or("")
             ),
             retry_after: None,
+            status: error["status"].as_str().unwrap_or_default().to_string(),
+            quota_ids: Vec::new(),
         });
     }
     body["file"]["name"]

@@ -143,11 +143,14 @@ pub async fn run_claim(
             // once (after the resume).
             tracing::info!(claim = %claim_for_logs(&claim.name), error = s.message(), "no job made from the claim; releasing it");
             release(&ctx, &claim.name, &[]).await;
-            // A provider cool-down says when to come back: no new claim
-            // before then (the ledger's job limit does not: a job ending
-            // frees a place, and `room` sees it).
+            // A provider cool-down or full provider quota says when to come
+            // back: no new claim before then (the ledger's job limit does
+            // not: a job ending frees a place, and `room` sees it).
             if s.code() == Code::ResourceExhausted
-                && tally_client::error_reason(&s).as_deref() == Some("PROVIDER_COOLDOWN")
+                && matches!(
+                    tally_client::error_reason(&s).as_deref(),
+                    Some("PROVIDER_COOLDOWN" | "PROVIDER_QUOTA")
+                )
             {
                 ctx.hold_claims(
                     tally_client::retry_delay(&s).unwrap_or(std::time::Duration::from_secs(5)),

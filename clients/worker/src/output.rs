@@ -154,6 +154,22 @@ pub(crate) fn retry_delay(error: &Value) -> Option<prost_types::Duration> {
     })
 }
 
+/// The `quotaId`s of a `google.rpc.QuotaFailure` among the error's
+/// details (`"violations": [{"quotaId": "…PerDay…"}]`), at most 16.
+pub(crate) fn quota_ids(error: &Value) -> Vec<String> {
+    let Some(details) = error.get("details").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    details
+        .iter()
+        .filter_map(|d| d.get("violations")?.as_array())
+        .flatten()
+        .filter_map(|v| v.get("quotaId")?.as_str())
+        .take(16)
+        .map(|id| id.chars().take(256).collect())
+        .collect()
+}
+
 // The failure is the outcome itself (built once per row), not an error
 // passed up a call chain: boxing it would buy nothing.
 #[allow(clippy::result_large_err)]

@@ -33,6 +33,7 @@ pub mod outbound;
 pub mod pause;
 pub mod payload;
 pub mod policy;
+pub mod quota;
 pub mod scope;
 pub mod spend;
 pub mod status;

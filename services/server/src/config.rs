@@ -187,6 +187,9 @@ pub struct ServeArgs {
     pub webhook: WebhookArgs,
 
     #[command(flatten)]
+    pub provider: ProviderArgs,
+
+    #[command(flatten)]
     pub http: HttpLimits,
 
     #[command(flatten)]
@@ -194,6 +197,59 @@ pub struct ServeArgs {
 }
 
 pub use tally_telemetry::http_listener::HttpLimits;
+
+/// The provider's quotas CreateJob admits jobs against, as configured for
+/// the account's tier (see the README's "Provider quotas").
+#[derive(Debug, Clone, Args)]
+pub struct ProviderArgs {
+    /// Most batches at the provider at once, across every ledger and model
+    /// (Gemini: 100 per project); 0: no limit.
+    #[arg(long, env = "TALLY_PROVIDER_MAX_BATCHES", default_value_t = tally_core::quota::DEFAULT_MAX_BATCHES)]
+    pub provider_max_batches: u32,
+
+    /// Most input tokens enqueued at the provider per model: `N` for every
+    /// model, `MODEL=N` for one (repeat the flag, or separate with commas);
+    /// 0: no limit. Default 3000000 for every model (Gemini's Tier 1
+    /// figure for the Flash models; Pro and higher tiers allow more).
+    #[arg(
+        long,
+        env = "TALLY_PROVIDER_ENQUEUED_TOKENS",
+        value_delimiter = ',',
+        value_name = "[MODEL=]TOKENS"
+    )]
+    pub provider_enqueued_tokens: Vec<String>,
+}
+
+impl Default for ProviderArgs {
+    fn default() -> Self {
+        Self {
+            provider_max_batches: tally_core::quota::DEFAULT_MAX_BATCHES,
+            provider_enqueued_tokens: Vec::new(),
+        }
+    }
+}
+
+impl ProviderArgs {
+    /// The quotas the flags describe; the error names the bad value.
+    pub fn quotas(&self) -> Result<tally_core::quota::ProviderQuotas, String> {
+        let mut q = tally_core::quota::ProviderQuotas {
+            max_batches: self.provider_max_batches,
+            ..Default::default()
+        };
+        if q.max_batches > tally_core::quota::MAX_BATCHES_LIMIT {
+            return Err(format!(
+                "--provider-max-batches {}: at most {}",
+                q.max_batches,
+                tally_core::quota::MAX_BATCHES_LIMIT
+            ));
+        }
+        for spec in &self.provider_enqueued_tokens {
+            q.set_tokens(spec)
+                .map_err(|e| format!("--provider-enqueued-tokens {e}"))?;
+        }
+        Ok(q)
+    }
+}
 
 /// The webhook listener's address when secrets are set and no
 /// --http-addr is.
@@ -604,6 +660,7 @@ impl ServeArgs {
             },
             limits: Limits::default(),
             webhook: WebhookArgs::default(),
+            provider: ProviderArgs::default(),
             http: HttpLimits::default(),
             security: Security::disabled(),
         }
@@ -684,6 +741,36 @@ mod tests {
                 "*"
             ])
             .is_err()
+        );
+    }
+
+    // Invariant: the provider quota flags default to Gemini's documented
+    // figures, take per-model overrides, and refuse bad values by name.
+    #[test]
+    fn provider_quota_flags() {
+        let cli = Cli::try_parse_from(["tally-server"]).unwrap();
+        assert_eq!(
+            cli.serve.provider.quotas().unwrap(),
+            tally_core::quota::ProviderQuotas::default()
+        );
+        let cli = Cli::try_parse_from([
+            "tally-server",
+            "--provider-max-batches",
+            "7",
+            "--provider-enqueued-tokens",
+            "1000,gemini-2.5-pro=5000",
+        ])
+        .unwrap();
+        let q = cli.serve.provider.quotas().unwrap();
+        assert_eq!(q.max_batches, 7);
+        assert_eq!(q.tokens_of("gemini-2.5-flash"), 1000);
+        assert_eq!(q.tokens_of("gemini-2.5-pro"), 5000);
+        let cli = Cli::try_parse_from(["tally-server", "--provider-enqueued-tokens", "pro=lots"])
+            .unwrap();
+        let e = cli.serve.provider.quotas().unwrap_err();
+        assert!(
+            e.starts_with("--provider-enqueued-tokens \"pro=lots\""),
+            "{e}"
         );
     }
 

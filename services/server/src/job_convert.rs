@@ -9,6 +9,7 @@ use std::time::Duration;
 use tally_core::job::{FinalState, JobState};
 use tally_core::names;
 use tally_core::operation::normalize_name;
+use tally_core::pause::PauseReason;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_store::types::{FinishRequest, JobEventKind, JobEventRecord, JobRecord, LockRecord};
@@ -177,9 +178,8 @@ pub fn creating(req: &pb::MarkCreatingRequest) -> Result<String, Status> {
 
 /// MarkNotCreated's reason (bounded).
 /// The reason, and the shared cool-down asked for (a 429 at create).
-pub fn not_created(
-    req: &pb::MarkNotCreatedRequest,
-) -> Result<(String, Option<std::time::Duration>), Status> {
+/// MarkNotCreated's request, checked (the reason is read from `req`).
+pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<NotCreatedParts, Status> {
     let mut v = Violations::new();
     text("reason", &req.reason, MAX_REASON, &mut v);
     let cooldown = match &req.provider_cooldown {
@@ -192,8 +192,32 @@ pub fn not_created(
             }
         },
     };
+    let pause = match pb::ProviderRefusal::try_from(req.provider_refusal) {
+        Ok(pb::ProviderRefusal::Unspecified) => None,
+        Ok(pb::ProviderRefusal::Quota) => Some(PauseReason::Quota),
+        Ok(pb::ProviderRefusal::Billing) => Some(PauseReason::Billing),
+        Err(_) => {
+            v.add(
+                "provider_refusal",
+                "must be PROVIDER_REFUSAL_QUOTA, PROVIDER_REFUSAL_BILLING or unset",
+            );
+            None
+        }
+    };
+    if pause.is_some() && req.reason.trim().is_empty() {
+        v.add(
+            "reason",
+            "must say what the provider answered when provider_refusal pauses the ledger",
+        );
+    }
     v.finish().map_err(invalid)?;
-    Ok((req.reason.clone(), cooldown))
+    Ok(NotCreatedParts { cooldown, pause })
+}
+
+/// The checked parts of a MarkNotCreated request besides its reason.
+pub struct NotCreatedParts {
+    pub cooldown: Option<std::time::Duration>,
+    pub pause: Option<PauseReason>,
 }
 
 pub fn finish(req: &pb::FinishJobRequest) -> Result<FinishRequest, Status> {

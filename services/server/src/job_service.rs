@@ -15,6 +15,7 @@ use tally_core::names;
 use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_server::JobService;
 use tally_store::Store;
+use tally_store::types::NotCreated;
 use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -117,10 +118,15 @@ impl JobService for Jobs {
         let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let (reason, cooldown) = jc::not_created(&req)?;
+        let parts = jc::not_created(&req)?;
+        let not = NotCreated {
+            reason: &req.reason,
+            cooldown: parts.cooldown,
+            pause: parts.pause,
+        };
         let job = self
             .store
-            .mark_not_created(&ledger, &job, token, &reason, cooldown, &actor)
+            .mark_not_created(&ledger, &job, token, &not, &actor)
             .await
             .map_err(from_store)?;
         Ok(Response::new(job_to_proto(&job)))

@@ -908,3 +908,71 @@ async fn shutdown_with_an_open_watch_stream_completes_promptly() {
         .expect("the stream ends");
     assert!(matches!(end, Ok(None)), "a clean end, got {end:?}");
 }
+
+/// Invariants: MarkNotCreated with a provider refusal no wait fixes pauses
+/// the job's ledger with that reason, the provider's words and the caller;
+/// the rows go back with no attempt; a bad refusal value, or a refusal
+/// with no reason, is INVALID_ARGUMENT naming the field and writes nothing.
+#[tokio::test]
+async fn a_lasting_provider_refusal_pauses_the_ledger() {
+    let db = TestDb::new().await;
+    let r = serve(&db).await;
+    let (mut l, mut j) = clients(r.grpc_addr).await;
+    create_ledger(&mut l, "q", fast_policy()).await;
+    enroll(&mut l, "q", &["a", "b"]).await;
+    let c = claim(&mut l, "q", "w", 10).await.claim.unwrap().name;
+    let job = create_job(&mut j, &c).await.unwrap();
+    let req = |refusal: i32, reason: &str| pb::MarkNotCreatedRequest {
+        name: job.name.clone(),
+        claim: c.clone(),
+        reason: reason.into(),
+        provider_cooldown: None,
+        provider_refusal: refusal,
+    };
+    for (bad, field) in [
+        (req(9, "403"), "provider_refusal"),
+        (req(pb::ProviderRefusal::Billing as i32, " "), "reason"),
+    ] {
+        let e = j.mark_not_created(bad).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        let details = e.get_details_bad_request().expect("field violations");
+        assert_eq!(details.field_violations[0].field, field);
+    }
+    let ledger = |l: &mut Ledgers| {
+        let mut l = l.clone();
+        async move {
+            l.get_ledger(pb::GetLedgerRequest {
+                name: "ledgers/q".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    assert_eq!(ledger(&mut l).await.state, pb::LedgerState::Active as i32);
+
+    let job = j
+        .mark_not_created(req(
+            pb::ProviderRefusal::Billing as i32,
+            "gemini answered 403: billing disabled",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(job.end_time.is_some());
+    let got = ledger(&mut l).await;
+    assert_eq!(got.state, pb::LedgerState::Paused as i32);
+    let pause = got.pause.expect("a pause");
+    assert_eq!(pause.reason, pb::LedgerPauseReason::Billing as i32);
+    assert!(
+        pause.message.contains("billing disabled"),
+        "{}",
+        pause.message
+    );
+    for key in ["a", "b"] {
+        let row = get_row(&mut l, "q", key).await;
+        assert_eq!(row.status, pb::RowStatus::Pending as i32);
+        assert_eq!(row.attempts.unwrap().total, 0);
+    }
+    r.stop().await.unwrap();
+}

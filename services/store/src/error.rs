@@ -46,7 +46,7 @@ pub enum StoreError {
     #[error("{0}")]
     Aborted(String),
     /// A limit was hit; try again after `retry_after_secs`. `reason` names
-    /// the limit (ErrorInfo): `JOB_LIMIT`, `PROVIDER_COOLDOWN`.
+    /// the limit (ErrorInfo): `JOB_LIMIT`, `PROVIDER_COOLDOWN`, `PROVIDER_QUOTA`.
     #[error("{message}")]
     ResourceExhausted {
         reason: &'static str,

@@ -12,12 +12,13 @@
 //! reported (so its lease keeps meaning "the owner is alive" until the job
 //! is finished); FinishJob marks it DONE, adoption EXPIRED.
 
+use crate::admission;
 use crate::claims;
 use crate::events;
 use crate::pause;
 use crate::types::{
     AdoptResult, AdoptedJob, ClaimRecord, FinishRequest, JobEventKind, JobRecord, LedgerRecord,
-    Time,
+    NotCreated, Time,
 };
 use crate::{Result, Store, StoreError, apply, ledgers};
 use sqlx::{Executor, Postgres, Transaction};
@@ -428,60 +429,14 @@ pub async fn follow_provider(
     )))
 }
 
-/// Puts the model of job `job_id` in a shared cool-down for `cooldown`
-/// (clamped), or keeps the later end of one already running.
-async fn cool_down(
-    tx: &mut Transaction<'static, Postgres>,
-    job_id: i64,
-    cooldown: Duration,
-) -> Result<()> {
-    let ms = tally_core::job::provider_cooldown(cooldown).as_millis() as i64;
-    let model: String = sqlx::query_scalar(
-        "INSERT INTO model_cooldowns (model, until)
-         SELECT model, now() + $2 * interval '1 millisecond' FROM jobs WHERE id = $1
-         ON CONFLICT (model) DO UPDATE
-         SET until = greatest(model_cooldowns.until, excluded.until), update_time = now()
-         RETURNING model",
-    )
-    .bind(job_id)
-    .bind(ms)
-    .fetch_one(&mut **tx)
-    .await?;
-    tracing::warn!(
-        model,
-        cooldown_ms = ms,
-        "the provider refused a create for quota: model cooling down for every worker"
-    );
-    Ok(())
-}
-
-/// RESOURCE_EXHAUSTED (with the seconds left as RetryInfo) while `model`
-/// cools down.
-async fn refuse_while_cooling(tx: &mut Transaction<'static, Postgres>, model: &str) -> Result<()> {
-    let left: Option<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM until - now())::float8 FROM model_cooldowns
-         WHERE model = $1 AND until > now()",
-    )
-    .bind(model)
-    .fetch_optional(&mut **tx)
-    .await?;
-    match left {
-        None => Ok(()),
-        Some(secs) => Err(StoreError::ResourceExhausted {
-            reason: "PROVIDER_COOLDOWN",
-            message: format!(
-                "the provider refused a batch create for model {model:?} for quota (429); every worker waits {secs:.1}s before creating more (a shared cool-down)"
-            ),
-            retry_after_secs: secs.ceil().max(1.0) as u64,
-        }),
-    }
-}
-
 impl Store {
     /// Makes a job from a live claim; the job holds the claim's rows. The
     /// same claim again answers the same job. Beyond the ledger's
     /// `max_active_jobs` open jobs: RESOURCE_EXHAUSTED. On a paused ledger:
     /// LEDGER_PAUSED (the worker releases the claim; no attempt is spent).
+    /// While its model cools down, or when the provider's quotas have no
+    /// room for it (see [`crate::admission`]): RESOURCE_EXHAUSTED with
+    /// RetryInfo.
     #[tracing::instrument(
         target = "tally::trace",
         level = "debug",
@@ -499,7 +454,7 @@ impl Store {
             }
             claims::check_live(&claim, ledger)?;
             pause::refuse_if_paused(&mut tx, &record, Work::CreateJob).await?;
-            refuse_while_cooling(&mut tx, &claim.model).await?;
+            admission::refuse_while_cooling(&mut tx, &claim.model).await?;
             // Concurrent creators of one ledger queue here, so the count below
             // cannot be outdated by another creator before this one commits.
             sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")
@@ -524,15 +479,17 @@ impl Store {
                     retry_after_secs: RETRY_AFTER_FULL_SECS,
                 });
             }
+            let tokens = admission::estimate(&mut tx, token).await?;
+            admission::admit(&mut tx, &self.quotas, &claim.model, tokens).await?;
             let public_id = Uuid::now_v7().to_string();
             let job_id: i64 = sqlx::query_scalar(
                 "WITH c AS (
                      SELECT token, ledger_id, model, worker, held, row_ids FROM claims WHERE token = $1
                  ),
                  j AS (
-                     INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count, row_ids)
+                     INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count, row_ids, est_tokens)
                      SELECT $2, ledger_id, token, token, model,
-                            CASE WHEN worker <> '' THEN worker ELSE $3 END, held, row_ids
+                            CASE WHEN worker <> '' THEN worker ELSE $3 END, held, row_ids, $4
                      FROM c RETURNING id
                  ),
                  -- The job's rows are the claim's: readers find the job of
@@ -543,6 +500,7 @@ impl Store {
             .bind(token)
             .bind(&public_id)
             .bind(actor)
+            .bind(tokens)
             .fetch_one(&mut *tx)
             .await?;
             let job = load_job(&mut *tx, job_id).await?;
@@ -741,8 +699,7 @@ impl Store {
         ledger: &str,
         public_id: &str,
         token: Uuid,
-        reason: &str,
-        cooldown: Option<Duration>,
+        not: &NotCreated<'_>,
         actor: &str,
     ) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
@@ -752,7 +709,7 @@ impl Store {
             if job.closed && job.state()? == JobState::Cancelled {
                 return load_job(&mut *tx, job.id).await;
             }
-            let why = format!("the batch was never created: {reason}");
+            let why = format!("the batch was never created: {}", not.reason);
             let n = close_unsent(
                 &mut tx,
                 &record,
@@ -763,17 +720,31 @@ impl Store {
                 &why,
             )
             .await?;
-            if let Some(cooldown) = cooldown {
-                cool_down(&mut tx, job.id, cooldown).await?;
+            if let Some(cooldown) = not.cooldown {
+                admission::cool_down(&mut tx, job.id, cooldown).await?;
             }
             let out = load_job(&mut *tx, job.id).await?;
             events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
-            tracing::info!(ledger = %ledger, job = %public_id, rows = n, reason, "batch never created; rows released");
+            tracing::info!(ledger = %ledger, job = %public_id, rows = n, reason = not.reason, "batch never created; rows released");
             Ok(out)
         }
         .await;
         self.held.forget(token);
-        crate::end_tx(tx, out).await
+        let out = crate::end_tx(tx, out).await?;
+        // After the rows are back: a crash in between leaves the ledger
+        // running, and its next create meets the same refusal and pauses it.
+        if let Some(reason) = not.pause {
+            let message = format!("the provider refused a batch create: {}", not.reason);
+            self.pause_ledger(&pause::PauseLedger {
+                ledger,
+                reason,
+                message: &message,
+                actor,
+                etag: None,
+            })
+            .await?;
+        }
+        Ok(out)
     }
 
     /// Hands up to `max_jobs` submitted jobs whose owner's lease ran out to

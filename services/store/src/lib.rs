@@ -14,6 +14,9 @@
 //!   job event log (and its LISTEN side), run locks, ledger alerts.
 //! - [`operations`]: provider operations through the monotonic reducer,
 //!   their event log, and the job each one moves on.
+//! - `admission`: whether a job may go to the provider now (shared
+//!   cool-downs, the provider's batch and enqueued-token limits; the rules
+//!   are in `tally_core::quota`).
 //! - [`pause`]: pausing and resuming ledgers (the rules are in
 //!   `tally_core::pause`).
 //! - [`spend`], `capped`: spend caps' accounts, and the claim of a capped
@@ -26,6 +29,7 @@
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
 
+mod admission;
 pub mod alerts;
 pub mod apply;
 pub mod backlog;
@@ -68,6 +72,7 @@ pub struct Store {
     ledgers: ledgers::Cache,
     models: models::KnownModels,
     held: held::HeldCache,
+    quotas: std::sync::Arc<tally_core::quota::ProviderQuotas>,
 }
 
 /// How to connect.
@@ -115,7 +120,15 @@ impl Store {
             ledgers: ledgers::Cache::default(),
             models: models::KnownModels::default(),
             held: held::HeldCache::default(),
+            quotas: Default::default(),
         }
+    }
+
+    /// The provider's limits CreateJob admits jobs against (default:
+    /// `ProviderQuotas::default()`, Gemini's documented Tier 1 figures).
+    pub fn with_provider_quotas(mut self, quotas: tally_core::quota::ProviderQuotas) -> Self {
+        self.quotas = std::sync::Arc::new(quotas);
+        self
     }
 
     pub fn pool(&self) -> &PgPool {

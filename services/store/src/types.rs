@@ -520,3 +520,16 @@ pub struct OutboxAlert {
     /// Tries so far, this one included.
     pub tries: i32,
 }
+
+/// What MarkNotCreated records: why, and what the refusal does beyond
+/// giving the rows back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NotCreated<'a> {
+    /// Recorded as the job's error.
+    pub reason: &'a str,
+    /// A 429: the model cools down for every worker this long.
+    pub cooldown: Option<std::time::Duration>,
+    /// A refusal waiting does not fix (daily quota, billing): the job's
+    /// ledger is paused with this reason.
+    pub pause: Option<tally_core::pause::PauseReason>,
+}

@@ -4,6 +4,8 @@
 
 mod common;
 
+use tally_store::types::NotCreated;
+
 use common::*;
 use std::time::Duration;
 use tally_store::{Store, StoreError};
@@ -45,8 +47,11 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
             ledger,
             job,
             *token,
-            "429",
-            Some(Duration::from_secs(secs)),
+            &NotCreated {
+                reason: "429",
+                cooldown: Some(Duration::from_secs(secs)),
+                pause: None,
+            },
             "w",
         )
         .await

@@ -5,6 +5,8 @@
 
 mod common;
 
+use tally_store::types::NotCreated;
+
 use common::*;
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
@@ -514,7 +516,16 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
     // B searched and found nothing: the rows go back, no attempt counted.
     let closed = env
         .store
-        .mark_not_created("l", &ja.public_id, token_b, "not listed", None, "worker-b")
+        .mark_not_created(
+            "l",
+            &ja.public_id,
+            token_b,
+            &NotCreated {
+                reason: "not listed",
+                ..Default::default()
+            },
+            "worker-b",
+        )
         .await
         .unwrap();
     assert_eq!(closed.state, JobState::Cancelled);
@@ -526,7 +537,16 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
     }
     let repeat = env
         .store
-        .mark_not_created("l", &ja.public_id, token_b, "not listed", None, "worker-b")
+        .mark_not_created(
+            "l",
+            &ja.public_id,
+            token_b,
+            &NotCreated {
+                reason: "not listed",
+                ..Default::default()
+            },
+            "worker-b",
+        )
         .await
         .unwrap();
     assert_eq!(repeat.state, JobState::Cancelled);
@@ -563,7 +583,16 @@ async fn a_creating_job_whose_batch_is_found_is_submitted() {
     );
     let e = env
         .store
-        .mark_not_created("l", &job.public_id, g.claim.token, "x", None, "w")
+        .mark_not_created(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            &NotCreated {
+                reason: "x",
+                ..Default::default()
+            },
+            "w",
+        )
         .await
         .unwrap_err();
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");

@@ -33,6 +33,14 @@ pub struct Stack {
 
 /// Starts tally on a fresh database, with webhooks signed by [`SECRET`].
 pub async fn start_server(max_rows_per_call: usize) -> Stack {
+    start_server_with(max_rows_per_call, |_| {}).await
+}
+
+/// [`start_server`] with `configure` applied to the server's flags last.
+pub async fn start_server_with(
+    max_rows_per_call: usize,
+    configure: impl FnOnce(&mut ServeArgs),
+) -> Stack {
     let db = TestDb::new().await;
     let mut args = ServeArgs::for_tests(db.url().to_string());
     args.http_addr = Some("127.0.0.1:0".parse().unwrap());
@@ -40,6 +48,7 @@ pub async fn start_server(max_rows_per_call: usize) -> Stack {
     args.limits.max_rows_per_call = max_rows_per_call;
     args.watch_poll_interval = Duration::from_millis(200);
     args.db_max_connections = 16;
+    configure(&mut args);
     let server = tally_server::server::start(args)
         .await
         .expect("server starts");
@@ -228,7 +237,19 @@ impl World {
         budgets: pb::AttemptBudgets,
         timing: Timing,
     ) -> World {
-        let stack = start_server(100).await;
+        World::start_configured(ledger, rows, faults, budgets, timing, |_| {}).await
+    }
+
+    /// [`World::start_with`] with `server` applied to tally's flags.
+    pub async fn start_configured(
+        ledger: &str,
+        rows: usize,
+        faults: FaultPlan,
+        budgets: pb::AttemptBudgets,
+        timing: Timing,
+        server: impl FnOnce(&mut ServeArgs),
+    ) -> World {
+        let stack = start_server_with(100, server).await;
         let mut target = WebhookTarget::new(stack.hook.clone(), SECRET);
         target.duplicate = true;
         let emulator = Emulator::start(

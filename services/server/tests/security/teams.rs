@@ -439,6 +439,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                 claim: t.job_claim.clone(),
                 reason: "test".into(),
                 provider_cooldown: None,
+                provider_refusal: 0,
             }),
         ),
         (

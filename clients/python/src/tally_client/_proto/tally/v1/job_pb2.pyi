@@ -26,6 +26,12 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_RECONCILED: _ClassVar[JobState]
     JOB_STATE_CREATING: _ClassVar[JobState]
 
+class ProviderRefusal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROVIDER_REFUSAL_UNSPECIFIED: _ClassVar[ProviderRefusal]
+    PROVIDER_REFUSAL_QUOTA: _ClassVar[ProviderRefusal]
+    PROVIDER_REFUSAL_BILLING: _ClassVar[ProviderRefusal]
+
 class JobEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_EVENT_TYPE_UNSPECIFIED: _ClassVar[JobEventType]
@@ -45,6 +51,9 @@ JOB_STATE_CANCELLED: JobState
 JOB_STATE_EXPIRED: JobState
 JOB_STATE_RECONCILED: JobState
 JOB_STATE_CREATING: JobState
+PROVIDER_REFUSAL_UNSPECIFIED: ProviderRefusal
+PROVIDER_REFUSAL_QUOTA: ProviderRefusal
+PROVIDER_REFUSAL_BILLING: ProviderRefusal
 JOB_EVENT_TYPE_UNSPECIFIED: JobEventType
 JOB_EVENT_TYPE_CREATED: JobEventType
 JOB_EVENT_TYPE_STATE_CHANGED: JobEventType
@@ -170,16 +179,18 @@ class MarkCreatingRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ...) -> None: ...
 
 class MarkNotCreatedRequest(_message.Message):
-    __slots__ = ("name", "claim", "reason", "provider_cooldown")
+    __slots__ = ("name", "claim", "reason", "provider_cooldown", "provider_refusal")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_COOLDOWN_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_REFUSAL_FIELD_NUMBER: _ClassVar[int]
     name: str
     claim: str
     reason: str
     provider_cooldown: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ..., provider_cooldown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    provider_refusal: ProviderRefusal
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ..., provider_cooldown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_refusal: _Optional[_Union[ProviderRefusal, str]] = ...) -> None: ...
 
 class AdoptJobsRequest(_message.Message):
     __slots__ = ("parent", "worker", "max_jobs", "lease")

@@ -1,0 +1,162 @@
+//! Whether a job may go to the provider now (rules in `tally_core::quota`
+//! and `tally_core::job::provider_cooldown`): the shared cool-down a 429 at
+//! create put its model in, and the provider's batch and enqueued-token
+//! limits counted over every open job of every ledger. Both refuse with
+//! RESOURCE_EXHAUSTED and a RetryInfo; neither touches a row.
+//!
+//! Admissions take turns under one advisory lock (the limits are the
+//! project's, across ledgers), so two creators cannot both see room for
+//! one job. CreateJob is one call per batch, so the queue is short.
+
+use crate::{Result, StoreError};
+use sqlx::{Postgres, Transaction};
+use std::time::Duration;
+use tally_core::quota::{self, Admission, InFlight, Limit, ProviderQuotas};
+use uuid::Uuid;
+
+/// The advisory lock admissions take turns under.
+const ADMISSION_LOCK: i64 = 0x7461_6a02_0000_0001;
+
+/// The ErrorInfo reason of a refusal while a model cools down.
+pub const REASON_COOLDOWN: &str = "PROVIDER_COOLDOWN";
+/// The ErrorInfo reason of a refusal by the provider's limits.
+pub const REASON_QUOTA: &str = "PROVIDER_QUOTA";
+
+/// Puts the model of job `job_id` in a shared cool-down for `cooldown`
+/// (clamped), or keeps the later end of one already running.
+pub(crate) async fn cool_down(
+    tx: &mut Transaction<'static, Postgres>,
+    job_id: i64,
+    cooldown: Duration,
+) -> Result<()> {
+    let ms = tally_core::job::provider_cooldown(cooldown).as_millis() as i64;
+    let model: String = sqlx::query_scalar(
+        "INSERT INTO model_cooldowns (model, until)
+         SELECT model, now() + $2 * interval '1 millisecond' FROM jobs WHERE id = $1
+         ON CONFLICT (model) DO UPDATE
+         SET until = greatest(model_cooldowns.until, excluded.until), update_time = now()
+         RETURNING model",
+    )
+    .bind(job_id)
+    .bind(ms)
+    .fetch_one(&mut **tx)
+    .await?;
+    tracing::warn!(
+        model,
+        cooldown_ms = ms,
+        "the provider refused a create for quota: model cooling down for every worker"
+    );
+    Ok(())
+}
+
+/// RESOURCE_EXHAUSTED (with the seconds left as RetryInfo) while `model`
+/// cools down.
+pub(crate) async fn refuse_while_cooling(
+    tx: &mut Transaction<'static, Postgres>,
+    model: &str,
+) -> Result<()> {
+    let left: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM until - now())::float8 FROM model_cooldowns
+         WHERE model = $1 AND until > now()",
+    )
+    .bind(model)
+    .fetch_optional(&mut **tx)
+    .await?;
+    match left {
+        None => Ok(()),
+        Some(secs) => Err(StoreError::ResourceExhausted {
+            reason: REASON_COOLDOWN,
+            message: format!(
+                "the provider refused a batch create for model {model:?} for quota (429); every worker waits {secs:.1}s before creating more (a shared cool-down)"
+            ),
+            retry_after_secs: secs.ceil().max(1.0) as u64,
+        }),
+    }
+}
+
+/// The estimated input tokens of the rows claim `token` holds: their
+/// payload and prompt bytes (`tally_core::quota::estimate_tokens`).
+pub(crate) async fn estimate(tx: &mut Transaction<'static, Postgres>, token: Uuid) -> Result<i64> {
+    let bytes: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(octet_length(r.payload)::int8
+                             + coalesce(octet_length(p.template) + octet_length(p.system_instruction), 0)), 0)::int8
+         FROM claims c
+         JOIN rows r ON r.id = ANY (c.row_ids)
+         LEFT JOIN prompts p ON p.prompt_id = r.prompt_name AND p.version = r.prompt_version
+         WHERE c.token = $1",
+    )
+    .bind(token)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(quota::estimate_tokens(bytes.max(0) as u64))
+}
+
+/// RESOURCE_EXHAUSTED (reason PROVIDER_QUOTA, RetryInfo from what should
+/// finish next) unless a job of `model` estimated at `tokens` fits the
+/// provider's limits beside every job in flight. Holds the admission lock
+/// to the end of the transaction, which inserts the job.
+pub(crate) async fn admit(
+    tx: &mut Transaction<'static, Postgres>,
+    quotas: &ProviderQuotas,
+    model: &str,
+    tokens: i64,
+) -> Result<()> {
+    if !quotas.limits_anything() {
+        return Ok(());
+    }
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(ADMISSION_LOCK)
+        .execute(&mut **tx)
+        .await?;
+    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
+        "SELECT model, est_tokens, greatest(extract(epoch FROM now() - create_time), 0)::float8
+         FROM jobs WHERE end_time IS NULL AND state = ANY ($1)",
+    )
+    .bind(quota::in_flight_codes())
+    .fetch_all(&mut **tx)
+    .await?;
+    let in_flight: Vec<InFlight> = rows
+        .into_iter()
+        .map(|(model, tokens, age)| InFlight {
+            model,
+            tokens,
+            age: Duration::from_secs_f64(age),
+        })
+        .collect();
+    let typical: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY end_time - create_time))::float8
+         FROM (SELECT create_time, end_time FROM jobs
+               WHERE model = $1 AND end_time IS NOT NULL AND batch IS NOT NULL
+               ORDER BY id DESC LIMIT 20) recent",
+    )
+    .bind(model)
+    .fetch_one(&mut **tx)
+    .await?;
+    let typical = typical
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
+    match quota::admit(quotas, model, tokens, &in_flight, typical) {
+        Admission::Admit => Ok(()),
+        Admission::Refuse {
+            limit,
+            message,
+            retry_after,
+        } => {
+            tracing::info!(
+                model,
+                tokens,
+                limit = match limit {
+                    Limit::Batches => "batches",
+                    Limit::EnqueuedTokens => "enqueued_tokens",
+                },
+                retry_after_secs = retry_after.as_secs(),
+                "job not admitted: the provider's quota is full"
+            );
+            Err(StoreError::ResourceExhausted {
+                reason: REASON_QUOTA,
+                message,
+                retry_after_secs: retry_after.as_secs().max(1),
+            })
+        }
+    }
+}
