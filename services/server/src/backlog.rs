@@ -9,7 +9,8 @@
 //! figures are the same on each (aggregate them with `max`, not `sum`).
 
 use crate::metrics::{
-    JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels, SpendLabels, SpendTokenLabels,
+    JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels, ProviderModel, SpendLabels,
+    SpendTokenLabels,
 };
 use std::time::Duration;
 use tally_core::job::JobState;
@@ -98,10 +99,43 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
                 .set(*n);
         }
     }
+    publish_provider(metrics, b);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     metrics.backlog_refreshed.set(now);
+}
+
+/// What is at the provider per model, its limits, and cool-downs.
+fn publish_provider(metrics: &Metrics, b: &Backlog) {
+    metrics.provider_batches.clear();
+    metrics.provider_enqueued_tokens.clear();
+    metrics.provider_enqueued_tokens_limit.clear();
+    metrics.model_cooldown.clear();
+    metrics.provider_max_batches.set(i64::from(b.max_batches));
+    for m in &b.models {
+        let model = || ProviderModel {
+            model: m.model.clone(),
+        };
+        metrics
+            .provider_batches
+            .get_or_create(&model())
+            .set(m.batches);
+        metrics
+            .provider_enqueued_tokens
+            .get_or_create(&model())
+            .set(m.enqueued_tokens);
+        metrics
+            .provider_enqueued_tokens_limit
+            .get_or_create(&model())
+            .set(m.enqueued_tokens_limit);
+        if m.cooldown_secs > 0.0 {
+            metrics
+                .model_cooldown
+                .get_or_create(&model())
+                .set(m.cooldown_secs);
+        }
+    }
 }
 
 /// A capped ledger's spent, reserved and cap, in each measure it limits
@@ -205,6 +239,7 @@ mod tests {
         let mut b = Backlog {
             ledgers: vec![ledger("a"), ledger("b")],
             now: Some(now),
+            ..Default::default()
         };
         publish(&m, &b);
         let rows = |l: &str, status| {
@@ -257,7 +292,7 @@ mod tests {
         };
         let mut b = Backlog {
             ledgers: vec![ledger("a", Some(PauseReason::Operator)), ledger("b", None)],
-            now: None,
+            ..Default::default()
         };
         publish(&m, &b);
         assert_eq!(paused("a", "operator"), Some(1));
@@ -297,7 +332,7 @@ mod tests {
                 spend: Some(spend),
                 ..Default::default()
             }],
-            now: None,
+            ..Default::default()
         };
         publish(&m, &b);
         let usd = |kind| {
@@ -326,5 +361,62 @@ mod tests {
         b.ledgers[0].spend = None;
         publish(&m, &b);
         assert_eq!(usd("spent"), None);
+    }
+
+    // Invariant: each model in flight exports its batches, tokens and
+    // limit; a cool-down shows only while it runs; a refresh without the
+    // model drops its series.
+    #[test]
+    fn provider_quotas_per_model() {
+        use tally_store::admission::ModelInFlight;
+        let m = Metrics::new();
+        let mut b = Backlog {
+            models: vec![
+                ModelInFlight {
+                    model: "flash".into(),
+                    batches: 3,
+                    enqueued_tokens: 1200,
+                    cooldown_secs: 0.0,
+                    enqueued_tokens_limit: 3_000_000,
+                },
+                ModelInFlight {
+                    model: "pro".into(),
+                    cooldown_secs: 12.5,
+                    ..Default::default()
+                },
+            ],
+            max_batches: 100,
+            ..Default::default()
+        };
+        publish(&m, &b);
+        let of = |model: &str| ProviderModel {
+            model: model.into(),
+        };
+        assert_eq!(
+            m.provider_batches.get(&of("flash")).map(|g| g.get()),
+            Some(3)
+        );
+        assert_eq!(
+            m.provider_enqueued_tokens
+                .get(&of("flash"))
+                .map(|g| g.get()),
+            Some(1200)
+        );
+        assert_eq!(
+            m.provider_enqueued_tokens_limit
+                .get(&of("flash"))
+                .map(|g| g.get()),
+            Some(3_000_000)
+        );
+        assert!(m.model_cooldown.get(&of("flash")).is_none());
+        assert_eq!(
+            m.model_cooldown.get(&of("pro")).map(|g| g.get()),
+            Some(12.5)
+        );
+        assert_eq!(m.provider_max_batches.get(), 100);
+        b.models.clear();
+        publish(&m, &b);
+        assert!(m.provider_batches.get(&of("flash")).is_none());
+        assert!(m.model_cooldown.get(&of("pro")).is_none());
     }
 }

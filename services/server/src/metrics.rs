@@ -62,6 +62,7 @@ labels!(ModelLabels {
     model: String
 });
 labels!(SpendLabels { ledger: String, kind: &'static str });
+labels!(ProviderModel { model: String });
 labels!(SpendTokenLabels { ledger: String, measure: &'static str, kind: &'static str });
 labels!(CallLabels { call: &'static str });
 labels!(ReasonLabels { reason: &'static str });
@@ -121,6 +122,12 @@ pub struct Families {
     pub ledger_spend_usd: Family<SpendLabels, F64Gauge>,
     pub ledger_spend_tokens: Family<SpendTokenLabels, Gauge>,
     pub backlog_refreshed: F64Gauge,
+    // The provider's quotas (tally_core::quota), per model.
+    pub provider_batches: Family<ProviderModel, Gauge>,
+    pub provider_enqueued_tokens: Family<ProviderModel, Gauge>,
+    pub provider_enqueued_tokens_limit: Family<ProviderModel, Gauge>,
+    pub provider_max_batches: Gauge,
+    pub model_cooldown: Family<ProviderModel, F64Gauge>,
 }
 
 fn histogram() -> Histogram {
@@ -199,6 +206,11 @@ impl Metrics {
             ledger_spend_usd: Default::default(),
             ledger_spend_tokens: Default::default(),
             backlog_refreshed: Default::default(),
+            provider_batches: Default::default(),
+            provider_enqueued_tokens: Default::default(),
+            provider_enqueued_tokens_limit: Default::default(),
+            provider_max_batches: Default::default(),
+            model_cooldown: Default::default(),
         };
         let mut r = Registry::default();
         let f = &families;
@@ -361,6 +373,31 @@ impl Metrics {
             "tally_ledger_spend_tokens",
             "a capped ledger's spend in tokens by measure (input, output) and kind (spent, reserved, cap; cap absent without that limit)",
             f.ledger_spend_tokens.clone(),
+        );
+        r.register(
+            "tally_provider_batches_in_flight",
+            "jobs made and not yet finished at the provider, by model (what admission counts against --provider-max-batches, all models together)",
+            f.provider_batches.clone(),
+        );
+        r.register(
+            "tally_provider_enqueued_tokens",
+            "estimated input tokens of the jobs in flight at the provider, by model (admission's count)",
+            f.provider_enqueued_tokens.clone(),
+        );
+        r.register(
+            "tally_provider_enqueued_tokens_limit",
+            "the enqueued-token limit of a model with jobs in flight (--provider-enqueued-tokens; 0: none)",
+            f.provider_enqueued_tokens_limit.clone(),
+        );
+        r.register(
+            "tally_provider_max_batches",
+            "the limit of batches at the provider at once (--provider-max-batches; 0: none)",
+            f.provider_max_batches.clone(),
+        );
+        r.register(
+            "tally_model_cooldown_seconds",
+            "seconds left of a model's shared cool-down after a 429 at create (absent when none runs)",
+            f.model_cooldown.clone(),
         );
         r.register(
             "tally_jobs_open",

@@ -160,3 +160,51 @@ pub(crate) async fn admit(
         }
     }
 }
+
+/// What is at the provider per model now, for /metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelInFlight {
+    pub model: String,
+    /// Open jobs not yet finished at the provider.
+    pub batches: i64,
+    /// Their estimated input tokens.
+    pub enqueued_tokens: i64,
+    /// Seconds left of the model's shared cool-down (0: none).
+    pub cooldown_secs: f64,
+    /// The model's enqueued-token limit (0: none).
+    pub enqueued_tokens_limit: i64,
+}
+
+/// Every model with batches in flight or a running cool-down (at most
+/// `limit` models), with its limit in `quotas`.
+pub(crate) async fn in_flight_by_model(
+    pool: &sqlx::PgPool,
+    quotas: &ProviderQuotas,
+    limit: i64,
+) -> Result<Vec<ModelInFlight>> {
+    let rows: Vec<(String, i64, i64, f64)> = sqlx::query_as(
+        "SELECT model, sum(batches)::int8, sum(tokens)::int8, max(cooldown)::float8 FROM (
+             SELECT model, count(*) AS batches, sum(est_tokens) AS tokens, 0 AS cooldown
+             FROM jobs WHERE end_time IS NULL AND state = ANY ($1) GROUP BY model
+             UNION ALL
+             SELECT model, 0, 0, extract(epoch FROM until - now())
+             FROM model_cooldowns WHERE until > now()
+         ) m GROUP BY model ORDER BY model LIMIT $2",
+    )
+    .bind(quota::in_flight_codes())
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(model, batches, enqueued_tokens, cooldown_secs)| ModelInFlight {
+                enqueued_tokens_limit: quotas.tokens_of(&model),
+                model,
+                batches,
+                enqueued_tokens,
+                cooldown_secs: cooldown_secs.max(0.0),
+            },
+        )
+        .collect())
+}

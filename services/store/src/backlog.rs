@@ -45,6 +45,10 @@ pub struct Backlog {
     pub ledgers: Vec<LedgerBacklog>,
     /// The database's now.
     pub now: Option<Time>,
+    /// Batches and tokens at the provider, and cool-downs, per model.
+    pub models: Vec<crate::admission::ModelInFlight>,
+    /// The provider's limit of batches at once (0: none).
+    pub max_batches: u32,
 }
 
 const ESTIMATES: &str = "
@@ -141,6 +145,9 @@ impl Store {
         Ok(Backlog {
             ledgers: by_id.into_values().collect(),
             now,
+            models: crate::admission::in_flight_by_model(&self.pool, &self.quotas, MAX_LEDGERS)
+                .await?,
+            max_batches: self.quotas.max_batches,
         })
     }
 

@@ -14,7 +14,7 @@
 //!   job event log (and its LISTEN side), run locks, ledger alerts.
 //! - [`operations`]: provider operations through the monotonic reducer,
 //!   their event log, and the job each one moves on.
-//! - `admission`: whether a job may go to the provider now (shared
+//! - [`admission`]: whether a job may go to the provider now (shared
 //!   cool-downs, the provider's batch and enqueued-token limits; the rules
 //!   are in `tally_core::quota`).
 //! - [`pause`]: pausing and resuming ledgers (the rules are in
@@ -29,7 +29,7 @@
 //!   (attempts history, the runnable queue, dependants).
 //! - [`error`]: the typed errors callers map to gRPC codes.
 
-mod admission;
+pub mod admission;
 pub mod alerts;
 pub mod apply;
 pub mod backlog;

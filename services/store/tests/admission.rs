@@ -79,6 +79,18 @@ async fn enqueued_tokens_are_counted_across_ledgers() {
     let g3 = claim(&s, "c", 5).await.unwrap();
     s.create_job("c", g3.claim.token, "w").await.unwrap();
 
+    // /metrics reads the same count: per model, batches and tokens in
+    // flight, with the model's limit.
+    let b = s.backlog().await.unwrap();
+    let m = b.models.iter().find(|m| m.model == "m").expect("model m");
+    assert_eq!(
+        (m.batches, m.enqueued_tokens, m.enqueued_tokens_limit),
+        (1, 300, 250)
+    );
+    let other = b.models.iter().find(|m| m.model == "other").unwrap();
+    assert_eq!((other.batches, other.enqueued_tokens_limit), (1, 0));
+    assert_eq!(b.max_batches, 0);
+
     // The first job ends without a batch: its tokens are free again.
     s.mark_creating("a", &j1.public_id, g1.claim.token, "files/x", "w")
         .await

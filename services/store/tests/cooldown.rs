@@ -62,6 +62,12 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
         assert_eq!(r.total, 0, "{key}: no attempt spent on the 429");
     }
 
+    // /metrics shows the cool-down of m, and nothing of m in flight.
+    let b = s.backlog().await.unwrap();
+    let m = b.models.iter().find(|m| m.model == "m").expect("model m");
+    assert!((25.0..=30.0).contains(&m.cooldown_secs), "{m:?}");
+    assert_eq!(m.batches, 0);
+
     // Every ledger's CreateJob for m waits out the longer cool-down.
     let gb = claim(s, "b", 10).await.unwrap();
     match s.create_job("b", gb.claim.token, "w").await.unwrap_err() {
