@@ -17,9 +17,10 @@
 //! Layout: [`config`] what it is started with; [`faults`] the fault plan
 //! and its matching; [`schema_instance`] minimal JSON values for response
 //! schemas; [`output`] answering rows and building output files; [`files`]
-//! and [`batches`] files, uploads and batches as data; [`webhooks`] event
-//! payloads and delivery; [`stats`] what tests check; `service` the shared
-//! state and batch lifecycle; `routes` the thin HTTP handlers. Everything
+//! and [`batches`] files, uploads and batches as data; [`signing`] the
+//! Standard Webhooks signer; [`webhooks`] event payloads and delivery;
+//! [`stats`] what tests check; `service` the shared state and batch
+//! lifecycle; `routes` the thin HTTP handlers. Everything
 //! but `service`, `routes` and delivery in `webhooks` is pure and
 //! unit-tested without a server.
 //!
@@ -37,6 +38,7 @@ pub mod output;
 mod routes;
 pub mod schema_instance;
 mod service;
+pub mod signing;
 pub mod stats;
 pub mod webhooks;
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use tally_core::webhook::Secret;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -21,6 +20,7 @@ use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, RowErrorFormat}
 use crate::files::{Source, StoredFile, UploadError, UploadSession};
 use crate::ids::{hash_str, resource_id};
 use crate::output::{Style, build_output, parse_inline, parse_input};
+use crate::signing::{Secret, SecretError};
 use crate::stats::{Outcome, Stats, Submission};
 use crate::webhooks::{EventQueue, event_for, spawn_delivery};
 
@@ -80,7 +80,7 @@ pub enum ConfigError {
     #[error(transparent)]
     Faults(#[from] FaultPlanError),
     #[error("webhook secret: {0}")]
-    Secret(#[from] tally_core::webhook::SecretError),
+    Secret(#[from] SecretError),
     #[error("http client: {0}")]
     Http(#[from] reqwest::Error),
     #[error("the api key must not be empty")]

@@ -1,18 +1,18 @@
 //! Webhook events and their delivery. The payload is built as data from a
-//! batch (pure); delivery signs with `tally_core::webhook` (Standard
+//! batch (pure); delivery signs with [`crate::signing`] (Standard
 //! Webhooks), retries with doubling backoff, and runs one background task
 //! per batch so a batch's events arrive in the order they were queued.
 
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tally_core::webhook::{Secret, sign};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::batches::{Batch, BatchState, rfc3339};
 use crate::config::WebhookTarget;
 use crate::service::Shared;
+use crate::signing::{Secret, sign};
 
 /// One event to deliver: its id (the same on every delivery of it) and body.
 #[derive(Debug, Clone, PartialEq)]
