@@ -7,6 +7,7 @@ use crate::classify::{FailureKind, Override, Severity};
 use crate::outbound::Reach;
 use crate::spend::SpendCap;
 use crate::status::{Budget, PerBudget};
+use crate::usage::Usage;
 use crate::violation::Violations;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -61,6 +62,22 @@ impl Price {
                 or(self.thinking_per_million, self.output_per_million),
             )
     }
+
+    /// [`Price::cost`] of a [`Usage`].
+    pub fn cost_of(&self, u: &Usage) -> f64 {
+        self.cost(u.input, u.output, u.thinking, u.cached)
+    }
+}
+
+/// What tokens used under several models cost at a ledger's prices.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CostEstimate {
+    /// USD of the priced models' tokens.
+    pub cost_usd: f64,
+    /// The models given that have no price, in the order given: their
+    /// tokens are not in `cost_usd`, which is then a lower bound, never a
+    /// silent zero.
+    pub unpriced_models: Vec<String>,
 }
 
 /// A stored override (the classifier's [`Override`] in serializable form).
@@ -314,6 +331,21 @@ impl Policy {
     pub fn price(&self, model: &str) -> Option<&Price> {
         self.prices.iter().find(|p| p.model == model)
     }
+
+    /// The estimated cost of `usage` split by model, at this policy's prices.
+    pub fn estimate_cost<'a>(
+        &self,
+        by_model: impl IntoIterator<Item = (&'a str, &'a Usage)>,
+    ) -> CostEstimate {
+        let mut estimate = CostEstimate::default();
+        for (model, usage) in by_model {
+            match self.price(model) {
+                Some(p) => estimate.cost_usd += p.cost_of(usage),
+                None => estimate.unpriced_models.push(model.to_owned()),
+            }
+        }
+        estimate
+    }
 }
 
 /// Serde for durations as whole milliseconds.
@@ -476,5 +508,64 @@ mod tests {
         // More cached than input (a bad count) never goes negative.
         assert!(p.cost(10, 0, 0, 99) >= 0.0);
         assert_eq!(p.cost(-5, -5, -5, -5), 0.0);
+    }
+
+    fn price(model: &str, input: f64, output: f64) -> Price {
+        Price {
+            model: model.into(),
+            input_per_million: input,
+            output_per_million: output,
+            cached_input_per_million: 0.0,
+            thinking_per_million: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_cost_estimate_sums_priced_models_and_names_the_unpriced() {
+        let p = Policy {
+            prices: vec![price("flash", 1.0, 2.0), price("pro", 10.0, 20.0)],
+            ..Policy::default()
+        };
+        let flash = Usage {
+            input: 1_000_000,
+            output: 500_000,
+            thinking: 250_000,
+            cached: 0,
+        };
+        let pro = Usage {
+            input: 100_000,
+            ..Usage::default()
+        };
+        let other = Usage {
+            output: 7,
+            ..Usage::default()
+        };
+        let e = p.estimate_cost([("flash", &flash), ("mystery", &other), ("pro", &pro)]);
+        // flash: 1 + 0.5 * 2 + 0.25 * 2 (thinking at the output price); pro: 0.1 * 10.
+        assert!((e.cost_usd - (1.0 + 1.0 + 0.5 + 1.0)).abs() < 1e-9, "{e:?}");
+        assert_eq!(e.unpriced_models, vec!["mystery".to_string()]);
+        assert_eq!(
+            e.cost_usd,
+            p.prices[0].cost_of(&flash) + p.prices[1].cost_of(&pro)
+        );
+    }
+
+    #[test]
+    fn no_usage_costs_nothing_and_an_empty_price_table_prices_nothing() {
+        let p = Policy {
+            prices: vec![price("flash", 1.0, 2.0)],
+            ..Policy::default()
+        };
+        assert_eq!(p.estimate_cost([]), CostEstimate::default());
+        let u = Usage {
+            input: 5,
+            ..Usage::default()
+        };
+        let e = Policy::default().estimate_cost([("flash", &u), ("pro", &u)]);
+        assert_eq!(e.cost_usd, 0.0);
+        assert_eq!(
+            e.unpriced_models,
+            vec!["flash".to_string(), "pro".to_string()]
+        );
     }
 }

@@ -1,11 +1,29 @@
-//! Token counts: the bound a single attempt's counts must stay under, and
-//! saturating sums, so no report and no summary can overflow an `i64`.
+//! Token counts: the [`Usage`] record, the bound a single attempt's counts
+//! must stay under, and saturating sums, so no report and no summary can
+//! overflow an `i64`.
 //!
 //! Why 10^12: the largest context windows are a few million tokens and a
 //! batch line is one request, so a count above a trillion per attempt is a
 //! bug or an attack, never a real usage. With that bound a row's running
 //! total needs over nine million attempts to reach `i64::MAX`, and sums over
 //! a ledger saturate instead of overflowing.
+
+/// Tokens as the provider counts them: `input` includes `cached` (Gemini's
+/// `promptTokenCount` does), and `output` excludes `thinking`
+/// (`candidatesTokenCount` does).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub input: i64,
+    pub output: i64,
+    pub thinking: i64,
+    pub cached: i64,
+}
+
+impl Usage {
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+}
 
 /// Most tokens of one kind (input, output, thinking, cached) that one
 /// attempt may report.

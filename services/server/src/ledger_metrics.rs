@@ -82,8 +82,9 @@ impl Metrics {
         };
         match &summary.price {
             Some(p) => {
-                let cost = p.cost(sum.input, sum.output, sum.thinking, sum.cached);
-                self.estimated_cost.get_or_create(&labels).inc_by(cost);
+                self.estimated_cost
+                    .get_or_create(&labels)
+                    .inc_by(p.cost_of(&sum));
             }
             None => {
                 self.unpriced_reports.get_or_create(&labels).inc();

@@ -370,17 +370,9 @@ impl LedgerService for Ledgers {
         let record = self.store.get_ledger(&ledger).await.map_err(from_store)?;
         let s = self.store.summarize(&ledger).await.map_err(from_store)?;
         let spend = self.store.spend(&record).await.map_err(from_store)?;
-        let mut cost = 0.0;
-        let mut unpriced = Vec::new();
-        for m in &s.by_model {
-            match record.policy.price(&m.model) {
-                Some(p) => {
-                    let u = &m.usage;
-                    cost += p.cost(u.input, u.output, u.thinking, u.cached);
-                }
-                None => unpriced.push(m.model.clone()),
-            }
-        }
+        let estimate = record
+            .policy
+            .estimate_cost(s.by_model.iter().map(|m| (m.model.as_str(), &m.usage)));
         let c = &s.counts;
         Ok(Response::new(pb::LedgerSummary {
             ledger: names::ledger_name(&ledger),
@@ -396,8 +388,8 @@ impl LedgerService for Ledgers {
             attempts_infra: s.failures[2],
             attempts_total: s.attempts_total,
             usage: Some(convert::usage_to_proto(&s.usage)),
-            estimated_cost_usd: cost,
-            unpriced_models: unpriced,
+            estimated_cost_usd: estimate.cost_usd,
+            unpriced_models: estimate.unpriced_models,
             permanent_by_rule: s.permanent_by_rule.iter().cloned().collect(),
             active_jobs: s.active_jobs,
             summary_line: ledger_state_line(c, record.pause.as_ref().map(|p| p.reason)),

@@ -159,19 +159,7 @@ pub struct ClaimGrant {
     pub held_back: i64,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub input: i64,
-    pub output: i64,
-    pub thinking: i64,
-    pub cached: i64,
-}
-
-impl Usage {
-    pub fn is_zero(&self) -> bool {
-        *self == Usage::default()
-    }
-}
+pub use tally_core::usage::Usage;
 
 /// One reported outcome, validated by the caller.
 #[derive(Debug, Clone)]
