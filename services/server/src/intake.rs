@@ -25,9 +25,9 @@
 
 use crate::auth::methods::Route;
 use crate::config::Limits;
+use crate::middleware::{Inner, Middleware, ResponseFuture};
 use crate::status;
 use bytes::{Buf, Bytes, BytesMut};
-use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Full};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,7 +35,6 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tonic::body::Body;
 use tonic::{Code, Status};
-use tower::{Layer, Service};
 
 /// Methods whose requests may be large (rows, outcomes, keys, templates,
 /// provider events).
@@ -161,36 +160,20 @@ pub fn check_count(limits: &Limits, path: &str, message: &[u8]) -> Result<(), Re
     }
 }
 
+/// The intake layer's work (a tower layer as [`crate::middleware::Wrap`]).
 #[derive(Clone)]
-pub struct IntakeLayer {
+pub struct Intake {
     limits: Arc<Limits>,
     budget: Arc<Semaphore>,
 }
 
-impl IntakeLayer {
+impl Intake {
     pub fn new(limits: &Limits) -> Self {
         Self {
             limits: Arc::new(limits.clone()),
             budget: Arc::new(Semaphore::new(limits.max_request_memory_bytes)),
         }
     }
-}
-
-impl<S> Layer<S> for IntakeLayer {
-    type Service = IntakeService<S>;
-
-    fn layer(&self, inner: S) -> IntakeService<S> {
-        IntakeService {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct IntakeService<S> {
-    inner: S,
-    layer: IntakeLayer,
 }
 
 /// Reads `body` until `want` bytes are buffered (or it ends).
@@ -209,30 +192,17 @@ async fn fill(body: &mut Body, buf: &mut BytesMut, want: usize) -> Result<(), St
     Ok(())
 }
 
-impl<S> Service<http::Request<Body>> for IntakeService<S>
-where
-    S: Service<http::Request<Body>, Response = http::Response<Body>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+impl Middleware<Body> for Intake {
+    fn call<S: Inner<Body>>(
+        &self,
+        req: http::Request<Body>,
+        mut inner: S,
+    ) -> ResponseFuture<S::Error> {
         let path = req.uri().path().to_string();
         if !matches!(Route::of(&path), Route::Tally(_)) {
             return Box::pin(inner.call(req));
         }
-        let layer = self.layer.clone();
+        let layer = self.clone();
         Box::pin(async move {
             let (parts, mut body) = req.into_parts();
             let limit = limit_of(&layer.limits, &path);

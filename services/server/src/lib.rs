@@ -21,7 +21,8 @@
 //!   ([`rpc_trace`]: each call's trace span)
 //!   (a third layer); [`write_timeout`]: clients that stop reading are
 //!   cut off; [`intake`]: request sizes, the request-memory budget and row
-//!   counts read from the wire before decoding ([`wire`]).
+//!   counts read from the wire before decoding ([`wire`]). The four
+//!   layers share their tower plumbing ([`middleware`]).
 //! - [`responses`]: response byte budgets (claims stop, pages end, before
 //!   a client's receive limit).
 //! - [`health`], [`metrics`], [`paging`], [`caller`]; [`health_check`]:
@@ -47,6 +48,7 @@ pub mod ledger_service;
 pub mod limits;
 pub mod maintenance;
 pub mod metrics;
+pub mod middleware;
 pub mod operations_service;
 pub mod paging;
 pub mod purger;

@@ -32,10 +32,10 @@ use crate::auth::methods::{Kind, Route};
 use crate::caller::Caller;
 use crate::config::Limits;
 use crate::metrics::{Metrics, ReasonLabels};
+use crate::middleware::{Inner, Middleware, ResponseFuture, answer};
 use crate::status;
 use crate::write_timeout::Tracker;
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http_body::Frame;
 use std::collections::HashMap;
 use std::future::Future;
@@ -49,7 +49,6 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::body::Body;
 use tonic::{Code, Status};
-use tower::{Layer, Service};
 
 /// How long a shed client is asked to wait before retrying.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -90,8 +89,9 @@ pub fn check(limits: &Limits) -> Result<(), String> {
     Ok(())
 }
 
+/// The limits layer's work (a tower layer as [`crate::middleware::Wrap`]).
 #[derive(Clone)]
-pub struct LimitsLayer {
+pub struct Limiter {
     state: Arc<State>,
 }
 
@@ -106,7 +106,7 @@ struct State {
     metrics: Metrics,
 }
 
-impl LimitsLayer {
+impl Limiter {
     /// `end_streams`, when cancelled, ends every open stream (shutdown).
     pub fn new(limits: &Limits, metrics: Metrics, end_streams: CancellationToken) -> Self {
         for reason in [
@@ -133,7 +133,7 @@ impl LimitsLayer {
     }
 }
 
-impl LimitsLayer {
+impl Limiter {
     /// The slow-reader tracker: wrap accepted connections with it and run
     /// its reaper ([`crate::write_timeout::run`]).
     pub fn stalls(&self) -> Arc<Tracker> {
@@ -141,40 +141,8 @@ impl LimitsLayer {
     }
 }
 
-impl<S> Layer<S> for LimitsLayer {
-    type Service = LimitsService<S>;
-
-    fn layer(&self, inner: S) -> LimitsService<S> {
-        LimitsService {
-            inner,
-            state: self.state.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct LimitsService<S> {
-    inner: S,
-    state: Arc<State>,
-}
-
-impl<S, B> Service<http::Request<B>> for LimitsService<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<Body>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+impl<B: Send + 'static> Middleware<B> for Limiter {
+    fn call<S: Inner<B>>(&self, req: http::Request<B>, mut inner: S) -> ResponseFuture<S::Error> {
         let path = req.uri().path().to_string();
         let route = Route::of(&path);
         if matches!(route, Route::Health(Kind::Unary)) {
@@ -194,8 +162,7 @@ where
         let held = match self.state.admit(slot, peer) {
             Ok(held) => held,
             Err(refusal) => {
-                let response = self.state.refuse(&path, refusal).into_http();
-                return Box::pin(async move { Ok(response) });
+                return answer(self.state.refuse(&path, refusal).into_http());
             }
         };
         let state = self.state.clone();
@@ -599,7 +566,7 @@ mod tests {
     }
 
     fn state(l: &Limits) -> Arc<State> {
-        LimitsLayer::new(l, Metrics::new(), CancellationToken::new()).state
+        Limiter::new(l, Metrics::new(), CancellationToken::new()).state
     }
 
     fn reason(s: &Status) -> String {

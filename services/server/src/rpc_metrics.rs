@@ -27,15 +27,14 @@
 
 use crate::auth::methods::{Kind, METHODS, Route};
 use crate::metrics::{MethodLabels, Metrics, RpcLabels};
+use crate::middleware::{Inner, Middleware, ResponseFuture};
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http_body::Frame;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
 use tonic::Status;
 use tonic::body::Body;
-use tower::{Layer, Service};
 
 /// Methods outside [`METHODS`] that are served but not counted (probes and
 /// tooling).
@@ -86,54 +85,24 @@ fn code_name(n: i32) -> &'static str {
     }
 }
 
+/// The request-metrics layer's work (a tower layer as
+/// [`crate::middleware::Wrap`]).
 #[derive(Clone)]
-pub struct RpcMetricsLayer {
+pub struct RpcMetrics {
     metrics: Metrics,
 }
 
-impl RpcMetricsLayer {
+impl RpcMetrics {
     pub fn new(metrics: Metrics) -> Self {
         Self { metrics }
     }
 }
 
-impl<S> Layer<S> for RpcMetricsLayer {
-    type Service = RpcMetrics<S>;
-
-    fn layer(&self, inner: S) -> RpcMetrics<S> {
-        RpcMetrics {
-            inner,
-            metrics: self.metrics.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct RpcMetrics<S> {
-    inner: S,
-    metrics: Metrics,
-}
-
-impl<S, B> Service<http::Request<B>> for RpcMetrics<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<Body>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+impl<B: Send + 'static> Middleware<B> for RpcMetrics {
+    fn call<S: Inner<B>>(&self, req: http::Request<B>, mut inner: S) -> ResponseFuture<S::Error> {
         let path = req.uri().path();
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
         if !is_counted(path) {
-            return Box::pin(ready.call(req));
+            return Box::pin(inner.call(req));
         }
         let kind = Route::of(path).kind();
         let (service, method) = method_labels(path);
@@ -146,7 +115,7 @@ where
         let span = crate::rpc_trace::span(&req, service, method);
         Box::pin(tracing::Instrument::instrument(
             async move {
-                let response = match ready.call(req).await {
+                let response = match inner.call(req).await {
                     Ok(response) => response,
                     Err(e) => {
                         call.record("UNKNOWN");
@@ -317,8 +286,8 @@ mod tests {
     async fn unary_bodies_record_their_trailers_once() {
         use http_body_util::BodyExt as _;
         let m = Metrics::new();
-        let layer = RpcMetricsLayer::new(m.clone());
-        let call = |layer: &RpcMetricsLayer| Call {
+        let layer = RpcMetrics::new(m.clone());
+        let call = |layer: &RpcMetrics| Call {
             metrics: layer.metrics.clone(),
             service: "s",
             method: "m",

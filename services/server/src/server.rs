@@ -5,16 +5,17 @@
 //! PostgreSQL).
 
 use crate::auth::Authenticator;
-use crate::auth::layer::AuthLayer;
+use crate::auth::layer::Authenticate;
 use crate::config::{AuthMode, ServeArgs};
 use crate::database::Database;
 use crate::health;
 use crate::job_service::Jobs;
 use crate::ledger_service::Ledgers;
-use crate::limits::{self, LimitsLayer};
+use crate::limits::{self, Limiter};
 use crate::metrics::Metrics;
+use crate::middleware::Wrap;
 use crate::operations_service::Operations;
-use crate::rpc_metrics::RpcMetricsLayer;
+use crate::rpc_metrics::RpcMetrics;
 use crate::wakeup;
 use crate::webhook::{self, WebhookState};
 use crate::{alerts, watch};
@@ -263,10 +264,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
 
     // Metrics outermost (refusals are counted too); auth outside limits: a
     // caller without credentials takes no slot.
-    let rpc_metrics = RpcMetricsLayer::new(metrics.clone());
+    let rpc_metrics = Wrap(RpcMetrics::new(metrics.clone()));
     let end_streams = CancellationToken::new();
-    let limits_layer = LimitsLayer::new(&args.limits, metrics.clone(), end_streams.clone());
-    let stalls = limits_layer.stalls();
+    let limiter = Limiter::new(&args.limits, metrics.clone(), end_streams.clone());
+    let stalls = limiter.stalls();
+    let limits_layer = Wrap(limiter);
     tasks.push(tokio::spawn(crate::write_timeout::run(
         stalls.clone(),
         stop.clone(),
@@ -278,9 +280,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let router = builder
         .max_concurrent_streams(h2_streams)
         .layer(rpc_metrics.clone())
-        .layer(AuthLayer::new(auth, metrics.clone()))
+        .layer(Wrap(Authenticate::new(auth, metrics.clone())))
         .layer(limits_layer.clone())
-        .layer(crate::intake::IntakeLayer::new(&args.limits))
+        .layer(Wrap(crate::intake::Intake::new(&args.limits)))
         .add_service(health_service.clone())
         .add_optional_service(reflect.then_some(reflection_v1))
         .add_optional_service(reflect.then_some(reflection_v1alpha))

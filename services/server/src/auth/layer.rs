@@ -7,61 +7,31 @@
 use super::{Authenticator, Decision, Role, subject};
 use crate::caller::Caller;
 use crate::metrics::{Metrics, ReasonLabels};
-use futures::future::BoxFuture;
+use crate::middleware::{Inner, Middleware, ResponseFuture, answer};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tonic::body::Body;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-use tower::{Layer, Service};
 use tracing::Instrument as _;
 
+/// The auth layer's work (a tower layer as [`crate::middleware::Wrap`]).
 #[derive(Clone)]
-pub struct AuthLayer {
+pub struct Authenticate {
     auth: Arc<Authenticator>,
     metrics: Metrics,
 }
 
-impl AuthLayer {
+impl Authenticate {
     pub fn new(auth: Arc<Authenticator>, metrics: Metrics) -> Self {
         Self { auth, metrics }
     }
 }
 
-impl<S> Layer<S> for AuthLayer {
-    type Service = Auth<S>;
-
-    fn layer(&self, inner: S) -> Auth<S> {
-        Auth {
-            inner,
-            auth: self.auth.clone(),
-            metrics: self.metrics.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Auth<S> {
-    inner: S,
-    auth: Arc<Authenticator>,
-    metrics: Metrics,
-}
-
-impl<S, B> Service<http::Request<B>> for Auth<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<Body>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+impl<B> Middleware<B> for Authenticate {
+    fn call<S: Inner<B>>(
+        &self,
+        mut req: http::Request<B>,
+        mut inner: S,
+    ) -> ResponseFuture<S::Error> {
         let path = req.uri().path().to_string();
         let subject = peer_subject(req.extensions());
         let authorization = req
@@ -85,8 +55,7 @@ where
                     .rpc_refused
                     .get_or_create(&ReasonLabels { reason })
                     .inc();
-                let response = denial.status(&path).into_http();
-                Box::pin(async move { Ok(response) })
+                answer(denial.status(&path).into_http())
             }
             Decision::Allow(principal) => {
                 let caller = principal.as_ref().map_or("", |p| p.name.as_str());
@@ -102,11 +71,7 @@ where
                         uses_claims,
                     });
                 }
-                // The clone that was not polled ready stays behind (tower's
-                // usual dance), so the one we call is the ready one.
-                let clone = self.inner.clone();
-                let mut ready = std::mem::replace(&mut self.inner, clone);
-                Box::pin(ready.call(req).instrument(span))
+                Box::pin(inner.call(req).instrument(span))
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Who may call what. One tower layer ([`layer::AuthLayer`]) authenticates
+//! Who may call what. One tower layer ([`layer::Authenticate`]) authenticates
 //! every request and checks it against the one permission table
 //! ([`methods::METHODS`]); handlers only read the resulting
 //! [`Caller`](crate::caller::Caller).
