@@ -3,8 +3,9 @@
 //!
 //! Layout:
 //! - [`cli`]: the command line (clap derive), the only place flags live;
-//! - [`connect`]: the channel, TLS, the bearer token and `--timeout`, from
-//!   the flags and [`config`], the config file's profiles;
+//! - [`connect`]: the flags and [`config`], the config file's profiles,
+//!   made into tally-client's connection target (its channel, TLS and mTLS,
+//!   bearer token and `--timeout`);
 //! - [`commands`]: one module per command group, each a thin "call, then
 //!   print a table or a JSON projection";
 //! - [`enroll`]: the chunked, streaming enroller shared by `enroll` and

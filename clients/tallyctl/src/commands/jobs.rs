@@ -1,5 +1,6 @@
 //! `tallyctl jobs list|get` and `tallyctl locks` over JobService.
 
+use super::pages;
 use crate::cli::{JobArgs, JobsArgs, LocksCmd};
 use crate::error::{CliError, ExitCode};
 use crate::table::{Table, fields, truncate};
@@ -63,34 +64,21 @@ pub async fn list_jobs(
     states: &[i32],
     limit: usize,
 ) -> Result<(Vec<pb::Job>, bool), tonic::Status> {
-    let mut jobs = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let want = if limit == 0 {
-            1000
-        } else {
-            (limit - jobs.len()).min(1000)
-        };
-        let resp = ctx
-            .clients
-            .jobs
-            .list_jobs(pb::ListJobsRequest {
+    pages::collect(
+        limit,
+        |page_size, page_token| {
+            let mut client = ctx.clients.jobs.clone();
+            let request = pb::ListJobsRequest {
                 parent: parent.to_string(),
                 states: states.to_vec(),
-                page_size: want as i32,
+                page_size,
                 page_token,
-            })
-            .await?
-            .into_inner();
-        jobs.extend(resp.jobs);
-        if resp.next_page_token.is_empty() {
-            return Ok((jobs, false));
-        }
-        if limit != 0 && jobs.len() >= limit {
-            return Ok((jobs, true));
-        }
-        page_token = resp.next_page_token;
-    }
+            };
+            async move { client.list_jobs(request).await }
+        },
+        |r| (r.jobs, r.next_page_token),
+    )
+    .await
 }
 
 pub async fn list(ctx: &mut Ctx, args: JobsArgs) -> Result<ExitCode, CliError> {

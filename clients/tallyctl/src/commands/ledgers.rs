@@ -1,6 +1,7 @@
 //! `tallyctl ledgers list|get|create|update|pause|resume` (`delete` is in
 //! [`super::ledger_delete`], `archive` in [`super::ledger_archive`]).
 
+use super::pages;
 use crate::cli::{LedgersCmd, PolicyArgs};
 use crate::error::{CliError, ExitCode};
 use crate::table::{Table, fields};
@@ -142,26 +143,21 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
 }
 
 async fn list(ctx: &mut Ctx) -> Result<ExitCode, CliError> {
-    let mut all = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let resp = ctx
-            .clients
-            .ledgers
-            .list_ledgers(pb::ListLedgersRequest {
-                page_size: 1000,
+    let (all, _) = pages::collect(
+        0,
+        |page_size, page_token| {
+            let mut client = ctx.clients.ledgers.clone();
+            let request = pb::ListLedgersRequest {
+                page_size,
                 page_token,
                 show_deleted: false,
-            })
-            .await
-            .map_err(|s| CliError::server("list ledgers", s))?
-            .into_inner();
-        all.extend(resp.ledgers);
-        if resp.next_page_token.is_empty() {
-            break;
-        }
-        page_token = resp.next_page_token;
-    }
+            };
+            async move { client.list_ledgers(request).await }
+        },
+        |r| (r.ledgers, r.next_page_token),
+    )
+    .await
+    .map_err(|s| CliError::server("list ledgers", s))?;
     if ctx.json {
         ctx.print_list(
             "ledgers",

@@ -9,6 +9,7 @@ pub mod ledger_archive;
 pub mod ledger_delete;
 pub mod ledgers;
 pub mod operations;
+pub mod pages;
 pub mod plan;
 pub mod prompts;
 pub mod rows;

@@ -1,5 +1,6 @@
 //! `tallyctl operations list|get` over OperationsService.
 
+use super::pages;
 use crate::cli::{OperationArgs, OperationsArgs};
 use crate::error::{CliError, ExitCode};
 use crate::table::{Table, fields};
@@ -16,36 +17,21 @@ pub async fn list(ctx: &mut Ctx, args: OperationsArgs) -> Result<ExitCode, CliEr
                 .map_err(|e| CliError::usage(format!("--state: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut ops = Vec::new();
-    let mut page_token = String::new();
-    let mut more = false;
-    loop {
-        let want = if args.limit == 0 {
-            1000
-        } else {
-            (args.limit - ops.len()).min(1000)
-        };
-        let resp = ctx
-            .clients
-            .operations
-            .list_operations(pb::ListOperationsRequest {
+    let (ops, more) = pages::collect(
+        args.limit,
+        |page_size, page_token| {
+            let mut client = ctx.clients.operations.clone();
+            let request = pb::ListOperationsRequest {
                 states: states.clone(),
-                page_size: want as i32,
+                page_size,
                 page_token,
-            })
-            .await
-            .map_err(|s| CliError::server("list operations", s))?
-            .into_inner();
-        ops.extend(resp.operations);
-        if resp.next_page_token.is_empty() {
-            break;
-        }
-        if args.limit != 0 && ops.len() >= args.limit {
-            more = true;
-            break;
-        }
-        page_token = resp.next_page_token;
-    }
+            };
+            async move { client.list_operations(request).await }
+        },
+        |r| (r.operations, r.next_page_token),
+    )
+    .await
+    .map_err(|s| CliError::server("list operations", s))?;
     if ctx.json {
         ctx.print_list(
             "operations",
@@ -115,28 +101,26 @@ pub async fn get(ctx: &mut Ctx, args: OperationArgs) -> Result<ExitCode, CliErro
         .await
         .map_err(|s| CliError::server(format!("get {name}"), s))?
         .into_inner();
-    let mut events = Vec::new();
-    if args.events {
-        let mut page_token = String::new();
-        loop {
-            let resp = ctx
-                .clients
-                .operations
-                .list_operation_events(pb::ListOperationEventsRequest {
+    let events = if args.events {
+        pages::collect(
+            0,
+            |page_size, page_token| {
+                let mut client = ctx.clients.operations.clone();
+                let request = pb::ListOperationEventsRequest {
                     parent: op.name.clone(),
-                    page_size: 1000,
+                    page_size,
                     page_token,
-                })
-                .await
-                .map_err(|s| CliError::server(format!("list events of {}", op.name), s))?
-                .into_inner();
-            events.extend(resp.events);
-            if resp.next_page_token.is_empty() {
-                break;
-            }
-            page_token = resp.next_page_token;
-        }
-    }
+                };
+                async move { client.list_operation_events(request).await }
+            },
+            |r| (r.events, r.next_page_token),
+        )
+        .await
+        .map_err(|s| CliError::server(format!("list events of {}", op.name), s))?
+        .0
+    } else {
+        Vec::new()
+    };
     if ctx.json {
         let mut v = render::operation_json(&op);
         if args.events {

@@ -1,6 +1,7 @@
 //! `tallyctl status|rows|row|redrive`: the ledger summary, rows and their
 //! attempts, and putting PERMANENT/BLOCKED rows back to work.
 
+use super::pages;
 use crate::cli::{RedriveArgs, RowArgs, RowFilterArgs, RowsArgs, StatusArgs};
 use crate::error::{CliError, ExitCode};
 use crate::table::{Table, fields, truncate};
@@ -193,42 +194,28 @@ fn is_empty(f: &pb::RowFilter) -> bool {
 pub async fn list(ctx: &mut Ctx, args: RowsArgs) -> Result<ExitCode, CliError> {
     let parent = ledger_name(&args.ledger);
     let filter = row_filter(&args.ledger, &args.filter)?;
-    let mut rows = Vec::new();
-    let mut page_token = String::new();
-    let mut more = false;
-    loop {
-        let want = if args.limit == 0 {
-            1000
-        } else {
-            (args.limit - rows.len()).min(1000)
-        };
-        let resp = ctx
-            .clients
-            .ledgers
-            .list_rows(pb::ListRowsRequest {
+    let view = if args.full {
+        pb::RowView::Full
+    } else {
+        pb::RowView::Basic
+    };
+    let (rows, more) = pages::collect(
+        args.limit,
+        |page_size, page_token| {
+            let mut client = ctx.clients.ledgers.clone();
+            let request = pb::ListRowsRequest {
                 parent: parent.clone(),
                 filter: Some(filter.clone()),
-                page_size: want as i32,
+                page_size,
                 page_token,
-                view: if args.full {
-                    pb::RowView::Full
-                } else {
-                    pb::RowView::Basic
-                } as i32,
-            })
-            .await
-            .map_err(|s| CliError::server(format!("list rows of {parent}"), s))?
-            .into_inner();
-        rows.extend(resp.rows);
-        if resp.next_page_token.is_empty() {
-            break;
-        }
-        if args.limit != 0 && rows.len() >= args.limit {
-            more = true;
-            break;
-        }
-        page_token = resp.next_page_token;
-    }
+                view: view as i32,
+            };
+            async move { client.list_rows(request).await }
+        },
+        |r| (r.rows, r.next_page_token),
+    )
+    .await
+    .map_err(|s| CliError::server(format!("list rows of {parent}"), s))?;
     if ctx.json {
         ctx.print_list(
             "rows",
