@@ -28,6 +28,7 @@
 //!   "enqueued_tokens": {"limit": 200, "retry_after_secs": 1},
 //!   "daily_quota": {"creates": 10, "retry_after_secs": 30},
 //!   "billing": {"code": 403},
+//!   "model_change": {"model": "gemini-flash-latest", "from_unix_ms": 1790000000000, "model_version": "gemini-3-flash-preview"},
 //!   "finalize_error_body": {"times": 1, "code": 500},
 //!   "row_errors": "grpc",
 //!   "create_answer_lost": {"times": 1},
@@ -75,6 +76,11 @@ pub struct FaultPlan {
     /// PERMISSION_DENIED or 400 FAILED_PRECONDITION (the provider documents
     /// neither for batch creates; it answers both elsewhere).
     pub billing: Option<Billing>,
+    /// The model behind an alias changes at a time: batches of `model`
+    /// answered from `from_unix_ms` on name `model_version` in
+    /// `modelVersion` and answer the same requests differently (what a
+    /// `-latest` alias moving to a new model looks like).
+    pub model_change: Option<ModelChange>,
     /// The next `times` upload finalizes answer HTTP 200 with an error body.
     pub finalize_error_body: Option<FinalizeErrorBody>,
     /// How per-line errors are written (default: as the provider does).
@@ -268,6 +274,16 @@ fn default_daily_retry() -> u64 {
 
 fn default_daily_quota_id() -> String {
     "GenerateRequestsPerDayPerProjectPerModel".to_owned()
+}
+
+/// The model-change fault.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelChange {
+    pub model: String,
+    #[serde(default)]
+    pub from_unix_ms: i64,
+    pub model_version: String,
 }
 
 /// The billing fault: the HTTP code of the refusal (403 or 400).
@@ -498,6 +514,18 @@ impl Faults {
         self.created += 1;
     }
 
+    /// The version answering for `model` at `now_unix_ms`, when the plan
+    /// changed the model behind it by then.
+    pub fn model_changed(&self, model: &str, now_unix_ms: i64) -> Option<&str> {
+        self.plan
+            .model_change
+            .as_ref()
+            .filter(|c| {
+                c.model.trim_start_matches("models/") == model && now_unix_ms >= c.from_unix_ms
+            })
+            .map(|c| c.model_version.as_str())
+    }
+
     /// The billing refusal, if the plan sets one.
     pub fn billing(&self) -> Option<Billing> {
         self.plan.billing
@@ -668,6 +696,17 @@ mod tests {
         let mut mime = plan(r#"{"mime_refusal": {"times": 1}}"#);
         assert!(mime.take_mime_refusal());
         assert!(!mime.take_mime_refusal());
+    }
+
+    // Invariant: the model changes for that model only, from that time on.
+    #[test]
+    fn the_model_behind_an_alias_changes_at_a_time() {
+        let f = plan(
+            r#"{"model_change": {"model": "models/flash-latest", "from_unix_ms": 1000, "model_version": "flash-2"}}"#,
+        );
+        assert_eq!(f.model_changed("flash-latest", 999), None);
+        assert_eq!(f.model_changed("flash-latest", 1000), Some("flash-2"));
+        assert_eq!(f.model_changed("pro", 5000), None);
     }
 
     #[test]

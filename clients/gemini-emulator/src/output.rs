@@ -38,6 +38,9 @@ pub struct Style {
     /// `status`), as the provider writes them; otherwise the REST error
     /// shape (HTTP `code` plus `status`).
     pub grpc_errors: bool,
+    /// The model behind the alias changed (fault `model_change`): answers
+    /// differ from the same request's before the change.
+    pub changed_model: bool,
 }
 
 /// Why an input file was refused (answered 400 INVALID_ARGUMENT).
@@ -257,7 +260,9 @@ pub fn answer_row(
             json!({"response": {"embedding": {"values": embedding(&row.request)}}}),
             Outcome::Success,
         ),
-        (verdict, BatchKind::Generate) => generated(row, verdict, model_version),
+        (verdict, BatchKind::Generate) => {
+            generated(row, verdict, model_version, style.changed_model)
+        }
     };
     let mut line = match &row.inline {
         None => json!({"key": row.key}),
@@ -337,8 +342,20 @@ fn embedding(request: &Value) -> Vec<f64> {
 }
 
 /// A generation answer (any verdict but an error or a missing row).
-fn generated(row: &InputRow, verdict: RowVerdict, model_version: &str) -> (Value, Outcome) {
+fn generated(
+    row: &InputRow,
+    verdict: RowVerdict,
+    model_version: &str,
+    changed_model: bool,
+) -> (Value, Outcome) {
     let prompt = prompt_text(&row.request);
+    // Another model answers the same prompt otherwise: its answer is drawn
+    // from the prompt and the model's version.
+    let basis = if changed_model {
+        format!("{prompt} ~ {model_version}")
+    } else {
+        prompt.clone()
+    };
     let prompt_tokens = token_count(&prompt).max(1);
     let thoughts = thinking_tokens(&row.request);
     let cached = cached_tokens(&row.request, prompt_tokens);
@@ -377,7 +394,7 @@ fn generated(row: &InputRow, verdict: RowVerdict, model_version: &str) -> (Value
     ]);
     match verdict {
         RowVerdict::Answer => (
-            json!({"response": text_response(&answer_text(&row.request, &prompt))}),
+            json!({"response": text_response(&answer_text(&row.request, &basis))}),
             Outcome::Success,
         ),
         RowVerdict::EmptyText => (json!({"response": text_response("")}), Outcome::Empty),
@@ -510,6 +527,7 @@ mod tests {
     const GEN: Style = Style {
         kind: BatchKind::Generate,
         grpc_errors: true,
+        changed_model: false,
     };
 
     fn row(key: &str, request: Value) -> InputRow {
@@ -583,6 +601,33 @@ mod tests {
         json_mode["generationConfig"]["responseJsonSchema"] = json!({"type": "boolean"});
         let v: Value = serde_json::from_str(&answer_text(&json_mode, "Rate it")).unwrap();
         assert!(v.is_boolean());
+    }
+
+    // Invariant: another model behind the alias answers the same request
+    // differently and names its version; the usual model's answer is
+    // unchanged.
+    #[test]
+    fn a_changed_model_answers_otherwise() {
+        let mut request = user("Classify: the service was slow");
+        request["generationConfig"] = json!({
+            "responseMimeType": "application/json",
+            "responseJsonSchema": {"type": "object", "properties": {
+                "label": {"type": "string", "enum": ["pos", "neg", "neutral", "mixed"]},
+                "score": {"type": "integer"}}, "required": ["label", "score"]}
+        });
+        let r = row("k", request);
+        let text =
+            |line: &Value| line["response"]["candidates"][0]["content"]["parts"][0]["text"].clone();
+        let (before, _) = answer_row(&r, RowVerdict::Answer, "flash-latest", GEN).unwrap();
+        let (again, _) = answer_row(&r, RowVerdict::Answer, "flash-latest", GEN).unwrap();
+        assert_eq!(text(&before), text(&again), "deterministic");
+        let changed = Style {
+            changed_model: true,
+            ..GEN
+        };
+        let (after, _) = answer_row(&r, RowVerdict::Answer, "flash-2", changed).unwrap();
+        assert_ne!(text(&before), text(&after));
+        assert_eq!(after["response"]["modelVersion"], "flash-2");
     }
 
     #[test]
@@ -710,6 +755,7 @@ mod tests {
         let style = Style {
             kind: BatchKind::Embed,
             grpc_errors: true,
+            changed_model: false,
         };
         let (a, outcome) = answer_row(&rows[0], RowVerdict::Answer, "m", style).unwrap();
         let (b, _) = answer_row(&rows[0], RowVerdict::Answer, "m", style).unwrap();

@@ -681,15 +681,23 @@ impl Shared {
         faults: &mut Option<Faults>,
     ) -> Vec<(String, Outcome)> {
         let seed = self.seed ^ hash_str(&batch.display_name) ^ batch.seq;
+        let changed_to = faults
+            .as_ref()
+            .and_then(|f| f.model_changed(&batch.model, Utc::now().timestamp_millis()))
+            .map(str::to_owned);
         let style = Style {
             kind: batch.kind,
             grpc_errors: faults
                 .as_ref()
                 .is_none_or(|f| f.plan().row_errors == RowErrorFormat::Grpc),
+            changed_model: changed_to.is_some(),
         };
+        if let Some(version) = &changed_to {
+            tracing::info!(batch = %batch.id, model = %batch.model, version, "fault: the model behind the alias changed");
+        }
         let output = build_output(
             &batch.rows[..upto],
-            &batch.model,
+            changed_to.as_deref().unwrap_or(&batch.model),
             seed,
             style,
             |row, prompt| match faults.as_mut() {

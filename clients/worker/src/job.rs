@@ -255,6 +255,7 @@ pub async fn run_claim(
             Answer::of(&row.payload, row.prompt.as_ref()),
         );
     }
+    body.push_str(&crate::golden::lines(&ctx, &job).await);
 
     if stop.is_cancelled() {
         release(&ctx, &claim.name, &[]).await;
@@ -500,6 +501,7 @@ async fn follow(
     if !matched.unexpected.is_empty() || matched.unreadable > 0 {
         tracing::warn!(job = %job.job_id, unexpected = matched.unexpected.len(), unreadable = matched.unreadable, "output lines not matched to the job's rows");
     }
+    crate::golden::report(ctx, &job, claim, matched.golden).await;
     let reported = matched.outcomes.len();
     if !report(ctx, claim, matched.outcomes).await? {
         return Ok(JobEnd::Lost);

@@ -24,6 +24,7 @@ pub mod config;
 mod create;
 mod ctx;
 pub mod gemini;
+mod golden;
 mod janitor;
 pub mod job;
 pub mod jsonl;

@@ -59,6 +59,34 @@ pub struct Matched {
     pub unexpected: Vec<String>,
     /// Lines that are not JSON objects with a string `key`.
     pub unreadable: usize,
+    /// Answers to the job's golden rows (`#golden/{key}` lines).
+    pub golden: Vec<pb::GoldenAnswer>,
+}
+
+/// The key prefix of a golden row's line in a batch: `#` is never in a
+/// row's key, so the two never meet.
+pub const GOLDEN_PREFIX: &str = "#golden/";
+
+/// A golden line's answer: its text, or why it has none.
+fn golden_answer(key: &str, line: &Value) -> pb::GoldenAnswer {
+    let response = &line["response"];
+    let text: String = response["candidates"][0]["content"]["parts"]
+        .as_array()
+        .map(|parts| parts.iter().filter_map(|p| p["text"].as_str()).collect())
+        .unwrap_or_default();
+    let error = if let Some(e) = line.get("error") {
+        format!("provider error: {}", str_at(e, "message"))
+    } else if text.is_empty() {
+        "no answer text".to_owned()
+    } else {
+        String::new()
+    };
+    pb::GoldenAnswer {
+        key: key.to_owned(),
+        text: text.chars().take(64 * 1024 / 4).collect(),
+        model_version: str_at(response, "modelVersion").chars().take(256).collect(),
+        error: error.chars().take(MAX_MESSAGE).collect(),
+    }
 }
 
 /// Matches output lines to `expected` rows by key and turns each into an
@@ -78,6 +106,12 @@ pub fn match_output(jsonl: &[u8], expected: &HashMap<String, Expect<'_>>) -> Mat
             out.unreadable += 1;
             continue;
         };
+        if let Some(golden) = key.strip_prefix(GOLDEN_PREFIX) {
+            if seen.insert(key.to_string()) {
+                out.golden.push(golden_answer(golden, &line));
+            }
+            continue;
+        }
         match expected.get(key) {
             Some(expect) if seen.insert(key.to_string()) => {
                 out.outcomes.push(outcome(key, &line, expect));
@@ -496,5 +530,25 @@ mod tests {
         assert_eq!(by["max"].finish_reason, "MAX_TOKENS");
         assert_eq!(by["other"].finish_reason, "OTHER");
         assert_eq!(by["thought"].kind(), pb::FailureKind::EmptyResponse);
+    }
+
+    // Invariant: golden lines are answers apart from the rows: never an
+    // outcome, never unexpected; their text, model version or error kept.
+    #[test]
+    fn golden_lines_are_kept_apart() {
+        let jsonl = concat!(
+            r##"{"key": "#golden/g1", "response": {"candidates": [{"content": {"parts": [{"text": "{\"label\": \"pos\"}"}]}, "finishReason": "STOP"}], "modelVersion": "m-2"}}"##,
+            "\n",
+            r##"{"key": "#golden/g2", "error": {"code": 13, "message": "boom"}}"##,
+            "\n",
+        );
+        let m = match_output(jsonl.as_bytes(), &HashMap::new());
+        assert!(m.outcomes.is_empty() && m.unexpected.is_empty());
+        assert_eq!(m.golden.len(), 2);
+        assert_eq!(m.golden[0].key, "g1");
+        assert_eq!(m.golden[0].text, r#"{"label": "pos"}"#);
+        assert_eq!(m.golden[0].model_version, "m-2");
+        assert!(m.golden[0].error.is_empty());
+        assert_eq!(m.golden[1].error, "provider error: boom");
     }
 }

@@ -25,6 +25,7 @@ pub mod alert;
 pub mod backoff;
 pub mod classify;
 pub mod deps;
+pub mod golden;
 pub mod job;
 pub mod keys;
 pub mod names;

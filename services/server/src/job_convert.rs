@@ -89,6 +89,11 @@ pub fn job_to_proto(j: &JobRecord) -> pb::Job {
             .map_or(pb::JobState::Unspecified, |f| job_state_to_proto(f.state()))
             as i32,
         create_attempt_time: j.create_attempt_time.map(timestamp),
+        golden_rows: j
+            .golden
+            .iter()
+            .map(crate::golden_convert::row_to_proto)
+            .collect(),
     }
 }
 

@@ -44,6 +44,28 @@ type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl JobService for Jobs {
+    async fn report_golden_results(
+        &self,
+        req: Request<pb::ReportGoldenResultsRequest>,
+    ) -> Reply<pb::ReportGoldenResultsResponse> {
+        let access = access(&req);
+        let req = req.into_inner();
+        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        access.ledger(&ledger)?;
+        let answers = crate::golden_convert::answers(&req)?;
+        let r = self
+            .store
+            .report_golden(&ledger, &job, token, &answers)
+            .await
+            .map_err(from_store)?;
+        self.metrics
+            .golden_recorded(&ledger, &r.drift.model, r.matched, r.mismatched);
+        Ok(Response::new(pb::ReportGoldenResultsResponse {
+            matched: r.matched as i32,
+            mismatched: r.mismatched as i32,
+            drift: Some(crate::golden_convert::drift_to_proto(&r.drift)),
+        }))
+    }
     async fn create_job(&self, req: Request<pb::CreateJobRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let (ledger, token) = validate::claim("claim", &req.get_ref().claim)?;

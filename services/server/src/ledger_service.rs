@@ -6,7 +6,7 @@ use crate::config::Limits;
 use crate::convert::{self, ledger_to_proto};
 use crate::metrics::Metrics;
 use crate::status::{from_store, invalid, invalid_field};
-use crate::{paging, purger, validate};
+use crate::{golden_convert, paging, purger, validate};
 use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
@@ -495,5 +495,61 @@ impl LedgerService for Ledgers {
             .await
             .map_err(from_store)?;
         Ok(Response::new(convert::prompt_to_proto(&p)))
+    }
+
+    async fn set_golden_rows(
+        &self,
+        req: Request<pb::SetGoldenRowsRequest>,
+    ) -> Reply<pb::GoldenSet> {
+        let (ledger, set) = golden_convert::set_from_proto(req.get_ref())?;
+        access(&req).ledger(&ledger)?;
+        // A golden row's prompt must exist now, not at its first batch.
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in set.rows.iter().enumerate() {
+            if r.prompt_name.is_empty() || !seen.insert((&r.prompt_name, &r.prompt_version)) {
+                continue;
+            }
+            access(&req).read_prompt(&r.prompt_name)?;
+            if let Err(e) = self
+                .store
+                .get_prompt(&r.prompt_name, &r.prompt_version)
+                .await
+            {
+                return Err(match e {
+                    tally_store::StoreError::NotFound { .. } => invalid_field(
+                        format!("golden.rows[{i}].prompt"),
+                        format!(
+                            "prompts/{}/versions/{} is not registered",
+                            r.prompt_name, r.prompt_version
+                        ),
+                    ),
+                    other => from_store(other),
+                });
+            }
+        }
+        let drift = self
+            .store
+            .set_golden(&ledger, &set)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(golden_convert::set_to_proto(
+            &ledger, &set, &drift,
+        )))
+    }
+
+    async fn get_golden_rows(
+        &self,
+        req: Request<pb::GetGoldenRowsRequest>,
+    ) -> Reply<pb::GoldenSet> {
+        let ledger = golden_convert::ledger_of("name", &req.get_ref().name)?;
+        access(&req).ledger(&ledger)?;
+        match self.store.get_golden(&ledger).await.map_err(from_store)? {
+            Some((set, drift)) => Ok(Response::new(golden_convert::set_to_proto(
+                &ledger, &set, &drift,
+            ))),
+            None => Err(Status::not_found(format!(
+                "ledgers/{ledger} has no golden rows (SetGoldenRows sets them)"
+            ))),
+        }
     }
 }

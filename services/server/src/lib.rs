@@ -5,6 +5,8 @@
 //! - [`database`]: a configured PostgreSQL or the private one.
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
+//! - [`golden_convert`]: golden rows on the wire (SetGoldenRows,
+//!   GetGoldenRows, ReportGoldenResults).
 //! - [`job_service`]: JobService handlers; [`job_convert`] checks and
 //!   translates; [`watch`] fans job events out to WatchJobs streams;
 //!   [`alerts`] evaluates review thresholds and delivers alerts.
@@ -37,6 +39,7 @@ pub mod caller;
 pub mod config;
 pub mod convert;
 pub mod database;
+pub mod golden_convert;
 pub mod health;
 pub mod health_check;
 pub use tally_telemetry::http_listener;

@@ -63,6 +63,7 @@ labels!(ModelLabels {
 });
 labels!(SpendLabels { ledger: String, kind: &'static str });
 labels!(ProviderModel { model: String });
+labels!(GoldenLabels { ledger: String, model: String, result: &'static str });
 labels!(SpendTokenLabels { ledger: String, measure: &'static str, kind: &'static str });
 labels!(CallLabels { call: &'static str });
 labels!(ReasonLabels { reason: &'static str });
@@ -128,6 +129,8 @@ pub struct Families {
     pub provider_enqueued_tokens_limit: Family<ProviderModel, Gauge>,
     pub provider_max_batches: Gauge,
     pub model_cooldown: Family<ProviderModel, F64Gauge>,
+    // Golden rows.
+    pub golden_results: Family<GoldenLabels, Counter>,
 }
 
 fn histogram() -> Histogram {
@@ -211,6 +214,7 @@ impl Metrics {
             provider_enqueued_tokens_limit: Default::default(),
             provider_max_batches: Default::default(),
             model_cooldown: Default::default(),
+            golden_results: Default::default(),
         };
         let mut r = Registry::default();
         let f = &families;
@@ -400,6 +404,11 @@ impl Metrics {
             f.model_cooldown.clone(),
         );
         r.register(
+            "tally_golden_results",
+            "golden rows' answers recorded, by ledger, model alias and result (match, mismatch)",
+            f.golden_results.clone(),
+        );
+        r.register(
             "tally_jobs_open",
             "jobs not yet ended, by ledger and state",
             f.jobs_open.clone(),
@@ -461,6 +470,20 @@ impl Metrics {
                 verdict,
                 rule,
             });
+        }
+    }
+
+    /// Counts a golden report's answers (both results created, so a first
+    /// mismatch shows in `increase()`).
+    pub fn golden_recorded(&self, ledger: &str, model: &str, matched: usize, mismatched: usize) {
+        for (result, n) in [("match", matched), ("mismatch", mismatched)] {
+            self.golden_results
+                .get_or_create(&GoldenLabels {
+                    ledger: ledger.to_string(),
+                    model: model.to_string(),
+                    result,
+                })
+                .inc_by(n as u64);
         }
     }
 

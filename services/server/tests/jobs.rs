@@ -976,3 +976,98 @@ async fn a_lasting_provider_refusal_pauses_the_ledger() {
     }
     r.stop().await.unwrap();
 }
+
+/// Invariants: SetGoldenRows refuses every bad field by name and writes
+/// nothing (GetGoldenRows stays NOT_FOUND); a good set reads back as set,
+/// with its defaults.
+#[tokio::test]
+async fn golden_rows_are_checked_field_by_field() {
+    let db = TestDb::new().await;
+    let r = serve(&db).await;
+    let (mut l, _) = clients(r.grpc_addr).await;
+    create_ledger(&mut l, "g", fast_policy()).await;
+    let row = |key: &str, payload: &str, expected: &str, fields: &[&str]| pb::GoldenRow {
+        key: key.into(),
+        payload: payload.into(),
+        prompt: None,
+        expected: expected.into(),
+        fields: fields.iter().map(|f| f.to_string()).collect(),
+    };
+    let bad = pb::GoldenSet {
+        name: "ledgers/g/golden".into(),
+        rows: vec![
+            row("a", r#"{"t": 1}"#, r#"{"label": "x"}"#, &["label"]),
+            row("a", "[1]", "{not json", &[]),
+            row("b", r#"{"t": 1}"#, r#"{"label": "x"}"#, &["/score"]),
+            pb::GoldenRow {
+                prompt: Some(pb::PromptRef {
+                    name: "nope".into(),
+                    version: "".into(),
+                }),
+                ..row("c d", r#"{"t": 1}"#, "1", &[])
+            },
+        ],
+        window: 5000,
+        max_mismatch_fraction: 1.5,
+        ..Default::default()
+    };
+    let e = l
+        .set_golden_rows(pb::SetGoldenRowsRequest { golden: Some(bad) })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let fields: BTreeSet<String> = e
+        .get_details_bad_request()
+        .expect("field violations")
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    for f in [
+        "golden.rows[0].fields",
+        "golden.rows[1].key",
+        "golden.rows[1].payload",
+        "golden.rows[1].expected",
+        "golden.rows[2].fields",
+        "golden.rows[3].key",
+        "golden.rows[3].prompt",
+        "golden.window",
+        "golden.max_mismatch_fraction",
+    ] {
+        assert!(fields.contains(f), "{f} missing from {fields:?}");
+    }
+    let get = |l: &mut Ledgers, name: &str| {
+        let mut l = l.clone();
+        let name = name.to_string();
+        async move { l.get_golden_rows(pb::GetGoldenRowsRequest { name }).await }
+    };
+    assert_eq!(
+        get(&mut l, "ledgers/g/golden").await.unwrap_err().code(),
+        Code::NotFound
+    );
+    assert_eq!(
+        get(&mut l, "ledgers/g").await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+
+    let good = pb::GoldenSet {
+        name: "ledgers/g/golden".into(),
+        rows: vec![row(
+            "a",
+            r#"{"t": 1}"#,
+            r#"{"label": "x", "n": 2}"#,
+            &["/label"],
+        )],
+        ..Default::default()
+    };
+    l.set_golden_rows(pb::SetGoldenRowsRequest { golden: Some(good) })
+        .await
+        .unwrap();
+    let got = get(&mut l, "ledgers/g/golden").await.unwrap().into_inner();
+    assert_eq!(got.rows.len(), 1);
+    assert_eq!(got.rows[0].fields, ["/label"]);
+    assert_eq!((got.every_nth_job, got.window), (10, 20));
+    assert_eq!(got.max_mismatch_fraction, 0.2);
+    assert_eq!(got.drift.unwrap().results, 0);
+    r.stop().await.unwrap();
+}

@@ -15,6 +15,7 @@
 use crate::admission;
 use crate::claims;
 use crate::events;
+use crate::golden;
 use crate::pause;
 use crate::types::{
     AdoptResult, AdoptedJob, ClaimRecord, FinishRequest, JobEventKind, JobRecord, LedgerRecord,
@@ -120,6 +121,7 @@ impl JobRow {
             update_time: self.update_time,
             lease_expire_time: self.lease_expire_time,
             create_attempt_time: self.create_attempt_time,
+            golden: Vec::new(),
         })
     }
 }
@@ -196,6 +198,21 @@ async fn lock_fenced(
         return Err(not_the_jobs_claim(ledger, token, &job));
     }
     Ok((claim, job))
+}
+
+/// The id of job `public_id`, locked, when `token` is its claim (see
+/// `lock_fenced`).
+pub(crate) async fn lock_fenced_job(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    ledger: &str,
+    public_id: &str,
+    token: Uuid,
+) -> Result<i64> {
+    Ok(lock_fenced(tx, ledger_id, ledger, public_id, token)
+        .await?
+        .1
+        .id)
 }
 
 pub(crate) async fn load_job<'e, E: Executor<'e, Database = Postgres>>(
@@ -503,7 +520,8 @@ impl Store {
             .bind(tokens)
             .fetch_one(&mut *tx)
             .await?;
-            let job = load_job(&mut *tx, job_id).await?;
+            let mut job = load_job(&mut *tx, job_id).await?;
+            job.golden = golden::for_new_job(&mut tx, record.id, job_id).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Created)], actor).await?;
             tracing::info!(ledger = %ledger, job = %job.public_id, claim = %claim_for_logs(&token.to_string()), rows = job.counts.rows, "job created");
             Ok(job)

@@ -17,6 +17,8 @@
 //! - [`admission`]: whether a job may go to the provider now (shared
 //!   cool-downs, the provider's batch and enqueued-token limits; the rules
 //!   are in `tally_core::quota`).
+//! - [`golden`]: golden rows: the set, the jobs that carry it, results
+//!   and drift (the rules are in `tally_core::golden`).
 //! - [`pause`]: pausing and resuming ledgers (the rules are in
 //!   `tally_core::pause`).
 //! - [`spend`], `capped`: spend caps' accounts, and the claim of a capped
@@ -38,6 +40,7 @@ pub mod claims;
 pub mod enroll;
 pub mod error;
 pub mod events;
+pub mod golden;
 mod held;
 pub mod jobs;
 pub mod ledgers;

@@ -181,6 +181,17 @@ pub(crate) async fn alert(
     if ledger.policy.alert_url.is_empty() {
         return Ok(());
     }
+    queue_alert(tx, ledger, kind, body).await
+}
+
+/// Queues an alert to the ledger's `alert_url` (the alert sender delivers
+/// it, signed, with retries).
+pub(crate) async fn queue_alert(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger: &LedgerRecord,
+    kind: &str,
+    body: &serde_json::Value,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO alert_outbox (ledger_id, msg_id, kind, url, body)
          VALUES ($1, $2, $3, $4, $5)",

@@ -365,6 +365,9 @@ pub struct JobRecord {
     pub lease_expire_time: Option<Time>,
     /// When the batch create was first attempted (MarkCreating).
     pub create_attempt_time: Option<Time>,
+    /// The golden rows this job carries: set only by CreateJob (see
+    /// [`crate::golden`]).
+    pub golden: Vec<crate::golden::GoldenRow>,
 }
 
 impl JobRecord {

@@ -466,6 +466,12 @@ mod tests {
         async fn release_lock(&self, _: Request<pb::ReleaseLockRequest>) -> Unary<()> {
             Err(Status::unimplemented(""))
         }
+        async fn report_golden_results(
+            &self,
+            _: Request<pb::ReportGoldenResultsRequest>,
+        ) -> Unary<pb::ReportGoldenResultsResponse> {
+            Err(Status::unimplemented(""))
+        }
     }
 
     #[tokio::test]

@@ -60,6 +60,8 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.LedgerService/ResumeLedger", O, Unary),
     m("/tally.v1.LedgerService/RegisterPrompt", E | O, Unary),
     m("/tally.v1.LedgerService/GetPrompt", E | W | O, Unary),
+    m("/tally.v1.LedgerService/SetGoldenRows", O, Unary),
+    m("/tally.v1.LedgerService/GetGoldenRows", E | W | O, Unary),
     // JobService
     m("/tally.v1.JobService/CreateJob", W | O, Unary),
     m("/tally.v1.JobService/GetJob", W | O, Unary),
@@ -73,6 +75,7 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.JobService/AcquireLock", W | O, Unary),
     m("/tally.v1.JobService/RenewLock", W | O, Unary),
     m("/tally.v1.JobService/ReleaseLock", W | O, Unary),
+    m("/tally.v1.JobService/ReportGoldenResults", W | O, Unary),
     // OperationsService
     m("/tally.v1.OperationsService/IngestEvent", W | O, Unary),
     m("/tally.v1.OperationsService/GetOperation", W | O, Unary),
@@ -157,7 +160,7 @@ mod tests {
     #[test]
     fn every_described_rpc_is_in_the_table_with_its_kind() {
         let described = described();
-        assert_eq!(described.len(), 35, "the three services have 35 RPCs");
+        assert_eq!(described.len(), 38, "the three services have 38 RPCs");
         for (path, streams) in &described {
             let Route::Tally(method) = Route::of(path) else {
                 panic!("{path} is missing from auth::methods::METHODS (so it is denied to all)");

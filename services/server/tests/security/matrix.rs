@@ -32,6 +32,8 @@ const EXPECTED: &[(&str, &str)] = &[
     ("/tally.v1.LedgerService/ResumeLedger", "O"),
     ("/tally.v1.LedgerService/RegisterPrompt", "EO"),
     ("/tally.v1.LedgerService/GetPrompt", "EWO"),
+    ("/tally.v1.LedgerService/SetGoldenRows", "O"),
+    ("/tally.v1.LedgerService/GetGoldenRows", "EWO"),
     ("/tally.v1.JobService/CreateJob", "WO"),
     ("/tally.v1.JobService/GetJob", "WO"),
     ("/tally.v1.JobService/ListJobs", "WO"),
@@ -44,6 +46,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("/tally.v1.JobService/AcquireLock", "WO"),
     ("/tally.v1.JobService/RenewLock", "WO"),
     ("/tally.v1.JobService/ReleaseLock", "WO"),
+    ("/tally.v1.JobService/ReportGoldenResults", "WO"),
     ("/tally.v1.OperationsService/IngestEvent", "WO"),
     ("/tally.v1.OperationsService/GetOperation", "WO"),
     ("/tally.v1.OperationsService/ListOperations", "O"),
@@ -109,7 +112,7 @@ async fn every_rpc_for_every_role_no_token_and_a_wrong_token() {
         assert_refused(wrong, Code::Unauthenticated, "TOKEN_UNKNOWN");
         checked += 2;
     }
-    assert_eq!(checked, 35 * 5);
+    assert_eq!(checked, 38 * 5);
 
     // A path in no table is denied to operators too.
     let unlisted = call_empty(

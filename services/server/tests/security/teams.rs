@@ -398,6 +398,32 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             }),
         ),
         (
+            "/tally.v1.LedgerService/SetGoldenRows",
+            false,
+            e(&pb::SetGoldenRowsRequest {
+                golden: Some(pb::GoldenSet {
+                    name: format!("{parent}/golden"),
+                    ..Default::default()
+                }),
+            }),
+        ),
+        (
+            "/tally.v1.LedgerService/GetGoldenRows",
+            false,
+            e(&pb::GetGoldenRowsRequest {
+                name: format!("{parent}/golden"),
+            }),
+        ),
+        (
+            "/tally.v1.JobService/ReportGoldenResults",
+            false,
+            e(&pb::ReportGoldenResultsRequest {
+                name: t.job.clone(),
+                claim: t.job_claim.clone(),
+                answers: Vec::new(),
+            }),
+        ),
+        (
             "/tally.v1.JobService/GetJob",
             false,
             e(&pb::GetJobRequest {
@@ -550,6 +576,7 @@ fn allowed(path: &str) -> &'static str {
     match path.rsplit('/').next().unwrap() {
         "CreateLedger"
         | "UpdateLedger"
+        | "SetGoldenRows"
         | "RedriveRows"
         | "DeleteLedger"
         | "PauseLedger"
@@ -557,7 +584,8 @@ fn allowed(path: &str) -> &'static str {
         | "ListOperations"
         | "ListOperationEvents" => "O",
         "EnrollRows" | "ListRows" | "RegisterPrompt" => "EO",
-        "GetLedger" | "ListLedgers" | "GetRow" | "SummarizeLedger" | "GetPrompt" => "EWO",
+        "GetLedger" | "ListLedgers" | "GetRow" | "SummarizeLedger" | "GetPrompt"
+        | "GetGoldenRows" => "EWO",
         _ => "WO",
     }
 }
@@ -802,13 +830,13 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
     for line in &table {
         println!("  {line}");
     }
-    // 32 RPCs named by a resource (35 less ListLedgers, ListOperations and
+    // 35 RPCs named by a resource (38 less ListLedgers, ListOperations and
     // WatchOperations) × 4 columns, and the 4 filtered views, × 3 roles.
     let mut paths: Vec<&str> = requests(&acme).iter().map(|r| r.0).collect();
     paths.sort();
     paths.dedup();
-    assert_eq!(paths.len(), 32, "every RPC once");
-    assert_eq!(table.len(), (32 * 4 + 4) * 3);
+    assert_eq!(paths.len(), 35, "every RPC once");
+    assert_eq!(table.len(), (35 * 4 + 4) * 3);
     server.stop().await;
 }
 

@@ -62,6 +62,38 @@ JOB_EVENT_TYPE_ADOPTED: JobEventType
 JOB_EVENT_TYPE_LEDGER_PAUSED: JobEventType
 JOB_EVENT_TYPE_LEDGER_RESUMED: JobEventType
 
+class GoldenAnswer(_message.Message):
+    __slots__ = ("key", "text", "model_version", "error")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    text: str
+    model_version: str
+    error: str
+    def __init__(self, key: _Optional[str] = ..., text: _Optional[str] = ..., model_version: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ReportGoldenResultsRequest(_message.Message):
+    __slots__ = ("name", "claim", "answers")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    claim: str
+    answers: _containers.RepeatedCompositeFieldContainer[GoldenAnswer]
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[GoldenAnswer, _Mapping]]] = ...) -> None: ...
+
+class ReportGoldenResultsResponse(_message.Message):
+    __slots__ = ("matched", "mismatched", "drift")
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHED_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_FIELD_NUMBER: _ClassVar[int]
+    matched: int
+    mismatched: int
+    drift: _ledger_pb2.GoldenDrift
+    def __init__(self, matched: _Optional[int] = ..., mismatched: _Optional[int] = ..., drift: _Optional[_Union[_ledger_pb2.GoldenDrift, _Mapping]] = ...) -> None: ...
+
 class JobCounts(_message.Message):
     __slots__ = ("rows", "succeeded", "retryable", "permanent", "missing", "unreported")
     ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -79,7 +111,7 @@ class JobCounts(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., missing: _Optional[int] = ..., unreported: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time")
+    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time", "golden_rows")
     NAME_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +133,7 @@ class Job(_message.Message):
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     FINAL_STATE_FIELD_NUMBER: _ClassVar[int]
     CREATE_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
+    GOLDEN_ROWS_FIELD_NUMBER: _ClassVar[int]
     name: str
     job_id: str
     claim: str
@@ -122,7 +155,8 @@ class Job(_message.Message):
     lease_expire_time: _timestamp_pb2.Timestamp
     final_state: JobState
     create_attempt_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    golden_rows: _containers.RepeatedCompositeFieldContainer[_ledger_pb2.GoldenRow]
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., golden_rows: _Optional[_Iterable[_Union[_ledger_pb2.GoldenRow, _Mapping]]] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
     __slots__ = ("claim",)

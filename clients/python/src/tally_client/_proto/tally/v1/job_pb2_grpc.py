@@ -101,6 +101,11 @@ class JobServiceStub:
                 request_serializer=tally_dot_v1_dot_job__pb2.ReleaseLockRequest.SerializeToString,
                 response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
                 _registered_method=True)
+        self.ReportGoldenResults = channel.unary_unary(
+                '/tally.v1.JobService/ReportGoldenResults',
+                request_serializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -215,6 +220,16 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportGoldenResults(self, request, context):
+        """Records the answers to a job's golden rows (apart from its rows: never
+        counted as rows, attempts or cost), compares them with the expected
+        answers, and raises `model_drift` (alert, and pause when the set says
+        so) when the latest results mismatch above the set's fraction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -277,6 +292,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ReleaseLock,
                     request_deserializer=tally_dot_v1_dot_job__pb2.ReleaseLockRequest.FromString,
                     response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'ReportGoldenResults': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportGoldenResults,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -609,6 +629,33 @@ class JobService:
             '/tally.v1.JobService/ReleaseLock',
             tally_dot_v1_dot_job__pb2.ReleaseLockRequest.SerializeToString,
             google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportGoldenResults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/ReportGoldenResults',
+            tally_dot_v1_dot_job__pb2.ReportGoldenResultsRequest.SerializeToString,
+            tally_dot_v1_dot_job__pb2.ReportGoldenResultsResponse.FromString,
             options,
             channel_credentials,
             insecure,

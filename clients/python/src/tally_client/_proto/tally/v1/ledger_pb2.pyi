@@ -85,6 +85,74 @@ ROW_VIEW_UNSPECIFIED: RowView
 ROW_VIEW_BASIC: RowView
 ROW_VIEW_FULL: RowView
 
+class GoldenRow(_message.Message):
+    __slots__ = ("key", "payload", "prompt", "expected", "fields")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    payload: str
+    prompt: _common_pb2.PromptRef
+    expected: str
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., expected: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GoldenSet(_message.Message):
+    __slots__ = ("name", "rows", "every_nth_job", "window", "max_mismatch_fraction", "pause_on_drift", "drift")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    EVERY_NTH_JOB_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    MAX_MISMATCH_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_ON_DRIFT_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rows: _containers.RepeatedCompositeFieldContainer[GoldenRow]
+    every_nth_job: int
+    window: int
+    max_mismatch_fraction: float
+    pause_on_drift: bool
+    drift: GoldenDrift
+    def __init__(self, name: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[GoldenRow, _Mapping]]] = ..., every_nth_job: _Optional[int] = ..., window: _Optional[int] = ..., max_mismatch_fraction: _Optional[float] = ..., pause_on_drift: _Optional[bool] = ..., drift: _Optional[_Union[GoldenDrift, _Mapping]] = ...) -> None: ...
+
+class GoldenDrift(_message.Message):
+    __slots__ = ("results", "mismatches", "fields", "drifted", "model", "model_version")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHES_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    DRIFTED_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    results: int
+    mismatches: int
+    fields: _containers.RepeatedCompositeFieldContainer[GoldenFieldCount]
+    drifted: bool
+    model: str
+    model_version: str
+    def __init__(self, results: _Optional[int] = ..., mismatches: _Optional[int] = ..., fields: _Optional[_Iterable[_Union[GoldenFieldCount, _Mapping]]] = ..., drifted: _Optional[bool] = ..., model: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
+
+class GoldenFieldCount(_message.Message):
+    __slots__ = ("field", "mismatches")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHES_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    mismatches: int
+    def __init__(self, field: _Optional[str] = ..., mismatches: _Optional[int] = ...) -> None: ...
+
+class SetGoldenRowsRequest(_message.Message):
+    __slots__ = ("golden",)
+    GOLDEN_FIELD_NUMBER: _ClassVar[int]
+    golden: GoldenSet
+    def __init__(self, golden: _Optional[_Union[GoldenSet, _Mapping]] = ...) -> None: ...
+
+class GetGoldenRowsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
 class Ledger(_message.Message):
     __slots__ = ("name", "policy", "create_time", "update_time", "etag", "state", "delete_time", "purge", "pause")
     NAME_FIELD_NUMBER: _ClassVar[int]

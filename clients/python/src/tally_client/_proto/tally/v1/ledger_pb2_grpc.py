@@ -131,6 +131,16 @@ class LedgerServiceStub:
                 request_serializer=tally_dot_v1_dot_ledger__pb2.GetPromptRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_ledger__pb2.Prompt.FromString,
                 _registered_method=True)
+        self.SetGoldenRows = channel.unary_unary(
+                '/tally.v1.LedgerService/SetGoldenRows',
+                request_serializer=tally_dot_v1_dot_ledger__pb2.SetGoldenRowsRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_ledger__pb2.GoldenSet.FromString,
+                _registered_method=True)
+        self.GetGoldenRows = channel.unary_unary(
+                '/tally.v1.LedgerService/GetGoldenRows',
+                request_serializer=tally_dot_v1_dot_ledger__pb2.GetGoldenRowsRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_ledger__pb2.GoldenSet.FromString,
+                _registered_method=True)
 
 
 class LedgerServiceServicer:
@@ -306,6 +316,22 @@ class LedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetGoldenRows(self, request, context):
+        """Replaces a ledger's golden rows (`ledgers/{ledger}/golden`): requests
+        with known answers that some of its batches carry, to catch the model
+        behind its alias changing. No rows: golden checks off.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGoldenRows(self, request, context):
+        """A ledger's golden rows, and what their latest results say.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -398,6 +424,16 @@ def add_LedgerServiceServicer_to_server(servicer, server):
                     servicer.GetPrompt,
                     request_deserializer=tally_dot_v1_dot_ledger__pb2.GetPromptRequest.FromString,
                     response_serializer=tally_dot_v1_dot_ledger__pb2.Prompt.SerializeToString,
+            ),
+            'SetGoldenRows': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetGoldenRows,
+                    request_deserializer=tally_dot_v1_dot_ledger__pb2.SetGoldenRowsRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_ledger__pb2.GoldenSet.SerializeToString,
+            ),
+            'GetGoldenRows': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGoldenRows,
+                    request_deserializer=tally_dot_v1_dot_ledger__pb2.GetGoldenRowsRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_ledger__pb2.GoldenSet.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -893,6 +929,60 @@ class LedgerService:
             '/tally.v1.LedgerService/GetPrompt',
             tally_dot_v1_dot_ledger__pb2.GetPromptRequest.SerializeToString,
             tally_dot_v1_dot_ledger__pb2.Prompt.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetGoldenRows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.LedgerService/SetGoldenRows',
+            tally_dot_v1_dot_ledger__pb2.SetGoldenRowsRequest.SerializeToString,
+            tally_dot_v1_dot_ledger__pb2.GoldenSet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGoldenRows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.LedgerService/GetGoldenRows',
+            tally_dot_v1_dot_ledger__pb2.GetGoldenRowsRequest.SerializeToString,
+            tally_dot_v1_dot_ledger__pb2.GoldenSet.FromString,
             options,
             channel_credentials,
             insecure,
