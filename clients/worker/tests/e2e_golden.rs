@@ -12,7 +12,7 @@
 mod common;
 
 use axum::http::StatusCode;
-use common::{API_KEY, SECRET, World, summary, until, worker_args};
+use common::{SECRET, World, summary, until};
 use gemini_emulator::faults::ModelChange;
 use gemini_emulator::output::{answer_text, prompt_text};
 use gemini_emulator::{FaultPlan, Timing};
@@ -163,20 +163,11 @@ async fn an_alias_changing_model_raises_model_drift_within_the_window() {
         .into_inner();
     assert_eq!(set.rows.len(), 2);
 
-    let args = worker_args(
-        &w.stack.grpc,
-        &w.emulator.base_url(),
+    let worker = w.worker_in_process(
         LEDGER,
         "golden",
         &["--claim-size", "4", "--max-rows-per-batch", "4"],
     );
-    let stop = tokio_util::sync::CancellationToken::new();
-    let stopped = stop.clone();
-    let worker = tokio::spawn(tally_worker::run_until(
-        args,
-        tally_worker::ApiKey::new(API_KEY.into()),
-        async move { stopped.cancelled().await },
-    ));
 
     // Today: two jobs' golden answers recorded, all matching.
     until(
@@ -256,7 +247,6 @@ async fn an_alias_changing_model_raises_model_drift_within_the_window() {
     let rows_seen = s.pending + s.succeeded + s.retryable + s.permanent + s.blocked + s.running;
     assert_eq!(rows_seen, ROWS as i64);
     assert_eq!(s.attempts_total, s.succeeded + s.retryable + s.permanent);
-    stop.cancel();
-    worker.await.unwrap().expect("the worker stops cleanly");
+    worker.stop().await;
     w.stop().await;
 }

@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::{API_KEY, World, exits_ok, list_jobs, resume, summary, until, worker_args};
+use common::{World, exits_ok, list_jobs, resume, summary, until};
 use gemini_emulator::faults::{Billing, DailyQuota, EnqueuedTokens};
 use gemini_emulator::{FaultPlan, Timing};
 use std::time::{Duration, Instant};
@@ -211,20 +211,11 @@ async fn a_lasting_refusal_pauses(faults: FaultPlan, reason: pb::LedgerPauseReas
         quota_timing(),
     )
     .await;
-    let args = worker_args(
-        &w.stack.grpc,
-        &w.emulator.base_url(),
+    let worker = w.worker_in_process(
         LEDGER,
         "refused",
         &["--claim-size", "4", "--max-rows-per-batch", "4"],
     );
-    let stop = tokio_util::sync::CancellationToken::new();
-    let stopped = stop.clone();
-    let worker = tokio::spawn(tally_worker::run_until(
-        args,
-        tally_worker::ApiKey::new(API_KEY.into()),
-        async move { stopped.cancelled().await },
-    ));
     until(Duration::from_secs(60), "the ledger pauses", || async {
         summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
     })
@@ -269,8 +260,7 @@ async fn a_lasting_refusal_pauses(faults: FaultPlan, reason: pb::LedgerPauseReas
     })
     .await;
     assert_eq!(summary(&w.c, LEDGER).await.attempts_total, ROWS as i64);
-    stop.cancel();
-    worker.await.unwrap().expect("the worker stops cleanly");
+    worker.stop().await;
     w.stop().await;
 }
 

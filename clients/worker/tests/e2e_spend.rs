@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{API_KEY, World, resume, summary, until, worker_args};
+use common::{World, resume, summary, until};
 use gemini_emulator::FaultPlan;
 use std::time::Duration;
 use tally_core::spend::{RowSize, SpendCap};
@@ -100,20 +100,11 @@ async fn a_spend_cap_pauses_before_the_money_goes_out() {
     )
     .await;
     set_cap(&w, CAP_USD).await;
-    let args = worker_args(
-        &w.stack.grpc,
-        &w.emulator.base_url(),
+    let worker = w.worker_in_process(
         LEDGER,
         "spender",
         &["--claim-size", "4", "--max-rows-per-batch", "4"],
     );
-    let stop = tokio_util::sync::CancellationToken::new();
-    let stopped = stop.clone();
-    let worker = tokio::spawn(tally_worker::run_until(
-        args,
-        tally_worker::ApiKey::new(API_KEY.into()),
-        async move { stopped.cancelled().await },
-    ));
 
     until(
         Duration::from_secs(60),
@@ -177,7 +168,6 @@ async fn a_spend_cap_pauses_before_the_money_goes_out() {
     let spent = s.spend.unwrap().spent.unwrap();
     println!("after resume: spent ${:.4} for {ROWS} rows", spent.cost_usd);
     assert!(spent.cost_usd > CAP_USD);
-    stop.cancel();
-    worker.await.unwrap().expect("the worker stops cleanly");
+    worker.stop().await;
     w.stop().await;
 }

@@ -100,28 +100,14 @@ pub fn set_from_proto(req: &pb::SetGoldenRowsRequest) -> Result<(String, GoldenS
         });
     }
     let d = GoldenPolicy::default();
-    let every = match g.every_nth_job {
-        0 => d.every_nth_job,
-        n if (1..=MAX_EVERY).contains(&n) => n as u32,
-        _ => {
-            v.add(
-                "golden.every_nth_job",
-                format!("must be 1 to {MAX_EVERY} (0: 10)"),
-            );
-            d.every_nth_job
-        }
-    };
-    let window = match g.window {
-        0 => d.window,
-        n if (1..=MAX_WINDOW).contains(&n) => n as u32,
-        _ => {
-            v.add(
-                "golden.window",
-                format!("must be 1 to {MAX_WINDOW} (0: 20)"),
-            );
-            d.window
-        }
-    };
+    let every = ranged(
+        &mut v,
+        "golden.every_nth_job",
+        g.every_nth_job,
+        d.every_nth_job,
+        MAX_EVERY,
+    );
+    let window = ranged(&mut v, "golden.window", g.window, d.window, MAX_WINDOW);
     let fraction = g.max_mismatch_fraction;
     let fraction = if fraction == 0.0 {
         d.max_mismatch_fraction
@@ -147,6 +133,18 @@ pub fn set_from_proto(req: &pb::SetGoldenRowsRequest) -> Result<(String, GoldenS
             },
         },
     ))
+}
+
+/// `value` when 1..=max, `default` when 0; otherwise a violation of `field`.
+fn ranged(v: &mut Violations, field: &str, value: i32, default: u32, max: i32) -> u32 {
+    match value {
+        0 => default,
+        n if (1..=max).contains(&n) => n as u32,
+        _ => {
+            v.add(field, format!("must be 1 to {max} (0: {default})"));
+            default
+        }
+    }
 }
 
 pub fn row_to_proto(r: &GoldenRow) -> pb::GoldenRow {

@@ -390,3 +390,41 @@ pub async fn resume(c: &Clients, ledger: &str) {
         .await
         .expect("resume");
 }
+
+/// A worker running in this process (so tests can stop it cleanly).
+pub struct InProcess {
+    stop: tokio_util::sync::CancellationToken,
+    handle: tokio::task::JoinHandle<Result<tally_worker::RunReport, tally_worker::WorkerError>>,
+}
+
+impl World {
+    /// A worker on `ledger` run in this process, with `extra` flags.
+    pub fn worker_in_process(&self, ledger: &str, name: &str, extra: &[&str]) -> InProcess {
+        let args = worker_args(
+            &self.stack.grpc,
+            &self.emulator.base_url(),
+            ledger,
+            name,
+            extra,
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
+        let handle = tokio::spawn(tally_worker::run_until(
+            args,
+            tally_worker::ApiKey::new(API_KEY.into()),
+            async move { stopped.cancelled().await },
+        ));
+        InProcess { stop, handle }
+    }
+}
+
+impl InProcess {
+    /// Stops the worker; it must stop cleanly.
+    pub async fn stop(self) -> tally_worker::RunReport {
+        self.stop.cancel();
+        self.handle
+            .await
+            .unwrap()
+            .expect("the worker stops cleanly")
+    }
+}
