@@ -137,6 +137,10 @@ pub enum Command {
     /// Prompt templates.
     #[command(subcommand)]
     Prompts(PromptsCmd),
+    /// Golden rows: known-answer requests that catch the model behind an
+    /// alias changing (set from a JSONL file, get with their drift).
+    #[command(subcommand)]
+    Golden(GoldenCmd),
     /// Plan (and optionally enroll) a page dataset from its files.
     Plan(PlanArgs),
     /// Stream a ledger's rows with their results as JSONL, OpenAI batch
@@ -181,6 +185,9 @@ impl Command {
             Command::Operation(a) => Some(a.out),
             Command::Prompts(p) => match p {
                 PromptsCmd::Register { out, .. } | PromptsCmd::Get { out, .. } => Some(*out),
+            },
+            Command::Golden(g) => match g {
+                GoldenCmd::Set { out, .. } | GoldenCmd::Get { out, .. } => Some(*out),
             },
             Command::Enroll(_)
             | Command::Redrive(_)
@@ -761,6 +768,38 @@ pub enum PromptsCmd {
     Get {
         /// The prompt.
         name: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GoldenCmd {
+    /// Replace a ledger's golden rows with a JSONL file's (`-`: stdin), one
+    /// object a line: `{"key", "payload" (object), "prompt": "name@version"
+    /// (optional), "expected" (the answer's JSON), "fields": ["/label"]
+    /// (optional: compare only these)}`. An empty file turns them off.
+    Set {
+        ledger: String,
+        file: PathBuf,
+        /// The first job and every Nth carry them (default 10).
+        #[arg(long, default_value_t = 10)]
+        every_nth_job: i32,
+        /// Latest results the mismatch rate is read over (default 20).
+        #[arg(long, default_value_t = 20)]
+        window: i32,
+        /// Drift above this fraction of a full window (default 0.2).
+        #[arg(long, default_value_t = 0.2)]
+        max_mismatch_fraction: f64,
+        /// Drift pauses the ledger (reason model_drift), besides the alert.
+        #[arg(long)]
+        pause_on_drift: bool,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// A ledger's golden rows and what their latest results say.
+    Get {
+        ledger: String,
         #[command(flatten)]
         out: OutputArgs,
     },

@@ -78,6 +78,7 @@ proto_messages!(
     Lock,
     Operation,
     OperationEventRecord,
+    GoldenSet,
     Prompt,
     RedriveRowsResponse,
 );
@@ -88,6 +89,8 @@ const JSON_TEXT_FIELDS: &[&str] = &[
     "tally.v1.Row.payload",
     "tally.v1.Row.result",
     "tally.v1.Prompt.response_schema",
+    "tally.v1.GoldenRow.payload",
+    "tally.v1.GoldenRow.expected",
 ];
 
 /// tally-proto's descriptors, decoded once.
@@ -471,7 +474,8 @@ mod tests {
         same_message::<pb::OperationEventRecord>();
         same_message::<pb::Prompt>();
         same_message::<pb::RedriveRowsResponse>();
-        assert_eq!(PRINTED.len(), 10, "a printed message is not checked above");
+        same_message::<pb::GoldenSet>();
+        assert_eq!(PRINTED.len(), 11, "a printed message is not checked above");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod enroll;
 pub mod export;
+pub mod golden;
 pub mod jobs;
 pub mod ledger_archive;
 pub mod ledger_delete;
@@ -57,6 +58,7 @@ pub async fn dispatch(ctx: &mut Ctx, command: Command) -> Result<ExitCode, CliEr
         Command::Operation(args) => operations::get(ctx, args).await,
         Command::Locks(cmd) => jobs::locks(ctx, cmd).await,
         Command::Prompts(cmd) => prompts::run(ctx, cmd).await,
+        Command::Golden(cmd) => golden::run(ctx, cmd).await,
         Command::Plan(args) => plan::run(ctx, args).await,
         Command::Export(args) => export::run(ctx, args).await,
         Command::Completion(args) => Ok(completion(&args)),
