@@ -130,6 +130,21 @@ pub(crate) async fn for_new_job(
     Ok(set.rows)
 }
 
+/// The golden rows job `job_id` was made to carry (none when it was not).
+pub(crate) async fn of_job(
+    tx: &mut Transaction<'static, Postgres>,
+    job_id: i64,
+) -> Result<Vec<GoldenRow>> {
+    let rows: Option<sqlx::types::Json<Vec<GoldenRow>>> = sqlx::query_scalar(
+        "SELECT s.rows FROM jobs j JOIN golden_sets s ON s.ledger_id = j.ledger_id
+         WHERE j.id = $1 AND j.golden",
+    )
+    .bind(job_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(rows.map(|r| r.0).unwrap_or_default())
+}
+
 /// The latest `window` results of a ledger, newest first, read as drift.
 async fn read_drift<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,

@@ -466,7 +466,10 @@ impl Store {
         let out = async {
             let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
             if let Some(job_id) = claim.job_id {
-                let job = load_job(&mut *tx, job_id).await?;
+                // A repeated CreateJob (its answer was lost) answers the
+                // same job, with the golden rows it was made to carry.
+                let mut job = load_job(&mut *tx, job_id).await?;
+                job.golden = golden::of_job(&mut tx, job_id).await?;
                 return Ok(job);
             }
             claims::check_live(&claim, ledger)?;

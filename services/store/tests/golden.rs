@@ -77,6 +77,14 @@ async fn golden_rows_ride_along_and_catch_drift() {
         jobs.push((id, token));
     }
     assert_eq!(carried, [2, 0, 2, 0, 0, 2], "jobs 1, 3 and 6 carry the set");
+    // CreateJob again (its answer lost) answers the same job and its rows.
+    let again = s.create_job("l", jobs[2].1, "w").await.unwrap();
+    assert_eq!(
+        (again.public_id.as_str(), again.golden.len()),
+        (jobs[2].0.as_str(), 2)
+    );
+    let again = s.create_job("l", jobs[1].1, "w").await.unwrap();
+    assert!(again.golden.is_empty());
 
     // Today's answers match (g1 by its label, g2 whole).
     let today = [
