@@ -303,12 +303,9 @@ pub(crate) fn settle_ctes() -> &'static str {
 /// What a settling statement asserts (with `tally_assert`, migration 0006),
 /// given `$21`, the number of rows it was given: it wrote every one of them,
 /// and each was one the claim held. Otherwise it raises SQLSTATE
-/// [`FENCE_MOVED`] and keeps nothing.
+/// `crate::error::FENCE_MOVED` and keeps nothing.
 pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $21
           AND (SELECT c.held - d.held FROM c, dropped d) = $21";
-
-/// SQLSTATE of `tally_assert`.
-pub(crate) const FENCE_MOVED: &str = "TL001";
 
 static SETTLE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -349,7 +346,7 @@ pub(crate) async fn settle(
     let n = args.len();
     match args.bind(query).bind(n as i64).fetch_one(&mut **tx).await {
         Ok(row) => Ok(row.try_get(1)?),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(FENCE_MOVED) => {
+        Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
             Err(StoreError::Internal(format!(
                 "settling {n} rows of claim {claim_id}: a row was not held by the claim under its lock"
             )))

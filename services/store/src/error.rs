@@ -133,4 +133,32 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// The SQLSTATEs some callers branch on (a unique key taken, a fence that
+/// moved), decoded here and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sqlstate {
+    /// 23505 unique_violation.
+    UniqueViolation,
+    /// [`FENCE_MOVED`]: `tally_assert` found a settled row the claim did not
+    /// hold.
+    FenceMoved,
+    /// Anything else (or not a database error).
+    Other,
+}
+
+/// SQLSTATE of `tally_assert` (migration 0006).
+pub(crate) const FENCE_MOVED: &str = "TL001";
+
+/// What `e`'s SQLSTATE says.
+pub(crate) fn sqlstate(e: &sqlx::Error) -> Sqlstate {
+    match e {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            Some("23505") => Sqlstate::UniqueViolation,
+            Some(FENCE_MOVED) => Sqlstate::FenceMoved,
+            _ => Sqlstate::Other,
+        },
+        _ => Sqlstate::Other,
+    }
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

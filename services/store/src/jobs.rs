@@ -635,7 +635,7 @@ impl Store {
                         "{name} changed under its lock"
                     )));
                 }
-                Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => {
+                Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::UniqueViolation => {
                     return Err(StoreError::precondition(
                         "BATCH_IN_USE",
                         format!("{batch} is already recorded for another job"),

@@ -198,7 +198,7 @@ impl Store {
             .await;
         let row = match outcome {
             Ok(row) => row,
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(apply::FENCE_MOVED) => {
+            Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
                 self.held.forget(token);
                 return Ok(None);
             }

@@ -1310,3 +1310,32 @@ async fn the_provider_moves_a_submitted_job_forward_only() {
     );
     assert_queue_consistent(&env.store).await;
 }
+
+/// Invariant: a batch name carries one job: recording it for a second job
+/// is FAILED_PRECONDITION BATCH_IN_USE (the unique key's SQLSTATE decoded
+/// by the error module), and the second job stays unsubmitted.
+#[tokio::test]
+async fn one_batch_name_is_one_job() {
+    let env = env().await;
+    let s = &env.store;
+    s.create_ledger("l", &fast_policy()).await.unwrap();
+    s.enroll("l", &[row("a", &[]), row("b", &[])])
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..2 {
+        let g = claim(s, "l", 1).await.unwrap();
+        let j = s.create_job("l", g.claim.token, "w").await.unwrap();
+        jobs.push((j.public_id, g.claim.token));
+    }
+    s.mark_submitted("l", &jobs[0].0, jobs[0].1, "batches/same", "files/1", "w")
+        .await
+        .unwrap();
+    let e = s
+        .mark_submitted("l", &jobs[1].0, jobs[1].1, "batches/same", "files/2", "w")
+        .await
+        .unwrap_err();
+    assert_eq!(precondition_reason(&e), "BATCH_IN_USE");
+    let second = s.get_job("l", &jobs[1].0).await.unwrap();
+    assert!(second.batch.is_none());
+}
