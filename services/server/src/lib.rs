@@ -1,7 +1,8 @@
 //! The tally server.
 //!
 //! - [`config`]: flags and `TALLY_*` variables.
-//! - [`server`]: assembly, background tasks and the orderly shutdown.
+//! - [`server`]: assembly (checks, listeners, services and layers) and the
+//!   orderly shutdown; [`background`]: the tasks it runs beside serving.
 //! - [`database`]: a configured PostgreSQL or the private one.
 //! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
 //!   requests and [`convert`] translates messages.
@@ -34,6 +35,7 @@
 
 pub mod alerts;
 pub mod auth;
+pub mod background;
 pub mod backlog;
 pub mod caller;
 pub mod config;

@@ -17,8 +17,7 @@ use crate::middleware::Wrap;
 use crate::operations_service::Operations;
 use crate::rpc_metrics::RpcMetrics;
 use crate::wakeup;
-use crate::webhook::{self, WebhookState};
-use crate::{alerts, watch};
+use crate::watch;
 use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,6 +64,65 @@ impl Running {
     }
 }
 
+/// The listeners, bound before anything serves (a taken port fails the
+/// start, naming its flag).
+struct Bound {
+    grpc: TcpListener,
+    metrics: TcpListener,
+    http: Option<TcpListener>,
+    health: Option<TcpListener>,
+}
+
+async fn listen(addr: SocketAddr, flag: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({flag})"))
+}
+
+impl Bound {
+    async fn bind(
+        args: &ServeArgs,
+        webhooks: Option<&crate::config::WebhookListener>,
+    ) -> anyhow::Result<Bound> {
+        Ok(Bound {
+            grpc: listen(args.grpc_addr, "--grpc-addr").await?,
+            metrics: listen(args.metrics_addr, "--metrics-addr").await?,
+            http: match webhooks {
+                Some(config) => Some(listen(config.addr, "--http-addr").await?),
+                None => None,
+            },
+            health: match args.security.health_addr {
+                Some(addr) => Some(listen(addr, "--health-addr").await?),
+                None => None,
+            },
+        })
+    }
+
+    /// The gRPC, metrics, webhook and health addresses as bound.
+    #[allow(clippy::type_complexity)]
+    fn addrs(
+        &self,
+    ) -> anyhow::Result<(
+        SocketAddr,
+        SocketAddr,
+        Option<SocketAddr>,
+        Option<SocketAddr>,
+    )> {
+        Ok((
+            self.grpc.local_addr()?,
+            self.metrics.local_addr()?,
+            self.http
+                .as_ref()
+                .map(TcpListener::local_addr)
+                .transpose()?,
+            self.health
+                .as_ref()
+                .map(TcpListener::local_addr)
+                .transpose()?,
+        ))
+    }
+}
+
 /// Applies migrations and returns.
 pub async fn migrate(args: &ServeArgs) -> anyhow::Result<()> {
     let db = Database::open(args).await?;
@@ -100,35 +158,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let store = db.store.clone();
     let metrics = Metrics::with_store(store.clone());
 
-    let grpc = TcpListener::bind(args.grpc_addr)
-        .await
-        .with_context(|| format!("cannot listen on {} (--grpc-addr)", args.grpc_addr))?;
-    let grpc_addr = grpc.local_addr()?;
-    let metrics_listener = TcpListener::bind(args.metrics_addr)
-        .await
-        .with_context(|| format!("cannot listen on {} (--metrics-addr)", args.metrics_addr))?;
-    let metrics_addr = metrics_listener.local_addr()?;
-    let http = match &webhooks {
-        Some(config) => Some(
-            TcpListener::bind(config.addr)
-                .await
-                .with_context(|| format!("cannot listen on {} (--http-addr)", config.addr))?,
-        ),
-        None => None,
-    };
-    let http_addr = http.as_ref().map(TcpListener::local_addr).transpose()?;
-    let health_listener = match args.security.health_addr {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} (--health-addr)"))?,
-        ),
-        None => None,
-    };
-    let health_addr = health_listener
-        .as_ref()
-        .map(TcpListener::local_addr)
-        .transpose()?;
+    let bound = Bound::bind(&args, webhooks.as_ref()).await?;
+    let (grpc_addr, metrics_addr, http_addr, health_addr) = bound.addrs()?;
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     health::set_all(&reporter, ServingStatus::NotServing).await;
@@ -182,85 +213,17 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .max_decoding_message_size(max)
     .max_encoding_message_size(max_out);
 
-    let mut tasks = vec![
-        hub_task,
-        operation_listener,
-        tokio::spawn(health::watch_database(
-            store.clone(),
-            reporter.clone(),
-            metrics.clone(),
-            args.health_interval,
-            stop.clone(),
-        )),
-        tokio::spawn(sweep_expired_claims(
-            store.clone(),
-            args.sweep_interval,
-            metrics.clone(),
-            stop.clone(),
-        )),
-        tokio::spawn(crate::backlog::run(
-            store.clone(),
-            args.backlog_interval,
-            metrics.clone(),
-            stop.clone(),
-        )),
-        tokio::spawn(crate::purger::run(
-            store.clone(),
-            args.purge.clone(),
-            purge_wake,
-            metrics.clone(),
-            stop.clone(),
-        )),
-        tokio::spawn(crate::maintenance::vacuum_queue(
-            store.clone(),
-            args.queue_vacuum_interval,
-            metrics.clone(),
-            stop.clone(),
-        )),
-        tokio::spawn(serve_metrics(
-            metrics_listener,
-            metrics.clone(),
-            args.http.clone(),
-            stop.clone(),
-        )),
-    ];
-    match (http, &webhooks) {
-        (Some(listener), Some(config)) => {
-            let state = Arc::new(WebhookState::new(store.clone(), metrics.clone(), config));
-            tracing::info!(
-                http = %config.addr,
-                secrets = config.secrets.len(),
-                tolerance = ?config.tolerance,
-                "webhooks enabled at /webhooks/gemini"
-            );
-            tasks.push(tokio::spawn(webhook::serve(
-                listener,
-                state,
-                args.http.clone(),
-                stop.clone(),
-            )));
-        }
-        _ => match args.http_addr {
-            Some(addr) => tracing::warn!(
-                http = %addr,
-                "webhooks disabled: --http-addr is set but no --webhook-secret \
-                 (TALLY_WEBHOOK_SECRETS); nothing listens there"
-            ),
-            None => tracing::info!("webhooks disabled: no --webhook-secret configured"),
-        },
-    }
-    match args.alert_secret.clone() {
-        Some(secret) => tasks.push(tokio::spawn(alerts::run(
-            store.clone(),
-            alerts::Sender::new(secret, args.alert_reach())?,
-            args.alert_interval,
-            metrics.clone(),
-            stop.clone(),
-        ))),
-        None => tracing::warn!(
-            "no --alert-secret (TALLY_ALERT_SECRET): review-threshold alerts are not sent"
-        ),
-    }
+    let mut tasks = vec![hub_task, operation_listener];
+    tasks.extend(crate::background::spawn(
+        &args,
+        &store,
+        &metrics,
+        &reporter,
+        purge_wake,
+        bound.metrics,
+        bound.http.zip(webhooks.as_ref()),
+        &stop,
+    )?);
 
     // Metrics outermost (refusals are counted too); auth outside limits: a
     // caller without credentials takes no slot.
@@ -291,7 +254,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .add_service(operations);
     // The probe port answers (NOT_SERVING) until the main drain is over.
     let health_stop = CancellationToken::new();
-    let health_only = health_listener.map(|listener| {
+    let health_only = bound.health.map(|listener| {
         let stop = health_stop.clone();
         let stalls = stalls.clone();
         let router = tonic::transport::Server::builder()
@@ -310,39 +273,19 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             }
         })
     });
-    let grace = args.shutdown_grace;
-    let shutdown = stop.clone();
-    let done = tokio::spawn(async move {
-        let drained = shutdown.clone();
-        let serve = router.serve_with_incoming_shutdown(incoming(grpc, &stalls), async move {
-            drained.cancelled().await
-        });
-        tokio::pin!(serve);
-        let result = tokio::select! {
-            r = &mut serve => r.map_err(anyhow::Error::from),
-            _ = shutdown.cancelled() => {
-                tracing::info!("shutting down: not serving, draining calls");
-                health::set_all(&reporter, ServingStatus::NotServing).await;
-                // Streams (watches, health watches) would hold the drain
-                // open; they end now, after seeing NOT_SERVING.
-                end_streams.cancel();
-                match tokio::time::timeout(grace, &mut serve).await {
-                    Ok(r) => r.map_err(anyhow::Error::from),
-                    Err(_) => {
-                        tracing::warn!(grace = ?grace, "calls still open after the grace period; closing them");
-                        Ok(())
-                    }
-                }
-            }
-        };
-        health_stop.cancel();
-        for t in tasks.into_iter().chain(health_only) {
-            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
-        }
-        db.close().await;
-        tracing::info!("stopped");
-        result
-    });
+    let serve = router.serve_with_incoming_shutdown(
+        incoming(bound.grpc, &stalls),
+        stop.clone().cancelled_owned(),
+    );
+    let teardown = Teardown {
+        reporter,
+        end_streams,
+        grace: args.shutdown_grace,
+        health_stop,
+        tasks: tasks.into_iter().chain(health_only).collect(),
+        db,
+    };
+    let done = tokio::spawn(teardown.serve(serve, stop.clone()));
     tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, http = ?http_addr, health = ?health_addr, "tally serving");
     Ok(Running {
         grpc_addr,
@@ -354,6 +297,55 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         stop,
         done,
     })
+}
+
+/// What the orderly shutdown stops, in its order: health to NOT_SERVING,
+/// streams ended, calls drained for at most `grace`, then the health port,
+/// the background tasks and the pool.
+struct Teardown {
+    reporter: tonic_health::server::HealthReporter,
+    end_streams: CancellationToken,
+    grace: Duration,
+    health_stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    db: Database,
+}
+
+impl Teardown {
+    /// Runs `serve` (which stops accepting once `stop` fires) to its end,
+    /// then tears everything down.
+    async fn serve(
+        self,
+        serve: impl std::future::Future<Output = Result<(), tonic::transport::Error>>,
+        stop: CancellationToken,
+    ) -> anyhow::Result<()> {
+        tokio::pin!(serve);
+        let grace = self.grace;
+        let result = tokio::select! {
+            r = &mut serve => r.map_err(anyhow::Error::from),
+            _ = stop.cancelled() => {
+                tracing::info!("shutting down: not serving, draining calls");
+                health::set_all(&self.reporter, ServingStatus::NotServing).await;
+                // Streams (watches, health watches) would hold the drain
+                // open; they end now, after seeing NOT_SERVING.
+                self.end_streams.cancel();
+                match tokio::time::timeout(grace, &mut serve).await {
+                    Ok(r) => r.map_err(anyhow::Error::from),
+                    Err(_) => {
+                        tracing::warn!(grace = ?grace, "calls still open after the grace period; closing them");
+                        Ok(())
+                    }
+                }
+            }
+        };
+        self.health_stop.cancel();
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+        self.db.close().await;
+        tracing::info!("stopped");
+        result
+    }
 }
 
 /// One line on how callers are checked; a loud one when they are not.
@@ -389,58 +381,6 @@ fn announce_security(auth: &Authenticator, args: &ServeArgs) {
             }
         }
     }
-}
-
-/// Rescues rows of expired claims even when nobody is claiming.
-async fn sweep_expired_claims(
-    store: Store,
-    every: Duration,
-    metrics: Metrics,
-    stop: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
-        }
-        let rescued = store.rescue_expired(None).await;
-        if let Ok(r) = &rescued {
-            metrics.rows_rescued.inc_by(r.rows as u64);
-            metrics.jobs_abandoned.inc_by(r.abandoned_jobs as u64);
-            metrics.rows_released.inc_by(r.released_rows as u64);
-        }
-        match rescued {
-            Ok(r) if r.rows > 0 || r.abandoned_jobs > 0 => tracing::info!(
-                rows = r.rows,
-                abandoned_jobs = r.abandoned_jobs,
-                released_rows = r.released_rows,
-                "rescued rows of expired claims"
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "sweeping expired claims failed"),
-        }
-    }
-}
-
-async fn serve_metrics(
-    listener: TcpListener,
-    metrics: Metrics,
-    limits: crate::config::HttpLimits,
-    stop: CancellationToken,
-) {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let m = metrics.clone();
-            async move {
-                (
-                    [(http::header::CONTENT_TYPE, tally_telemetry::CONTENT_TYPE)],
-                    m.render(),
-                )
-            }
-        }),
-    );
-    crate::http_listener::serve(listener, app, limits, "metrics", stop).await;
 }
 
 /// Accepted connections with Nagle's algorithm off and TCP keepalive on
