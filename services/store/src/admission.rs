@@ -123,18 +123,12 @@ pub(crate) async fn admit(
             age: Duration::from_secs_f64(age),
         })
         .collect();
-    let typical: Option<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY end_time - create_time))::float8
-         FROM (SELECT create_time, end_time FROM jobs
-               WHERE model = $1 AND end_time IS NOT NULL AND batch IS NOT NULL
-               ORDER BY id DESC LIMIT 20) recent",
-    )
-    .bind(model)
-    .fetch_one(&mut **tx)
-    .await?;
-    let typical = typical
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64);
+    // Whether it fits does not depend on how long batches take; only the
+    // RetryInfo of a refusal does, so their history is read only then.
+    if quota::admit(quotas, model, tokens, &in_flight, None) == Admission::Admit {
+        return Ok(());
+    }
+    let typical = typical_duration(tx, model).await?;
     match quota::admit(quotas, model, tokens, &in_flight, typical) {
         Admission::Admit => Ok(()),
         Admission::Refuse {
@@ -159,6 +153,26 @@ pub(crate) async fn admit(
             })
         }
     }
+}
+
+/// The median duration of the model's last 20 batches (`None` before any
+/// finished).
+async fn typical_duration(
+    tx: &mut Transaction<'static, Postgres>,
+    model: &str,
+) -> Result<Option<Duration>> {
+    let secs: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY end_time - create_time))::float8
+         FROM (SELECT create_time, end_time FROM jobs
+               WHERE model = $1 AND end_time IS NOT NULL AND batch IS NOT NULL
+               ORDER BY id DESC LIMIT 20) recent",
+    )
+    .bind(model)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(secs
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64))
 }
 
 /// What is at the provider per model now, for /metrics.

@@ -87,6 +87,11 @@ const ACTOR: &str = "tally (golden rows)";
 
 type SetRow = (sqlx::types::Json<Vec<GoldenRow>>, i32, i32, f64, bool);
 
+/// A ledger's set as [`SetRow`] (`$1`: the ledger id).
+const SET_SELECT: &str =
+    "SELECT rows, every_nth_job, window_size, max_mismatch_fraction, pause_on_drift
+     FROM golden_sets WHERE ledger_id = $1";
+
 fn set_of(row: SetRow) -> GoldenSet {
     let (rows, every_nth_job, window, max_mismatch_fraction, pause_on_drift) = row;
     GoldenSet {
@@ -203,13 +208,10 @@ impl Store {
     /// A ledger's golden set (`None`: never set) and its drift.
     pub async fn get_golden(&self, ledger: &str) -> Result<Option<(GoldenSet, DriftView)>> {
         let record = self.ledger(ledger).await?;
-        let row: Option<SetRow> = sqlx::query_as(
-            "SELECT rows, every_nth_job, window_size, max_mismatch_fraction, pause_on_drift
-             FROM golden_sets WHERE ledger_id = $1",
-        )
-        .bind(record.id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row: Option<SetRow> = sqlx::query_as(SET_SELECT)
+            .bind(record.id)
+            .fetch_optional(&self.pool)
+            .await?;
         let Some(row) = row else { return Ok(None) };
         let set = set_of(row);
         let drift = read_drift(&self.pool, record.id, &set.policy).await?;
@@ -231,10 +233,8 @@ impl Store {
         let mut tx = self.begin().await?;
         let out = async {
             let job = jobs::lock_fenced_job(&mut tx, record.id, ledger, public_id, token).await?;
-            let row: Option<SetRow> = sqlx::query_as(
-                "SELECT rows, every_nth_job, window_size, max_mismatch_fraction, pause_on_drift
-                 FROM golden_sets WHERE ledger_id = $1 FOR UPDATE",
-            )
+            let sql = format!("{SET_SELECT} FOR UPDATE");
+            let row: Option<SetRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(record.id)
             .fetch_optional(&mut *tx)
             .await?;
