@@ -12,7 +12,7 @@ use crate::claims::{self, Taken};
 use crate::pause::PauseLedger;
 use crate::spend::{self, Locked};
 use crate::types::{ClaimGrant, ClaimRequest, LedgerRecord};
-use crate::{Result, Store, apply};
+use crate::{Result, Store, fence, settle};
 use tally_core::pause::PauseReason;
 use tally_core::spend::{self as rules, Amount, Level, RowSize, SpendCap};
 use tally_core::transition::Event;
@@ -77,9 +77,9 @@ impl Store {
             // The claim stands with the rows that fit; the next one finds
             // nothing fits and pauses the ledger.
             let keys = taken.keys_from(fit);
-            let rows = claims::lock_held_rows(&mut tx, token, Some(&keys)).await?;
-            let writes = claims::transitions(&rows, &Event::Release, &record.policy)?;
-            apply::settle(&mut tx, record.id, token, &writes, apply::Settler::SYSTEM).await?;
+            let rows = fence::lock_held_rows(&mut tx, token, Some(&keys)).await?;
+            let writes = settle::transitions(&rows, &Event::Release, &record.policy)?;
+            settle::settle(&mut tx, record.id, token, &writes, settle::Settler::SYSTEM).await?;
             taken.truncate(fit);
         }
         self.warn_if_due(&mut tx, record, &cap, &account, reserved)

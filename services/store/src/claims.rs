@@ -1,5 +1,6 @@
-//! Claims: leasing runnable rows to a worker, extending and releasing the
-//! lease, and rescuing rows whose lease ran out.
+//! Claims: leasing runnable rows to a worker (the claim statement),
+//! extending the lease and releasing rows. Rescue of expired claims is
+//! [`crate::rescue`]; locking a claim is [`crate::fence`].
 //!
 //! A claim takes rows off the narrow `runnable` queue with `FOR UPDATE SKIP
 //! LOCKED` (concurrent claimers never wait for, nor get, the same row) and
@@ -7,26 +8,23 @@
 //! are not written until they are settled (migration 0007): a row is
 //! RUNNING while an ACTIVE claim's `row_ids` holds it.
 
-use crate::apply::{self, NewAttempt, RowWrite, Settler};
-use crate::held::HeldRows;
+use crate::claim_cache::CachedClaim;
+use crate::fence::{RowSnapshot, check_live, lease_ms, lock_claim, lock_held_rows};
+use crate::rescue::RESCUE_DUE;
+use crate::settle::transitions;
+use crate::settle::{self, Settler};
 use crate::types::{
-    ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord,
-    Rescued, Time, Usage,
+    ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord, Time,
 };
-use crate::{Result, Store, StoreError, events, jitter_sample, jobs, ledgers, pause};
-use sqlx::{Postgres, Transaction};
+use crate::{Result, Store, StoreError, abandon, events, fence, pause};
+use sqlx::Postgres;
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
-use tally_core::job::{JobEvent, JobState};
-use tally_core::names::claim_for_logs;
-use tally_core::policy::Policy;
+use tally_core::job::JobState;
 use tally_core::status::{PerBudget, RowStatus};
-use tally_core::transition::{self, Context, Event, RowState};
+use tally_core::transition::Event;
 use uuid::Uuid;
-
-/// Claims rescued per call of [`Store::rescue_expired`].
-const RESCUE_BATCH: i64 = 50;
 
 #[derive(sqlx::FromRow)]
 struct ClaimRow {
@@ -91,109 +89,6 @@ impl From<HeldRow> for ClaimedRow {
 }
 
 /// A claim as the store loads it for a change.
-#[derive(sqlx::FromRow)]
-pub(crate) struct LockedClaim {
-    pub token: Uuid,
-    pub state: i16,
-    pub live: bool,
-    pub job_id: Option<i64>,
-    pub now: Time,
-    /// The rows the claim holds.
-    pub row_ids: Vec<i64>,
-    pub model: String,
-}
-
-impl LockedClaim {
-    /// Active and within its lease.
-    pub fn is_live(&self) -> bool {
-        self.state == 1 && self.live
-    }
-}
-
-/// A row as the store loads it to settle it (or to answer a report that
-/// does not).
-#[derive(sqlx::FromRow, Clone, Debug)]
-pub(crate) struct LockedRow {
-    pub id: i64,
-    pub key: String,
-    pub status: i16,
-    pub provider_failures: i32,
-    pub content_failures: i32,
-    pub infra_failures: i32,
-    pub attempts: i32,
-    pub last_claim_id: Option<Uuid>,
-}
-
-impl LockedRow {
-    /// The row as the claim holding it sees it: RUNNING.
-    pub fn held_state(&self) -> RowState {
-        RowState {
-            status: RowStatus::Running,
-            failures: PerBudget::new(
-                self.provider_failures as u32,
-                self.content_failures as u32,
-                self.infra_failures as u32,
-            ),
-            total: self.attempts as u32,
-        }
-    }
-
-    pub fn state(&self) -> Result<RowState> {
-        Ok(RowState {
-            status: RowStatus::from_code(self.status).ok_or_else(|| {
-                StoreError::Internal(format!("row {} has status {}", self.key, self.status))
-            })?,
-            failures: PerBudget::new(
-                self.provider_failures as u32,
-                self.content_failures as u32,
-                self.infra_failures as u32,
-            ),
-            total: self.attempts as u32,
-        })
-    }
-}
-
-pub(crate) const LOCKED_ROW_COLUMNS: &str = "id, key, status, provider_failures, content_failures, \
-     infra_failures, attempts, last_claim_id";
-
-/// Loads and locks a claim of a ledger; NOT_FOUND when there is none.
-pub(crate) async fn lock_claim(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger_id: i64,
-    ledger: &str,
-    token: Uuid,
-) -> Result<LockedClaim> {
-    sqlx::query_as::<_, LockedClaim>(
-        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now, row_ids, model
-         FROM claims WHERE token = $1 AND ledger_id = $2 FOR UPDATE",
-    )
-    .bind(token)
-    .bind(ledger_id)
-    .fetch_optional(&mut **tx)
-    .await?
-    .ok_or_else(|| StoreError::not_found("claim", format!("ledgers/{ledger}/claims/{token}")))
-}
-
-/// Loads and locks the rows a claim still holds (optionally only `keys`).
-/// The caller holds the claim's lock.
-pub(crate) async fn lock_held_rows(
-    tx: &mut Transaction<'static, Postgres>,
-    token: Uuid,
-    keys: Option<&[String]>,
-) -> Result<Vec<LockedRow>> {
-    let sql = format!(
-        "SELECT {LOCKED_ROW_COLUMNS} FROM rows
-         WHERE id = ANY((SELECT row_ids FROM claims WHERE token = $1)::int8[])
-           AND ($2::text[] IS NULL OR key = ANY($2))
-         ORDER BY id FOR UPDATE"
-    );
-    Ok(sqlx::query_as::<_, LockedRow>(sqlx::AssertSqlSafe(sql))
-        .bind(token)
-        .bind(keys)
-        .fetch_all(&mut **tx)
-        .await?)
-}
-
 const CLAIM_SELECT: &str = "SELECT c.token, l.name AS ledger, c.worker, c.model, c.create_time, \
      c.expire_time, c.state, c.row_count, c.held, \
      (SELECT j.public_id FROM jobs j WHERE j.id = c.job_id) AS job \
@@ -214,12 +109,6 @@ pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
 
 /// The condition "claim `c` ran out of lease and waits to be rescued"
 /// (claims of submitted jobs wait for adoption instead).
-const RESCUE_DUE: &str = "c.state = 1 AND c.expire_time <= now()
-     AND (c.job_id IS NULL OR EXISTS (
-         SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL))";
-
-/// What one claim statement did: found expired claims to rescue first (and
-/// took nothing), or took these rows (one array per column, in id order).
 #[derive(sqlx::FromRow)]
 pub(crate) struct Taken {
     due: bool,
@@ -310,7 +199,7 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         .bind(token)
         .bind(&req.worker)
         .bind(req.request_id.as_deref())
-        .bind(lease_ms(req.lease, &ledger.policy))
+        .bind(lease_ms(req.lease, ledger.policy.lease))
         .bind(check_due)
         .bind(req.bytes.map(|b| b.max_bytes))
         .bind(req.bytes.map_or(0, |b| b.row_overhead))
@@ -388,13 +277,13 @@ impl Taken {
     }
 
     /// The answer to the claim (none: nothing was runnable), and what the
-    /// claim holds as it found it (for `held`).
+    /// claim holds as it found it (for the claim cache).
     fn into_grant(
         self,
         ledger: &LedgerRecord,
         req: &ClaimRequest,
         token: Uuid,
-    ) -> Result<Option<(ClaimGrant, HeldRows)>> {
+    ) -> Result<Option<(ClaimGrant, CachedClaim)>> {
         let ids = self.ids.unwrap_or_default();
         let (Some(create_time), Some(expire_time)) = (self.create_time, self.expire_time) else {
             return Ok(None);
@@ -420,7 +309,7 @@ impl Taken {
         {
             held.insert(
                 key.clone(),
-                LockedRow {
+                RowSnapshot {
                     id,
                     key: key.clone(),
                     status: RowStatus::Running.code(),
@@ -459,7 +348,7 @@ impl Taken {
             held: n as i32,
             job: None,
         };
-        let held = HeldRows {
+        let held = CachedClaim {
             ledger_id: ledger.id,
             rows: held,
             held: n as i32,
@@ -475,13 +364,6 @@ impl Taken {
             held,
         )))
     }
-}
-
-fn lease_ms(lease: Option<Duration>, policy: &Policy) -> i64 {
-    lease
-        .unwrap_or(policy.lease)
-        .as_millis()
-        .min(i64::MAX as u128) as i64
 }
 
 impl Store {
@@ -556,7 +438,7 @@ impl Store {
     }
 
     /// The answer to what a claim took; this process remembers the rows
-    /// (see `held`).
+    /// (see `claim_cache`).
     pub(crate) fn granted(
         &self,
         ledger: &LedgerRecord,
@@ -567,7 +449,7 @@ impl Store {
         let Some((grant, held)) = taken.into_grant(ledger, req, token)? else {
             return Ok(None);
         };
-        self.held.insert(token, held);
+        self.claim_cache.insert(token, held);
         Ok(Some(grant))
     }
 
@@ -642,7 +524,7 @@ impl Store {
                  WHERE token = $1",
             )
             .bind(token)
-            .bind(lease_ms(lease, &record.policy))
+            .bind(lease_ms(lease, record.policy.lease))
             .execute(&mut *tx)
             .await?;
             let out = load_claim(&mut *tx, token).await?;
@@ -678,7 +560,7 @@ impl Store {
             check_live(&claim, ledger)?;
             let job = match claim.job_id {
                 Some(id) => {
-                    let job = jobs::lock_job_by_id(&mut tx, id).await?;
+                    let job = fence::lock_job_by_id(&mut tx, id).await?;
                     if job.state()? == JobState::Creating {
                         return Err(StoreError::precondition(
                             "JOB_CREATE_UNRESOLVED",
@@ -704,9 +586,9 @@ impl Store {
             };
             let rows = lock_held_rows(&mut tx, token, keys).await?;
             let writes = transitions(&rows, &Event::Release, &record.policy)?;
-            let held = apply::settle(&mut tx, record.id, token, &writes, Settler::SYSTEM).await?;
+            let held = settle::settle(&mut tx, record.id, token, &writes, Settler::SYSTEM).await?;
             if let Some(job) = job.filter(|_| held <= 0) {
-                jobs::abandon(
+                abandon::abandon(
                     &mut tx,
                     &record,
                     token,
@@ -721,146 +603,7 @@ impl Store {
             Ok((writes.len() as i64, out))
         }
         .await;
-        self.held.forget(token);
+        self.claim_cache.forget(token);
         crate::end_tx(tx, out).await
-    }
-
-    /// Rescues rows of claims whose lease ran out. Rows of a claim without
-    /// a job count an infra attempt (`lease_expired`) and become RETRYABLE,
-    /// or PERMANENT at the cap. A claim whose job is still PREPARING never
-    /// sent its rows: they go back without an attempt and the job is
-    /// abandoned (CANCELLED). Claims of submitted jobs are left alone: their
-    /// rows are at the provider and wait for AdoptJobs. Claims are taken
-    /// with SKIP LOCKED, so replicas share the work.
-    #[tracing::instrument(
-        target = "tally::trace",
-        level = "debug",
-        name = "store.rescue_expired",
-        skip_all
-    )]
-    pub async fn rescue_expired(&self, ledger_id: Option<i64>) -> Result<Rescued> {
-        let mut tx = self.begin().await?;
-        let expired: Vec<(Uuid, i64, String, Option<i64>)> = sqlx::query_as(
-            "SELECT c.token, c.ledger_id, l.name, c.job_id
-             FROM claims c JOIN ledgers l ON l.id = c.ledger_id AND l.delete_time IS NULL
-             WHERE c.state = 1 AND c.expire_time <= now()
-               AND (c.job_id IS NULL OR EXISTS (
-                   SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL))
-               AND ($1::int8 IS NULL OR c.ledger_id = $1)
-             ORDER BY c.expire_time LIMIT $2
-             FOR UPDATE OF c SKIP LOCKED",
-        )
-        .bind(ledger_id)
-        .bind(RESCUE_BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut out = Rescued::default();
-        let mut abandoned = Vec::new();
-        for (token, ledger_id, ledger, job_id) in expired {
-            let record = ledgers::load(&mut *tx, &ledger).await?;
-            if let Some(job_id) = job_id {
-                // Re-read under the lock: the job may have been submitted
-                // since the candidates were chosen; then it waits for
-                // adoption.
-                let job = jobs::lock_job_by_id(&mut tx, job_id).await?;
-                if job.step(JobEvent::Abandon, &ledger).is_err() {
-                    continue;
-                }
-                let n = jobs::abandon(
-                    &mut tx,
-                    &record,
-                    token,
-                    &job,
-                    3,
-                    "cancelled before submission: its owner's lease expired; its rows were released without an attempt",
-                )
-                .await?;
-                tracing::info!(ledger = %ledger, job = %job.public_id, rows = n, "abandoned a job that was never submitted");
-                out.abandoned_jobs += 1;
-                out.released_rows += n;
-                abandoned.push((job_id, JobEventKind::StateChanged));
-                continue;
-            }
-            let rows = lock_held_rows(&mut tx, token, None).await?;
-            let writes = transitions(
-                &rows,
-                &Event::LeaseExpired { counted: true },
-                &record.policy,
-            )?;
-            apply::settle(&mut tx, ledger_id, token, &writes, Settler::SYSTEM).await?;
-            sqlx::query("UPDATE claims SET state = 3 WHERE token = $1")
-                .bind(token)
-                .execute(&mut *tx)
-                .await?;
-            self.held.forget(token);
-            out.rows += writes.len();
-            if !writes.is_empty() {
-                tracing::info!(ledger = %ledger, claim = %claim_for_logs(&token.to_string()), rows = writes.len(), "rescued rows of an expired claim");
-            }
-        }
-        events::append(&mut tx, &abandoned, "system").await?;
-        tx.commit().await?;
-        Ok(out)
-    }
-}
-
-/// FAILED_PRECONDITION unless the claim is active and within its lease.
-pub(crate) fn check_live(claim: &LockedClaim, ledger: &str) -> Result<()> {
-    let name = format!("ledgers/{ledger}/claims/{}", claim.token);
-    match (claim.state, claim.live) {
-        (1, true) => Ok(()),
-        (2, _) => Err(StoreError::precondition(
-            "CLAIM_DONE",
-            format!("{name} holds no rows any more (every row was reported or released)"),
-        )),
-        _ => Err(StoreError::precondition(
-            "CLAIM_EXPIRED",
-            format!("{name} lost its lease; its rows were or will be rescued"),
-        )),
-    }
-}
-
-/// Applies one system event (release, expiry, job failure, missing output)
-/// to every locked row. `actor` gives the attempt's actor for events that
-/// count an attempt.
-pub(crate) fn transitions(
-    rows: &[LockedRow],
-    event: &Event,
-    policy: &Policy,
-) -> Result<Vec<RowWrite>> {
-    let overrides = policy.overrides();
-    rows.iter()
-        .map(|row| {
-            let ctx = Context {
-                policy,
-                overrides: &overrides,
-                jitter: jitter_sample(row.id, row.attempts as u32),
-            };
-            let t = transition::step(row.held_state(), event, &ctx).map_err(|r| {
-                StoreError::Internal(format!("row {} refused {event:?}: {r}", row.key))
-            })?;
-            Ok(RowWrite {
-                id: row.id,
-                status: t.status,
-                failures: t.failures,
-                total: t.total,
-                rule: t.rule.as_ref().map(|r| r.name()),
-                last_error: t.attempt.as_ref().map(|a| describe_system(&a.rule)),
-                result: None,
-                usage: Usage::default(),
-                retry_after_ms: t.retry_after.map_or(0, |d| d.as_millis() as i64),
-                attempt: NewAttempt::of(&t)?,
-            })
-        })
-        .collect()
-}
-
-fn describe_system(rule: &tally_core::classify::Rule) -> String {
-    use tally_core::classify::Rule;
-    match rule {
-        Rule::LeaseExpired => "the claim's lease expired before the row was reported".into(),
-        Rule::JobFailed => "the job carrying the row failed, expired or was cancelled".into(),
-        Rule::MissingFromOutput => "the row was missing from the job's output".into(),
-        other => other.name(),
     }
 }

@@ -6,7 +6,7 @@
 //! share-locked here, so a concurrent report cannot settle them between our
 //! read and our commit) or at rows of the same call.
 
-use crate::apply::unless_all;
+use crate::settle::unless_all;
 use crate::types::{EnrollOutcome, LedgerRecord, NewRow};
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, Transaction};
@@ -475,7 +475,7 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
                    coalesce(string_to_array(nullif(t.deps_csv, ''), ','), '{}'),
                    coalesce(t.prompt_name, ''), coalesce(t.prompt_version, ''),
                    coalesce(t.model, $15), coalesce(t.status, 1), coalesce(t.unmet, 0),
-                   -- Born BLOCKED reads like blocked later (apply::block_dependants).
+                   -- Born BLOCKED reads like blocked later (settle::block_dependants).
                    CASE WHEN t.status = 6 THEN 'dependency_failed' ELSE '' END,
                    CASE WHEN t.status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
             -- In array order: keys sorted (see above). Ids, and so claim

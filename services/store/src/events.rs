@@ -24,7 +24,7 @@
 //! The same statement calls `pg_notify`, delivered at commit to every
 //! listening server: a hint to read the table, never the data itself.
 
-use crate::jobs::{JOB_RECORD_COLUMNS, JOB_SELECT, JobRow};
+use crate::job_view::{JOB_RECORD_COLUMNS, JOB_SELECT, JobRow};
 use crate::types::{JobEventKind, JobEventRecord, Pause, Time};
 use crate::{Result, Store, StoreError};
 use sqlx::postgres::PgListener;

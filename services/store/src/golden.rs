@@ -4,50 +4,16 @@
 //! job and key), and read as drift, which sends one `model_drift` alert per
 //! model version and pauses the ledger when the set says so.
 
-use crate::jobs;
+use crate::fence;
 use crate::pause::PauseLedger;
 use crate::types::LedgerRecord;
 use crate::{Result, Store, StoreError};
-use serde::{Deserialize, Serialize};
 use sqlx::{Postgres, Transaction};
-use tally_core::golden::{self, Drift, Expect, GoldenPolicy};
+use tally_core::golden::{self, Drift, GoldenPolicy};
 use tally_core::pause::PauseReason;
 use uuid::Uuid;
 
-/// One golden row as stored (and as CreateJob hands it to the worker).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GoldenRow {
-    pub key: String,
-    pub payload: String,
-    pub prompt_name: String,
-    pub prompt_version: String,
-    /// The expected answer (JSON).
-    pub expected: serde_json::Value,
-    /// JSON pointers to compare; empty: the whole answer.
-    pub fields: Vec<String>,
-}
-
-impl GoldenRow {
-    pub fn expect(&self) -> Expect {
-        if self.fields.is_empty() {
-            Expect::Exact(self.expected.clone())
-        } else {
-            Expect::Fields(
-                self.fields
-                    .iter()
-                    .map(|f| {
-                        let want = self
-                            .expected
-                            .pointer(f)
-                            .cloned()
-                            .unwrap_or(serde_json::Value::Null);
-                        (f.clone(), want)
-                    })
-                    .collect(),
-            )
-        }
-    }
-}
+pub use crate::types::GoldenRow;
 
 /// A ledger's golden set.
 #[derive(Debug, Clone, PartialEq)]
@@ -232,7 +198,7 @@ impl Store {
         let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
         let out = async {
-            let job = jobs::lock_fenced_job(&mut tx, record.id, ledger, public_id, token).await?;
+            let job = fence::lock_fenced_job(&mut tx, record.id, ledger, public_id, token).await?;
             let sql = format!("{SET_SELECT} FOR UPDATE");
             let row: Option<SetRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
             .bind(record.id)

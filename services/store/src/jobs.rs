@@ -12,19 +12,16 @@
 //! reported (so its lease keeps meaning "the owner is alive" until the job
 //! is finished); FinishJob marks it DONE, adoption EXPIRED.
 
-use crate::admission;
-use crate::claims;
-use crate::events;
-use crate::golden;
-use crate::pause;
+use crate::abandon::close_unsent;
+use crate::fence::{self, lease_ms, lock_fenced, lock_job_by_id};
+use crate::job_view::{JOB_SELECT, JobRow, load_job};
 use crate::types::{
-    AdoptResult, AdoptedJob, ClaimRecord, FinishRequest, JobEventKind, JobRecord, LedgerRecord,
-    NotCreated, Time,
+    AdoptResult, AdoptedJob, ClaimRecord, FinishRequest, JobEventKind, JobRecord, NotCreated,
 };
-use crate::{Result, Store, StoreError, apply, ledgers};
-use sqlx::{Executor, Postgres, Transaction};
+use crate::{Result, Store, StoreError};
+use crate::{admission, claims, events, golden, pause, settle};
 use std::time::Duration;
-use tally_core::job::{self, FinalState, JobEvent, JobRefusal, JobState};
+use tally_core::job::{FinalState, JobEvent, JobState};
 use tally_core::names::{self, claim_for_logs};
 use tally_core::pause::Work;
 use tally_core::status::RowStatus;
@@ -37,414 +34,6 @@ pub const RETRY_AFTER_FULL_SECS: u64 = 30;
 /// First key of the advisory lock that makes counting a ledger's open jobs
 /// and inserting one atomic (second key: the ledger).
 const JOB_LIMIT_LOCK: i32 = 0x7461_6a01;
-
-/// A job with its ledger's name and its claim's lease, as one row.
-pub(crate) const JOB_SELECT: &str = "SELECT j.id, j.public_id, j.ledger_id, l.name AS ledger, \
-     j.claim_token, j.state, j.final_state, j.model, j.owner, j.batch, j.input_file, \
-     j.output_file, j.error, j.adoptions, j.row_count, j.succeeded, j.retryable, j.permanent, \
-     j.missing, CASE WHEN j.end_time IS NULL THEN coalesce(c.held, 0) ELSE 0 END AS unreported, \
-     CASE WHEN j.end_time IS NULL THEN c.expire_time END AS lease_expire_time, \
-     j.create_time, j.submit_time, j.end_time, j.update_time, j.create_attempt_time \
-     FROM jobs j JOIN ledgers l ON l.id = j.ledger_id LEFT JOIN claims c ON c.token = j.claim_token";
-
-/// The columns of [`JOB_SELECT`] with their types, for reading a stored
-/// snapshot (`to_jsonb` of that row) back with `jsonb_to_record`.
-pub(crate) const JOB_RECORD_COLUMNS: &str = "id int8, public_id text, ledger_id int8, \
-     ledger text, claim_token uuid, state int2, final_state int2, model text, owner text, \
-     batch text, input_file text, output_file text, error text, adoptions int4, row_count int4, \
-     succeeded int4, retryable int4, permanent int4, missing int4, unreported int4, \
-     lease_expire_time timestamptz, create_time timestamptz, submit_time timestamptz, \
-     end_time timestamptz, update_time timestamptz, create_attempt_time timestamptz";
-
-#[derive(sqlx::FromRow)]
-pub(crate) struct JobRow {
-    id: i64,
-    public_id: String,
-    ledger: String,
-    claim_token: Uuid,
-    state: i16,
-    final_state: Option<i16>,
-    model: String,
-    owner: String,
-    batch: Option<String>,
-    input_file: String,
-    output_file: String,
-    error: String,
-    adoptions: i32,
-    row_count: i32,
-    succeeded: i32,
-    retryable: i32,
-    permanent: i32,
-    missing: i32,
-    unreported: i32,
-    lease_expire_time: Option<Time>,
-    create_time: Time,
-    submit_time: Option<Time>,
-    end_time: Option<Time>,
-    update_time: Time,
-    create_attempt_time: Option<Time>,
-}
-
-impl JobRow {
-    pub(crate) fn into_record(self) -> Result<JobRecord> {
-        let state = JobState::from_code(self.state).ok_or_else(|| {
-            StoreError::Internal(format!("job {} has state {}", self.public_id, self.state))
-        })?;
-        Ok(JobRecord {
-            id: self.id,
-            public_id: self.public_id,
-            ledger: self.ledger,
-            claim: self.claim_token,
-            state,
-            final_state: self
-                .final_state
-                .and_then(JobState::from_code)
-                .and_then(FinalState::from_state),
-            model: self.model,
-            owner: self.owner,
-            batch: self.batch,
-            input_file: self.input_file,
-            output_file: self.output_file,
-            error: self.error,
-            adoptions: self.adoptions,
-            counts: JobCounts {
-                rows: i64::from(self.row_count),
-                succeeded: i64::from(self.succeeded),
-                retryable: i64::from(self.retryable),
-                permanent: i64::from(self.permanent),
-                missing: i64::from(self.missing),
-            },
-            unreported: self.unreported,
-            create_time: self.create_time,
-            submit_time: self.submit_time,
-            end_time: self.end_time,
-            update_time: self.update_time,
-            lease_expire_time: self.lease_expire_time,
-            create_attempt_time: self.create_attempt_time,
-            golden: Vec::new(),
-        })
-    }
-}
-
-/// A job as the store locks it for a change.
-#[derive(sqlx::FromRow)]
-pub(crate) struct LockedJob {
-    pub id: i64,
-    pub public_id: String,
-    pub claim_token: Uuid,
-    pub state: i16,
-    pub closed: bool,
-    pub batch: Option<String>,
-    pub input_file: String,
-    pub final_state: Option<i16>,
-}
-
-impl LockedJob {
-    pub fn state(&self) -> Result<JobState> {
-        JobState::from_code(self.state).ok_or_else(|| {
-            StoreError::Internal(format!("job {} has state {}", self.public_id, self.state))
-        })
-    }
-
-    pub fn step(&self, event: JobEvent, ledger: &str) -> Result<job::JobTransition> {
-        job::step(self.state()?, self.closed, event)
-            .map_err(|r| refused(&r, &names::job_name(ledger, &self.public_id)))
-    }
-}
-
-const LOCKED_JOB: &str = "SELECT id, public_id, claim_token, state, end_time IS NOT NULL AS closed, \
-     batch, input_file, final_state FROM jobs";
-
-/// Locks a job by its id.
-pub(crate) async fn lock_job_by_id(
-    tx: &mut Transaction<'static, Postgres>,
-    id: i64,
-) -> Result<LockedJob> {
-    let sql = format!("{LOCKED_JOB} WHERE id = $1 FOR UPDATE");
-    sqlx::query_as::<_, LockedJob>(sqlx::AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_optional(&mut **tx)
-        .await?
-        .ok_or_else(|| StoreError::Internal(format!("job {id} vanished")))
-}
-
-async fn lock_job(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger_id: i64,
-    ledger: &str,
-    public_id: &str,
-) -> Result<LockedJob> {
-    let sql = format!("{LOCKED_JOB} WHERE ledger_id = $1 AND public_id = $2 FOR UPDATE");
-    sqlx::query_as::<_, LockedJob>(sqlx::AssertSqlSafe(sql))
-        .bind(ledger_id)
-        .bind(public_id)
-        .fetch_optional(&mut **tx)
-        .await?
-        .ok_or_else(|| StoreError::not_found("job", names::job_name(ledger, public_id)))
-}
-
-/// Locks a job's claim, then the job (JobService's order), and checks that
-/// the claim presented is the one fencing the job now.
-async fn lock_fenced(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger_id: i64,
-    ledger: &str,
-    public_id: &str,
-    token: Uuid,
-) -> Result<(claims::LockedClaim, LockedJob)> {
-    let claim = claims::lock_claim(tx, ledger_id, ledger, token).await?;
-    let job = lock_job(tx, ledger_id, ledger, public_id).await?;
-    if job.claim_token != token {
-        return Err(not_the_jobs_claim(ledger, token, &job));
-    }
-    Ok((claim, job))
-}
-
-/// The id of job `public_id`, locked, when `token` is its claim (see
-/// `lock_fenced`).
-pub(crate) async fn lock_fenced_job(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger_id: i64,
-    ledger: &str,
-    public_id: &str,
-    token: Uuid,
-) -> Result<i64> {
-    Ok(lock_fenced(tx, ledger_id, ledger, public_id, token)
-        .await?
-        .1
-        .id)
-}
-
-pub(crate) async fn load_job<'e, E: Executor<'e, Database = Postgres>>(
-    exec: E,
-    id: i64,
-) -> Result<JobRecord> {
-    let sql = format!("{JOB_SELECT} WHERE j.id = $1");
-    sqlx::query_as::<_, JobRow>(sqlx::AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_optional(exec)
-        .await?
-        .ok_or_else(|| StoreError::Internal(format!("job {id} vanished")))?
-        .into_record()
-}
-
-/// A refusal of the job state machine as FAILED_PRECONDITION.
-pub(crate) fn refused(r: &JobRefusal, job: &str) -> StoreError {
-    StoreError::precondition(r.reason(), format!("{job}: {r}"))
-}
-
-/// The claim presented is not the one fencing the job now.
-fn not_the_jobs_claim(ledger: &str, token: Uuid, job: &LockedJob) -> StoreError {
-    StoreError::precondition(
-        "NOT_JOB_CLAIM",
-        format!(
-            "{} does not fence {} (the job was adopted by another worker, or the claim is another job's)",
-            names::claim_name(ledger, &token.to_string()),
-            names::job_name(ledger, &job.public_id)
-        ),
-    )
-}
-
-fn lease_ms(lease: Option<Duration>, default: Duration) -> i64 {
-    lease.unwrap_or(default).as_millis().min(i64::MAX as u128) as i64
-}
-
-/// Closes a PREPARING job whose owner went away: its claim's rows go back
-/// without an attempt (the batch was never sent), the claim expires, the
-/// job is CANCELLED with `why`. The caller holds the claim's and the job's
-/// locks and appends the returned event. Returns the rows released.
-pub(crate) async fn abandon(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger: &LedgerRecord,
-    token: Uuid,
-    job: &LockedJob,
-    claim_state: i16,
-    why: &str,
-) -> Result<usize> {
-    close_unsent(tx, ledger, token, job, JobEvent::Abandon, claim_state, why).await
-}
-
-/// Closes a job whose batch does not exist (`Abandon`, or `NotCreated`
-/// after a search): rows back without an attempt, claim to `claim_state`,
-/// job CANCELLED with `why`. Returns the rows released.
-async fn close_unsent(
-    tx: &mut Transaction<'static, Postgres>,
-    ledger: &LedgerRecord,
-    token: Uuid,
-    job: &LockedJob,
-    event: JobEvent,
-    claim_state: i16,
-    why: &str,
-) -> Result<usize> {
-    let t = job.step(event, &ledger.name)?;
-    let rows = claims::lock_held_rows(tx, token, None).await?;
-    let writes = claims::transitions(
-        &rows,
-        &tally_core::transition::Event::LeaseExpired { counted: false },
-        &ledger.policy,
-    )?;
-    apply::settle(tx, ledger.id, token, &writes, apply::Settler::SYSTEM).await?;
-    sqlx::query("UPDATE claims SET state = $2 WHERE token = $1")
-        .bind(token)
-        .bind(claim_state)
-        .execute(&mut **tx)
-        .await?;
-    let n = sqlx::query(
-        "UPDATE jobs SET state = $2, error = $3, end_time = now(), update_time = now()
-         WHERE id = $1 AND end_time IS NULL",
-    )
-    .bind(job.id)
-    .bind(t.state.code())
-    .bind(why)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if n != 1 {
-        return Err(StoreError::Internal(format!(
-            "job {} closed under its lock",
-            job.public_id
-        )));
-    }
-    Ok(writes.len())
-}
-
-/// What a provider state did to the job whose batch it is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProviderMove {
-    /// `ledgers/{ledger}/jobs/{job}`.
-    pub job: String,
-    pub from: JobState,
-    pub to: JobState,
-    /// Rows the job still held that a failed batch turned RETRYABLE, and
-    /// those that hit their infra cap and became PERMANENT.
-    pub rows_retryable: i64,
-    pub rows_permanent: i64,
-}
-
-/// Moves the job whose batch is `batch` (normalized `batches/{id}`) after
-/// the provider reported `event` (`ProviderRunning` or `ProviderFinished`),
-/// inside the caller's transaction (the operations reducer's, so the
-/// operation and its job change together). `None` when no job has that
-/// batch or the job does not move (closed, already there, or a different
-/// terminal state came first).
-///
-/// A batch that FAILED, was CANCELLED or EXPIRED fails the rows the job
-/// still holds at once (`job_failed`, an infra attempt each): they need not
-/// wait for the owner's FinishJob, which then closes the job with nothing
-/// left to settle. Unless the batch left `partial_output` (a responses
-/// file): then the rows wait for the owner, who reports the answered ones
-/// and finishes the job. Locks are taken in JobService's order: the job's claim,
-/// the job, its rows; a STATE_CHANGED event is appended.
-pub async fn follow_provider(
-    tx: &mut Transaction<'static, Postgres>,
-    batch: &str,
-    event: JobEvent,
-    error: &str,
-    actor: &str,
-    partial_output: bool,
-) -> Result<Option<ProviderMove>> {
-    for _ in 0..3 {
-        let found: Option<(i64, Uuid)> =
-            // A deleting ledger's jobs no longer move (they are purged).
-            sqlx::query_as(
-                "SELECT j.id, j.claim_token FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
-                 WHERE j.batch = $1 AND l.delete_time IS NULL",
-            )
-                .bind(batch)
-                .fetch_optional(&mut **tx)
-                .await?;
-        let Some((job_id, token)) = found else {
-            return Ok(None);
-        };
-        sqlx::query("SELECT 1 FROM claims WHERE token = $1 FOR UPDATE")
-            .bind(token)
-            .execute(&mut **tx)
-            .await?;
-        let job = lock_job_by_id(tx, job_id).await?;
-        if job.claim_token != token {
-            // Adopted between the read and the lock: lock the new claim.
-            continue;
-        }
-        let from = job.state()?;
-        let Ok(t) = job::step(from, job.closed, event) else {
-            return Ok(None);
-        };
-        if t.state == from {
-            return Ok(None);
-        }
-        // With partial output the owner reports what the batch answered,
-        // and its FinishJob returns the rest; failing them here would make
-        // those reports STALE and send the answered rows again.
-        let failed = match event {
-            JobEvent::ProviderFinished(f) => f != FinalState::Succeeded && !partial_output,
-            JobEvent::ProviderRunning
-            | JobEvent::BeginCreate
-            | JobEvent::NotCreated
-            | JobEvent::Submit
-            | JobEvent::Finish(_)
-            | JobEvent::Abandon
-            | JobEvent::Adopt => false,
-        };
-        let (ledger, ledger_name): (i64, String) = sqlx::query_as(
-            "SELECT l.id, l.name FROM jobs j JOIN ledgers l ON l.id = j.ledger_id WHERE j.id = $1",
-        )
-        .bind(job_id)
-        .fetch_one(&mut **tx)
-        .await?;
-        let (mut retryable, mut permanent) = (0, 0);
-        if failed {
-            let record = ledgers::load(&mut **tx, &ledger_name).await?;
-            let rows = claims::lock_held_rows(tx, token, None).await?;
-            let mut writes = claims::transitions(
-                &rows,
-                &tally_core::transition::Event::JobFailed,
-                &record.policy,
-            )?;
-            if !error.is_empty() {
-                let why = format!("the job carrying the row ended {}: {error}", t.state);
-                for w in &mut writes {
-                    w.last_error = Some(why.clone());
-                }
-            }
-            apply::settle(tx, ledger, token, &writes, apply::Settler::on_behalf(actor)).await?;
-            let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
-            retryable = count(RowStatus::Retryable);
-            permanent = count(RowStatus::Permanent);
-        }
-        let n = sqlx::query(
-            "UPDATE jobs SET state = $2, retryable = retryable + $3, permanent = permanent + $4,
-                    error = CASE WHEN $5 <> '' THEN $5 ELSE error END, update_time = now()
-             WHERE id = $1 AND end_time IS NULL",
-        )
-        .bind(job_id)
-        .bind(t.state.code())
-        .bind(retryable as i32)
-        .bind(permanent as i32)
-        .bind(if failed { error } else { "" })
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-        if n != 1 {
-            return Err(StoreError::Internal(format!(
-                "job {} closed under its lock",
-                job.public_id
-            )));
-        }
-        events::append(tx, &[(job_id, JobEventKind::StateChanged)], actor).await?;
-        let moved = ProviderMove {
-            job: names::job_name(&ledger_name, &job.public_id),
-            from,
-            to: t.state,
-            rows_retryable: retryable,
-            rows_permanent: permanent,
-        };
-        tracing::info!(job = %moved.job, batch = %batch, from = %from, to = %t.state, rows_retryable = retryable, rows_permanent = permanent, "job moved by its batch");
-        return Ok(Some(moved));
-    }
-    Err(StoreError::Aborted(format!(
-        "the job of {batch} kept changing hands; retry"
-    )))
-}
 
 impl Store {
     /// Makes a job from a live claim; the job holds the claim's rows. The
@@ -464,7 +53,7 @@ impl Store {
         let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
         let out = async {
-            let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+            let claim = fence::lock_claim(&mut tx, record.id, ledger, token).await?;
             if let Some(job_id) = claim.job_id {
                 // A repeated CreateJob (its answer was lost) answers the
                 // same job, with the golden rows it was made to carry.
@@ -472,7 +61,7 @@ impl Store {
                 job.golden = golden::of_job(&mut tx, job_id).await?;
                 return Ok(job);
             }
-            claims::check_live(&claim, ledger)?;
+            fence::check_live(&claim, ledger)?;
             pause::refuse_if_paused(&mut tx, &record, Work::CreateJob).await?;
             admission::refuse_while_cooling(&mut tx, &claim.model).await?;
             // Concurrent creators of one ledger queue here, so the count below
@@ -685,7 +274,7 @@ impl Store {
             }
             // Only a live claim may start a create: a lapsed one may have
             // been (or be about to be) swept, its rows given to another.
-            claims::check_live(&claim, ledger)?;
+            fence::check_live(&claim, ledger)?;
             sqlx::query(
                 "UPDATE jobs SET state = $2, input_file = $3, create_attempt_time = now(),
                         update_time = now()
@@ -750,7 +339,7 @@ impl Store {
             Ok(out)
         }
         .await;
-        self.held.forget(token);
+        self.claim_cache.forget(token);
         let out = crate::end_tx(tx, out).await?;
         // After the rows are back: a crash in between leaves the ledger
         // running, and its next create meets the same refusal and pauses it.
@@ -907,7 +496,7 @@ impl Store {
                 return Ok(out);
             }
             let t = job.step(JobEvent::Finish(req.final_state), ledger)?;
-            claims::check_live(&claim, ledger).map_err(|e| match e {
+            fence::check_live(&claim, ledger).map_err(|e| match e {
                 StoreError::FailedPrecondition {
                     reason,
                     description,
@@ -917,9 +506,9 @@ impl Store {
                 },
                 other => other,
             })?;
-            let rows = claims::lock_held_rows(&mut tx, token, None).await?;
+            let rows = fence::lock_held_rows(&mut tx, token, None).await?;
             let event = req.final_state.row_event();
-            let mut writes = claims::transitions(&rows, &event, &record.policy)?;
+            let mut writes = settle::transitions(&rows, &event, &record.policy)?;
             if req.final_state != FinalState::Succeeded && !req.error.is_empty() {
                 let why = format!(
                     "the job carrying the row ended {}: {}",
@@ -929,8 +518,8 @@ impl Store {
                     w.last_error = Some(why.clone());
                 }
             }
-            let by = apply::Settler::on_behalf(actor);
-            apply::settle(&mut tx, record.id, token, &writes, by).await?;
+            let by = settle::Settler::on_behalf(actor);
+            settle::settle(&mut tx, record.id, token, &writes, by).await?;
             let retryable = writes
                 .iter()
                 .filter(|w| w.status == RowStatus::Retryable)

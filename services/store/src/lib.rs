@@ -7,41 +7,67 @@
 //! 0007). Time is the database's clock (`now()`), so replicas with skewed
 //! clocks agree on leases and backoff.
 //!
-//! - [`Store`]: the pool and the migrator.
-//! - [`ledgers`], [`enroll`], [`claims`], [`report`], [`rows`],
-//!   [`redrive`], [`prompts`]: one module per job of LedgerService.
-//! - [`jobs`], [`events`], [`locks`], [`alerts`]: JobService's jobs, the
-//!   job event log (and its LISTEN side), run locks, ledger alerts.
-//! - [`operations`]: provider operations through the monotonic reducer,
-//!   their event log, and the job each one moves on.
-//! - [`admission`]: whether a job may go to the provider now (shared
-//!   cool-downs, the provider's batch and enqueued-token limits; the rules
-//!   are in `tally_core::quota`).
-//! - [`golden`]: golden rows: the set, the jobs that carry it, results
-//!   and drift (the rules are in `tally_core::golden`).
-//! - [`pause`]: pausing and resuming ledgers (the rules are in
-//!   `tally_core::pause`).
-//! - [`spend`], `capped`: spend caps' accounts, and the claim of a capped
-//!   ledger (the rules are in `tally_core::spend`).
-//! - [`purge`]: deleting ledgers: the mark, then the purge in bounded
-//!   batches.
-//! - [`notify`]: `LISTEN` connections that wake watch streams.
-//! - `held`: what this process's claims hold, so a report can skip reading it.
-//! - [`apply`]: the shared writer of row transitions and their effects
-//!   (attempts history, the runnable queue, dependants).
-//! - [`error`]: the typed errors callers map to gRPC codes.
+//! Which file holds what, from the bottom layer up (a module uses only
+//! modules of its own layer listed before it, or of layers below; there is
+//! no import circle):
+//!
+//! 1. Foundations, used by everything above:
+//!    - [`error`]: the typed errors callers map to gRPC codes, and the one
+//!      place SQLSTATEs are decoded; [`types`]: plain records in and out.
+//!    - `fence`: locking and fencing: a claim, the rows it holds, a job
+//!      (claim first, then job, then rows) and the checks that a writer's
+//!      claim is live and is its job's.
+//!    - `job_view`: the job read model (one job as GetJob and the job event
+//!      log show it).
+//!    - [`ledgers`] (with its cache), `models` (known ledger models).
+//! 2. Rules and writers shared by several services:
+//!    - `settle`: the one writer of row transitions: settles rows of one
+//!      claim in a guarded statement, records attempts, requeues, carries
+//!      effects to dependants; and `transitions`, a system event (release,
+//!      expiry, job failure) through core's row state machine.
+//!    - [`events`]: the commit-ordered job event log (and its LISTEN side);
+//!      [`notify`]: `LISTEN` connections that wake watch streams.
+//!    - `abandon`: closing a job that never reached the provider.
+//!    - [`pause`]: pausing and resuming ledgers (rules in `tally_core::pause`).
+//!    - [`spend`]: spend caps' accounts (rules in `tally_core::spend`).
+//!    - [`admission`]: whether a job may go to the provider now (rules in
+//!      `tally_core::quota`).
+//! 3. LedgerService, one module per job:
+//!    - [`prompts`], [`enroll`], [`rows`], [`redrive`].
+//!    - `rescue`: claims whose lease ran out (its condition is also the
+//!      claim statement's).
+//!    - [`claims`]: the claim statement, extending, releasing;
+//!      `claim_cache`: what this process's claims hold, so a report can
+//!      skip reading it; `capped`: the claim of a capped ledger.
+//!    - [`report`]: reports through core's row state machine.
+//!    - [`golden`]: golden rows: the set, the jobs that carry it, results
+//!      and drift (rules in `tally_core::golden`).
+//!    - [`purge`]: deleting ledgers: the mark, then bounded batches.
+//!    - [`alerts`]: ledger alerts and their outbox; [`backlog`]: what
+//!      `/metrics` shows of each ledger; [`maintenance`]: the runnable
+//!      queue's head.
+//! 4. JobService and OperationsService:
+//!    - [`operations`]: provider operations through the monotonic reducer,
+//!      their event log, and (`operations::job_link`) the job each one
+//!      moves on.
+//!    - [`jobs`]: jobs made from claims, their submission, adoption and
+//!      close.
+//!    - [`locks`]: named run locks.
+//! - [`Store`] (below): the pool, the caches and the migrator.
 
+mod abandon;
 pub mod admission;
 pub mod alerts;
-pub mod apply;
 pub mod backlog;
 mod capped;
+mod claim_cache;
 pub mod claims;
 pub mod enroll;
 pub mod error;
 pub mod events;
+mod fence;
 pub mod golden;
-mod held;
+mod job_view;
 pub mod jobs;
 pub mod ledgers;
 pub mod locks;
@@ -54,7 +80,9 @@ pub mod prompts;
 pub mod purge;
 pub mod redrive;
 pub mod report;
+mod rescue;
 pub mod rows;
+mod settle;
 pub mod spend;
 pub mod types;
 
@@ -74,7 +102,7 @@ pub struct Store {
     pool: PgPool,
     ledgers: ledgers::Cache,
     models: models::KnownModels,
-    held: held::HeldCache,
+    claim_cache: claim_cache::ClaimCache,
     quotas: std::sync::Arc<tally_core::quota::ProviderQuotas>,
 }
 
@@ -122,7 +150,7 @@ impl Store {
             pool,
             ledgers: ledgers::Cache::default(),
             models: models::KnownModels::default(),
-            held: held::HeldCache::default(),
+            claim_cache: claim_cache::ClaimCache::default(),
             quotas: Default::default(),
         }
     }

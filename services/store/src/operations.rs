@@ -15,7 +15,7 @@
 //!    no guard: the operation only moves forward, and an event dropped
 //!    against a state is dropped against every later one too;
 //! 5. an applied state moves the linked job on (JobService's
-//!    `jobs::follow_provider`) in the same transaction ([`job_link`]);
+//!    `job_link::follow_provider`) in the same transaction ([`job_link`]);
 //! 6. the event is appended to `operation_events` with its verdict and
 //!    reason, under a sequence number assigned in commit order (see
 //!    [`EVENT_LOCK`]), and an applied event wakes watchers with `NOTIFY`.
@@ -27,7 +27,7 @@
 mod job_link;
 pub(crate) use job_link::catch_up;
 
-pub use crate::jobs::ProviderMove as JobMove;
+pub use job_link::{ProviderMove as JobMove, ProviderMove, follow_provider};
 
 use crate::types::Time;
 use crate::{Result, Store, StoreError};

@@ -108,7 +108,7 @@ impl Store {
         .bind(&touched_ids)
         .fetch_all(&mut *tx)
         .await?;
-        crate::apply::block_dependants(&mut tx, &reblocked).await?;
+        crate::settle::block_dependants(&mut tx, &reblocked).await?;
 
         // 3. Queue what is claimable now; count the result.
         let pending: Vec<(i64, String)> = sqlx::query_as(

@@ -7,8 +7,8 @@
 //! When the claim carries a job, the job's counts move in the same
 //! transaction and a PROGRESS event is appended.
 
-use crate::apply::{self, NewAttempt, RowWrite, Settler};
-use crate::claims::{self, LOCKED_ROW_COLUMNS, LockedRow};
+use crate::fence::{self, ROW_SNAPSHOT_COLUMNS, RowSnapshot};
+use crate::settle::{self, NewAttempt, RowWrite, Settler};
 use crate::types::{
     JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Usage, Verdict,
     attempted_usage,
@@ -47,8 +47,8 @@ static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
          {}
          SELECT tally_assert({}, 'the claim no longer holds every row reported'),
                 (SELECT held FROM dropped), now()",
-        apply::settle_ctes(),
-        apply::SETTLED
+        settle::settle_ctes(),
+        settle::SETTLED
     )
 });
 
@@ -58,7 +58,7 @@ impl Store {
     ///
     /// When this process granted the claim and every item names a distinct
     /// row of it, the report is one statement decided from what the claim
-    /// found (module `held`); otherwise, or when that statement finds the
+    /// found (module `claim_cache`); otherwise, or when that statement finds the
     /// claim or a row moved on, it reads and locks what it needs first.
     #[tracing::instrument(
         target = "tally::trace",
@@ -82,17 +82,18 @@ impl Store {
         let policy = &record.policy;
         let overrides = policy.overrides();
         let mut tx = self.begin().await?;
-        let claim = claims::lock_claim(&mut tx, record.id, ledger, token).await?;
+        let claim = fence::lock_claim(&mut tx, record.id, ledger, token).await?;
         let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
         // No row locks: every writer of a row held by a claim (reports,
         // releases, rescue, adoption, job settlement) locks the claim first,
         // and we hold it; the settling UPDATE re-checks the fence anyway.
         // Rows held by other claims are only read, to answer STALE or
         // DUPLICATE.
-        let sql =
-            format!("SELECT {LOCKED_ROW_COLUMNS} FROM rows WHERE ledger_id = $1 AND key = ANY($2)");
-        let rows: HashMap<String, LockedRow> =
-            sqlx::query_as::<_, LockedRow>(sqlx::AssertSqlSafe(sql))
+        let sql = format!(
+            "SELECT {ROW_SNAPSHOT_COLUMNS} FROM rows WHERE ledger_id = $1 AND key = ANY($2)"
+        );
+        let rows: HashMap<String, RowSnapshot> =
+            sqlx::query_as::<_, RowSnapshot>(sqlx::AssertSqlSafe(sql))
                 .bind(record.id)
                 .bind(&keys)
                 .fetch_all(&mut *tx)
@@ -134,7 +135,7 @@ impl Store {
             verdicts.push(verdict);
         }
         let held =
-            apply::settle(&mut tx, record.id, token, &writes, Settler::report(actor)).await?;
+            settle::settle(&mut tx, record.id, token, &writes, Settler::report(actor)).await?;
         if cap {
             let usage = attempted_usage(items, &verdicts);
             let spent = spend_of(&usage, policy.price(&claim.model));
@@ -146,7 +147,7 @@ impl Store {
         }
         tx.commit().await?;
         // What this process remembers of the claim is out of date now.
-        self.held.forget(token);
+        self.claim_cache.forget(token);
         Ok(ReportSummary {
             verdicts,
             held,
@@ -165,7 +166,7 @@ impl Store {
         items: &[ReportItem],
         actor: &str,
     ) -> Result<Option<ReportSummary>> {
-        let Some(held) = self.held.get(token) else {
+        let Some(held) = self.claim_cache.get(token) else {
             return Ok(None);
         };
         let mut seen = HashSet::with_capacity(items.len());
@@ -186,7 +187,7 @@ impl Store {
             .collect::<Result<Vec<_>>>()?
             .into_iter()
             .unzip();
-        let args = apply::Settlement::new(&writes, Settler::report(actor));
+        let args = settle::Settlement::new(&writes, Settler::report(actor));
         let query = sqlx::query(ONE_STATEMENT_SQL.as_str())
             .bind(record.id)
             .bind(token);
@@ -199,7 +200,7 @@ impl Store {
         let row = match outcome {
             Ok(row) => row,
             Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
-                self.held.forget(token);
+                self.claim_cache.forget(token);
                 return Ok(None);
             }
             Err(e) => return Err(e.into()),
@@ -208,7 +209,7 @@ impl Store {
         let now: Time = row.try_get(2)?;
         let model = held.model.clone();
         drop(held);
-        self.held
+        self.claim_cache
             .settled(token, items.iter().map(|i| i.key.as_str()), held_now);
         Ok(Some(ReportSummary {
             verdicts: answers.into_iter().map(|a| a.at(now)).collect(),
@@ -244,7 +245,7 @@ impl Answer {
 /// Puts `item`'s outcome for a row the reporting claim holds (RUNNING) through
 /// the row state machine.
 fn decide(
-    row: &LockedRow,
+    row: &RowSnapshot,
     item: &ReportItem,
     policy: &Policy,
     overrides: &[Override],
@@ -342,7 +343,7 @@ async fn count_into_job(
     }
 }
 
-fn unchanged(row: &LockedRow, verdict: Verdict, rule: &str) -> Result<RowVerdict> {
+fn unchanged(row: &RowSnapshot, verdict: Verdict, rule: &str) -> Result<RowVerdict> {
     let state = row.state()?;
     Ok(RowVerdict {
         key: row.key.clone(),

@@ -367,7 +367,7 @@ pub struct JobRecord {
     pub create_attempt_time: Option<Time>,
     /// The golden rows this job carries: set only by CreateJob (see
     /// [`crate::golden`]).
-    pub golden: Vec<crate::golden::GoldenRow>,
+    pub golden: Vec<GoldenRow>,
 }
 
 impl JobRecord {
@@ -523,4 +523,39 @@ pub struct NotCreated<'a> {
     /// A refusal waiting does not fix (daily quota, billing): the job's
     /// ledger is paused with this reason.
     pub pause: Option<tally_core::pause::PauseReason>,
+}
+
+/// One golden row as stored (and as CreateJob hands it to the worker).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GoldenRow {
+    pub key: String,
+    pub payload: String,
+    pub prompt_name: String,
+    pub prompt_version: String,
+    /// The expected answer (JSON).
+    pub expected: serde_json::Value,
+    /// JSON pointers to compare; empty: the whole answer.
+    pub fields: Vec<String>,
+}
+
+impl GoldenRow {
+    pub fn expect(&self) -> tally_core::golden::Expect {
+        if self.fields.is_empty() {
+            tally_core::golden::Expect::Exact(self.expected.clone())
+        } else {
+            tally_core::golden::Expect::Fields(
+                self.fields
+                    .iter()
+                    .map(|f| {
+                        let want = self
+                            .expected
+                            .pointer(f)
+                            .cloned()
+                            .unwrap_or(serde_json::Value::Null);
+                        (f.clone(), want)
+                    })
+                    .collect(),
+            )
+        }
+    }
 }

@@ -1198,13 +1198,13 @@ async fn the_alert_outbox_leases_retries_and_gives_up() {
 #[tokio::test]
 async fn the_provider_moves_a_submitted_job_forward_only() {
     use tally_core::job::JobEvent;
-    use tally_store::jobs::follow_provider;
+    use tally_store::operations::follow_provider;
 
     async fn follow(
         store: &Store,
         batch: &str,
         event: JobEvent,
-    ) -> Option<tally_store::jobs::ProviderMove> {
+    ) -> Option<tally_store::operations::ProviderMove> {
         let mut tx = store.pool().begin().await.unwrap();
         let moved = follow_provider(&mut tx, batch, event, "quota exceeded", "system", false)
             .await

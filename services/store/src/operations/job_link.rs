@@ -3,7 +3,7 @@
 //! An operation is linked to the job whose `batch` is its normalized name
 //! (`jobs.batch` is UNIQUE and normalized by MarkSubmitted, which records it
 //! before the worker does anything else with the batch). When the reducer
-//! applies a state, JobService's own [`jobs::follow_provider`] moves the
+//! applies a state, JobService's own [`follow_provider`] moves the
 //! job with its state machine, inside the operation's transaction, so the
 //! operation and its job change together or not at all:
 //!
@@ -26,11 +26,16 @@
 //! lock last; every ingest takes them in this order and nothing takes the
 //! operation row after a job's, so they cannot deadlock.
 
-use crate::jobs::{self, ProviderMove};
-use crate::{Result, operations::EventSource};
+use crate::fence::lock_job_by_id;
+use crate::settle::{self};
+use crate::types::JobEventKind;
+use crate::{Result, StoreError, events, ledgers, operations::EventSource};
 use sqlx::{Postgres, Transaction};
-use tally_core::job::{FinalState, JobEvent};
+use tally_core::job::{self, FinalState, JobEvent, JobState};
+use tally_core::names;
 use tally_core::operation::OpState;
+use tally_core::status::RowStatus;
+use uuid::Uuid;
 
 /// Moves the job linked to operation `name` after `state` was applied to
 /// it. `None` when no job is linked or it does not move (not submitted,
@@ -58,7 +63,7 @@ pub(super) async fn move_linked_job(
     } else {
         (String::new(), false)
     };
-    jobs::follow_provider(tx, name, event, &error, source.as_str(), partial_output).await
+    follow_provider(tx, name, event, &error, source.as_str(), partial_output).await
 }
 
 /// Catches a job just recorded with `batch` (MarkSubmitted) up with what
@@ -118,4 +123,149 @@ async fn operation_error(
     .bind(state.as_str())
     .fetch_one(&mut **tx)
     .await?)
+}
+
+/// What a provider state did to the job whose batch it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderMove {
+    /// `ledgers/{ledger}/jobs/{job}`.
+    pub job: String,
+    pub from: JobState,
+    pub to: JobState,
+    /// Rows the job still held that a failed batch turned RETRYABLE, and
+    /// those that hit their infra cap and became PERMANENT.
+    pub rows_retryable: i64,
+    pub rows_permanent: i64,
+}
+
+/// Moves the job whose batch is `batch` (normalized `batches/{id}`) after
+/// the provider reported `event` (`ProviderRunning` or `ProviderFinished`),
+/// inside the caller's transaction (the operations reducer's, so the
+/// operation and its job change together). `None` when no job has that
+/// batch or the job does not move (closed, already there, or a different
+/// terminal state came first).
+///
+/// A batch that FAILED, was CANCELLED or EXPIRED fails the rows the job
+/// still holds at once (`job_failed`, an infra attempt each): they need not
+/// wait for the owner's FinishJob, which then closes the job with nothing
+/// left to settle. Unless the batch left `partial_output` (a responses
+/// file): then the rows wait for the owner, who reports the answered ones
+/// and finishes the job. Locks are taken in JobService's order: the job's claim,
+/// the job, its rows; a STATE_CHANGED event is appended.
+pub async fn follow_provider(
+    tx: &mut Transaction<'static, Postgres>,
+    batch: &str,
+    event: JobEvent,
+    error: &str,
+    actor: &str,
+    partial_output: bool,
+) -> Result<Option<ProviderMove>> {
+    for _ in 0..3 {
+        let found: Option<(i64, Uuid)> =
+            // A deleting ledger's jobs no longer move (they are purged).
+            sqlx::query_as(
+                "SELECT j.id, j.claim_token FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
+                 WHERE j.batch = $1 AND l.delete_time IS NULL",
+            )
+                .bind(batch)
+                .fetch_optional(&mut **tx)
+                .await?;
+        let Some((job_id, token)) = found else {
+            return Ok(None);
+        };
+        sqlx::query("SELECT 1 FROM claims WHERE token = $1 FOR UPDATE")
+            .bind(token)
+            .execute(&mut **tx)
+            .await?;
+        let job = lock_job_by_id(tx, job_id).await?;
+        if job.claim_token != token {
+            // Adopted between the read and the lock: lock the new claim.
+            continue;
+        }
+        let from = job.state()?;
+        let Ok(t) = job::step(from, job.closed, event) else {
+            return Ok(None);
+        };
+        if t.state == from {
+            return Ok(None);
+        }
+        // With partial output the owner reports what the batch answered,
+        // and its FinishJob returns the rest; failing them here would make
+        // those reports STALE and send the answered rows again.
+        let failed = match event {
+            JobEvent::ProviderFinished(f) => f != FinalState::Succeeded && !partial_output,
+            JobEvent::ProviderRunning
+            | JobEvent::BeginCreate
+            | JobEvent::NotCreated
+            | JobEvent::Submit
+            | JobEvent::Finish(_)
+            | JobEvent::Abandon
+            | JobEvent::Adopt => false,
+        };
+        let (ledger, ledger_name): (i64, String) = sqlx::query_as(
+            "SELECT l.id, l.name FROM jobs j JOIN ledgers l ON l.id = j.ledger_id WHERE j.id = $1",
+        )
+        .bind(job_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        let (mut retryable, mut permanent) = (0, 0);
+        if failed {
+            let record = ledgers::load(&mut **tx, &ledger_name).await?;
+            let rows = crate::fence::lock_held_rows(tx, token, None).await?;
+            let mut writes = settle::transitions(
+                &rows,
+                &tally_core::transition::Event::JobFailed,
+                &record.policy,
+            )?;
+            if !error.is_empty() {
+                let why = format!("the job carrying the row ended {}: {error}", t.state);
+                for w in &mut writes {
+                    w.last_error = Some(why.clone());
+                }
+            }
+            settle::settle(
+                tx,
+                ledger,
+                token,
+                &writes,
+                settle::Settler::on_behalf(actor),
+            )
+            .await?;
+            let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
+            retryable = count(RowStatus::Retryable);
+            permanent = count(RowStatus::Permanent);
+        }
+        let n = sqlx::query(
+            "UPDATE jobs SET state = $2, retryable = retryable + $3, permanent = permanent + $4,
+                    error = CASE WHEN $5 <> '' THEN $5 ELSE error END, update_time = now()
+             WHERE id = $1 AND end_time IS NULL",
+        )
+        .bind(job_id)
+        .bind(t.state.code())
+        .bind(retryable as i32)
+        .bind(permanent as i32)
+        .bind(if failed { error } else { "" })
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if n != 1 {
+            return Err(StoreError::Internal(format!(
+                "job {} closed under its lock",
+                job.public_id
+            )));
+        }
+        events::append(tx, &[(job_id, JobEventKind::StateChanged)], actor).await?;
+        let moved = ProviderMove {
+            job: names::job_name(&ledger_name, &job.public_id),
+            from,
+            to: t.state,
+            rows_retryable: retryable,
+            rows_permanent: permanent,
+        };
+        tracing::info!(job = %moved.job, batch = %batch, from = %from, to = %t.state, rows_retryable = retryable, rows_permanent = permanent, "job moved by its batch");
+        return Ok(Some(moved));
+    }
+    Err(StoreError::Aborted(format!(
+        "the job of {batch} kept changing hands; retry"
+    )))
 }

@@ -1,15 +1,18 @@
-//! The shared writer: settles RUNNING rows of one claim (reports, releases,
+//! Settling: the one writer of row transitions. It settles RUNNING rows of one claim (reports, releases,
 //! lease expiry, job failure, rows missing from output) in one guarded
 //! statement, records their attempts, requeues what is claimable again, and
 //! carries the effects to dependants: a SUCCEEDED row counts down its
 //! dependants' unmet dependencies (queuing those that reach zero); a
 //! PERMANENT row blocks all its transitive dependants.
 
+use crate::fence::RowSnapshot;
 use crate::types::Usage;
-use crate::{Result, StoreError};
+use crate::{Result, StoreError, jitter_sample};
 use sqlx::{Postgres, Row, Transaction};
 use std::sync::LazyLock;
+use tally_core::policy::Policy;
 use tally_core::status::{Budget, PerBudget, RowStatus};
+use tally_core::transition::{self, Context, Event};
 use uuid::Uuid;
 
 /// One attempt to record. The rest of it comes from its write and its row:
@@ -383,6 +386,51 @@ pub(crate) async fn block_dependants(
     .await?
     .rows_affected();
     Ok(blocked as i64)
+}
+
+/// Applies one system event (release, expiry, job failure, missing output)
+/// to every locked row. `actor` gives the attempt's actor for events that
+/// count an attempt.
+pub(crate) fn transitions(
+    rows: &[RowSnapshot],
+    event: &Event,
+    policy: &Policy,
+) -> Result<Vec<RowWrite>> {
+    let overrides = policy.overrides();
+    rows.iter()
+        .map(|row| {
+            let ctx = Context {
+                policy,
+                overrides: &overrides,
+                jitter: jitter_sample(row.id, row.attempts as u32),
+            };
+            let t = transition::step(row.held_state(), event, &ctx).map_err(|r| {
+                StoreError::Internal(format!("row {} refused {event:?}: {r}", row.key))
+            })?;
+            Ok(RowWrite {
+                id: row.id,
+                status: t.status,
+                failures: t.failures,
+                total: t.total,
+                rule: t.rule.as_ref().map(|r| r.name()),
+                last_error: t.attempt.as_ref().map(|a| describe_system(&a.rule)),
+                result: None,
+                usage: Usage::default(),
+                retry_after_ms: t.retry_after.map_or(0, |d| d.as_millis() as i64),
+                attempt: NewAttempt::of(&t)?,
+            })
+        })
+        .collect()
+}
+
+fn describe_system(rule: &tally_core::classify::Rule) -> String {
+    use tally_core::classify::Rule;
+    match rule {
+        Rule::LeaseExpired => "the claim's lease expired before the row was reported".into(),
+        Rule::JobFailed => "the job carrying the row failed, expired or was cancelled".into(),
+        Rule::MissingFromOutput => "the row was missing from the job's output".into(),
+        other => other.name(),
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! evicted, or settled elsewhere is simply not found, or fails the check, and
 //! the report reads the rows as before.
 
-use crate::claims::LockedRow;
+use crate::fence::RowSnapshot;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use uuid::Uuid;
@@ -22,9 +22,9 @@ const MAX_ROWS: usize = 50_000;
 /// each as the claim found it, and the claim's `held` count as this process
 /// last saw it.
 #[derive(Debug)]
-pub(crate) struct HeldRows {
+pub(crate) struct CachedClaim {
     pub ledger_id: i64,
-    pub rows: HashMap<String, LockedRow>,
+    pub rows: HashMap<String, RowSnapshot>,
     pub held: i32,
     /// The claim's model.
     pub model: String,
@@ -32,22 +32,22 @@ pub(crate) struct HeldRows {
 
 #[derive(Debug, Default)]
 struct Inner {
-    claims: HashMap<Uuid, Arc<HeldRows>>,
+    claims: HashMap<Uuid, Arc<CachedClaim>>,
     /// Tokens in grant order (some may be gone already).
     order: VecDeque<Uuid>,
     rows: usize,
 }
 
 #[derive(Clone, Debug, Default)]
-pub(crate) struct HeldCache(Arc<Mutex<Inner>>);
+pub(crate) struct ClaimCache(Arc<Mutex<Inner>>);
 
-impl HeldCache {
+impl ClaimCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Remembers what claim `token` took.
-    pub fn insert(&self, token: Uuid, held: HeldRows) {
+    pub fn insert(&self, token: Uuid, held: CachedClaim) {
         let n = held.rows.len();
         if n == 0 || n > MAX_ROWS {
             return;
@@ -71,7 +71,7 @@ impl HeldCache {
         inner.claims.insert(token, Arc::new(held));
     }
 
-    pub fn get(&self, token: Uuid) -> Option<Arc<HeldRows>> {
+    pub fn get(&self, token: Uuid) -> Option<Arc<CachedClaim>> {
         self.lock().claims.get(&token).cloned()
     }
 
@@ -115,11 +115,11 @@ impl HeldCache {
 mod tests {
     use super::*;
 
-    fn held(n: usize) -> HeldRows {
+    fn held(n: usize) -> CachedClaim {
         let rows = (0..n)
             .map(|i| {
                 let key = format!("k{i}");
-                let row = LockedRow {
+                let row = RowSnapshot {
                     id: i as i64,
                     key: key.clone(),
                     status: 2,
@@ -132,7 +132,7 @@ mod tests {
                 (key, row)
             })
             .collect();
-        HeldRows {
+        CachedClaim {
             ledger_id: 1,
             rows,
             held: n as i32,
@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn holds_at_most_max_rows_forgetting_the_oldest_claims_first() {
-        let cache = HeldCache::default();
+        let cache = ClaimCache::default();
         let tokens: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
         for t in &tokens {
             cache.insert(*t, held(MAX_ROWS / 4));
@@ -158,7 +158,7 @@ mod tests {
 
     #[test]
     fn forgotten_claims_do_not_pile_up_in_the_grant_order() {
-        let cache = HeldCache::default();
+        let cache = ClaimCache::default();
         for _ in 0..10_000 {
             let t = Uuid::new_v4();
             cache.insert(t, held(1));
@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn a_settlement_keeps_the_rest_and_forgets_a_claim_that_holds_nothing() {
-        let cache = HeldCache::default();
+        let cache = ClaimCache::default();
         let t = Uuid::new_v4();
         cache.insert(t, held(4));
         cache.settled(t, ["k0", "k1"].into_iter(), 2);
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_settlement_while_another_report_reads_the_claim_forgets_it() {
-        let cache = HeldCache::default();
+        let cache = ClaimCache::default();
         let t = Uuid::new_v4();
         cache.insert(t, held(4));
         let in_flight = cache.get(t);
@@ -199,7 +199,7 @@ mod tests {
 
     #[test]
     fn a_claim_larger_than_the_cache_is_not_kept() {
-        let cache = HeldCache::default();
+        let cache = ClaimCache::default();
         let t = Uuid::new_v4();
         cache.insert(t, held(MAX_ROWS + 1));
         assert!(cache.get(t).is_none());
