@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::{TempDir, alive, spawn_helper, wait_dead, wait_for_line};
 use nix::unistd::{User, geteuid};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Connection, PgConnection};
 use tally_pg::{EmbeddedOptions, EmbeddedPostgres, PgBinaries, PgError, RootMode};
 
@@ -562,12 +563,40 @@ async fn an_unsafe_existing_data_dir_is_refused_and_no_link_is_followed() {
     pg.stop().await.unwrap();
 }
 
+/// A forward migration, for the upgrade test: it changes every table, sequence, function
+/// and statistics object in the schema, which PostgreSQL allows their owner only (anyone
+/// else gets 42501), the way a real migration alters what the ones before it made.
+const TOUCH_EVERY_OBJECT: &str = r#"
+DO $$
+DECLARE
+    o record;
+BEGIN
+    FOR o IN
+        SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,
+               c.oid::regclass::text AS name
+        FROM pg_class c
+        WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'S')
+        UNION ALL
+        SELECT 'FUNCTION', p.oid::regprocedure::text
+        FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+        UNION ALL
+        SELECT 'STATISTICS', 'public.' || quote_ident(s.stxname)
+        FROM pg_statistic_ext s WHERE s.stxnamespace = 'public'::regnamespace
+    LOOP
+        EXECUTE format('COMMENT ON %s %s IS %L', o.kind, o.name, 'changed by its owner');
+    END LOOP;
+END
+$$;
+"#;
+
 #[tokio::test]
 async fn a_cluster_made_before_the_app_role_gets_it_on_reuse() {
     // Invariant: a cluster of a tally that had only the superuser (no `tally` role, no
-    // app-password, the database and the objects of the first migrations made by the
-    // superuser) is upgraded on reuse: the role is created unprivileged and given the
-    // database and everything in it, so the remaining migrations apply as the role.
+    // app-password; the database and the whole schema made by the superuser) is upgraded
+    // on reuse: the role is created unprivileged and given the database and every object
+    // in it, the migrator's table included. So the role owns every table, sequence,
+    // function and statistics object, and later migrations apply as the role even where
+    // they change objects the superuser made (which only their owner may).
     let tmp = TempDir::new("upgrade");
     let data = tmp.path().join("data");
     let opts = fast_options(&data);
@@ -586,7 +615,7 @@ async fn a_cluster_made_before_the_app_role_gets_it_on_reuse() {
     let mut su = PgConnection::connect(&superuser_url(&data, port, "tally"))
         .await
         .unwrap();
-    MIGRATOR.run_to(8, &mut su).await.unwrap();
+    MIGRATOR.run(&mut su).await.unwrap();
     su.close().await.unwrap();
     pg.stop().await.unwrap();
     std::fs::remove_file(data.join("app-password")).unwrap();
@@ -604,21 +633,60 @@ async fn a_cluster_made_before_the_app_role_gets_it_on_reuse() {
     .await
     .unwrap();
     assert_eq!((superuser, db_owner.as_str()), (false, "tally"));
-    // 0009 onwards alter tables and add statistics objects that 0001..0008 made as the
-    // superuser: only their owner may.
-    MIGRATOR.run(&mut conn).await.unwrap();
     let foreign: Vec<String> = sqlx::query_scalar(
         "select c.oid::regclass::text from pg_class c \
          join pg_namespace n on n.oid = c.relnamespace \
          where n.nspname = 'public' and pg_get_userbyid(c.relowner) <> 'tally' \
          union all select proname::text from pg_proc p join pg_namespace n \
          on n.oid = p.pronamespace where n.nspname = 'public' \
-         and pg_get_userbyid(p.proowner) <> 'tally'",
+         and pg_get_userbyid(p.proowner) <> 'tally' \
+         union all select stxname::text from pg_statistic_ext s join pg_namespace n \
+         on n.oid = s.stxnamespace where n.nspname = 'public' \
+         and pg_get_userbyid(s.stxowner) <> 'tally'",
     )
     .fetch_all(&mut conn)
     .await
     .unwrap();
     assert!(foreign.is_empty(), "still the superuser's: {foreign:?}");
+
+    // Nothing is pending, but the migrator reads (and locks) its table as the role.
+    MIGRATOR.run(&mut conn).await.unwrap();
+    // The next migration, whatever it will be, applies as the role: it changes every
+    // object the superuser made, and records itself in the migrator's table.
+    let next = MIGRATOR.iter().map(|m| m.version).max().unwrap() + 1;
+    let forward = Migration::new(
+        next,
+        "touch every object".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static(TOUCH_EVERY_OBJECT),
+        false,
+    );
+    Migrator::with_migrations(MIGRATOR.iter().cloned().chain([forward]).collect())
+        .run(&mut conn)
+        .await
+        .unwrap();
+    // The schema had objects of each kind, and the migration changed every one.
+    let (kinds, untouched): (Vec<String>, Vec<String>) = sqlx::query_as(
+        "with o as ( \
+             select case c.relkind when 'S' then 'sequence' else 'table' end as kind, \
+                    c.oid::regclass::text as name, \
+                    obj_description(c.oid, 'pg_class') as comment \
+             from pg_class c where c.relnamespace = 'public'::regnamespace \
+               and c.relkind in ('r', 'p', 'S') \
+             union all select 'function', p.proname::text, obj_description(p.oid, 'pg_proc') \
+             from pg_proc p where p.pronamespace = 'public'::regnamespace \
+             union all select 'statistics', s.stxname::text, \
+                    obj_description(s.oid, 'pg_statistic_ext') \
+             from pg_statistic_ext s where s.stxnamespace = 'public'::regnamespace) \
+         select array(select distinct kind from o order by 1), \
+                array(select name from o \
+                      where comment is distinct from 'changed by its owner' order by 1)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(kinds, ["function", "sequence", "statistics", "table"]);
+    assert!(untouched.is_empty(), "not changed: {untouched:?}");
     conn.close().await.unwrap();
     pg.stop().await.unwrap();
 }

@@ -1,4 +1,4 @@
-//! A claim holds its rows without writing them (migration 0007): the rows
+//! A claim holds its rows without writing them (`claims.row_ids`): the rows
 //! keep the status they were claimed with until they are settled, and every
 //! reader shows them RUNNING under the claim (and its job).
 

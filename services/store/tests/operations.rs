@@ -53,7 +53,7 @@ async fn count(store: &Store, table: &str) -> i64 {
         .unwrap()
 }
 
-/// Rows RUNNING: held by an active claim (migration 0007).
+/// Rows RUNNING: held by an active claim (`claims.row_ids`).
 async fn running_rows(store: &Store) -> i64 {
     sqlx::query_scalar(
         "SELECT coalesce(sum(cardinality(row_ids)), 0)::int8 FROM claims WHERE state = 1",
