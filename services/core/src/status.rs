@@ -29,6 +29,40 @@ impl RowStatus {
         RowStatus::Blocked,
     ];
 
+    /// What a claim may take (given its dependencies are met and its backoff
+    /// has passed): the statuses `Event::Claim` moves.
+    pub const CLAIMABLE: [RowStatus; 2] = [RowStatus::Pending, RowStatus::Retryable];
+
+    /// What a failed dependency turns BLOCKED: the statuses
+    /// `Event::DependencyFailed` moves (BLOCKED itself stays as it is).
+    pub const BLOCKABLE: [RowStatus; 2] = [RowStatus::Pending, RowStatus::Retryable];
+
+    /// What an operator may redrive: the statuses `Event::Redrive` moves.
+    pub const REDRIVABLE: [RowStatus; 2] = [RowStatus::Permanent, RowStatus::Blocked];
+
+    /// A dependency in one of these blocks its dependants.
+    pub const FAILS_DEPENDANTS: [RowStatus; 2] = [RowStatus::Permanent, RowStatus::Blocked];
+
+    /// What a row held by a live claim is shown as. Its stored status stays
+    /// the one it was claimed with until the claim settles it.
+    pub const HELD: RowStatus = RowStatus::Running;
+
+    /// The status a row is enrolled with: BLOCKED when one of its
+    /// dependencies is (or, in the same call, will be) PERMANENT or
+    /// BLOCKED, PENDING otherwise.
+    pub const fn enrolled(dependency_failed: bool) -> RowStatus {
+        if dependency_failed {
+            RowStatus::Blocked
+        } else {
+            RowStatus::Pending
+        }
+    }
+
+    /// Whether a dependency with this status blocks its dependants.
+    pub const fn fails_dependants(self) -> bool {
+        matches!(self, RowStatus::Permanent | RowStatus::Blocked)
+    }
+
     /// The stored code (equal to the `tally.v1.RowStatus` number).
     pub const fn code(self) -> i16 {
         match self {
@@ -67,24 +101,12 @@ impl RowStatus {
     /// Whether a claim may take the row (given its dependencies are met and
     /// its backoff has passed).
     pub const fn is_claimable(self) -> bool {
-        match self {
-            RowStatus::Pending | RowStatus::Retryable => true,
-            RowStatus::Running
-            | RowStatus::Succeeded
-            | RowStatus::Permanent
-            | RowStatus::Blocked => false,
-        }
+        matches!(self, RowStatus::Pending | RowStatus::Retryable)
     }
 
     /// PERMANENT and BLOCKED: what an operator may redrive.
     pub const fn is_redrivable(self) -> bool {
-        match self {
-            RowStatus::Permanent | RowStatus::Blocked => true,
-            RowStatus::Pending
-            | RowStatus::Running
-            | RowStatus::Retryable
-            | RowStatus::Succeeded => false,
-        }
+        matches!(self, RowStatus::Permanent | RowStatus::Blocked)
     }
 }
 

@@ -105,6 +105,10 @@ pub struct Context<'a> {
 }
 
 /// Applies one event to one row.
+/// The rule a BLOCKED row records (`rows.rule`), and the error it shows.
+pub const BLOCKED_RULE: &str = "dependency_failed";
+pub const BLOCKED_MESSAGE: &str = "a dependency is PERMANENT or BLOCKED";
+
 pub fn step(row: RowState, event: &Event, ctx: &Context<'_>) -> Result<Transition, Refused> {
     use RowStatus::{Blocked, Pending, Permanent, Retryable, Running, Succeeded};
     let refuse = Err(Refused { status: row.status });
@@ -259,6 +263,62 @@ mod tests {
             status: RowStatus::Running,
             ..RowState::new_pending()
         }
+    }
+
+    /// The statuses `step` accepts `event` from, and what it moves them to.
+    fn moved_by(event: &Event) -> Vec<(RowStatus, RowStatus)> {
+        let p = Policy::default();
+        RowStatus::ALL
+            .into_iter()
+            .filter_map(|s| {
+                let row = RowState {
+                    status: s,
+                    ..RowState::new_pending()
+                };
+                step(row, event, &ctx(&p)).ok().map(|t| (s, t.status))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_named_status_sets_are_the_ones_the_state_machine_moves() {
+        // Invariant: the sets the store binds into SQL (claimable, blockable,
+        // redrivable) are exactly the statuses this table moves for their
+        // event, so SQL cannot disagree with the state machine.
+        use RowStatus::{Blocked, Pending, Running};
+        let from = |pairs: Vec<(RowStatus, RowStatus)>| -> Vec<RowStatus> {
+            pairs
+                .into_iter()
+                .filter(|(a, b)| a != b)
+                .map(|(a, _)| a)
+                .collect()
+        };
+        let claimed = moved_by(&Event::Claim);
+        assert!(
+            claimed
+                .iter()
+                .all(|&(_, to)| to == RowStatus::HELD && to == Running)
+        );
+        assert_eq!(from(claimed), RowStatus::CLAIMABLE);
+        let blocked = moved_by(&Event::DependencyFailed);
+        assert!(blocked.iter().all(|&(_, to)| to == Blocked));
+        assert_eq!(from(blocked), RowStatus::BLOCKABLE);
+        let redriven = moved_by(&Event::Redrive);
+        assert!(redriven.iter().all(|&(_, to)| to == Pending));
+        assert_eq!(from(redriven), RowStatus::REDRIVABLE);
+        for s in RowStatus::ALL {
+            assert_eq!(s.is_claimable(), RowStatus::CLAIMABLE.contains(&s), "{s}");
+            assert_eq!(s.is_redrivable(), RowStatus::REDRIVABLE.contains(&s), "{s}");
+            assert_eq!(
+                s.fails_dependants(),
+                RowStatus::FAILS_DEPENDANTS.contains(&s),
+                "{s}"
+            );
+        }
+        // A row enrolled behind a failed dependency starts where
+        // DependencyFailed would have put it; otherwise where a redrive does.
+        assert_eq!(RowStatus::enrolled(true), Blocked);
+        assert_eq!(RowStatus::enrolled(false), Pending);
     }
 
     #[test]

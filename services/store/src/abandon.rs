@@ -3,7 +3,7 @@
 
 use crate::fence::{self, LockedJob};
 use crate::settle::{self};
-use crate::types::LedgerRecord;
+use crate::types::{ClaimState, LedgerRecord};
 use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
 use tally_core::job::JobEvent;
@@ -18,7 +18,7 @@ pub(crate) async fn abandon(
     ledger: &LedgerRecord,
     token: Uuid,
     job: &LockedJob,
-    claim_state: i16,
+    claim_state: ClaimState,
     why: &str,
 ) -> Result<usize> {
     close_unsent(tx, ledger, token, job, JobEvent::Abandon, claim_state, why).await
@@ -33,7 +33,7 @@ pub(crate) async fn close_unsent(
     token: Uuid,
     job: &LockedJob,
     event: JobEvent,
-    claim_state: i16,
+    claim_state: ClaimState,
     why: &str,
 ) -> Result<usize> {
     let t = job.step(event, &ledger.name)?;
@@ -46,7 +46,7 @@ pub(crate) async fn close_unsent(
     settle::settle(tx, ledger.id, token, &writes, settle::Settler::SYSTEM).await?;
     sqlx::query("UPDATE claims SET state = $2 WHERE token = $1")
         .bind(token)
-        .bind(claim_state)
+        .bind(claim_state.code())
         .execute(&mut **tx)
         .await?;
     let n = sqlx::query(

@@ -13,6 +13,7 @@
 //! dies mid-POST leaves a lease that runs out, and another sender retries
 //! with the same `msg_id`, which receivers use to drop duplicates.
 
+use crate::codes::PERMANENT;
 use crate::types::{LedgerRecord, OutboxAlert};
 use crate::{Result, Store};
 use std::time::Duration;
@@ -60,11 +61,12 @@ impl Store {
         };
         // Counted after taking the lock, so the count is at least as new as
         // whatever the previous evaluator recorded.
-        let permanent: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM rows WHERE ledger_id = $1 AND status = 5")
-                .bind(ledger.id)
-                .fetch_one(&mut *tx)
-                .await?;
+        let permanent: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM rows WHERE ledger_id = $1 AND status = {PERMANENT}"
+        )))
+        .bind(ledger.id)
+        .fetch_one(&mut *tx)
+        .await?;
         let since_last = since_last.map(|s| Duration::from_secs_f64(s.max(0.0)));
         let kind = match alert::decide(
             policy.review_threshold,
@@ -112,10 +114,10 @@ impl Store {
             return Ok(None);
         }
         let (counts, by_rule, now) = crate::rows::status_counts(&mut *tx, ledger.id).await?;
-        let examples: Vec<String> = sqlx::query_scalar(
-            "SELECT key FROM rows WHERE ledger_id = $1 AND status = 5
-             ORDER BY update_time DESC, key LIMIT $2",
-        )
+        let examples: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT key FROM rows WHERE ledger_id = $1 AND status = {PERMANENT}
+             ORDER BY update_time DESC, key LIMIT $2"
+        )))
         .bind(ledger.id)
         .bind(alert::EXAMPLE_KEYS as i64)
         .fetch_all(&mut *tx)

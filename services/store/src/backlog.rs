@@ -2,7 +2,7 @@
 //! rows (a count per ledger and status reads every row of the ledger):
 //!
 //! - rows by stored status: the planner's estimate, from the extended
-//!   statistics `rows_ledger_status` (migration 0011) times the table's
+//!   statistics `rows_ledger_status` times the table's
 //!   row estimate; pairs missing from the statistics are left out;
 //! - rows held by active claims: `claims.held` summed over active claims
 //!   (partial index `claims_active_by_ledger`), exact;
@@ -14,6 +14,7 @@
 //! Each query reads index entries or catalog rows only, in proportion to
 //! ledgers, models, active claims and open jobs, not to rows.
 
+use crate::codes::CLAIM_ACTIVE;
 use crate::types::Time;
 use crate::{Result, Store};
 use std::collections::BTreeMap;
@@ -104,10 +105,10 @@ impl Store {
                 l.estimated.push((status, n));
             }
         }
-        let held: Vec<(i64, i64)> = sqlx::query_as(
+        let held: Vec<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT ledger_id, sum(held)::int8 FROM claims
-             WHERE state = 1 AND ledger_id = ANY($1) GROUP BY 1",
-        )
+             WHERE state = {CLAIM_ACTIVE} AND ledger_id = ANY($1) GROUP BY 1"
+        )))
         .bind(&ids)
         .fetch_all(&self.pool)
         .await?;

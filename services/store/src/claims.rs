@@ -5,7 +5,7 @@
 //! A claim takes rows off the narrow `runnable` queue with `FOR UPDATE SKIP
 //! LOCKED` (concurrent claimers never wait for, nor get, the same row) and
 //! records them in its `row_ids`, all in one statement. The rows themselves
-//! are not written until they are settled (migration 0007): a row is
+//! are not written until they are settled: a row is
 //! RUNNING while an ACTIVE claim's `row_ids` holds it.
 
 use crate::claim_cache::CachedClaim;
@@ -133,12 +133,12 @@ pub(crate) struct Taken {
 /// on every replica at once) or `check_due` finds expired claims of the
 /// ledger to rescue first, the model (given, or that of the
 /// oldest ready row), the queue entries taken and their rows (by
-/// `tally_claim_runnable`, migrations 0005 and 0007: SKIP LOCKED, chunks
+/// `tally_claim_runnable` (migrations/0001_baseline.sql): SKIP LOCKED, chunks
 /// split where the claim needs only part of one), and the claim record
 /// holding them. One row back, whatever happened: arrays, not a row per row
 /// taken (hundreds a call; decoding them one by one showed in profiles).
 /// With a byte budget, rows past it are put back on the queue by the same
-/// statement (migration 0015) and counted in `held_back`.
+/// statement and counted in `held_back`.
 pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
     ledger: &LedgerRecord,
@@ -593,7 +593,7 @@ impl Store {
                     &record,
                     token,
                     &job,
-                    2,
+                    ClaimState::Done,
                     "cancelled before submission: its owner released every row",
                 )
                 .await?;

@@ -8,9 +8,10 @@
 
 use crate::settle::unless_all;
 use crate::types::{EnrollOutcome, LedgerRecord, NewRow};
-use crate::{Result, Store, StoreError};
+use crate::{Result, Store, StoreError, codes};
 use sqlx::{Postgres, Transaction};
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 use tally_core::status::RowStatus;
 use tally_core::violation::Violations;
 
@@ -313,7 +314,7 @@ fn plan_statuses(
                 continue;
             }
             let b = deps.iter().any(|d| match existing.get(d) {
-                Some(e) => matches!(e.status, RowStatus::Permanent | RowStatus::Blocked),
+                Some(e) => e.status.fails_dependants(),
                 None => batch
                     .get(d.as_str())
                     .and_then(|&j| memo[j])
@@ -336,11 +337,7 @@ fn plan_statuses(
                         .is_none_or(|e| e.status != RowStatus::Succeeded)
                 })
                 .count() as i32;
-            let status = if is_blocked(i, rows, batch, existing, &mut blocked) {
-                RowStatus::Blocked
-            } else {
-                RowStatus::Pending
-            };
+            let status = RowStatus::enrolled(is_blocked(i, rows, batch, existing, &mut blocked));
             Planned { status, unmet }
         })
         .collect()
@@ -364,41 +361,18 @@ async fn insert_plain(
     let keys: Vec<&str> = order.iter().map(|&i| rows[i].key.as_str()).collect();
     let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
     let hashes: Vec<&[u8]> = order.iter().map(|&i| &rows[i].content_hash[..]).collect();
-    let (count, ids): (i64, Option<Vec<i64>>) = sqlx::query_as(
-        r#"
-        WITH ins AS (
-            INSERT INTO rows (ledger_id, key, payload, content_hash, model, status)
-            SELECT $1, t.key, t.payload, t.content_hash, $5, 1
-            FROM unnest($2::text[], $3::text[], $4::bytea[]) AS t(key, payload, content_hash)
-            ON CONFLICT (ledger_id, key) DO NOTHING
-            RETURNING id
-        ),
-        queued AS (
-            INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids)
-            SELECT $1, $5, now(), min(id), array_agg(id)
-            FROM ins GROUP BY id / 128
-            RETURNING cardinality(row_ids) AS n
-        ),
-        models AS (
-            INSERT INTO ledger_models (ledger_id, model)
-            SELECT $1, m FROM unnest($6::text[]) AS m
-            ON CONFLICT DO NOTHING
-        )
-        -- Every row inserted is queued, so the queue's chunks count them
-        -- without another pass over `ins`.
-        SELECT q.n, CASE WHEN q.n < $7 THEN (SELECT array_agg(id) FROM ins) END
-        FROM (SELECT coalesce(sum(n), 0)::int8 AS n FROM queued) q
-        "#,
-    )
-    .bind(ledger.id)
-    .bind(&keys)
-    .bind(&payloads)
-    .bind(&hashes)
-    .bind(ledger.policy.model.as_str())
-    .bind(unknown_models)
-    .bind(n as i64)
-    .fetch_one(pool)
-    .await?;
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| codes::render(include_str!("queries/enroll/plain.sql")));
+    let (count, ids): (i64, Option<Vec<i64>>) = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
+        .bind(ledger.id)
+        .bind(&keys)
+        .bind(&payloads)
+        .bind(&hashes)
+        .bind(ledger.policy.model.as_str())
+        .bind(unknown_models)
+        .bind(n as i64)
+        .fetch_one(pool)
+        .await?;
     if count == n as i64 {
         return Ok(Inserted::All);
     }
@@ -466,70 +440,28 @@ async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             }
         }
     }
-    let (count, keys_back): (i64, Option<Vec<String>>) = sqlx::query_as(
-        r#"
-        WITH ins AS (
-            INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
-                              prompt_version, model, status, unmet_deps, rule, last_error)
-            SELECT $1, t.key, t.payload, t.content_hash,
-                   coalesce(string_to_array(nullif(t.deps_csv, ''), ','), '{}'),
-                   coalesce(t.prompt_name, ''), coalesce(t.prompt_version, ''),
-                   coalesce(t.model, $15), coalesce(t.status, 1), coalesce(t.unmet, 0),
-                   -- Born BLOCKED reads like blocked later (settle::block_dependants).
-                   CASE WHEN t.status = 6 THEN 'dependency_failed' ELSE '' END,
-                   CASE WHEN t.status = 6 THEN 'a dependency is PERMANENT or BLOCKED' ELSE '' END
-            -- In array order: keys sorted (see above). Ids, and so claim
-            -- order within one call, follow key order.
-            FROM unnest($2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[],
-                        $7::text[], $8::text[], $9::int2[], $10::int4[])
-                AS t(key, payload, content_hash, deps_csv, prompt_name, prompt_version,
-                     model, status, unmet)
-            ON CONFLICT (ledger_id, key) DO NOTHING
-            RETURNING id, key, status, unmet_deps, model
-        ),
-        edges AS (
-            INSERT INTO row_deps (dep_id, row_id, ledger_id)
-            SELECT coalesce(e.dep_id, p.id), c.id, $1
-            FROM unnest($11::text[], $12::text[], $13::int8[]) AS e(child, dep_key, dep_id)
-            JOIN ins c ON c.key = e.child
-            LEFT JOIN ins p ON p.key = e.dep_key
-            WHERE coalesce(e.dep_id, p.id) IS NOT NULL
-        ),
-        -- Claimable rows go on the queue in chunks: this call's ids in one
-        -- aligned block of 128 ids go together (migration 0005).
-        queued AS (
-            INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids)
-            SELECT $1, model, now(), min(id), array_agg(id ORDER BY id)
-            FROM ins WHERE status = 1 AND unmet_deps = 0
-            GROUP BY model, id / 128
-        ),
-        models AS (
-            INSERT INTO ledger_models (ledger_id, model)
-            SELECT $1, m FROM unnest($14::text[]) AS m
-            ON CONFLICT DO NOTHING
-        )
-        SELECT (SELECT count(*) FROM ins),
-               CASE WHEN (SELECT count(*) FROM ins) < $16 THEN (SELECT array_agg(key) FROM ins) END
-        "#,
-    )
-    .bind(ledger_id)
-    .bind(&keys)
-    .bind(&payloads)
-    .bind(&hashes)
-    .bind(unless_all(deps_csv, &String::new()))
-    .bind(unless_all(prompt_names, &""))
-    .bind(unless_all(prompt_versions, &""))
-    .bind(unless_all(models, &default_model))
-    .bind(unless_all(statuses, &RowStatus::Pending.code()))
-    .bind(unless_all(unmet, &0))
-    .bind(&e_child)
-    .bind(&e_dep)
-    .bind(&e_dep_id)
-    .bind(unknown_models)
-    .bind(default_model)
-    .bind(n as i64)
-    .fetch_one(exec)
-    .await?;
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| codes::render(include_str!("queries/enroll/general.sql")));
+    let (count, keys_back): (i64, Option<Vec<String>>) =
+        sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
+            .bind(ledger_id)
+            .bind(&keys)
+            .bind(&payloads)
+            .bind(&hashes)
+            .bind(unless_all(deps_csv, &String::new()))
+            .bind(unless_all(prompt_names, &""))
+            .bind(unless_all(prompt_versions, &""))
+            .bind(unless_all(models, &default_model))
+            .bind(unless_all(statuses, &RowStatus::Pending.code()))
+            .bind(unless_all(unmet, &0))
+            .bind(&e_child)
+            .bind(&e_dep)
+            .bind(&e_dep_id)
+            .bind(unknown_models)
+            .bind(default_model)
+            .bind(n as i64)
+            .fetch_one(exec)
+            .await?;
     Ok(if count == n as i64 {
         Inserted::All
     } else {

@@ -146,7 +146,7 @@ pub(crate) enum Sqlstate {
     Other,
 }
 
-/// SQLSTATE of `tally_assert` (migration 0006).
+/// SQLSTATE raised by the SQL function `tally_assert`.
 pub(crate) const FENCE_MOVED: &str = "TL001";
 
 /// What `e`'s SQLSTATE says.

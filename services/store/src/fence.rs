@@ -5,7 +5,7 @@
 //! holding a claim that is no longer live, or no longer its job's
 //! (`jobs.claim_token`), is refused here before it writes anything.
 
-use crate::types::Time;
+use crate::types::{ClaimState, Time};
 use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
 use std::time::Duration;
@@ -30,7 +30,7 @@ pub(crate) struct LockedClaim {
 impl LockedClaim {
     /// Active and within its lease.
     pub fn is_live(&self) -> bool {
-        self.state == 1 && self.live
+        ClaimState::from_code(self.state) == ClaimState::Active && self.live
     }
 }
 
@@ -123,9 +123,9 @@ pub(crate) async fn lock_held_rows(
 /// FAILED_PRECONDITION unless the claim is active and within its lease.
 pub(crate) fn check_live(claim: &LockedClaim, ledger: &str) -> Result<()> {
     let name = format!("ledgers/{ledger}/claims/{}", claim.token);
-    match (claim.state, claim.live) {
-        (1, true) => Ok(()),
-        (2, _) => Err(StoreError::precondition(
+    match (ClaimState::from_code(claim.state), claim.live) {
+        (ClaimState::Active, true) => Ok(()),
+        (ClaimState::Done, _) => Err(StoreError::precondition(
             "CLAIM_DONE",
             format!("{name} holds no rows any more (every row was reported or released)"),
         )),

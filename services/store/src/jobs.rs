@@ -13,13 +13,16 @@
 //! is finished); FinishJob marks it DONE, adoption EXPIRED.
 
 use crate::abandon::close_unsent;
+use crate::codes::{CLAIM_ACTIVE, JOB_PREPARING};
 use crate::fence::{self, lease_ms, lock_fenced, lock_job_by_id};
 use crate::job_view::{JOB_SELECT, JobRow, load_job};
 use crate::types::{
-    AdoptResult, AdoptedJob, ClaimRecord, FinishRequest, JobEventKind, JobRecord, NotCreated,
+    AdoptResult, AdoptedJob, ClaimRecord, ClaimState, FinishRequest, JobEventKind, JobRecord,
+    NotCreated,
 };
 use crate::{Result, Store, StoreError};
 use crate::{admission, claims, events, golden, pause, settle};
+use std::sync::LazyLock;
 use std::time::Duration;
 use tally_core::job::{FinalState, JobEvent, JobState};
 use tally_core::names::{self, claim_for_logs};
@@ -326,7 +329,7 @@ impl Store {
                 token,
                 &job,
                 JobEvent::NotCreated,
-                2,
+                ClaimState::Done,
                 &why,
             )
             .await?;
@@ -380,18 +383,24 @@ impl Store {
         let rescued = self.rescue_expired(Some(record.id)).await?;
         let owner = if worker.is_empty() { actor } else { worker };
         let mut tx = self.begin().await?;
-        let expired: Vec<(Uuid, i64, String, Vec<i64>)> = sqlx::query_as(
-            "SELECT c.token, c.job_id, c.model, c.row_ids
-             FROM claims c JOIN jobs j ON j.id = c.job_id
-             WHERE c.ledger_id = $1 AND c.state = 1 AND c.expire_time <= now()
-               AND j.end_time IS NULL AND j.state <> 1
-             ORDER BY c.expire_time LIMIT $2
-             FOR UPDATE OF c SKIP LOCKED",
-        )
-        .bind(record.id)
-        .bind(max_jobs)
-        .fetch_all(&mut *tx)
-        .await?;
+        // Claims of submitted jobs that ran out of lease: the complement,
+        // among expired claims with an open job, of what rescue takes.
+        static ADOPTABLE: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "SELECT c.token, c.job_id, c.model, c.row_ids
+                 FROM claims c JOIN jobs j ON j.id = c.job_id
+                 WHERE c.ledger_id = $1 AND c.state = {CLAIM_ACTIVE} AND c.expire_time <= now()
+                   AND j.end_time IS NULL AND j.state <> {JOB_PREPARING}
+                 ORDER BY c.expire_time LIMIT $2
+                 FOR UPDATE OF c SKIP LOCKED"
+            )
+        });
+        let expired: Vec<(Uuid, i64, String, Vec<i64>)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(ADOPTABLE.as_str()))
+                .bind(record.id)
+                .bind(max_jobs)
+                .fetch_all(&mut *tx)
+                .await?;
         let mut adopted = Vec::new();
         for (old, job_id, model, row_ids) in expired {
             let job = lock_job_by_id(&mut tx, job_id).await?;
@@ -428,8 +437,9 @@ impl Store {
             .bind(lease_ms(lease, record.policy.lease))
             .execute(&mut *tx)
             .await?;
-            sqlx::query("UPDATE claims SET state = 3, held = 0, row_ids = '{}' WHERE token = $1")
+            sqlx::query("UPDATE claims SET state = $2, held = 0, row_ids = '{}' WHERE token = $1")
                 .bind(old)
+                .bind(ClaimState::Expired.code())
                 .execute(&mut *tx)
                 .await?;
             // Under a spend cap the rows stay reserved while they are out.
@@ -564,8 +574,9 @@ impl Store {
                 .bind(&summary)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query("UPDATE claims SET state = 2, held = 0 WHERE token = $1")
+            sqlx::query("UPDATE claims SET state = $2, held = 0 WHERE token = $1")
                 .bind(token)
+                .bind(ClaimState::Done.code())
                 .execute(&mut *tx)
                 .await?;
             let out = load_job(&mut *tx, job.id).await?;

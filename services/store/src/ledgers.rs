@@ -79,7 +79,7 @@ pub(crate) struct LedgerRow {
 
 impl From<LedgerRow> for LedgerRecord {
     fn from(r: LedgerRow) -> Self {
-        // The CHECK constraints of migration 0013 keep reason and time
+        // The CHECK constraints on `ledgers` keep reason and time
         // together and the reason in the set PauseReason parses.
         let pause = match (
             r.pause_reason.as_deref().and_then(PauseReason::parse),

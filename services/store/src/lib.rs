@@ -3,9 +3,8 @@
 //! The store reads what a change needs (locking it), asks `tally-core` what
 //! the change is (pure state machines), and writes the result back in
 //! set-based statements guarded by the state it read: a row is settled only
-//! while the claim it locked still holds it (`claims.row_ids`, migration
-//! 0007). Time is the database's clock (`now()`), so replicas with skewed
-//! clocks agree on leases and backoff.
+//! while the claim it locked still holds it (`claims.row_ids`).
+//! Time is the database's clock (`now()`), so replicas with skewed clocks agree on leases and backoff.
 //!
 //! Which file holds what, from the bottom layer up (a module uses only
 //! modules of its own layer listed before it, or of layers below; there is
@@ -14,6 +13,11 @@
 //! 1. Foundations, used by everything above:
 //!    - [`error`]: the typed errors callers map to gRPC codes, and the one
 //!      place SQLSTATEs are decoded; [`types`]: plain records in and out.
+//!    - `codes`: statuses, states and the sets of them (claimable,
+//!      blockable, …) as SQL reads them, from `tally-core`: no statement
+//!      holds a bare number (a test reads every statement to keep it so).
+//!      Long statements live in `queries/…/*.sql`, each loaded next to
+//!      the one function that binds it and filled in by `codes::render`.
 //!    - `fence`: locking and fencing: a claim, the rows it holds, a job
 //!      (claim first, then job, then rows) and the checks that a writer's
 //!      claim is live and is its job's.
@@ -62,6 +66,7 @@ pub mod backlog;
 mod capped;
 mod claim_cache;
 pub mod claims;
+mod codes;
 pub mod enroll;
 pub mod error;
 pub mod events;

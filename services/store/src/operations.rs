@@ -29,6 +29,7 @@ pub(crate) use job_link::catch_up;
 
 pub use job_link::{ProviderMove as JobMove, ProviderMove, follow_provider};
 
+use crate::codes::Code;
 use crate::types::Time;
 use crate::{Result, Store, StoreError};
 use chrono::DateTime;
@@ -39,6 +40,9 @@ use tally_core::scope::Patterns;
 
 /// The `NOTIFY` channel woken on every applied transition (payload: the
 /// sequence number). Only a hint: watchers poll too.
+/// An event the reducer applied, as SQL compares with it.
+const APPLIED: Code = Code::new(EventVerdict::Applied.code());
+
 pub const NOTIFY_CHANNEL: &str = "tally_operations";
 
 /// The transaction-scoped advisory lock that orders `operation_events`.
@@ -119,7 +123,7 @@ pub enum EventVerdict {
 
 impl EventVerdict {
     /// The stored code (the `tally.v1.EventVerdict` number).
-    pub fn code(self) -> i16 {
+    pub const fn code(self) -> i16 {
         match self {
             EventVerdict::Applied => 1,
             EventVerdict::Dropped => 2,
@@ -654,7 +658,7 @@ impl Store {
                        FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
                       WHERE j.batch = e.operation) AS job
              FROM operation_events e LEFT JOIN operations o ON o.name = e.operation
-             WHERE e.verdict = 1 AND e.sequence > $1
+             WHERE e.verdict = {APPLIED} AND e.sequence > $1
              ORDER BY e.sequence LIMIT $2"
         );
         let rows = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql))
@@ -805,11 +809,11 @@ async fn drop_counts<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     if names.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let rows: Vec<(String, String, i64)> = sqlx::query_as(
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT operation, reason, count(*) FROM operation_events
-         WHERE operation = ANY($1) AND verdict <> 1
-         GROUP BY operation, reason",
-    )
+         WHERE operation = ANY($1) AND verdict <> {APPLIED}
+         GROUP BY operation, reason"
+    )))
     .bind(names)
     .fetch_all(exec)
     .await?;

@@ -1,4 +1,4 @@
-//! Deleting ledgers: the mark and the purge (migration 0010).
+//! Deleting ledgers: the mark and the purge (`ledger_purges`).
 //!
 //! [`Store::delete_ledger`] marks a ledger DELETING in one short
 //! transaction: from its commit every work path answers NOT_FOUND (they load
@@ -19,7 +19,12 @@
 //! that read the ledger just before the mark has finished), the ledger row
 //! itself goes and the name is free again.
 
+use crate::codes::{self, CLAIM_ACTIVE};
 use crate::types::LedgerRecord;
+use std::sync::LazyLock;
+
+/// The mark (purge/mark.sql) with its codes filled in.
+static MARK: LazyLock<String> = LazyLock::new(|| codes::render(include_str!("purge/mark.sql")));
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, Transaction};
 use std::time::Duration;
@@ -182,11 +187,11 @@ async fn mark(
             "{name} changed since it was read (etag mismatch); read it again and retry"
         )));
     }
-    let (live_claims, open_jobs): (i64, i64) = sqlx::query_as(
+    let (live_claims, open_jobs): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT (SELECT count(*) FROM claims
-                 WHERE ledger_id = $1 AND state = 1 AND expire_time > now()),
-                (SELECT count(*) FROM jobs WHERE ledger_id = $1 AND end_time IS NULL)",
-    )
+                 WHERE ledger_id = $1 AND state = {CLAIM_ACTIVE} AND expire_time > now()),
+                (SELECT count(*) FROM jobs WHERE ledger_id = $1 AND end_time IS NULL)"
+    )))
     .bind(id)
     .fetch_one(&mut **tx)
     .await?;
@@ -197,7 +202,7 @@ async fn mark(
             open_jobs,
         });
     }
-    let closed: (i32, i32) = sqlx::query_as(include_str!("purge/mark.sql"))
+    let closed: (i32, i32) = sqlx::query_as(sqlx::AssertSqlSafe(MARK.as_str()))
         .bind(id)
         .bind(req.force)
         .bind(req.actor)

@@ -2,10 +2,12 @@
 //! PENDING with their budgets renewed, and the rows they blocked come back
 //! with them, unless something else still blocks them.
 
+use crate::codes::{self, BLOCKED, BLOCKED_MESSAGE, BLOCKED_RULE, FAILS_DEPENDANTS, PENDING};
 use crate::types::{RedriveResult, RedriveTarget};
 use crate::{Result, Store, StoreError, rows};
 use sqlx::types::Json;
 use std::collections::HashSet;
+use std::sync::LazyLock;
 use tally_core::status::RowStatus;
 use tally_core::violation::Violations;
 
@@ -70,61 +72,51 @@ impl Store {
         let skipped = (matched.len() - targets.len()) as i64;
 
         // 1. Targets and the rows they transitively blocked back to PENDING.
-        let touched: Vec<(i64, bool)> = sqlx::query_as(
-            r#"
-            WITH RECURSIVE dependants(id) AS (
-                SELECT row_id FROM row_deps WHERE dep_id = ANY($1)
-                UNION
-                SELECT d.row_id FROM row_deps d JOIN dependants x ON d.dep_id = x.id
-            ),
-            affected AS (
-                SELECT id, true AS target FROM unnest($1::int8[]) AS t(id)
-                UNION ALL
-                SELECT id, false FROM dependants WHERE id <> ALL($1)
-            )
-            UPDATE rows r SET status = 1, provider_failures = 0, content_failures = 0,
-                   infra_failures = 0, rule = '', last_error = '', next_attempt_time = NULL,
-                   update_time = now()
-            FROM affected a
-            WHERE r.id = a.id AND (a.target OR r.status = 6)
-            RETURNING r.id, a.target
-            "#,
-        )
-        .bind(&targets)
-        .fetch_all(&mut *tx)
-        .await?;
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| codes::render(include_str!("queries/redrive/reset.sql")));
+        let touched: Vec<(i64, bool)> = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
+            .bind(&targets)
+            .fetch_all(&mut *tx)
+            .await?;
         let touched_ids: Vec<i64> = touched.iter().map(|(id, _)| *id).collect();
 
         // 2. Whatever still has a PERMANENT or BLOCKED dependency is blocked
         //    again, with its dependants.
-        let reblocked: Vec<i64> = sqlx::query_scalar(
-            "UPDATE rows r SET status = 6, rule = 'dependency_failed',
-                    last_error = 'a dependency is PERMANENT or BLOCKED'
-             WHERE r.id = ANY($1) AND EXISTS (
-                 SELECT 1 FROM row_deps d JOIN rows p ON p.id = d.dep_id
-                 WHERE d.row_id = r.id AND p.status IN (5, 6))
-             RETURNING r.id",
-        )
-        .bind(&touched_ids)
-        .fetch_all(&mut *tx)
-        .await?;
+        static REBLOCK: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "UPDATE rows r SET status = {BLOCKED}, rule = {BLOCKED_RULE},
+                        last_error = {BLOCKED_MESSAGE}
+                 WHERE r.id = ANY($1) AND EXISTS (
+                     SELECT 1 FROM row_deps d JOIN rows p ON p.id = d.dep_id
+                     WHERE d.row_id = r.id AND p.status IN ({FAILS_DEPENDANTS}))
+                 RETURNING r.id"
+            )
+        });
+        let reblocked: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(REBLOCK.as_str()))
+            .bind(&touched_ids)
+            .fetch_all(&mut *tx)
+            .await?;
         crate::settle::block_dependants(&mut tx, &reblocked).await?;
 
         // 3. Queue what is claimable now; count the result.
-        let pending: Vec<(i64, String)> = sqlx::query_as(
-            "WITH ready AS (
-                 SELECT id, key, model, unmet_deps FROM rows WHERE id = ANY($2) AND status = 1
-             ),
-             queued AS (
-                 INSERT INTO runnable (ledger_id, model, ready_time, row_id)
-                 SELECT $1, model, now(), id FROM ready WHERE unmet_deps = 0
-             )
-             SELECT id, key FROM ready ORDER BY id",
-        )
-        .bind(record.id)
-        .bind(&touched_ids)
-        .fetch_all(&mut *tx)
-        .await?;
+        static QUEUE: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "WITH ready AS (
+                     SELECT id, key, model, unmet_deps FROM rows
+                     WHERE id = ANY($2) AND status = {PENDING}
+                 ),
+                 queued AS (
+                     INSERT INTO runnable (ledger_id, model, ready_time, row_id)
+                     SELECT $1, model, now(), id FROM ready WHERE unmet_deps = 0
+                 )
+                 SELECT id, key FROM ready ORDER BY id"
+            )
+        });
+        let pending: Vec<(i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(QUEUE.as_str()))
+            .bind(record.id)
+            .bind(&touched_ids)
+            .fetch_all(&mut *tx)
+            .await?;
         let target_set: HashSet<i64> = touched
             .iter()
             .filter(|(_, t)| *t)

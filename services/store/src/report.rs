@@ -30,7 +30,7 @@ const MAX_ERROR_CHARS: usize = 2048;
 /// The one-statement report: locks the claim (ACTIVE, within its lease,
 /// without a job, and still holding as many rows as this process last saw:
 /// no settlement it does not know of happened), settles the rows and takes
-/// them out of the claim, and asserts (migration 0006) that every row given
+/// them out of the claim, and asserts (with `tally_assert`) that every row given
 /// was written and held, so that it keeps all or nothing. `$21` is the
 /// number of rows, `$22` the claim's `held` as this process last saw it.
 static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -40,13 +40,14 @@ static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
              -- here could send the planner through the index of every
              -- active claim.
              SELECT token, row_ids, held, job_id,
-                    state = 1 AND expire_time > now() AND job_id IS NULL AND held = $22 AS live
+                    state = {} AND expire_time > now() AND job_id IS NULL AND held = $22 AS live
              FROM claims WHERE token = $2 AND ledger_id = $1
              FOR UPDATE
          ),
          {}
          SELECT tally_assert({}, 'the claim no longer holds every row reported'),
                 (SELECT held FROM dropped), now()",
+        crate::codes::CLAIM_ACTIVE,
         settle::settle_ctes(),
         settle::SETTLED
     )

@@ -1,9 +1,10 @@
 //! Rescue: rows of claims whose lease ran out go back to the queue (or a
 //! never-submitted job is abandoned), so a dead worker loses no row.
 
+use crate::codes::{CLAIM_ACTIVE, Fragment, JOB_PREPARING};
 use crate::fence::lock_held_rows;
 use crate::settle::{self, Settler, transitions};
-use crate::types::{JobEventKind, Rescued};
+use crate::types::{ClaimState, JobEventKind, Rescued};
 use crate::{Result, Store, abandon, events, fence, ledgers};
 use std::sync::LazyLock;
 use tally_core::job::JobEvent;
@@ -17,9 +18,14 @@ const RESCUE_BATCH: i64 = 50;
 /// The condition "claim `c` ran out of lease and waits to be rescued"
 /// (claims of submitted jobs wait for adoption instead). The claim
 /// statement checks it too, to rescue before it takes.
-pub(crate) const RESCUE_DUE: &str = "c.state = 1 AND c.expire_time <= now()
-     AND (c.job_id IS NULL OR EXISTS (
-         SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.state = 1 AND j.end_time IS NULL))";
+pub(crate) static RESCUE_DUE: Fragment = Fragment::new(|| {
+    format!(
+        "c.state = {CLAIM_ACTIVE} AND c.expire_time <= now()
+         AND (c.job_id IS NULL OR EXISTS (
+             SELECT 1 FROM jobs j WHERE j.id = c.job_id AND j.state = {JOB_PREPARING}
+                                    AND j.end_time IS NULL))"
+    )
+});
 
 impl Store {
     /// Rescues rows of claims whose lease ran out. Rows of a claim without
@@ -69,7 +75,7 @@ impl Store {
                     &record,
                     token,
                     &job,
-                    3,
+                    ClaimState::Expired,
                     "cancelled before submission: its owner's lease expired; its rows were released without an attempt",
                 )
                 .await?;
@@ -86,8 +92,9 @@ impl Store {
                 &record.policy,
             )?;
             settle::settle(&mut tx, ledger_id, token, &writes, Settler::SYSTEM).await?;
-            sqlx::query("UPDATE claims SET state = 3 WHERE token = $1")
+            sqlx::query("UPDATE claims SET state = $2 WHERE token = $1")
                 .bind(token)
+                .bind(ClaimState::Expired.code())
                 .execute(&mut *tx)
                 .await?;
             self.claim_cache.forget(token);

@@ -1,10 +1,11 @@
 //! Reading rows: one row with its attempts history, filtered lists, and the
 //! ledger summary.
 //!
-//! A row held by a claim keeps its stored status until it is settled
-//! (migration 0007); readers show it RUNNING, under the ACTIVE claim whose
+//! A row held by a claim keeps its stored status until it is settled;
+//! readers show it RUNNING, under the ACTIVE claim whose
 //! `row_ids` holds it and with that claim's job.
 
+use crate::codes::{CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT};
 use crate::types::{
     AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, RowsPage, Time, Usage,
 };
@@ -94,14 +95,18 @@ impl RowRow {
 /// The rows a ledger's active claims hold (`$1`: the ledger). Queries that
 /// filter many rows define it as a CTE `held` and test rows against it with
 /// [`IS_HELD`] (a hashed subplan: one pass over the held ids per query).
-const HELD: &str = "SELECT unnest(c.row_ids) AS id FROM claims c \
-     WHERE c.ledger_id = $1 AND c.state = 1";
+static HELD: Fragment = Fragment::new(|| {
+    format!(
+        "SELECT unnest(c.row_ids) AS id FROM claims c WHERE c.ledger_id = $1 AND c.state = {CLAIM_ACTIVE}"
+    )
+});
 
 const IS_HELD: &str = "r.id IN (SELECT id FROM held)";
 
 /// A row's status as filters see it (held rows are RUNNING).
-pub(crate) const STATUS: &str = "(CASE WHEN r.id IN (SELECT id FROM held) \
-     THEN 2::int2 ELSE r.status END)";
+pub(crate) static STATUS: Fragment = Fragment::new(|| {
+    format!("(CASE WHEN r.id IN (SELECT id FROM held) THEN {HELD_STATUS}::int2 ELSE r.status END)")
+});
 
 /// The claim holding row `r`, with its job, as `h` (`gate`: SQL that is
 /// false for rows known not to be held, so they skip the search).
@@ -109,7 +114,7 @@ fn holder(gate: &str) -> String {
     format!(
         "LEFT JOIN LATERAL (
              SELECT c.token, c.job_id FROM claims c
-             WHERE {gate} AND c.ledger_id = r.ledger_id AND c.state = 1
+             WHERE {gate} AND c.ledger_id = r.ledger_id AND c.state = {CLAIM_ACTIVE}
                AND r.id = ANY(c.row_ids)
              LIMIT 1) h ON true"
     )
@@ -125,7 +130,7 @@ fn row_columns(full: bool) -> String {
     };
     format!(
         "r.id, r.key, {heavy}, r.depends_on, r.prompt_name, r.prompt_version, r.model, \
-         CASE WHEN h.token IS NOT NULL THEN 2::int2 ELSE r.status END AS status, \
+         CASE WHEN h.token IS NOT NULL THEN {HELD_STATUS}::int2 ELSE r.status END AS status, \
          r.provider_failures, r.content_failures, r.infra_failures, r.attempts, r.rule, \
          r.last_error, r.input_tokens, r.output_tokens, r.thinking_tokens, r.cached_tokens, \
          h.token AS claim_id, \
@@ -172,7 +177,7 @@ pub(crate) fn push_filter(qb: &mut QueryBuilder<Postgres>, filter: &RowFilter) {
         qb.push(format!(
             " AND CASE WHEN {IS_HELD} THEN r.id IN (
                  SELECT unnest(c.row_ids) FROM claims c JOIN jobs j ON j.id = c.job_id
-                 WHERE c.ledger_id = r.ledger_id AND c.state = 1 AND j.public_id = "
+                 WHERE c.ledger_id = r.ledger_id AND c.state = {CLAIM_ACTIVE} AND j.public_id = "
         ))
         .push_bind(job.clone())
         .push(") ELSE r.job_id = (SELECT id FROM jobs WHERE public_id = ")
@@ -477,13 +482,13 @@ pub(crate) async fn status_counts<'e, E: sqlx::Executor<'e, Database = Postgres>
     // taken off its stored status and counted RUNNING. A ledger holds far
     // fewer rows than it has, so this reads the held ones by id only.
     let rows: Vec<(i16, String, i64, Time)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT status, CASE WHEN status = 5 THEN rule ELSE '' END AS rule, count(*), now()
+        "SELECT status, CASE WHEN status = {PERMANENT} THEN rule ELSE '' END AS rule, count(*), now()
          FROM rows WHERE ledger_id = $1 GROUP BY 1, 2
          UNION ALL
          SELECT r.status, '', -count(*), now() FROM ({HELD}) h JOIN rows r ON r.id = h.id
          GROUP BY 1
          UNION ALL
-         SELECT 2::int2, '', count(*), now() FROM ({HELD}) h"
+         SELECT {HELD_STATUS}::int2, '', count(*), now() FROM ({HELD}) h"
     )))
     .bind(ledger_id)
     .fetch_all(exec)

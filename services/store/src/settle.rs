@@ -7,7 +7,7 @@
 
 use crate::fence::RowSnapshot;
 use crate::types::Usage;
-use crate::{Result, StoreError, jitter_sample};
+use crate::{Result, StoreError, codes, jitter_sample};
 use sqlx::{Postgres, Row, Transaction};
 use std::sync::LazyLock;
 use tally_core::policy::Policy;
@@ -198,7 +198,7 @@ pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::P
 /// of each dependant; `queued` requeues what is claimable again;
 /// `recorded` keeps the attempts (numbered by the rows' new attempt counts,
 /// with the usage and error just written); `dropped` takes the written rows
-/// out of the claim's `row_ids` (the rows it holds, migration 0007) and
+/// out of the claim's `row_ids` (the rows it holds) and
 /// closes a claim without a job that holds nothing more. The statement
 /// using them must assert [`SETTLED`].
 ///
@@ -207,103 +207,12 @@ pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::P
 /// claimed only once every dependency SUCCEEDED, which never changes), so
 /// `upd` and `deps` never touch the same row.
 pub(crate) fn settle_ctes() -> &'static str {
-    r#"
-        w AS (
-            SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
-                                 $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
-                                 $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::bool[],
-                                 $18::int2[])
-                AS w(id, status, pf, cf, inf, attempts, rule, err, result, d_in, d_out,
-                     d_think, d_cached, delay_ms, recorded, a_budget)
-        ),
-        upd AS (
-            UPDATE rows r SET
-                status = w.status,
-                provider_failures = coalesce(w.pf, 0),
-                content_failures = coalesce(w.cf, 0),
-                infra_failures = coalesce(w.inf, 0),
-                attempts = w.attempts,
-                rule = coalesce(w.rule, r.rule),
-                last_error = coalesce(w.err, r.last_error),
-                result = coalesce(w.result, r.result),
-                -- running totals saturate at the int8 maximum, never overflow
-                input_tokens = least(r.input_tokens::numeric + coalesce(w.d_in, 0), 9223372036854775807)::int8,
-                output_tokens = least(r.output_tokens::numeric + coalesce(w.d_out, 0), 9223372036854775807)::int8,
-                thinking_tokens = least(r.thinking_tokens::numeric + coalesce(w.d_think, 0), 9223372036854775807)::int8,
-                cached_tokens = least(r.cached_tokens::numeric + coalesce(w.d_cached, 0), 9223372036854775807)::int8,
-                last_claim_id = CASE WHEN $19 THEN $2 ELSE r.last_claim_id END,
-                job_id = coalesce((SELECT job_id FROM c), r.job_id),
-                next_attempt_time = CASE WHEN w.status = 3
-                    THEN now() + coalesce(w.delay_ms, 0) * interval '1 millisecond' END,
-                update_time = now()
-            FROM w
-            WHERE r.id = w.id AND r.status IN (1, 3)
-              AND coalesce((SELECT live FROM c), false)
-            RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
-                      r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
-                      w.d_cached, w.recorded, w.a_budget
-        ),
-        counted AS (
-            SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
-            WHERE d.dep_id IN (SELECT id FROM upd WHERE status = 4)
-            GROUP BY d.row_id
-        ),
-        doomed(id) AS (
-            SELECT d.row_id FROM row_deps d WHERE d.dep_id IN (SELECT id FROM upd WHERE status = 5)
-            UNION
-            SELECT d.row_id FROM row_deps d JOIN doomed x ON d.dep_id = x.id
-        ),
-        -- Mirrors Event::DependencyFailed: only PENDING and RETRYABLE rows
-        -- become BLOCKED.
-        deps AS (
-            UPDATE rows r SET
-                unmet_deps = r.unmet_deps - coalesce(t.n, 0),
-                status = CASE WHEN t.doomed AND r.status IN (1, 3) THEN 6 ELSE r.status END,
-                rule = CASE WHEN t.doomed AND r.status IN (1, 3)
-                    THEN 'dependency_failed' ELSE r.rule END,
-                last_error = CASE WHEN t.doomed AND r.status IN (1, 3)
-                    THEN 'a dependency is PERMANENT or BLOCKED' ELSE r.last_error END,
-                update_time = now()
-            FROM (SELECT coalesce(c.id, x.id) AS id, c.n, x.id IS NOT NULL AS doomed
-                  FROM counted c FULL JOIN doomed x ON x.id = c.id) t
-            WHERE r.id = t.id AND (t.n IS NOT NULL OR r.status IN (1, 3))
-            RETURNING r.id, r.status, r.unmet_deps, r.model
-        ),
-        queued AS (
-            INSERT INTO runnable (ledger_id, model, ready_time, row_id)
-            SELECT $1, model, coalesce(next_attempt_time, now()), id
-            FROM upd WHERE status IN (1, 3)
-            UNION ALL
-            SELECT $1, model, now(), id FROM deps WHERE status = 1 AND unmet_deps = 0
-        ),
-        recorded AS (
-            INSERT INTO attempts (ledger_id, row_id, number, claim_id, job_id, model,
-                                  prompt_name, prompt_version, outcome, rule, budget,
-                                  input_tokens, output_tokens, thinking_tokens, cached_tokens,
-                                  error, actor)
-            SELECT $1, id, attempts, $2, (SELECT job_id FROM c), model, prompt_name,
-                   prompt_version, status, rule, a_budget, coalesce(d_in, 0), coalesce(d_out, 0),
-                   coalesce(d_think, 0), coalesce(d_cached, 0), last_error, $20
-            FROM upd WHERE recorded
-        ),
-        kept AS MATERIALIZED (
-            SELECT ARRAY(SELECT x FROM unnest(c.row_ids) x EXCEPT SELECT id FROM upd) AS ids
-            FROM c WHERE c.live
-        ),
-        -- Every claim without a job is DONE once it holds nothing; a claim
-        -- with one stays ACTIVE (its lease is the job owner's) until the job
-        -- is finished, adopted or abandoned.
-        dropped AS (
-            UPDATE claims k SET row_ids = kept.ids, held = cardinality(kept.ids),
-                   state = CASE WHEN cardinality(kept.ids) = 0 AND k.state = 1
-                                     AND k.job_id IS NULL THEN 2 ELSE k.state END
-            FROM kept
-            WHERE k.token = $2
-            RETURNING k.held
-        )"#
+    static CTES: LazyLock<String> =
+        LazyLock::new(|| codes::render(include_str!("queries/settle/ctes.sql")));
+    CTES.as_str()
 }
 
-/// What a settling statement asserts (with `tally_assert`, migration 0006),
+/// What a settling statement asserts (with the SQL function `tally_assert`),
 /// given `$21`, the number of rows it was given: it wrote every one of them,
 /// and each was one the claim held. Otherwise it raises SQLSTATE
 /// `crate::error::FENCE_MOVED` and keeps nothing.
@@ -369,22 +278,13 @@ pub(crate) async fn block_dependants(
     if failed.is_empty() {
         return Ok(0);
     }
-    let blocked = sqlx::query(
-        r#"
-        WITH RECURSIVE dependants(id) AS (
-            SELECT row_id FROM row_deps WHERE dep_id = ANY($1)
-            UNION
-            SELECT d.row_id FROM row_deps d JOIN dependants x ON d.dep_id = x.id
-        )
-        UPDATE rows SET status = 6, rule = 'dependency_failed',
-               last_error = 'a dependency is PERMANENT or BLOCKED', update_time = now()
-        WHERE id IN (SELECT id FROM dependants) AND status IN (1, 3)
-        "#,
-    )
-    .bind(failed)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| codes::render(include_str!("queries/settle/block_dependants.sql")));
+    let blocked = sqlx::query(sqlx::AssertSqlSafe(SQL.as_str()))
+        .bind(failed)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
     Ok(blocked as i64)
 }
 

@@ -115,6 +115,15 @@ pub enum ClaimState {
 }
 
 impl ClaimState {
+    /// The stored code (equal to the `tally.v1.ClaimState` number).
+    pub const fn code(self) -> i16 {
+        match self {
+            ClaimState::Active => 1,
+            ClaimState::Done => 2,
+            ClaimState::Expired => 3,
+        }
+    }
+
     pub fn from_code(code: i16) -> ClaimState {
         match code {
             2 => ClaimState::Done,

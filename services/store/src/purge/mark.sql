@@ -9,8 +9,8 @@ WITH marked AS (
     WHERE id = $1
     RETURNING id
 ), claims_closed AS (
-    UPDATE claims SET state = 3, row_ids = '{}', held = 0
-    WHERE ledger_id = $1 AND state = 1
+    UPDATE claims SET state = {{CLAIM_EXPIRED}}, row_ids = '{}', held = 0
+    WHERE ledger_id = $1 AND state = {{CLAIM_ACTIVE}}
     RETURNING (expire_time > now()) AS live
 ), jobs_closed AS (
     UPDATE jobs SET end_time = now(), update_time = now(),

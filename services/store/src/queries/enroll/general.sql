@@ -1,0 +1,53 @@
+-- Enrolls rows in general: dependencies (edges to rows of this call or
+-- already stored), prompts, per-row models, and the status each row starts
+-- with (planned by the caller with RowStatus::enrolled).
+--
+-- Parameters: $1 ledger id; one element per row, in key order: $2 keys,
+-- $3 payloads, $4 content hashes, $5 dependency keys (comma-separated),
+-- $6 prompt names, $7 prompt versions, $8 models, $9 statuses, $10 unmet
+-- dependency counts (NULL arrays: all defaults); one element per edge:
+-- $11 child keys, $12 dependency keys, $13 dependency ids (stored rows);
+-- $14 models not yet listed for the ledger; $15 the ledger's model; $16 the
+-- number of rows given (fewer inserted: the keys inserted come back).
+WITH ins AS (
+    INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
+                      prompt_version, model, status, unmet_deps, rule, last_error)
+    SELECT $1, t.key, t.payload, t.content_hash,
+           coalesce(string_to_array(nullif(t.deps_csv, ''), ','), '{}'),
+           coalesce(t.prompt_name, ''), coalesce(t.prompt_version, ''),
+           coalesce(t.model, $15), coalesce(t.status, {{PENDING}}), coalesce(t.unmet, 0),
+           -- Born BLOCKED reads like blocked later (settle::block_dependants).
+           CASE WHEN t.status = {{BLOCKED}} THEN {{BLOCKED_RULE}} ELSE '' END,
+           CASE WHEN t.status = {{BLOCKED}} THEN {{BLOCKED_MESSAGE}} ELSE '' END
+    -- In array order: keys sorted (see above). Ids, and so claim
+    -- order within one call, follow key order.
+    FROM unnest($2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[],
+                $7::text[], $8::text[], $9::int2[], $10::int4[])
+        AS t(key, payload, content_hash, deps_csv, prompt_name, prompt_version,
+             model, status, unmet)
+    ON CONFLICT (ledger_id, key) DO NOTHING
+    RETURNING id, key, status, unmet_deps, model
+),
+edges AS (
+    INSERT INTO row_deps (dep_id, row_id, ledger_id)
+    SELECT coalesce(e.dep_id, p.id), c.id, $1
+    FROM unnest($11::text[], $12::text[], $13::int8[]) AS e(child, dep_key, dep_id)
+    JOIN ins c ON c.key = e.child
+    LEFT JOIN ins p ON p.key = e.dep_key
+    WHERE coalesce(e.dep_id, p.id) IS NOT NULL
+),
+-- Claimable rows go on the queue in chunks: this call's ids in one
+-- aligned block of 128 ids go together (see `runnable` in the baseline).
+queued AS (
+    INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids)
+    SELECT $1, model, now(), min(id), array_agg(id ORDER BY id)
+    FROM ins WHERE status = {{PENDING}} AND unmet_deps = 0
+    GROUP BY model, id / 128
+),
+models AS (
+    INSERT INTO ledger_models (ledger_id, model)
+    SELECT $1, m FROM unnest($14::text[]) AS m
+    ON CONFLICT DO NOTHING
+)
+SELECT (SELECT count(*) FROM ins),
+       CASE WHEN (SELECT count(*) FROM ins) < $16 THEN (SELECT array_agg(key) FROM ins) END

@@ -1,0 +1,103 @@
+-- The settling CTEs (see settle.rs, `settle_ctes`), to follow `WITH RECURSIVE`
+-- and a CTE `c` that locks the claim. Codes in double braces come from tally-core
+-- (codes.rs).
+--
+-- Parameters (bound by `Settlement::bind`, one array element per row written):
+--   $1 ledger id, $2 claim token,
+--   $3 ids, $4 new statuses, $5 $6 $7 provider/content/infra failures,
+--   $8 attempt counts, $9 rules, $10 errors, $11 results,
+--   $12..$15 usage deltas (input, output, thinking, cached tokens),
+--   $16 retry delays (ms), $17 whether an attempt is recorded, $18 its budget,
+--   $19 whether rows remember the claim as their last, $20 the actor.
+w AS (
+    SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
+                         $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
+                         $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::bool[],
+                         $18::int2[])
+        AS w(id, status, pf, cf, inf, attempts, rule, err, result, d_in, d_out,
+             d_think, d_cached, delay_ms, recorded, a_budget)
+),
+upd AS (
+    UPDATE rows r SET
+        status = w.status,
+        provider_failures = coalesce(w.pf, 0),
+        content_failures = coalesce(w.cf, 0),
+        infra_failures = coalesce(w.inf, 0),
+        attempts = w.attempts,
+        rule = coalesce(w.rule, r.rule),
+        last_error = coalesce(w.err, r.last_error),
+        result = coalesce(w.result, r.result),
+        -- running totals saturate at the int8 maximum, never overflow
+        input_tokens = least(r.input_tokens::numeric + coalesce(w.d_in, 0), 9223372036854775807)::int8,
+        output_tokens = least(r.output_tokens::numeric + coalesce(w.d_out, 0), 9223372036854775807)::int8,
+        thinking_tokens = least(r.thinking_tokens::numeric + coalesce(w.d_think, 0), 9223372036854775807)::int8,
+        cached_tokens = least(r.cached_tokens::numeric + coalesce(w.d_cached, 0), 9223372036854775807)::int8,
+        last_claim_id = CASE WHEN $19 THEN $2 ELSE r.last_claim_id END,
+        job_id = coalesce((SELECT job_id FROM c), r.job_id),
+        next_attempt_time = CASE WHEN w.status = {{RETRYABLE}}
+            THEN now() + coalesce(w.delay_ms, 0) * interval '1 millisecond' END,
+        update_time = now()
+    FROM w
+    WHERE r.id = w.id AND r.status IN ({{CLAIMABLE}})
+      AND coalesce((SELECT live FROM c), false)
+    RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
+              r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
+              w.d_cached, w.recorded, w.a_budget
+),
+counted AS (
+    SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
+    WHERE d.dep_id IN (SELECT id FROM upd WHERE status = {{SUCCEEDED}})
+    GROUP BY d.row_id
+),
+doomed(id) AS (
+    SELECT d.row_id FROM row_deps d WHERE d.dep_id IN (SELECT id FROM upd WHERE status = {{PERMANENT}})
+    UNION
+    SELECT d.row_id FROM row_deps d JOIN doomed x ON d.dep_id = x.id
+),
+-- Mirrors Event::DependencyFailed: only BLOCKABLE rows become BLOCKED.
+deps AS (
+    UPDATE rows r SET
+        unmet_deps = r.unmet_deps - coalesce(t.n, 0),
+        status = CASE WHEN t.doomed AND r.status IN ({{BLOCKABLE}}) THEN {{BLOCKED}} ELSE r.status END,
+        rule = CASE WHEN t.doomed AND r.status IN ({{BLOCKABLE}})
+            THEN {{BLOCKED_RULE}} ELSE r.rule END,
+        last_error = CASE WHEN t.doomed AND r.status IN ({{BLOCKABLE}})
+            THEN {{BLOCKED_MESSAGE}} ELSE r.last_error END,
+        update_time = now()
+    FROM (SELECT coalesce(c.id, x.id) AS id, c.n, x.id IS NOT NULL AS doomed
+          FROM counted c FULL JOIN doomed x ON x.id = c.id) t
+    WHERE r.id = t.id AND (t.n IS NOT NULL OR r.status IN ({{BLOCKABLE}}))
+    RETURNING r.id, r.status, r.unmet_deps, r.model
+),
+queued AS (
+    INSERT INTO runnable (ledger_id, model, ready_time, row_id)
+    SELECT $1, model, coalesce(next_attempt_time, now()), id
+    FROM upd WHERE status IN ({{CLAIMABLE}})
+    UNION ALL
+    SELECT $1, model, now(), id FROM deps WHERE status = {{PENDING}} AND unmet_deps = 0
+),
+recorded AS (
+    INSERT INTO attempts (ledger_id, row_id, number, claim_id, job_id, model,
+                          prompt_name, prompt_version, outcome, rule, budget,
+                          input_tokens, output_tokens, thinking_tokens, cached_tokens,
+                          error, actor)
+    SELECT $1, id, attempts, $2, (SELECT job_id FROM c), model, prompt_name,
+           prompt_version, status, rule, a_budget, coalesce(d_in, 0), coalesce(d_out, 0),
+           coalesce(d_think, 0), coalesce(d_cached, 0), last_error, $20
+    FROM upd WHERE recorded
+),
+kept AS MATERIALIZED (
+    SELECT ARRAY(SELECT x FROM unnest(c.row_ids) x EXCEPT SELECT id FROM upd) AS ids
+    FROM c WHERE c.live
+),
+-- Every claim without a job is DONE once it holds nothing; a claim
+-- with one stays ACTIVE (its lease is the job owner's) until the job
+-- is finished, adopted or abandoned.
+dropped AS (
+    UPDATE claims k SET row_ids = kept.ids, held = cardinality(kept.ids),
+           state = CASE WHEN cardinality(kept.ids) = 0 AND k.state = {{CLAIM_ACTIVE}}
+                             AND k.job_id IS NULL THEN {{CLAIM_DONE}} ELSE k.state END
+    FROM kept
+    WHERE k.token = $2
+    RETURNING k.held
+)
