@@ -16,7 +16,7 @@ use crate::settle::{self, Settler};
 use crate::types::{
     ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord, Time,
 };
-use crate::{Result, Store, StoreError, abandon, events, fence, pause};
+use crate::{Result, Store, StoreError, abandon, codes, events, fence, pause};
 use sqlx::Postgres;
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -147,64 +147,33 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     check_due: bool,
 ) -> Result<Taken> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            r#"
-        WITH due AS (
-            SELECT $8 AND EXISTS (
-                SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {RESCUE_DUE}) AS due,
-                   coalesce((SELECT l.pause_reason IS NOT NULL FROM ledgers l
-                             WHERE l.id = $1), false) AS paused
-        ),
-        chosen AS (
-            SELECT CASE WHEN (SELECT due OR paused FROM due) THEN NULL ELSE coalesce($2::text, (
-                SELECT m.model FROM ledger_models m
-                CROSS JOIN LATERAL (
-                    SELECT r.ready_time FROM runnable r
-                    WHERE r.ledger_id = m.ledger_id AND r.model = m.model
-                      AND r.ready_time <= now()
-                    ORDER BY r.ready_time LIMIT 1) first
-                WHERE m.ledger_id = $1
-                ORDER BY first.ready_time LIMIT 1)) END AS model
-        ),
-        upd AS (
-            SELECT * FROM tally_claim_runnable($1, (SELECT model FROM chosen), $3::int4, $4,
-                                               $9::int8, $10::int4)
-        ),
-        made AS (
-            INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,
-                                row_count, held, expire_time)
-            SELECT $4, $1, $5, (SELECT model FROM chosen), $6, array_agg(id ORDER BY id),
-                   count(*), count(*), now() + $7 * interval '1 millisecond'
-            FROM upd HAVING count(*) > 0
-            RETURNING create_time, expire_time
-        )
-        SELECT (SELECT due FROM due) AS due, (SELECT paused FROM due) AS paused,
-               array_agg(u.id) AS ids, array_agg(u.key) AS keys,
-               array_agg(u.payload) AS payloads, array_agg(u.prompt_name) AS prompt_names,
-               array_agg(u.prompt_version) AS prompt_versions, array_agg(u.model) AS models,
-               array_agg(u.provider_failures) AS provider_failures,
-               array_agg(u.content_failures) AS content_failures,
-               array_agg(u.infra_failures) AS infra_failures,
-               array_agg(u.attempts) AS attempts, max(u.held_back) AS held_back,
-               (SELECT create_time FROM made) AS create_time,
-               (SELECT expire_time FROM made) AS expire_time
-        FROM (SELECT * FROM upd ORDER BY id) u
-        "#
+        codes::render_with(
+            include_str!("queries/claims/take.sql"),
+            &[("RESCUE_DUE", &RESCUE_DUE)],
         )
     });
-    Ok(sqlx::query_as::<_, Taken>(SQL.as_str())
-        .bind(ledger.id)
-        .bind(req.model.as_deref())
-        .bind(req.max_rows)
-        .bind(token)
-        .bind(&req.worker)
-        .bind(req.request_id.as_deref())
-        .bind(lease_ms(req.lease, ledger.policy.lease))
-        .bind(check_due)
-        .bind(req.bytes.map(|b| b.max_bytes))
-        .bind(req.bytes.map_or(0, |b| b.row_overhead))
-        .fetch_one(exec)
-        .await?)
+    Ok(
+        sqlx::query_as::<_, Taken>(sqlx::AssertSqlSafe(SQL.as_str()))
+            .bind(ledger.id)
+            .bind(req.model.as_deref())
+            .bind(req.max_rows)
+            .bind(token)
+            .bind(&req.worker)
+            .bind(req.request_id.as_deref())
+            .bind(lease_ms(req.lease, ledger.policy.lease))
+            .bind(check_due)
+            .bind(req.bytes.map(|b| b.max_bytes))
+            .bind(req.bytes.map_or(0, |b| b.row_overhead))
+            .fetch_one(exec)
+            .await?,
+    )
+}
+
+/// What a claim with a request id found: the claim that id made before, or
+/// what this call took.
+enum Once {
+    Replayed(ClaimGrant),
+    Taken(Taken),
 }
 
 /// A taken row, as its spend estimate needs it.
@@ -371,9 +340,11 @@ impl Store {
     /// runnable. With a `request_id` seen before, answers that claim again
     /// (with the rows it still holds) instead of leasing more.
     ///
-    /// Expired claims of the ledger are rescued first: without a request id
-    /// the claim is one statement that looks for them and takes nothing when
-    /// it finds any (then they are rescued and the claim runs again).
+    /// One path with or without a request id: (answer the id's claim
+    /// again) → the claim statement, which takes nothing when it finds
+    /// expired claims of the ledger (then they are rescued and it runs
+    /// again) → remember what the claim holds. A request id only adds
+    /// the lock that makes its calls take turns (`take_once`).
     #[tracing::instrument(
         target = "tally::trace",
         level = "debug",
@@ -385,41 +356,64 @@ impl Store {
         if let Some(cap) = record.policy.cap() {
             return self.claim_capped(&record, *cap, req).await;
         }
-        let Some(request_id) = &req.request_id else {
-            let token = Uuid::new_v4();
-            let mut taken = take_rows(&self.pool, &record, req, token, true).await?;
+        if let Some(grant) = self.replay_claim(record.id, req).await? {
+            return Ok(Some(grant));
+        }
+        let token = Uuid::new_v4();
+        // The first statement also looks for expired claims of the ledger;
+        // finding some, it takes nothing, they are rescued, and the claim
+        // runs again without looking.
+        let mut check_due = true;
+        loop {
+            let taken = match &req.request_id {
+                None => take_rows(&self.pool, &record, req, token, check_due).await?,
+                Some(request_id) => {
+                    match self
+                        .take_once(&record, req, request_id, token, check_due)
+                        .await?
+                    {
+                        Once::Replayed(grant) => return Ok(Some(grant)),
+                        Once::Taken(taken) => taken,
+                    }
+                }
+            };
             if taken.paused {
                 return Err(self.paused(ledger).await);
             }
             if taken.due {
                 self.rescue_expired(Some(record.id)).await?;
-                taken = take_rows(&self.pool, &record, req, token, false).await?;
+                check_due = false;
+                continue;
             }
             return self.granted(&record, req, token, taken);
-        };
-        if let Some(grant) = self.replay_claim(record.id, req).await? {
-            return Ok(Some(grant));
         }
-        self.rescue_if_due(record.id).await?;
+    }
+
+    /// The claim statement for a request id, in a transaction that makes
+    /// calls with that id take turns: a retry racing the original would
+    /// otherwise find every row locked or taken and answer "nothing
+    /// runnable" instead of the original's claim. Under that lock, a claim
+    /// the id already made is answered again instead.
+    async fn take_once(
+        &self,
+        record: &LedgerRecord,
+        req: &ClaimRequest,
+        request_id: &str,
+        token: Uuid,
+        check_due: bool,
+    ) -> Result<Once> {
         let mut tx = self.begin().await?;
-        // Calls with one request id take turns: a retry racing the original
-        // would otherwise find every row locked or taken and answer "nothing
-        // runnable" instead of the original's claim.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))")
             .bind(request_id)
             .bind(record.id)
             .execute(&mut *tx)
             .await?;
         if let Some(grant) = self.replay_claim(record.id, req).await? {
-            return Ok(Some(grant));
+            return Ok(Once::Replayed(grant));
         }
-        let token = Uuid::new_v4();
-        let taken = take_rows(&mut *tx, &record, req, token, false).await?;
+        let taken = take_rows(&mut *tx, record, req, token, check_due).await?;
         tx.commit().await?;
-        if taken.paused {
-            return Err(self.paused(ledger).await);
-        }
-        self.granted(&record, req, token, taken)
+        Ok(Once::Taken(taken))
     }
 
     /// The LEDGER_PAUSED answer to a claim on a paused ledger, with the

@@ -124,6 +124,11 @@ fn named() -> [(&'static str, String); 15] {
 /// does not know: statement files are compiled in, so the store's tests
 /// (which run every statement) find a typo before anyone else does.
 pub(crate) fn render(sql: &str) -> String {
+    render_with(sql, &[])
+}
+
+/// [`render`], with more names: shared conditions (e.g. `RESCUE_DUE`).
+pub(crate) fn render_with(sql: &str, more: &[(&str, &dyn fmt::Display)]) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut rest = sql;
     while let Some(start) = rest.find("{{") {
@@ -133,11 +138,17 @@ pub(crate) fn render(sql: &str) -> String {
             .find("}}")
             .unwrap_or_else(|| panic!("an unclosed {{{{ in a statement: {sql}"));
         let name = &after[..end];
-        let value = named()
-            .into_iter()
+        let value = more
+            .iter()
             .find(|(n, _)| *n == name)
-            .unwrap_or_else(|| panic!("no code named {name} (statement: {sql})"))
-            .1;
+            .map(|(_, v)| v.to_string())
+            .or_else(|| {
+                named()
+                    .into_iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v)
+            })
+            .unwrap_or_else(|| panic!("no code named {name} (statement: {sql})"));
         out.push_str(&value);
         rest = &after[end + 2..];
     }

@@ -24,11 +24,13 @@
 //! The same statement calls `pg_notify`, delivered at commit to every
 //! listening server: a hint to read the table, never the data itself.
 
+use crate::codes;
 use crate::job_view::{JOB_RECORD_COLUMNS, JOB_SELECT, JobRow};
 use crate::types::{JobEventKind, JobEventRecord, Pause, Time};
 use crate::{Result, Store, StoreError};
 use sqlx::postgres::PgListener;
 use sqlx::{FromRow, Postgres, Transaction};
+use std::sync::LazyLock;
 use tally_core::pause::PauseReason;
 
 /// The channel `pg_notify` wakes listeners on.
@@ -50,20 +52,13 @@ pub(crate) async fn append(
     let ids: Vec<i64> = events.iter().map(|(id, _)| *id).collect();
     let kinds: Vec<i16> = events.iter().map(|(_, k)| k.code()).collect();
     lock_sequence(tx).await?;
-    let sql = format!(
-        "WITH e AS (
-             SELECT * FROM unnest($1::int8[], $2::int2[]) WITH ORDINALITY AS e(job_id, type, n)
-         ),
-         ins AS (
-             INSERT INTO job_events (ledger_id, job_id, type, actor, job)
-             SELECT x.ledger_id, x.id, e.type, $3, to_jsonb(x)
-             FROM e JOIN ({JOB_SELECT}) x ON x.id = e.job_id
-             ORDER BY e.n
-             RETURNING seq
-         )
-         SELECT pg_notify('{CHANNEL}', coalesce(max(seq), 0)::text) FROM ins"
-    );
-    sqlx::query(sqlx::AssertSqlSafe(sql))
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        codes::render_with(
+            include_str!("queries/events/append.sql"),
+            &[("JOB_SELECT", &JOB_SELECT), ("CHANNEL", &CHANNEL)],
+        )
+    });
+    sqlx::query(sqlx::AssertSqlSafe(SQL.as_str()))
         .bind(&ids)
         .bind(&kinds)
         .bind(actor)

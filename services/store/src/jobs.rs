@@ -13,7 +13,7 @@
 //! is finished); FinishJob marks it DONE, adoption EXPIRED.
 
 use crate::abandon::close_unsent;
-use crate::codes::{CLAIM_ACTIVE, JOB_PREPARING};
+use crate::codes::{self, CLAIM_ACTIVE, JOB_PREPARING};
 use crate::fence::{self, lease_ms, lock_fenced, lock_job_by_id};
 use crate::job_view::{JOB_SELECT, JobRow, load_job};
 use crate::types::{
@@ -94,20 +94,10 @@ impl Store {
             let tokens = admission::estimate(&mut tx, token).await?;
             admission::admit(&mut tx, &self.quotas, &claim.model, tokens).await?;
             let public_id = Uuid::now_v7().to_string();
+            static SQL: LazyLock<String> =
+                LazyLock::new(|| codes::render(include_str!("queries/jobs/create.sql")));
             let job_id: i64 = sqlx::query_scalar(
-                "WITH c AS (
-                     SELECT token, ledger_id, model, worker, held, row_ids FROM claims WHERE token = $1
-                 ),
-                 j AS (
-                     INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count, row_ids, est_tokens)
-                     SELECT $2, ledger_id, token, token, model,
-                            CASE WHEN worker <> '' THEN worker ELSE $3 END, held, row_ids, $4
-                     FROM c RETURNING id
-                 ),
-                 -- The job's rows are the claim's: readers find the job of
-                 -- a held row through its claim, and settling it records it.
-                 cl AS (UPDATE claims SET job_id = (SELECT id FROM j) WHERE token = $1)
-                 SELECT id FROM j",
+                sqlx::AssertSqlSafe(SQL.as_str()),
             )
             .bind(token)
             .bind(&public_id)

@@ -5,13 +5,14 @@
 //! readers show it RUNNING, under the ACTIVE claim whose
 //! `row_ids` holds it and with that claim's job.
 
-use crate::codes::{CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT};
+use crate::codes::{self, CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT};
 use crate::types::{
     AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, RowsPage, Time, Usage,
 };
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::summary::LedgerCounts;
 use uuid::Uuid;
@@ -267,31 +268,15 @@ impl Store {
         // The newest attempts of each row while their text adds up to
         // HISTORY_BYTES (the newest always), oldest first; `omitted` counts
         // the older ones left out.
-        let rows = sqlx::query_as::<_, AttemptRow>(
-            "SELECT * FROM (
-                 SELECT a.row_id, a.number, a.claim_id, j.public_id AS job, j.batch, a.model,
-                        a.prompt_name, a.prompt_version, a.outcome, a.rule, a.budget,
-                        a.input_tokens, a.output_tokens, a.thinking_tokens, a.cached_tokens,
-                        a.error, a.actor, a.time,
-                        sum(octet_length(a.error) + octet_length(a.model)
-                            + octet_length(a.prompt_name) + octet_length(a.prompt_version)
-                            + octet_length(a.rule) + octet_length(a.actor)
-                            + coalesce(octet_length(j.public_id), 0)
-                            + coalesce(octet_length(j.batch), 0) + $3)
-                            OVER (PARTITION BY a.row_id ORDER BY a.number DESC) AS upto,
-                        row_number() OVER (PARTITION BY a.row_id ORDER BY a.number DESC) AS nth,
-                        count(*) OVER (PARTITION BY a.row_id) AS total
-                 FROM attempts a LEFT JOIN jobs j ON j.id = a.job_id
-                 WHERE a.ledger_id = $1 AND a.row_id = ANY($2)) h
-             WHERE h.nth = 1 OR h.upto <= $4
-             ORDER BY h.row_id, h.number",
-        )
-        .bind(ledger_id)
-        .bind(row_ids)
-        .bind(ATTEMPT_OVERHEAD)
-        .bind(HISTORY_BYTES)
-        .fetch_all(&self.pool)
-        .await?;
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| codes::render(include_str!("queries/rows/histories.sql")));
+        let rows = sqlx::query_as::<_, AttemptRow>(sqlx::AssertSqlSafe(SQL.as_str()))
+            .bind(ledger_id)
+            .bind(row_ids)
+            .bind(ATTEMPT_OVERHEAD)
+            .bind(HISTORY_BYTES)
+            .fetch_all(&self.pool)
+            .await?;
         let mut out: HashMap<i64, History> = HashMap::new();
         for a in rows {
             let row_id = a.row_id;

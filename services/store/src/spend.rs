@@ -4,10 +4,12 @@
 //! its `ledger_spend` row first, so they are decided one at a time against
 //! the spend as it is.
 
+use crate::codes;
 use crate::types::LedgerRecord;
 use crate::{Result, Store};
 use sqlx::{Postgres, Transaction};
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use tally_core::spend::{Amount, SpendCap};
 use uuid::Uuid;
 
@@ -219,24 +221,12 @@ pub(crate) async fn of_ledgers(pool: &sqlx::PgPool, ids: &[i64]) -> Result<Vec<(
         i64,
         i64,
     );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT l.id, l.policy->'spend_cap',
-                coalesce(s.cost_usd, 0), coalesce(s.input_tokens, 0), coalesce(s.output_tokens, 0),
-                coalesce(r.cost_usd, 0)::float8, coalesce(r.input_tokens, 0)::int8,
-                coalesce(r.output_tokens, 0)::int8
-         FROM ledgers l
-         LEFT JOIN ledger_spend s ON s.ledger_id = l.id
-         LEFT JOIN (
-             SELECT r.ledger_id, sum(r.cost_usd * c.held) AS cost_usd,
-                    sum(r.input_tokens * c.held) AS input_tokens,
-                    sum(r.output_tokens * c.held) AS output_tokens
-             FROM claim_reservations r JOIN claims c ON c.token = r.token
-             WHERE r.ledger_id = ANY($1) AND c.held > 0 GROUP BY 1) r ON r.ledger_id = l.id
-         WHERE l.id = ANY($1) AND jsonb_typeof(l.policy->'spend_cap') = 'object'",
-    )
-    .bind(ids)
-    .fetch_all(pool)
-    .await?;
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| codes::render(include_str!("queries/spend/views.sql")));
+    let rows: Vec<Row> = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
     Ok(rows
         .into_iter()
         .filter(|r| r.1.limits_anything())
