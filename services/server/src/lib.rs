@@ -4,19 +4,28 @@
 //! - [`server`]: assembly (checks, listeners, services and layers) and the
 //!   orderly shutdown; [`background`]: the tasks it runs beside serving.
 //! - [`database`]: a configured PostgreSQL or the private one.
-//! - [`ledger_service`]: LedgerService handlers; [`validate`] checks their
-//!   requests and [`convert`] translates messages.
-//! - [`golden_convert`]: golden rows on the wire (SetGoldenRows,
-//!   GetGoldenRows, ReportGoldenResults).
-//! - [`job_service`]: JobService handlers; [`job_convert`] checks and
-//!   translates; [`watch`] fans job events out to WatchJobs streams;
-//!   [`alerts`] evaluates review thresholds and delivers alerts.
-//! - [`operations_service`]: OperationsService handlers and their message
-//!   translations; [`webhook`]: the signed provider webhook receiver on its
-//!   own HTTP listener ([`http_listener`]: its timeouts and connection
-//!   cap, shared with the metrics listener); [`wakeup`]: LISTEN/NOTIFY
-//!   wake-ups for watch streams.
-//! - [`purger`]: the background purge of deleted ledgers.
+//! - The three gRPC services, each laid out the same way: `service.rs`
+//!   (the tonic service and its thin handlers), `validate.rs` (request
+//!   checks, INVALID_ARGUMENT with field violations) and `convert.rs`
+//!   (store records to and from `tally.v1` messages):
+//!   - LedgerService in [`ledger`], with [`ledger::golden`] for golden
+//!     rows on the wire ([`ledger_metrics`]: what its handlers count);
+//!   - JobService in [`job`], with [`job::watch`] fanning job events out
+//!     to WatchJobs streams;
+//!   - OperationsService in [`operations`].
+//!
+//!   A service whose messages embed another's resource (a job's claim,
+//!   pause and golden rows) uses that service's conversions. Only the
+//!   conversions every service shares, protobuf's `Timestamp` and
+//!   `Duration`, are in [`wire_convert`].
+//! - [`alerts`]: evaluates review thresholds and delivers alerts.
+//! - [`webhook`]: the signed provider webhook receiver on its own HTTP
+//!   listener ([`http_listener`]: its timeouts and connection cap, shared
+//!   with the metrics listener); [`wakeup`]: LISTEN/NOTIFY wake-ups for
+//!   watch streams.
+//! - [`purger`]: the background purge of deleted ledgers; [`backlog`]:
+//!   the backlog gauges' refresher; [`maintenance`]: vacuuming the
+//!   runnable queue.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
 //!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
@@ -39,22 +48,19 @@ pub mod background;
 pub mod backlog;
 pub mod caller;
 pub mod config;
-pub mod convert;
 pub mod database;
-pub mod golden_convert;
 pub mod health;
 pub mod health_check;
 pub use tally_telemetry::http_listener;
 pub mod intake;
-pub mod job_convert;
-pub mod job_service;
+pub mod job;
+pub mod ledger;
 pub mod ledger_metrics;
-pub mod ledger_service;
 pub mod limits;
 pub mod maintenance;
 pub mod metrics;
 pub mod middleware;
-pub mod operations_service;
+pub mod operations;
 pub mod paging;
 pub mod purger;
 pub mod responses;
@@ -63,9 +69,8 @@ pub mod rpc_trace;
 pub mod server;
 pub mod status;
 pub mod tls;
-pub mod validate;
 pub mod wakeup;
-pub mod watch;
 pub mod webhook;
 pub mod wire;
+pub mod wire_convert;
 pub mod write_timeout;

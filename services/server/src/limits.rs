@@ -25,7 +25,7 @@
 //! Health checks (unary) are exempt: they read memory, and probes must be
 //! answered under load. Message sizes are tonic's `max_decoding_message_size`
 //! (set per service in [`crate::server`]); rows per call are checked in
-//! [`crate::validate`].
+//! [`crate::ledger::validate`].
 
 use crate::auth::layer::peer_addr;
 use crate::auth::methods::{Kind, Route};

@@ -3,7 +3,7 @@
 
 use super::WebhookState;
 use crate::metrics::OutcomeLabels;
-use crate::operations_service::record_ingest;
+use crate::operations::service::record_ingest;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};

@@ -21,7 +21,7 @@
 //! going away: on shutdown it returns, which ends the stream cleanly, so
 //! graceful shutdown does not wait on open streams.
 
-use crate::job_convert::event_to_proto;
+use super::convert::event_to_proto;
 use crate::metrics::Metrics;
 use crate::status::from_store;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
-//! OperationsService: thin handlers over `tally-store`'s operations module,
-//! and the translations between `tally.v1` operation messages and store
-//! records (kept here, next to their only user).
+//! OperationsService: thin handlers over `tally-store`'s operations module.
+//! Requests are checked in [`super::validate`] and messages translated in
+//! [`super::convert`].
 //!
 //! IngestEvent answers a drop as a normal response: the reducer refusing to
 //! move an operation backward is the system working, not an error. Bad
@@ -12,6 +12,11 @@
 //! with a poll as the fallback, so a slow consumer holds at most a page and
 //! a small channel in memory and a reconnecting one resumes by sequence.
 
+use super::convert::{
+    decode_cursor, encode_cursor, event_to_proto, operation_to_proto, state_from_proto,
+    transition_to_proto, verdict_to_proto,
+};
+use super::validate::{incoming, operation_name};
 use crate::caller::{Access, access, linked_in_scope};
 use crate::metrics::{EventLabels, Metrics};
 use crate::paging;
@@ -20,16 +25,13 @@ use crate::wakeup::Wakeups;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-use tally_core::operation::{DropReason, OpEvent, OpState, normalize_name};
+use tally_core::operation::DropReason;
 use tally_core::scope::Scope;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_proto::v1::operations_service_server::OperationsService;
 use tally_store::Store;
-use tally_store::operations::{
-    EventRecord, EventSource, EventVerdict, IncomingEvent, IngestResult, MAX_EVENT_ID,
-    OperationCursor, OperationRecord, TransitionRecord,
-};
+use tally_store::operations::{IncomingEvent, IngestResult};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -40,12 +42,6 @@ use tonic::{Request, Response, Status};
 const WATCH_PAGE: i64 = 100;
 /// Transitions buffered between a stream's reader and its consumer.
 const WATCH_BUFFER: usize = 32;
-
-/// Longest accepted text per event field.
-const MAX_STATE: usize = 64;
-const MAX_OUTPUT_FILE: usize = 2048;
-const MAX_ERROR_CODE: usize = 256;
-const MAX_ERROR_MESSAGE: usize = 4096;
 
 pub struct Operations {
     store: Store,
@@ -331,288 +327,4 @@ async fn stream_transitions(
 /// linked to `job` (unlinked operations only to the whole server).
 fn shows(scope: Option<&Scope>, job: Option<&str>) -> bool {
     scope.is_none_or(|scope| linked_in_scope(scope, job))
-}
-
-// ---- requests to store inputs ----
-
-/// Any spelling of a batch name (`operations/batches/abc`,
-/// `batches/abc`, `projects/p/locations/l/batches/abc`, …) in `field`.
-pub fn operation_name(field: &str, text: &str) -> Result<String, Status> {
-    normalize_name(text).map_err(|e| invalid_field(field, e.to_string()))
-}
-
-fn incoming(req: pb::IngestEventRequest) -> Result<IncomingEvent, Status> {
-    let Some(e) = req.event else {
-        return Err(invalid_field("event", "is required"));
-    };
-    let mut v = Violations::new();
-    let operation = normalize_name(&e.operation)
-        .map_err(|err| v.add("event.operation", err.to_string()))
-        .ok();
-    let raw_state = e.state.trim().to_string();
-    if raw_state.is_empty() {
-        v.add(
-            "event.state",
-            "is required (e.g. BATCH_STATE_RUNNING, JOB_STATE_SUCCEEDED, batch.failed)",
-        );
-    }
-    text_limit("event.state", &raw_state, MAX_STATE, &mut v);
-    let update_time = match e.update_time.as_ref().map(timestamp_micros) {
-        None => None,
-        Some(Some(us)) => Some(us),
-        Some(None) => {
-            v.add("event.update_time", "is not a valid timestamp");
-            None
-        }
-    };
-    let source = match pb::EventSource::try_from(e.source) {
-        Ok(pb::EventSource::Webhook) => Some(EventSource::Webhook),
-        Ok(pb::EventSource::Poller) => Some(EventSource::Poller),
-        Ok(pb::EventSource::Operator) => Some(EventSource::Operator),
-        Ok(pb::EventSource::Unspecified) | Err(_) => {
-            v.add("event.source", "must be WEBHOOK, POLLER or OPERATOR");
-            None
-        }
-    };
-    text_limit("event.event_id", &e.event_id, MAX_EVENT_ID, &mut v);
-    text_limit("event.output_file", &e.output_file, MAX_OUTPUT_FILE, &mut v);
-    text_limit("event.error_code", &e.error_code, MAX_ERROR_CODE, &mut v);
-    text_limit(
-        "event.error_message",
-        &e.error_message,
-        MAX_ERROR_MESSAGE,
-        &mut v,
-    );
-    v.finish().map_err(invalid)?;
-    let (Some(operation), Some(source)) = (operation, source) else {
-        return Err(Status::internal(
-            "validation passed without a name or source",
-        ));
-    };
-    let non_empty = |s: String| (!s.trim().is_empty()).then_some(s);
-    Ok(IncomingEvent {
-        operation,
-        source,
-        event_id: non_empty(e.event_id),
-        event: OpEvent {
-            state: OpState::parse(&raw_state),
-            update_time,
-        },
-        raw_state,
-        output_file: non_empty(e.output_file),
-        error_code: non_empty(e.error_code),
-        error_message: non_empty(e.error_message),
-    })
-}
-
-fn text_limit(field: &str, text: &str, max: usize, v: &mut Violations) {
-    if text.chars().count() > max {
-        v.add(field, format!("must be at most {max} characters"));
-    }
-}
-
-/// A timestamp as unix microseconds (sub-microsecond digits are cut, as
-/// for provider times); `None` when malformed or outside years 1–9999.
-pub fn timestamp_micros(ts: &prost_types::Timestamp) -> Option<i64> {
-    const MIN: i64 = -62_135_596_800; // 0001-01-01T00:00:00Z
-    const MAX: i64 = 253_402_300_799; // 9999-12-31T23:59:59Z
-    if !(MIN..=MAX).contains(&ts.seconds) || !(0..1_000_000_000).contains(&ts.nanos) {
-        return None;
-    }
-    Some(ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1_000)
-}
-
-pub fn micros_timestamp(us: i64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: us.div_euclid(1_000_000),
-        nanos: (us.rem_euclid(1_000_000) * 1_000) as i32,
-    }
-}
-
-fn encode_cursor(c: &OperationCursor) -> String {
-    format!("{}/{}", c.create_time_us, c.name)
-}
-
-fn decode_cursor(text: &str) -> Result<OperationCursor, Status> {
-    let bad = || invalid_field("page_token", "is not a token from this list; start again");
-    let (time, name) = text.split_once('/').ok_or_else(bad)?;
-    Ok(OperationCursor {
-        create_time_us: time.parse().map_err(|_| bad())?,
-        name: name.to_string(),
-    })
-}
-
-// ---- store records to messages ----
-
-pub fn state_to_proto(state: OpState) -> pb::OperationState {
-    match state {
-        OpState::Pending => pb::OperationState::Pending,
-        OpState::Running => pb::OperationState::Running,
-        OpState::Succeeded => pb::OperationState::Succeeded,
-        OpState::Failed => pb::OperationState::Failed,
-        OpState::Cancelled => pb::OperationState::Cancelled,
-        OpState::Expired => pb::OperationState::Expired,
-        OpState::Unknown => pb::OperationState::Unspecified,
-    }
-}
-
-fn state_from_proto(code: i32) -> Option<OpState> {
-    match pb::OperationState::try_from(code).ok()? {
-        pb::OperationState::Pending => Some(OpState::Pending),
-        pb::OperationState::Running => Some(OpState::Running),
-        pb::OperationState::Succeeded => Some(OpState::Succeeded),
-        pb::OperationState::Failed => Some(OpState::Failed),
-        pb::OperationState::Cancelled => Some(OpState::Cancelled),
-        pb::OperationState::Expired => Some(OpState::Expired),
-        pb::OperationState::Unspecified => None,
-    }
-}
-
-fn source_to_proto(source: EventSource) -> pb::EventSource {
-    match source {
-        EventSource::Webhook => pb::EventSource::Webhook,
-        EventSource::Poller => pb::EventSource::Poller,
-        EventSource::Operator => pb::EventSource::Operator,
-    }
-}
-
-fn verdict_to_proto(verdict: EventVerdict) -> pb::EventVerdict {
-    match verdict {
-        EventVerdict::Applied => pb::EventVerdict::Applied,
-        EventVerdict::Dropped => pb::EventVerdict::Dropped,
-        EventVerdict::Recorded => pb::EventVerdict::Recorded,
-    }
-}
-
-pub fn operation_to_proto(op: &OperationRecord) -> pb::Operation {
-    pb::Operation {
-        name: format!("operations/{}", op.name),
-        state: state_to_proto(op.state) as i32,
-        update_time: Some(micros_timestamp(op.update_time_us)),
-        version: op.version,
-        job: op.job.clone().unwrap_or_default(),
-        output_file: op.output_file.clone(),
-        error_code: op.error_code.clone(),
-        error_message: op.error_message.clone(),
-        applied_events: op.version,
-        drops: op.drops.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        create_time: Some(crate::convert::timestamp(op.create_time)),
-    }
-}
-
-fn event_to_proto(e: &EventRecord) -> pb::OperationEventRecord {
-    pb::OperationEventRecord {
-        sequence: e.sequence,
-        source: source_to_proto(e.source) as i32,
-        raw_state: e.raw_state.clone(),
-        state: state_to_proto(e.state) as i32,
-        update_time: e.update_time_us.map(micros_timestamp),
-        receive_time: Some(crate::convert::timestamp(e.receive_time)),
-        verdict: verdict_to_proto(e.verdict) as i32,
-        reason: e.reason.map_or(String::new(), |r| r.as_str().to_string()),
-        event_id: e.event_id.clone().unwrap_or_default(),
-    }
-}
-
-fn transition_to_proto(t: &TransitionRecord) -> pb::OperationTransition {
-    pb::OperationTransition {
-        sequence: t.sequence,
-        operation: Some(operation_to_proto(&t.operation)),
-        from_state: t
-            .from
-            .map_or(pb::OperationState::Unspecified, state_to_proto) as i32,
-        to_state: state_to_proto(t.operation.state) as i32,
-        source: source_to_proto(t.source) as i32,
-        time: Some(crate::convert::timestamp(t.time)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(event: pb::OperationEvent) -> pb::IngestEventRequest {
-        pb::IngestEventRequest { event: Some(event) }
-    }
-
-    fn valid() -> pb::OperationEvent {
-        pb::OperationEvent {
-            operation: "projects/p/locations/l/batches/abc".into(),
-            state: "JOB_STATE_RUNNING".into(),
-            update_time: Some(prost_types::Timestamp {
-                seconds: 10,
-                nanos: 1_500,
-            }),
-            source: pb::EventSource::Poller as i32,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_valid_event_is_normalized() {
-        let e = incoming(request(valid())).unwrap();
-        assert_eq!(e.operation, "batches/abc");
-        assert_eq!(e.event.state, OpState::Running);
-        assert_eq!(e.event.update_time, Some(10_000_001));
-        assert_eq!(e.raw_state, "JOB_STATE_RUNNING");
-        assert_eq!(e.event_id, None);
-    }
-
-    #[test]
-    fn bad_events_name_every_bad_field() {
-        let bad = pb::OperationEvent {
-            operation: "files/abc".into(),
-            state: " ".into(),
-            update_time: Some(prost_types::Timestamp {
-                seconds: 1,
-                nanos: -1,
-            }),
-            source: 0,
-            event_id: "x".repeat(MAX_EVENT_ID + 1),
-            ..Default::default()
-        };
-        let status = incoming(request(bad)).unwrap_err();
-        assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        for field in [
-            "event.operation",
-            "event.state",
-            "event.update_time",
-            "event.source",
-            "event.event_id",
-        ] {
-            assert!(
-                status.message().contains(field),
-                "{field}: {}",
-                status.message()
-            );
-        }
-        assert!(incoming(pb::IngestEventRequest { event: None }).is_err());
-    }
-
-    #[test]
-    fn an_unknown_state_spelling_is_accepted_for_the_log() {
-        let e = incoming(request(pb::OperationEvent {
-            state: "BATCH_STATE_ARCHIVED".into(),
-            ..valid()
-        }))
-        .unwrap();
-        assert_eq!(e.event.state, OpState::Unknown);
-    }
-
-    #[test]
-    fn micros_round_trip_through_timestamps() {
-        for us in [0, 1, 999_999, 1_714_557_600_123_456, -1, -1_000_001] {
-            assert_eq!(timestamp_micros(&micros_timestamp(us)), Some(us));
-        }
-    }
-
-    #[test]
-    fn cursors_round_trip() {
-        let c = OperationCursor {
-            create_time_us: 1_714_557_600_123_456,
-            name: "batches/a-b_c".into(),
-        };
-        assert_eq!(decode_cursor(&encode_cursor(&c)).unwrap(), c);
-        assert!(decode_cursor("nonsense").is_err());
-    }
 }

@@ -1,10 +1,12 @@
-//! JobService's conversions and request checks: store records to
-//! `tally.v1` messages, and requests to store inputs or INVALID_ARGUMENT
-//! with a field violation per problem. Pure: no I/O.
+//! JobService's request checks: requests to store inputs, or
+//! INVALID_ARGUMENT with a field violation per problem. Ledger and claim
+//! names and leases are checked as LedgerService checks them
+//! ([`crate::ledger::validate`]). Pure: no I/O.
 
-use crate::convert::{bounded_duration, timestamp};
+use super::convert::job_state_from_proto;
+use crate::ledger::validate as ledger_validate;
 use crate::status::{invalid, invalid_field};
-use crate::validate;
+use crate::wire_convert::bounded_duration;
 use std::time::Duration;
 use tally_core::job::{FinalState, JobState};
 use tally_core::names;
@@ -12,7 +14,7 @@ use tally_core::operation::normalize_name;
 use tally_core::pause::PauseReason;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
-use tally_store::types::{FinishRequest, JobEventKind, JobEventRecord, JobRecord, LockRecord};
+use tally_store::types::FinishRequest;
 use tonic::Status;
 use uuid::Uuid;
 
@@ -31,101 +33,6 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 pub const DEFAULT_ADOPT: i64 = 10;
 pub const MAX_ADOPT: i64 = 100;
 
-pub fn job_state_to_proto(s: JobState) -> pb::JobState {
-    match s {
-        JobState::Preparing => pb::JobState::Preparing,
-        JobState::Submitted => pb::JobState::Submitted,
-        JobState::Running => pb::JobState::Running,
-        JobState::Succeeded => pb::JobState::Succeeded,
-        JobState::Failed => pb::JobState::Failed,
-        JobState::Cancelled => pb::JobState::Cancelled,
-        JobState::Expired => pb::JobState::Expired,
-        JobState::Reconciled => pb::JobState::Reconciled,
-        JobState::Creating => pb::JobState::Creating,
-    }
-}
-
-/// A known, specified job state.
-pub fn job_state_from_proto(code: i32) -> Option<JobState> {
-    JobState::from_code(i16::try_from(code).ok()?)
-}
-
-pub fn job_to_proto(j: &JobRecord) -> pb::Job {
-    let c = &j.counts;
-    let batch = j.batch.clone().unwrap_or_default();
-    pb::Job {
-        name: names::job_name(&j.ledger, &j.public_id),
-        job_id: j.public_id.clone(),
-        claim: names::claim_name(&j.ledger, &j.claim.to_string()),
-        state: job_state_to_proto(j.state) as i32,
-        model: j.model.clone(),
-        owner: j.owner.clone(),
-        operation: if batch.is_empty() {
-            String::new()
-        } else {
-            format!("operations/{batch}")
-        },
-        batch,
-        input_file: j.input_file.clone(),
-        output_file: j.output_file.clone(),
-        counts: Some(pb::JobCounts {
-            rows: c.rows as i32,
-            succeeded: c.succeeded as i32,
-            retryable: c.retryable as i32,
-            permanent: c.permanent as i32,
-            missing: c.missing as i32,
-            unreported: j.unreported,
-        }),
-        summary: j.summary(),
-        error: j.error.clone(),
-        adoptions: j.adoptions,
-        create_time: Some(timestamp(j.create_time)),
-        submit_time: j.submit_time.map(timestamp),
-        end_time: j.end_time.map(timestamp),
-        update_time: Some(timestamp(j.update_time)),
-        lease_expire_time: j.lease_expire_time.map(timestamp),
-        final_state: j
-            .final_state
-            .map_or(pb::JobState::Unspecified, |f| job_state_to_proto(f.state()))
-            as i32,
-        create_attempt_time: j.create_attempt_time.map(timestamp),
-        golden_rows: j
-            .golden
-            .iter()
-            .map(crate::golden_convert::row_to_proto)
-            .collect(),
-    }
-}
-
-pub fn event_to_proto(e: &JobEventRecord) -> pb::JobEvent {
-    pb::JobEvent {
-        sequence: e.seq,
-        r#type: match e.kind {
-            JobEventKind::Created => pb::JobEventType::Created,
-            JobEventKind::StateChanged => pb::JobEventType::StateChanged,
-            JobEventKind::Progress => pb::JobEventType::Progress,
-            JobEventKind::Adopted => pb::JobEventType::Adopted,
-            JobEventKind::LedgerPaused => pb::JobEventType::LedgerPaused,
-            JobEventKind::LedgerResumed => pb::JobEventType::LedgerResumed,
-        } as i32,
-        job: e.job.as_ref().map(job_to_proto),
-        time: Some(timestamp(e.time)),
-        actor: e.actor.clone(),
-        ledger: names::ledger_name(&e.ledger),
-        pause: e.pause.as_ref().map(crate::convert::pause_to_proto),
-    }
-}
-
-pub fn lock_to_proto(l: &LockRecord) -> pb::Lock {
-    pb::Lock {
-        name: names::lock_name(&l.name),
-        owner: l.owner.clone(),
-        token: l.token.map(|t| t.to_string()).unwrap_or_default(),
-        acquire_time: Some(timestamp(l.acquire_time)),
-        expire_time: Some(timestamp(l.expire_time)),
-    }
-}
-
 /// `ledgers/{ledger}/jobs/{job}` → (ledger, job id).
 pub fn job(field: &str, name: &str) -> Result<(String, String), Status> {
     names::parse_job(name)
@@ -136,7 +43,7 @@ pub fn job(field: &str, name: &str) -> Result<(String, String), Status> {
 /// A job name and the claim fencing it, which must be of the same ledger.
 pub fn job_and_claim(job_name: &str, claim_name: &str) -> Result<(String, String, Uuid), Status> {
     let (ledger, job) = job("name", job_name)?;
-    let (claim_ledger, token) = validate::claim("claim", claim_name)?;
+    let (claim_ledger, token) = ledger_validate::claim("claim", claim_name)?;
     if claim_ledger != ledger {
         return Err(invalid_field(
             "claim",
@@ -189,7 +96,7 @@ pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<NotCreatedParts, S
     text("reason", &req.reason, MAX_REASON, &mut v);
     let cooldown = match &req.provider_cooldown {
         None => None,
-        Some(d) => match crate::convert::duration(d) {
+        Some(d) => match crate::wire_convert::duration(d) {
             Some(d) => Some(d),
             None => {
                 v.add("provider_cooldown", "must be a non-negative duration");
@@ -249,7 +156,7 @@ pub fn finish(req: &pb::FinishJobRequest) -> Result<FinishRequest, Status> {
 
 /// AdoptJobs' (ledger, worker, max jobs, lease).
 pub fn adopt(req: &pb::AdoptJobsRequest) -> Result<(String, i64, Option<Duration>), Status> {
-    let ledger = validate::ledger("parent", &req.parent)?;
+    let ledger = ledger_validate::ledger("parent", &req.parent)?;
     let mut v = Violations::new();
     text("worker", &req.worker, MAX_NAME, &mut v);
     let max = match i64::from(req.max_jobs) {
@@ -263,7 +170,7 @@ pub fn adopt(req: &pb::AdoptJobsRequest) -> Result<(String, i64, Option<Duration
             0
         }
     };
-    let lease = validate::lease("lease", req.lease.as_ref(), &mut v);
+    let lease = ledger_validate::lease("lease", req.lease.as_ref(), &mut v);
     v.finish().map_err(invalid)?;
     Ok((ledger, max, lease))
 }
@@ -331,15 +238,6 @@ pub fn watch_start(after: i64, last_now: i64) -> Result<i64, Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_job_state_round_trips_through_the_proto_enum() {
-        for s in JobState::ALL {
-            assert_eq!(job_state_from_proto(job_state_to_proto(s) as i32), Some(s));
-        }
-        assert_eq!(job_state_from_proto(0), None);
-        assert_eq!(job_state_from_proto(99), None);
-    }
 
     #[test]
     fn a_claim_of_another_ledger_cannot_fence_a_job() {

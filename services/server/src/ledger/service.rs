@@ -1,12 +1,14 @@
 //! LedgerService: thin handlers. Each validates its request (see
-//! [`crate::validate`]), makes one store call and encodes the answer.
+//! [`super::validate`]), makes one store call and encodes the answer
+//! ([`super::convert`]).
 
+use super::convert::{self, ledger_to_proto};
+use super::{golden, validate};
 use crate::caller::{access, actor};
 use crate::config::Limits;
-use crate::convert::{self, ledger_to_proto};
 use crate::metrics::Metrics;
 use crate::status::{from_store, invalid, invalid_field};
-use crate::{golden_convert, paging, purger, validate};
+use crate::{paging, purger};
 use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
@@ -292,7 +294,7 @@ impl LedgerService for Ledgers {
                 verdict: verdict as i32,
                 rule: v.rule,
                 budget: convert::budget_to_proto(v.budget),
-                next_attempt_time: convert::opt_timestamp(v.next_attempt_time),
+                next_attempt_time: crate::wire_convert::opt_timestamp(v.next_attempt_time),
                 attempts: Some(convert::attempts(v.failures, v.total)),
             });
         }
@@ -501,7 +503,7 @@ impl LedgerService for Ledgers {
         &self,
         req: Request<pb::SetGoldenRowsRequest>,
     ) -> Reply<pb::GoldenSet> {
-        let (ledger, set) = golden_convert::set_from_proto(req.get_ref())?;
+        let (ledger, set) = golden::set_from_proto(req.get_ref())?;
         access(&req).ledger(&ledger)?;
         // A golden row's prompt must exist now, not at its first batch.
         let mut seen = std::collections::HashSet::new();
@@ -532,21 +534,17 @@ impl LedgerService for Ledgers {
             .set_golden(&ledger, &set)
             .await
             .map_err(from_store)?;
-        Ok(Response::new(golden_convert::set_to_proto(
-            &ledger, &set, &drift,
-        )))
+        Ok(Response::new(golden::set_to_proto(&ledger, &set, &drift)))
     }
 
     async fn get_golden_rows(
         &self,
         req: Request<pb::GetGoldenRowsRequest>,
     ) -> Reply<pb::GoldenSet> {
-        let ledger = golden_convert::ledger_of("name", &req.get_ref().name)?;
+        let ledger = golden::ledger_of("name", &req.get_ref().name)?;
         access(&req).ledger(&ledger)?;
         match self.store.get_golden(&ledger).await.map_err(from_store)? {
-            Some((set, drift)) => Ok(Response::new(golden_convert::set_to_proto(
-                &ledger, &set, &drift,
-            ))),
+            Some((set, drift)) => Ok(Response::new(golden::set_to_proto(&ledger, &set, &drift))),
             None => Err(Status::not_found(format!(
                 "ledgers/{ledger} has no golden rows (SetGoldenRows sets them)"
             ))),

@@ -2,8 +2,8 @@
 //! database, turning a request into store inputs or INVALID_ARGUMENT with a
 //! field violation for each problem. A rejected request writes nothing.
 
+use super::convert;
 use crate::config::Limits;
-use crate::convert;
 use crate::status::{invalid, invalid_field};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -58,7 +58,7 @@ pub fn lease(
     d: Option<&prost_types::Duration>,
     v: &mut Violations,
 ) -> Option<Duration> {
-    convert::bounded_duration(field, d, MIN_LEASE, MAX_LEASE, v)
+    crate::wire_convert::bounded_duration(field, d, MIN_LEASE, MAX_LEASE, v)
 }
 
 fn count(field: &str, n: usize, max: usize, v: &mut Violations) {

@@ -1,7 +1,11 @@
-//! Conversions between `tally.v1` messages and domain/store types. Pure:
-//! no I/O. Input conversions validate and report field violations.
+//! LedgerService's conversions between `tally.v1` messages and domain/store
+//! types: ledgers and their policy, spend and pause, rows, claims, prompts,
+//! verdicts and failures. Pure: no I/O. Input conversions validate and
+//! report field violations. JobService embeds a claim and a ledger pause in
+//! its messages and takes them from here; timestamps and durations are
+//! [`crate::wire_convert`].
 
-use chrono::{DateTime, Utc};
+use crate::wire_convert::{duration, duration_to_proto, opt_timestamp, timestamp};
 use std::time::Duration;
 use tally_core::classify::{self, Failure, FailureKind};
 use tally_core::names;
@@ -13,58 +17,6 @@ use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_store::types as st;
-
-pub fn timestamp(t: DateTime<Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: t.timestamp(),
-        nanos: t.timestamp_subsec_nanos() as i32,
-    }
-}
-
-pub fn opt_timestamp(t: Option<DateTime<Utc>>) -> Option<prost_types::Timestamp> {
-    t.map(timestamp)
-}
-
-pub fn duration_to_proto(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
-
-/// A proto duration as a std one; `None` when negative or malformed.
-pub fn duration(d: &prost_types::Duration) -> Option<Duration> {
-    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
-        return None;
-    }
-    Some(Duration::new(d.seconds as u64, d.nanos as u32))
-}
-
-/// A lease or TTL: unset is `None` (the default applies); set, it must lie
-/// within `[min, max]`.
-pub fn bounded_duration(
-    field: &str,
-    d: Option<&prost_types::Duration>,
-    min: Duration,
-    max: Duration,
-    v: &mut Violations,
-) -> Option<Duration> {
-    let d = d?;
-    match duration(d) {
-        Some(x) if x >= min && x <= max => Some(x),
-        _ => {
-            v.add(
-                field,
-                format!(
-                    "must be between {} and {}",
-                    humantime::format_duration(min),
-                    humantime::format_duration(max)
-                ),
-            );
-            None
-        }
-    }
-}
 
 pub fn status_to_proto(s: RowStatus) -> pb::RowStatus {
     match s {
@@ -751,22 +703,5 @@ mod tests {
         let err = policy_for_update(&current, &src, &["policy.nope".into()], Reach::PublicOnly)
             .unwrap_err();
         assert_eq!(err.finish().unwrap_err()[0].field, "update_mask");
-    }
-
-    #[test]
-    fn durations_reject_negative_values() {
-        let mut v = Violations::new();
-        let d = bounded_duration(
-            "lease",
-            Some(&prost_types::Duration {
-                seconds: -1,
-                nanos: 0,
-            }),
-            Duration::from_secs(1),
-            Duration::from_secs(10),
-            &mut v,
-        );
-        assert!(d.is_none());
-        assert_eq!(v.len(), 1);
     }
 }

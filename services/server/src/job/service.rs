@@ -1,15 +1,17 @@
 //! JobService: thin handlers. Each checks its request (see
-//! [`crate::job_convert`]), makes one store call and encodes the answer.
-//! WatchJobs hands the stream to [`crate::watch`].
+//! [`super::validate`]), makes one store call and encodes the answer
+//! ([`super::convert`]). WatchJobs hands the stream to [`super::watch`].
 
+use super::convert::{job_to_proto, lock_to_proto};
+use super::validate;
+use super::watch::Hub;
 use crate::caller::access;
-use crate::convert::claim_to_proto;
-use crate::job_convert::{self as jc, job_to_proto, lock_to_proto};
+use crate::ledger::convert::claim_to_proto;
+use crate::ledger::golden;
+use crate::ledger::validate as ledger_validate;
 use crate::metrics::Metrics;
 use crate::paging;
 use crate::status::{from_store, invalid_field};
-use crate::validate;
-use crate::watch::Hub;
 use std::pin::Pin;
 use tally_core::names;
 use tally_proto::v1 as pb;
@@ -50,9 +52,9 @@ impl JobService for Jobs {
     ) -> Reply<pb::ReportGoldenResultsResponse> {
         let access = access(&req);
         let req = req.into_inner();
-        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
-        let answers = crate::golden_convert::answers(&req)?;
+        let answers = golden::answers(&req)?;
         let r = self
             .store
             .report_golden(&ledger, &job, token, &answers)
@@ -63,12 +65,12 @@ impl JobService for Jobs {
         Ok(Response::new(pb::ReportGoldenResultsResponse {
             matched: r.matched as i32,
             mismatched: r.mismatched as i32,
-            drift: Some(crate::golden_convert::drift_to_proto(&r.drift)),
+            drift: Some(golden::drift_to_proto(&r.drift)),
         }))
     }
     async fn create_job(&self, req: Request<pb::CreateJobRequest>) -> Reply<pb::Job> {
         let access = access(&req);
-        let (ledger, token) = validate::claim("claim", &req.get_ref().claim)?;
+        let (ledger, token) = ledger_validate::claim("claim", &req.get_ref().claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
         let job = self
@@ -80,7 +82,7 @@ impl JobService for Jobs {
     }
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Reply<pb::Job> {
-        let (ledger, job) = jc::job("name", &req.get_ref().name)?;
+        let (ledger, job) = validate::job("name", &req.get_ref().name)?;
         access(&req).ledger(&ledger)?;
         let job = self
             .store
@@ -93,9 +95,9 @@ impl JobService for Jobs {
     async fn list_jobs(&self, req: Request<pb::ListJobsRequest>) -> Reply<pb::ListJobsResponse> {
         let access = access(&req);
         let req = req.into_inner();
-        let ledger = validate::ledger("parent", &req.parent)?;
+        let ledger = ledger_validate::ledger("parent", &req.parent)?;
         access.ledger(&ledger)?;
-        let states = jc::states(&req.states)?;
+        let states = validate::states(&req.states)?;
         let size = paging::page_size(req.page_size)?;
         let list = format!("jobs:{ledger}");
         let codes: Vec<String> = states.iter().map(|s| s.code().to_string()).collect();
@@ -122,10 +124,10 @@ impl JobService for Jobs {
     async fn mark_creating(&self, req: Request<pb::MarkCreatingRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let req = req.into_inner();
-        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let input_file = jc::creating(&req)?;
+        let input_file = validate::creating(&req)?;
         let job = self
             .store
             .mark_creating(&ledger, &job, token, &input_file, &actor)
@@ -137,10 +139,10 @@ impl JobService for Jobs {
     async fn mark_not_created(&self, req: Request<pb::MarkNotCreatedRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let req = req.into_inner();
-        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let parts = jc::not_created(&req)?;
+        let parts = validate::not_created(&req)?;
         let not = NotCreated {
             reason: &req.reason,
             cooldown: parts.cooldown,
@@ -157,10 +159,10 @@ impl JobService for Jobs {
     async fn mark_submitted(&self, req: Request<pb::MarkSubmittedRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let req = req.into_inner();
-        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let (batch, input_file) = jc::submission(&req)?;
+        let (batch, input_file) = validate::submission(&req)?;
         let job = self
             .store
             .mark_submitted(&ledger, &job, token, &batch, &input_file, &actor)
@@ -172,7 +174,7 @@ impl JobService for Jobs {
     async fn adopt_jobs(&self, req: Request<pb::AdoptJobsRequest>) -> Reply<pb::AdoptJobsResponse> {
         let access = access(&req);
         let req = req.into_inner();
-        let (ledger, max, lease) = jc::adopt(&req)?;
+        let (ledger, max, lease) = validate::adopt(&req)?;
         access.ledger(&ledger)?;
         let r = self
             .store
@@ -197,10 +199,10 @@ impl JobService for Jobs {
     async fn finish_job(&self, req: Request<pb::FinishJobRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let req = req.into_inner();
-        let (ledger, job, token) = jc::job_and_claim(&req.name, &req.claim)?;
+        let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let finish = jc::finish(&req)?;
+        let finish = validate::finish(&req)?;
         let job = self
             .store
             .finish_job(&ledger, &job, token, &finish, &actor)
@@ -216,7 +218,7 @@ impl JobService for Jobs {
         let req = req.into_inner();
         let ledger = names::parse_ledger_or_all(&req.parent)
             .map_err(|e| invalid_field("parent", e.to_string()))?;
-        jc::watch_start(req.after_sequence, 0)?;
+        validate::watch_start(req.after_sequence, 0)?;
         if let Some(l) = ledger {
             access.ledger(l)?;
         }
@@ -229,7 +231,7 @@ impl JobService for Jobs {
         } else {
             0
         };
-        let start = jc::watch_start(req.after_sequence, last_now)?;
+        let start = validate::watch_start(req.after_sequence, last_now)?;
         // `ledgers/-` shows only the ledgers the caller reaches.
         let scope = (!access.everything()).then(|| access.scope.clone());
         let stream = self.hub.stream(
@@ -248,9 +250,9 @@ impl JobService for Jobs {
     ) -> Reply<pb::AcquireLockResponse> {
         let access = access(&req);
         let req = req.into_inner();
-        let (name, ttl) = jc::lock_and_ttl(&req.name, req.ttl.as_ref())?;
+        let (name, ttl) = validate::lock_and_ttl(&req.name, req.ttl.as_ref())?;
         access.lock(&name)?;
-        jc::owner(&req.owner)?;
+        validate::owner(&req.owner)?;
         // Without a given owner, the caller's name says who holds it.
         let owner = if req.owner.is_empty() {
             access.name
@@ -271,9 +273,9 @@ impl JobService for Jobs {
     async fn renew_lock(&self, req: Request<pb::RenewLockRequest>) -> Reply<pb::Lock> {
         let access = access(&req);
         let req = req.into_inner();
-        let (name, ttl) = jc::lock_and_ttl(&req.name, req.ttl.as_ref())?;
+        let (name, ttl) = validate::lock_and_ttl(&req.name, req.ttl.as_ref())?;
         access.lock(&name)?;
-        let token = jc::lock_token(&req.token)?;
+        let token = validate::lock_token(&req.token)?;
         let lock = self
             .store
             .renew_lock(&name, token, ttl)
@@ -289,7 +291,7 @@ impl JobService for Jobs {
             .map_err(|e| invalid_field("name", e.to_string()))?
             .to_string();
         access.lock(&name)?;
-        let token = jc::lock_token(&req.token)?;
+        let token = validate::lock_token(&req.token)?;
         self.store
             .release_lock(&name, token)
             .await

@@ -3,8 +3,8 @@
 //! rules (comparison, drift, which jobs carry the rows) are in
 //! `tally_core::golden`.
 
+use super::validate;
 use crate::status::{invalid, invalid_field};
-use crate::validate;
 use std::collections::HashSet;
 use tally_core::golden::{GoldenPolicy, MAX_FIELDS, MAX_GOLDEN_ROWS};
 use tally_core::keys::validate_key;

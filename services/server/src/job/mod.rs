@@ -1,0 +1,18 @@
+//! JobService: batch jobs, their events and named locks.
+//!
+//! - [`service`]: the tonic service ([`Jobs`]) and its thin handlers.
+//! - [`validate`]: request checks (job names and the claims fencing them,
+//!   batch names, final states, lock TTLs, watch positions); ledger and
+//!   claim names are checked by [`crate::ledger::validate`].
+//! - [`convert`]: jobs, job events, locks and job states to `tally.v1`
+//!   messages; a job's claim, pause and golden rows are converted by
+//!   [`crate::ledger`].
+//! - [`watch`]: the WatchJobs fan-out (one LISTEN connection, a reader
+//!   task per stream).
+
+pub mod convert;
+pub mod service;
+pub mod validate;
+pub mod watch;
+
+pub use service::Jobs;
