@@ -51,9 +51,9 @@
 //!      `/metrics` shows of each ledger; [`maintenance`]: the runnable
 //!      queue's head.
 //! 4. JobService and OperationsService:
-//!    - [`operations`]: provider operations through the monotonic reducer,
-//!      their event log, and (`operations::job_link`) the job each one
-//!      moves on.
+//!    - [`operations`]: provider operations through the monotonic reducer
+//!      (`records`: what goes in and out; `ingest`: the write path; `read`:
+//!      the readers; `job_link`: the job each operation moves on).
 //!    - [`jobs`]: jobs made from claims, their submission, adoption and
 //!      close.
 //!    - [`locks`]: named run locks.
