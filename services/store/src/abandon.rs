@@ -1,10 +1,10 @@
 //! Closing a job that never reached the provider (its owner went away, or
 //! a search found no batch): its rows go back without an attempt.
 
+use crate::Result;
 use crate::fence::{self, LockedJob};
 use crate::settle::{self};
 use crate::types::{ClaimState, LedgerRecord};
-use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
 use tally_core::job::JobEvent;
 use uuid::Uuid;
@@ -59,11 +59,6 @@ pub(crate) async fn close_unsent(
     .execute(&mut **tx)
     .await?
     .rows_affected();
-    if n != 1 {
-        return Err(StoreError::Internal(format!(
-            "job {} closed under its lock",
-            job.public_id
-        )));
-    }
+    job.wrote_open(n)?;
     Ok(writes.len())
 }

@@ -156,6 +156,19 @@ impl LockedJob {
         })
     }
 
+    /// Checks that an update of this job guarded by `end_time IS NULL`
+    /// wrote it (`n` rows): under the job's lock it cannot have closed, so
+    /// anything else is a bug.
+    pub fn wrote_open(&self, n: u64) -> Result<()> {
+        if n == 1 {
+            return Ok(());
+        }
+        Err(StoreError::Internal(format!(
+            "job {} closed under its lock",
+            self.public_id
+        )))
+    }
+
     pub fn step(&self, event: JobEvent, ledger: &str) -> Result<job::JobTransition> {
         job::step(self.state()?, self.closed, event)
             .map_err(|r| refused(&r, &names::job_name(ledger, &self.public_id)))

@@ -167,17 +167,28 @@ async fn insert_operation(
          VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (name) DO NOTHING",
     )
-    .bind(&event.operation)
-    .bind(state_code(next.state))
-    .bind(next.update_time)
-    .bind(next.version)
-    .bind(cut(event.output_file.as_deref(), MAX_OUTPUT_FILE))
-    .bind(cut(event.error_code.as_deref(), MAX_ERROR_CODE))
-    .bind(cut(event.error_message.as_deref(), MAX_ERROR_MESSAGE))
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
+    .bind(&event.operation);
+    let inserted = bind_state(inserted, event, next)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
     Ok(inserted == 1)
+}
+
+/// Binds the state an event brings, in the order both writers take it:
+/// state, provider time, version, output file, error code and message (the
+/// texts cut to their bounds).
+fn bind_state<'q>(
+    q: crate::settle::PgQuery<'q>,
+    event: &IncomingEvent,
+    next: &OpSnapshot,
+) -> crate::settle::PgQuery<'q> {
+    q.bind(state_code(next.state))
+        .bind(next.update_time)
+        .bind(next.version)
+        .bind(cut(event.output_file.as_deref(), MAX_OUTPUT_FILE))
+        .bind(cut(event.error_code.as_deref(), MAX_ERROR_CODE))
+        .bind(cut(event.error_message.as_deref(), MAX_ERROR_MESSAGE))
 }
 
 /// The compare-and-swap: `false` when the version is no longer `read`.
@@ -197,15 +208,10 @@ async fn update_operation(
          WHERE name = $1 AND version = $2",
     )
     .bind(&event.operation)
-    .bind(read)
-    .bind(state_code(next.state))
-    .bind(next.update_time)
-    .bind(next.version)
-    .bind(cut(event.output_file.as_deref(), MAX_OUTPUT_FILE))
-    .bind(cut(event.error_code.as_deref(), MAX_ERROR_CODE))
-    .bind(cut(event.error_message.as_deref(), MAX_ERROR_MESSAGE))
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
+    .bind(read);
+    let updated = bind_state(updated, event, next)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
     Ok(updated == 1)
 }

@@ -248,12 +248,7 @@ pub async fn follow_provider(
         .execute(&mut **tx)
         .await?
         .rows_affected();
-        if n != 1 {
-            return Err(StoreError::Internal(format!(
-                "job {} closed under its lock",
-                job.public_id
-            )));
-        }
+        job.wrote_open(n)?;
         events::append(tx, &[(job_id, JobEventKind::StateChanged)], actor).await?;
         let moved = ProviderMove {
             job: names::job_name(&ledger_name, &job.public_id),
