@@ -6,6 +6,8 @@
 //! - [`classify`]: failure facts in, a rule-named verdict out.
 //! - [`transition`]: the row state machine (claim, report, release, expiry,
 //!   job failure, dependency failure, redrive).
+//! - [`report`]: a report's whole judgement (STALE, DUPLICATE, the verdict)
+//!   for the rows it names.
 //! - [`job`]: the job state machine (submit, provider states, finish,
 //!   abandon, adopt).
 //! - [`backoff`], [`policy`]: a ledger's retry policy with its defaults and
@@ -35,6 +37,7 @@ pub mod pause;
 pub mod payload;
 pub mod policy;
 pub mod quota;
+pub mod report;
 pub mod scope;
 pub mod spend;
 pub mod status;

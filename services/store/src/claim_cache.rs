@@ -1,5 +1,6 @@
 //! What the claims this process granted hold, as each claim found its rows:
-//! a report of those rows can then be decided without reading them back.
+//! one way a report loads the rows it names (module `report`), without
+//! reading them back.
 //!
 //! It is only ever a hint. While a claim holds a row nothing but that
 //! claim's own settlements changes it, and every settlement lowers the
@@ -8,7 +9,7 @@
 //! them. The report's guarded statement checks that (and the claim's lease)
 //! and writes nothing unless it holds. A claim granted by another replica,
 //! evicted, or settled elsewhere is simply not found, or fails the check, and
-//! the report reads the rows as before.
+//! the report reads the rows under the claim's lock instead.
 
 use crate::fence::RowSnapshot;
 use std::collections::{HashMap, VecDeque};
@@ -122,7 +123,6 @@ mod tests {
                 let row = RowSnapshot {
                     id: i as i64,
                     key: key.clone(),
-                    status: 2,
                     provider_failures: 0,
                     content_failures: 0,
                     infra_failures: 0,

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 use tally_core::job::JobState;
-use tally_core::status::{PerBudget, RowStatus};
+use tally_core::status::PerBudget;
 use tally_core::transition::Event;
 use uuid::Uuid;
 
@@ -281,7 +281,6 @@ impl Taken {
                 RowSnapshot {
                     id,
                     key: key.clone(),
-                    status: RowStatus::Running.code(),
                     provider_failures: pf,
                     content_failures: cf,
                     infra_failures: inf,

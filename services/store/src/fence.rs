@@ -34,15 +34,14 @@ impl LockedClaim {
     }
 }
 
-/// A row as read for a decision: its counters and stored status. Locked
-/// when [`lock_held_rows`] read it; only read when a report looks at rows
-/// its claim does not hold (to answer STALE or DUPLICATE), or when the
-/// claim cache remembers it as the claim found it.
+/// A row as read for a decision: its counters and the claim that settled it
+/// last. Locked when [`lock_held_rows`] read it; only read when a report
+/// looks at rows its claim does not hold (to answer STALE or DUPLICATE), or
+/// when the claim cache remembers it as the claim found it.
 #[derive(sqlx::FromRow, Clone, Debug)]
 pub(crate) struct RowSnapshot {
     pub id: i64,
     pub key: String,
-    pub status: i16,
     pub provider_failures: i32,
     pub content_failures: i32,
     pub infra_failures: i32,
@@ -63,23 +62,9 @@ impl RowSnapshot {
             total: self.attempts as u32,
         }
     }
-
-    pub fn state(&self) -> Result<RowState> {
-        Ok(RowState {
-            status: RowStatus::from_code(self.status).ok_or_else(|| {
-                StoreError::Internal(format!("row {} has status {}", self.key, self.status))
-            })?,
-            failures: PerBudget::new(
-                self.provider_failures as u32,
-                self.content_failures as u32,
-                self.infra_failures as u32,
-            ),
-            total: self.attempts as u32,
-        })
-    }
 }
 
-pub(crate) const ROW_SNAPSHOT_COLUMNS: &str = "id, key, status, provider_failures, content_failures, \
+pub(crate) const ROW_SNAPSHOT_COLUMNS: &str = "id, key, provider_failures, content_failures, \
      infra_failures, attempts, last_claim_id";
 
 /// Loads and locks a claim of a ledger; NOT_FOUND when there is none.

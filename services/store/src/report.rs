@@ -1,13 +1,22 @@
 //! ReportOutcomes: per-row outcomes for a claim, fenced by its token.
 //!
-//! The claim and the reported rows are locked, each outcome goes through the
-//! row state machine, and every change is written by the shared writer in
-//! one statement. A row the claim does not hold is STALE (nothing changes);
-//! a row this claim already reported is a DUPLICATE (nothing changes).
-//! When the claim carries a job, the job's counts move in the same
-//! transaction and a PROGRESS event is appended.
+//! One pipeline: load, decide, write.
+//! - **Load** the rows the report names: from the claim cache (module
+//!   `claim_cache`) when this process granted the claim and every item
+//!   names a row it took and has not settled, else read in a transaction
+//!   that locks the claim.
+//! - **Decide** once, in core: [`tally_core::report::judge`] gives each
+//!   item's verdict and what to write (STALE and DUPLICATE write nothing).
+//! - **Write** rows from the cache in one guarded statement, which checks
+//!   that the claim is still as this process last saw it; rows read under
+//!   the lock with the shared settle writer in that transaction, where a
+//!   capped ledger's spend and a job's counts (with a PROGRESS event) move
+//!   too. When the guarded statement finds the claim moved on, nothing was
+//!   written: the cache entry is forgotten and the report is loaded again
+//!   under the lock.
 
-use crate::fence::{self, ROW_SNAPSHOT_COLUMNS, RowSnapshot};
+use crate::claim_cache::CachedClaim;
+use crate::fence::{self, LockedClaim, ROW_SNAPSHOT_COLUMNS, RowSnapshot};
 use crate::settle::{self, NewAttempt, RowWrite, Settler};
 use crate::types::{
     JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Usage, Verdict,
@@ -15,25 +24,22 @@ use crate::types::{
 };
 use crate::{Result, Store, StoreError, events, jitter_sample};
 use chrono::TimeDelta;
-use sqlx::Row;
+use sqlx::{Postgres, Row, Transaction};
 use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
-use tally_core::classify::{Failure, Override};
-use tally_core::policy::Policy;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+use tally_core::report::{self, ClaimView, Judgement, RowView, Settle};
 use tally_core::status::RowStatus;
-use tally_core::transition::{self, Context, Event, Outcome};
 use uuid::Uuid;
 
-/// Longest error message kept per attempt.
-const MAX_ERROR_CHARS: usize = 2048;
-
-/// The one-statement report: locks the claim (ACTIVE, within its lease,
-/// without a job, and still holding as many rows as this process last saw:
-/// no settlement it does not know of happened), settles the rows and takes
-/// them out of the claim, and asserts (with `tally_assert`) that every row given
-/// was written and held, so that it keeps all or nothing. `$21` is the
-/// number of rows, `$22` the claim's `held` as this process last saw it.
-static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
+/// The guarded write of rows loaded from the claim cache: locks the claim
+/// (ACTIVE, within its lease, without a job, and still holding as many rows
+/// as this process last saw: no settlement it does not know of happened),
+/// settles the rows and takes them out of the claim, and asserts (with
+/// `tally_assert`) that every row given was written and held, so that it
+/// keeps all or nothing. `$21` is the number of rows, `$22` the claim's
+/// `held` as this process last saw it.
+static GUARDED_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH RECURSIVE c AS (
              -- By token only (the primary key): a condition on expire_time
@@ -53,14 +59,42 @@ static ONE_STATEMENT_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// One ReportOutcomes call.
+struct Report<'a> {
+    ledger: &'a LedgerRecord,
+    token: Uuid,
+    items: &'a [ReportItem],
+    /// Recorded with each attempt.
+    actor: &'a str,
+}
+
+/// The rows a report names, loaded.
+enum Loaded {
+    /// What the claim took and has not settled through this process, as it
+    /// found it; nothing is locked (the guarded write checks the claim).
+    Cached(Arc<CachedClaim>),
+    /// Read in a transaction that holds the claim's lock.
+    Locked(Locked),
+}
+
+struct Locked {
+    tx: Transaction<'static, Postgres>,
+    claim: LockedClaim,
+    /// The rows named, by key (whoever holds them).
+    rows: HashMap<String, RowSnapshot>,
+}
+
+/// A report written (and committed).
+struct Written {
+    verdicts: Vec<RowVerdict>,
+    held: i32,
+    /// The claim's model.
+    model: String,
+}
+
 impl Store {
     /// Applies `items` for claim `token`; `actor` is recorded with each
     /// attempt. Answers one verdict per item, in order.
-    ///
-    /// When this process granted the claim and every item names a distinct
-    /// row of it, the report is one statement decided from what the claim
-    /// found (module `claim_cache`); otherwise, or when that statement finds the
-    /// claim or a row moved on, it reads and locks what it needs first.
     #[tracing::instrument(
         target = "tally::trace",
         level = "debug",
@@ -75,16 +109,56 @@ impl Store {
         actor: &str,
     ) -> Result<ReportSummary> {
         let record = self.ledger(ledger).await?;
-        // A capped ledger's reports add to its spend in their transaction.
-        let cap = record.policy.cap().is_some();
-        if !cap && let Some(summary) = self.report_held(&record, token, items, actor).await? {
-            return Ok(summary);
+        let report = Report {
+            ledger: &record,
+            token,
+            items,
+            actor,
+        };
+        let loaded = match self.load_cached(&report) {
+            Some(claim) => Loaded::Cached(claim),
+            None => self.load_locked(&report).await?,
+        };
+        let written = match self.decide_and_write(&report, loaded).await? {
+            Some(written) => written,
+            // The cache was behind the claim (it was settled elsewhere, ran
+            // out of lease or got a job): nothing was written.
+            None => {
+                let loaded = self.load_locked(&report).await?;
+                self.decide_and_write(&report, loaded)
+                    .await?
+                    .ok_or_else(|| {
+                        StoreError::Internal(format!("claim {token} moved under its lock"))
+                    })?
+            }
+        };
+        Ok(ReportSummary {
+            verdicts: written.verdicts,
+            held: written.held,
+            price: record.policy.price(&written.model).cloned(),
+            model: written.model,
+        })
+    }
+
+    /// Load, from the claim cache: when this process granted the claim,
+    /// the ledger is not capped (a capped ledger's spend moves in the
+    /// report's transaction) and every item names a row the claim took and
+    /// has not settled here.
+    fn load_cached(&self, r: &Report<'_>) -> Option<Arc<CachedClaim>> {
+        if r.items.is_empty() || r.ledger.policy.cap().is_some() {
+            return None;
         }
-        let policy = &record.policy;
-        let overrides = policy.overrides();
+        let claim = self.claim_cache.get(r.token)?;
+        let found = claim.ledger_id == r.ledger.id
+            && r.items.iter().all(|i| claim.rows.contains_key(&i.key));
+        found.then_some(claim)
+    }
+
+    /// Load, from the database: locks the claim, then reads the rows named.
+    async fn load_locked(&self, r: &Report<'_>) -> Result<Loaded> {
         let mut tx = self.begin().await?;
-        let claim = fence::lock_claim(&mut tx, record.id, ledger, token).await?;
-        let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+        let claim = fence::lock_claim(&mut tx, r.ledger.id, &r.ledger.name, r.token).await?;
+        let keys: Vec<&str> = r.items.iter().map(|i| i.key.as_str()).collect();
         // No row locks: every writer of a row held by a claim (reports,
         // releases, rescue, adoption, job settlement) locks the claim first,
         // and we hold it; the settling UPDATE re-checks the fence anyway.
@@ -93,230 +167,224 @@ impl Store {
         let sql = format!(
             "SELECT {ROW_SNAPSHOT_COLUMNS} FROM rows WHERE ledger_id = $1 AND key = ANY($2)"
         );
-        let rows: HashMap<String, RowSnapshot> =
-            sqlx::query_as::<_, RowSnapshot>(sqlx::AssertSqlSafe(sql))
-                .bind(record.id)
-                .bind(&keys)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .map(|r| (r.key.clone(), r))
-                .collect();
-
-        let live = claim.is_live();
-        let holds: HashSet<i64> = claim.row_ids.iter().copied().collect();
-        let mut seen = HashSet::new();
-        let mut writes = Vec::new();
-        let mut verdicts = Vec::with_capacity(items.len());
-        for item in items {
-            let row = rows.get(&item.key);
-            let first_mention = seen.insert(item.key.as_str());
-            let held = row.is_some_and(|r| holds.contains(&r.id));
-            let verdict = match row {
-                Some(row) if held && live && first_mention => {
-                    let d = decide(row, item, policy, &overrides)?;
-                    writes.push(d.write);
-                    d.answer.at(claim.now)
-                }
-                Some(row) if !first_mention || row.last_claim_id == Some(token) => {
-                    unchanged(row, Verdict::Duplicate, "already_reported")?
-                }
-                Some(row) if held => unchanged(row, Verdict::Stale, "lease_lost")?,
-                Some(row) => unchanged(row, Verdict::Stale, "not_held")?,
-                None => RowVerdict {
-                    key: item.key.clone(),
-                    verdict: Verdict::Stale,
-                    rule: "unknown_key".into(),
-                    budget: None,
-                    next_attempt_time: None,
-                    failures: Default::default(),
-                    total: 0,
-                },
-            };
-            verdicts.push(verdict);
-        }
-        let held =
-            settle::settle(&mut tx, record.id, token, &writes, Settler::report(actor)).await?;
-        if cap {
-            let usage = attempted_usage(items, &verdicts);
-            let spent = spend_of(&usage, policy.price(&claim.model));
-            crate::spend::add_spent(&mut tx, record.id, spent).await?;
-        }
-        if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
-            count_into_job(&mut tx, job_id, token, &writes).await?;
-            events::append(&mut tx, &[(job_id, JobEventKind::Progress)], actor).await?;
-        }
-        tx.commit().await?;
-        // What this process remembers of the claim is out of date now.
-        self.claim_cache.forget(token);
-        Ok(ReportSummary {
-            verdicts,
-            held,
-            price: policy.price(&claim.model).cloned(),
-            model: claim.model,
-        })
+        let rows = sqlx::query_as::<_, RowSnapshot>(sqlx::AssertSqlSafe(sql))
+            .bind(r.ledger.id)
+            .bind(&keys)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .map(|row| (row.key.clone(), row))
+            .collect();
+        Ok(Loaded::Locked(Locked { tx, claim, rows }))
     }
 
-    /// The one-statement report, when this process granted the claim and
-    /// every item names a distinct row it took. `None`: not applicable, or
-    /// the claim or a row moved on (nothing was written).
-    async fn report_held(
-        &self,
-        record: &LedgerRecord,
-        token: Uuid,
-        items: &[ReportItem],
-        actor: &str,
-    ) -> Result<Option<ReportSummary>> {
-        let Some(held) = self.claim_cache.get(token) else {
-            return Ok(None);
-        };
-        let mut seen = HashSet::with_capacity(items.len());
-        let found = held.ledger_id == record.id
-            && !items.is_empty()
-            && items
-                .iter()
-                .all(|i| held.rows.contains_key(&i.key) && seen.insert(i.key.as_str()));
-        if !found {
-            return Ok(None);
-        }
-        let policy = &record.policy;
-        let overrides = policy.overrides();
-        let (writes, answers): (Vec<RowWrite>, Vec<Answer>) = items
+    /// Decides (in core, once) and writes. `None`: the rows came from the
+    /// claim cache and the claim had moved on; nothing was written.
+    async fn decide_and_write(&self, r: &Report<'_>, loaded: Loaded) -> Result<Option<Written>> {
+        let judged = loaded.judge(r)?;
+        let writes = r
+            .items
             .iter()
-            .map(|i| decide(&held.rows[&i.key], i, policy, &overrides))
-            .map(|d| d.map(|d| (d.write, d.answer)))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .unzip();
-        let args = settle::Settlement::new(&writes, Settler::report(actor));
-        let query = sqlx::query(ONE_STATEMENT_SQL.as_str())
-            .bind(record.id)
-            .bind(token);
+            .zip(&judged)
+            .filter_map(|(item, j)| match j {
+                Judgement::Settle(s) => Some(row_write(item, s)),
+                Judgement::Unchanged { .. } => None,
+            })
+            .collect::<Result<Vec<_>>>()?;
+        match loaded {
+            Loaded::Cached(claim) => self.write_guarded(r, claim, &judged, &writes).await,
+            Loaded::Locked(locked) => self
+                .write_locked(r, locked, &judged, &writes)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// Write, rows from the claim cache: one guarded statement. `None` when
+    /// it finds the claim not as this process last saw it (then it wrote
+    /// nothing, and the claim is forgotten here).
+    async fn write_guarded(
+        &self,
+        r: &Report<'_>,
+        claim: Arc<CachedClaim>,
+        judged: &[Judgement],
+        writes: &[RowWrite],
+    ) -> Result<Option<Written>> {
+        let args = settle::Settlement::new(writes, Settler::report(r.actor));
+        let query = sqlx::query(GUARDED_SQL.as_str())
+            .bind(r.ledger.id)
+            .bind(r.token);
         let outcome = args
             .bind(query)
             .bind(writes.len() as i64)
-            .bind(held.held)
+            .bind(claim.held)
             .fetch_one(&self.pool)
             .await;
         let row = match outcome {
             Ok(row) => row,
             Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
-                self.claim_cache.forget(token);
+                self.claim_cache.forget(r.token);
                 return Ok(None);
             }
             Err(e) => return Err(e.into()),
         };
-        let held_now: i32 = row.try_get(1)?;
+        let held: i32 = row.try_get(1)?;
         let now: Time = row.try_get(2)?;
-        let model = held.model.clone();
-        drop(held);
+        let model = claim.model.clone();
+        // Let go of the entry first, so that the cache can update it in
+        // place.
+        drop(claim);
         self.claim_cache
-            .settled(token, items.iter().map(|i| i.key.as_str()), held_now);
-        Ok(Some(ReportSummary {
-            verdicts: answers.into_iter().map(|a| a.at(now)).collect(),
-            held: held_now,
-            price: policy.price(&model).cloned(),
+            .settled(r.token, r.items.iter().map(|i| i.key.as_str()), held);
+        Ok(Some(Written {
+            verdicts: answers(r.items, judged, now),
+            held,
             model,
         }))
     }
-}
 
-/// A held row's report, decided: what to write, and what to answer.
-struct Decided {
-    write: RowWrite,
-    answer: Answer,
-}
-
-/// A verdict whose next attempt time waits for the writing transaction's
-/// time.
-struct Answer {
-    verdict: RowVerdict,
-    retry_after: Option<TimeDelta>,
-}
-
-impl Answer {
-    fn at(self, now: Time) -> RowVerdict {
-        RowVerdict {
-            next_attempt_time: self.retry_after.map(|d| now + d),
-            ..self.verdict
+    /// Write, rows read under the claim's lock: the shared settle writer,
+    /// a capped ledger's spend and the job's counts, in one transaction.
+    async fn write_locked(
+        &self,
+        r: &Report<'_>,
+        locked: Locked,
+        judged: &[Judgement],
+        writes: &[RowWrite],
+    ) -> Result<Written> {
+        let Locked { mut tx, claim, .. } = locked;
+        let verdicts = answers(r.items, judged, claim.now);
+        let held = settle::settle(
+            &mut tx,
+            r.ledger.id,
+            r.token,
+            writes,
+            Settler::report(r.actor),
+        )
+        .await?;
+        let policy = &r.ledger.policy;
+        if policy.cap().is_some() {
+            let usage = attempted_usage(r.items, &verdicts);
+            let spent = spend_of(&usage, policy.price(&claim.model));
+            crate::spend::add_spent(&mut tx, r.ledger.id, spent).await?;
         }
+        if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
+            count_into_job(&mut tx, job_id, r.token, writes).await?;
+            events::append(&mut tx, &[(job_id, JobEventKind::Progress)], r.actor).await?;
+        }
+        tx.commit().await?;
+        // What this process remembers of the claim is out of date now.
+        self.claim_cache.forget(r.token);
+        Ok(Written {
+            verdicts,
+            held,
+            model: claim.model,
+        })
     }
 }
 
-/// Puts `item`'s outcome for a row the reporting claim holds (RUNNING) through
-/// the row state machine.
-fn decide(
-    row: &RowSnapshot,
-    item: &ReportItem,
-    policy: &Policy,
-    overrides: &[Override],
-) -> Result<Decided> {
-    let ctx = Context {
-        policy,
-        overrides,
-        jitter: jitter_sample(row.id, row.attempts as u32),
-    };
-    let event = Event::Report(item.outcome.clone());
-    let t = transition::step(row.held_state(), &event, &ctx)
-        .map_err(|r| StoreError::Internal(format!("held row {} refused a report: {r}", row.key)))?;
-    let attempt = NewAttempt::of(&t)?
-        .ok_or_else(|| StoreError::Internal("a report must record an attempt".into()))?;
-    let rule = t.rule.as_ref().map(|r| r.name());
-    let error = match &item.outcome {
-        Outcome::Success => String::new(),
-        Outcome::Failure(f) => describe_failure(f),
-    };
-    let retry_after_ms = t.retry_after.map_or(0, |d| d.as_millis() as i64);
-    let verdict = RowVerdict {
-        key: item.key.clone(),
-        verdict: match t.status {
-            RowStatus::Succeeded => Verdict::Succeeded,
-            RowStatus::Retryable => Verdict::Retryable,
-            RowStatus::Permanent => Verdict::Permanent,
-            other => {
-                return Err(StoreError::Internal(format!(
-                    "a report left row {} {other}",
-                    row.key
-                )));
+impl Loaded {
+    /// Decide: core's judgement of every item, from the rows loaded.
+    fn judge(&self, r: &Report<'_>) -> Result<Vec<Judgement>> {
+        let policy = &r.ledger.policy;
+        let overrides = policy.overrides();
+        let items = r.items.iter().map(|i| (i.key.as_str(), &i.outcome));
+        let view = |row: &RowSnapshot, held: bool| {
+            let state = row.held_state();
+            RowView {
+                id: row.id,
+                failures: state.failures,
+                total: state.total,
+                held,
+                reported_by_claim: row.last_claim_id == Some(r.token),
             }
-        },
-        rule: rule.clone().unwrap_or_default(),
-        budget: attempt.budget,
-        next_attempt_time: None,
-        failures: t.failures,
-        total: t.total,
-    };
-    let write = RowWrite {
-        id: row.id,
+        };
+        let judged = match self {
+            // Every cached row is held, and the claim live, as long as the
+            // claim is as this process last saw it: the guarded write
+            // checks that (and writes nothing otherwise).
+            Loaded::Cached(claim) => report::judge(
+                items,
+                |key| claim.rows.get(key).map(|row| view(row, true)),
+                ClaimView { live: true },
+                policy,
+                &overrides,
+                jitter_sample,
+            ),
+            Loaded::Locked(l) => {
+                let holds: HashSet<i64> = l.claim.row_ids.iter().copied().collect();
+                report::judge(
+                    items,
+                    |key| {
+                        l.rows
+                            .get(key)
+                            .map(|row| view(row, holds.contains(&row.id)))
+                    },
+                    ClaimView {
+                        live: l.claim.is_live(),
+                    },
+                    policy,
+                    &overrides,
+                    jitter_sample,
+                )
+            }
+        };
+        judged.map_err(|broken| StoreError::Internal(broken.to_string()))
+    }
+}
+
+/// A backoff in whole milliseconds, as the settle statement takes it (and
+/// the answer's next attempt time shows it).
+fn millis(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// The row write of a settled item.
+fn row_write(item: &ReportItem, s: &Settle) -> Result<RowWrite> {
+    let t = &s.transition;
+    Ok(RowWrite {
+        id: s.id,
         status: t.status,
         failures: t.failures,
         total: t.total,
-        rule,
-        last_error: Some(error),
+        rule: t.rule.as_ref().map(|r| r.name()),
+        last_error: Some(s.error.clone()),
+        // A result is kept for a success only.
         result: item
             .result
             .clone()
-            .filter(|_| t.status == RowStatus::Succeeded),
+            .filter(|_| s.verdict == Verdict::Succeeded),
         usage: item.usage,
-        retry_after_ms,
-        attempt: Some(attempt),
-    };
-    Ok(Decided {
-        write,
-        answer: Answer {
-            verdict,
-            retry_after: t
-                .retry_after
-                .map(|_| TimeDelta::milliseconds(retry_after_ms)),
-        },
+        retry_after_ms: t.retry_after.map_or(0, millis),
+        attempt: NewAttempt::of(t)?,
     })
+}
+
+/// The answers to `items`, written at `now` (the writing transaction's
+/// time, from which a RETRYABLE row's next attempt is counted).
+fn answers(items: &[ReportItem], judged: &[Judgement], now: Time) -> Vec<RowVerdict> {
+    items
+        .iter()
+        .zip(judged)
+        .map(|(item, j)| RowVerdict {
+            key: item.key.clone(),
+            verdict: j.verdict(),
+            rule: j.rule(),
+            budget: j.budget(),
+            next_attempt_time: j
+                .retry_after()
+                .map(|d| now + TimeDelta::milliseconds(millis(d))),
+            failures: j.failures(),
+            total: j.total(),
+        })
+        .collect()
 }
 
 /// Adds a report's settled rows to its job's counts. Only a live claim
 /// writes rows, and a live claim with a job is that job's current fence, so
 /// the guard below failing would be a bug.
 async fn count_into_job(
-    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    tx: &mut Transaction<'static, Postgres>,
     job_id: i64,
     token: Uuid,
     writes: &[RowWrite],
@@ -342,55 +410,6 @@ async fn count_into_job(
             "claim {token} settled rows of job {job_id}, which it does not fence"
         )))
     }
-}
-
-fn unchanged(row: &RowSnapshot, verdict: Verdict, rule: &str) -> Result<RowVerdict> {
-    let state = row.state()?;
-    Ok(RowVerdict {
-        key: row.key.clone(),
-        verdict,
-        rule: rule.into(),
-        budget: None,
-        next_attempt_time: None,
-        failures: state.failures,
-        total: state.total,
-    })
-}
-
-/// A failure as one line for `last_error` and the attempts history.
-pub(crate) fn describe_failure(f: &Failure) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    if f.http_code != 0 {
-        parts.push(f.http_code.to_string());
-    }
-    if !f.status.is_empty() {
-        parts.push(f.status.clone());
-    }
-    if !f.finish_reason.is_empty() {
-        parts.push(format!("finish reason {}", f.finish_reason));
-    }
-    if !f.block_reason.is_empty() {
-        parts.push(format!("prompt blocked: {}", f.block_reason));
-    }
-    if let Some(kind) = f.kind {
-        use tally_core::classify::FailureKind;
-        let what = match kind {
-            FailureKind::ProviderError => None,
-            FailureKind::EmptyResponse => Some("empty response"),
-            FailureKind::InvalidOutput => Some("invalid output"),
-            FailureKind::Blocked => Some("blocked"),
-            FailureKind::MissingFromOutput => Some("missing from output"),
-        };
-        parts.extend(what.map(String::from));
-    }
-    let head = parts.join(" ");
-    let line = match (head.is_empty(), f.message.is_empty()) {
-        (true, true) => "failed".to_string(),
-        (false, true) => head,
-        (true, false) => f.message.clone(),
-        (false, false) => format!("{head}: {}", f.message),
-    };
-    line.chars().take(MAX_ERROR_CHARS).collect()
 }
 
 /// What reported usage spends, in a cap's measures: thinking tokens count

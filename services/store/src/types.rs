@@ -180,14 +180,8 @@ pub struct ReportItem {
     pub usage: Usage,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Succeeded,
-    Retryable,
-    Permanent,
-    Stale,
-    Duplicate,
-}
+/// A report's answer for one row (decided in `tally_core::report`).
+pub use tally_core::report::Verdict;
 
 #[derive(Debug, Clone)]
 pub struct RowVerdict {

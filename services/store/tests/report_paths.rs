@@ -1,14 +1,16 @@
-//! A report is decided either in one statement from what this process's
-//! claim found, or by reading the rows first (another replica's claim, a
-//! repeat, a moved-on claim). Both must give the same verdicts and keep
-//! invariant 1 (nothing settles twice) and the attempts history exact.
+//! A report loads its rows either from what this process's claim found
+//! (then writes them in one guarded statement) or by reading them under the
+//! claim's lock (another replica's claim, a repeat, a moved-on claim); core
+//! decides either way. Both must give the same verdicts and keep invariant 1
+//! (nothing settles twice) and the attempts history exact.
 
 mod common;
 
 use common::*;
+use std::time::Duration;
 use tally_core::status::RowStatus;
 use tally_store::Store;
-use tally_store::types::{ReportSummary, Verdict};
+use tally_store::types::{ReportItem, ReportSummary, Verdict};
 use uuid::Uuid;
 
 async fn ledger(env: &Env) {
@@ -172,4 +174,97 @@ async fn concurrent_copies_of_one_report_settle_each_row_once() {
         assert_eq!(attempts(&env.store, k).await, 1, "{k}");
     }
     assert_queue_consistent(&env.store).await;
+}
+
+/// Each answer as the worker sees it: verdict, rule, counters after the
+/// report, and whether a next attempt time is given.
+fn answers(r: &ReportSummary) -> Vec<(Verdict, String, u32, u32, bool)> {
+    r.verdicts
+        .iter()
+        .map(|v| {
+            let f = v.failures;
+            (
+                v.verdict,
+                v.rule.clone(),
+                f.provider + f.content + f.infra,
+                v.total,
+                v.next_attempt_time.is_some(),
+            )
+        })
+        .collect()
+}
+
+/// One judgement, however the rows were loaded: the same report (a key
+/// twice, a retryable and a permanent failure) through the server that
+/// granted its claim (rows from its memory) and, for another claim, through
+/// a replica that reads them answers alike and records one attempt a row.
+#[tokio::test]
+async fn a_report_is_answered_alike_from_memory_and_from_the_database() {
+    let env = env().await;
+    ledger(&env).await;
+    let rows: Vec<_> = ["a", "b", "c", "d"].iter().map(|k| row(k, &[])).collect();
+    env.store.enroll("l", &rows).await.unwrap();
+    let other = Store::from_pool(env.store.pool().clone());
+    let first = claim(&env.store, "l", 2).await.unwrap();
+    let second = claim(&env.store, "l", 2).await.unwrap();
+    let keys = |g: &tally_store::types::ClaimGrant| -> Vec<String> {
+        g.rows.iter().map(|r| r.key.clone()).collect()
+    };
+    let items = |k: &[String]| -> Vec<ReportItem> {
+        vec![failure(&k[0], 503), success(&k[0], 1), failure(&k[1], 400)]
+    };
+
+    let (k1, k2) = (keys(&first), keys(&second));
+    let from_memory = env
+        .store
+        .report("l", first.claim.token, &items(&k1), "w")
+        .await
+        .unwrap();
+    let read = other
+        .report("l", second.claim.token, &items(&k2), "w")
+        .await
+        .unwrap();
+    assert_eq!(answers(&from_memory), answers(&read));
+    assert_eq!(
+        answers(&read),
+        [
+            (Verdict::Retryable, "http_transient".into(), 1, 1, true),
+            (Verdict::Duplicate, "already_reported".into(), 0, 0, false),
+            (Verdict::Permanent, "http_permanent".into(), 1, 1, false),
+        ]
+    );
+    assert_eq!((from_memory.held, read.held), (0, 0));
+    for k in k1.iter().chain(&k2) {
+        assert_eq!(attempts(&env.store, k).await, 1, "{k}");
+    }
+    assert_queue_consistent(&env.store).await;
+}
+
+/// A RETRYABLE answer's next attempt time is the one written on the row
+/// (both count from the writing transaction's time), however the rows were
+/// loaded.
+#[tokio::test]
+async fn a_retryable_answer_names_the_rows_next_attempt_time() {
+    let env = env().await;
+    let mut policy = fast_policy();
+    policy.backoff.initial = Duration::from_secs(60);
+    policy.backoff.max = Duration::from_secs(600);
+    env.store.create_ledger("l", &policy).await.unwrap();
+    let rows: Vec<_> = ["a", "b"].iter().map(|k| row(k, &[])).collect();
+    env.store.enroll("l", &rows).await.unwrap();
+    let other = Store::from_pool(env.store.pool().clone());
+    let first = claim(&env.store, "l", 1).await.unwrap();
+    let second = claim(&env.store, "l", 1).await.unwrap();
+    for (store, g) in [(&env.store, &first), (&other, &second)] {
+        let key = &g.rows[0].key;
+        let r = store
+            .report("l", g.claim.token, &[failure(key, 503)], "w")
+            .await
+            .unwrap();
+        let v = &r.verdicts[0];
+        assert_eq!(v.verdict, Verdict::Retryable, "{key}");
+        let row = env.store.get_row("l", key).await.unwrap();
+        assert!(v.next_attempt_time.is_some(), "{key}");
+        assert_eq!(v.next_attempt_time, row.next_attempt_time, "{key}");
+    }
 }
