@@ -43,7 +43,10 @@
 //!    - [`claims`]: the claim statement, extending, releasing;
 //!      `claim_cache`: what this process's claims hold, so a report can
 //!      skip reading it; `capped`: the claim of a capped ledger.
-//!    - [`report`]: reports through core's row state machine.
+//!    - [`report`]: one pipeline: load the rows named (from the claim
+//!      cache, or read under the claim's lock) → judge (one pure core
+//!      function, `tally_core::report::judge`) → write (the guarded
+//!      one-statement write, or the locked settle).
 //!    - [`golden`]: golden rows: the set, the jobs that carry it, results
 //!      and drift (rules in `tally_core::golden`).
 //!    - [`purge`]: deleting ledgers: the mark, then bounded batches.
