@@ -187,9 +187,8 @@ pub async fn run(
             .get_or_create(&ResultLabels { result });
     }
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+        if !crate::background::wait(every, &stop).await {
+            return;
         }
         if let Err(e) = evaluate(&store).await {
             tracing::warn!(error = %e, "evaluating review thresholds failed");

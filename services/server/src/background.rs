@@ -108,6 +108,15 @@ pub fn spawn(
     Ok(tasks)
 }
 
+/// Waits `every` between two rounds of a periodic task; `false` when the
+/// server began stopping first (the task then returns).
+pub(crate) async fn wait(every: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(every) => true,
+    }
+}
+
 /// Rescues rows of expired claims even when nobody is claiming.
 async fn sweep_expired_claims(
     store: Store,
@@ -116,9 +125,8 @@ async fn sweep_expired_claims(
     stop: CancellationToken,
 ) {
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+        if !crate::background::wait(every, &stop).await {
+            return;
         }
         let rescued = store.rescue_expired(None).await;
         if let Ok(r) = &rescued {

@@ -27,9 +27,8 @@ pub async fn run(store: Store, every: Duration, metrics: Metrics, stop: Cancella
             Ok(b) => publish(&metrics, &b),
             Err(e) => tracing::warn!(error = %e, "reading the backlog for /metrics failed"),
         }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+        if !crate::background::wait(every, &stop).await {
+            return;
         }
     }
 }

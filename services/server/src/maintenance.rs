@@ -17,9 +17,8 @@ pub async fn vacuum_queue(
     stop: CancellationToken,
 ) {
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+        if !crate::background::wait(every, &stop).await {
+            return;
         }
         let stats = match store.queue_stats().await {
             Ok(s) => s,
