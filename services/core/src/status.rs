@@ -58,6 +58,14 @@ impl RowStatus {
         }
     }
 
+    /// The status a redriven row (or a row its redrive unblocked) comes
+    /// back with, given its dependencies' statuses once the redrive has
+    /// reset what it reset: BLOCKED again while one of them still fails
+    /// dependants, PENDING otherwise (as [`RowStatus::enrolled`]).
+    pub fn redriven(dependencies: impl IntoIterator<Item = RowStatus>) -> RowStatus {
+        RowStatus::enrolled(dependencies.into_iter().any(RowStatus::fails_dependants))
+    }
+
     /// Whether a dependency with this status blocks its dependants.
     pub const fn fails_dependants(self) -> bool {
         matches!(self, RowStatus::Permanent | RowStatus::Blocked)
@@ -221,6 +229,22 @@ mod tests {
             .filter(|s| s.is_claimable())
             .collect();
         assert_eq!(claimable, [RowStatus::Pending, RowStatus::Retryable]);
+    }
+
+    /// A redriven row stays BLOCKED exactly while one of its dependencies
+    /// is PERMANENT or BLOCKED; without dependencies it is PENDING.
+    #[test]
+    fn a_redriven_row_is_blocked_only_by_a_failing_dependency() {
+        use RowStatus::*;
+        assert_eq!(RowStatus::redriven([]), Pending);
+        for s in RowStatus::ALL {
+            let expected = if [Permanent, Blocked].contains(&s) {
+                Blocked
+            } else {
+                Pending
+            };
+            assert_eq!(RowStatus::redriven([Succeeded, s]), expected, "{s}");
+        }
     }
 
     #[test]

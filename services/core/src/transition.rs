@@ -104,11 +104,11 @@ pub struct Context<'a> {
     pub jitter: f64,
 }
 
-/// Applies one event to one row.
 /// The rule a BLOCKED row records (`rows.rule`), and the error it shows.
 pub const BLOCKED_RULE: &str = "dependency_failed";
 pub const BLOCKED_MESSAGE: &str = "a dependency is PERMANENT or BLOCKED";
 
+/// Applies one event to one row.
 pub fn step(row: RowState, event: &Event, ctx: &Context<'_>) -> Result<Transition, Refused> {
     use RowStatus::{Blocked, Pending, Permanent, Retryable, Running, Succeeded};
     let refuse = Err(Refused { status: row.status });

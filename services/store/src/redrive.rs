@@ -2,10 +2,11 @@
 //! PENDING with their budgets renewed, and the rows they blocked come back
 //! with them, unless something else still blocks them.
 
-use crate::codes::{self, BLOCKED, BLOCKED_MESSAGE, BLOCKED_RULE, FAILS_DEPENDANTS, PENDING};
+use crate::codes::{self, BLOCKED, BLOCKED_MESSAGE, BLOCKED_RULE, PENDING};
 use crate::types::{RedriveResult, RedriveTarget};
 use crate::{Result, Store, StoreError, rows};
 use sqlx::types::Json;
+use sqlx::{Postgres, Transaction};
 use std::collections::HashSet;
 use std::sync::LazyLock;
 use tally_core::status::RowStatus;
@@ -80,22 +81,9 @@ impl Store {
             .await?;
         let touched_ids: Vec<i64> = touched.iter().map(|(id, _)| *id).collect();
 
-        // 2. Whatever still has a PERMANENT or BLOCKED dependency is blocked
-        //    again, with its dependants.
-        static REBLOCK: LazyLock<String> = LazyLock::new(|| {
-            format!(
-                "UPDATE rows r SET status = {BLOCKED}, rule = {BLOCKED_RULE},
-                        last_error = {BLOCKED_MESSAGE}
-                 WHERE r.id = ANY($1) AND EXISTS (
-                     SELECT 1 FROM row_deps d JOIN rows p ON p.id = d.dep_id
-                     WHERE d.row_id = r.id AND p.status IN ({FAILS_DEPENDANTS}))
-                 RETURNING r.id"
-            )
-        });
-        let reblocked: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(REBLOCK.as_str()))
-            .bind(&touched_ids)
-            .fetch_all(&mut *tx)
-            .await?;
+        // 2. Whatever still has a failing dependency is blocked again (the
+        //    rule is core's), with its dependants.
+        let reblocked = reblock(&mut tx, &touched_ids).await?;
         crate::settle::block_dependants(&mut tx, &reblocked).await?;
 
         // 3. Queue what is claimable now; count the result.
@@ -165,6 +153,46 @@ impl Store {
         );
         Ok(result)
     }
+}
+
+/// Blocks again each of `ids` that core says a dependency still blocks
+/// (read after the reset, so a dependency redriven with it counts as
+/// PENDING); answers the rows blocked.
+async fn reblock(tx: &mut Transaction<'static, Postgres>, ids: &[i64]) -> Result<Vec<i64>> {
+    let deps: Vec<(i64, Vec<i16>)> = sqlx::query_as(
+        "SELECT d.row_id, array_agg(p.status) FROM row_deps d JOIN rows p ON p.id = d.dep_id
+         WHERE d.row_id = ANY($1) GROUP BY d.row_id ORDER BY d.row_id",
+    )
+    .bind(ids)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut blocked = Vec::new();
+    for (id, codes) in deps {
+        let statuses = codes
+            .into_iter()
+            .map(|c| {
+                RowStatus::from_code(c).ok_or_else(|| {
+                    StoreError::Internal(format!("a dependency of row {id} has status {c}"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if RowStatus::redriven(statuses) == RowStatus::Blocked {
+            blocked.push(id);
+        }
+    }
+    static BLOCK: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "UPDATE rows SET status = {BLOCKED}, rule = {BLOCKED_RULE}, last_error = {BLOCKED_MESSAGE}
+             WHERE id = ANY($1)"
+        )
+    });
+    if !blocked.is_empty() {
+        sqlx::query(sqlx::AssertSqlSafe(BLOCK.as_str()))
+            .bind(&blocked)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(blocked)
 }
 
 fn describe(target: &RedriveTarget) -> serde_json::Value {
