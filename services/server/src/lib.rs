@@ -21,8 +21,9 @@
 //! - [`alerts`]: evaluates review thresholds and delivers alerts.
 //! - [`webhook`]: the signed provider webhook receiver on its own HTTP
 //!   listener ([`http_listener`]: its timeouts and connection cap, shared
-//!   with the metrics listener); [`wakeup`]: LISTEN/NOTIFY wake-ups for
-//!   watch streams.
+//!   with the metrics listener); [`wakeup`]: the one LISTEN hub for both
+//!   commit-ordered logs; [`tail`]: following a log for a watch stream
+//!   (WatchJobs and WatchOperations).
 //! - [`purger`]: the background purge of deleted ledgers; [`backlog`]:
 //!   the backlog gauges' refresher; [`maintenance`]: vacuuming the
 //!   runnable queue.
@@ -68,6 +69,7 @@ pub mod rpc_metrics;
 pub mod rpc_trace;
 pub mod server;
 pub mod status;
+pub mod tail;
 pub mod tls;
 pub mod wakeup;
 pub mod webhook;

@@ -9,13 +9,14 @@ use crate::auth::layer::Authenticate;
 use crate::config::{AuthMode, ServeArgs};
 use crate::database::Database;
 use crate::health;
-use crate::job::{Jobs, watch};
+use crate::job::Jobs;
 use crate::ledger::Ledgers;
 use crate::limits::{self, Limiter};
 use crate::metrics::Metrics;
 use crate::middleware::Wrap;
 use crate::operations::Operations;
 use crate::rpc_metrics::RpcMetrics;
+use crate::tail::Tails;
 use crate::wakeup;
 use anyhow::Context as _;
 use std::net::SocketAddr;
@@ -188,31 +189,22 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     .max_decoding_message_size(max)
     .max_encoding_message_size(max_out);
     let stop = CancellationToken::new();
-    let (hub, hub_task) = watch::Hub::start(
-        store.clone(),
-        args.watch_poll_interval,
-        metrics.clone(),
-        stop.clone(),
-    );
-    let jobs = JobServiceServer::new(Jobs::new(store.clone(), hub, metrics.clone(), stop.clone()))
+    let (wakeups, listener) = wakeup::spawn(store.clone(), stop.clone());
+    let tails = Tails {
+        store: store.clone(),
+        wakeups,
+        poll: args.watch_poll_interval,
+        stop: stop.clone(),
+    };
+    let jobs = JobServiceServer::new(Jobs::new(store.clone(), tails.clone(), metrics.clone()))
         .max_decoding_message_size(max)
         .max_encoding_message_size(max_out);
-    let (operation_wakeups, operation_listener) = wakeup::spawn(
-        store.clone(),
-        tally_store::operations::NOTIFY_CHANNEL,
-        stop.clone(),
-    );
-    let operations = OperationsServiceServer::new(Operations::new(
-        store.clone(),
-        metrics.clone(),
-        operation_wakeups,
-        stop.clone(),
-        args.watch_poll_interval,
-    ))
-    .max_decoding_message_size(max)
-    .max_encoding_message_size(max_out);
+    let operations =
+        OperationsServiceServer::new(Operations::new(store.clone(), metrics.clone(), tails))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max_out);
 
-    let mut tasks = vec![hub_task, operation_listener];
+    let mut tasks = vec![listener];
     tasks.extend(crate::background::spawn(
         &args,
         &store,

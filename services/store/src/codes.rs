@@ -7,12 +7,22 @@
 //! from a caller. In a `format!` they
 //! read `{PENDING}`, `{CLAIMABLE}`; in a statement file (`queries/…`,
 //! `purge/…`) the same names read `{{PENDING}}` and [`render`] fills them.
+//!
+//! Parameters, unlike codes, are bound: a long statement's from one typed
+//! struct with a `bind` method over [`PgQuery`] or [`PgQueryAs`], in the
+//! order the statement's file documents them.
 
 use crate::types::ClaimState;
 use std::fmt;
 use std::sync::LazyLock;
 use tally_core::job::JobState;
 use tally_core::status::RowStatus;
+
+/// A statement being bound.
+pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+/// A statement being bound whose rows decode as `O`.
+pub(crate) type PgQueryAs<'q, O> =
+    sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>;
 
 /// One code, as SQL reads it.
 #[derive(Clone, Copy)]

@@ -1,43 +1,16 @@
 //! The job event log: appending events inside the transaction that changed
-//! the job, reading them back by sequence number, and the LISTEN side of the
-//! wake-up hint.
-//!
-//! # Why readers never miss an event
-//!
-//! A watcher keeps the last sequence number it delivered and asks for
-//! `seq > last`. That is only safe if no event with a smaller number can
-//! become visible after a larger one did. Identity values are drawn when a
-//! row is inserted, not when its transaction commits, so two writers could
-//! commit out of order (5 drawn first but committed after 6 was read), and
-//! a reader would skip 5 for ever.
-//!
-//! So every writer takes one transaction-scoped advisory lock
-//! ([`EVENTS_LOCK`]) right before it draws its numbers, as the last
-//! statement of its transaction, and PostgreSQL releases it only after the
-//! commit is visible to others. The next writer draws its numbers after
-//! that. Hence sequence order is commit order: once a reader sees N, every
-//! number below N is committed (or rolled back, and never appears). The
-//! cost is that event-writing commits queue on one lock for the time of an
-//! insert and a commit; writers take it last, after every row lock they
-//! need, so it cannot be part of a deadlock.
-//!
-//! The same statement calls `pg_notify`, delivered at commit to every
-//! listening server: a hint to read the table, never the data itself.
+//! the job (or paused the ledger), and reading them back by sequence number.
+//! Why sequence order is commit order, and the `NOTIFY` hint every append
+//! sends, are [`crate::event_log`]'s.
 
 use crate::codes;
+use crate::event_log::{self, Log};
 use crate::job_view::{JOB_RECORD_COLUMNS, JOB_SELECT, JobRow};
 use crate::types::{JobEventKind, JobEventRecord, Pause, Time};
 use crate::{Result, Store, StoreError};
-use sqlx::postgres::PgListener;
 use sqlx::{FromRow, Postgres, Transaction};
 use std::sync::LazyLock;
 use tally_core::pause::PauseReason;
-
-/// The channel `pg_notify` wakes listeners on.
-pub const CHANNEL: &str = "tally_job_events";
-
-/// The advisory lock that orders event sequence numbers by commit.
-const EVENTS_LOCK: i64 = 0x7461_6c6c_7945_7631;
 
 /// Appends events for jobs changed in `tx`, in order, as of their current
 /// state in `tx`. Call it as the last statement before committing.
@@ -51,11 +24,14 @@ pub(crate) async fn append(
     }
     let ids: Vec<i64> = events.iter().map(|(id, _)| *id).collect();
     let kinds: Vec<i16> = events.iter().map(|(_, k)| k.code()).collect();
-    lock_sequence(tx).await?;
+    event_log::order(tx, Log::Jobs).await?;
     static SQL: LazyLock<String> = LazyLock::new(|| {
         codes::render_with(
             include_str!("queries/events/append.sql"),
-            &[("JOB_SELECT", &JOB_SELECT), ("CHANNEL", &CHANNEL)],
+            &[
+                ("JOB_SELECT", &JOB_SELECT),
+                ("CHANNEL", &Log::Jobs.channel()),
+            ],
         )
     });
     sqlx::query(sqlx::AssertSqlSafe(SQL.as_str()))
@@ -78,7 +54,7 @@ pub(crate) async fn append_ledger(
     actor: &str,
 ) -> Result<()> {
     debug_assert!(kind.is_ledger_event());
-    lock_sequence(tx).await?;
+    event_log::order(tx, Log::Jobs).await?;
     let (reason, message) = pause.map_or((None, None), |(r, m)| (Some(r.as_str()), Some(m)));
     let sql = format!(
         "WITH ins AS (
@@ -86,7 +62,8 @@ pub(crate) async fn append_ledger(
              VALUES ($1, $2, $3, jsonb_build_object('reason', $4::text, 'message', $5::text))
              RETURNING seq
          )
-         SELECT pg_notify('{CHANNEL}', seq::text) FROM ins"
+         SELECT pg_notify('{channel}', seq::text) FROM ins",
+        channel = Log::Jobs.channel()
     );
     sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(ledger_id)
@@ -94,15 +71,6 @@ pub(crate) async fn append_ledger(
         .bind(actor)
         .bind(reason)
         .bind(message)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-/// Takes [`EVENTS_LOCK`] (see the module documentation).
-async fn lock_sequence(tx: &mut Transaction<'static, Postgres>) -> Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(EVENTS_LOCK)
         .execute(&mut **tx)
         .await?;
     Ok(())
@@ -121,40 +89,7 @@ struct EventHead {
     pause_message: Option<String>,
 }
 
-/// What woke a listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
-    /// An event was committed (the hint carries its sequence number).
-    Notified(i64),
-    /// The connection was lost and re-established: notifications sent in
-    /// between are gone, so readers must look at the table.
-    Reconnected,
-}
-
-/// A LISTEN connection on [`CHANNEL`] (one per server process).
-pub struct JobEventListener {
-    inner: PgListener,
-}
-
-impl JobEventListener {
-    /// Waits for the next wake-up. Reconnects by itself; an error means it
-    /// could not (the caller backs off and calls again).
-    pub async fn next(&mut self) -> Result<Wake> {
-        match self.inner.try_recv().await? {
-            Some(n) => Ok(Wake::Notified(n.payload().parse().unwrap_or(0))),
-            None => Ok(Wake::Reconnected),
-        }
-    }
-}
-
 impl Store {
-    /// Opens a LISTEN connection for job events.
-    pub async fn listen_job_events(&self) -> Result<JobEventListener> {
-        let mut inner = PgListener::connect_with(&self.pool).await?;
-        inner.listen(CHANNEL).await?;
-        Ok(JobEventListener { inner })
-    }
-
     /// The highest sequence number committed so far (0 when none): the
     /// position "from now" starts after.
     pub async fn last_job_event(&self) -> Result<i64> {

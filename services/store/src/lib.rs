@@ -29,8 +29,9 @@
 //!      claim in a guarded statement, records attempts, requeues, carries
 //!      effects to dependants; and `transitions`, a system event (release,
 //!      expiry, job failure) through core's row state machine.
-//!    - [`events`]: the commit-ordered job event log (and its LISTEN side);
-//!      [`notify`]: `LISTEN` connections that wake watch streams.
+//!    - [`event_log`]: what the two commit-ordered logs share: ordering
+//!      by commit, the `NOTIFY` hint, the one `LISTEN` connection;
+//!      [`events`]: the job event log (appending, reading).
 //!    - `abandon`: closing a job that never reached the provider.
 //!    - [`pause`]: pausing and resuming ledgers (rules in `tally_core::pause`).
 //!    - [`spend`]: spend caps' accounts (rules in `tally_core::spend`).
@@ -72,6 +73,7 @@ pub mod claims;
 mod codes;
 pub mod enroll;
 pub mod error;
+pub mod event_log;
 pub mod events;
 mod fence;
 pub mod golden;
@@ -81,7 +83,6 @@ pub mod ledgers;
 pub mod locks;
 pub mod maintenance;
 mod models;
-pub mod notify;
 pub mod operations;
 pub mod pause;
 pub mod prompts;

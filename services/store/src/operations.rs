@@ -18,7 +18,7 @@
 //!    `job_link::follow_provider`) in the same transaction ([`job_link`]);
 //! 6. the event is appended to `operation_events` with its verdict and
 //!    reason, under a sequence number assigned in commit order (see
-//!    [`EVENT_LOCK`]), and an applied event wakes watchers with `NOTIFY`.
+//!    [`crate::event_log`]), and an applied event wakes watchers with `NOTIFY`.
 //!
 //! Readers: [`Store::get_operation`], [`Store::list_operations`],
 //! [`Store::list_operation_events`], [`Store::operation_transitions`]
@@ -42,24 +42,6 @@ use crate::codes::Code;
 
 /// An event the reducer applied, as SQL compares with it.
 const APPLIED: Code = Code::new(EventVerdict::Applied.code());
-
-/// The `NOTIFY` channel woken on every applied transition (payload: the
-/// sequence number). Only a hint: watchers poll too.
-pub const NOTIFY_CHANNEL: &str = "tally_operations";
-
-/// The transaction-scoped advisory lock that orders `operation_events`.
-///
-/// Sequence numbers come from a PostgreSQL sequence, which hands them out in
-/// call order, not commit order: transaction A could take 5, B take 6, B
-/// commit first, a watcher read 6 and resume "after 6", and A's 5 appear
-/// later behind its back, lost to that watcher for good. Taking this lock
-/// right before `nextval` and holding it until commit makes numbering and
-/// commit order the same (PostgreSQL makes a transaction visible before it
-/// releases its locks), so every snapshot sees a gap-free prefix of the
-/// committed events. The lock is taken last, after the compare-and-swap and
-/// the job linkage, so it covers one insert and the commit; operations see a
-/// few events per batch, far below what one serialized insert can carry.
-pub const EVENT_LOCK: i64 = 0x7461_6c6c_795f_6f70; // "tally_op"
 
 /// How many times one event re-reads after losing the compare-and-swap
 /// before giving up with ABORTED (each loss means another event for the

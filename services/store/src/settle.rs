@@ -5,6 +5,7 @@
 //! dependants' unmet dependencies (queuing those that reach zero); a
 //! PERMANENT row blocks all its transitive dependants.
 
+use crate::codes::PgQuery;
 use crate::fence::RowSnapshot;
 use crate::types::Usage;
 use crate::{Result, StoreError, codes, jitter_sample};
@@ -185,8 +186,6 @@ impl<'a> Settlement<'a> {
             .bind(self.by.actor)
     }
 }
-
-pub(crate) type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 /// The settling CTEs, to follow `WITH RECURSIVE` (`doomed` walks the
 /// dependency graph) and a CTE `c` that locks the claim (`$2`, of ledger

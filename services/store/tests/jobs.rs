@@ -14,7 +14,7 @@ use tally_core::alert::AlertKind;
 use tally_core::job::{FinalState, JobState};
 use tally_core::policy::Policy;
 use tally_core::status::RowStatus;
-use tally_store::events::Wake;
+use tally_store::event_log::{Log, Wake};
 use tally_store::types::{
     ClaimGrant, FinishRequest, JobEventKind, JobRecord, RedriveTarget, RowFilter, Verdict,
 };
@@ -1039,21 +1039,20 @@ async fn events_resume_after_a_sequence_and_snapshot_the_job() {
     ));
 }
 
-/// A committed event wakes a listening connection (the cross-replica hint),
-/// carrying its sequence number.
+/// A committed job event wakes a listening connection (the cross-replica
+/// hint), naming the job event log.
 #[tokio::test]
 async fn a_committed_event_wakes_a_listener() {
     let env = env().await;
     ledger_with(&env, "l", fast_policy()).await;
     enroll_keys(&env, "l", &["a"]).await;
-    let mut listener = env.store.listen_job_events().await.unwrap();
+    let mut listener = env.store.listen().await.unwrap();
     new_job(&env, "l", 1).await;
-    let last = env.store.last_job_event().await.unwrap();
     let wake = tokio::time::timeout(Duration::from_secs(10), listener.next())
         .await
         .expect("a notification within 10s")
         .unwrap();
-    assert_eq!(wake, Wake::Notified(last));
+    assert_eq!(wake, Wake::Appended(Log::Jobs));
 }
 
 /// A crossing of the review threshold is recorded, and its alert queued,

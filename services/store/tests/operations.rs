@@ -12,9 +12,8 @@ use tally_core::job::{FinalState, JobState};
 use tally_core::operation::{Decision, DropReason, OpEvent, OpState};
 use tally_core::status::RowStatus;
 use tally_store::Store;
-use tally_store::operations::{
-    EventSource, EventVerdict, IncomingEvent, IngestResult, NOTIFY_CHANNEL,
-};
+use tally_store::event_log::{Log, Wake};
+use tally_store::operations::{EventSource, EventVerdict, IncomingEvent, IngestResult};
 use tally_store::types::{FinishRequest, JobRecord};
 use uuid::Uuid;
 
@@ -348,13 +347,13 @@ async fn an_unknown_state_is_logged_but_creates_nothing() {
 async fn transitions_page_in_order_and_notify() {
     let env = env().await;
     let s = &env.store;
-    let mut listener = s.listen(&[NOTIFY_CHANNEL]).await.unwrap();
+    let mut listener = s.listen().await.unwrap();
     assert_eq!(s.last_operation_sequence().await.unwrap(), 0);
     ingest(s, &event("batches/a", OpState::Pending, 1)).await;
     ingest(s, &event("batches/a", OpState::Pending, 0)).await; // dropped
     let r = ingest(s, &event("batches/b", OpState::Running, 1)).await;
     let note = listener.next().await.unwrap();
-    assert_eq!(note.as_deref(), Some("1"));
+    assert_eq!(note, Wake::Appended(Log::Operations));
     let page = s.operation_transitions(0, 10).await.unwrap();
     let seqs: Vec<i64> = page.iter().map(|t| t.sequence).collect();
     assert_eq!(seqs, [1, 3]);

@@ -2,13 +2,13 @@
 //!
 //! - [`service`]: the tonic service ([`Jobs`]) and its thin handlers.
 //! - [`validate`]: request checks (job names and the claims fencing them,
-//!   batch names, final states, lock TTLs, watch positions); ledger and
+//!   batch names, final states, lock TTLs); ledger and
 //!   claim names are checked by [`crate::ledger::validate`].
 //! - [`convert`]: jobs, job events, locks and job states to `tally.v1`
 //!   messages; a job's claim, pause and golden rows are converted by
 //!   [`crate::ledger`].
-//! - [`watch`]: the WatchJobs fan-out (one LISTEN connection, a reader
-//!   task per stream).
+//! - [`watch`]: which job events a WatchJobs stream shows ([`crate::tail`]
+//!   follows the log, [`crate::wakeup`] wakes it).
 
 pub mod convert;
 pub mod service;

@@ -4,7 +4,7 @@
 
 use super::convert::{job_to_proto, lock_to_proto};
 use super::validate;
-use super::watch::Hub;
+use super::watch::{JobEvents, Open};
 use crate::caller::access;
 use crate::ledger::convert::claim_to_proto;
 use crate::ledger::golden;
@@ -12,6 +12,7 @@ use crate::ledger::validate as ledger_validate;
 use crate::metrics::Metrics;
 use crate::paging;
 use crate::status::{from_store, invalid_field};
+use crate::tail::{self, Start, Tails};
 use std::pin::Pin;
 use tally_core::names;
 use tally_proto::v1 as pb;
@@ -19,24 +20,21 @@ use tally_proto::v1::job_service_server::JobService;
 use tally_store::Store;
 use tally_store::types::NotCreated;
 use tokio_stream::Stream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 pub struct Jobs {
     store: Store,
-    hub: Hub,
+    /// Watch streams (they end when the server stops).
+    tails: Tails,
     metrics: Metrics,
-    /// The server's stop token: open watch streams end when it fires.
-    stop: CancellationToken,
 }
 
 impl Jobs {
-    pub fn new(store: Store, hub: Hub, metrics: Metrics, stop: CancellationToken) -> Self {
+    pub fn new(store: Store, tails: Tails, metrics: Metrics) -> Self {
         Self {
             store,
-            hub,
+            tails,
             metrics,
-            stop,
         }
     }
 }
@@ -218,7 +216,7 @@ impl JobService for Jobs {
         let req = req.into_inner();
         let ledger = names::parse_ledger_or_all(&req.parent)
             .map_err(|e| invalid_field("parent", e.to_string()))?;
-        validate::watch_start(req.after_sequence, 0)?;
+        let start = tail::start(req.after_sequence)?;
         if let Some(l) = ledger {
             access.ledger(l)?;
         }
@@ -226,21 +224,16 @@ impl JobService for Jobs {
             Some(l) => Some(self.store.ledger_id(l).await.map_err(from_store)?),
             None => None,
         };
-        let last_now = if req.after_sequence == 0 {
-            self.store.last_job_event().await.map_err(from_store)?
-        } else {
-            0
+        let after = match start {
+            Start::Now => self.store.last_job_event().await.map_err(from_store)?,
+            Start::After(n) => n,
         };
-        let start = validate::watch_start(req.after_sequence, last_now)?;
         // `ledgers/-` shows only the ledgers the caller reaches.
         let scope = (!access.everything()).then(|| access.scope.clone());
-        let stream = self.hub.stream(
-            self.store.clone(),
-            ledger_id,
-            scope,
-            start,
-            self.stop.clone(),
-        );
+        let source = JobEvents { ledger_id, scope };
+        let stream = self
+            .tails
+            .stream(source, after, Open::new(self.metrics.clone()));
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -221,20 +221,6 @@ pub fn owner(owner: &str) -> Result<(), Status> {
     v.finish().map_err(invalid)
 }
 
-/// WatchJobs' `after_sequence`: where to start, given the last sequence
-/// committed now. 0 is "from now", -1 "from the first stored".
-pub fn watch_start(after: i64, last_now: i64) -> Result<i64, Status> {
-    match after {
-        0 => Ok(last_now),
-        -1 => Ok(0),
-        n if n > 0 => Ok(n),
-        _ => Err(invalid_field(
-            "after_sequence",
-            "must be a sequence number, 0 (from now) or -1 (from the first stored event)",
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,14 +277,6 @@ mod tests {
         assert!(lock_and_ttl("locks/a", Some(&d(0))).is_err());
         assert!(lock_and_ttl("locks/a", Some(&d(2 * 86400))).is_err());
         assert!(lock_and_ttl("locks/a b", Some(&d(60))).is_err());
-    }
-
-    #[test]
-    fn watch_positions() {
-        assert_eq!(watch_start(0, 41).unwrap(), 41);
-        assert_eq!(watch_start(-1, 41).unwrap(), 0);
-        assert_eq!(watch_start(7, 41).unwrap(), 7);
-        assert!(watch_start(-2, 41).is_err());
     }
 
     #[test]

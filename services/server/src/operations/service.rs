@@ -7,10 +7,9 @@
 //! input (a name that is not a batch name, no state, no source, a malformed
 //! time) is INVALID_ARGUMENT and writes nothing.
 //!
-//! WatchOperations streams applied transitions from the event log itself,
-//! one bounded page at a time, woken by `NOTIFY` (see [`crate::wakeup`])
-//! with a poll as the fallback, so a slow consumer holds at most a page and
-//! a small channel in memory and a reconnecting one resumes by sequence.
+//! WatchOperations streams applied transitions from the event log itself
+//! ([`crate::tail`] does the following: bounded pages, woken by `NOTIFY`
+//! with a poll as the fallback, resumed by sequence).
 
 use super::convert::{
     decode_cursor, encode_cursor, event_to_proto, operation_to_proto, state_from_proto,
@@ -21,51 +20,34 @@ use crate::caller::{Access, access, linked_in_scope};
 use crate::metrics::{EventLabels, Metrics};
 use crate::paging;
 use crate::status::{from_store, invalid, invalid_field};
-use crate::wakeup::Wakeups;
+use crate::tail::{self, Source, Start, Tails};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 use tally_core::operation::DropReason;
 use tally_core::scope::Scope;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_proto::v1::operations_service_server::OperationsService;
 use tally_store::Store;
-use tally_store::operations::{IncomingEvent, IngestResult};
-use tokio::sync::mpsc;
+use tally_store::event_log::Log;
+use tally_store::operations::{IncomingEvent, IngestResult, TransitionRecord};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-
-/// Transitions read per page of a watch stream.
-const WATCH_PAGE: i64 = 100;
-/// Transitions buffered between a stream's reader and its consumer.
-const WATCH_BUFFER: usize = 32;
 
 pub struct Operations {
     store: Store,
     metrics: Metrics,
-    wakeups: Wakeups,
-    stop: CancellationToken,
-    poll: Duration,
+    /// Watch streams (they end when the server stops).
+    tails: Tails,
 }
 
 impl Operations {
-    pub fn new(
-        store: Store,
-        metrics: Metrics,
-        wakeups: Wakeups,
-        stop: CancellationToken,
-        poll: Duration,
-    ) -> Self {
+    pub fn new(store: Store, metrics: Metrics, tails: Tails) -> Self {
         describe_metrics(&metrics);
         Self {
             store,
             metrics,
-            wakeups,
-            stop,
-            poll,
+            tails,
         }
     }
 }
@@ -239,87 +221,47 @@ impl OperationsService for Operations {
         req: Request<pb::WatchOperationsRequest>,
     ) -> Reply<Self::WatchOperationsStream> {
         let access = access(&req);
-        let after = match req.get_ref().after_sequence {
-            0 => self
+        let after = match tail::start(req.get_ref().after_sequence)? {
+            Start::Now => self
                 .store
                 .last_operation_sequence()
                 .await
                 .map_err(from_store)?,
-            -1 => 0,
-            n if n > 0 => n,
-            _ => {
-                return Err(invalid_field(
-                    "after_sequence",
-                    "must be -1 (from the first stored), 0 (from now) or a sequence number",
-                ));
-            }
+            Start::After(n) => n,
         };
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         // Only transitions of operations linked to the caller's ledgers.
         let scope = (!access.everything()).then(|| access.scope.clone());
-        tokio::spawn(stream_transitions(
-            self.store.clone(),
-            self.wakeups.clone(),
-            scope,
-            after,
-            self.poll,
-            tx,
-            self.stop.clone(),
-        ));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let stream = self.tails.stream(Transitions { scope }, after, ());
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
-/// Feeds one watch stream: reads a page after `after`, sends it (waiting
-/// for the consumer), and sleeps until woken or the poll interval passes.
-/// Ends when the consumer goes away, on a database error (sent as the
-/// stream's status; the client resumes from its last sequence), or when the
-/// server stops (a clean end of stream).
-async fn stream_transitions(
-    store: Store,
-    wakeups: Wakeups,
+/// The operation transitions one WatchOperations stream shows.
+struct Transitions {
     scope: Option<Arc<Scope>>,
-    mut after: i64,
-    poll: Duration,
-    tx: mpsc::Sender<Result<pb::OperationTransition, Status>>,
-    stop: CancellationToken,
-) {
-    let mut woken = wakeups.subscribe();
-    loop {
-        // Marked before reading, so a commit during the read wakes the
-        // next wait instead of being slept through.
-        woken.mark_unchanged();
-        let page = tokio::select! {
-            _ = stop.cancelled() => return,
-            page = store.operation_transitions(after, WATCH_PAGE) => page,
-        };
-        let page = match page {
-            Ok(page) => page,
-            Err(e) => {
-                let _ = tx.send(Err(from_store(e))).await;
-                return;
-            }
-        };
-        let full = page.len() as i64 == WATCH_PAGE;
-        for t in page {
-            after = t.sequence;
-            if !shows(scope.as_deref(), t.operation.job.as_deref()) {
-                continue;
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                sent = tx.send(Ok(transition_to_proto(&t))) => if sent.is_err() { return },
-            }
-        }
-        if full {
-            continue;
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tx.closed() => return,
-            _ = woken.changed() => {}
-            _ = tokio::time::sleep(poll) => {}
-        }
+}
+
+impl Source for Transitions {
+    type Entry = TransitionRecord;
+    type Message = pb::OperationTransition;
+    const LOG: Log = Log::Operations;
+
+    async fn page(
+        &self,
+        store: &Store,
+        after: i64,
+        limit: i64,
+    ) -> tally_store::Result<Vec<TransitionRecord>> {
+        store.operation_transitions(after, limit).await
+    }
+
+    fn seq(entry: &TransitionRecord) -> i64 {
+        entry.sequence
+    }
+
+    fn show(&self, entry: &TransitionRecord) -> Option<pb::OperationTransition> {
+        let job = entry.operation.job.as_deref();
+        shows(self.scope.as_deref(), job).then(|| transition_to_proto(entry))
     }
 }
 

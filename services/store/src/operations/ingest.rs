@@ -3,6 +3,7 @@
 
 use super::read::load_operation;
 use super::*;
+use crate::event_log::{self, Log};
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, Transaction};
 use tally_core::operation::{Decision, DropReason, OpSnapshot, reduce};
@@ -90,10 +91,7 @@ impl Store {
         }
 
         // Last, so the lock covers only the insert and the commit.
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(EVENT_LOCK)
-            .execute(&mut *tx)
-            .await?;
+        event_log::order(&mut tx, Log::Operations).await?;
         let (from_state, version) = match decision {
             Decision::Applied { next, from } => (Some(from.map(state_code)), Some(next.version)),
             Decision::Dropped(_) | Decision::Recorded => (None, None),
@@ -122,11 +120,7 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         if decision.is_applied() {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(NOTIFY_CHANNEL)
-                .bind(sequence.to_string())
-                .execute(&mut *tx)
-                .await?;
+            event_log::notify(&mut tx, Log::Operations).await?;
         }
         tx.commit().await?;
         Ok(IngestResult {
@@ -179,10 +173,10 @@ async fn insert_operation(
 /// state, provider time, version, output file, error code and message (the
 /// texts cut to their bounds).
 fn bind_state<'q>(
-    q: crate::settle::PgQuery<'q>,
+    q: crate::codes::PgQuery<'q>,
     event: &IncomingEvent,
     next: &OpSnapshot,
-) -> crate::settle::PgQuery<'q> {
+) -> crate::codes::PgQuery<'q> {
     q.bind(state_code(next.state))
         .bind(next.update_time)
         .bind(next.version)
