@@ -9,6 +9,7 @@
 //! RUNNING while an ACTIVE claim's `row_ids` holds it.
 
 use crate::claim_cache::CachedClaim;
+use crate::codes::PgQueryAs;
 use crate::fence::{RowSnapshot, check_live, lease_ms, lock_claim, lock_held_rows};
 use crate::rescue::RESCUE_DUE;
 use crate::settle::transitions;
@@ -17,7 +18,8 @@ use crate::types::{
     ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord, Time,
 };
 use crate::{Result, Store, StoreError, abandon, codes, events, fence, pause};
-use sqlx::Postgres;
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, Row as _};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -107,25 +109,83 @@ pub(crate) async fn load_claim<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         .ok_or_else(|| StoreError::not_found("claim", token.to_string()))
 }
 
-/// The condition "claim `c` ran out of lease and waits to be rescued"
-/// (claims of submitted jobs wait for adoption instead).
-#[derive(sqlx::FromRow)]
+/// What the claim statement answered: one row, with one array per column
+/// of the rows taken (hundreds a call; decoding a row per row taken showed
+/// in profiles), zipped back into rows here, once.
 pub(crate) struct Taken {
     due: bool,
     paused: bool,
-    ids: Option<Vec<i64>>,
-    keys: Option<Vec<String>>,
-    payloads: Option<Vec<String>>,
-    prompt_names: Option<Vec<String>>,
-    prompt_versions: Option<Vec<String>>,
-    models: Option<Vec<String>>,
-    provider_failures: Option<Vec<i32>>,
-    content_failures: Option<Vec<i32>>,
-    infra_failures: Option<Vec<i32>>,
-    attempts: Option<Vec<i32>>,
-    held_back: Option<i32>,
-    create_time: Option<Time>,
-    expire_time: Option<Time>,
+    rows: Vec<TakenRow>,
+    held_back: i32,
+    /// The claim record's times; `None` when nothing was taken.
+    made: Option<(Time, Time)>,
+}
+
+/// One row taken, with its id.
+struct TakenRow {
+    id: i64,
+    row: ClaimedRow,
+}
+
+impl<'r> sqlx::FromRow<'r, PgRow> for Taken {
+    fn from_row(r: &'r PgRow) -> sqlx::Result<Self> {
+        /// One array column, as values to take in order.
+        fn column<'r, T>(r: &'r PgRow, name: &str) -> sqlx::Result<std::vec::IntoIter<T>>
+        where
+            Option<Vec<T>>: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+        {
+            Ok(r.try_get::<Option<Vec<T>>, _>(name)?
+                .unwrap_or_default()
+                .into_iter())
+        }
+        /// The next value of a column that must be as long as `ids`.
+        fn next<T>(values: &mut std::vec::IntoIter<T>, name: &str) -> sqlx::Result<T> {
+            values.next().ok_or_else(|| sqlx::Error::ColumnDecode {
+                index: name.into(),
+                source: "shorter than ids".into(),
+            })
+        }
+        let ids = column::<i64>(r, "ids")?;
+        let mut keys = column::<String>(r, "keys")?;
+        let mut payloads = column::<String>(r, "payloads")?;
+        let mut prompt_names = column::<String>(r, "prompt_names")?;
+        let mut prompt_versions = column::<String>(r, "prompt_versions")?;
+        let mut models = column::<String>(r, "models")?;
+        let mut provider = column::<i32>(r, "provider_failures")?;
+        let mut content = column::<i32>(r, "content_failures")?;
+        let mut infra = column::<i32>(r, "infra_failures")?;
+        let mut attempts = column::<i32>(r, "attempts")?;
+        let mut rows = Vec::with_capacity(ids.len());
+        for id in ids {
+            let failures = PerBudget::new(
+                next(&mut provider, "provider_failures")? as u32,
+                next(&mut content, "content_failures")? as u32,
+                next(&mut infra, "infra_failures")? as u32,
+            );
+            let row = ClaimedRow {
+                key: next(&mut keys, "keys")?,
+                payload: next(&mut payloads, "payloads")?,
+                prompt_name: next(&mut prompt_names, "prompt_names")?,
+                prompt_version: next(&mut prompt_versions, "prompt_versions")?,
+                model: next(&mut models, "models")?,
+                failures,
+                total: next(&mut attempts, "attempts")? as u32,
+            };
+            rows.push(TakenRow { id, row });
+        }
+        let times: (Option<Time>, Option<Time>) =
+            (r.try_get("create_time")?, r.try_get("expire_time")?);
+        Ok(Taken {
+            due: r.try_get("due")?,
+            paused: r.try_get("paused")?,
+            rows,
+            held_back: r.try_get::<Option<i32>, _>("held_back")?.unwrap_or(0),
+            made: match times {
+                (Some(create), Some(expire)) => Some((create, expire)),
+                _ => None,
+            },
+        })
+    }
 }
 
 /// The claim itself, in one statement: unless the ledger is paused (its
@@ -152,21 +212,55 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
             &[("RESCUE_DUE", &RESCUE_DUE)],
         )
     });
-    Ok(
-        sqlx::query_as::<_, Taken>(sqlx::AssertSqlSafe(SQL.as_str()))
-            .bind(ledger.id)
-            .bind(req.model.as_deref())
-            .bind(req.max_rows)
-            .bind(token)
-            .bind(&req.worker)
-            .bind(req.request_id.as_deref())
-            .bind(lease_ms(req.lease, ledger.policy.lease))
-            .bind(check_due)
-            .bind(req.bytes.map(|b| b.max_bytes))
-            .bind(req.bytes.map_or(0, |b| b.row_overhead))
-            .fetch_one(exec)
-            .await?,
-    )
+    let take = Take {
+        ledger_id: ledger.id,
+        model: req.model.as_deref(),
+        max_rows: req.max_rows,
+        token,
+        worker: &req.worker,
+        request_id: req.request_id.as_deref(),
+        lease_ms: lease_ms(req.lease, ledger.policy.lease),
+        check_due,
+        max_bytes: req.bytes.map(|b| b.max_bytes),
+        row_overhead: req.bytes.map_or(0, |b| b.row_overhead),
+    };
+    let query = sqlx::query_as::<_, Taken>(sqlx::AssertSqlSafe(SQL.as_str()));
+    Ok(take.bind(query).fetch_one(exec).await?)
+}
+
+/// The claim statement's parameters, one field each, in the order
+/// `queries/claims/take.sql` documents them.
+struct Take<'a> {
+    ledger_id: i64,
+    /// `None`: that of the oldest ready row.
+    model: Option<&'a str>,
+    max_rows: i64,
+    token: Uuid,
+    worker: &'a str,
+    request_id: Option<&'a str>,
+    lease_ms: i64,
+    /// Whether to look for expired claims of the ledger first.
+    check_due: bool,
+    /// `None`: no byte budget.
+    max_bytes: Option<i64>,
+    /// Bytes counted per row on top of its own.
+    row_overhead: i32,
+}
+
+impl<'a> Take<'a> {
+    /// Binds `$1`…`$10`.
+    fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
+        q.bind(self.ledger_id)
+            .bind(self.model)
+            .bind(self.max_rows)
+            .bind(self.token)
+            .bind(self.worker)
+            .bind(self.request_id)
+            .bind(self.lease_ms)
+            .bind(self.check_due)
+            .bind(self.max_bytes)
+            .bind(self.row_overhead)
+    }
 }
 
 /// What a claim with a request id found: the claim that id made before, or
@@ -187,23 +281,13 @@ pub(crate) struct TakenSize<'a> {
 impl Taken {
     /// The rows taken, in order, as estimates need them.
     pub(crate) fn sizes(&self) -> Vec<TakenSize<'_>> {
-        let (Some(p), Some(n), Some(v), Some(m)) = (
-            &self.payloads,
-            &self.prompt_names,
-            &self.prompt_versions,
-            &self.models,
-        ) else {
-            return Vec::new();
-        };
-        p.iter()
-            .zip(n)
-            .zip(v)
-            .zip(m)
-            .map(|(((p, n), v), m)| TakenSize {
-                payload_bytes: p.len() as u64,
-                prompt_name: n,
-                prompt_version: v,
-                model: m,
+        self.rows
+            .iter()
+            .map(|TakenRow { row, .. }| TakenSize {
+                payload_bytes: row.payload.len() as u64,
+                prompt_name: &row.prompt_name,
+                prompt_version: &row.prompt_version,
+                model: &row.model,
             })
             .collect()
     }
@@ -215,34 +299,18 @@ impl Taken {
 
     /// The model of the `i`th row taken.
     pub(crate) fn model_at(&self, i: usize) -> Option<String> {
-        self.models.as_ref()?.get(i).cloned()
+        self.rows.get(i).map(|r| r.row.model.clone())
     }
 
     /// The keys of the rows taken from the `from`th on.
     pub(crate) fn keys_from(&self, from: usize) -> Vec<String> {
-        self.keys
-            .as_deref()
-            .map_or(&[][..], |k| k.get(from..).unwrap_or_default())
-            .to_vec()
+        let rest = self.rows.get(from..).unwrap_or_default();
+        rest.iter().map(|r| r.row.key.clone()).collect()
     }
 
     /// Keeps the first `n` rows taken (the rest were given back).
     pub(crate) fn truncate(&mut self, n: usize) {
-        fn cut<T>(v: &mut Option<Vec<T>>, n: usize) {
-            if let Some(v) = v {
-                v.truncate(n);
-            }
-        }
-        cut(&mut self.ids, n);
-        cut(&mut self.keys, n);
-        cut(&mut self.payloads, n);
-        cut(&mut self.prompt_names, n);
-        cut(&mut self.prompt_versions, n);
-        cut(&mut self.models, n);
-        cut(&mut self.provider_failures, n);
-        cut(&mut self.content_failures, n);
-        cut(&mut self.infra_failures, n);
-        cut(&mut self.attempts, n);
+        self.rows.truncate(n);
     }
 
     /// The answer to the claim (none: nothing was runnable), and what the
@@ -253,62 +321,20 @@ impl Taken {
         req: &ClaimRequest,
         token: Uuid,
     ) -> Result<Option<(ClaimGrant, CachedClaim)>> {
-        let ids = self.ids.unwrap_or_default();
-        let (Some(create_time), Some(expire_time)) = (self.create_time, self.expire_time) else {
+        let Some((create_time, expire_time)) = self.made else {
             return Ok(None);
         };
-        let n = ids.len();
-        let mut rows = Vec::with_capacity(n);
-        let mut held = HashMap::with_capacity(n);
-        let columns = ids
-            .into_iter()
-            .zip(self.keys.unwrap_or_default())
-            .zip(self.payloads.unwrap_or_default())
-            .zip(self.prompt_names.unwrap_or_default())
-            .zip(self.prompt_versions.unwrap_or_default())
-            .zip(self.models.unwrap_or_default())
-            .zip(self.provider_failures.unwrap_or_default())
-            .zip(self.content_failures.unwrap_or_default())
-            .zip(self.infra_failures.unwrap_or_default())
-            .zip(self.attempts.unwrap_or_default());
-        for (
-            ((((((((id, key), payload), prompt_name), prompt_version), model), pf), cf), inf),
-            total,
-        ) in columns
-        {
-            held.insert(
-                key.clone(),
-                RowSnapshot {
-                    id,
-                    key: key.clone(),
-                    provider_failures: pf,
-                    content_failures: cf,
-                    infra_failures: inf,
-                    attempts: total,
-                    last_claim_id: None,
-                },
-            );
-            rows.push(ClaimedRow {
-                key,
-                payload,
-                prompt_name,
-                prompt_version,
-                model,
-                failures: PerBudget::new(pf as u32, cf as u32, inf as u32),
-                total: total as u32,
-            });
-        }
-        let Some(first) = rows.first().filter(|_| rows.len() == n) else {
+        let Some(first) = self.rows.first() else {
             return Err(StoreError::Internal(format!(
-                "claim {token} took {n} rows but returned {} of them",
-                rows.len()
+                "claim {token} was recorded but returned no rows"
             )));
         };
+        let n = self.rows.len();
         let claim = ClaimRecord {
             token,
             ledger: ledger.name.clone(),
             worker: req.worker.clone(),
-            model: first.model.clone(),
+            model: first.row.model.clone(),
             create_time,
             expire_time,
             state: ClaimState::Active,
@@ -316,18 +342,23 @@ impl Taken {
             held: n as i32,
             job: None,
         };
+        let mut held = HashMap::with_capacity(n);
+        let mut rows = Vec::with_capacity(n);
+        for TakenRow { id, row } in self.rows {
+            held.insert(row.key.clone(), RowSnapshot::taken(id, &row));
+            rows.push(row);
+        }
         let held = CachedClaim {
             ledger_id: ledger.id,
             rows: held,
             held: n as i32,
             model: claim.model.clone(),
         };
-        let held_back = i64::from(self.held_back.unwrap_or(0));
         Ok(Some((
             ClaimGrant {
                 claim,
                 rows,
-                held_back,
+                held_back: i64::from(self.held_back),
             },
             held,
         )))

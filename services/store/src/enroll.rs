@@ -6,6 +6,7 @@
 //! share-locked here, so a concurrent report cannot settle them between our
 //! read and our commit) or at rows of the same call.
 
+use crate::codes::PgQueryAs;
 use crate::settle::unless_all;
 use crate::types::{EnrollOutcome, LedgerRecord, NewRow};
 use crate::{Result, Store, StoreError, codes};
@@ -69,16 +70,9 @@ impl Store {
         {
             // Nothing to check or lock first: the insert is one statement
             // on its own, atomic without a transaction around it.
-            let default_model = ledger.policy.model.as_str();
-            let inserted = if rows
-                .iter()
-                .all(|r| r.model_or(default_model) == default_model)
-            {
-                insert_plain(&self.pool, &ledger, rows, &unknown).await?
-            } else {
-                let plan = plan_statuses(rows, &HashMap::new(), &HashMap::new());
-                insert(&self.pool, &ledger, rows, &plan, &HashMap::new(), &unknown).await?
-            };
+            let plan = plan_statuses(rows, &HashMap::new(), &HashMap::new());
+            let columns = Columns::new(&ledger, rows, &plan, &HashMap::new(), &unknown);
+            let inserted = insert(&self.pool, columns).await?;
             self.models.remember(ledger.id, &unknown);
             // ON CONFLICT waited for any concurrent insert of our keys to
             // end, so every key we did not insert is now committed and
@@ -137,7 +131,8 @@ async fn enroll_once(
     violations.finish().map_err(StoreError::InvalidArgument)?;
 
     let plan = plan_statuses(rows, &batch, &existing);
-    let inserted = insert(&mut **tx, ledger, rows, &plan, &existing, unknown_models).await?;
+    let columns = Columns::new(ledger, rows, &plan, &existing, unknown_models);
+    let inserted = insert(&mut **tx, columns).await?;
 
     // A same-call dependency we took for new must have been inserted by us;
     // if a concurrent enrollment inserted it first, our counts are wrong.
@@ -343,126 +338,128 @@ fn plan_statuses(
         .collect()
 }
 
-/// The usual enrollment, in one statement: rows without dependencies or a
-/// prompt, on the ledger's model (every other column takes its default),
-/// queued in chunks as [`insert`] does. Only the new ids come back (they
-/// ascend in the order the rows went in, which is key order); the keys
-/// inserted are looked up by id afterwards in the rare call where some were
-/// already there.
-async fn insert_plain(
-    pool: &sqlx::PgPool,
-    ledger: &LedgerRecord,
-    rows: &[NewRow],
-    unknown_models: &[&str],
-) -> Result<Inserted> {
-    let n = rows.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_unstable_by(|&a, &b| rows[a].key.cmp(&rows[b].key));
-    let keys: Vec<&str> = order.iter().map(|&i| rows[i].key.as_str()).collect();
-    let payloads: Vec<&str> = order.iter().map(|&i| rows[i].payload.as_str()).collect();
-    let hashes: Vec<&[u8]> = order.iter().map(|&i| &rows[i].content_hash[..]).collect();
-    static SQL: LazyLock<String> =
-        LazyLock::new(|| codes::render(include_str!("queries/enroll/plain.sql")));
-    let (count, ids): (i64, Option<Vec<i64>>) = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
-        .bind(ledger.id)
-        .bind(&keys)
-        .bind(&payloads)
-        .bind(&hashes)
-        .bind(ledger.policy.model.as_str())
-        .bind(unknown_models)
-        .bind(n as i64)
-        .fetch_one(pool)
-        .await?;
-    if count == n as i64 {
-        return Ok(Inserted::All);
-    }
-    let keys: Vec<String> = sqlx::query_scalar("SELECT key FROM rows WHERE id = ANY($1)")
-        .bind(ids.unwrap_or_default())
-        .fetch_all(pool)
-        .await?;
-    Ok(Inserted::Only(keys.into_iter().collect()))
-}
-
-/// The one statement: rows, their dependency edges, their queue chunks and
-/// the models not yet in the ledger's model list. Returns the keys actually
-/// inserted; the statement ships them back only when it did not insert them
-/// all (its `CASE` evaluates the `array_agg` subquery only then).
-///
-/// Rows go in in key order (byte order, sorted here rather than by an
-/// `ORDER BY` in the statement, which costs a collation-aware sort): every
-/// enrollment takes the key index in one order, so two enrollments of
-/// overlapping keys wait for each other instead of deadlocking.
+/// The enrollment statement's parameters, one field each, in the order
+/// `queries/enroll/insert.sql` documents them. Rows go in in key order
+/// (byte order, sorted here rather than by an `ORDER BY` in the statement,
+/// which costs a collation-aware sort): every enrollment takes the key
+/// index in one order, so two enrollments of overlapping keys wait for each
+/// other instead of deadlocking.
 ///
 /// A column whose every value is the default (no dependencies, no prompt,
 /// the ledger's model, PENDING with nothing unmet) is sent as an empty
 /// array; `unnest` pads it with NULLs and the statement fills in the
 /// default. Most enrollments send three arrays instead of nine.
-async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
-    exec: E,
-    ledger: &LedgerRecord,
-    rows: &[NewRow],
-    plan: &[Planned],
-    existing: &HashMap<String, Existing>,
-    unknown_models: &[&str],
-) -> Result<Inserted> {
-    let ledger_id = ledger.id;
-    let default_model = ledger.policy.model.as_str();
-    let n = rows.len();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_unstable_by(|&a, &b| rows[a].key.cmp(&rows[b].key));
-    let mut keys = Vec::with_capacity(n);
-    let mut payloads = Vec::with_capacity(n);
-    let mut hashes: Vec<&[u8]> = Vec::with_capacity(n);
-    let mut deps_csv = Vec::with_capacity(n);
-    let mut prompt_names = Vec::with_capacity(n);
-    let mut prompt_versions = Vec::with_capacity(n);
-    let mut models = Vec::with_capacity(n);
-    let mut statuses = Vec::with_capacity(n);
-    let mut unmet = Vec::with_capacity(n);
-    let (mut e_child, mut e_dep, mut e_dep_id) = (Vec::new(), Vec::new(), Vec::new());
-    for i in order {
-        let (row, p) = (&rows[i], &plan[i]);
-        keys.push(row.key.as_str());
-        payloads.push(row.payload.as_str());
-        hashes.push(&row.content_hash);
-        deps_csv.push(row.depends_on.join(","));
-        prompt_names.push(row.prompt_name.as_str());
-        prompt_versions.push(row.prompt_version.as_str());
-        models.push(row.model_or(default_model));
-        statuses.push(p.status.code());
-        unmet.push(p.unmet);
-        let mut seen = HashSet::new();
-        for d in &row.depends_on {
-            if seen.insert(d.as_str()) {
-                e_child.push(row.key.as_str());
-                e_dep.push(d.as_str());
-                e_dep_id.push(existing.get(d).map(|e| e.id));
+struct Columns<'a> {
+    ledger_id: i64,
+    keys: Vec<&'a str>,
+    payloads: Vec<&'a str>,
+    hashes: Vec<&'a [u8]>,
+    deps_csv: Vec<String>,
+    prompt_names: Vec<&'a str>,
+    prompt_versions: Vec<&'a str>,
+    models: Vec<&'a str>,
+    statuses: Vec<i16>,
+    unmet: Vec<i32>,
+    /// One element per dependency edge: the dependant's key, the
+    /// dependency's key, and its id when it is already stored.
+    edge_children: Vec<&'a str>,
+    edge_deps: Vec<&'a str>,
+    edge_dep_ids: Vec<Option<i64>>,
+    unknown_models: &'a [&'a str],
+    default_model: &'a str,
+    given: i64,
+}
+
+impl<'a> Columns<'a> {
+    fn new(
+        ledger: &'a LedgerRecord,
+        rows: &'a [NewRow],
+        plan: &[Planned],
+        existing: &HashMap<String, Existing>,
+        unknown_models: &'a [&'a str],
+    ) -> Self {
+        let default_model = ledger.policy.model.as_str();
+        let n = rows.len();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_unstable_by(|&a, &b| rows[a].key.cmp(&rows[b].key));
+        let mut c = Columns {
+            ledger_id: ledger.id,
+            keys: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            hashes: Vec::with_capacity(n),
+            deps_csv: Vec::with_capacity(n),
+            prompt_names: Vec::with_capacity(n),
+            prompt_versions: Vec::with_capacity(n),
+            models: Vec::with_capacity(n),
+            statuses: Vec::with_capacity(n),
+            unmet: Vec::with_capacity(n),
+            edge_children: Vec::new(),
+            edge_deps: Vec::new(),
+            edge_dep_ids: Vec::new(),
+            unknown_models,
+            default_model,
+            given: n as i64,
+        };
+        for i in order {
+            let (row, p) = (&rows[i], &plan[i]);
+            c.keys.push(row.key.as_str());
+            c.payloads.push(row.payload.as_str());
+            c.hashes.push(&row.content_hash);
+            c.deps_csv.push(row.depends_on.join(","));
+            c.prompt_names.push(row.prompt_name.as_str());
+            c.prompt_versions.push(row.prompt_version.as_str());
+            c.models.push(row.model_or(default_model));
+            c.statuses.push(p.status.code());
+            c.unmet.push(p.unmet);
+            let mut seen = HashSet::new();
+            for d in &row.depends_on {
+                if seen.insert(d.as_str()) {
+                    c.edge_children.push(row.key.as_str());
+                    c.edge_deps.push(d.as_str());
+                    c.edge_dep_ids.push(existing.get(d).map(|e| e.id));
+                }
             }
         }
+        c
     }
+
+    /// Binds `$1`…`$16`, columns of defaults sent empty.
+    fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
+        q.bind(self.ledger_id)
+            .bind(self.keys)
+            .bind(self.payloads)
+            .bind(self.hashes)
+            .bind(unless_all(self.deps_csv, &String::new()))
+            .bind(unless_all(self.prompt_names, &""))
+            .bind(unless_all(self.prompt_versions, &""))
+            .bind(unless_all(self.models, &self.default_model))
+            .bind(unless_all(self.statuses, &RowStatus::Pending.code()))
+            .bind(unless_all(self.unmet, &0))
+            .bind(self.edge_children)
+            .bind(self.edge_deps)
+            .bind(self.edge_dep_ids)
+            .bind(self.unknown_models)
+            .bind(self.default_model)
+            .bind(self.given)
+    }
+}
+
+/// The one enrollment statement: rows, their dependency edges, their queue
+/// chunks and the models not yet in the ledger's model list. Returns the
+/// keys actually inserted; the statement ships them back only when it did
+/// not insert them all (its `CASE` evaluates the `array_agg` subquery only
+/// then).
+async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    exec: E,
+    columns: Columns<'_>,
+) -> Result<Inserted> {
     static SQL: LazyLock<String> =
-        LazyLock::new(|| codes::render(include_str!("queries/enroll/general.sql")));
+        LazyLock::new(|| codes::render(include_str!("queries/enroll/insert.sql")));
+    let given = columns.given;
+    let query = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()));
     let (count, keys_back): (i64, Option<Vec<String>>) =
-        sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
-            .bind(ledger_id)
-            .bind(&keys)
-            .bind(&payloads)
-            .bind(&hashes)
-            .bind(unless_all(deps_csv, &String::new()))
-            .bind(unless_all(prompt_names, &""))
-            .bind(unless_all(prompt_versions, &""))
-            .bind(unless_all(models, &default_model))
-            .bind(unless_all(statuses, &RowStatus::Pending.code()))
-            .bind(unless_all(unmet, &0))
-            .bind(&e_child)
-            .bind(&e_dep)
-            .bind(&e_dep_id)
-            .bind(unknown_models)
-            .bind(default_model)
-            .bind(n as i64)
-            .fetch_one(exec)
-            .await?;
-    Ok(if count == n as i64 {
+        columns.bind(query).fetch_one(exec).await?;
+    Ok(if count == given {
         Inserted::All
     } else {
         Inserted::Only(keys_back.unwrap_or_default().into_iter().collect())

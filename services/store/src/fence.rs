@@ -5,7 +5,7 @@
 //! holding a claim that is no longer live, or no longer its job's
 //! (`jobs.claim_token`), is refused here before it writes anything.
 
-use crate::types::{ClaimState, Time};
+use crate::types::{ClaimState, ClaimedRow, Time};
 use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
 use std::time::Duration;
@@ -50,6 +50,19 @@ pub(crate) struct RowSnapshot {
 }
 
 impl RowSnapshot {
+    /// A row as the claim statement took it (no claim before this one).
+    pub fn taken(id: i64, row: &ClaimedRow) -> Self {
+        RowSnapshot {
+            id,
+            key: row.key.clone(),
+            provider_failures: row.failures.provider as i32,
+            content_failures: row.failures.content as i32,
+            infra_failures: row.failures.infra as i32,
+            attempts: row.total as i32,
+            last_claim_id: None,
+        }
+    }
+
     /// The row as the claim holding it sees it: RUNNING.
     pub fn held_state(&self) -> RowState {
         RowState {

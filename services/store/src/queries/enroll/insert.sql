@@ -1,6 +1,8 @@
--- Enrolls rows in general: dependencies (edges to rows of this call or
--- already stored), prompts, per-row models, and the status each row starts
--- with (planned by the caller with RowStatus::enrolled).
+-- Enrolls rows (the one enrollment statement; `insert` in enroll.rs binds it
+-- from `Columns`): the rows, with their dependencies (edges to rows of this
+-- call or already stored), prompts, per-row models and the status each row
+-- starts with (planned by the caller with RowStatus::enrolled); queue chunks
+-- for the claimable ones; the ledger's new models.
 --
 -- Parameters: $1 ledger id; one element per row, in key order: $2 keys,
 -- $3 payloads, $4 content hashes, $5 dependency keys (comma-separated),
