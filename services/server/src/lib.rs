@@ -10,8 +10,8 @@
 //!   (store records to and from `tally.v1` messages):
 //!   - LedgerService in [`ledger`], with [`ledger::golden`] for golden
 //!     rows on the wire ([`ledger_metrics`]: what its handlers count);
-//!   - JobService in [`job`], with [`job::watch`] fanning job events out
-//!     to WatchJobs streams;
+//!   - JobService in [`job`], with [`job::watch`] choosing the job events
+//!     a WatchJobs stream shows;
 //!   - OperationsService in [`operations`].
 //!
 //!   A service whose messages embed another's resource (a job's claim,

@@ -33,8 +33,6 @@ use tonic::Status;
 
 /// Entries read per query.
 pub const PAGE: i64 = 100;
-/// Messages buffered per stream between its reader task and the client.
-pub const BUFFER: usize = 16;
 
 /// One log as a stream shows it.
 pub trait Source: Send + Sync + 'static {
@@ -42,6 +40,8 @@ pub trait Source: Send + Sync + 'static {
     type Message: Send + 'static;
     /// The log whose wake-ups this follows.
     const LOG: Log;
+    /// Messages buffered per stream between its reader task and the client.
+    const BUFFER: usize;
     /// Up to `limit` entries after `after`, oldest first.
     fn page(
         &self,
@@ -97,7 +97,7 @@ impl Tails {
         after: i64,
         open: impl Send + 'static,
     ) -> ReceiverStream<Result<S::Message, Status>> {
-        let (tx, rx) = mpsc::channel(BUFFER);
+        let (tx, rx) = mpsc::channel(S::BUFFER);
         let wake = self.wakeups.subscribe(S::LOG);
         let (store, poll, stop) = (self.store.clone(), self.poll, self.stop.clone());
         tokio::spawn(async move {

@@ -108,7 +108,7 @@ async fn listen(
         match wake {
             Wake::Appended(log) => bump.log(log),
             Wake::Reconnected => {
-                tracing::info!("notification listener reconnected");
+                tracing::info!("notification connection dropped; reconnecting");
                 bump.all();
             }
         }

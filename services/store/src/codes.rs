@@ -8,9 +8,9 @@
 //! read `{PENDING}`, `{CLAIMABLE}`; in a statement file (`queries/…`,
 //! `purge/…`) the same names read `{{PENDING}}` and [`render`] fills them.
 //!
-//! Parameters, unlike codes, are bound: a long statement's from one typed
-//! struct with a `bind` method over [`PgQuery`] or [`PgQueryAs`], in the
-//! order the statement's file documents them.
+//! Parameters, unlike codes, are bound. A long statement's parameters are
+//! the fields of one typed struct whose `bind` method (over [`PgQuery`] or
+//! [`PgQueryAs`]) binds them in the order the statement's file documents.
 
 use crate::types::ClaimState;
 use std::fmt;

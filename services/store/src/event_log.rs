@@ -92,8 +92,9 @@ pub(crate) async fn notify(tx: &mut Transaction<'static, Postgres>, log: Log) ->
 pub enum Wake {
     /// An entry was committed to this log.
     Appended(Log),
-    /// The connection was lost and re-established: notifications sent in
-    /// between are gone, so readers of every log must look at the tables.
+    /// The connection was lost (the next call reconnects): notifications
+    /// sent meanwhile are gone, so readers of every log must look at the
+    /// tables.
     Reconnected,
 }
 

@@ -24,6 +24,7 @@ impl Source for JobEvents {
     type Entry = JobEventRecord;
     type Message = pb::JobEvent;
     const LOG: Log = Log::Jobs;
+    const BUFFER: usize = 16;
 
     async fn page(
         &self,

@@ -245,6 +245,7 @@ impl Source for Transitions {
     type Entry = TransitionRecord;
     type Message = pb::OperationTransition;
     const LOG: Log = Log::Operations;
+    const BUFFER: usize = 32;
 
     async fn page(
         &self,

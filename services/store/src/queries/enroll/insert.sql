@@ -7,7 +7,7 @@
 -- Parameters: $1 ledger id; one element per row, in key order: $2 keys,
 -- $3 payloads, $4 content hashes, $5 dependency keys (comma-separated),
 -- $6 prompt names, $7 prompt versions, $8 models, $9 statuses, $10 unmet
--- dependency counts (NULL arrays: all defaults); one element per edge:
+-- dependency counts (an empty array: all defaults); one element per edge:
 -- $11 child keys, $12 dependency keys, $13 dependency ids (stored rows);
 -- $14 models not yet listed for the ledger; $15 the ledger's model; $16 the
 -- number of rows given (fewer inserted: the keys inserted come back).
