@@ -14,7 +14,7 @@ VECTORS = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "keys.json
 
 def test_python_derives_every_shared_vector() -> None:
     # Invariant: the same parts give the same key in Python and in Rust
-    # (services/core/tests/key_vectors.rs checks the same file).
+    # (services/core/tests/core/main.rs checks the same file).
     vectors = json.loads(VECTORS.read_text())["vectors"]
     assert len(vectors) >= 10
     for v in vectors:

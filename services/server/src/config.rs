@@ -890,7 +890,7 @@ mod tests {
     fn help_never_shows_the_value_of_a_secret_variable() {
         // Invariant: every flag whose variable can hold a secret hides its
         // value in `--help` (the binary's own --help is checked in
-        // tests/security/secrets.rs).
+        // tests/server/security/secrets.rs).
         use clap::CommandFactory as _;
         let secret = [
             "DATABASE_URL",

@@ -1,0 +1,430 @@
+//! What the worker's end-to-end tests share: a tally server on a private
+//! database with its webhook listener, the worker binary as a child process,
+//! and paging helpers. Each test file uses what it needs.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use gemini_emulator::{Emulator, EmulatorConfig, FaultPlan, Timing, WebhookTarget};
+use tally_client::Clients;
+use tally_pg::TestDb;
+use tally_proto::v1 as pb;
+use tally_server::config::ServeArgs;
+use tokio::process::{Child, Command};
+
+pub const SECRET: &str = "whsec_dGFsbHktd29ya2VyLWUyZS1zaWduaW5nLXNlY3JldCE=";
+pub const API_KEY: &str = "e2e-key";
+
+pub fn secs_f(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A running tally server: its database, gRPC URL and webhook URL.
+pub struct Stack {
+    /// Kept for the server's life: dropping it drops the database.
+    _db: TestDb,
+    pub server: tally_server::server::Running,
+    pub grpc: String,
+    pub hook: String,
+}
+
+/// Starts tally on a fresh database, with webhooks signed by [`SECRET`].
+pub async fn start_server(max_rows_per_call: usize) -> Stack {
+    start_server_with(max_rows_per_call, |_| {}).await
+}
+
+/// [`start_server`] with `configure` applied to the server's flags last.
+pub async fn start_server_with(
+    max_rows_per_call: usize,
+    configure: impl FnOnce(&mut ServeArgs),
+) -> Stack {
+    let db = TestDb::new().await;
+    let mut args = ServeArgs::for_tests(db.url().to_string());
+    args.http_addr = Some("127.0.0.1:0".parse().unwrap());
+    args.webhook.secrets = vec![SECRET.into()];
+    args.limits.max_rows_per_call = max_rows_per_call;
+    args.watch_poll_interval = Duration::from_millis(200);
+    args.db_max_connections = 16;
+    configure(&mut args);
+    let server = tally_server::server::start(args)
+        .await
+        .expect("server starts");
+    let grpc = format!("http://{}", server.grpc_addr);
+    let hook = format!(
+        "http://{}/webhooks/gemini",
+        server.http_addr.expect("webhook listener")
+    );
+    Stack {
+        _db: db,
+        server,
+        grpc,
+        hook,
+    }
+}
+
+/// The worker binary against `grpc` and `gemini`, with fast polls and a
+/// short lease (3 s) so a dead worker's jobs are adopted quickly; `extra`
+/// adds or overrides flags.
+pub fn spawn_worker(grpc: &str, gemini: &str, ledger: &str, name: &str, extra: &[&str]) -> Child {
+    worker_command(grpc, gemini, ledger, name, extra)
+        .spawn()
+        .expect("spawn tally-worker")
+}
+
+/// The command [`spawn_worker`] runs, to adjust before spawning (e.g. to
+/// read the worker's log from a pipe).
+pub fn worker_command(
+    grpc: &str,
+    gemini: &str,
+    ledger: &str,
+    name: &str,
+    extra: &[&str],
+) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tally-worker"));
+    cmd.args(worker_flags(grpc, gemini, ledger, name))
+        .args(extra)
+        .env("GEMINI_API_KEY", API_KEY)
+        .env(
+            "RUST_LOG",
+            std::env::var("WORKER_LOG").unwrap_or_else(|_| "warn,tally_worker=info".into()),
+        )
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// The flags every test worker gets: fast polls, a short lease (3 s).
+fn worker_flags<'a>(
+    grpc: &'a str,
+    gemini: &'a str,
+    ledger: &'a str,
+    name: &'a str,
+) -> [&'a str; 14] {
+    [
+        "--server",
+        grpc,
+        "--ledger",
+        ledger,
+        "--gemini-base-url",
+        gemini,
+        "--worker-name",
+        name,
+        "--poll-interval",
+        "1s",
+        "--heartbeat-interval",
+        "500ms",
+        "--lease",
+        "3s",
+    ]
+}
+
+/// The settings [`worker_command`] gives the binary, for a worker run in
+/// this process ([`tally_worker::run_serving`]).
+pub fn worker_args(
+    grpc: &str,
+    gemini: &str,
+    ledger: &str,
+    name: &str,
+    extra: &[&str],
+) -> tally_worker::WorkerArgs {
+    use clap::Parser as _;
+    let flags = worker_flags(grpc, gemini, ledger, name);
+    let argv = std::iter::once("tally-worker")
+        .chain(flags)
+        .chain(extra.iter().copied());
+    tally_worker::WorkerArgs::try_parse_from(argv).expect("worker flags parse")
+}
+
+pub async fn list_jobs(c: &Clients, ledger: &str) -> Vec<pb::Job> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let r = c
+            .jobs
+            .clone()
+            .list_jobs(pb::ListJobsRequest {
+                parent: format!("ledgers/{ledger}"),
+                states: vec![],
+                page_size: 1000,
+                page_token: token,
+            })
+            .await
+            .expect("list jobs")
+            .into_inner();
+        out.extend(r.jobs);
+        if r.next_page_token.is_empty() {
+            return out;
+        }
+        token = r.next_page_token;
+    }
+}
+
+pub async fn all_rows(c: &Clients, ledger: &str) -> Vec<pb::Row> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let r = c
+            .ledgers
+            .clone()
+            .list_rows(pb::ListRowsRequest {
+                parent: format!("ledgers/{ledger}"),
+                filter: None,
+                page_size: 1000,
+                page_token: token,
+                view: pb::RowView::Full as i32,
+            })
+            .await
+            .expect("list rows")
+            .into_inner();
+        out.extend(r.rows);
+        if r.next_page_token.is_empty() {
+            return out;
+        }
+        token = r.next_page_token;
+    }
+}
+
+/// Registers `summarize`/`v1`: a one-line summary as JSON with a schema.
+pub async fn register_prompt(c: &Clients) {
+    c.ledgers
+        .clone()
+        .register_prompt(pb::RegisterPromptRequest {
+            prompt_id: "summarize".into(),
+            version: "v1".into(),
+            template: "Summarize {{ text }} in one line.".into(),
+            response_schema: serde_json::json!({
+                "type": "object",
+                "properties": {"summary": {"type": "string"}, "score": {"type": "integer"}},
+                "required": ["summary", "score"]
+            })
+            .to_string(),
+            system_instruction: String::new(),
+        })
+        .await
+        .expect("register prompt");
+}
+
+/// tally, the emulator (fast batches, webhooks delivered twice) and a
+/// ledger of `rows` rows `row-00`… on the `summarize` prompt.
+pub struct World {
+    pub stack: Stack,
+    pub emulator: Emulator,
+    pub c: Clients,
+}
+
+impl World {
+    pub async fn start(
+        ledger: &str,
+        rows: usize,
+        faults: FaultPlan,
+        budgets: pb::AttemptBudgets,
+    ) -> World {
+        let timing = Timing {
+            pending: Duration::from_millis(200),
+            running: Duration::from_millis(300),
+        };
+        World::start_with(ledger, rows, faults, budgets, timing).await
+    }
+
+    /// [`World::start`] with the emulator's batches taking `timing`.
+    pub async fn start_with(
+        ledger: &str,
+        rows: usize,
+        faults: FaultPlan,
+        budgets: pb::AttemptBudgets,
+        timing: Timing,
+    ) -> World {
+        World::start_configured(ledger, rows, faults, budgets, timing, |_| {}).await
+    }
+
+    /// [`World::start_with`] with `server` applied to tally's flags.
+    pub async fn start_configured(
+        ledger: &str,
+        rows: usize,
+        faults: FaultPlan,
+        budgets: pb::AttemptBudgets,
+        timing: Timing,
+        server: impl FnOnce(&mut ServeArgs),
+    ) -> World {
+        let stack = start_server_with(100, server).await;
+        let mut target = WebhookTarget::new(stack.hook.clone(), SECRET);
+        target.duplicate = true;
+        let emulator = Emulator::start(
+            "127.0.0.1:0".parse().unwrap(),
+            EmulatorConfig {
+                api_key: API_KEY.into(),
+                faults,
+                timing,
+                webhook: Some(target),
+                seed: 11,
+            },
+        )
+        .await
+        .expect("emulator starts");
+        let c = tally_client::connect(&stack.grpc, None).expect("connect");
+        c.ledgers
+            .clone()
+            .create_ledger(pb::CreateLedgerRequest {
+                ledger_id: ledger.into(),
+                policy: Some(pb::LedgerPolicy {
+                    model: "gemini-2.5-flash".into(),
+                    max_active_jobs: 4,
+                    budgets: Some(budgets),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .expect("create ledger");
+        register_prompt(&c).await;
+        let rows = (0..rows)
+            .map(|i| pb::RowInput {
+                key: format!("row-{i:02}"),
+                payload: serde_json::json!({"text": format!("document {i}")}).to_string(),
+                prompt: Some(pb::PromptRef {
+                    name: "summarize".into(),
+                    version: "v1".into(),
+                }),
+                ..Default::default()
+            })
+            .collect();
+        c.ledgers
+            .clone()
+            .enroll_rows(pb::EnrollRowsRequest {
+                parent: format!("ledgers/{ledger}"),
+                rows,
+            })
+            .await
+            .expect("enroll");
+        World { stack, emulator, c }
+    }
+
+    /// A worker on `ledger` against this world's tally and emulator.
+    pub fn worker(&self, ledger: &str, name: &str, extra: &[&str]) -> Child {
+        spawn_worker(
+            &self.stack.grpc,
+            &self.emulator.base_url(),
+            ledger,
+            name,
+            extra,
+        )
+    }
+
+    pub async fn stop(self) {
+        self.emulator.shutdown().await;
+        self.stack.server.stop().await.expect("server stops");
+    }
+}
+
+/// Waits (two minutes at most) for a worker that must exit 0.
+pub async fn exits_ok(mut worker: Child, what: &str) {
+    let status = tokio::time::timeout(Duration::from_secs(120), worker.wait())
+        .await
+        .unwrap_or_else(|_| panic!("{what} finishes within 120s"))
+        .expect("worker reaped");
+    assert!(status.success(), "{what} exits 0: {status:?}");
+}
+
+/// The first job made.
+pub fn first_job(jobs: &[pb::Job]) -> &pb::Job {
+    jobs.iter()
+        .min_by_key(|j| j.create_time.as_ref().map(|t| (t.seconds, t.nanos)))
+        .expect("a job")
+}
+
+/// Every batch the provider made is recorded on a job: none was made
+/// behind tally's back (and paid for with nothing to show).
+pub fn assert_no_orphan_batch(jobs: &[pb::Job], stats: &gemini_emulator::Stats) -> usize {
+    let recorded: std::collections::HashSet<&str> = jobs
+        .iter()
+        .map(|j| j.batch.as_str())
+        .filter(|b| !b.is_empty())
+        .collect();
+    assert_eq!(
+        recorded.len() as u64,
+        stats.batches_created,
+        "every batch made is recorded on a job: {recorded:?}"
+    );
+    recorded.len()
+}
+
+/// Polls `check` every 100 ms until it holds; fails naming `what` after
+/// `within`.
+pub async fn until<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The summary of `ledgers/{ledger}`.
+pub async fn summary(c: &Clients, ledger: &str) -> pb::LedgerSummary {
+    c.ledgers
+        .clone()
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: format!("ledgers/{ledger}"),
+        })
+        .await
+        .expect("summary")
+        .into_inner()
+}
+
+/// Resumes `ledgers/{ledger}`.
+pub async fn resume(c: &Clients, ledger: &str) {
+    c.ledgers
+        .clone()
+        .resume_ledger(pb::ResumeLedgerRequest {
+            name: format!("ledgers/{ledger}"),
+            etag: String::new(),
+        })
+        .await
+        .expect("resume");
+}
+
+/// A worker running in this process (so tests can stop it cleanly).
+pub struct InProcess {
+    stop: tokio_util::sync::CancellationToken,
+    handle: tokio::task::JoinHandle<Result<tally_worker::RunReport, tally_worker::WorkerError>>,
+}
+
+impl World {
+    /// A worker on `ledger` run in this process, with `extra` flags.
+    pub fn worker_in_process(&self, ledger: &str, name: &str, extra: &[&str]) -> InProcess {
+        let args = worker_args(
+            &self.stack.grpc,
+            &self.emulator.base_url(),
+            ledger,
+            name,
+            extra,
+        );
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
+        let handle = tokio::spawn(tally_worker::run_until(
+            args,
+            tally_worker::ApiKey::new(API_KEY.into()),
+            async move { stopped.cancelled().await },
+        ));
+        InProcess { stop, handle }
+    }
+}
+
+impl InProcess {
+    /// Stops the worker; it must stop cleanly.
+    pub async fn stop(self) -> tally_worker::RunReport {
+        self.stop.cancel();
+        self.handle
+            .await
+            .unwrap()
+            .expect("the worker stops cleanly")
+    }
+}

@@ -1,0 +1,116 @@
+//! Batches that never end on their own: one stuck PENDING past the
+//! worker's `--batch-deadline` is cancelled and its job finished EXPIRED;
+//! one deleted at the provider (GET answers 404) finishes its job FAILED.
+//! Either way the rows come back (an infra attempt each) and succeed in a
+//! later batch: nothing waits forever, and every send is an attempt.
+//!
+//! Run: `cargo test -p tally-worker --test worker e2e_stuck:: -- --nocapture`.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{API_KEY, World, all_rows, exits_ok, first_job, list_jobs};
+use gemini_emulator::{FaultPlan, Outcome};
+use tally_proto::v1 as pb;
+
+const LEDGER: &str = "stuck";
+const ROWS: usize = 10;
+
+/// The first batch never leaves PENDING on its own.
+fn first_batch_stuck() -> FaultPlan {
+    serde_json::from_value(serde_json::json!({
+        "jobs": [{"match": {"nth": 1}, "fault": {"kind": "stays_pending"}, "times": 1}],
+    }))
+    .unwrap()
+}
+
+async fn check_rows_succeeded_and_sends_are_attempts(w: &World) {
+    let stats = w.emulator.stats();
+    for r in all_rows(&w.c, LEDGER).await {
+        assert_eq!(r.status(), pb::RowStatus::Succeeded, "{}", r.key);
+        let attempts = r.attempts.as_ref().map_or(0, |a| a.total) as usize;
+        assert_eq!(
+            attempts, 2,
+            "{}: the stuck batch's attempt, then success",
+            r.key
+        );
+        assert_eq!(stats.submission_count(&r.key), attempts, "{}", r.key);
+    }
+}
+
+/// Stuck PENDING past the deadline: cancelled at the provider, the job
+/// finished EXPIRED with the reason, the rows retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_past_its_deadline_is_cancelled_and_its_job_expired() {
+    let w = World::start(
+        LEDGER,
+        ROWS,
+        first_batch_stuck(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    let worker = w.worker(
+        LEDGER,
+        "worker",
+        &["--exit-when-idle", "--batch-deadline", "2s"],
+    );
+    exits_ok(worker, "the worker").await;
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    let stuck = first_job(&jobs);
+    assert_eq!(stuck.state(), pb::JobState::Reconciled);
+    assert_eq!(stuck.final_state(), pb::JobState::Expired, "{stuck:?}");
+    assert!(stuck.error.contains("batch-deadline"), "{}", stuck.error);
+    let stats = w.emulator.stats();
+    assert!(
+        stats.submissions["row-00"]
+            .iter()
+            .any(|s| s.outcome == Outcome::JobCancelled),
+        "the stuck batch was cancelled at the provider: {:?}",
+        stats.submissions["row-00"]
+    );
+    check_rows_succeeded_and_sends_are_attempts(&w).await;
+    w.stop().await;
+}
+
+/// Deleted at the provider while it waits: the next poll's 404 finishes
+/// the job FAILED, and the rows are retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_deleted_at_the_provider_fails_its_job() {
+    let w = World::start(
+        LEDGER,
+        ROWS,
+        first_batch_stuck(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    let worker = w.worker(LEDGER, "worker", &["--exit-when-idle"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let batch = loop {
+        if let Some(j) = list_jobs(&w.c, LEDGER)
+            .await
+            .into_iter()
+            .find(|j| !j.batch.is_empty())
+        {
+            break j.batch;
+        }
+        assert!(Instant::now() < deadline, "no job was submitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let deleted = reqwest::Client::new()
+        .delete(format!("{}/v1beta/{batch}", w.emulator.base_url()))
+        .header("x-goog-api-key", API_KEY)
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(deleted.status(), 200);
+    exits_ok(worker, "the worker").await;
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    let gone = jobs.iter().find(|j| j.batch == batch).expect("the job");
+    assert_eq!(gone.final_state(), pb::JobState::Failed, "{gone:?}");
+    assert!(gone.error.contains("404"), "{}", gone.error);
+    // The rows were sent in the deleted batch and once more after it: each
+    // send is an attempt.
+    check_rows_succeeded_and_sends_are_attempts(&w).await;
+    w.stop().await;
+}

@@ -1,0 +1,18 @@
+//! The integration tests of this crate, one executable (one link of tokio,
+//! tonic and sqlx instead of one per file). Each module is one area.
+//!
+//! Run one area: `cargo test -p tally-worker --test worker <module>::`.
+
+mod common;
+mod e2e_create;
+mod e2e_faults;
+mod e2e_golden;
+mod e2e_logs;
+mod e2e_metrics;
+mod e2e_output;
+mod e2e_partial;
+mod e2e_pause;
+mod e2e_quota;
+mod e2e_spend;
+mod e2e_stuck;
+mod e2e_trace;

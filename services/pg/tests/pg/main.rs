@@ -1,0 +1,8 @@
+//! The integration tests of this crate, one executable (one link of tokio,
+//! tonic and sqlx instead of one per file). Each module is one area.
+//!
+//! Run one area: `cargo test -p tally-pg --test pg <module>::`.
+
+mod common;
+mod embedded;
+mod testdb;

@@ -1,0 +1,16 @@
+//! The integration tests of this crate, one executable (one link of tokio,
+//! tonic and sqlx instead of one per file). Each module is one area.
+//!
+//! Run one area: `cargo test -p tally-server --test server <module>::`.
+
+mod bounds;
+mod crash;
+mod delete;
+mod health_check;
+mod intake;
+mod jobs;
+mod metrics;
+mod operations;
+mod pause;
+mod process;
+mod security;

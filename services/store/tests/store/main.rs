@@ -1,0 +1,19 @@
+//! The integration tests of this crate, one executable (one link of tokio,
+//! tonic and sqlx instead of one per file). Each module is one area.
+//!
+//! Run one area: `cargo test -p tally-store --test store <module>::`.
+
+mod admission;
+mod agreement;
+mod bounded_reads;
+mod common;
+mod cooldown;
+mod golden;
+mod held_rows;
+mod invariants;
+mod jobs;
+mod operations;
+mod pause;
+mod purge;
+mod report_paths;
+mod spend;
