@@ -23,6 +23,7 @@ use crate::ctx::Ctx;
 use crate::end::JobError;
 use crate::gemini::GeminiError;
 use crate::lookup::{self, Bounds, Listing, Proof};
+use crate::refusal::{self, Refusal as Kind};
 
 /// How a create ended.
 #[derive(Debug)]
@@ -36,17 +37,31 @@ pub enum CreateEnd {
     LeftForAdoption,
 }
 
-/// Records MarkCreating (retried; the same call again is a no-op).
+/// What a job sends in its batch.
+#[derive(Debug, Clone, Default)]
+pub struct Sent {
+    /// The rows' keys.
+    pub keys: Vec<String>,
+    /// Their estimated input tokens.
+    pub tokens: u64,
+    /// The enqueued-token limit tally admits the model under (0: none).
+    pub token_limit: u64,
+}
+
+/// Records MarkCreating (retried; the same call again is a no-op), with the
+/// batch's estimated tokens for admission.
 pub async fn mark_creating(
     ctx: &Ctx,
     job: &pb::Job,
     claim: &str,
     input_file: &str,
+    sent: &Sent,
 ) -> Result<pb::Job, tonic::Status> {
     let req = pb::MarkCreatingRequest {
         name: job.name.clone(),
         claim: claim.to_string(),
         input_file: input_file.to_string(),
+        estimated_tokens: i64::try_from(sent.tokens).unwrap_or(i64::MAX),
     };
     with_retry(ctx.retry, "MarkCreating", || {
         let mut c = ctx.clients.jobs.clone();
@@ -57,16 +72,19 @@ pub async fn mark_creating(
     .map(tonic::Response::into_inner)
 }
 
-/// Sends the create for a CREATING job and records what became of it.
+/// Sends the create for a CREATING job and records what became of it: a
+/// batch made is recorded; a refusal waits, shrinks the next batch or
+/// stops the ledger ([`crate::refusal`]); anything else is searched for.
 pub async fn create(
     ctx: &Ctx,
     job: &pb::Job,
     claim: &str,
     model: &str,
+    sent: &Sent,
     stop: &CancellationToken,
 ) -> Result<CreateEnd, JobError> {
     let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
-    match ctx
+    let e = match ctx
         .gemini
         .create_batch(model, &display_name, &job.input_file)
         .await
@@ -74,39 +92,50 @@ pub async fn create(
         Ok(op) => {
             ctx.args.failpoint(Failpoint::AfterCreate);
             let batch = batch_name(&op)?;
-            let rows = job.counts.as_ref().map_or(0, |c| c.rows.max(0) as u64);
-            ctx.metrics.batch_created(rows);
-            Ok(CreateEnd::Submitted(Box::new(
+            ctx.metrics.batch_created(sent.keys.len() as u64);
+            ctx.batch_made(model, sent.token_limit);
+            return Ok(CreateEnd::Submitted(Box::new(
                 mark_submitted(ctx, job, claim, &batch).await?,
-            )))
+            )));
         }
-        Err(e) if refused(&e) => {
-            // The provider answered and made nothing: the rows go back. A
-            // 429 (the project's batch or enqueued-token quota) also puts
-            // the model in a cool-down shared by every worker, for as long
-            // as the provider asked (60s when it did not say).
-            // A refusal waiting does not fix (a daily quota used up,
-            // billing) pauses the ledger instead: no cool-down, the
-            // operator resumes it.
-            let lasting = lasting_refusal(&e);
-            let cooldown = quota_refusal(&e).filter(|_| lasting.is_none());
-            tracing::warn!(job = %job.job_id, error = %e, ?cooldown, ?lasting, "batch create refused; releasing the rows");
-            let reason = format!("the create was refused: {e}");
-            let refusal = Refusal { cooldown, lasting };
-            mark_not_created(ctx, job, claim, &reason, refusal).await?;
-            crate::reconcile::delete_input(ctx, job).await;
-            match cooldown {
-                Some(wait) => {
-                    ctx.hold_claims(wait);
-                    Ok(CreateEnd::NeverMade)
-                }
-                None => Err(e.into()),
+        Err(e) => e,
+    };
+    let Some(refusal) = refusal::classify(&e) else {
+        tracing::warn!(job = %job.job_id, error = %e, "batch create unresolved; searching the provider for it");
+        return resolve(ctx, job, claim, stop).await;
+    };
+    // The provider answered and made nothing.
+    tracing::warn!(job = %job.job_id, error = %e, ?refusal, rows = sent.keys.len(), tokens = sent.tokens, "batch create refused");
+    let reason = format!("the create was refused: {e}");
+    let mut not = Refusal::default();
+    match refusal {
+        Kind::Wait(wait) => {
+            // The project's quota (enqueued tokens, rate): the model cools
+            // down for every worker of the account, and this worker's next
+            // batch of it is smaller in case its size was the problem.
+            ctx.create_refused(model, sent.tokens);
+            not.cooldown = Some(wait);
+        }
+        Kind::TooLarge => {
+            ctx.create_refused(model, sent.tokens);
+            if let [key] = sent.keys.as_slice() {
+                // One row alone is too large: that row can never be sent.
+                let why = format!("a batch of this row alone was refused as too large: {e}");
+                let outcome = crate::reconcile::invalid_input(key, &why);
+                crate::reconcile::report(ctx, claim, vec![outcome]).await?;
             }
         }
-        Err(e) => {
-            tracing::warn!(job = %job.job_id, error = %e, "batch create unresolved; searching the provider for it");
-            resolve(ctx, job, claim, stop).await
+        Kind::Stop(r) => not.lasting = Some(r),
+    }
+    mark_not_created(ctx, job, claim, &reason, not).await?;
+    crate::reconcile::delete_input(ctx, job).await;
+    match refusal {
+        Kind::Wait(wait) => {
+            ctx.hold_claims(wait);
+            Ok(CreateEnd::NeverMade)
         }
+        Kind::TooLarge => Ok(CreateEnd::NeverMade),
+        Kind::Stop(_) => Err(e.into()),
     }
 }
 
@@ -224,12 +253,6 @@ async fn probe(ctx: &Ctx, model: &str) {
     }
 }
 
-/// An answer that proves nothing was made: a 4xx (a 429 included: the
-/// create was refused, after the client's own retries).
-fn refused(e: &GeminiError) -> bool {
-    matches!(e, GeminiError::Http { code, .. } if (400..500).contains(code) && *code != 408)
-}
-
 fn batch_name(op: &Value) -> Result<String, GeminiError> {
     op["name"]
         .as_str()
@@ -262,52 +285,6 @@ async fn mark_submitted(
     got.map(tonic::Response::into_inner)
 }
 
-/// The cool-down a create refusal asks for: a 429's RetryInfo (60s when
-/// it gave none); `None` for any other refusal.
-fn quota_refusal(e: &GeminiError) -> Option<Duration> {
-    match e {
-        GeminiError::Http {
-            code: 429,
-            retry_after,
-            ..
-        } => Some(retry_after.unwrap_or(DEFAULT_COOLDOWN)),
-        _ => None,
-    }
-}
-
-/// A create refusal no retry fixes soon, which pauses the ledger: a 429
-/// whose QuotaFailure names a per-day quota (the project's daily limit,
-/// reset at midnight Pacific), a 403 (the project may not use the API:
-/// billing or permission), or a 400 FAILED_PRECONDITION that names billing
-/// (how Gemini answers where the free tier is unavailable). The provider
-/// documents none of these for batch creates; both forms of billing
-/// refusal are taken.
-fn lasting_refusal(e: &GeminiError) -> Option<pb::ProviderRefusal> {
-    let GeminiError::Http {
-        code,
-        message,
-        status,
-        quota_ids,
-        ..
-    } = e
-    else {
-        return None;
-    };
-    match code {
-        429 if quota_ids.iter().any(|id| id.contains("PerDay")) => Some(pb::ProviderRefusal::Quota),
-        403 => Some(pb::ProviderRefusal::Billing),
-        400 if status == "FAILED_PRECONDITION"
-            && message.to_ascii_lowercase().contains("billing") =>
-        {
-            Some(pb::ProviderRefusal::Billing)
-        }
-        _ => None,
-    }
-}
-
-/// The cool-down after a 429 at create that named no delay.
-const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
-
 /// What MarkNotCreated tells tally beyond the reason.
 #[derive(Debug, Clone, Copy, Default)]
 struct Refusal {
@@ -338,73 +315,4 @@ async fn mark_not_created(
     })
     .await
     .map(tonic::Response::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_definite_refusal_proves_no_batch_was_made() {
-        let http = |code| GeminiError::Http {
-            code,
-            message: String::new(),
-            retry_after: None,
-            status: String::new(),
-            quota_ids: Vec::new(),
-        };
-        assert!(refused(&http(400)));
-        assert!(refused(&http(429)));
-        assert!(refused(&http(403)));
-        assert!(!refused(&http(408)), "a timeout may have made it");
-        assert!(!refused(&http(500)));
-        assert!(!refused(&http(503)));
-        assert!(!refused(&GeminiError::Transport("reset".into())));
-        assert!(!refused(&GeminiError::Protocol("no name".into())));
-    }
-
-    // Invariant: only refusals no retry fixes soon pause the ledger: a
-    // daily quota, a 403, a billing FAILED_PRECONDITION; a plain 429 (the
-    // enqueued-token or per-minute quota) cools down instead.
-    #[test]
-    fn lasting_refusals_pause_and_passing_ones_do_not() {
-        let e = |code, status: &str, message: &str, ids: &[&str]| GeminiError::Http {
-            code,
-            message: message.into(),
-            retry_after: None,
-            status: status.into(),
-            quota_ids: ids.iter().map(|s| s.to_string()).collect(),
-        };
-        let day = e(
-            429,
-            "RESOURCE_EXHAUSTED",
-            "quota",
-            &["GenerateRequestsPerDayPerProjectPerModel"],
-        );
-        assert_eq!(lasting_refusal(&day), Some(pb::ProviderRefusal::Quota));
-        let tokens = e(
-            429,
-            "RESOURCE_EXHAUSTED",
-            "quota",
-            &["BatchEnqueuedTokensPerModelPerTier"],
-        );
-        assert_eq!(lasting_refusal(&tokens), None);
-        assert!(quota_refusal(&tokens).is_some());
-        assert_eq!(lasting_refusal(&e(429, "", "", &[])), None);
-        let denied = e(403, "PERMISSION_DENIED", "billing disabled", &[]);
-        assert_eq!(lasting_refusal(&denied), Some(pb::ProviderRefusal::Billing));
-        let precondition = e(
-            400,
-            "FAILED_PRECONDITION",
-            "Please enable Billing on project",
-            &[],
-        );
-        assert_eq!(
-            lasting_refusal(&precondition),
-            Some(pb::ProviderRefusal::Billing)
-        );
-        let bad = e(400, "INVALID_ARGUMENT", "billing field is wrong", &[]);
-        assert_eq!(lasting_refusal(&bad), None);
-        assert_eq!(lasting_refusal(&GeminiError::Transport("x".into())), None);
-    }
 }

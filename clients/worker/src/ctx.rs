@@ -11,6 +11,7 @@ use tally_proto::v1 as pb;
 use tokio::sync::{Mutex, broadcast};
 use tonic::{Code, Status};
 
+use crate::bounds::TokenBounds;
 use crate::config::WorkerArgs;
 use crate::gemini::Gemini;
 use crate::metrics::WorkerMetrics;
@@ -41,12 +42,18 @@ pub struct Ctx {
     /// No claim is made before this (a shared provider cool-down, or the
     /// ledger's job limit, said to wait).
     claims_held_until: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// The provider account, as CreateJob names it ([`Gemini::account`]).
+    pub account: String,
+    /// Token bounds per model learned from refused creates.
+    bounds: std::sync::Mutex<TokenBounds>,
 }
 
 impl Ctx {
     pub fn new(clients: Clients, gemini: Gemini, args: WorkerArgs, metrics: WorkerMetrics) -> Self {
         let (ops, _) = broadcast::channel(1024);
         Self {
+            account: gemini.account(),
+            bounds: std::sync::Mutex::new(TokenBounds::default()),
             clients,
             gemini,
             ledger: args.ledger_name(),
@@ -86,6 +93,31 @@ impl Ctx {
         held.map_or(Duration::ZERO, |h| {
             h.saturating_duration_since(tokio::time::Instant::now())
         })
+    }
+
+    /// The most estimated tokens the next batch of `model` may carry under
+    /// the provider `limit` (0: none): see [`crate::bounds`].
+    pub fn token_bound(&self, model: &str, limit: u64) -> u64 {
+        self.bounds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .bound(model, limit)
+    }
+
+    /// A create of `sent` tokens was refused for size or quota.
+    pub fn create_refused(&self, model: &str, sent: u64) {
+        self.bounds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .refused(model, sent);
+    }
+
+    /// A batch of `model` was made.
+    pub fn batch_made(&self, model: &str, limit: u64) {
+        self.bounds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .created(model, limit);
     }
 
     /// The lease asked for on claims and heartbeats.

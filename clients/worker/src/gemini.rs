@@ -134,6 +134,20 @@ impl Gemini {
         })
     }
 
+    /// The provider account this client sends to, as tally names it: the
+    /// first 16 hex digits of SHA-256 over the base URL and the key. Two
+    /// workers with the same key share a project's quota; the key itself
+    /// never leaves the worker.
+    pub fn account(&self) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::new()
+            .chain_update(self.base.as_bytes())
+            .chain_update(b"\n")
+            .chain_update(self.key.0.as_bytes())
+            .finalize();
+        hex::encode(&digest[..8])
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

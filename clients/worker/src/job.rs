@@ -40,7 +40,7 @@ use crate::gone::GoneWatch;
 use crate::heartbeat::Heartbeat;
 use crate::jsonl;
 use crate::prompt::{self, InputError};
-use crate::reconcile::{self, Answer, finish, report};
+use crate::reconcile::{self, Answer, finish, invalid_input, report};
 
 pub use crate::end::{JobEnd, JobError};
 
@@ -66,6 +66,7 @@ pub async fn run_claim(
         created = c
             .create_job(pb::CreateJobRequest {
                 claim: claim.name.clone(),
+                provider_account: ctx.account.clone(),
             })
             .await;
         match &created {
@@ -144,16 +145,33 @@ pub async fn run_claim(
             Err(e) => invalid.push((row.key.clone(), e.to_string())),
         }
     }
+    let model = if claim.model.is_empty() {
+        rows[0].model.clone()
+    } else {
+        claim.model.clone()
+    };
+    let token_limit = job.provider_token_limit.max(0) as u64;
     let sizes: Vec<usize> = lines.iter().map(|(_, l)| l.len()).collect();
     let packing = jsonl::pack(
         &sizes,
-        ctx.args.max_rows_per_batch,
-        ctx.args.max_bytes_per_batch,
+        jsonl::Limits {
+            rows: ctx.args.max_rows_per_batch,
+            bytes: ctx.args.max_bytes_per_batch,
+            tokens: ctx.token_bound(&model, token_limit),
+            hard_tokens: token_limit,
+        },
     );
     for &j in &packing.oversized {
-        let why = InputError::TooLarge {
-            size: sizes[j],
-            limit: ctx.args.max_bytes_per_batch,
+        let why = if sizes[j] > ctx.args.max_bytes_per_batch {
+            InputError::TooLarge {
+                size: sizes[j],
+                limit: ctx.args.max_bytes_per_batch,
+            }
+        } else {
+            InputError::TooManyTokens {
+                tokens: jsonl::tokens_of(sizes[j]),
+                limit: token_limit,
+            }
         };
         invalid.push((rows[lines[j].0].key.clone(), why.to_string()));
     }
@@ -219,15 +237,19 @@ pub async fn run_claim(
         release(&ctx, &claim.name, &[]).await;
         return Ok(JobEnd::Released);
     }
-    let model = if claim.model.is_empty() {
-        rows[0].model.clone()
-    } else {
-        claim.model.clone()
-    };
     ctx.args.failpoint(Failpoint::AfterUpload);
+    let sent = create::Sent {
+        keys: packing
+            .batch
+            .iter()
+            .map(|&j| rows[lines[j].0].key.clone())
+            .collect(),
+        tokens: packing.tokens,
+        token_limit,
+    };
     // Recorded before the create goes out: from here the batch may exist,
     // and the rows are never released until the provider was searched.
-    let job = match create::mark_creating(&ctx, &job, &claim.name, &file).await {
+    let job = match create::mark_creating(&ctx, &job, &claim.name, &file, &sent).await {
         Ok(j) => j,
         Err(s) => {
             tracing::warn!(job = %job.job_id, error = %s, "MarkCreating failed; releasing the claim");
@@ -236,7 +258,7 @@ pub async fn run_claim(
         }
     };
     ctx.args.failpoint(Failpoint::AfterMarkCreating);
-    let job = match create::create(&ctx, &job, &claim.name, &model, &stop).await? {
+    let job = match create::create(&ctx, &job, &claim.name, &model, &sent, &stop).await? {
         CreateEnd::Submitted(job) => *job,
         CreateEnd::NeverMade => return Ok(JobEnd::Released),
         CreateEnd::LeftForAdoption => return Ok(JobEnd::LeftForAdoption),
@@ -455,36 +477,32 @@ fn past_deadline(ctx: &Ctx, job: &pb::Job) -> bool {
 /// Gives rows back unworked (every held row when `keys` is empty). Errors
 /// are logged: the lease runs out and the sweeper does the same anyway.
 async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
-    let req = pb::ReleaseClaimRequest {
-        name: claim.to_string(),
-        keys: keys.to_vec(),
+    // Named keys go in chunks the server takes in one call (its
+    // --max-rows-per-call, which --max-rows-per-report stays within).
+    let chunks: Vec<&[String]> = if keys.is_empty() {
+        vec![keys]
+    } else {
+        keys.chunks(ctx.args.max_rows_per_report.max(1)).collect()
     };
-    let got = with_retry(ctx.retry, "ReleaseClaim", || {
-        let mut c = ctx.clients.ledgers.clone();
-        let req = req.clone();
-        async move { c.release_claim(req).await }
-    })
-    .await;
+    let claim_name = claim;
     let claim = claim_for_logs(claim);
-    match got {
-        Ok(r) => tracing::info!(%claim, released = r.into_inner().released, "claim released"),
-        Err(s) => tracing::warn!(%claim, error = %s, "release failed; the lease will run out"),
-    }
-}
-
-/// A row that can never be sent: reported as the provider would answer an
-/// invalid request (400 INVALID_ARGUMENT), which the server classifies as
-/// permanent.
-fn invalid_input(key: &str, why: &str) -> pb::RowOutcome {
-    pb::RowOutcome {
-        key: key.to_string(),
-        outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
-            kind: pb::FailureKind::ProviderError as i32,
-            http_code: 400,
-            status: "INVALID_ARGUMENT".into(),
-            message: format!("invalid input: {why}"),
-            ..Default::default()
-        })),
-        usage: None,
+    for chunk in chunks {
+        let req = pb::ReleaseClaimRequest {
+            name: claim_name.to_string(),
+            keys: chunk.to_vec(),
+        };
+        let got = with_retry(ctx.retry, "ReleaseClaim", || {
+            let mut c = ctx.clients.ledgers.clone();
+            let req = req.clone();
+            async move { c.release_claim(req).await }
+        })
+        .await;
+        match got {
+            Ok(r) => tracing::info!(%claim, released = r.into_inner().released, "claim released"),
+            Err(s) => {
+                tracing::warn!(%claim, error = %s, "release failed; the lease will run out");
+                return;
+            }
+        }
     }
 }

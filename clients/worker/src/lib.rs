@@ -26,6 +26,7 @@
 //! Not here: classification (the server classifies the facts the worker
 //! reports), retry scheduling of rows (the ledger's backoff).
 
+mod bounds;
 pub mod config;
 mod create;
 mod ctx;
@@ -42,6 +43,7 @@ pub mod metrics;
 pub mod output;
 pub mod prompt;
 mod reconcile;
+mod refusal;
 mod tags;
 pub mod worker;
 

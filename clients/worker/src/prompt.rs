@@ -31,6 +31,10 @@ pub enum InputError {
     Schema(String),
     #[error("request of {size} bytes is larger than the batch byte limit ({limit})")]
     TooLarge { size: usize, limit: usize },
+    #[error(
+        "request of about {tokens} input tokens is larger than the provider's enqueued-token limit for the model ({limit}): no batch can carry it"
+    )]
+    TooManyTokens { tokens: u64, limit: u64 },
 }
 
 impl PromptSpec {

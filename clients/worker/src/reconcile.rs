@@ -343,3 +343,20 @@ pub(crate) async fn delete_input(ctx: &Ctx, job: &pb::Job) {
         }
     }
 }
+
+/// A row that can never be sent: reported as the provider would answer an
+/// invalid request (400 INVALID_ARGUMENT), which the server classifies as
+/// permanent.
+pub(crate) fn invalid_input(key: &str, why: &str) -> pb::RowOutcome {
+    pb::RowOutcome {
+        key: key.to_string(),
+        outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
+            kind: pb::FailureKind::ProviderError as i32,
+            http_code: 400,
+            status: "INVALID_ARGUMENT".into(),
+            message: format!("invalid input: {why}"),
+            ..Default::default()
+        })),
+        usage: None,
+    }
+}

@@ -258,7 +258,7 @@ impl JobRefusal {
 /// Shortest and longest shared cool-down of a model after the provider
 /// refused a create for quota (429).
 pub const MIN_COOLDOWN: std::time::Duration = std::time::Duration::from_secs(1);
-pub const MAX_COOLDOWN: std::time::Duration = std::time::Duration::from_secs(3600);
+pub const MAX_COOLDOWN: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The cool-down a worker reported (the provider's RetryInfo), clamped.
 pub fn provider_cooldown(asked: std::time::Duration) -> std::time::Duration {

@@ -10,8 +10,8 @@
 //! attempt, and stops the spend as soon as what was already sent is done.
 //!
 //! Operators pause by hand ([`PauseReason::Operator`]); the other reasons
-//! are for the server itself (spend caps, provider quotas and billing
-//! refusals, golden-row drift), which pause through the same store call.
+//! are for the server itself (spend caps, the provider's lasting refusals:
+//! quota, billing, model, anything else no retry fixes; golden-row drift), which pause through the same store call.
 
 use std::fmt;
 
@@ -28,15 +28,22 @@ pub enum PauseReason {
     Billing,
     /// Its golden rows found the model's answers changed.
     ModelDrift,
+    /// The provider does not know its model, or takes no batches for it.
+    Model,
+    /// The provider refused a create for another reason no retry fixes
+    /// (the key, the request): its words are the pause's message.
+    Refused,
 }
 
 impl PauseReason {
-    pub const ALL: [PauseReason; 5] = [
+    pub const ALL: [PauseReason; 7] = [
         PauseReason::Operator,
         PauseReason::SpendCap,
         PauseReason::Quota,
         PauseReason::Billing,
         PauseReason::ModelDrift,
+        PauseReason::Model,
+        PauseReason::Refused,
     ];
 
     /// The stored name (also the metrics label).
@@ -47,6 +54,8 @@ impl PauseReason {
             PauseReason::Quota => "quota",
             PauseReason::Billing => "billing",
             PauseReason::ModelDrift => "model_drift",
+            PauseReason::Model => "model",
+            PauseReason::Refused => "refused",
         }
     }
 

@@ -18,6 +18,17 @@
 //! its estimate: the estimate is only an estimate, and refusing a job that
 //! nothing will ever make room for would strand its rows. The provider
 //! decides; a 429 then cools the model down ([`crate::job::provider_cooldown`]).
+//! (The worker packs a batch under the model's limit, so one job alone
+//! fits.)
+//!
+//! Quotas are a provider account's (the project behind a key): jobs of
+//! other accounts never count. Within an account, teams (the principals
+//! that make jobs) share it: with a `team_share` below 100%, a team with
+//! something of the model in flight is admitted only while its own jobs
+//! stay within that share of each limit, so one team cannot take the whole
+//! quota; and another team's PREPARING jobs (admitted, not yet sent) count
+//! only while young ([`PREPARING_HOLD`]), so a team that claims and stalls
+//! cannot starve the others.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -40,6 +51,11 @@ pub const MAX_MODEL_OVERRIDES: usize = 256;
 /// costs a claim and a CreateJob, so a long batch is waited for in steps).
 pub const MIN_RETRY: Duration = Duration::from_secs(5);
 pub const MAX_RETRY: Duration = Duration::from_secs(300);
+
+/// How long another team's PREPARING job holds quota: a job is rendered
+/// and uploaded in seconds; one that stays PREPARING longer is stalled and
+/// stops counting against other teams.
+pub const PREPARING_HOLD: Duration = Duration::from_secs(60);
 
 /// The job states that hold the provider's quota (open and not known
 /// finished at the provider).
@@ -70,6 +86,9 @@ pub struct ProviderQuotas {
     pub enqueued_tokens: i64,
     /// Enqueued tokens of named models.
     pub per_model: BTreeMap<String, i64>,
+    /// The share of each limit one team may hold while it has something of
+    /// the model in flight, in percent (1 to 100; 100: no share).
+    pub team_share: u8,
 }
 
 impl Default for ProviderQuotas {
@@ -78,6 +97,7 @@ impl Default for ProviderQuotas {
             max_batches: DEFAULT_MAX_BATCHES,
             enqueued_tokens: DEFAULT_ENQUEUED_TOKENS,
             per_model: BTreeMap::new(),
+            team_share: 100,
         }
     }
 }
@@ -89,7 +109,13 @@ impl ProviderQuotas {
             max_batches: 0,
             enqueued_tokens: 0,
             per_model: BTreeMap::new(),
+            team_share: 100,
         }
+    }
+
+    /// `share` percent of `limit`, at least 1 when `limit` is positive.
+    fn share_of(&self, limit: i64) -> i64 {
+        (limit.saturating_mul(i64::from(self.team_share)) / 100).max(limit.min(1))
     }
 
     /// The enqueued-token limit of `model` (0: none).
@@ -136,13 +162,25 @@ impl ProviderQuotas {
     }
 }
 
-/// A job at the provider, as admission sees it.
+/// A job at the provider (of the same account), as admission sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InFlight {
     pub model: String,
     pub tokens: i64,
     /// Since the job was made.
     pub age: Duration,
+    /// Made by the team asking now.
+    pub mine: bool,
+    /// Still PREPARING (admitted, not yet sent).
+    pub preparing: bool,
+}
+
+impl InFlight {
+    /// Whether the job holds quota against the team asking: its own jobs
+    /// always; another team's unless it is a stalled PREPARING job.
+    pub fn holds(&self) -> bool {
+        self.mine || !self.preparing || self.age < PREPARING_HOLD
+    }
 }
 
 /// Which limit refused a job.
@@ -150,6 +188,8 @@ pub struct InFlight {
 pub enum Limit {
     Batches,
     EnqueuedTokens,
+    /// The team's share of a limit.
+    TeamShare,
 }
 
 /// The answer of [`admit`].
@@ -182,10 +222,11 @@ pub fn admit(
             .map_or(MIN_RETRY, |t| t.saturating_sub(j.age))
             .clamp(MIN_RETRY, MAX_RETRY)
     };
+    let in_flight: Vec<&InFlight> = in_flight.iter().filter(|j| j.holds()).collect();
     let max = quotas.max_batches as usize;
     if max > 0 && in_flight.len() >= max {
         // The (len - max + 1)th job to finish makes room.
-        let mut waits: Vec<Duration> = in_flight.iter().map(remaining).collect();
+        let mut waits: Vec<Duration> = in_flight.iter().map(|j| remaining(j)).collect();
         waits.sort();
         let retry_after = waits[in_flight.len() - max];
         return Admission::Refuse {
@@ -199,33 +240,105 @@ pub fn admit(
             retry_after,
         };
     }
+    if let Some(refusal) = over_share(quotas, model, tokens, &in_flight, &remaining) {
+        return refusal;
+    }
     let limit = quotas.tokens_of(model);
-    let mut mine: Vec<&InFlight> = in_flight.iter().filter(|j| j.model == model).collect();
-    let enqueued: i64 = mine.iter().map(|j| j.tokens.max(0)).sum();
-    if limit <= 0 || mine.is_empty() || enqueued.saturating_add(tokens) <= limit {
+    let mut same: Vec<&InFlight> = in_flight
+        .iter()
+        .copied()
+        .filter(|j| j.model == model)
+        .collect();
+    let enqueued: i64 = same.iter().map(|j| j.tokens.max(0)).sum();
+    if limit <= 0 || same.is_empty() || enqueued.saturating_add(tokens) <= limit {
         return Admission::Admit;
     }
-    mine.sort_by_key(|j| remaining(j));
-    let mut left = enqueued;
-    let mut retry_after = MAX_RETRY;
-    for j in &mine {
-        left -= j.tokens.max(0);
-        retry_after = remaining(j);
-        if left.saturating_add(tokens) <= limit {
-            break;
-        }
-    }
+    same.sort_by_key(|j| remaining(j));
+    let retry_after = room_after(&same, enqueued, tokens, limit, &remaining);
     Admission::Refuse {
         limit: Limit::EnqueuedTokens,
         message: format!(
             "model {model:?} has about {enqueued} input tokens enqueued at the provider in {} batches; \
              this job's ~{tokens} more would pass its limit of {limit} (--provider-enqueued-tokens); \
              retry in about {}s, when enough should have finished",
-            mine.len(),
+            same.len(),
             retry_after.as_secs()
         ),
         retry_after,
     }
+}
+
+/// When enough of `jobs` (sorted by time left) should have finished for
+/// `tokens` more to fit under `limit`, `enqueued` being theirs now.
+fn room_after(
+    jobs: &[&InFlight],
+    enqueued: i64,
+    tokens: i64,
+    limit: i64,
+    remaining: &impl Fn(&InFlight) -> Duration,
+) -> Duration {
+    let mut left = enqueued;
+    let mut retry_after = MAX_RETRY;
+    for j in jobs {
+        left -= j.tokens.max(0);
+        retry_after = remaining(j);
+        if left.saturating_add(tokens) <= limit {
+            break;
+        }
+    }
+    retry_after
+}
+
+/// The refusal when the asking team, with something of `model` in flight,
+/// would pass its share of the batch or token limit.
+fn over_share(
+    quotas: &ProviderQuotas,
+    model: &str,
+    tokens: i64,
+    in_flight: &[&InFlight],
+    remaining: &impl Fn(&InFlight) -> Duration,
+) -> Option<Admission> {
+    if quotas.team_share >= 100 {
+        return None;
+    }
+    let mut mine: Vec<&InFlight> = in_flight
+        .iter()
+        .copied()
+        .filter(|j| j.mine && j.model == model)
+        .collect();
+    if mine.is_empty() {
+        return None;
+    }
+    mine.sort_by_key(|j| remaining(j));
+    let share = quotas.team_share;
+    let max = i64::from(quotas.max_batches);
+    let all_mine = in_flight.iter().filter(|j| j.mine).count() as i64;
+    if max > 0 && all_mine >= quotas.share_of(max) {
+        return Some(Admission::Refuse {
+            limit: Limit::TeamShare,
+            message: format!(
+                "this team has {all_mine} batches at the provider, its share ({share}% of --provider-max-batches {max}); \
+                 retry when one has finished"
+            ),
+            retry_after: remaining(mine[0]),
+        });
+    }
+    let limit = quotas.tokens_of(model);
+    let enqueued: i64 = mine.iter().map(|j| j.tokens.max(0)).sum();
+    let allowed = quotas.share_of(limit);
+    if limit <= 0 || enqueued.saturating_add(tokens) <= allowed {
+        return None;
+    }
+    let retry_after = room_after(&mine, enqueued, tokens, allowed, remaining);
+    Some(Admission::Refuse {
+        limit: Limit::TeamShare,
+        message: format!(
+            "this team has about {enqueued} input tokens of model {model:?} enqueued; this job's ~{tokens} more would pass its share \
+             ({share}% of {limit}, --provider-team-share); retry in about {}s",
+            retry_after.as_secs()
+        ),
+        retry_after,
+    })
 }
 
 #[cfg(test)]
@@ -237,6 +350,15 @@ mod tests {
             model: model.into(),
             tokens,
             age: Duration::from_secs(age_secs),
+            mine: false,
+            preparing: false,
+        }
+    }
+
+    fn mine(model: &str, tokens: i64, age_secs: u64) -> InFlight {
+        InFlight {
+            mine: true,
+            ..job(model, tokens, age_secs)
         }
     }
 
@@ -247,7 +369,71 @@ mod tests {
             max_batches: batches,
             enqueued_tokens: tokens,
             per_model: BTreeMap::new(),
+            team_share: 100,
         }
+    }
+
+    // Invariant: with a team share, a team holding something of the model
+    // is admitted only within its share of each limit; a team with nothing
+    // in flight is admitted (the global rules still apply), so the share
+    // never strands a team.
+    #[test]
+    fn a_team_stays_within_its_share() {
+        let mut q = quotas(10, 1000);
+        q.team_share = 50;
+        let a = [mine("m", 300, 10), job("m", 100, 10)];
+        assert_eq!(admit(&q, "m", 200, &a, TYPICAL), Admission::Admit);
+        assert!(matches!(
+            admit(&q, "m", 201, &a, TYPICAL),
+            Admission::Refuse {
+                limit: Limit::TeamShare,
+                ..
+            }
+        ));
+        // Another team (nothing of its own in flight) still gets the rest.
+        let other = [job("m", 300, 10), job("m", 100, 10)];
+        assert_eq!(admit(&q, "m", 600, &other, TYPICAL), Admission::Admit);
+        // The batch share: 5 of 10.
+        let five: Vec<InFlight> = (0..5).map(|_| mine("m", 1, 10)).collect();
+        assert!(matches!(
+            admit(&q, "m", 1, &five, TYPICAL),
+            Admission::Refuse {
+                limit: Limit::TeamShare,
+                ..
+            }
+        ));
+        assert_eq!(admit(&q, "m", 1, &five[..4], TYPICAL), Admission::Admit);
+    }
+
+    // Invariant: another team's PREPARING job holds quota only while young;
+    // a team's own PREPARING jobs always count.
+    #[test]
+    fn stalled_preparing_jobs_of_other_teams_do_not_starve() {
+        let q = quotas(1, 0);
+        let stalled = InFlight {
+            preparing: true,
+            ..job("m", 1, PREPARING_HOLD.as_secs())
+        };
+        assert_eq!(
+            admit(&q, "m", 1, std::slice::from_ref(&stalled), TYPICAL),
+            Admission::Admit
+        );
+        let young = InFlight {
+            age: Duration::from_secs(1),
+            ..stalled.clone()
+        };
+        assert!(matches!(
+            admit(&q, "m", 1, &[young], TYPICAL),
+            Admission::Refuse { .. }
+        ));
+        let own = InFlight {
+            mine: true,
+            ..stalled
+        };
+        assert!(matches!(
+            admit(&q, "m", 1, &[own], TYPICAL),
+            Admission::Refuse { .. }
+        ));
     }
 
     // Invariant: a job is admitted exactly when in-flight plus it fits both

@@ -218,6 +218,13 @@ pub struct ProviderArgs {
         value_name = "[MODEL=]TOKENS"
     )]
     pub provider_enqueued_tokens: Vec<String>,
+
+    /// The share of each limit one team (the principal whose workers make
+    /// the jobs) may hold in a provider account while it has jobs of the
+    /// model in flight, in percent (1-100); 100: no share, first come first
+    /// served.
+    #[arg(long, env = "TALLY_PROVIDER_TEAM_SHARE", default_value_t = 100, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub provider_team_share: u8,
 }
 
 impl Default for ProviderArgs {
@@ -225,6 +232,7 @@ impl Default for ProviderArgs {
         Self {
             provider_max_batches: tally_core::quota::DEFAULT_MAX_BATCHES,
             provider_enqueued_tokens: Vec::new(),
+            provider_team_share: 100,
         }
     }
 }
@@ -234,6 +242,7 @@ impl ProviderArgs {
     pub fn quotas(&self) -> Result<tally_core::quota::ProviderQuotas, String> {
         let mut q = tally_core::quota::ProviderQuotas {
             max_batches: self.provider_max_batches,
+            team_share: self.provider_team_share,
             ..Default::default()
         };
         if q.max_batches > tally_core::quota::MAX_BATCHES_LIMIT {

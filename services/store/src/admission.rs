@@ -8,9 +8,11 @@
 //! project's, across ledgers), so two creators cannot both see room for
 //! one job. CreateJob is one call per batch, so the queue is short.
 
+use crate::types::JobOrigin;
 use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
 use std::time::Duration;
+use tally_core::job::JobState;
 use tally_core::quota::{self, Admission, InFlight, Limit, ProviderQuotas};
 use uuid::Uuid;
 
@@ -22,20 +24,21 @@ pub const REASON_COOLDOWN: &str = "PROVIDER_COOLDOWN";
 /// The ErrorInfo reason of a refusal by the provider's limits.
 pub const REASON_QUOTA: &str = "PROVIDER_QUOTA";
 
-/// Puts the model of job `job_id` in a shared cool-down for `cooldown`
-/// (clamped), or keeps the later end of one already running.
+/// Puts the model of job `job_id`, in the job's provider account, in a
+/// shared cool-down for `cooldown` (clamped), or keeps the later end of one
+/// already running.
 pub(crate) async fn cool_down(
     tx: &mut Transaction<'static, Postgres>,
     job_id: i64,
     cooldown: Duration,
 ) -> Result<()> {
     let ms = tally_core::job::provider_cooldown(cooldown).as_millis() as i64;
-    let model: String = sqlx::query_scalar(
-        "INSERT INTO model_cooldowns (model, until)
-         SELECT model, now() + $2 * interval '1 millisecond' FROM jobs WHERE id = $1
-         ON CONFLICT (model) DO UPDATE
+    let (account, model): (String, String) = sqlx::query_as(
+        "INSERT INTO model_cooldowns (account, model, until)
+         SELECT provider_account, model, now() + $2 * interval '1 millisecond' FROM jobs WHERE id = $1
+         ON CONFLICT (account, model) DO UPDATE
          SET until = greatest(model_cooldowns.until, excluded.until), update_time = now()
-         RETURNING model",
+         RETURNING account, model",
     )
     .bind(job_id)
     .bind(ms)
@@ -43,22 +46,25 @@ pub(crate) async fn cool_down(
     .await?;
     tracing::warn!(
         model,
+        account,
         cooldown_ms = ms,
-        "the provider refused a create for quota: model cooling down for every worker"
+        "the provider refused a create for quota: model cooling down for every worker of the account"
     );
     Ok(())
 }
 
 /// RESOURCE_EXHAUSTED (with the seconds left as RetryInfo) while `model`
-/// cools down.
+/// cools down in provider `account`.
 pub(crate) async fn refuse_while_cooling(
     tx: &mut Transaction<'static, Postgres>,
+    account: &str,
     model: &str,
 ) -> Result<()> {
     let left: Option<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM until - now())::float8 FROM model_cooldowns
-         WHERE model = $1 AND until > now()",
+         WHERE account = $1 AND model = $2 AND until > now()",
     )
+    .bind(account)
     .bind(model)
     .fetch_optional(&mut **tx)
     .await?;
@@ -67,7 +73,7 @@ pub(crate) async fn refuse_while_cooling(
         Some(secs) => Err(StoreError::ResourceExhausted {
             reason: REASON_COOLDOWN,
             message: format!(
-                "the provider refused a batch create for model {model:?} for quota (429); every worker waits {secs:.1}s before creating more (a shared cool-down)"
+                "the provider refused a batch create for model {model:?} for quota (429); every worker of this provider account waits {secs:.1}s before creating more (a shared cool-down)"
             ),
             retry_after_secs: secs.ceil().max(1.0) as u64,
         }),
@@ -92,12 +98,14 @@ pub(crate) async fn estimate(tx: &mut Transaction<'static, Postgres>, token: Uui
 }
 
 /// RESOURCE_EXHAUSTED (reason PROVIDER_QUOTA, RetryInfo from what should
-/// finish next) unless a job of `model` estimated at `tokens` fits the
-/// provider's limits beside every job in flight. Holds the admission lock
-/// to the end of the transaction, which inserts the job.
+/// finish next) unless a job of `model` estimated at `tokens`, made by
+/// `origin.team` in `origin.account`, fits the provider's limits beside
+/// every job of the account in flight (and the team's share). Holds the
+/// admission lock to the end of the transaction, which inserts the job.
 pub(crate) async fn admit(
     tx: &mut Transaction<'static, Postgres>,
     quotas: &ProviderQuotas,
+    origin: &JobOrigin<'_>,
     model: &str,
     tokens: i64,
 ) -> Result<()> {
@@ -108,19 +116,25 @@ pub(crate) async fn admit(
         .bind(ADMISSION_LOCK)
         .execute(&mut **tx)
         .await?;
-    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
-        "SELECT model, est_tokens, greatest(extract(epoch FROM now() - create_time), 0)::float8
-         FROM jobs WHERE end_time IS NULL AND state = ANY ($1)",
+    let rows: Vec<(String, i64, f64, bool, bool)> = sqlx::query_as(
+        "SELECT model, est_tokens, greatest(extract(epoch FROM now() - create_time), 0)::float8,
+                team = $3, state = $4
+         FROM jobs WHERE end_time IS NULL AND state = ANY ($1) AND provider_account = $2",
     )
     .bind(quota::in_flight_codes())
+    .bind(origin.account)
+    .bind(origin.team)
+    .bind(JobState::Preparing.code())
     .fetch_all(&mut **tx)
     .await?;
     let in_flight: Vec<InFlight> = rows
         .into_iter()
-        .map(|(model, tokens, age)| InFlight {
+        .map(|(model, tokens, age, mine, preparing)| InFlight {
             model,
             tokens,
             age: Duration::from_secs_f64(age),
+            mine,
+            preparing,
         })
         .collect();
     // Whether it fits does not depend on how long batches take; only the
@@ -142,6 +156,7 @@ pub(crate) async fn admit(
                 limit = match limit {
                     Limit::Batches => "batches",
                     Limit::EnqueuedTokens => "enqueued_tokens",
+                    Limit::TeamShare => "team_share",
                 },
                 retry_after_secs = retry_after.as_secs(),
                 "job not admitted: the provider's quota is full"

@@ -14,7 +14,8 @@ pub(crate) const JOB_SELECT: &str = "SELECT j.id, j.public_id, j.ledger_id, l.na
      j.output_file, j.error, j.adoptions, j.row_count, j.succeeded, j.retryable, j.permanent, \
      j.missing, CASE WHEN j.end_time IS NULL THEN coalesce(c.held, 0) ELSE 0 END AS unreported, \
      CASE WHEN j.end_time IS NULL THEN c.expire_time END AS lease_expire_time, \
-     j.create_time, j.submit_time, j.end_time, j.update_time, j.create_attempt_time \
+     j.create_time, j.submit_time, j.end_time, j.update_time, j.create_attempt_time, \
+     j.provider_account \
      FROM jobs j JOIN ledgers l ON l.id = j.ledger_id LEFT JOIN claims c ON c.token = j.claim_token";
 
 /// The columns of [`JOB_SELECT`] with their types, for reading a stored
@@ -24,7 +25,8 @@ pub(crate) const JOB_RECORD_COLUMNS: &str = "id int8, public_id text, ledger_id 
      batch text, input_file text, output_file text, error text, adoptions int4, row_count int4, \
      succeeded int4, retryable int4, permanent int4, missing int4, unreported int4, \
      lease_expire_time timestamptz, create_time timestamptz, submit_time timestamptz, \
-     end_time timestamptz, update_time timestamptz, create_attempt_time timestamptz";
+     end_time timestamptz, update_time timestamptz, create_attempt_time timestamptz, \
+     provider_account text";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct JobRow {
@@ -53,6 +55,8 @@ pub(crate) struct JobRow {
     end_time: Option<Time>,
     update_time: Time,
     create_attempt_time: Option<Time>,
+    /// NULL in snapshots stored before the column existed.
+    provider_account: Option<String>,
 }
 
 impl JobRow {
@@ -91,6 +95,7 @@ impl JobRow {
             update_time: self.update_time,
             lease_expire_time: self.lease_expire_time,
             create_attempt_time: self.create_attempt_time,
+            provider_account: self.provider_account.unwrap_or_default(),
             golden: Vec::new(),
         })
     }

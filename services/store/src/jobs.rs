@@ -17,8 +17,8 @@ use crate::codes::{self, CLAIM_ACTIVE, JOB_PREPARING};
 use crate::fence::{self, lease_ms, lock_fenced, lock_job_by_id};
 use crate::job_view::{JOB_SELECT, JobRow, load_job};
 use crate::types::{
-    AdoptResult, AdoptedJob, ClaimRecord, ClaimState, FinishRequest, JobEventKind, JobRecord,
-    NotCreated,
+    AdoptResult, AdoptedJob, ClaimRecord, ClaimState, FinishRequest, JobEventKind, JobOrigin,
+    JobRecord, NotCreated,
 };
 use crate::{Result, Store, StoreError};
 use crate::{admission, claims, events, golden, pause, settle};
@@ -53,6 +53,20 @@ impl Store {
         skip_all
     )]
     pub async fn create_job(&self, ledger: &str, token: Uuid, actor: &str) -> Result<JobRecord> {
+        self.create_job_in(ledger, token, actor, &JobOrigin::default())
+            .await
+    }
+
+    /// [`Store::create_job`] for a worker of provider account
+    /// `origin.account`, asked by team `origin.team`: the cool-down and
+    /// the quota checked are the account's, the share the team's.
+    pub async fn create_job_in(
+        &self,
+        ledger: &str,
+        token: Uuid,
+        actor: &str,
+        origin: &JobOrigin<'_>,
+    ) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
         let out = async {
@@ -66,7 +80,7 @@ impl Store {
             }
             fence::check_live(&claim, ledger)?;
             pause::refuse_if_paused(&mut tx, &record, Work::CreateJob).await?;
-            admission::refuse_while_cooling(&mut tx, &claim.model).await?;
+            admission::refuse_while_cooling(&mut tx, origin.account, &claim.model).await?;
             // Concurrent creators of one ledger queue here, so the count below
             // cannot be outdated by another creator before this one commits.
             sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")
@@ -92,7 +106,7 @@ impl Store {
                 });
             }
             let tokens = admission::estimate(&mut tx, token).await?;
-            admission::admit(&mut tx, &self.quotas, &claim.model, tokens).await?;
+            admission::admit(&mut tx, &self.quotas, origin, &claim.model, tokens).await?;
             let public_id = Uuid::now_v7().to_string();
             static SQL: LazyLock<String> =
                 LazyLock::new(|| codes::render(include_str!("queries/jobs/create.sql")));
@@ -103,6 +117,8 @@ impl Store {
             .bind(&public_id)
             .bind(actor)
             .bind(tokens)
+            .bind(origin.account)
+            .bind(origin.team)
             .fetch_one(&mut *tx)
             .await?;
             let mut job = load_job(&mut *tx, job_id).await?;
@@ -255,6 +271,7 @@ impl Store {
         public_id: &str,
         token: Uuid,
         input_file: &str,
+        estimated_tokens: Option<i64>,
         actor: &str,
     ) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
@@ -270,12 +287,13 @@ impl Store {
             fence::check_live(&claim, ledger)?;
             sqlx::query(
                 "UPDATE jobs SET state = $2, input_file = $3, create_attempt_time = now(),
-                        update_time = now()
+                        est_tokens = coalesce($4, est_tokens), update_time = now()
                  WHERE id = $1 AND end_time IS NULL",
             )
             .bind(job.id)
             .bind(t.state.code())
             .bind(input_file)
+            .bind(estimated_tokens)
             .execute(&mut *tx)
             .await?;
             let out = load_job(&mut *tx, job.id).await?;
@@ -311,6 +329,20 @@ impl Store {
             let (_, job) = lock_fenced(&mut tx, record.id, ledger, public_id, token).await?;
             if job.closed && job.state()? == JobState::Cancelled {
                 return load_job(&mut *tx, job.id).await;
+            }
+            // A cool-down or a pause speaks for the provider: only a job
+            // that sent its create may ask for one (one team's worker
+            // cannot stop every team's work with a job it never sent).
+            if (not.cooldown.is_some() || not.pause.is_some())
+                && job.state()? != JobState::Creating
+            {
+                return Err(StoreError::precondition(
+                    "JOB_NOT_CREATING",
+                    format!(
+                        "ledgers/{ledger}/jobs/{public_id} is {}: provider_cooldown and provider_refusal need a job whose create was attempted (MarkCreating)",
+                        job.state()?
+                    ),
+                ));
             }
             let why = format!("the batch was never created: {}", not.reason);
             let n = close_unsent(

@@ -166,6 +166,11 @@ impl Store {
 
     /// The provider's limits CreateJob admits jobs against (default:
     /// `ProviderQuotas::default()`, Gemini's documented Tier 1 figures).
+    /// The provider quotas admission applies.
+    pub fn provider_quotas(&self) -> &tally_core::quota::ProviderQuotas {
+        &self.quotas
+    }
+
     pub fn with_provider_quotas(mut self, quotas: tally_core::quota::ProviderQuotas) -> Self {
         self.quotas = std::sync::Arc::new(quotas);
         self

@@ -368,6 +368,8 @@ pub struct JobRecord {
     pub lease_expire_time: Option<Time>,
     /// When the batch create was first attempted (MarkCreating).
     pub create_attempt_time: Option<Time>,
+    /// The provider account its worker named in CreateJob ('' by default).
+    pub provider_account: String,
     /// The golden rows this job carries: set only by CreateJob (see
     /// [`crate::golden`]).
     pub golden: Vec<GoldenRow>,
@@ -515,16 +517,27 @@ pub struct OutboxAlert {
     pub tries: i32,
 }
 
+/// Who makes a job: the provider account its worker sends to and the team
+/// (principal) asking. Admission and cool-downs are kept per account; the
+/// team's share of an account's quota per team.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobOrigin<'a> {
+    pub account: &'a str,
+    pub team: &'a str,
+}
+
 /// What MarkNotCreated records: why, and what the refusal does beyond
 /// giving the rows back.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NotCreated<'a> {
     /// Recorded as the job's error.
     pub reason: &'a str,
-    /// A 429: the model cools down for every worker this long.
+    /// A 429: the model cools down for every worker of the job's provider
+    /// account this long. Only for a job that attempted its create.
     pub cooldown: Option<std::time::Duration>,
-    /// A refusal waiting does not fix (daily quota, billing): the job's
-    /// ledger is paused with this reason.
+    /// A refusal waiting does not fix (daily quota, billing, model, any
+    /// other): the job's ledger is paused with this reason. Only for a job
+    /// that attempted its create.
     pub pause: Option<tally_core::pause::PauseReason>,
 }
 

@@ -134,7 +134,11 @@ pub async fn tally(addr: &str, ledger: &str, events: usize, rate: u32) -> anyhow
     }
     // A first event through every stream proves it is live; not measured.
     let warm = claims.pop().unwrap_or_default();
-    j.create_job(pb::CreateJobRequest { claim: warm }).await?;
+    j.create_job(pb::CreateJobRequest {
+        claim: warm,
+        ..Default::default()
+    })
+    .await?;
     for s in &mut streams {
         timeout(DEADLINE, s.message())
             .await??
@@ -175,7 +179,10 @@ pub async fn tally(addr: &str, ledger: &str, events: usize, rate: u32) -> anyhow
         let (key, at) = match i % 3 {
             0 => {
                 job = j
-                    .create_job(pb::CreateJobRequest { claim })
+                    .create_job(pb::CreateJobRequest {
+                        claim,
+                        ..Default::default()
+                    })
                     .await?
                     .into_inner();
                 let at = Instant::now();

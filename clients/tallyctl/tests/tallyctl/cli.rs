@@ -1132,6 +1132,7 @@ async fn output_formats_carry_every_field_on_every_list_and_get() {
     let job = jobs
         .create_job(pb::CreateJobRequest {
             claim: claim.name.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()

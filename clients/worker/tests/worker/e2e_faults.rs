@@ -442,7 +442,7 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
             }
             if let Some(n) = k.provider_attempts {
                 let got = r.attempts.as_ref().map_or(0, |a| a.provider);
-                assert_eq!(got, n, "provider attempts of {}", r.key);
+                assert_eq!(got, n, "provider attempts of {}: {:?}", r.key, r.history);
             }
         }
     }

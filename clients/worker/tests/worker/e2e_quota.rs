@@ -202,7 +202,11 @@ async fn admission_keeps_creates_under_the_providers_quota() {
 /// provider saw at most `max_active_jobs` (4) refused creates (the jobs
 /// already past CreateJob when the pause came); after the refusal is
 /// lifted and the ledger resumed, every row succeeds.
-async fn a_lasting_refusal_pauses(faults: FaultPlan, reason: pb::LedgerPauseReason, made: u64) {
+pub(crate) async fn a_lasting_refusal_pauses(
+    faults: FaultPlan,
+    reason: pb::LedgerPauseReason,
+    made: u64,
+) {
     let w = World::start_with(
         LEDGER,
         ROWS,

@@ -13,6 +13,7 @@ mod e2e_output;
 mod e2e_partial;
 mod e2e_pause;
 mod e2e_quota;
+mod e2e_refusals;
 mod e2e_spend;
 mod e2e_stuck;
 mod e2e_trace;

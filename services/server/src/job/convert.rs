@@ -73,6 +73,8 @@ pub fn job_to_proto(j: &JobRecord) -> pb::Job {
             .iter()
             .map(crate::ledger::golden::row_to_proto)
             .collect(),
+        provider_token_limit: 0,
+        provider_account: j.provider_account.clone(),
     }
 }
 

@@ -18,7 +18,7 @@ use tally_core::names;
 use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_server::JobService;
 use tally_store::Store;
-use tally_store::types::NotCreated;
+use tally_store::types::{JobOrigin, NotCreated};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
@@ -69,14 +69,21 @@ impl JobService for Jobs {
     async fn create_job(&self, req: Request<pb::CreateJobRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let (ledger, token) = ledger_validate::claim("claim", &req.get_ref().claim)?;
+        let account = validate::provider_account(&req.get_ref().provider_account)?;
         access.ledger(&ledger)?;
         let actor = access.name;
+        let origin = JobOrigin {
+            account,
+            team: &actor,
+        };
         let job = self
             .store
-            .create_job(&ledger, token, &actor)
+            .create_job_in(&ledger, token, &actor, &origin)
             .await
             .map_err(from_store)?;
-        Ok(Response::new(job_to_proto(&job)))
+        let mut out = job_to_proto(&job);
+        out.provider_token_limit = self.store.provider_quotas().tokens_of(&job.model);
+        Ok(Response::new(out))
     }
 
     async fn get_job(&self, req: Request<pb::GetJobRequest>) -> Reply<pb::Job> {
@@ -125,10 +132,10 @@ impl JobService for Jobs {
         let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let input_file = validate::creating(&req)?;
+        let (input_file, estimated_tokens) = validate::creating(&req)?;
         let job = self
             .store
-            .mark_creating(&ledger, &job, token, &input_file, &actor)
+            .mark_creating(&ledger, &job, token, &input_file, estimated_tokens, &actor)
             .await
             .map_err(from_store)?;
         Ok(Response::new(job_to_proto(&job)))

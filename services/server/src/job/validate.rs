@@ -75,7 +75,9 @@ pub fn submission(req: &pb::MarkSubmittedRequest) -> Result<(String, String), St
 }
 
 /// MarkCreating's input file: required (the batch is made from it).
-pub fn creating(req: &pb::MarkCreatingRequest) -> Result<String, Status> {
+/// MarkCreating's input file and the batch's estimated tokens (`None`:
+/// keep CreateJob's estimate).
+pub fn creating(req: &pb::MarkCreatingRequest) -> Result<(String, Option<i64>), Status> {
     let mut v = Violations::new();
     if req.input_file.trim().is_empty() {
         v.add(
@@ -84,8 +86,33 @@ pub fn creating(req: &pb::MarkCreatingRequest) -> Result<String, Status> {
         );
     }
     text("input_file", &req.input_file, MAX_FILE, &mut v);
+    if !(0..=tally_core::quota::MAX_TOKENS_LIMIT).contains(&req.estimated_tokens) {
+        v.add(
+            "estimated_tokens",
+            format!(
+                "must be 0 (keep CreateJob's estimate) to {}",
+                tally_core::quota::MAX_TOKENS_LIMIT
+            ),
+        );
+    }
     v.finish().map_err(invalid)?;
-    Ok(req.input_file.clone())
+    let tokens = (req.estimated_tokens > 0).then_some(req.estimated_tokens);
+    Ok((req.input_file.clone(), tokens))
+}
+
+/// Most characters of a provider account name.
+pub const MAX_ACCOUNT: usize = 128;
+
+/// CreateJob's provider account: at most [`MAX_ACCOUNT`] printable ASCII
+/// characters (an opaque name, never a key).
+pub fn provider_account(account: &str) -> Result<&str, Status> {
+    if account.len() > MAX_ACCOUNT || !account.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid_field(
+            "provider_account",
+            format!("must be at most {MAX_ACCOUNT} printable ASCII characters without spaces"),
+        ));
+    }
+    Ok(account)
 }
 
 /// MarkNotCreated's reason (bounded).
@@ -108,10 +135,12 @@ pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<NotCreatedParts, S
         Ok(pb::ProviderRefusal::Unspecified) => None,
         Ok(pb::ProviderRefusal::Quota) => Some(PauseReason::Quota),
         Ok(pb::ProviderRefusal::Billing) => Some(PauseReason::Billing),
+        Ok(pb::ProviderRefusal::Model) => Some(PauseReason::Model),
+        Ok(pb::ProviderRefusal::Request) => Some(PauseReason::Refused),
         Err(_) => {
             v.add(
                 "provider_refusal",
-                "must be PROVIDER_REFUSAL_QUOTA, PROVIDER_REFUSAL_BILLING or unset",
+                "must be a ProviderRefusal (QUOTA, BILLING, MODEL, REQUEST) or unset",
             );
             None
         }

@@ -195,6 +195,8 @@ pub fn pause_reason_to_proto(r: PauseReason) -> pb::LedgerPauseReason {
         PauseReason::Quota => pb::LedgerPauseReason::Quota,
         PauseReason::Billing => pb::LedgerPauseReason::Billing,
         PauseReason::ModelDrift => pb::LedgerPauseReason::ModelDrift,
+        PauseReason::Model => pb::LedgerPauseReason::Model,
+        PauseReason::Refused => pb::LedgerPauseReason::Refused,
     }
 }
 

@@ -146,6 +146,7 @@ async fn refusals_force_and_invisibility() {
     let claim_name = c.claim.clone().unwrap().name;
     j.create_job(pb::CreateJobRequest {
         claim: claim_name.clone(),
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -292,6 +293,7 @@ async fn refusals_force_and_invisibility() {
             code(
                 j.create_job(pb::CreateJobRequest {
                     claim: held.claim.clone().unwrap().name,
+                    ..Default::default()
                 })
                 .await,
             ),

@@ -145,6 +145,7 @@ async fn report(
 async fn create_job(j: &mut Jobs, claim: &str) -> Result<pb::Job, Status> {
     j.create_job(pb::CreateJobRequest {
         claim: claim.into(),
+        ..Default::default()
     })
     .await
     .map(|r| r.into_inner())
@@ -911,7 +912,9 @@ async fn shutdown_with_an_open_watch_stream_completes_promptly() {
 /// Invariants: MarkNotCreated with a provider refusal no wait fixes pauses
 /// the job's ledger with that reason, the provider's words and the caller;
 /// the rows go back with no attempt; a bad refusal value, or a refusal
-/// with no reason, is INVALID_ARGUMENT naming the field and writes nothing.
+/// with no reason, is INVALID_ARGUMENT naming the field and writes nothing;
+/// a refusal or cool-down for a job that never attempted its create is
+/// FAILED_PRECONDITION and writes nothing.
 #[tokio::test]
 async fn a_lasting_provider_refusal_pauses_the_ledger() {
     let db = TestDb::new().await;
@@ -950,14 +953,39 @@ async fn a_lasting_provider_refusal_pauses_the_ledger() {
     };
     assert_eq!(ledger(&mut l).await.state, pb::LedgerState::Active as i32);
 
-    let job = j
-        .mark_not_created(req(
+    // Only a job that attempted its create speaks for the provider: from a
+    // PREPARING job a refusal (or a cool-down) is FAILED_PRECONDITION and
+    // changes nothing.
+    let billing = || {
+        req(
             pb::ProviderRefusal::Billing as i32,
             "gemini answered 403: billing disabled",
-        ))
-        .await
-        .unwrap()
-        .into_inner();
+        )
+    };
+    let e = j.mark_not_created(billing()).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert_eq!(
+        tally_client::error_reason(&e).as_deref(),
+        Some("JOB_NOT_CREATING")
+    );
+    let mut cooling = req(0, "429");
+    cooling.provider_cooldown = Some(prost_types::Duration {
+        seconds: 3600,
+        nanos: 0,
+    });
+    let e = j.mark_not_created(cooling).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert_eq!(ledger(&mut l).await.state, pb::LedgerState::Active as i32);
+    j.mark_creating(pb::MarkCreatingRequest {
+        name: job.name.clone(),
+        claim: c.clone(),
+        input_file: "files/input-1".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let job = j.mark_not_created(billing()).await.unwrap().into_inner();
     assert!(job.end_time.is_some());
     let got = ledger(&mut l).await;
     assert_eq!(got.state, pb::LedgerState::Paused as i32);

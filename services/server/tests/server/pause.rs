@@ -160,6 +160,7 @@ async fn a_paused_ledger_claims_nothing_finishes_what_is_out_and_resumes() {
     let s = refused(
         j.create_job(pb::CreateJobRequest {
             claim: live.name.clone(),
+            ..Default::default()
         })
         .await,
     );
@@ -311,9 +312,12 @@ async fn watchers_see_the_pause_and_the_resume() {
     } = env().await;
     ledger_with_rows(&mut l, "p", 2).await;
     let c = claim(&mut l, "p", 1).await.claim.unwrap();
-    j.create_job(pb::CreateJobRequest { claim: c.name })
-        .await
-        .unwrap();
+    j.create_job(pb::CreateJobRequest {
+        claim: c.name,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     l.pause_ledger(pause("p", "look at the prompt", ""))
         .await
         .unwrap();

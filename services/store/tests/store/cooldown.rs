@@ -37,7 +37,7 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
     for ledger in ["a", "b"] {
         let g = claim(s, ledger, 10).await.unwrap();
         let job = s.create_job(ledger, g.claim.token, "w").await.unwrap();
-        s.mark_creating(ledger, &job.public_id, g.claim.token, "files/x", "w")
+        s.mark_creating(ledger, &job.public_id, g.claim.token, "files/x", None, "w")
             .await
             .unwrap();
         refused.push((ledger, job.public_id, g.claim.token));
@@ -96,4 +96,130 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
         .await
         .expect("the cool-down is over");
     assert_queue_consistent(s).await;
+}
+
+/// Invariant (issue 30): teams in different provider accounts cannot touch
+/// each other's admission: team A's worker refusing its own job with an
+/// hour's cool-down (clamped to 10 minutes) holds back A's account only;
+/// team B's CreateJob for the same model, in its own account, is made.
+#[tokio::test]
+async fn a_cool_down_holds_back_its_own_provider_account_only() {
+    use tally_store::types::JobOrigin;
+    let env = env().await;
+    let s = &env.store;
+    ledger(s, "team-a", "m", &["a1", "a2"]).await;
+    ledger(s, "team-b", "m", &["b1"]).await;
+    let a = JobOrigin {
+        account: "acct-a",
+        team: "team-a",
+    };
+    let b = JobOrigin {
+        account: "acct-b",
+        team: "team-b",
+    };
+    let g = claim(s, "team-a", 1).await.unwrap();
+    let job = s
+        .create_job_in("team-a", g.claim.token, "w", &a)
+        .await
+        .unwrap();
+    s.mark_creating(
+        "team-a",
+        &job.public_id,
+        g.claim.token,
+        "files/x",
+        None,
+        "w",
+    )
+    .await
+    .unwrap();
+    s.mark_not_created(
+        "team-a",
+        &job.public_id,
+        g.claim.token,
+        &NotCreated {
+            reason: "429",
+            cooldown: Some(Duration::from_secs(3600)),
+            pause: None,
+        },
+        "w",
+    )
+    .await
+    .unwrap();
+    let gb = claim(s, "team-b", 1).await.unwrap();
+    s.create_job_in("team-b", gb.claim.token, "w", &b)
+        .await
+        .expect("another account's model is not cooling down");
+    let ga = claim(s, "team-a", 1).await.unwrap();
+    match s.create_job_in("team-a", ga.claim.token, "w", &a).await {
+        Err(StoreError::ResourceExhausted {
+            reason,
+            retry_after_secs,
+            ..
+        }) => {
+            assert_eq!(reason, "PROVIDER_COOLDOWN");
+            assert!(
+                (590..=600).contains(&retry_after_secs),
+                "an hour asked, at most 10 minutes kept: {retry_after_secs}"
+            );
+        }
+        other => panic!("team A's own account cools down, got {other:?}"),
+    }
+}
+
+/// Invariant: with a team share of 50%, a team holding jobs of a model is
+/// admitted only within half of the account's limit, while other teams are
+/// admitted beside it; another team's stalled PREPARING jobs stop counting.
+#[tokio::test]
+async fn a_team_share_keeps_room_for_other_teams() {
+    use tally_core::quota::ProviderQuotas;
+    use tally_store::types::JobOrigin;
+    let env = env().await;
+    let mut quotas = ProviderQuotas::unlimited();
+    quotas.max_batches = 4;
+    quotas.team_share = 50;
+    let s = &env.store.clone().with_provider_quotas(quotas);
+    let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    for team in ["a", "b", "c"] {
+        ledger(s, team, "m", &refs).await;
+    }
+    let origin = |team| JobOrigin {
+        account: "shared",
+        team,
+    };
+    let create = |team: &'static str| async move {
+        let g = claim(s, team, 1).await.unwrap();
+        let got = s
+            .create_job_in(team, g.claim.token, "w", &origin(team))
+            .await;
+        (g.claim.token, got)
+    };
+    let refused = |got: Result<_, StoreError>, what: &str| match got {
+        Err(StoreError::ResourceExhausted {
+            reason, message, ..
+        }) => {
+            assert_eq!(reason, "PROVIDER_QUOTA");
+            message
+        }
+        other => panic!("{what}: expected PROVIDER_QUOTA, got {other:?}"),
+    };
+    for _ in 0..2 {
+        create("a").await.1.expect("within team a's share");
+    }
+    let message = refused(create("a").await.1, "team a at its share");
+    assert!(message.contains("share"), "{message}");
+    create("b").await.1.expect("team b beside team a");
+    create("c").await.1.expect("team c: 4 of 4");
+    let (c2, got) = create("c").await;
+    let message = refused(got, "the account is full");
+    assert!(message.contains("--provider-max-batches"), "{message}");
+    // Team a's jobs sit PREPARING past the hold (stalled, never sent): they
+    // no longer count against other teams.
+    sqlx::query("UPDATE jobs SET create_time = now() - interval '10 minutes' WHERE team = 'a'")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    s.create_job_in("c", c2, "w", &origin("c"))
+        .await
+        .expect("stalled PREPARING jobs of another team do not starve team c");
 }

@@ -450,7 +450,14 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
     let (ga, ja) = new_job(&env, "l", 2).await;
     let creating = env
         .store
-        .mark_creating("l", &ja.public_id, ga.claim.token, "files/in-a", "worker-a")
+        .mark_creating(
+            "l",
+            &ja.public_id,
+            ga.claim.token,
+            "files/in-a",
+            None,
+            "worker-a",
+        )
         .await
         .unwrap();
     assert_eq!(creating.state, JobState::Creating);
@@ -458,7 +465,14 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
     let attempted = creating.create_attempt_time.expect("attempt time recorded");
     let again = env
         .store
-        .mark_creating("l", &ja.public_id, ga.claim.token, "files/in-a", "worker-a")
+        .mark_creating(
+            "l",
+            &ja.public_id,
+            ga.claim.token,
+            "files/in-a",
+            None,
+            "worker-a",
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -562,7 +576,7 @@ async fn a_creating_job_whose_batch_is_found_is_submitted() {
     enroll_keys(&env, "l", &["a"]).await;
     let (g, job) = new_job(&env, "l", 10).await;
     env.store
-        .mark_creating("l", &job.public_id, g.claim.token, "files/in", "w")
+        .mark_creating("l", &job.public_id, g.claim.token, "files/in", None, "w")
         .await
         .unwrap();
     let j = env
@@ -598,7 +612,7 @@ async fn a_creating_job_whose_batch_is_found_is_submitted() {
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");
     let e = env
         .store
-        .mark_creating("l", &job.public_id, g.claim.token, "files/in", "w")
+        .mark_creating("l", &job.public_id, g.claim.token, "files/in", None, "w")
         .await
         .unwrap_err();
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");

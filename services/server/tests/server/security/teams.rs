@@ -190,6 +190,7 @@ async fn setup(channel: &Channel, team: &str) -> Team {
         .create_job(authed(
             pb::CreateJobRequest {
                 claim: job_claim.clone(),
+                ..Default::default()
             },
             root,
         ))
@@ -445,6 +446,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                 name: t.job.clone(),
                 claim: t.job_claim.clone(),
                 input_file: "files/x".into(),
+                ..Default::default()
             }),
         ),
         (
@@ -493,6 +495,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             false,
             e(&pb::CreateJobRequest {
                 claim: t.claim.clone(),
+                ..Default::default()
             }),
         ),
         (
@@ -775,6 +778,7 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
             "/tally.v1.JobService/CreateJob",
             pb::CreateJobRequest {
                 claim: smuggled.clone(),
+                ..Default::default()
             }
             .encode_to_vec(),
         ),

@@ -2,14 +2,16 @@
 -- claim's rows, and the claim points at its job.
 --
 -- Parameters: $1 the claim's token; $2 the job's public id; $3 the owner when
--- the claim names no worker; $4 the job's estimated input tokens.
+-- the claim names no worker; $4 the job's estimated input tokens; $5 the
+-- provider account; $6 the team.
 WITH c AS (
     SELECT token, ledger_id, model, worker, held, row_ids FROM claims WHERE token = $1
 ),
 j AS (
-    INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count, row_ids, est_tokens)
+    INSERT INTO jobs (public_id, ledger_id, origin, claim_token, model, owner, row_count, row_ids,
+                      est_tokens, provider_account, team)
     SELECT $2, ledger_id, token, token, model,
-           CASE WHEN worker <> '' THEN worker ELSE $3 END, held, row_ids, $4
+           CASE WHEN worker <> '' THEN worker ELSE $3 END, held, row_ids, $4, $5, $6
     FROM c RETURNING id
 ),
 -- The job's rows are the claim's: readers find the job of

@@ -1,0 +1,144 @@
+//! Refusals never loop (issue 29, items 3 and 4): every refused create is a
+//! wait (a cool-down, a smaller batch), a fix (a smaller batch; a row too
+//! large alone is PERMANENT) or a stop (the ledger pauses with the
+//! provider's words). On 13bf183 a 404 or 400 at create gave the rows back
+//! and the worker claimed, rendered, uploaded and created them again at
+//! once, forever; a batch larger than the enqueued-token quota was refused
+//! with 429 forever.
+//!
+//! Run: `cargo test -p tally-worker --test worker e2e_refusals:: -- --nocapture`.
+
+use crate::common::{self, World, exits_ok, list_jobs, summary};
+use crate::e2e_quota::a_lasting_refusal_pauses;
+
+use gemini_emulator::faults::EnqueuedTokens;
+use gemini_emulator::{CreateRefusal, FaultPlan, Timing};
+use std::time::Duration;
+use tally_proto::v1 as pb;
+
+fn refusal(code: u16, status: &str, message: &str) -> FaultPlan {
+    FaultPlan {
+        create_refusal: Some(CreateRefusal {
+            code,
+            status: Some(status.into()),
+            message: Some(message.into()),
+            times: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A model the provider does not batch: the first create's 404 pauses the
+/// ledger (reason MODEL, the provider's words), no row spends an attempt,
+/// and at most the jobs already past CreateJob met the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unknown_model_pauses_the_ledger_with_the_providers_words() {
+    let faults = refusal(
+        404,
+        "NOT_FOUND",
+        "models/gemini-2.5-flash is not found for API version v1beta, or is not supported for batchGenerateContent.",
+    );
+    a_lasting_refusal_pauses(faults, pb::LedgerPauseReason::Model, 0).await;
+}
+
+/// Any other refusal (a bad key, a bad request) stops too (reason
+/// REFUSED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_request_pauses_the_ledger() {
+    let faults = refusal(
+        401,
+        "UNAUTHENTICATED",
+        "Request had invalid authentication credentials.",
+    );
+    a_lasting_refusal_pauses(faults, pb::LedgerPauseReason::Refused, 0).await;
+}
+
+/// A provider whose enqueued-token quota (120 tokens) is far below what
+/// tally admits (its default, 3,000,000): the first batch (30 rows, about
+/// 300 tokens) is refused with 429, and each refusal halves the next
+/// batch until they fit; every row succeeds with one attempt, and the
+/// creates refused are few (a handful, not a loop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_over_the_quota_is_split_until_it_fits() {
+    const ROWS: usize = 30;
+    let faults = FaultPlan {
+        enqueued_tokens: Some(EnqueuedTokens {
+            limit: 120,
+            retry_after_secs: 1,
+        }),
+        ..Default::default()
+    };
+    let timing = Timing {
+        pending: Duration::from_millis(100),
+        running: Duration::from_millis(200),
+    };
+    let w = World::start_with("split", ROWS, faults, pb::AttemptBudgets::default(), timing).await;
+    let worker = w.worker(
+        "split",
+        "splitter",
+        &["--exit-when-idle", "--max-jobs", "1"],
+    );
+    exits_ok(worker, "the worker").await;
+    let s = summary(&w.c, "split").await;
+    let stats = w.emulator.stats();
+    let jobs = list_jobs(&w.c, "split").await;
+    println!(
+        "{} rows: {} creates refused, {} batches made, {} jobs",
+        ROWS,
+        stats.create_rejections,
+        stats.batches_created,
+        jobs.len()
+    );
+    assert_eq!(s.succeeded, ROWS as i64);
+    assert_eq!(s.attempts_total, ROWS as i64, "no attempt spent on a 429");
+    for key in stats.submissions.keys() {
+        assert_eq!(stats.submission_count(key), 1, "{key} sent once");
+    }
+    assert!(
+        (1..=8).contains(&stats.create_rejections),
+        "a few halvings, not a loop: {}",
+        stats.create_rejections
+    );
+    common::assert_no_orphan_batch(&jobs, &stats);
+    w.stop().await;
+}
+
+/// A provider that refuses every create as too large (413): batches halve
+/// down to one row, and a row refused alone is PERMANENT with the
+/// provider's words; nothing is sent, nothing loops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_too_large_alone_is_permanent() {
+    const ROWS: usize = 4;
+    let faults = refusal(
+        413,
+        "RESOURCE_EXHAUSTED",
+        "Request payload size exceeds the limit: 20971520 bytes.",
+    );
+    let w = World::start("large", ROWS, faults, pb::AttemptBudgets::default()).await;
+    let worker = w.worker(
+        "large",
+        "splitter",
+        &["--exit-when-idle", "--max-jobs", "1"],
+    );
+    exits_ok(worker, "the worker").await;
+    let s = summary(&w.c, "large").await;
+    let stats = w.emulator.stats();
+    println!(
+        "{} rows: {} creates refused, {} batches made",
+        ROWS, stats.create_rejections, stats.batches_created
+    );
+    assert_eq!(s.permanent, ROWS as i64);
+    assert_eq!(stats.batches_created, 0);
+    // 4 rows: a batch of 4, of 2 (twice over), then one per row: at most
+    // 4 + 2 + 1 refusals.
+    assert!(
+        stats.create_rejections <= 7,
+        "bounded: {}",
+        stats.create_rejections
+    );
+    for r in common::all_rows(&w.c, "large").await {
+        assert_eq!(r.status(), pb::RowStatus::Permanent, "{}", r.key);
+        assert!(r.last_error.contains("too large"), "{}", r.last_error);
+    }
+    w.stop().await;
+}
