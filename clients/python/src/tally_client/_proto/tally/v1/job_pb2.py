@@ -28,19 +28,19 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from tally_client._proto.tally.v1 import ledger_pb2 as tally_dot_v1_dot_ledger__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12tally/v1/job.proto\x12\x08tally.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tally/v1/ledger.proto\"O\n\x0cGoldenAnswer\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rmodel_version\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"b\n\x1aReportGoldenResultsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\'\n\x07\x61nswers\x18\x03 \x03(\x0b\x32\x16.tally.v1.GoldenAnswer\"h\n\x1bReportGoldenResultsResponse\x12\x0f\n\x07matched\x18\x01 \x01(\x05\x12\x12\n\nmismatched\x18\x02 \x01(\x05\x12$\n\x05\x64rift\x18\x03 \x01(\x0b\x32\x15.tally.v1.GoldenDrift\"w\n\tJobCounts\x12\x0c\n\x04rows\x18\x01 \x01(\x05\x12\x11\n\tsucceeded\x18\x02 \x01(\x05\x12\x11\n\tretryable\x18\x03 \x01(\x05\x12\x11\n\tpermanent\x18\x04 \x01(\x05\x12\x0f\n\x07missing\x18\x05 \x01(\x05\x12\x12\n\nunreported\x18\x06 \x01(\x05\"\x9a\x05\n\x03Job\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05\x63laim\x18\x03 \x01(\t\x12!\n\x05state\x18\x04 \x01(\x0e\x32\x12.tally.v1.JobState\x12\r\n\x05model\x18\x05 \x01(\t\x12\r\n\x05owner\x18\x06 \x01(\t\x12\r\n\x05\x62\x61tch\x18\x07 \x01(\t\x12\x12\n\ninput_file\x18\x08 \x01(\t\x12\x13\n\x0boutput_file\x18\t \x01(\t\x12#\n\x06\x63ounts\x18\n \x01(\x0b\x32\x13.tally.v1.JobCounts\x12\x0f\n\x07summary\x18\x0b \x01(\t\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x11\n\tadoptions\x18\r \x01(\x05\x12\x11\n\toperation\x18\x0e \x01(\t\x12/\n\x0b\x63reate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bsubmit_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11lease_expire_time\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x0b\x66inal_state\x18\x14 \x01(\x0e\x32\x12.tally.v1.JobState\x12\x37\n\x13\x63reate_attempt_time\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x0bgolden_rows\x18\x16 \x03(\x0b\x32\x13.tally.v1.GoldenRow\"!\n\x10\x43reateJobRequest\x12\r\n\x05\x63laim\x18\x01 \x01(\t\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"l\n\x0fListJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\"\n\x06states\x18\x02 \x03(\x0e\x32\x12.tally.v1.JobState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.tally.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"V\n\x14MarkSubmittedRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\t\x12\x12\n\ninput_file\x18\x04 \x01(\t\"F\n\x13MarkCreatingRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\x12\n\ninput_file\x18\x03 \x01(\t\"\xaf\x01\n\x15MarkNotCreatedRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x34\n\x11provider_cooldown\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x10provider_refusal\x18\x05 \x01(\x0e\x32\x19.tally.v1.ProviderRefusal\"n\n\x10\x41\x64optJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12\x10\n\x08max_jobs\x18\x03 \x01(\x05\x12(\n\x05lease\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"V\n\nAdoptedJob\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.tally.v1.Job\x12\x1e\n\x05\x63laim\x18\x02 \x01(\x0b\x32\x0f.tally.v1.Claim\x12\x0c\n\x04keys\x18\x03 \x03(\t\"N\n\x11\x41\x64optJobsResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.tally.v1.AdoptedJob\x12\x15\n\rreleased_jobs\x18\x02 \x01(\x05\"|\n\x10\x46inishJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\'\n\x0b\x66inal_state\x18\x03 \x01(\x0e\x32\x12.tally.v1.JobState\x12\x13\n\x0boutput_file\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\":\n\x10WatchJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"\xcd\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12$\n\x04type\x18\x02 \x01(\x0e\x32\x16.tally.v1.JobEventType\x12\x1a\n\x03job\x18\x03 \x01(\x0b\x32\r.tally.v1.Job\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x05 \x01(\t\x12\x0e\n\x06ledger\x18\x06 \x01(\t\x12$\n\x05pause\x18\x07 \x01(\x0b\x32\x15.tally.v1.LedgerPause\"\x95\x01\n\x04Lock\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x30\n\x0c\x61\x63quire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x12\x41\x63quireLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"E\n\x13\x41\x63quireLockResponse\x12\x10\n\x08\x61\x63quired\x18\x01 \x01(\x08\x12\x1c\n\x04lock\x18\x02 \x01(\x0b\x32\x0e.tally.v1.Lock\"W\n\x10RenewLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"1\n\x12ReleaseLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t*\xff\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13JOB_STATE_PREPARING\x10\x01\x12\x17\n\x13JOB_STATE_SUBMITTED\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06\x12\x15\n\x11JOB_STATE_EXPIRED\x10\x07\x12\x18\n\x14JOB_STATE_RECONCILED\x10\x08\x12\x16\n\x12JOB_STATE_CREATING\x10\t*m\n\x0fProviderRefusal\x12 \n\x1cPROVIDER_REFUSAL_UNSPECIFIED\x10\x00\x12\x1a\n\x16PROVIDER_REFUSAL_QUOTA\x10\x01\x12\x1c\n\x18PROVIDER_REFUSAL_BILLING\x10\x02*\xea\x01\n\x0cJobEventType\x12\x1e\n\x1aJOB_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16JOB_EVENT_TYPE_CREATED\x10\x01\x12 \n\x1cJOB_EVENT_TYPE_STATE_CHANGED\x10\x02\x12\x1b\n\x17JOB_EVENT_TYPE_PROGRESS\x10\x03\x12\x1a\n\x16JOB_EVENT_TYPE_ADOPTED\x10\x04\x12 \n\x1cJOB_EVENT_TYPE_LEDGER_PAUSED\x10\x05\x12!\n\x1dJOB_EVENT_TYPE_LEDGER_RESUMED\x10\x06\x32\xe4\x06\n\nJobService\x12\x36\n\tCreateJob\x12\x1a.tally.v1.CreateJobRequest\x1a\r.tally.v1.Job\x12\x30\n\x06GetJob\x12\x17.tally.v1.GetJobRequest\x1a\r.tally.v1.Job\x12\x41\n\x08ListJobs\x12\x19.tally.v1.ListJobsRequest\x1a\x1a.tally.v1.ListJobsResponse\x12<\n\x0cMarkCreating\x12\x1d.tally.v1.MarkCreatingRequest\x1a\r.tally.v1.Job\x12>\n\rMarkSubmitted\x12\x1e.tally.v1.MarkSubmittedRequest\x1a\r.tally.v1.Job\x12@\n\x0eMarkNotCreated\x12\x1f.tally.v1.MarkNotCreatedRequest\x1a\r.tally.v1.Job\x12\x44\n\tAdoptJobs\x12\x1a.tally.v1.AdoptJobsRequest\x1a\x1b.tally.v1.AdoptJobsResponse\x12\x36\n\tFinishJob\x12\x1a.tally.v1.FinishJobRequest\x1a\r.tally.v1.Job\x12=\n\tWatchJobs\x12\x1a.tally.v1.WatchJobsRequest\x1a\x12.tally.v1.JobEvent0\x01\x12J\n\x0b\x41\x63quireLock\x12\x1c.tally.v1.AcquireLockRequest\x1a\x1d.tally.v1.AcquireLockResponse\x12\x37\n\tRenewLock\x12\x1a.tally.v1.RenewLockRequest\x1a\x0e.tally.v1.Lock\x12\x43\n\x0bReleaseLock\x12\x1c.tally.v1.ReleaseLockRequest\x1a\x16.google.protobuf.Empty\x12\x62\n\x13ReportGoldenResults\x12$.tally.v1.ReportGoldenResultsRequest\x1a%.tally.v1.ReportGoldenResultsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12tally/v1/job.proto\x12\x08tally.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tally/v1/ledger.proto\"O\n\x0cGoldenAnswer\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x15\n\rmodel_version\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"b\n\x1aReportGoldenResultsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\'\n\x07\x61nswers\x18\x03 \x03(\x0b\x32\x16.tally.v1.GoldenAnswer\"h\n\x1bReportGoldenResultsResponse\x12\x0f\n\x07matched\x18\x01 \x01(\x05\x12\x12\n\nmismatched\x18\x02 \x01(\x05\x12$\n\x05\x64rift\x18\x03 \x01(\x0b\x32\x15.tally.v1.GoldenDrift\"w\n\tJobCounts\x12\x0c\n\x04rows\x18\x01 \x01(\x05\x12\x11\n\tsucceeded\x18\x02 \x01(\x05\x12\x11\n\tretryable\x18\x03 \x01(\x05\x12\x11\n\tpermanent\x18\x04 \x01(\x05\x12\x0f\n\x07missing\x18\x05 \x01(\x05\x12\x12\n\nunreported\x18\x06 \x01(\x05\"\xd2\x05\n\x03Job\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05\x63laim\x18\x03 \x01(\t\x12!\n\x05state\x18\x04 \x01(\x0e\x32\x12.tally.v1.JobState\x12\r\n\x05model\x18\x05 \x01(\t\x12\r\n\x05owner\x18\x06 \x01(\t\x12\r\n\x05\x62\x61tch\x18\x07 \x01(\t\x12\x12\n\ninput_file\x18\x08 \x01(\t\x12\x13\n\x0boutput_file\x18\t \x01(\t\x12#\n\x06\x63ounts\x18\n \x01(\x0b\x32\x13.tally.v1.JobCounts\x12\x0f\n\x07summary\x18\x0b \x01(\t\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x11\n\tadoptions\x18\r \x01(\x05\x12\x11\n\toperation\x18\x0e \x01(\t\x12/\n\x0b\x63reate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bsubmit_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11lease_expire_time\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x0b\x66inal_state\x18\x14 \x01(\x0e\x32\x12.tally.v1.JobState\x12\x37\n\x13\x63reate_attempt_time\x18\x15 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x0bgolden_rows\x18\x16 \x03(\x0b\x32\x13.tally.v1.GoldenRow\x12\x1c\n\x14provider_token_limit\x18\x17 \x01(\x03\x12\x18\n\x10provider_account\x18\x18 \x01(\t\";\n\x10\x43reateJobRequest\x12\r\n\x05\x63laim\x18\x01 \x01(\t\x12\x18\n\x10provider_account\x18\x02 \x01(\t\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"l\n\x0fListJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\"\n\x06states\x18\x02 \x03(\x0e\x32\x12.tally.v1.JobState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"H\n\x10ListJobsResponse\x12\x1b\n\x04jobs\x18\x01 \x03(\x0b\x32\r.tally.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"V\n\x14MarkSubmittedRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\t\x12\x12\n\ninput_file\x18\x04 \x01(\t\"`\n\x13MarkCreatingRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\x12\n\ninput_file\x18\x03 \x01(\t\x12\x18\n\x10\x65stimated_tokens\x18\x04 \x01(\x03\"\xaf\x01\n\x15MarkNotCreatedRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x34\n\x11provider_cooldown\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x10provider_refusal\x18\x05 \x01(\x0e\x32\x19.tally.v1.ProviderRefusal\"n\n\x10\x41\x64optJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12\x10\n\x08max_jobs\x18\x03 \x01(\x05\x12(\n\x05lease\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"V\n\nAdoptedJob\x12\x1a\n\x03job\x18\x01 \x01(\x0b\x32\r.tally.v1.Job\x12\x1e\n\x05\x63laim\x18\x02 \x01(\x0b\x32\x0f.tally.v1.Claim\x12\x0c\n\x04keys\x18\x03 \x03(\t\"N\n\x11\x41\x64optJobsResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.tally.v1.AdoptedJob\x12\x15\n\rreleased_jobs\x18\x02 \x01(\x05\"|\n\x10\x46inishJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63laim\x18\x02 \x01(\t\x12\'\n\x0b\x66inal_state\x18\x03 \x01(\x0e\x32\x12.tally.v1.JobState\x12\x13\n\x0boutput_file\x18\x04 \x01(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\":\n\x10WatchJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"\xcd\x01\n\x08JobEvent\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12$\n\x04type\x18\x02 \x01(\x0e\x32\x16.tally.v1.JobEventType\x12\x1a\n\x03job\x18\x03 \x01(\x0b\x32\r.tally.v1.Job\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x05 \x01(\t\x12\x0e\n\x06ledger\x18\x06 \x01(\t\x12$\n\x05pause\x18\x07 \x01(\x0b\x32\x15.tally.v1.LedgerPause\"\x95\x01\n\x04Lock\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\t\x12\x30\n\x0c\x61\x63quire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x65xpire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x12\x41\x63quireLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"E\n\x13\x41\x63quireLockResponse\x12\x10\n\x08\x61\x63quired\x18\x01 \x01(\x08\x12\x1c\n\x04lock\x18\x02 \x01(\x0b\x32\x0e.tally.v1.Lock\"W\n\x10RenewLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"1\n\x12ReleaseLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\t*\xff\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13JOB_STATE_PREPARING\x10\x01\x12\x17\n\x13JOB_STATE_SUBMITTED\x10\x02\x12\x15\n\x11JOB_STATE_RUNNING\x10\x03\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n\x10JOB_STATE_FAILED\x10\x05\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x06\x12\x15\n\x11JOB_STATE_EXPIRED\x10\x07\x12\x18\n\x14JOB_STATE_RECONCILED\x10\x08\x12\x16\n\x12JOB_STATE_CREATING\x10\t*\xa7\x01\n\x0fProviderRefusal\x12 \n\x1cPROVIDER_REFUSAL_UNSPECIFIED\x10\x00\x12\x1a\n\x16PROVIDER_REFUSAL_QUOTA\x10\x01\x12\x1c\n\x18PROVIDER_REFUSAL_BILLING\x10\x02\x12\x1a\n\x16PROVIDER_REFUSAL_MODEL\x10\x03\x12\x1c\n\x18PROVIDER_REFUSAL_REQUEST\x10\x04*\xea\x01\n\x0cJobEventType\x12\x1e\n\x1aJOB_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16JOB_EVENT_TYPE_CREATED\x10\x01\x12 \n\x1cJOB_EVENT_TYPE_STATE_CHANGED\x10\x02\x12\x1b\n\x17JOB_EVENT_TYPE_PROGRESS\x10\x03\x12\x1a\n\x16JOB_EVENT_TYPE_ADOPTED\x10\x04\x12 \n\x1cJOB_EVENT_TYPE_LEDGER_PAUSED\x10\x05\x12!\n\x1dJOB_EVENT_TYPE_LEDGER_RESUMED\x10\x06\x32\xe4\x06\n\nJobService\x12\x36\n\tCreateJob\x12\x1a.tally.v1.CreateJobRequest\x1a\r.tally.v1.Job\x12\x30\n\x06GetJob\x12\x17.tally.v1.GetJobRequest\x1a\r.tally.v1.Job\x12\x41\n\x08ListJobs\x12\x19.tally.v1.ListJobsRequest\x1a\x1a.tally.v1.ListJobsResponse\x12<\n\x0cMarkCreating\x12\x1d.tally.v1.MarkCreatingRequest\x1a\r.tally.v1.Job\x12>\n\rMarkSubmitted\x12\x1e.tally.v1.MarkSubmittedRequest\x1a\r.tally.v1.Job\x12@\n\x0eMarkNotCreated\x12\x1f.tally.v1.MarkNotCreatedRequest\x1a\r.tally.v1.Job\x12\x44\n\tAdoptJobs\x12\x1a.tally.v1.AdoptJobsRequest\x1a\x1b.tally.v1.AdoptJobsResponse\x12\x36\n\tFinishJob\x12\x1a.tally.v1.FinishJobRequest\x1a\r.tally.v1.Job\x12=\n\tWatchJobs\x12\x1a.tally.v1.WatchJobsRequest\x1a\x12.tally.v1.JobEvent0\x01\x12J\n\x0b\x41\x63quireLock\x12\x1c.tally.v1.AcquireLockRequest\x1a\x1d.tally.v1.AcquireLockResponse\x12\x37\n\tRenewLock\x12\x1a.tally.v1.RenewLockRequest\x1a\x0e.tally.v1.Lock\x12\x43\n\x0bReleaseLock\x12\x1c.tally.v1.ReleaseLockRequest\x1a\x16.google.protobuf.Empty\x12\x62\n\x13ReportGoldenResults\x12$.tally.v1.ReportGoldenResultsRequest\x1a%.tally.v1.ReportGoldenResultsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tally.v1.job_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATE']._serialized_start=2943
-  _globals['_JOBSTATE']._serialized_end=3198
-  _globals['_PROVIDERREFUSAL']._serialized_start=3200
-  _globals['_PROVIDERREFUSAL']._serialized_end=3309
-  _globals['_JOBEVENTTYPE']._serialized_start=3312
-  _globals['_JOBEVENTTYPE']._serialized_end=3546
+  _globals['_JOBSTATE']._serialized_start=3051
+  _globals['_JOBSTATE']._serialized_end=3306
+  _globals['_PROVIDERREFUSAL']._serialized_start=3309
+  _globals['_PROVIDERREFUSAL']._serialized_end=3476
+  _globals['_JOBEVENTTYPE']._serialized_start=3479
+  _globals['_JOBEVENTTYPE']._serialized_end=3713
   _globals['_GOLDENANSWER']._serialized_start=149
   _globals['_GOLDENANSWER']._serialized_end=228
   _globals['_REPORTGOLDENRESULTSREQUEST']._serialized_start=230
@@ -50,43 +50,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBCOUNTS']._serialized_start=436
   _globals['_JOBCOUNTS']._serialized_end=555
   _globals['_JOB']._serialized_start=558
-  _globals['_JOB']._serialized_end=1224
-  _globals['_CREATEJOBREQUEST']._serialized_start=1226
-  _globals['_CREATEJOBREQUEST']._serialized_end=1259
-  _globals['_GETJOBREQUEST']._serialized_start=1261
-  _globals['_GETJOBREQUEST']._serialized_end=1290
-  _globals['_LISTJOBSREQUEST']._serialized_start=1292
-  _globals['_LISTJOBSREQUEST']._serialized_end=1400
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1402
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1474
-  _globals['_MARKSUBMITTEDREQUEST']._serialized_start=1476
-  _globals['_MARKSUBMITTEDREQUEST']._serialized_end=1562
-  _globals['_MARKCREATINGREQUEST']._serialized_start=1564
-  _globals['_MARKCREATINGREQUEST']._serialized_end=1634
-  _globals['_MARKNOTCREATEDREQUEST']._serialized_start=1637
-  _globals['_MARKNOTCREATEDREQUEST']._serialized_end=1812
-  _globals['_ADOPTJOBSREQUEST']._serialized_start=1814
-  _globals['_ADOPTJOBSREQUEST']._serialized_end=1924
-  _globals['_ADOPTEDJOB']._serialized_start=1926
-  _globals['_ADOPTEDJOB']._serialized_end=2012
-  _globals['_ADOPTJOBSRESPONSE']._serialized_start=2014
-  _globals['_ADOPTJOBSRESPONSE']._serialized_end=2092
-  _globals['_FINISHJOBREQUEST']._serialized_start=2094
-  _globals['_FINISHJOBREQUEST']._serialized_end=2218
-  _globals['_WATCHJOBSREQUEST']._serialized_start=2220
-  _globals['_WATCHJOBSREQUEST']._serialized_end=2278
-  _globals['_JOBEVENT']._serialized_start=2281
-  _globals['_JOBEVENT']._serialized_end=2486
-  _globals['_LOCK']._serialized_start=2489
-  _globals['_LOCK']._serialized_end=2638
-  _globals['_ACQUIRELOCKREQUEST']._serialized_start=2640
-  _globals['_ACQUIRELOCKREQUEST']._serialized_end=2729
-  _globals['_ACQUIRELOCKRESPONSE']._serialized_start=2731
-  _globals['_ACQUIRELOCKRESPONSE']._serialized_end=2800
-  _globals['_RENEWLOCKREQUEST']._serialized_start=2802
-  _globals['_RENEWLOCKREQUEST']._serialized_end=2889
-  _globals['_RELEASELOCKREQUEST']._serialized_start=2891
-  _globals['_RELEASELOCKREQUEST']._serialized_end=2940
-  _globals['_JOBSERVICE']._serialized_start=3549
-  _globals['_JOBSERVICE']._serialized_end=4417
+  _globals['_JOB']._serialized_end=1280
+  _globals['_CREATEJOBREQUEST']._serialized_start=1282
+  _globals['_CREATEJOBREQUEST']._serialized_end=1341
+  _globals['_GETJOBREQUEST']._serialized_start=1343
+  _globals['_GETJOBREQUEST']._serialized_end=1372
+  _globals['_LISTJOBSREQUEST']._serialized_start=1374
+  _globals['_LISTJOBSREQUEST']._serialized_end=1482
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1484
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1556
+  _globals['_MARKSUBMITTEDREQUEST']._serialized_start=1558
+  _globals['_MARKSUBMITTEDREQUEST']._serialized_end=1644
+  _globals['_MARKCREATINGREQUEST']._serialized_start=1646
+  _globals['_MARKCREATINGREQUEST']._serialized_end=1742
+  _globals['_MARKNOTCREATEDREQUEST']._serialized_start=1745
+  _globals['_MARKNOTCREATEDREQUEST']._serialized_end=1920
+  _globals['_ADOPTJOBSREQUEST']._serialized_start=1922
+  _globals['_ADOPTJOBSREQUEST']._serialized_end=2032
+  _globals['_ADOPTEDJOB']._serialized_start=2034
+  _globals['_ADOPTEDJOB']._serialized_end=2120
+  _globals['_ADOPTJOBSRESPONSE']._serialized_start=2122
+  _globals['_ADOPTJOBSRESPONSE']._serialized_end=2200
+  _globals['_FINISHJOBREQUEST']._serialized_start=2202
+  _globals['_FINISHJOBREQUEST']._serialized_end=2326
+  _globals['_WATCHJOBSREQUEST']._serialized_start=2328
+  _globals['_WATCHJOBSREQUEST']._serialized_end=2386
+  _globals['_JOBEVENT']._serialized_start=2389
+  _globals['_JOBEVENT']._serialized_end=2594
+  _globals['_LOCK']._serialized_start=2597
+  _globals['_LOCK']._serialized_end=2746
+  _globals['_ACQUIRELOCKREQUEST']._serialized_start=2748
+  _globals['_ACQUIRELOCKREQUEST']._serialized_end=2837
+  _globals['_ACQUIRELOCKRESPONSE']._serialized_start=2839
+  _globals['_ACQUIRELOCKRESPONSE']._serialized_end=2908
+  _globals['_RENEWLOCKREQUEST']._serialized_start=2910
+  _globals['_RENEWLOCKREQUEST']._serialized_end=2997
+  _globals['_RELEASELOCKREQUEST']._serialized_start=2999
+  _globals['_RELEASELOCKREQUEST']._serialized_end=3048
+  _globals['_JOBSERVICE']._serialized_start=3716
+  _globals['_JOBSERVICE']._serialized_end=4584
 # @@protoc_insertion_point(module_scope)

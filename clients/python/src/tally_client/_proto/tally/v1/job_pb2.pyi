@@ -31,6 +31,8 @@ class ProviderRefusal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROVIDER_REFUSAL_UNSPECIFIED: _ClassVar[ProviderRefusal]
     PROVIDER_REFUSAL_QUOTA: _ClassVar[ProviderRefusal]
     PROVIDER_REFUSAL_BILLING: _ClassVar[ProviderRefusal]
+    PROVIDER_REFUSAL_MODEL: _ClassVar[ProviderRefusal]
+    PROVIDER_REFUSAL_REQUEST: _ClassVar[ProviderRefusal]
 
 class JobEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -54,6 +56,8 @@ JOB_STATE_CREATING: JobState
 PROVIDER_REFUSAL_UNSPECIFIED: ProviderRefusal
 PROVIDER_REFUSAL_QUOTA: ProviderRefusal
 PROVIDER_REFUSAL_BILLING: ProviderRefusal
+PROVIDER_REFUSAL_MODEL: ProviderRefusal
+PROVIDER_REFUSAL_REQUEST: ProviderRefusal
 JOB_EVENT_TYPE_UNSPECIFIED: JobEventType
 JOB_EVENT_TYPE_CREATED: JobEventType
 JOB_EVENT_TYPE_STATE_CHANGED: JobEventType
@@ -111,7 +115,7 @@ class JobCounts(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., missing: _Optional[int] = ..., unreported: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time", "golden_rows")
+    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time", "golden_rows", "provider_token_limit", "provider_account")
     NAME_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +138,8 @@ class Job(_message.Message):
     FINAL_STATE_FIELD_NUMBER: _ClassVar[int]
     CREATE_ATTEMPT_TIME_FIELD_NUMBER: _ClassVar[int]
     GOLDEN_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_TOKEN_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     name: str
     job_id: str
     claim: str
@@ -156,13 +162,17 @@ class Job(_message.Message):
     final_state: JobState
     create_attempt_time: _timestamp_pb2.Timestamp
     golden_rows: _containers.RepeatedCompositeFieldContainer[_ledger_pb2.GoldenRow]
-    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., golden_rows: _Optional[_Iterable[_Union[_ledger_pb2.GoldenRow, _Mapping]]] = ...) -> None: ...
+    provider_token_limit: int
+    provider_account: str
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., golden_rows: _Optional[_Iterable[_Union[_ledger_pb2.GoldenRow, _Mapping]]] = ..., provider_token_limit: _Optional[int] = ..., provider_account: _Optional[str] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("claim",)
+    __slots__ = ("claim", "provider_account")
     CLAIM_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     claim: str
-    def __init__(self, claim: _Optional[str] = ...) -> None: ...
+    provider_account: str
+    def __init__(self, claim: _Optional[str] = ..., provider_account: _Optional[str] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("name",)
@@ -203,14 +213,16 @@ class MarkSubmittedRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ...) -> None: ...
 
 class MarkCreatingRequest(_message.Message):
-    __slots__ = ("name", "claim", "input_file")
+    __slots__ = ("name", "claim", "input_file", "estimated_tokens")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     INPUT_FILE_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     name: str
     claim: str
     input_file: str
-    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ...) -> None: ...
+    estimated_tokens: int
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ..., estimated_tokens: _Optional[int] = ...) -> None: ...
 
 class MarkNotCreatedRequest(_message.Message):
     __slots__ = ("name", "claim", "reason", "provider_cooldown", "provider_refusal")

@@ -28,6 +28,8 @@ class LedgerPauseReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEDGER_PAUSE_REASON_QUOTA: _ClassVar[LedgerPauseReason]
     LEDGER_PAUSE_REASON_BILLING: _ClassVar[LedgerPauseReason]
     LEDGER_PAUSE_REASON_MODEL_DRIFT: _ClassVar[LedgerPauseReason]
+    LEDGER_PAUSE_REASON_MODEL: _ClassVar[LedgerPauseReason]
+    LEDGER_PAUSE_REASON_REFUSED: _ClassVar[LedgerPauseReason]
 
 class EnrollOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -67,6 +69,8 @@ LEDGER_PAUSE_REASON_SPEND_CAP: LedgerPauseReason
 LEDGER_PAUSE_REASON_QUOTA: LedgerPauseReason
 LEDGER_PAUSE_REASON_BILLING: LedgerPauseReason
 LEDGER_PAUSE_REASON_MODEL_DRIFT: LedgerPauseReason
+LEDGER_PAUSE_REASON_MODEL: LedgerPauseReason
+LEDGER_PAUSE_REASON_REFUSED: LedgerPauseReason
 ENROLL_OUTCOME_UNSPECIFIED: EnrollOutcome
 ENROLL_OUTCOME_ENROLLED: EnrollOutcome
 ENROLL_OUTCOME_ALREADY_PRESENT: EnrollOutcome
