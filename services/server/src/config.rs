@@ -506,6 +506,45 @@ pub struct Limits {
     /// pages stop at 4 MiB (gRPC's default receive limit). At least 4 MiB.
     #[arg(long, env = "TALLY_MAX_RESPONSE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_response_bytes: usize,
+
+    /// Calls and streams one principal (a token's name, a certificate's
+    /// subject) may have in flight over all its connections; more are
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TALLY_MAX_CALLS_PER_PRINCIPAL", default_value_t = 128)]
+    pub max_calls_per_principal: usize,
+
+    /// Calls per second one principal may make (a burst of as many);
+    /// more are refused with RESOURCE_EXHAUSTED and a RetryInfo.
+    #[arg(long, env = "TALLY_PRINCIPAL_CALL_RATE", default_value_t = 1000)]
+    pub principal_call_rate: u32,
+
+    /// Request bytes per second one principal may send (a burst of one
+    /// second or one largest request); more are refused like calls.
+    #[arg(long, env = "TALLY_PRINCIPAL_BYTE_RATE", default_value_t = 64 * 1024 * 1024)]
+    pub principal_byte_rate: usize,
+
+    /// Open connections to the gRPC port; one more is closed at once.
+    #[arg(long, env = "TALLY_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// Longest a gRPC connection may take to finish its TLS handshake and
+    /// make its first call; then it is closed.
+    #[arg(long, env = "TALLY_CONNECTION_START_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub connection_start_timeout: Duration,
+
+    /// How often an HTTP/2 keepalive ping is sent on each gRPC connection.
+    #[arg(long, env = "TALLY_HTTP2_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Duration,
+
+    /// A connection whose keepalive ping is not answered within this is
+    /// closed.
+    #[arg(long, env = "TALLY_HTTP2_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Duration,
+
+    /// A gRPC connection is asked to go away (HTTP/2 GOAWAY) after this,
+    /// and closed --request-timeout later; clients reconnect.
+    #[arg(long, env = "TALLY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
 }
 
 impl Default for Limits {
@@ -524,6 +563,14 @@ impl Default for Limits {
             max_response_bytes: 16 * 1024 * 1024,
             max_anonymous_streams: 32,
             write_timeout: Duration::from_secs(30),
+            max_calls_per_principal: 128,
+            principal_call_rate: 1000,
+            principal_byte_rate: 64 * 1024 * 1024,
+            max_connections: 1024,
+            connection_start_timeout: Duration::from_secs(10),
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_keepalive_timeout: Duration::from_secs(10),
+            max_connection_age: Duration::from_secs(3600),
         }
     }
 }
