@@ -449,17 +449,21 @@ pub struct Limits {
 
     /// Largest request of the bulk methods (EnrollRows, ReportOutcomes,
     /// ReleaseClaim, RedriveRows, RegisterPrompt, IngestEvent), in bytes.
-    #[arg(long, env = "TALLY_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    /// With --max-request-memory-bytes, sized so two at once fit the
+    /// chart's 256 MiB memory limit (deploy/README.md, "Memory").
+    #[arg(long, env = "TALLY_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
 
     /// Largest request of every other method, in bytes.
     #[arg(long, env = "TALLY_MAX_SMALL_MESSAGE_BYTES", default_value_t = 1024 * 1024)]
     pub max_small_message_bytes: usize,
 
-    /// Request bytes held at once across all calls (from the moment a
-    /// request's length is known until it is answered); a request that does
-    /// not fit is refused RESOURCE_EXHAUSTED with a RetryInfo.
-    #[arg(long, env = "TALLY_MAX_REQUEST_MEMORY_BYTES", default_value_t = 256 * 1024 * 1024)]
+    /// Request memory held at once across all calls, from the moment a
+    /// request's length is known until it is answered: its wire bytes plus
+    /// three times its decoded size (measured; deploy/README.md, "Memory").
+    /// A request that does not fit now is refused RESOURCE_EXHAUSTED with a
+    /// RetryInfo; one larger than all of it, without one.
+    #[arg(long, env = "TALLY_MAX_REQUEST_MEMORY_BYTES", default_value_t = 160 * 1024 * 1024)]
     pub max_request_memory_bytes: usize,
 
     /// Unary calls in flight across all connections; more are refused with
@@ -552,9 +556,9 @@ impl Default for Limits {
         Self {
             max_rows_per_call: 10_000,
             max_claim_rows: 10_000,
-            max_message_bytes: 64 * 1024 * 1024,
+            max_message_bytes: 16 * 1024 * 1024,
             max_small_message_bytes: 1024 * 1024,
-            max_request_memory_bytes: 256 * 1024 * 1024,
+            max_request_memory_bytes: 160 * 1024 * 1024,
             max_concurrent_calls: 256,
             max_concurrent_streams: 1024,
             max_calls_per_connection: 64,

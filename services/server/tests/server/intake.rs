@@ -186,6 +186,10 @@ async fn nested_lists_are_counted_before_decoding() {
     assert!(text.contains("2000000"), "{text}");
 
     let mut message = field(1, b"ledgers/big/jobs/j");
+    message.extend(field(
+        2,
+        b"ledgers/big/claims/00000000-0000-0000-0000-000000000000",
+    ));
     message.extend(empty_entries(3, 520_000));
     assert!(message.len() < 1024 * 1024);
     let (code, text) = attack(
