@@ -123,6 +123,13 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_BATCH_DEADLINE", default_value = "72h", value_parser = parse_duration)]
     pub batch_deadline: Duration,
 
+    /// A batch is taken for gone (deleted at the provider) only when every
+    /// GET of it answered 404 for this long (and at least 3 times): one 404
+    /// proves little (a key of another project answers the same). Its job
+    /// then fails and its rows are retried.
+    #[arg(long, env = "TALLY_WORKER_GONE_AFTER", default_value = "10m", value_parser = parse_duration)]
+    pub gone_after: Duration,
+
     /// How often this ledger's orphaned input files are looked for (and
     /// once more before `--exit-when-idle` exits).
     #[arg(long, env = "TALLY_WORKER_JANITOR_INTERVAL", default_value = "10m", value_parser = parse_duration)]

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Failpoint;
 use crate::ctx::Ctx;
+use crate::end::JobError;
 use crate::gemini::GeminiError;
-use crate::job::JobError;
 
 /// How a create ended.
 #[derive(Debug)]
@@ -92,7 +92,7 @@ pub async fn create(
             let reason = format!("the create was refused: {e}");
             let refusal = Refusal { cooldown, lasting };
             mark_not_created(ctx, job, claim, &reason, refusal).await?;
-            crate::job::delete_input(ctx, job).await;
+            crate::reconcile::delete_input(ctx, job).await;
             match cooldown {
                 Some(wait) => {
                     ctx.hold_claims(wait);
@@ -147,7 +147,7 @@ pub async fn resolve(
                     humantime::format_duration(window)
                 );
                 mark_not_created(ctx, job, claim, &reason, Refusal::default()).await?;
-                crate::job::delete_input(ctx, job).await;
+                crate::reconcile::delete_input(ctx, job).await;
                 tracing::info!(job = %job.job_id, "batch was never created; rows released without an attempt");
                 return Ok(CreateEnd::NeverMade);
             }

@@ -11,9 +11,11 @@
 //! 4. wait until the job reaches a terminal state: woken by the
 //!    WatchOperations stream (webhooks) and by a slow poller that feeds the
 //!    provider's view through IngestEvent; GetJob says what is true;
-//! 5. on success download the output, report outcomes in chunks, then
-//!    FinishJob (the server settles unreported rows); otherwise FinishJob
-//!    with the final state.
+//! 5. whatever state it ended in, read the batch, download and report
+//!    whatever its responses file answered, then FinishJob (the server
+//!    settles unreported rows): [`crate::reconcile`]. A batch past
+//!    `--batch-deadline` is cancelled and followed to its end like any
+//!    other.
 //!
 //! Shutdown: before MarkCreating the claim is released (no attempt); once
 //! the batch may exist, the create runs to its answer and is recorded;
@@ -27,81 +29,20 @@ use tally_client::{ingest_batch_resource, with_retry};
 use tally_core::names::claim_for_logs;
 use tally_proto::v1 as pb;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
-use tracing::Instrument as _;
 
 use crate::config::Failpoint;
 use crate::create::{self, CreateEnd};
 use crate::ctx::{Ctx, PromptResult, prompt_name};
 use crate::gemini::GeminiError;
+use crate::gone::GoneWatch;
+use crate::heartbeat::Heartbeat;
 use crate::jsonl;
-use crate::output::{self, Expect};
 use crate::prompt::{self, InputError};
+use crate::reconcile::{self, Answer, finish, report};
 
-/// How a job task ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobEnd {
-    /// FinishJob closed it (by this worker, or it was already closed).
-    Reconciled,
-    /// Its rows went back unworked (shutdown, ledger full, nothing sent).
-    Released,
-    /// Shutdown after submission: another worker adopts it.
-    LeftForAdoption,
-    /// The claim was lost (another worker adopted the job, or the lease
-    /// lapsed): nothing more this worker may do.
-    Lost,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum JobError {
-    #[error("tally: {0}")]
-    Rpc(#[from] Status),
-    #[error(transparent)]
-    Gemini(#[from] GeminiError),
-}
-
-/// Extends a claim every heartbeat interval until dropped.
-struct Heartbeat(JoinHandle<()>);
-
-impl Heartbeat {
-    fn start(ctx: &Arc<Ctx>, claim: &str) -> Self {
-        let ctx = Arc::clone(ctx);
-        let claim = claim.to_string();
-        Heartbeat(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(ctx.args.heartbeat_interval).await;
-                let req = pb::ExtendClaimRequest {
-                    name: claim.clone(),
-                    lease: ctx.lease(),
-                };
-                let got = with_retry(ctx.retry, "ExtendClaim", || {
-                    let mut c = ctx.clients.ledgers.clone();
-                    let req = req.clone();
-                    async move { c.extend_claim(req).await }
-                })
-                .await;
-                match got {
-                    Ok(_) => {}
-                    Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) => {
-                        tracing::warn!(claim = %claim_for_logs(&claim), error = s.message(), "claim can no longer be extended");
-                        return;
-                    }
-                    Err(s) => {
-                        tracing::warn!(claim = %claim_for_logs(&claim), error = %s, "heartbeat failed")
-                    }
-                }
-            }
-        }.in_current_span()))
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+pub use crate::end::{JobEnd, JobError};
 
 /// CreateJob's answer on a paused ledger.
 fn is_paused(s: &Status) -> bool {
@@ -364,22 +305,6 @@ pub async fn run_adopted(
     follow(&ctx, job, &claim.name, expect, &stop).await
 }
 
-/// What a row's answer is checked against: its prompt's schema (by prompt
-/// name) and whether JSON was asked for.
-struct Answer {
-    prompt: Option<String>,
-    json: bool,
-}
-
-impl Answer {
-    fn of(payload: &str, prompt: Option<&pb::PromptRef>) -> Answer {
-        Answer {
-            prompt: prompt.map(prompt_name),
-            json: crate::prompt::asks_for_json(payload, prompt.is_some()),
-        }
-    }
-}
-
 /// Waits for the job's batch to end, then reconciles it.
 async fn follow(
     ctx: &Arc<Ctx>,
@@ -395,6 +320,11 @@ async fn follow(
     };
     let mut wake = ctx.ops.subscribe();
     let mut next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
+    let mut gone = GoneWatch::default();
+    // Set once this worker cancelled the batch for its deadline: the batch
+    // is still followed to its end, so what it answered before the cancel
+    // is read and reported like any other partial output.
+    let mut cancelled = String::new();
     let done = loop {
         let now = get_job(ctx, &job.name).await?;
         match now.state() {
@@ -413,16 +343,16 @@ async fn follow(
             tracing::warn!(job = %job.job_id, "job is fenced by another claim now; leaving it");
             return Ok(JobEnd::Lost);
         }
-        if past_deadline(ctx, &now) {
-            let why = format!(
+        if cancelled.is_empty() && past_deadline(ctx, &now) {
+            cancelled = format!(
                 "the batch did not finish within --batch-deadline ({}); cancelled",
                 humantime::format_duration(ctx.args.batch_deadline)
             );
-            tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
+            tracing::warn!(job = %job.job_id, batch = %job.batch, "{cancelled}; following it until it ends");
             if let Err(e) = ctx.gemini.cancel_batch(&job.batch).await {
                 tracing::warn!(job = %job.job_id, batch = %job.batch, error = %e, "cancel failed");
             }
-            return finish(ctx, &now, claim, pb::JobState::Expired, "", &why).await;
+            next_poll = tokio::time::Instant::now();
         }
         // Until our operation moves, the poll is due, or we are told to stop.
         loop {
@@ -440,9 +370,17 @@ async fn follow(
                     }
                 },
                 _ = tokio::time::sleep_until(next_poll) => {
-                    if let Polled::Gone(why) = poll(ctx, &job.batch).await {
-                        tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
-                        return finish(ctx, &now, claim, pb::JobState::Failed, "", &why).await;
+                    match poll(ctx, &job.batch).await {
+                        Polled::Seen => gone.seen(),
+                        Polled::Failed => {}
+                        Polled::NotFound(message) => {
+                            if gone.not_found(std::time::Instant::now(), ctx.args.gone_after) {
+                                let why = reconcile::gone_reason(&job.batch, ctx, &message);
+                                tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
+                                return finish(ctx, &now, claim, pb::JobState::Failed, "", &why).await;
+                            }
+                            tracing::info!(job = %job.job_id, batch = %job.batch, "batch answered 404; asking again before taking it for gone");
+                        }
                     }
                     next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
                     break;
@@ -450,113 +388,7 @@ async fn follow(
             }
         }
     };
-    let state = done.state();
-    tracing::info!(job = %job.job_id, batch = %job.batch, state = ?state, "batch ended");
-    let output_file = if state == pb::JobState::Succeeded {
-        output_file(ctx, &operation, &job.batch).await?
-    } else {
-        // A failed, cancelled or expired batch may still have answered some
-        // rows (a partial responses file): those are reported, the rest go
-        // back with FinishJob.
-        match partial_output(ctx, &operation, &job.batch).await {
-            Some(file) => {
-                tracing::info!(job = %job.job_id, batch = %job.batch, file = %file, state = ?state, "batch ended with partial output");
-                file
-            }
-            None => return finish(ctx, &done, claim, state, "", &done.error).await,
-        }
-    };
-    let bytes = match download_output(ctx, &job, &output_file, stop).await? {
-        Downloaded::Bytes(b) => b,
-        Downloaded::Stopped => return Ok(JobEnd::LeftForAdoption),
-        Downloaded::GaveUp(why) => {
-            // Bounded: the rows come back through job_failed (an infra
-            // attempt each) instead of the job being adopted forever.
-            return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
-        }
-    };
-    let prompts = {
-        let mut m: HashMap<String, PromptResult> = HashMap::new();
-        for name in expect.values().filter_map(|a| a.prompt.as_ref()) {
-            if let Entry::Vacant(slot) = m.entry(name.clone()) {
-                slot.insert(ctx.prompt(name).await?);
-            }
-        }
-        m
-    };
-    let expectations: HashMap<String, Expect<'_>> = expect
-        .iter()
-        .map(|(key, answer)| {
-            let schema = answer
-                .prompt
-                .as_ref()
-                .and_then(|p| prompts.get(p))
-                .and_then(|r| r.as_ref().ok())
-                .and_then(|c| c.validator.as_ref());
-            let json = answer.json;
-            (key.clone(), Expect { schema, json })
-        })
-        .collect();
-    let matched = output::match_output(&bytes, &expectations);
-    if !matched.unexpected.is_empty() || matched.unreadable > 0 {
-        tracing::warn!(job = %job.job_id, unexpected = matched.unexpected.len(), unreadable = matched.unreadable, "output lines not matched to the job's rows");
-    }
-    crate::golden::report(ctx, &job, claim, matched.golden).await;
-    let reported = matched.outcomes.len();
-    if !report(ctx, claim, matched.outcomes).await? {
-        return Ok(JobEnd::Lost);
-    }
-    tracing::info!(job = %job.job_id, batch = %job.batch, rows = expect.len(), reported, missing = expect.len().saturating_sub(reported), "outcomes reported");
-    let error = if state == pb::JobState::Succeeded {
-        ""
-    } else {
-        done.error.as_str()
-    };
-    finish(ctx, &done, claim, state, &output_file, error).await
-}
-
-/// What became of a download of a batch's output.
-enum Downloaded {
-    Bytes(Vec<u8>),
-    /// Shutdown while waiting: the job is left for adoption.
-    Stopped,
-    /// Not downloadable for `--output-wait`: why.
-    GaveUp(String),
-}
-
-/// Downloads the output, waiting out a file that is not downloadable yet
-/// (403/404 right after the batch finished) for at most `--output-wait`.
-async fn download_output(
-    ctx: &Ctx,
-    job: &pb::Job,
-    file: &str,
-    stop: &CancellationToken,
-) -> Result<Downloaded, JobError> {
-    let started = tokio::time::Instant::now();
-    let wait = ctx.args.output_wait;
-    let mut pause = std::time::Duration::from_secs(1);
-    loop {
-        match ctx.gemini.download(file).await {
-            Ok(bytes) => return Ok(Downloaded::Bytes(bytes)),
-            Err(GeminiError::Http { code, message, .. }) if code == 403 || code == 404 => {
-                if started.elapsed() >= wait {
-                    let why = format!(
-                        "the output {file} was not downloadable for {}: {code} {message}",
-                        humantime::format_duration(wait)
-                    );
-                    tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
-                    return Ok(Downloaded::GaveUp(why));
-                }
-                tracing::info!(job = %job.job_id, file, code, retry_in = ?pause, "output not downloadable yet");
-            }
-            Err(e) => return Err(e.into()),
-        }
-        tokio::select! {
-            () = tokio::time::sleep(pause.min(wait.saturating_sub(started.elapsed()))) => {}
-            () = stop.cancelled() => return Ok(Downloaded::Stopped),
-        }
-        pause = (pause * 2).min(std::time::Duration::from_secs(60));
-    }
+    reconcile::reconcile(ctx, done, claim, expect, stop, &cancelled).await
 }
 
 async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
@@ -584,26 +416,26 @@ async fn poll(ctx: &Ctx, batch: &str) -> Polled {
             Polled::Seen
         }
         // Deleted at the provider (by an operator, or gone after its
-        // retention): it will never report again.
+        // retention), or a 404 that proves nothing (another project's key):
+        // the caller decides over a window.
         Err(GeminiError::Http {
             code: 404, message, ..
-        }) => Polled::Gone(format!(
-            "the batch {batch} is gone at the provider (404: {message})"
-        )),
+        }) => Polled::NotFound(message),
         Err(e) => {
             tracing::warn!(batch, error = %e, "poll failed");
-            Polled::Seen
+            Polled::Failed
         }
     }
 }
 
 /// What a poll learned.
 enum Polled {
-    /// The provider's view went through the reducer (or the poll failed
-    /// for a reason that may pass).
+    /// The provider's view went through the reducer.
     Seen,
-    /// The batch no longer exists: why.
-    Gone(String),
+    /// The poll failed for a reason that may pass.
+    Failed,
+    /// The provider answered 404: its message.
+    NotFound(String),
 }
 
 /// Whether a submitted batch has outlived `--batch-deadline`.
@@ -618,137 +450,6 @@ fn past_deadline(ctx: &Ctx, job: &pb::Job) -> bool {
     submitted
         .elapsed()
         .is_ok_and(|age| age > ctx.args.batch_deadline)
-}
-
-/// The output file of a succeeded batch: the operation's, else the
-/// provider's answer.
-async fn output_file(ctx: &Ctx, operation: &str, batch: &str) -> Result<String, JobError> {
-    let op = with_retry(ctx.retry, "GetOperation", || {
-        let mut c = ctx.clients.operations.clone();
-        let req = pb::GetOperationRequest {
-            name: operation.to_string(),
-        };
-        async move { c.get_operation(req).await }
-    })
-    .await?
-    .into_inner();
-    if !op.output_file.is_empty() {
-        return Ok(op.output_file);
-    }
-    let resource = ctx.gemini.get_batch(batch).await?;
-    resource["response"]["responsesFile"]
-        .as_str()
-        .or_else(|| resource["metadata"]["output"]["responsesFile"].as_str())
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            GeminiError::Protocol(format!("{batch} succeeded without a responses file")).into()
-        })
-}
-
-/// The responses file of a batch that did not succeed, if it has one (the
-/// operation's, else the provider's answer); `None` when it has none or
-/// neither can be asked.
-async fn partial_output(ctx: &Ctx, operation: &str, batch: &str) -> Option<String> {
-    let mut c = ctx.clients.operations.clone();
-    let req = pb::GetOperationRequest {
-        name: operation.to_string(),
-    };
-    if let Ok(op) = c.get_operation(req).await
-        && !op.get_ref().output_file.is_empty()
-    {
-        return Some(op.into_inner().output_file);
-    }
-    let resource = ctx.gemini.get_batch(batch).await.ok()?;
-    resource["metadata"]["output"]["responsesFile"]
-        .as_str()
-        .or_else(|| resource["response"]["responsesFile"].as_str())
-        .map(str::to_owned)
-}
-
-/// Reports outcomes in chunks of the configured size. False when the claim
-/// no longer holds the rows (every verdict STALE).
-async fn report(ctx: &Ctx, claim: &str, outcomes: Vec<pb::RowOutcome>) -> Result<bool, Status> {
-    let mut all_stale = !outcomes.is_empty();
-    for chunk in outcomes.chunks(ctx.args.max_rows_per_report) {
-        let req = pb::ReportOutcomesRequest {
-            claim: claim.to_string(),
-            outcomes: chunk.to_vec(),
-        };
-        let r = with_retry(ctx.retry, "ReportOutcomes", || {
-            let mut c = ctx.clients.ledgers.clone();
-            let req = req.clone();
-            async move { c.report_outcomes(req).await }
-        })
-        .await?
-        .into_inner();
-        if r.stale > 0 {
-            tracing::warn!(
-                claim = %claim_for_logs(claim),
-                stale = r.stale,
-                "outcomes for rows the claim no longer holds"
-            );
-        }
-        all_stale &= r.stale as usize == chunk.len();
-        tracing::debug!(
-            claim = %claim_for_logs(claim),
-            succeeded = r.succeeded,
-            retryable = r.retryable,
-            permanent = r.permanent,
-            duplicate = r.duplicate,
-            "reported"
-        );
-    }
-    Ok(!all_stale)
-}
-
-async fn finish(
-    ctx: &Ctx,
-    job: &pb::Job,
-    claim: &str,
-    state: pb::JobState,
-    output_file: &str,
-    error: &str,
-) -> Result<JobEnd, JobError> {
-    let req = pb::FinishJobRequest {
-        name: job.name.clone(),
-        claim: claim.to_string(),
-        final_state: state as i32,
-        output_file: output_file.to_string(),
-        error: error.to_string(),
-    };
-    let got = with_retry(ctx.retry, "FinishJob", || {
-        let mut c = ctx.clients.jobs.clone();
-        let req = req.clone();
-        async move { c.finish_job(req).await }
-    })
-    .await;
-    match got {
-        Ok(j) => {
-            let j = j.into_inner();
-            tracing::info!(job = %j.job_id, batch = %j.batch, rows = j.counts.as_ref().map_or(0, |c| c.rows), final_state = ?state, summary = %j.summary, "job reconciled");
-            delete_input(ctx, &j).await;
-            Ok(JobEnd::Reconciled)
-        }
-        Err(s) if s.code() == Code::FailedPrecondition => {
-            tracing::warn!(job = %job.job_id, error = s.message(), "job could not be finished by this worker");
-            Ok(JobEnd::Lost)
-        }
-        Err(s) => Err(s.into()),
-    }
-}
-
-/// Deletes a closed job's input file (the batch no longer needs it). A
-/// failure is logged: the provider expires files after 48 hours anyway.
-pub(crate) async fn delete_input(ctx: &Ctx, job: &pb::Job) {
-    if job.input_file.is_empty() {
-        return;
-    }
-    match ctx.gemini.delete_file(&job.input_file).await {
-        Ok(()) => tracing::debug!(job = %job.job_id, file = %job.input_file, "input file deleted"),
-        Err(e) => {
-            tracing::warn!(job = %job.job_id, file = %job.input_file, error = %e, "input file not deleted")
-        }
-    }
 }
 
 /// Gives rows back unworked (every held row when `keys` is empty). Errors

@@ -23,14 +23,18 @@
 pub mod config;
 mod create;
 mod ctx;
+mod end;
 pub mod gemini;
 mod golden;
+mod gone;
+mod heartbeat;
 mod janitor;
 pub mod job;
 pub mod jsonl;
 pub mod metrics;
 pub mod output;
 pub mod prompt;
+mod reconcile;
 pub mod worker;
 
 pub use config::WorkerArgs;

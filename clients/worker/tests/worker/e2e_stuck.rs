@@ -1,6 +1,8 @@
 //! Batches that never end on their own: one stuck PENDING past the
-//! worker's `--batch-deadline` is cancelled and its job finished EXPIRED;
-//! one deleted at the provider (GET answers 404) finishes its job FAILED.
+//! worker's `--batch-deadline` is cancelled and followed until the provider
+//! says it ended (CANCELLED), then read and finished like any other; one
+//! deleted at the provider (every GET answers 404 for `--gone-after`)
+//! finishes its job FAILED.
 //! Either way the rows come back (an infra attempt each) and succeed in a
 //! later batch: nothing waits forever, and every send is an attempt.
 //!
@@ -39,10 +41,11 @@ async fn check_rows_succeeded_and_sends_are_attempts(w: &World) {
     }
 }
 
-/// Stuck PENDING past the deadline: cancelled at the provider, the job
-/// finished EXPIRED with the reason, the rows retried.
+/// Stuck PENDING past the deadline: cancelled at the provider, followed
+/// until it is CANCELLED there, the job finished CANCELLED with the reason,
+/// the rows retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_batch_past_its_deadline_is_cancelled_and_its_job_expired() {
+async fn a_batch_past_its_deadline_is_cancelled_and_followed_to_its_end() {
     let w = World::start(
         LEDGER,
         ROWS,
@@ -59,7 +62,7 @@ async fn a_batch_past_its_deadline_is_cancelled_and_its_job_expired() {
     let jobs = list_jobs(&w.c, LEDGER).await;
     let stuck = first_job(&jobs);
     assert_eq!(stuck.state(), pb::JobState::Reconciled);
-    assert_eq!(stuck.final_state(), pb::JobState::Expired, "{stuck:?}");
+    assert_eq!(stuck.final_state(), pb::JobState::Cancelled, "{stuck:?}");
     assert!(stuck.error.contains("batch-deadline"), "{}", stuck.error);
     let stats = w.emulator.stats();
     assert!(
@@ -73,8 +76,8 @@ async fn a_batch_past_its_deadline_is_cancelled_and_its_job_expired() {
     w.stop().await;
 }
 
-/// Deleted at the provider while it waits: the next poll's 404 finishes
-/// the job FAILED, and the rows are retried.
+/// Deleted at the provider while it waits: once every poll answered 404
+/// for `--gone-after`, the job finishes FAILED, and the rows are retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_deleted_at_the_provider_fails_its_job() {
     let w = World::start(
@@ -84,7 +87,11 @@ async fn a_batch_deleted_at_the_provider_fails_its_job() {
         pb::AttemptBudgets::default(),
     )
     .await;
-    let worker = w.worker(LEDGER, "worker", &["--exit-when-idle"]);
+    let worker = w.worker(
+        LEDGER,
+        "worker",
+        &["--exit-when-idle", "--gone-after", "1s"],
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let batch = loop {
         if let Some(j) = list_jobs(&w.c, LEDGER)

@@ -11,14 +11,14 @@
 //! - SUCCEEDED (`ProviderFinished(Succeeded)`): the job becomes SUCCEEDED,
 //!   ready to reconcile; its rows wait for the worker's reports and
 //!   FinishJob (which settles any missing from the output);
-//! - FAILED / CANCELLED / EXPIRED: the job takes that state and every row
-//!   its claim still holds comes back through `Event::JobFailed`
-//!   (RETRYABLE with rule `job_failed`, an infra attempt recorded with the
-//!   job; PERMANENT at the infra cap), with the operation's error; the
-//!   owner's FinishJob later closes the job with nothing left to settle.
-//!   When the operation names a responses file (partial output), the rows
-//!   stay with the job instead: the owner reports the answered ones and
-//!   its FinishJob returns the rest.
+//! - FAILED / CANCELLED / EXPIRED: the job takes that state and keeps its
+//!   rows. The provider's first word on a batch that did not succeed says
+//!   nothing about which rows it answered (a documented `batch.failed`
+//!   webhook carries only the id and an error; `batch.cancelled` and
+//!   `batch.expired` only the id), so no row is failed here: the owner
+//!   reads the batch (GET), reports what its responses file answered, and
+//!   its FinishJob returns the rest (`job_failed`). An owner that died is
+//!   replaced by adoption, which does the same.
 //!
 //! Each move appends a STATE_CHANGED job event (WatchJobs). Locks: the
 //! operation row (the compare-and-swap) first, then JobService's order
@@ -27,14 +27,12 @@
 //! operation row after a job's, so they cannot deadlock.
 
 use crate::fence::lock_job_by_id;
-use crate::settle::{self};
 use crate::types::JobEventKind;
-use crate::{Result, StoreError, events, ledgers, operations::EventSource};
+use crate::{Result, StoreError, events, operations::EventSource};
 use sqlx::{Postgres, Transaction};
 use tally_core::job::{self, FinalState, JobEvent, JobState};
 use tally_core::names;
 use tally_core::operation::OpState;
-use tally_core::status::RowStatus;
 use uuid::Uuid;
 
 /// Moves the job linked to operation `name` after `state` was applied to
@@ -55,15 +53,12 @@ pub(super) async fn move_linked_job(
         OpState::Pending | OpState::Unknown => return Ok(None),
     };
     let unsuccessful = state.is_terminal() && state != OpState::Succeeded;
-    let (error, partial_output) = if unsuccessful {
-        (
-            operation_error(tx, name, state).await?,
-            has_output(tx, name).await?,
-        )
+    let error = if unsuccessful {
+        operation_error(tx, name, state).await?
     } else {
-        (String::new(), false)
+        String::new()
     };
-    follow_provider(tx, name, event, &error, source.as_str(), partial_output).await
+    follow_provider(tx, name, event, &error, source.as_str()).await
 }
 
 /// Catches a job just recorded with `batch` (MarkSubmitted) up with what
@@ -94,18 +89,6 @@ pub(crate) async fn catch_up(
     move_linked_job(tx, batch, super::state_from_code(code), EventSource::Poller).await
 }
 
-/// Whether the operation names a responses file (a batch that failed or
-/// was cancelled part-way may have answered some rows).
-async fn has_output(tx: &mut Transaction<'static, Postgres>, name: &str) -> Result<bool> {
-    Ok(
-        sqlx::query_scalar("SELECT output_file <> '' FROM operations WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&mut **tx)
-            .await?
-            .unwrap_or(false),
-    )
-}
-
 /// The operation's error as one line (`CODE: message`), or a plain account
 /// of how the batch ended when the provider gave none.
 async fn operation_error(
@@ -132,10 +115,6 @@ pub struct ProviderMove {
     pub job: String,
     pub from: JobState,
     pub to: JobState,
-    /// Rows the job still held that a failed batch turned RETRYABLE, and
-    /// those that hit their infra cap and became PERMANENT.
-    pub rows_retryable: i64,
-    pub rows_permanent: i64,
 }
 
 /// Moves the job whose batch is `batch` (normalized `batches/{id}`) after
@@ -145,20 +124,17 @@ pub struct ProviderMove {
 /// batch or the job does not move (closed, already there, or a different
 /// terminal state came first).
 ///
-/// A batch that FAILED, was CANCELLED or EXPIRED fails the rows the job
-/// still holds at once (`job_failed`, an infra attempt each): they need not
-/// wait for the owner's FinishJob, which then closes the job with nothing
-/// left to settle. Unless the batch left `partial_output` (a responses
-/// file): then the rows wait for the owner, who reports the answered ones
-/// and finishes the job. Locks are taken in JobService's order: the job's claim,
-/// the job, its rows; a STATE_CHANGED event is appended.
+/// A batch that FAILED, was CANCELLED or EXPIRED keeps its rows with the
+/// job (its error recorded): they are settled by the owner's FinishJob,
+/// after the owner read the batch and reported what it answered. Locks are
+/// taken in JobService's order: the job's claim, the job; a STATE_CHANGED
+/// event is appended.
 pub async fn follow_provider(
     tx: &mut Transaction<'static, Postgres>,
     batch: &str,
     event: JobEvent,
     error: &str,
     actor: &str,
-    partial_output: bool,
 ) -> Result<Option<ProviderMove>> {
     for _ in 0..3 {
         let found: Option<(i64, Uuid)> =
@@ -189,62 +165,20 @@ pub async fn follow_provider(
         if t.state == from {
             return Ok(None);
         }
-        // With partial output the owner reports what the batch answered,
-        // and its FinishJob returns the rest; failing them here would make
-        // those reports STALE and send the answered rows again.
-        let failed = match event {
-            JobEvent::ProviderFinished(f) => f != FinalState::Succeeded && !partial_output,
-            JobEvent::ProviderRunning
-            | JobEvent::BeginCreate
-            | JobEvent::NotCreated
-            | JobEvent::Submit
-            | JobEvent::Finish(_)
-            | JobEvent::Abandon
-            | JobEvent::Adopt => false,
-        };
-        let (ledger, ledger_name): (i64, String) = sqlx::query_as(
-            "SELECT l.id, l.name FROM jobs j JOIN ledgers l ON l.id = j.ledger_id WHERE j.id = $1",
+        let ledger_name: String = sqlx::query_scalar(
+            "SELECT l.name FROM jobs j JOIN ledgers l ON l.id = j.ledger_id WHERE j.id = $1",
         )
         .bind(job_id)
         .fetch_one(&mut **tx)
         .await?;
-        let (mut retryable, mut permanent) = (0, 0);
-        if failed {
-            let record = ledgers::load(&mut **tx, &ledger_name).await?;
-            let rows = crate::fence::lock_held_rows(tx, token, None).await?;
-            let mut writes = settle::transitions(
-                &rows,
-                &tally_core::transition::Event::JobFailed,
-                &record.policy,
-            )?;
-            if !error.is_empty() {
-                let why = format!("the job carrying the row ended {}: {error}", t.state);
-                for w in &mut writes {
-                    w.last_error = Some(why.clone());
-                }
-            }
-            settle::settle(
-                tx,
-                ledger,
-                token,
-                &writes,
-                settle::Settler::on_behalf(actor),
-            )
-            .await?;
-            let count = |st| writes.iter().filter(|w| w.status == st).count() as i64;
-            retryable = count(RowStatus::Retryable);
-            permanent = count(RowStatus::Permanent);
-        }
         let n = sqlx::query(
-            "UPDATE jobs SET state = $2, retryable = retryable + $3, permanent = permanent + $4,
-                    error = CASE WHEN $5 <> '' THEN $5 ELSE error END, update_time = now()
+            "UPDATE jobs SET state = $2, error = CASE WHEN $3 <> '' THEN $3 ELSE error END,
+                    update_time = now()
              WHERE id = $1 AND end_time IS NULL",
         )
         .bind(job_id)
         .bind(t.state.code())
-        .bind(retryable as i32)
-        .bind(permanent as i32)
-        .bind(if failed { error } else { "" })
+        .bind(error)
         .execute(&mut **tx)
         .await?
         .rows_affected();
@@ -254,10 +188,8 @@ pub async fn follow_provider(
             job: names::job_name(&ledger_name, &job.public_id),
             from,
             to: t.state,
-            rows_retryable: retryable,
-            rows_permanent: permanent,
         };
-        tracing::info!(job = %moved.job, batch = %batch, from = %from, to = %t.state, rows_retryable = retryable, rows_permanent = permanent, "job moved by its batch");
+        tracing::info!(job = %moved.job, batch = %batch, from = %from, to = %t.state, "job moved by its batch");
         return Ok(Some(moved));
     }
     Err(StoreError::Aborted(format!(

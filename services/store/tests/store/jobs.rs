@@ -1189,11 +1189,11 @@ async fn the_alert_outbox_leases_retries_and_gives_up() {
 }
 
 /// The provider's word moves a job only forward, in the caller's
-/// transaction: RUNNING, then FAILED fails the rows the job still holds at
-/// once (`job_failed`, nothing waits for the owner), a later different
-/// terminal is ignored, and the owner's FinishJob closes the job with
-/// nothing left to settle. Jobs never submitted or already closed do not
-/// move.
+/// transaction: RUNNING, then FAILED records the batch's error and fails no
+/// row (the rows wait for the owner, who reads the batch first), a later
+/// different terminal is ignored, and the owner's FinishJob settles the
+/// unreported rows (`job_failed`). Jobs never submitted or already closed
+/// do not move.
 #[tokio::test]
 async fn the_provider_moves_a_submitted_job_forward_only() {
     use tally_core::job::JobEvent;
@@ -1205,7 +1205,7 @@ async fn the_provider_moves_a_submitted_job_forward_only() {
         event: JobEvent,
     ) -> Option<tally_store::operations::ProviderMove> {
         let mut tx = store.pool().begin().await.unwrap();
-        let moved = follow_provider(&mut tx, batch, event, "quota exceeded", "system", false)
+        let moved = follow_provider(&mut tx, batch, event, "quota exceeded", "system")
             .await
             .unwrap();
         tx.commit().await.unwrap();
@@ -1247,21 +1247,10 @@ async fn the_provider_moves_a_submitted_job_forward_only() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        (m.to, m.rows_retryable, m.rows_permanent),
-        (JobState::Failed, 2, 0)
-    );
+    assert_eq!(m.to, JobState::Failed);
     for key in ["b", "c"] {
         let row = env.store.get_row("l", key).await.unwrap();
-        assert_eq!(
-            (row.status, row.rule.as_str()),
-            (RowStatus::Retryable, "job_failed")
-        );
-        assert!(
-            row.last_error.contains("quota exceeded"),
-            "{}",
-            row.last_error
-        );
+        assert_eq!(row.status, RowStatus::Running, "{key} waits for the owner");
     }
     assert!(
         follow(
@@ -1275,7 +1264,7 @@ async fn the_provider_moves_a_submitted_job_forward_only() {
     let j = env.store.get_job("l", &job.public_id).await.unwrap();
     assert_eq!(
         (j.state, j.is_closed(), j.unreported),
-        (JobState::Failed, false, 0)
+        (JobState::Failed, false, 2)
     );
     assert_eq!(j.error, "quota exceeded");
 
@@ -1286,7 +1275,13 @@ async fn the_provider_moves_a_submitted_job_forward_only() {
         .unwrap();
     assert_eq!(done.state, JobState::Reconciled);
     assert_eq!(done.summary(), "done=1 retryable=2 permanent=0 missing=0");
-    assert_eq!(env.store.get_row("l", "b").await.unwrap().total, 1);
+    for key in ["b", "c"] {
+        let row = env.store.get_row("l", key).await.unwrap();
+        assert_eq!(
+            (row.status, row.rule.as_str(), row.total),
+            (RowStatus::Retryable, "job_failed", 1)
+        );
+    }
     assert!(
         follow(
             &env.store,

@@ -388,14 +388,15 @@ async fn job_state(store: &Store, ledger: &str, job: &str) -> JobRecord {
 
 /// Invariant 7 and the job linkage: an operation linked to a job moves the
 /// job with it, in the same transaction. RUNNING makes the job RUNNING;
-/// FAILED makes it FAILED and at once returns every row its claim had not
-/// reported as RETRYABLE with rule `job_failed` (an infra attempt, recorded
-/// with the job and the batch's error), claimable again, while the reported
-/// row keeps its outcome; the owner's FinishJob then closes the job with
-/// nothing left to settle. A late RUNNING or a different terminal after
-/// that changes nothing.
+/// FAILED makes it FAILED (with the batch's error) and fails no row: the
+/// provider's first word on a failed batch does not say which rows it
+/// answered, so every unreported row stays with the job (RUNNING, held by
+/// its claim, not claimable) until the owner has read the batch and its
+/// FinishJob returns them as RETRYABLE with rule `job_failed` (an infra
+/// attempt with the batch's error). A late RUNNING or a different terminal
+/// changes nothing.
 #[tokio::test]
-async fn a_failed_operation_returns_its_jobs_unreported_rows() {
+async fn a_failed_operation_leaves_its_rows_to_the_owners_finish() {
     let env = env().await;
     let s = &env.store;
     let (token, job) = job_with_rows(&env, "l", "batches/j1", 3).await;
@@ -420,35 +421,27 @@ async fn a_failed_operation_returns_its_jobs_unreported_rows() {
     assert!(r.decision.is_applied());
     let moved = r.job.expect("the job moved");
     assert_eq!(
-        (moved.from, moved.to, moved.rows_retryable),
-        (JobState::Running, JobState::Failed, 2)
+        (moved.from, moved.to),
+        (JobState::Running, JobState::Failed)
     );
     let got = job_state(s, "l", &job).await;
     assert_eq!(got.state, JobState::Failed);
     assert_eq!(got.error, "INTERNAL: backend error");
-    assert_eq!(got.counts.retryable, 2);
-    assert_eq!(got.unreported, 0);
+    assert_eq!((got.counts.retryable, got.unreported), (0, 2));
     for key in ["k1", "k2"] {
         let row = s.get_row("l", key).await.unwrap();
-        assert_eq!(row.status, RowStatus::Retryable, "{key}");
-        assert_eq!(row.rule, "job_failed");
-        assert_eq!(row.claim, None);
-        let last = row.history.last().expect("an attempt");
-        assert_eq!(last.rule, "job_failed");
-        assert_eq!(last.job.as_deref(), Some(job.as_str()));
-        assert!(
-            last.error.contains("INTERNAL: backend error"),
-            "{}",
-            last.error
-        );
+        assert_eq!(row.status, RowStatus::Running, "{key}");
+        assert!(row.claim.is_some(), "{key} still held by the job's claim");
     }
     assert_eq!(
         s.get_row("l", "k0").await.unwrap().status,
         RowStatus::Succeeded
     );
     assert_queue_consistent(s).await;
-    let again = claim(s, "l", 10).await.expect("rows claimable again");
-    assert_eq!(again.rows.len(), 2);
+    assert!(
+        claim(s, "l", 10).await.is_none(),
+        "no row of the failed batch is claimable before the owner's FinishJob"
+    );
 
     // Nothing after the terminal moves the job or the rows again.
     let late = ingest(s, &event("batches/j1", OpState::Running, 30)).await;
@@ -478,6 +471,23 @@ async fn a_failed_operation_returns_its_jobs_unreported_rows() {
         .unwrap();
     assert_eq!(closed.state, JobState::Reconciled);
     assert_eq!(closed.counts.retryable, 2);
+    for key in ["k1", "k2"] {
+        let row = s.get_row("l", key).await.unwrap();
+        assert_eq!(row.status, RowStatus::Retryable, "{key}");
+        assert_eq!(row.rule, "job_failed");
+        assert_eq!(row.claim, None);
+        let last = row.history.last().expect("an attempt");
+        assert_eq!(last.rule, "job_failed");
+        assert_eq!(last.job.as_deref(), Some(job.as_str()));
+        assert!(
+            last.error.contains("INTERNAL: backend error"),
+            "{}",
+            last.error
+        );
+    }
+    assert_queue_consistent(s).await;
+    let again = claim(s, "l", 10).await.expect("rows claimable again");
+    assert_eq!(again.rows.len(), 2);
 }
 
 /// The job linkage is in the operation's transaction: when moving the job
@@ -577,7 +587,6 @@ async fn a_failed_operation_with_partial_output_leaves_the_rows_to_the_owner() {
         (moved.from, moved.to),
         (JobState::Submitted, JobState::Failed)
     );
-    assert_eq!((moved.rows_retryable, moved.rows_permanent), (0, 0));
     let got = job_state(s, "l", &job).await;
     assert_eq!((got.state, got.unreported), (JobState::Failed, 2));
     assert_eq!(running_rows(s).await, 2);

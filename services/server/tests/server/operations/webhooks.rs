@@ -273,11 +273,12 @@ async fn the_poller_and_the_webhook_meet_in_one_reducer() {
 }
 
 /// The webhook path moves the linked job like any other: a signed
-/// `batch.failed` for a job's batch makes the job FAILED and returns the
-/// rows its claim still held as RETRYABLE (`job_failed`), in the same
-/// transaction as the operation's change.
+/// `batch.failed` for a job's batch makes the job FAILED with the event's
+/// error, in the same transaction as the operation's change, and fails no
+/// row: the documented event names no responses file, so the rows wait
+/// for the owner to read the batch (GET) and finish the job.
 #[tokio::test]
-async fn a_failed_batch_webhook_returns_the_jobs_rows() {
+async fn a_failed_batch_webhook_fails_the_job_but_leaves_its_rows_to_the_owner() {
     use tally_core::status::RowStatus;
     let env = env_with_webhooks(&[OLD_SECRET]).await;
     let store = &env.running.store;
@@ -346,10 +347,7 @@ async fn a_failed_batch_webhook_returns_the_jobs_rows() {
     assert_eq!(got.error, "INTERNAL: boom");
     for key in ["k0", "k1"] {
         let row = store.get_row("l", key).await.unwrap();
-        assert_eq!(
-            (row.status, row.rule.as_str()),
-            (RowStatus::Retryable, "job_failed")
-        );
+        assert_eq!(row.status, RowStatus::Running, "{key} waits for the owner");
     }
     let mut c = env.client().await;
     let op = c
