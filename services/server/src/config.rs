@@ -596,9 +596,10 @@ pub struct Security {
     #[arg(long, env = "TALLY_TOKENS", hide_env_values = true)]
     pub tokens: Option<String>,
 
-    /// gRPC reflection: open (no token, so grpcurl works), authenticated (any
-    /// valid caller) or off.
-    #[arg(long, env = "TALLY_REFLECTION", value_enum, default_value = "open")]
+    /// gRPC reflection (what grpcurl uses to list and describe services):
+    /// off (the default: the API's shape is not handed to anyone who can
+    /// reach the port), authenticated (any valid caller) or open (no token).
+    #[arg(long, env = "TALLY_REFLECTION", value_enum, default_value = "off")]
     pub reflection: ReflectionMode,
 
     /// PEM certificate chain of the server; with --tls-key turns TLS on.
@@ -620,13 +621,9 @@ pub struct Security {
     pub mtls_roles: Vec<Role>,
 
     /// The ledgers such a certificate reaches (comma-separated ids,
-    /// prefixes such as `acme-*`, or `*`, the default).
-    #[arg(
-        long,
-        env = "TALLY_MTLS_LEDGERS",
-        value_delimiter = ',',
-        default_value = "*"
-    )]
+    /// prefixes such as `acme-*`, or `*` for the whole server); required
+    /// with --mtls-roles, never implied.
+    #[arg(long, env = "TALLY_MTLS_LEDGERS", value_delimiter = ',')]
     pub mtls_ledgers: Vec<String>,
 
     /// Plaintext address serving only gRPC health, for Kubernetes probes
@@ -660,12 +657,12 @@ impl Security {
             auth: AuthMode::Disabled,
             tokens_file: None,
             tokens: None,
-            reflection: ReflectionMode::Open,
+            reflection: ReflectionMode::Off,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
             mtls_roles: Vec::new(),
-            mtls_ledgers: vec!["*".into()],
+            mtls_ledgers: Vec::new(),
             health_addr: None,
         }
     }
@@ -739,7 +736,11 @@ mod tests {
         let cli = Cli::try_parse_from(["tally-server"]).unwrap();
         let (s, l) = (&cli.serve.security, &cli.serve.limits);
         assert_eq!(s.auth, AuthMode::Tokens);
-        assert_eq!(s.reflection, ReflectionMode::Open);
+        assert_eq!(
+            s.reflection,
+            ReflectionMode::Off,
+            "reflection is off by default"
+        );
         assert!(s.tls_cert.is_none() && s.health_addr.is_none() && s.mtls_roles.is_empty());
         let d = Limits::default();
         assert_eq!(l.max_concurrent_calls, d.max_concurrent_calls);
