@@ -391,6 +391,26 @@ pub fn etag(field: &str, etag: &str) -> Result<Option<i64>, Status> {
     parse_etag(etag).map_err(|e| invalid_field(field, e))
 }
 
+/// A content etag as SummarizeLedger issues it (`c1-` and 24 hex digits),
+/// or none.
+pub fn content_etag<'a>(field: &str, etag: &'a str) -> Result<Option<&'a str>, Status> {
+    match etag {
+        "" => Ok(None),
+        e if e.len() == 27
+            && e.starts_with("c1-")
+            && e[3..]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) =>
+        {
+            Ok(Some(e))
+        }
+        _ => Err(invalid_field(
+            field,
+            "is not a content etag this server issued (LedgerSummary.content_etag)",
+        )),
+    }
+}
+
 fn parse_etag(etag: &str) -> Result<Option<i64>, &'static str> {
     match etag {
         "" => Ok(None),
