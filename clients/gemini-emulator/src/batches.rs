@@ -8,7 +8,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
-use crate::faults::JobFault;
+use crate::faults::{JobFault, ListOrder};
+use crate::ids::Mix;
 use crate::output::InputRow;
 
 /// What a batch does: `batchGenerateContent` or `asyncBatchEmbedContent`.
@@ -305,26 +306,60 @@ pub fn parse_page_token(token: &str) -> Option<u64> {
     text.strip_prefix("below:")?.parse().ok()
 }
 
-/// One page of batches, newest first: the batches (by reference) and the
-/// next page token if more remain. `batches` must be in creation order;
-/// deleted ones are left out, and so are those `listed` refuses (list lag).
+/// A batch list's page token: the list position the next page starts
+/// after.
+pub fn list_token(after: u128) -> String {
+    URL_SAFE_NO_PAD.encode(format!("after:{after}"))
+}
+
+/// Reads a batch list's page token; `None` if it is not one of ours.
+pub fn parse_list_token(token: &str) -> Option<u128> {
+    let bytes = URL_SAFE_NO_PAD.decode(token).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    text.strip_prefix("after:")?.parse().ok()
+}
+
+/// Where a batch stands in a list of `order`: pages walk up these keys, so
+/// a batch created between two pages never shifts one (with newest first
+/// it is simply not listed by later pages; with oldest first it comes at
+/// the end; shuffled, wherever its key falls).
+pub fn list_key(batch: &Batch, order: ListOrder, seed: u64) -> u128 {
+    let seq = u128::from(batch.seq);
+    match order {
+        ListOrder::NewestFirst => u128::from(u64::MAX - batch.seq),
+        ListOrder::OldestFirst => seq,
+        ListOrder::Shuffled => {
+            let mixed = Mix::new(seed ^ batch.seq.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64();
+            (u128::from(mixed) << 64) | seq
+        }
+    }
+}
+
+/// One page of batches in `order`: the batches (by reference) and the next
+/// page token if more remain. Deleted ones are left out, and so are those
+/// `listed` refuses (list lag).
 pub fn page(
     batches: &[Batch],
     size: usize,
-    below: Option<u64>,
+    after: Option<u128>,
+    order: ListOrder,
+    seed: u64,
     listed: impl Fn(&Batch) -> bool,
 ) -> (Vec<&Batch>, Option<String>) {
-    let mut newest_first = batches
+    let mut keyed: Vec<(u128, &Batch)> = batches
         .iter()
-        .rev()
-        .filter(|b| !b.deleted && below.is_none_or(|limit| b.seq < limit) && listed(b));
-    let items: Vec<&Batch> = newest_first.by_ref().take(size).collect();
-    let more = newest_first.next().is_some();
-    let token = match (more, items.last()) {
-        (true, Some(last)) => Some(page_token(last.seq)),
+        .filter(|b| !b.deleted && listed(b))
+        .map(|b| (list_key(b, order, seed), b))
+        .filter(|(k, _)| after.is_none_or(|a| *k > a))
+        .collect();
+    keyed.sort_unstable_by_key(|(k, _)| *k);
+    let more = keyed.len() > size;
+    keyed.truncate(size);
+    let token = match (more, keyed.last()) {
+        (true, Some((last, _))) => Some(list_token(*last)),
         _ => None,
     };
-    (items, token)
+    (keyed.into_iter().map(|(_, b)| b).collect(), token)
 }
 
 /// A PENDING generation batch of `rows` rows from a file, for tests.
@@ -452,19 +487,51 @@ mod tests {
 
     #[test]
     fn pages_are_newest_first_and_stable_under_inserts() {
+        let order = ListOrder::NewestFirst;
         let mut all: Vec<Batch> = (1..=5).map(|s| batch(s, 1)).collect();
-        let (p1, t1) = page(&all, 2, None, |_| true);
+        let (p1, t1) = page(&all, 2, None, order, 0, |_| true);
         assert_eq!(p1.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![5, 4]);
-        let below = parse_page_token(t1.as_deref().unwrap()).unwrap();
+        let after = parse_list_token(t1.as_deref().unwrap()).unwrap();
         all.push(batch(6, 1));
-        let (p2, t2) = page(&all, 2, Some(below), |_| true);
+        let (p2, t2) = page(&all, 2, Some(after), order, 0, |_| true);
         assert_eq!(p2.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![3, 2]);
-        let (p3, t3) = page(&all, 2, parse_page_token(&t2.unwrap()), |_| true);
+        let (p3, t3) = page(&all, 2, parse_list_token(&t2.unwrap()), order, 0, |_| true);
         assert_eq!(p3.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![1]);
         assert!(t3.is_none());
-        let (exact, none) = page(&all[..2], 2, None, |_| true);
+        let (exact, none) = page(&all[..2], 2, None, order, 0, |_| true);
         assert_eq!(exact.len(), 2);
         assert!(none.is_none());
-        assert_eq!(parse_page_token("garbage!"), None);
+        assert_eq!(parse_list_token("garbage!"), None);
+    }
+
+    // Invariant: whatever the order, walking every page lists each batch
+    // exactly once; the orders differ.
+    #[test]
+    fn every_order_lists_every_batch_once() {
+        let all: Vec<Batch> = (1..=23).map(|s| batch(s, 1)).collect();
+        let walk = |order| {
+            let mut seen = Vec::new();
+            let mut after = None;
+            loop {
+                let (items, token) = page(&all, 5, after, order, 7, |_| true);
+                seen.extend(items.iter().map(|b| b.seq));
+                match token {
+                    Some(t) => after = parse_list_token(&t),
+                    None => return seen,
+                }
+            }
+        };
+        let newest = walk(ListOrder::NewestFirst);
+        let oldest = walk(ListOrder::OldestFirst);
+        let shuffled = walk(ListOrder::Shuffled);
+        for seen in [&newest, &oldest, &shuffled] {
+            let mut sorted = seen.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (1..=23).collect::<Vec<_>>());
+        }
+        assert_eq!(oldest, (1..=23).collect::<Vec<_>>());
+        assert_eq!(newest, (1..=23).rev().collect::<Vec<_>>());
+        assert_ne!(shuffled, oldest);
+        assert_ne!(shuffled, newest);
     }
 }

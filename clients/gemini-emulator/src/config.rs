@@ -19,7 +19,19 @@ pub struct EmulatorConfig {
     pub webhook: Option<WebhookTarget>,
     /// Seeds the output shuffle, so a run is reproducible.
     pub seed: u64,
+    /// The models batches may be created for; any other answers the
+    /// provider's 404 NOT_FOUND.
+    pub models: Models,
+    /// The project's file storage quota: an upload that would take the
+    /// live uploaded files past it answers 429 (quota
+    /// `FileStorageBytesPerProject`). Default 20 GiB, the documented limit.
+    pub file_storage_bytes: u64,
 }
+
+/// The Files API's storage quota per project (20 GiB).
+pub const FILE_STORAGE_BYTES: u64 = 20 * 1024 * 1024 * 1024;
+/// The largest file the Files API takes (2 GB).
+pub const MAX_FILE_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 
 impl Default for EmulatorConfig {
     fn default() -> Self {
@@ -29,6 +41,87 @@ impl Default for EmulatorConfig {
             timing: Timing::default(),
             webhook: None,
             seed: 0,
+            models: Models::default(),
+            file_storage_bytes: FILE_STORAGE_BYTES,
+        }
+    }
+}
+
+/// The models a project may create batches for. The provider answers a
+/// create for any other (a typo, a retired model, one that does not support
+/// batches) 404 NOT_FOUND `models/{m} is not found for API version {v}, or
+/// is not supported for batchGenerateContent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Models {
+    /// Every model name is accepted (for tests of other things).
+    Any,
+    /// Only these: generation models for `batchGenerateContent`, embedding
+    /// models for `asyncBatchEmbedContent`.
+    Only {
+        generate: Vec<String>,
+        embed: Vec<String>,
+    },
+}
+
+/// Generation models of the Gemini API that take batches (the models page
+/// lists Batch API support per model; aliases included).
+pub const GENERATE_MODELS: &[&str] = &[
+    "gemini-2.0-flash",
+    "gemini-2.0-flash-001",
+    "gemini-2.0-flash-lite",
+    "gemini-2.0-flash-lite-001",
+    "gemini-2.5-flash",
+    "gemini-2.5-flash-lite",
+    "gemini-2.5-pro",
+    "gemini-3-flash-preview",
+    "gemini-3-pro-preview",
+    "gemini-flash-latest",
+    "gemini-flash-lite-latest",
+    "gemini-pro-latest",
+];
+
+/// Embedding models that take `asyncBatchEmbedContent`.
+pub const EMBED_MODELS: &[&str] = &["gemini-embedding-001"];
+
+impl Default for Models {
+    fn default() -> Self {
+        let own = |names: &[&str]| names.iter().map(|m| (*m).to_owned()).collect();
+        Models::Only {
+            generate: own(GENERATE_MODELS),
+            embed: own(EMBED_MODELS),
+        }
+    }
+}
+
+impl Models {
+    /// `--models`: `*` for any, else a comma-separated list of generation
+    /// models (the embedding models stay as they are).
+    pub fn parse(spec: &str) -> Result<Models, String> {
+        if spec.trim() == "*" {
+            return Ok(Models::Any);
+        }
+        let generate: Vec<String> = spec
+            .split(',')
+            .map(|m| m.trim().trim_start_matches("models/").to_owned())
+            .filter(|m| !m.is_empty())
+            .collect();
+        if generate.is_empty() {
+            return Err("--models needs `*` or at least one model name".into());
+        }
+        Ok(Models::Only {
+            generate,
+            embed: EMBED_MODELS.iter().map(|m| (*m).to_owned()).collect(),
+        })
+    }
+
+    /// Whether a batch of `kind` may be made for `model`.
+    pub fn allows(&self, model: &str, embed: bool) -> bool {
+        match self {
+            Models::Any => true,
+            Models::Only { generate, embed: e } => {
+                let list = if embed { e } else { generate };
+                list.iter().any(|m| m == model)
+            }
         }
     }
 }
@@ -78,6 +171,34 @@ pub struct WebhookTarget {
     pub max_attempts: u32,
     /// Delay before the first retry; doubled for each further one.
     pub retry_backoff: Duration,
+    /// What the events' `data` carries.
+    pub payload: WebhookPayload,
+}
+
+/// The `data` of batch events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WebhookPayload {
+    /// As the webhooks guide documents them: `batch.succeeded` {id,
+    /// output_file_uri}; `batch.failed` {id, error_code, error_message};
+    /// `batch.cancelled` and `batch.expired` {id} only. Nothing says which
+    /// rows a batch that did not succeed answered.
+    #[default]
+    Documented,
+    /// Richer than documented: every terminal event names the batch's
+    /// responses file when it has one, and its error.
+    Rich,
+}
+
+impl WebhookPayload {
+    pub fn parse(s: &str) -> Result<WebhookPayload, String> {
+        match s {
+            "documented" => Ok(WebhookPayload::Documented),
+            "rich" => Ok(WebhookPayload::Rich),
+            other => Err(format!(
+                "unknown webhook payload {other:?}: `documented` or `rich`"
+            )),
+        }
+    }
 }
 
 impl WebhookTarget {
@@ -91,6 +212,7 @@ impl WebhookTarget {
             redeliver_after: None,
             max_attempts: 4,
             retry_backoff: Duration::from_millis(50),
+            payload: WebhookPayload::default(),
         }
     }
 }

@@ -63,7 +63,7 @@ pub struct ApiError {
     pub details: Vec<Value>,
     /// The status name when it is not the one paired with `code` (a 400
     /// FAILED_PRECONDITION).
-    pub status: Option<&'static str>,
+    pub status: Option<String>,
 }
 
 impl ApiError {
@@ -95,6 +95,8 @@ impl ApiError {
     pub fn quota_exhausted(message: impl Into<String>, quota_id: &str, retry_secs: u64) -> Self {
         let metric = if quota_id.contains("PerDay") {
             "generativelanguage.googleapis.com/generate_requests_per_day"
+        } else if quota_id.contains("FileStorage") {
+            "generativelanguage.googleapis.com/file_storage_bytes"
         } else {
             "generativelanguage.googleapis.com/batch_enqueued_tokens"
         };
@@ -121,7 +123,7 @@ impl ApiError {
             let mut error = Self::invalid(
                 "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.",
             );
-            error.status = Some("FAILED_PRECONDITION");
+            error.status = Some("FAILED_PRECONDITION".to_owned());
             error
         } else {
             Self::new(
@@ -129,6 +131,17 @@ impl ApiError {
                 "This API method requires billing to be enabled. Please enable billing on your project and retry.",
             )
         }
+    }
+
+    /// A refusal with any `code`, `status` and message (the refusal
+    /// fault); defaults: the code's canonical status and a generic message.
+    pub fn refusal(code: u16, status: Option<&str>, message: Option<&str>) -> Self {
+        let mut error = Self::new(
+            code,
+            message.unwrap_or("The request was refused by the emulator's create_refusal fault."),
+        );
+        error.status = status.map(str::to_owned);
+        error
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -141,7 +154,7 @@ impl ApiError {
 
     pub fn body(&self) -> Value {
         let mut error = error_object(self.code, &self.message);
-        if let Some(status) = self.status {
+        if let Some(status) = &self.status {
             error["status"] = json!(status);
         }
         if !self.details.is_empty() {

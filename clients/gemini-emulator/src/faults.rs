@@ -36,7 +36,10 @@
 //!   "output_unavailable": {"times": 1, "code": 404},
 //!   "mime_refusal": {"times": 1},
 //!   "file_ttl_ms": 172800000,
-//!   "partial_on_cancel": true
+//!   "partial_on_cancel": true,
+//!   "list_order": "oldest_first",
+//!   "create_refusal": {"code": 400, "status": "INVALID_ARGUMENT", "message": "Request contains an invalid argument.", "times": 2},
+//!   "get_not_found": {"times": 2}
 //! }
 //! ```
 //!
@@ -103,6 +106,46 @@ pub struct FaultPlan {
     /// A batch cancelled while RUNNING has answered the first half of its
     /// rows, and names a responses file holding them.
     pub partial_on_cancel: bool,
+    /// The order `batches.list` pages through batches in. The provider
+    /// documents none, so every order is allowed.
+    pub list_order: ListOrder,
+    /// Creates are refused with this error (every time, or the next
+    /// `times`): any status the provider may answer.
+    pub create_refusal: Option<CreateRefusal>,
+    /// The next `times` GETs of a batch answer 404 NOT_FOUND although it
+    /// exists (what a key of another project, or a replica that has not
+    /// seen the batch yet, answers).
+    pub get_not_found: Option<Times>,
+}
+
+/// The order of `batches.list`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListOrder {
+    /// Newest first (what the emulator did before the order was an option;
+    /// not documented by the provider).
+    #[default]
+    NewestFirst,
+    OldestFirst,
+    /// A fixed random order (seeded), stable across pages.
+    Shuffled,
+}
+
+/// A create refusal with any status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRefusal {
+    /// The HTTP status (400..=599).
+    pub code: u16,
+    /// The error's `status`; default the canonical name of `code`.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// The error's message; default a generic one.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// How many creates are refused; absent: every one.
+    #[serde(default)]
+    pub times: Option<u32>,
 }
 
 /// The output-unavailable fault.
@@ -339,6 +382,8 @@ pub enum FaultPlanError {
     BadCode { index: usize, code: u16 },
     #[error("job rule {index}: nth is 1-based, 0 never matches")]
     ZeroNth { index: usize },
+    #[error("create_refusal: code {code} is not an HTTP error code (400..=599)")]
+    BadRefusalCode { code: u16 },
 }
 
 impl FaultPlan {
@@ -378,6 +423,8 @@ pub struct Faults {
     answers_lost: u32,
     downloads_refused: u32,
     mime_refused: u32,
+    refusals: u32,
+    gets_not_found: u32,
     processed: HashMap<String, u32>,
 }
 
@@ -415,6 +462,11 @@ impl Faults {
                 return Err(FaultPlanError::ZeroNth { index });
             }
         }
+        if let Some(refusal) = &plan.create_refusal
+            && !(400..=599).contains(&refusal.code)
+        {
+            return Err(FaultPlanError::BadRefusalCode { code: refusal.code });
+        }
         Ok(Self {
             job_uses: vec![0; plan.jobs.len()],
             regexes,
@@ -424,6 +476,8 @@ impl Faults {
             answers_lost: 0,
             downloads_refused: 0,
             mime_refused: 0,
+            refusals: 0,
+            gets_not_found: 0,
             finalize_used: 0,
             processed: HashMap::new(),
         })
@@ -494,6 +548,32 @@ impl Faults {
         } else {
             None
         }
+    }
+
+    /// The refusal this create meets, if any (and counts it).
+    pub fn take_create_refusal(&mut self) -> Option<CreateRefusal> {
+        let refusal = self.plan.create_refusal.as_ref()?;
+        if refusal.times.is_some_and(|t| self.refusals >= t) {
+            return None;
+        }
+        self.refusals += 1;
+        Some(refusal.clone())
+    }
+
+    /// Whether this GET of a batch answers 404 although it exists.
+    pub fn take_get_not_found(&mut self) -> bool {
+        match self.plan.get_not_found {
+            Some(Times { times }) if self.gets_not_found < times => {
+                self.gets_not_found += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The order of batch lists.
+    pub fn list_order(&self) -> ListOrder {
+        self.plan.list_order
     }
 
     /// The enqueued-token quota, if the plan sets one.

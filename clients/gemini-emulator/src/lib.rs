@@ -24,9 +24,13 @@
 //! but `service`, `routes` and delivery in `webhooks` is pure and
 //! unit-tested without a server.
 //!
-//! Not emulated: inline (non-file) batch requests, synchronous
-//! `generateContent`, file deletion and listing, batch deletion, dynamic
-//! (per-request) webhooks.
+//! Options for what the provider never promised one way (see the README's
+//! fidelity table): webhook payloads (`WebhookPayload`), the models a
+//! project may batch (`Models`), list order, refusals of any status, 404s
+//! for batches that exist (the fault plan).
+//!
+//! Not emulated: synchronous `generateContent` and dynamic (per-request)
+//! webhooks.
 
 pub mod batches;
 pub mod config;
@@ -49,10 +53,10 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-pub use config::{EmulatorConfig, Timing, WebhookTarget};
+pub use config::{EmulatorConfig, Models, Timing, WebhookPayload, WebhookTarget};
 pub use faults::{
-    FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, RowErrorFormat, RowFault, RowMatch,
-    RowRule,
+    CreateRefusal, FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, ListOrder,
+    RowErrorFormat, RowFault, RowMatch, RowRule,
 };
 pub use stats::{Outcome, Stats, Submission};
 

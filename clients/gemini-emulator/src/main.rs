@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use gemini_emulator::{Emulator, EmulatorConfig, FaultPlan, Timing, WebhookTarget};
+use gemini_emulator::{
+    Emulator, EmulatorConfig, FaultPlan, Models, Timing, WebhookPayload, WebhookTarget,
+};
 
 /// A local stand-in for the Gemini Batch API with deterministic fault injection.
 #[derive(Debug, Parser)]
@@ -49,6 +51,20 @@ struct Args {
     /// time (out of order with later events), e.g. 5s.
     #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_REDELIVER_AFTER", value_parser = humantime::parse_duration)]
     webhook_redeliver_after: Option<Duration>,
+    /// What batch events carry: `documented` (as the provider documents
+    /// them: only `batch.succeeded` names the responses file) or `rich`
+    /// (every terminal event names its file and error).
+    #[arg(long, env = "GEMINI_EMULATOR_WEBHOOK_PAYLOAD", default_value = "documented", value_parser = WebhookPayload::parse)]
+    webhook_payload: WebhookPayload,
+    /// The generation models batches may be made for, comma-separated, or
+    /// `*` for any; default the Gemini models that take batches. Any other
+    /// answers the provider's 404.
+    #[arg(long, env = "GEMINI_EMULATOR_MODELS", value_parser = Models::parse)]
+    models: Option<Models>,
+    /// The project's file storage quota in bytes (uploads past it answer
+    /// 429); default 20 GiB, the documented limit.
+    #[arg(long, env = "GEMINI_EMULATOR_FILE_STORAGE_BYTES", default_value_t = gemini_emulator::config::FILE_STORAGE_BYTES)]
+    file_storage_bytes: u64,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "GEMINI_EMULATOR_LOG_JSON")]
     log_json: bool,
@@ -82,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         (Some(url), Some(secret)) => Some(WebhookTarget {
             duplicate: args.webhook_duplicate,
             redeliver_after: args.webhook_redeliver_after,
+            payload: args.webhook_payload,
             ..WebhookTarget::new(url, secret)
         }),
         // Unsigned webhooks would teach receivers to skip verification.
@@ -98,6 +115,8 @@ async fn main() -> anyhow::Result<()> {
         },
         webhook,
         seed: args.seed,
+        models: args.models.unwrap_or_default(),
+        file_storage_bytes: args.file_storage_bytes,
     };
     let emulator = Emulator::start(args.addr, config)
         .await

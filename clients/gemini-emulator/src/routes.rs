@@ -167,7 +167,7 @@ async fn upload(
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let id = shared.start_upload(display_name, mime, declared);
+        let id = shared.start_upload(display_name, mime, declared)?;
         let url = format!(
             "{}{}?upload_id={id}&upload_protocol=resumable",
             base_url(&shared, &headers),
@@ -282,12 +282,16 @@ fn download(
 async fn model_method(
     State(shared): AppState,
     Path(segment): Path<String>,
+    uri: Uri,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    // `/{version}/models/…`: the version the refusal of a model names.
+    let version = uri.path().split('/').nth(1).unwrap_or("v1beta").to_owned();
     match segment.rsplit_once(':') {
         Some((model, "batchGenerateContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
             Ok(json_response(shared.create_batch(
+                &version,
                 model,
                 &body,
                 BatchKind::Generate,
@@ -296,6 +300,7 @@ async fn model_method(
         Some((model, "asyncBatchEmbedContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
             Ok(json_response(shared.create_batch(
+                &version,
                 model,
                 &body,
                 BatchKind::Embed,

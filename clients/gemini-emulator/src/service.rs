@@ -14,9 +14,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::batches::{self, Batch, BatchError, BatchKind, BatchState, Responses};
-use crate::config::{EmulatorConfig, Timing, WebhookTarget};
+use crate::config::{
+    EmulatorConfig, MAX_FILE_BYTES, Models, Timing, WebhookPayload, WebhookTarget,
+};
 use crate::error::ApiError;
-use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, RowErrorFormat};
+use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, ListOrder, RowErrorFormat};
 use crate::files::{Source, StoredFile, UploadError, UploadSession};
 use crate::ids::{hash_str, resource_id};
 use crate::output::{Style, build_output, parse_inline, parse_input};
@@ -33,6 +35,8 @@ pub struct Shared {
     pub api_key: String,
     pub timing: Timing,
     webhook: Option<(WebhookTarget, Secret)>,
+    models: Models,
+    file_storage_bytes: u64,
     seed: u64,
     /// Mixed into resource ids so two emulator runs never hand out the
     /// same batch or file name (a persistent client would confuse them).
@@ -113,6 +117,8 @@ impl Shared {
             api_key: config.api_key,
             timing: config.timing,
             webhook,
+            models: config.models,
+            file_storage_bytes: config.file_storage_bytes,
             seed: config.seed,
             nonce: config.seed ^ started ^ u64::from(std::process::id()).rotate_left(32),
             base_url,
@@ -156,19 +162,50 @@ impl Shared {
 
     // ----- files -----
 
+    /// Starts a resumable upload of `declared_len` bytes, within the 2 GB
+    /// file limit and the project's storage quota (the live uploaded files;
+    /// whether generated files count is undocumented: they do not here).
     pub fn start_upload(
         &self,
         display_name: String,
         mime_type: String,
         declared_len: u64,
-    ) -> String {
+    ) -> Result<String, ApiError> {
+        if declared_len > MAX_FILE_BYTES {
+            return Err(ApiError::invalid(format!(
+                "File size {declared_len} exceeds the maximum of {MAX_FILE_BYTES} bytes (2 GB)."
+            )));
+        }
         let mut state = self.lock();
+        let ids: Vec<String> = state.files.keys().cloned().collect();
+        for id in ids {
+            let _ = live_file(&mut state, &id);
+        }
+        let stored: u64 = state
+            .files
+            .values()
+            .filter(|f| f.source == Source::Uploaded)
+            .map(|f| f.bytes.len() as u64)
+            .sum();
+        if stored.saturating_add(declared_len) > self.file_storage_bytes {
+            tracing::info!(
+                stored,
+                declared_len,
+                limit = self.file_storage_bytes,
+                "upload over the file storage quota: 429"
+            );
+            return Err(ApiError::quota_exhausted(
+                "Resource has been exhausted (e.g. check quota).",
+                "FileStorageBytesPerProject",
+                60,
+            ));
+        }
         let id = self.next_id(&mut state);
         state.uploads.insert(
             id.clone(),
             UploadSession::new(display_name, mime_type, declared_len),
         );
-        id
+        Ok(id)
     }
 
     pub fn upload_received(&self, upload_id: &str) -> Result<u64, ApiError> {
@@ -320,11 +357,36 @@ impl Shared {
     /// from an uploaded file or inline requests.
     pub fn create_batch(
         self: &Arc<Self>,
+        version: &str,
         model: &str,
         body: &Value,
         kind: BatchKind,
     ) -> Result<Value, ApiError> {
+        let model = model.trim_start_matches("models/");
+        if !self.models.allows(model, kind == BatchKind::Embed) {
+            let method = match kind {
+                BatchKind::Generate => "batchGenerateContent",
+                BatchKind::Embed => "asyncBatchEmbedContent",
+            };
+            tracing::info!(
+                model,
+                method,
+                "create for a model the project cannot batch: 404"
+            );
+            return Err(ApiError::not_found(format!(
+                "models/{model} is not found for API version {version}, or is not supported for {method}. Call ListModels to see the list of available models and their supported methods."
+            )));
+        }
         let mut state = self.lock();
+        if let Some(refusal) = state.faults.as_mut().and_then(Faults::take_create_refusal) {
+            state.stats.create_rejections += 1;
+            tracing::info!(model, code = refusal.code, "fault: the create is refused");
+            return Err(ApiError::refusal(
+                refusal.code,
+                refusal.status.as_deref(),
+                refusal.message.as_deref(),
+            ));
+        }
         if let Some(billing) = state.faults.as_ref().and_then(Faults::billing) {
             state.stats.create_rejections += 1;
             tracing::info!(
@@ -529,7 +591,16 @@ impl Shared {
     }
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
-        let state = self.lock();
+        let mut state = self.lock();
+        if state
+            .faults
+            .as_mut()
+            .is_some_and(Faults::take_get_not_found)
+        {
+            state.stats.gets_not_found += 1;
+            tracing::info!(batch = id, "fault: GET answers 404 for a batch that exists");
+            return Err(batch_not_found(id));
+        }
         let batch = find(&state, id)?;
         Ok(batch.operation(Utc::now()))
     }
@@ -554,21 +625,22 @@ impl Shared {
         token: Option<&str>,
     ) -> Result<Value, ApiError> {
         let size = page_size_of(page_size)?;
-        let below = match token.filter(|t| !t.is_empty()) {
+        let after = match token.filter(|t| !t.is_empty()) {
             Some(t) => Some(
-                batches::parse_page_token(t)
+                batches::parse_list_token(t)
                     .ok_or_else(|| ApiError::invalid("invalid pageToken"))?,
             ),
             None => None,
         };
         let state = self.lock();
-        let lag = state
-            .faults
-            .as_ref()
-            .map_or_else(chrono::Duration::zero, Faults::list_lag);
+        let (lag, order) = state.faults.as_ref().map_or_else(
+            || (chrono::Duration::zero(), ListOrder::default()),
+            |f| (f.list_lag(), f.list_order()),
+        );
         let now = Utc::now();
-        let (items, next) =
-            batches::page(&state.batches, size, below, |b| b.create_time + lag <= now);
+        let (items, next) = batches::page(&state.batches, size, after, order, self.seed, |b| {
+            b.create_time + lag <= now
+        });
         let mut out = json!({
             "operations": items.iter().map(|b| b.operation(now)).collect::<Vec<_>>()
         });
@@ -664,7 +736,11 @@ impl Shared {
         }
         if let Some(rt) = runtime.get_mut(id) {
             if let Some(queue) = rt.events.take() {
-                let _ = queue.send(event_for(batch, to));
+                let payload = self
+                    .webhook
+                    .as_ref()
+                    .map_or(WebhookPayload::Documented, |(t, _)| t.payload);
+                let _ = queue.send(event_for(batch, to, payload));
             }
             rt.cancel.cancel();
         }

@@ -24,6 +24,8 @@ pub struct Stats {
     pub batches_deleted: u64,
     /// Creates that made a batch but answered 500 (the fault).
     pub create_answers_lost: u64,
+    /// GETs of an existing batch answered 404 (the `get_not_found` fault).
+    pub gets_not_found: u64,
     /// Downloads refused by the output-unavailable fault.
     pub downloads_refused: u64,
     /// `application/jsonl` finalizes refused by the MIME fault.

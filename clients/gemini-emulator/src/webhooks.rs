@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::batches::{Batch, BatchState, rfc3339};
-use crate::config::WebhookTarget;
+use crate::config::{WebhookPayload, WebhookTarget};
 use crate::service::Shared;
 use crate::signing::{Secret, sign};
 
@@ -21,9 +21,10 @@ pub struct Event {
     pub body: Value,
 }
 
-/// The event announcing `batch`'s current state. The provider documents
-/// events for the terminal states only; the service queues no others.
-pub fn event_for(batch: &Batch, state: BatchState) -> Event {
+/// The event announcing `batch`'s current state, with the `data` of
+/// `payload`. The provider documents events for the terminal states only;
+/// the service queues no others.
+pub fn event_for(batch: &Batch, state: BatchState, payload: WebhookPayload) -> Event {
     let time = match state {
         BatchState::Running => batch.running_time.unwrap_or(batch.update_time),
         BatchState::Pending => batch.create_time,
@@ -33,20 +34,22 @@ pub fn event_for(batch: &Batch, state: BatchState) -> Event {
         | BatchState::Cancelled => batch.update_time,
     };
     let mut data = json!({"id": batch.name()});
-    if state.is_terminal()
-        && let Some(out) = batch.output_file()
-    {
+    let names_file = match (payload, state) {
+        (_, BatchState::Succeeded) => true,
+        (WebhookPayload::Rich, s) => s.is_terminal(),
+        (WebhookPayload::Documented, _) => false,
+    };
+    if names_file && let Some(out) = batch.output_file() {
         data["output_file_uri"] = json!(out);
     }
-    match state {
-        BatchState::Succeeded => {}
-        BatchState::Failed | BatchState::Expired | BatchState::Cancelled => {
-            if let Some(err) = &batch.error {
-                data["error_code"] = json!(err.code);
-                data["error_message"] = json!(err.message);
-            }
-        }
-        BatchState::Pending | BatchState::Running => {}
+    let names_error = match (payload, state) {
+        (_, BatchState::Failed) => true,
+        (WebhookPayload::Rich, BatchState::Expired | BatchState::Cancelled) => true,
+        (_, _) => false,
+    };
+    if names_error && let Some(err) = &batch.error {
+        data["error_code"] = json!(err.code);
+        data["error_message"] = json!(err.message);
     }
     let suffix = state.event_type().trim_start_matches("batch.");
     Event {
@@ -182,7 +185,7 @@ mod tests {
         b.transition(BatchState::Running, t0 + chrono::Duration::seconds(1));
         b.output = Some(crate::batches::Responses::File("files/out".into()));
         b.transition(BatchState::Succeeded, t0 + chrono::Duration::seconds(2));
-        let e = event_for(&b, BatchState::Succeeded);
+        let e = event_for(&b, BatchState::Succeeded, WebhookPayload::Documented);
         assert_eq!(e.id, "msg_abc_succeeded");
         assert_eq!(
             e.body,
@@ -191,7 +194,7 @@ mod tests {
                    "data": {"id": "batches/abc", "output_file_uri": "files/out"}})
         );
         // A late RUNNING event still carries the RUNNING-era time.
-        let stale = event_for(&b, BatchState::Running);
+        let stale = event_for(&b, BatchState::Running, WebhookPayload::Documented);
         assert_eq!(stale.id, "msg_abc_running");
         assert_eq!(stale.body["timestamp"], "2023-11-14T22:13:21.000000Z");
     }
@@ -205,9 +208,42 @@ mod tests {
         });
         let t = b.update_time;
         b.transition(BatchState::Failed, t);
-        let e = event_for(&b, BatchState::Failed);
+        let e = event_for(&b, BatchState::Failed, WebhookPayload::Documented);
         assert_eq!(e.body["type"], "batch.failed");
         assert_eq!(e.body["data"]["error_code"], 13);
         assert_eq!(e.body["data"]["error_message"], "boom");
+    }
+
+    // Invariant: the documented payloads name a responses file only for a
+    // batch that succeeded, an error only for one that failed; the rich
+    // form names both on every terminal event that has them.
+    #[test]
+    fn documented_events_name_no_file_unless_the_batch_succeeded() {
+        for state in [
+            BatchState::Failed,
+            BatchState::Cancelled,
+            BatchState::Expired,
+        ] {
+            let mut b = batch();
+            b.output = Some(crate::batches::Responses::File("files/part".into()));
+            b.error = Some(BatchError {
+                code: 13,
+                message: "boom".into(),
+            });
+            let t = b.update_time;
+            b.transition(state, t);
+            let documented = event_for(&b, state, WebhookPayload::Documented);
+            let data = &documented.body["data"];
+            assert_eq!(data["id"], "batches/abc", "{state:?}");
+            assert!(data.get("output_file_uri").is_none(), "{state:?}: {data}");
+            assert_eq!(
+                data.get("error_code").is_some(),
+                state == BatchState::Failed,
+                "{state:?}: {data}"
+            );
+            let rich = event_for(&b, state, WebhookPayload::Rich);
+            assert_eq!(rich.body["data"]["output_file_uri"], "files/part");
+            assert_eq!(rich.body["data"]["error_code"], 13);
+        }
     }
 }

@@ -27,6 +27,7 @@ pub fn config(faults: FaultPlan) -> EmulatorConfig {
         timing: Timing::fast(),
         webhook: None,
         seed: 7,
+        ..EmulatorConfig::default()
     }
 }
 

@@ -3,5 +3,6 @@
 
 mod common;
 mod faults;
+mod fidelity;
 mod flow;
 mod webhooks;

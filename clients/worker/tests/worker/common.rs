@@ -260,6 +260,7 @@ impl World {
                 timing,
                 webhook: Some(target),
                 seed: 11,
+                ..EmulatorConfig::default()
             },
         )
         .await

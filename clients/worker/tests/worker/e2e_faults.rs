@@ -366,6 +366,7 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
             },
             webhook: Some(target),
             seed: 7,
+            ..EmulatorConfig::default()
         },
     )
     .await

@@ -13,7 +13,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{API_KEY, World, all_rows, exits_ok, first_job, list_jobs};
-use gemini_emulator::{FaultPlan, Outcome};
+use gemini_emulator::{FaultPlan, Outcome, Timing};
 use tally_proto::v1 as pb;
 
 const LEDGER: &str = "stuck";
@@ -119,5 +119,40 @@ async fn a_batch_deleted_at_the_provider_fails_its_job() {
     // The rows were sent in the deleted batch and once more after it: each
     // send is an attempt.
     check_rows_succeeded_and_sends_are_attempts(&w).await;
+    w.stop().await;
+}
+
+/// A 404 is not proof that a batch is gone (a key of another project, or a
+/// replica that has not seen the batch, answers the same): a batch whose
+/// GETs answer 404 a few times and then find it again is followed to its
+/// end as usual, every row succeeding in its one and only batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_few_404s_do_not_fail_a_job() {
+    let faults: FaultPlan = serde_json::from_value(serde_json::json!({
+        "get_not_found": {"times": 3},
+    }))
+    .unwrap();
+    // Batches run long enough (4s) for the 1s poller to GET them more than
+    // three times before they end.
+    let timing = Timing {
+        pending: Duration::from_millis(2000),
+        running: Duration::from_millis(2000),
+    };
+    let w = World::start_with(LEDGER, ROWS, faults, pb::AttemptBudgets::default(), timing).await;
+    let worker = w.worker(LEDGER, "worker", &["--exit-when-idle"]);
+    exits_ok(worker, "the worker").await;
+    let stats = w.emulator.stats();
+    assert_eq!(stats.gets_not_found, 3, "the fault fired");
+    for r in all_rows(&w.c, LEDGER).await {
+        assert_eq!(r.status(), pb::RowStatus::Succeeded, "{}", r.key);
+        assert_eq!(r.attempts.as_ref().map_or(0, |a| a.total), 1, "{}", r.key);
+        assert_eq!(stats.submission_count(&r.key), 1, "{}", r.key);
+    }
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    assert!(
+        jobs.iter()
+            .all(|j| j.final_state() == pb::JobState::Succeeded),
+        "{jobs:?}"
+    );
     w.stop().await;
 }
