@@ -110,6 +110,11 @@ pub struct ServeArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// File holding the PostgreSQL URL (a mounted secret), instead of
+    /// --database-url.
+    #[arg(long, env = "DATABASE_URL_FILE", conflicts_with = "database_url")]
+    pub database_url_file: Option<PathBuf>,
+
     /// Home of the private PostgreSQL (used only without --database-url).
     #[arg(long, env = "TALLY_DATA_DIR", default_value = "./.tally")]
     pub data_dir: PathBuf,
@@ -159,6 +164,10 @@ pub struct ServeArgs {
     /// ledgers' alert URLs (Standard Webhooks). Unset: no alerts are sent.
     #[arg(long, env = "TALLY_ALERT_SECRET", value_parser = parse_alert_secret, hide_env_values = true)]
     pub alert_secret: Option<Secret>,
+
+    /// File holding the alert signing secret, instead of --alert-secret.
+    #[arg(long, env = "TALLY_ALERT_SECRET_FILE", conflicts_with = "alert_secret")]
+    pub alert_secret_file: Option<PathBuf>,
 
     /// Let alerts reach loopback, link-local, private and other non-public
     /// addresses (a receiver on this host or network). Off: such alert URLs
@@ -270,6 +279,16 @@ pub struct WebhookArgs {
     )]
     pub secrets: Vec<SecretText>,
 
+    /// File holding webhook signing secrets, one a line (instead of, or as
+    /// well as, --webhook-secret); repeat for several files.
+    #[arg(
+        long = "webhook-secret-file",
+        env = "TALLY_WEBHOOK_SECRETS_FILE",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub secret_files: Vec<PathBuf>,
+
     /// How far a webhook's timestamp may be from our clock, either way.
     #[arg(long = "webhook-tolerance", env = "TALLY_WEBHOOK_TOLERANCE", default_value = "5m", value_parser = parse_duration)]
     pub tolerance: Duration,
@@ -283,6 +302,7 @@ impl Default for WebhookArgs {
     fn default() -> Self {
         Self {
             secrets: Vec::new(),
+            secret_files: Vec::new(),
             tolerance: Duration::from_secs(5 * 60),
             max_body_bytes: 1024 * 1024,
         }
@@ -369,7 +389,49 @@ impl ServeArgs {
     }
 }
 
+/// The secret in the file `path`, given to `flag`: its text without the
+/// trailing newline. The error names the flag and the path, never the
+/// contents.
+pub fn read_secret_file(flag: &str, path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_string();
+    if secret.trim().is_empty() {
+        return Err(format!("{flag} {}: the file is empty", path.display()));
+    }
+    Ok(secret)
+}
+
 impl ServeArgs {
+    /// The flags with every secret given as a file read into its place
+    /// (--database-url-file, --alert-secret-file, --webhook-secret-file;
+    /// the tokens have --tokens-file). Done once at start; a file that
+    /// cannot be read, or does not hold a usable secret, stops the server.
+    pub fn with_secret_files(mut self) -> Result<Self, String> {
+        if let Some(path) = self.database_url_file.take() {
+            self.database_url = Some(read_secret_file("--database-url-file", &path)?);
+        }
+        if let Some(path) = self.alert_secret_file.take() {
+            let text = read_secret_file("--alert-secret-file", &path)?;
+            self.alert_secret = Some(parse_alert_secret(&text).map_err(|e| {
+                format!(
+                    "--alert-secret-file {}: not a signing secret: {e}",
+                    path.display()
+                )
+            })?);
+        }
+        for path in std::mem::take(&mut self.webhook.secret_files) {
+            let text = read_secret_file("--webhook-secret-file", &path)?;
+            self.webhook.secrets.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(SecretText::from),
+            );
+        }
+        Ok(self)
+    }
+
     /// Which addresses alerts may reach.
     pub fn alert_reach(&self) -> tally_core::outbound::Reach {
         if self.alerts_allow_private_hosts {
@@ -687,6 +749,7 @@ impl ServeArgs {
             http_addr: None,
             metrics_addr: any,
             database_url: Some(database_url),
+            database_url_file: None,
             data_dir: PathBuf::from("./.tally"),
             pg_bin: None,
             db_max_connections: 8,
@@ -698,6 +761,7 @@ impl ServeArgs {
             queue_vacuum_interval: Duration::from_secs(2),
             backlog_interval: Duration::from_millis(200),
             alert_secret: None,
+            alert_secret_file: None,
             alerts_allow_private_hosts: false,
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),
@@ -936,6 +1000,75 @@ mod tests {
             assert_eq!(parse(addr, "disabled").check_auth_reach(), Ok(()));
         }
         assert_eq!(parse("0.0.0.0:50051", "tokens").check_auth_reach(), Ok(()));
+    }
+
+    /// Invariant: every flag that takes a secret also takes it from a
+    /// file; the file's text (without its newline) is the secret, and an
+    /// unreadable or empty file stops the start naming the flag and path,
+    /// never the contents. A value and a file for the same secret conflict.
+    #[test]
+    fn secrets_can_come_from_files() {
+        let dir = std::env::temp_dir().join(format!("tally-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p.to_str().unwrap().to_string()
+        };
+        let db = write("db", "postgres://tally:pw@db/tally\n");
+        let alert = write("alert", &format!("{SECRET}\n"));
+        let hooks = write(
+            "hooks",
+            "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n\nwhsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
+        );
+        let cli = Cli::try_parse_from([
+            "tally-server",
+            "--database-url-file",
+            &db,
+            "--alert-secret-file",
+            &alert,
+            "--webhook-secret-file",
+            &hooks,
+        ])
+        .unwrap();
+        let args = cli.serve.with_secret_files().unwrap();
+        assert_eq!(
+            args.database_url.as_deref(),
+            Some("postgres://tally:pw@db/tally")
+        );
+        assert!(args.alert_secret.is_some());
+        assert_eq!(args.webhook_listener().unwrap().unwrap().secrets.len(), 2);
+
+        let empty = write("empty", "\n");
+        let cli = Cli::try_parse_from(["tally-server", "--alert-secret-file", &empty]).unwrap();
+        let e = cli.serve.with_secret_files().unwrap_err();
+        assert!(
+            e.starts_with("--alert-secret-file") && e.contains("empty"),
+            "{e}"
+        );
+        let wrong = write("wrong", "hunter2\n");
+        let cli = Cli::try_parse_from(["tally-server", "--alert-secret-file", &wrong]).unwrap();
+        let e = cli.serve.with_secret_files().unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
+        let cli =
+            Cli::try_parse_from(["tally-server", "--database-url-file", "/nonexistent/x"]).unwrap();
+        assert!(
+            cli.serve
+                .with_secret_files()
+                .unwrap_err()
+                .contains("/nonexistent/x")
+        );
+        assert!(
+            Cli::try_parse_from([
+                "tally-server",
+                "--database-url",
+                "postgres://x",
+                "--database-url-file",
+                &db
+            ])
+            .is_err()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

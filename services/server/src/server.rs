@@ -125,7 +125,11 @@ impl Bound {
 
 /// Applies migrations and returns.
 pub async fn migrate(args: &ServeArgs) -> anyhow::Result<()> {
-    let db = Database::open(args).await?;
+    let args = args
+        .clone()
+        .with_secret_files()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+    let db = Database::open(&args).await?;
     db.store.migrate().await.context("migration failed")?;
     tracing::info!(database = %db.url_for_logs, "migrations applied");
     db.close().await;
@@ -135,6 +139,9 @@ pub async fn migrate(args: &ServeArgs) -> anyhow::Result<()> {
 /// Starts everything; returns once the listeners are bound.
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     // Configuration is refused before anything starts.
+    let args = args
+        .with_secret_files()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let webhooks = args
         .webhook_listener()
         .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
