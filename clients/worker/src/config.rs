@@ -115,11 +115,26 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_EXIT_WHEN_IDLE")]
     pub exit_when_idle: bool,
 
-    /// How long after a batch create was attempted a search by display name
-    /// keeps looking before deciding the batch was never made (covers the
-    /// provider's list lag; the rows go back only then).
+    /// The least time after a batch create was attempted before a search
+    /// may conclude that no batch was made; it concludes so only once the
+    /// provider's list shows a batch made after the attempt (a witness:
+    /// see `lookup.rs`), however long that takes. The rows go back only
+    /// then.
     #[arg(long, env = "TALLY_WORKER_CREATE_LOOKUP_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub create_lookup_window: Duration,
+
+    /// How far the provider's clock may be from tally's. A search after a
+    /// lost create takes a batch listed with a `createTime` later than the
+    /// attempt plus `--http-timeout` plus this as proof that the list has
+    /// caught up with the attempt (see `lookup.rs`).
+    #[arg(long, env = "TALLY_WORKER_PROVIDER_CLOCK_SKEW", default_value = "1m", value_parser = parse_duration)]
+    pub provider_clock_skew: Duration,
+
+    /// A batch whose job was reconciled this long ago is deleted at the
+    /// provider (with its output file), so the batch list every search
+    /// reads stays short; 0 keeps every batch.
+    #[arg(long, env = "TALLY_WORKER_BATCH_RETENTION", default_value = "1h", value_parser = parse_duration)]
+    pub batch_retention: Duration,
 
     /// How long a finished batch's output that is not downloadable (403 or
     /// 404 right after the batch finished) is waited for; then the job

@@ -4,12 +4,12 @@
 //! reset, 5xx after the batch was made). So before the create call goes
 //! out, tally records MarkCreating (the job becomes CREATING): from then on
 //! nobody releases the job's rows (not this worker on an error, not the
-//! sweeper when this worker dies, not ReleaseClaim) until the provider was
-//! searched for the batch by its display name (the job id) over a window
-//! that covers the provider's list lag after the create attempt. Found, the
-//! batch is recorded (MarkSubmitted) and followed; not found, MarkNotCreated
-//! gives the rows back without an attempt. A worker that adopts a CREATING
-//! job runs the same search.
+//! sweeper when this worker dies, not ReleaseClaim) until a search of the
+//! provider's whole batch list proves the batch made (by its display name,
+//! `tally/{ledger}/{job id}`) or never made (a witness: [`crate::lookup`]).
+//! Made, the batch is recorded (MarkSubmitted) and followed; never made,
+//! MarkNotCreated gives the rows back without an attempt. Unproven, the
+//! rows wait. A worker that adopts a CREATING job runs the same search.
 
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +22,7 @@ use crate::config::Failpoint;
 use crate::ctx::Ctx;
 use crate::end::JobError;
 use crate::gemini::GeminiError;
+use crate::lookup::{self, Bounds, Listing, Proof};
 
 /// How a create ended.
 #[derive(Debug)]
@@ -64,9 +65,10 @@ pub async fn create(
     model: &str,
     stop: &CancellationToken,
 ) -> Result<CreateEnd, JobError> {
+    let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
     match ctx
         .gemini
-        .create_batch(model, &job.job_id, &job.input_file)
+        .create_batch(model, &display_name, &job.input_file)
         .await
     {
         Ok(op) => {
@@ -108,53 +110,73 @@ pub async fn create(
     }
 }
 
-/// Searches the provider for a CREATING job's batch until it is found or
-/// the lookup window after the create attempt has passed.
+/// Searches the provider for a CREATING job's batch until its making or
+/// its absence is proven ([`crate::lookup`]); makes a probe batch when no
+/// witness comes on its own. Unproven at shutdown, the job is left for
+/// adoption with its rows held.
 pub async fn resolve(
     ctx: &Ctx,
     job: &pb::Job,
     claim: &str,
     stop: &CancellationToken,
 ) -> Result<CreateEnd, JobError> {
-    let window = ctx.args.create_lookup_window;
+    let bounds = Bounds {
+        request: ctx.args.http_timeout,
+        skew: ctx.args.provider_clock_skew,
+        window: ctx.args.create_lookup_window,
+    };
     let attempted = job
         .create_attempt_time
         .as_ref()
         .and_then(|t| SystemTime::try_from(*t).ok())
         .unwrap_or_else(SystemTime::now);
-    let deadline = attempted + window;
-    let pause = (window / 10).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let names = crate::tags::batch_names(&ctx.ledger, &job.job_id);
+    let pause = (bounds.window / 10).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let mut probed: Option<SystemTime> = None;
+    let mut said: Option<tokio::time::Instant> = None;
     loop {
-        // Read the clock before the search: "not found" counts only for a
-        // search that began after the window closed.
+        // Read the clock before the search: the window counts only for a
+        // search that began after it passed.
         let searched_at = SystemTime::now();
-        match ctx
-            .gemini
-            .find_batch_since(&job.job_id, Some(attempted))
-            .await
-        {
-            Ok(Some(op)) => {
-                let batch = batch_name(&op)?;
-                tracing::info!(job = %job.job_id, batch = %batch, "batch found by its display name");
-                return Ok(CreateEnd::Submitted(Box::new(
-                    mark_submitted(ctx, job, claim, &batch).await?,
-                )));
+        match search(ctx, &names).await {
+            Ok(listing) => match lookup::judge(listing.clone(), attempted, searched_at, &bounds) {
+                Proof::Made(op) => {
+                    let batch = batch_name(&op)?;
+                    tracing::info!(job = %job.job_id, batch = %batch, "batch found by its display name");
+                    return Ok(CreateEnd::Submitted(Box::new(
+                        mark_submitted(ctx, job, claim, &batch).await?,
+                    )));
+                }
+                Proof::NeverMade => {
+                    let reason = format!(
+                        "no batch named {} among the {} batches listed, and the list already shows a batch made after the attempt",
+                        names[0], listing.listed
+                    );
+                    mark_not_created(ctx, job, claim, &reason, Refusal::default()).await?;
+                    crate::reconcile::delete_input(ctx, job).await;
+                    tracing::info!(job = %job.job_id, listed = listing.listed, "batch was never created; rows released without an attempt");
+                    return Ok(CreateEnd::NeverMade);
+                }
+                Proof::Unproven => {
+                    let due = probed.is_none_or(|t| {
+                        t.elapsed()
+                            .is_ok_and(|e| e >= bounds.window.max(Duration::from_secs(1)))
+                    });
+                    if due && searched_at >= bounds.probe_from(attempted) {
+                        probed = Some(SystemTime::now());
+                        probe(ctx, &job.model).await;
+                    }
+                    if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        said = Some(tokio::time::Instant::now());
+                        tracing::info!(job = %job.job_id, listed = listing.listed, "create unresolved: no batch of that name listed, and no batch made after the attempt listed yet; the rows wait");
+                    }
+                }
+            },
+            // The provider cannot be asked, or not completely: the rows
+            // stay held.
+            Err(e) => {
+                tracing::warn!(job = %job.job_id, error = %e, "could not list every batch; the rows wait")
             }
-            Ok(None) if searched_at >= deadline => {
-                let reason = format!(
-                    "no batch named {} was listed {} after the create attempt",
-                    job.job_id,
-                    humantime::format_duration(window)
-                );
-                mark_not_created(ctx, job, claim, &reason, Refusal::default()).await?;
-                crate::reconcile::delete_input(ctx, job).await;
-                tracing::info!(job = %job.job_id, "batch was never created; rows released without an attempt");
-                return Ok(CreateEnd::NeverMade);
-            }
-            Ok(None) => {}
-            // The provider cannot be asked: the rows stay held, whatever
-            // the window says.
-            Err(e) => tracing::warn!(job = %job.job_id, error = %e, "could not list batches"),
         }
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
@@ -163,6 +185,42 @@ pub async fn resolve(
                 return Ok(CreateEnd::LeftForAdoption);
             }
         }
+    }
+}
+
+/// Reads the whole batch list for `names`; an error when it cannot be read
+/// whole (a failed page, or more than [`lookup::MAX_LIST_PAGES`] pages).
+async fn search(ctx: &Ctx, names: &[String]) -> Result<Listing, GeminiError> {
+    let mut listing = Listing::default();
+    let mut token = String::new();
+    loop {
+        if listing.pages >= lookup::MAX_LIST_PAGES {
+            return Err(GeminiError::Protocol(format!(
+                "the batch list is longer than {} pages; absence cannot be proven",
+                lookup::MAX_LIST_PAGES
+            )));
+        }
+        let page = ctx.gemini.list_batches(&token).await?;
+        listing.add_page(&page, names);
+        if listing.found.is_some() {
+            return Ok(listing);
+        }
+        match page["nextPageToken"].as_str() {
+            Some(t) if !t.is_empty() => token = t.to_owned(),
+            _ => return Ok(listing),
+        }
+    }
+}
+
+/// Makes a probe batch for `model` (a witness for the search; see
+/// [`crate::lookup`]). Failures are logged: the search asks again.
+async fn probe(ctx: &Ctx, model: &str) {
+    let name = crate::tags::probe_name(&ctx.ledger, &uuid::Uuid::now_v7().to_string());
+    match ctx.gemini.create_probe(model, &name).await {
+        Ok(_) => {
+            tracing::info!(probe = %name, "probe batch made: a witness for an unresolved create")
+        }
+        Err(e) => tracing::warn!(probe = %name, error = %e, "probe batch not made"),
     }
 }
 

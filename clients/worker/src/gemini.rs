@@ -101,10 +101,6 @@ impl Patience {
     }
 }
 
-/// How far the provider's clock may be behind tally's when a search for a
-/// batch stops at the time its create was attempted.
-const CLOCK_SKEW: Duration = Duration::from_secs(600);
-
 /// A Gemini API client.
 #[derive(Debug, Clone)]
 pub struct Gemini {
@@ -313,57 +309,58 @@ impl Gemini {
         self.json(self.http.post(&url).json(&body)).await
     }
 
-    /// The batch whose display name is `display_name`, if any (every page
-    /// of the list, newest first).
-    pub async fn find_batch(&self, display_name: &str) -> Result<Option<Value>, GeminiError> {
-        self.find_batch_since(display_name, None).await
+    /// One page of the project's batches (`GET batches`, 100 a page, in
+    /// whatever order the provider keeps: see [`crate::lookup`]).
+    pub async fn list_batches(&self, page_token: &str) -> Result<Value, GeminiError> {
+        let mut query = vec![("pageSize", "100".to_string())];
+        if !page_token.is_empty() {
+            query.push(("pageToken", page_token.to_string()));
+        }
+        let url = self.url("/v1beta/batches");
+        self.retrying("list batches", || {
+            self.json(self.http.get(&url).query(&query))
+        })
+        .await
     }
 
-    /// [`Gemini::find_batch`], reading pages (newest first) only while they
-    /// hold batches created at or after `since` (less a margin for clock
-    /// skew between tally and the provider).
-    pub async fn find_batch_since(
+    /// Creates a one-request batch named `display_name` for `model`: a
+    /// witness for [`crate::lookup`] when no other batch was made after a
+    /// lost create (one short request with one output token; no row).
+    /// Not retried: a lost answer made the probe anyway, a refusal made
+    /// nothing; either way the caller asks again later.
+    pub async fn create_probe(
         &self,
+        model: &str,
         display_name: &str,
-        since: Option<std::time::SystemTime>,
-    ) -> Result<Option<Value>, GeminiError> {
-        let floor = since.and_then(|t| t.checked_sub(CLOCK_SKEW));
-        let mut token = String::new();
-        loop {
-            let mut query = vec![("pageSize", "100".to_string())];
-            if !token.is_empty() {
-                query.push(("pageToken", token.clone()));
-            }
-            let page = self
-                .retrying("list batches", || {
-                    self.json(self.http.get(self.url("/v1beta/batches")).query(&query))
-                })
-                .await?;
-            if let Some(op) = page["operations"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|op| {
-                    op["metadata"]["displayName"].as_str() == Some(display_name)
-                        || op["displayName"].as_str() == Some(display_name)
-                })
-            {
-                return Ok(Some(op.clone()));
-            }
-            let oldest = page["operations"]
-                .as_array()
-                .and_then(|ops| ops.last())
-                .and_then(|op| op["metadata"]["createTime"].as_str())
-                .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
-            if let (Some(floor), Some(oldest)) = (floor, oldest)
-                && oldest < floor
-            {
-                return Ok(None);
-            }
-            match page["nextPageToken"].as_str() {
-                Some(t) if !t.is_empty() => token = t.to_string(),
-                _ => return Ok(None),
-            }
+    ) -> Result<Value, GeminiError> {
+        let model = model.trim_start_matches("models/");
+        let body = json!({"batch": {
+            "model": format!("models/{model}"),
+            "displayName": display_name,
+            "inputConfig": {"requests": {"requests": [{
+                "request": {
+                    "contents": [{"role": "user", "parts": [{"text": "."}]}],
+                    "generationConfig": {"maxOutputTokens": 1},
+                },
+                "metadata": {"key": "tally-probe"},
+            }]}},
+        }});
+        let url = self.url(&format!("/v1beta/models/{model}:batchGenerateContent"));
+        self.json(self.http.post(&url).json(&body)).await
+    }
+
+    /// `DELETE batches/{id}`: the batch leaves the project's list (the
+    /// worker deletes only batches that ended). A batch already gone is not
+    /// an error.
+    pub async fn delete_batch(&self, name: &str) -> Result<(), GeminiError> {
+        let id = name.rsplit('/').next().unwrap_or(name);
+        let url = self.url(&format!("/v1beta/batches/{id}"));
+        match self
+            .retrying("delete batch", || self.send(self.http.delete(&url)))
+            .await
+        {
+            Ok(_) | Err(GeminiError::Http { code: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

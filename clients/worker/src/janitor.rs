@@ -1,29 +1,33 @@
-//! Input files nobody else will delete. A worker killed after its upload
-//! but before MarkCreating leaves a file no job records; an upload repeated
-//! after a failed finalize leaves the first one. Files count against the
-//! project's 20 GB until they expire (48 h), and uploads stop when it is
-//! full. Each input file is named `tally/{ledger}/{job id}`, so a sweep can
-//! tell this ledger's files and ask tally what became of their job.
+//! What tally leaves at the provider that nobody else will delete.
 //!
-//! A file is deleted when it is older than `--orphan-age` and its job is
-//! unknown, closed, or records another input file. A file of an open job
-//! that records it, or records none yet, is kept.
+//! Files: a worker killed after its upload but before MarkCreating leaves a
+//! file no job records; an upload repeated after a failed finalize leaves
+//! the first one. Files count against the project's 20 GiB until they
+//! expire (48 h), and uploads stop when it is full. Each input file is
+//! named `tally/{ledger}/{job id}` ([`crate::tags`]), so a sweep can tell
+//! this ledger's files and ask tally what became of their job. A file is
+//! deleted when it is older than `--orphan-age` and its job is closed or
+//! records another input file. A file of an open job that records it, or
+//! records none yet, is kept; so is a file whose job this tally does not
+//! know (another tally in the same provider project, or a deleted ledger:
+//! the provider expires it).
+//!
+//! Batches: every search after a lost create reads the whole batch list
+//! ([`crate::lookup`]), and tally never needs a batch again once its job is
+//! reconciled (its outcomes are stored). A batch of this ledger whose job
+//! was reconciled more than `--batch-retention` ago is deleted, with its
+//! output file; so are this ledger's probe batches once they ended and are
+//! as old.
 
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use tally_proto::v1 as pb;
-use tonic::Code;
 
 use crate::ctx::Ctx;
 
 /// Pages of the file list one sweep reads at most (100 files each).
 const MAX_PAGES: usize = 20;
-
-/// The display name of a job's input file.
-pub fn input_display_name(ledger: &str, job_id: &str) -> String {
-    format!("tally/{}/{job_id}", ledger.trim_start_matches("ledgers/"))
-}
 
 /// What to do with one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +36,24 @@ enum Fate {
     Delete,
 }
 
+/// What one sweep deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    pub files: usize,
+    pub batches: usize,
+}
+
+/// One sweep of files and batches.
+pub async fn sweep(ctx: &Ctx) -> Swept {
+    Swept {
+        files: sweep_files(ctx).await,
+        batches: sweep_batches(ctx).await,
+    }
+}
+
 /// Deletes this ledger's orphaned input files; answers how many went.
-pub async fn sweep(ctx: &Ctx) -> usize {
-    let prefix = input_display_name(&ctx.ledger, "");
+async fn sweep_files(ctx: &Ctx) -> usize {
+    let prefix = crate::tags::job_prefix(&ctx.ledger);
     let mut deleted = 0;
     let mut token = String::new();
     for _ in 0..MAX_PAGES {
@@ -79,6 +98,93 @@ pub async fn sweep(ctx: &Ctx) -> usize {
     deleted
 }
 
+/// Deletes this ledger's batches whose job was reconciled more than
+/// `--batch-retention` ago (and their output files), and its ended probes
+/// as old; answers how many batches went.
+async fn sweep_batches(ctx: &Ctx) -> usize {
+    let retention = ctx.args.batch_retention;
+    if retention.is_zero() {
+        return 0;
+    }
+    let (jobs, probes) = (
+        crate::tags::job_prefix(&ctx.ledger),
+        crate::tags::probe_prefix(&ctx.ledger),
+    );
+    let mut deleted = 0;
+    let mut token = String::new();
+    for _ in 0..crate::lookup::MAX_LIST_PAGES {
+        let page = match ctx.gemini.list_batches(&token).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "janitor: could not list batches");
+                return deleted;
+            }
+        };
+        for op in page["operations"].as_array().into_iter().flatten() {
+            let (Some(batch), Some(shown)) = (op["name"].as_str(), crate::lookup::display_name(op))
+            else {
+                continue;
+            };
+            let output = if let Some(job_id) = shown.strip_prefix(jobs.as_str()) {
+                match reconciled_long_ago(ctx, job_id, batch, retention).await {
+                    Some(output) => output,
+                    None => continue,
+                }
+            } else if shown.starts_with(probes.as_str())
+                && op["done"] == true
+                && crate::lookup::create_time(op)
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age >= retention)
+            {
+                String::new()
+            } else {
+                continue;
+            };
+            match ctx.gemini.delete_batch(batch).await {
+                Ok(()) => {
+                    deleted += 1;
+                    tracing::info!(batch, name = shown, "janitor: batch deleted");
+                    if !output.is_empty()
+                        && let Err(e) = ctx.gemini.delete_file(&output).await
+                    {
+                        tracing::warn!(file = %output, error = %e, "janitor: output file not deleted");
+                    }
+                }
+                Err(e) => tracing::warn!(batch, error = %e, "janitor: batch not deleted"),
+            }
+        }
+        match page["nextPageToken"].as_str() {
+            Some(t) if !t.is_empty() => token = t.to_string(),
+            _ => break,
+        }
+    }
+    deleted
+}
+
+/// When the job `job_id` recorded `batch` and was reconciled at least
+/// `retention` ago: its output file (maybe empty). `None` otherwise (open,
+/// recent, another batch, or a job this tally does not know).
+async fn reconciled_long_ago(
+    ctx: &Ctx,
+    job_id: &str,
+    batch: &str,
+    retention: Duration,
+) -> Option<String> {
+    let name = format!("{}/jobs/{job_id}", ctx.ledger);
+    let mut c = ctx.clients.jobs.clone();
+    let job = c
+        .get_job(pb::GetJobRequest { name })
+        .await
+        .ok()?
+        .into_inner();
+    let ended = job.end_time.and_then(|t| SystemTime::try_from(t).ok())?;
+    let old = SystemTime::now()
+        .duration_since(ended)
+        .is_ok_and(|age| age >= retention);
+    (job.state() == pb::JobState::Reconciled && job.batch == batch && old)
+        .then_some(job.output_file)
+}
+
 fn old_enough(file: &Value, age: Duration) -> bool {
     file["createTime"]
         .as_str()
@@ -91,9 +197,10 @@ async fn fate(ctx: &Ctx, job_id: &str, file: &str) -> Fate {
     let name = format!("{}/jobs/{job_id}", ctx.ledger);
     let mut c = ctx.clients.jobs.clone();
     match c.get_job(pb::GetJobRequest { name }).await {
-        Err(s) if matches!(s.code(), Code::NotFound | Code::InvalidArgument) => Fate::Delete,
         Err(s) => {
-            tracing::debug!(job = job_id, error = %s, "janitor: job unknown for now; file kept");
+            // NOT_FOUND too: the file may be another tally's (the same
+            // provider project, a ledger of the same name).
+            tracing::debug!(job = job_id, error = %s, "janitor: job unknown here; file kept");
             Fate::Keep
         }
         Ok(job) => judge(&job.into_inner(), file),
@@ -134,7 +241,5 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(judge(&closed, "files/a"), Fate::Delete);
-        assert_eq!(input_display_name("ledgers/x", "j1"), "tally/x/j1");
-        assert_eq!(input_display_name("x", "j1"), "tally/x/j1");
     }
 }

@@ -202,7 +202,7 @@ pub async fn run_claim(
         release(&ctx, &claim.name, &[]).await;
         return Ok(JobEnd::Released);
     }
-    let display_name = crate::janitor::input_display_name(&ctx.ledger, &job.job_id);
+    let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
     let file = match ctx
         .gemini
         .upload_jsonl(&display_name, body.as_bytes())

@@ -8,14 +8,20 @@
 //! - [`jsonl`]: input lines and packing them under row and byte bounds;
 //! - [`output`]: matching output lines to rows by key and turning each
 //!   into an outcome for ReportOutcomes;
+//! - [`lookup`]: what a search of the provider's batch list proves (a
+//!   batch made, or never made), whatever the list's order and lag;
+//! - `tags`: the names tally gives its files and batches; `gone`: when
+//!   404s mean a batch is gone; `end`: how a job task ends;
 //! - [`config`]: flags and environment.
 //!
 //! [`metrics`]: the worker's `/metrics`, `/livez` and `/healthz`.
 //!
 //! I/O: [`gemini`] the Batch API over REST (upload, create, get, list,
-//! download, with the retries each needs); `ctx` what the tasks share;
-//! [`job`] one job's life from claim to FinishJob; [`worker`] the loop
-//! ([`run_until`]).
+//! delete, download, with the retries each needs); `ctx` what the tasks
+//! share; `create` a batch made without ever paying twice; [`job`] one
+//! job's life from claim to its batch's end, `reconcile` from there to
+//! FinishJob, `heartbeat` its claim's lease; `janitor` what tally leaves at
+//! the provider; [`worker`] the loop ([`run_until`]).
 //!
 //! Not here: classification (the server classifies the facts the worker
 //! reports), retry scheduling of rows (the ledger's backoff).
@@ -31,10 +37,12 @@ mod heartbeat;
 mod janitor;
 pub mod job;
 pub mod jsonl;
+pub mod lookup;
 pub mod metrics;
 pub mod output;
 pub mod prompt;
 mod reconcile;
+mod tags;
 pub mod worker;
 
 pub use config::WorkerArgs;

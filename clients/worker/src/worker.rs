@@ -47,6 +47,15 @@ pub struct RunReport {
     pub jobs_failed: u64,
     /// Orphaned input files the janitor deleted.
     pub files_deleted: u64,
+    /// Reconciled batches (and ended probes) the janitor deleted.
+    pub batches_deleted: u64,
+}
+
+impl RunReport {
+    fn swept(&mut self, s: janitor::Swept) {
+        self.files_deleted += s.files as u64;
+        self.batches_deleted += s.batches as u64;
+    }
 }
 
 /// Runs the worker until `shutdown` completes (or, with
@@ -119,7 +128,7 @@ pub async fn run_serving(
             tally(&ctx, &mut report, Some(done));
         }
         if tokio::time::Instant::now() >= next_sweep {
-            report.files_deleted += janitor::sweep(&ctx).await as u64;
+            report.swept(janitor::sweep(&ctx).await);
             next_sweep = tokio::time::Instant::now() + ctx.args.janitor_interval;
         }
         let mut worked = false;
@@ -168,7 +177,7 @@ pub async fn run_serving(
         if !worked && jobs.is_empty() && ctx.args.exit_when_idle && idle(&ctx).await {
             // Every job is closed: whatever input files are left of them
             // (and old enough) are orphans.
-            report.files_deleted += janitor::sweep(&ctx).await as u64;
+            report.swept(janitor::sweep(&ctx).await);
             tracing::info!(ledger = %ctx.ledger, "no work left; exiting");
             break;
         }

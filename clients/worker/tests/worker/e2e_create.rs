@@ -52,6 +52,12 @@ fn worker(w: &World, name: &str, extra: &[&str]) -> tokio::process::Child {
         BATCH,
         "--create-lookup-window",
         LOOKUP_WINDOW,
+        // A witness (a batch made after the attempt) is one made more than
+        // this after it: keep the tests short.
+        "--http-timeout",
+        "3s",
+        "--provider-clock-skew",
+        "0s",
     ];
     args.extend_from_slice(extra);
     spawn_worker(&w.stack.grpc, &w.emulator.base_url(), LEDGER, name, &args)
@@ -137,8 +143,10 @@ async fn killed_after_upload_the_rows_go_back_unsent() {
 }
 
 /// Killed after MarkCreating, before the create went out: the job is
-/// adopted, the provider searched over the lookup window, nothing found,
-/// and only then do its rows go back (no attempt).
+/// adopted, the provider's whole list searched until it shows a batch made
+/// after the attempt (another job's, or the adopter's probe) and still no
+/// batch of the job's name, and only then do its rows go back (no
+/// attempt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_after_mark_creating_the_search_finds_nothing_and_releases() {
     let w = world(faults(false)).await;
@@ -175,5 +183,33 @@ async fn a_lost_create_answer_is_found_by_searching_not_by_creating_again() {
     let jobs = run(&w, None).await;
     assert_eq!(w.emulator.stats().create_answers_lost, 1);
     check_sent_once(&w, &jobs).await;
+    w.stop().await;
+}
+
+/// The provider made the batch but its answer was lost, and its list lags
+/// longer than the lookup window (5s against 4s): the search does not
+/// conclude from the window alone. Until a batch made after the attempt is
+/// listed (here the worker's own probe) nothing is proven and the rows
+/// wait; the lost batch is listed before that witness, found, and
+/// followed. (On 13bf183 the window passed with nothing listed, the rows
+/// went back and were sent again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_create_listed_later_than_the_window_is_still_found() {
+    let mut plan = faults(true);
+    plan.list_lag_ms = 5_000;
+    plan.list_order = gemini_emulator::ListOrder::OldestFirst;
+    let w = world(plan).await;
+    let jobs = run(&w, None).await;
+    let stats = w.emulator.stats();
+    assert_eq!(stats.create_answers_lost, 1);
+    check_sent_once(&w, &jobs).await;
+    eprintln!(
+        "creates {} (probes {}), uploads {}, rows sent {} against {} rows",
+        stats.batches_created,
+        stats.submission_count(crate::common::PROBE_KEY),
+        stats.uploads,
+        stats.submissions.values().map(Vec::len).sum::<usize>(),
+        ROWS
+    );
     w.stop().await;
 }

@@ -650,7 +650,11 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|op| op["metadata"]["displayName"] == victim.job_id.as_str())
+            .filter(|op| {
+                op["metadata"]["displayName"]
+                    .as_str()
+                    .is_some_and(|d| d.ends_with(&format!("/{}", victim.job_id)))
+            })
             .count();
         match page["nextPageToken"].as_str() {
             Some(t) if !t.is_empty() => token = t.to_string(),
