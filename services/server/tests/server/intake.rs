@@ -348,7 +348,7 @@ async fn four_million_empty_rows_are_refused_before_they_are_decoded() {
 
 /// Invariant: a request over its method's size limit is refused
 /// RESOURCE_EXHAUSTED from its length prefix; small methods have a small
-/// limit (a 2 MB GetLedger is refused even though EnrollRows may be 64 MB).
+/// limit (a 2 MB GetLedger is refused even though EnrollRows may be 16 MiB).
 #[tokio::test]
 async fn each_method_has_its_own_size_limit() {
     let db = TestDb::new().await;
