@@ -131,3 +131,26 @@ def test_archive_keeps_the_ledger_when_it_changes_during_the_export(
     summary = tally.summarize(ledger)
     assert summary.total == 26
     assert tally.get_ledger(ledger).state == pb.ledger_pb2.LEDGER_STATE_ACTIVE
+
+
+def test_archive_keeps_the_ledger_when_a_row_lands_after_the_last_check(
+    tally: Client, ledger: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Invariant: a row enrolled after the client's own last look (between
+    # the comparison of the summaries and the DeleteLedger) is not deleted
+    # unarchived: the server refuses the delete (the content etag read before
+    # the export moved), the file is kept and the ledger keeps every row.
+    settle(tally, ledger)
+    delete = tally.delete_ledger
+
+    def enroll_then_delete(*args: object, **kwargs: object) -> object:
+        tally.enroll(ledger, [{"key": "late-row", "payload": {}}])
+        return delete(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tally, "delete_ledger", enroll_then_delete)
+    path = tmp_path / "a.jsonl"
+    with pytest.raises(ArchiveError, match="changed after it was exported"):
+        tally.archive_ledger(ledger, path)
+    assert path.exists()
+    assert tally.summarize(ledger).total == 26
+    assert tally.get_ledger(ledger).state == pb.ledger_pb2.LEDGER_STATE_ACTIVE

@@ -5,8 +5,10 @@ tally-worker, tallyctl and gemini-emulator, on Prefect's local ephemeral API
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -32,7 +34,8 @@ from prefect.settings import PREFECT_API_URL
 from prefect.testing.utilities import prefect_test_harness
 
 from tally_client import Client, pb
-from tally_prefect import tally_pages
+from tally_prefect import Deployment, tally_pages
+from tally_prefect.deployment import NOT_PARAMETERS
 
 
 @pytest.fixture(scope="module")
@@ -74,40 +77,73 @@ def create_ledger(tally: Client, ledger: str, lease_s: int) -> None:
     tally.create_ledger(ledger, policy)
 
 
-def flow_params(
-    root: Path, ledger: str, address: str, base_url: str, workers: int, batch: int
-) -> dict[str, Any]:
+def flow_params(root: Path, ledger: str, workers: int) -> dict[str, Any]:
+    """The run's parameters: what to plan and enroll, nothing about where."""
     return {
         "ledger": ledger,
         "images_root": str(root / "images"),
         "results_root": str(root / "first_pass"),
         "plan_path": str(root / "plan.json"),
-        "server": address,
-        "tallyctl": workspace_binary("tallyctl", "TALLYCTL_BIN"),
-        "worker_bin": workspace_binary("tally-worker", "TALLY_WORKER_BIN"),
         "workers": workers,
-        "worker_args": [
-            "--poll-interval",
-            "200ms",
-            "--heartbeat-interval",
-            "1s",
-            "--lease",
-            "3s",
-            # The emulator lists a new batch at once (no list lag): a job
-            # whose create was cut short is resolved in seconds, not 5 min.
-            "--create-lookup-window",
-            "2s",
-            "--claim-size",
-            str(batch),
-            "--max-rows-per-batch",
-            str(batch),
-            "--log-format",
-            "json",
-        ],
-        "gemini_base_url": base_url,
-        "worker_log_dir": str(root / "worker-logs"),
         "poll_interval": 0.5,
     }
+
+
+def deployment_env(root: Path, address: str, base_url: str, batch: int) -> dict[str, str]:
+    """The deployment's environment: where the run goes."""
+    args = [
+        "--poll-interval",
+        "200ms",
+        "--heartbeat-interval",
+        "1s",
+        "--lease",
+        "3s",
+        # The emulator lists a new batch at once (no list lag): a job
+        # whose create was cut short is resolved in seconds, not 5 min.
+        "--create-lookup-window",
+        "2s",
+        "--claim-size",
+        str(batch),
+        "--max-rows-per-batch",
+        str(batch),
+        "--log-format",
+        "json",
+    ]
+    return {
+        "TALLY_SERVER": address,
+        "TALLYCTL_BIN": workspace_binary("tallyctl", "TALLYCTL_BIN"),
+        "TALLY_WORKER_BIN": workspace_binary("tally-worker", "TALLY_WORKER_BIN"),
+        "TALLY_WORKER_ARGS": shlex.join(args),
+        "GEMINI_BASE_URL": base_url,
+        "TALLY_WORKER_LOG_DIR": str(root / "worker-logs"),
+        "GEMINI_API_KEY": API_KEY,
+    }
+
+
+def test_where_the_work_goes_is_never_a_run_parameter() -> None:
+    # Invariant: the flow takes no parameter that decides where the token
+    # or the API key go, or which program runs (anyone allowed to start a
+    # run chooses its parameters): those come from the deployment's
+    # environment, and a run that passes one is refused.
+    parameters = set(inspect.signature(tally_pages.fn).parameters)
+    assert not parameters & set(NOT_PARAMETERS), parameters & set(NOT_PARAMETERS)
+    with pytest.raises(TypeError):
+        tally_pages.fn(  # type: ignore[call-arg]
+            ledger="l", images_root="i", results_root="r", plan_path="p", server="evil:1"
+        )
+    d = Deployment.from_env(
+        {
+            "TALLY_SERVER": "tally:443",
+            "TALLY_TLS": "true",
+            "TALLY_WORKER_BIN": "/opt/tally-worker",
+            "TALLY_WORKER_ARGS": "--lease '3s' --claim-size 5",
+        }
+    )
+    assert (d.server, d.tls, d.worker_bin) == ("tally:443", True, "/opt/tally-worker")
+    assert d.worker_args == ("--lease", "3s", "--claim-size", "5")
+    assert Deployment.from_env({}) == Deployment()
+    with pytest.raises(ValueError, match="TALLY_TLS"):
+        Deployment.from_env({"TALLY_TLS": "maybe"})
 
 
 def artifacts_of(flow_run: UUID) -> list[Artifact]:
@@ -173,8 +209,9 @@ def test_the_flow_runs_the_plan_and_publishes_a_table_per_job_and_the_summary(
     # markdown artifact, and a PERMANENT row fails the run when asked.
     ledger = f"pf-small-{uuid.uuid4().hex[:8]}"
     create_ledger(tally, ledger, lease_s=30)
-    params = flow_params(tmp_path, ledger, address, small_run.base_url, workers=1, batch=3)
-    monkeypatch.setenv("GEMINI_API_KEY", API_KEY)  # read by the workers
+    params = flow_params(tmp_path, ledger, workers=1)
+    for name, value in deployment_env(tmp_path, address, small_run.base_url, batch=3).items():
+        monkeypatch.setenv(name, value)
     state = tally_pages(**params, fail_on_permanent=True, return_state=True)
     assert state.is_failed(), state
     assert "1 rows are PERMANENT" in (state.message or "")
@@ -267,7 +304,8 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
     # nothing twice and submits every row to the provider exactly once.
     ledger = f"pf-killed-{uuid.uuid4().hex[:8]}"
     create_ledger(tally, ledger, lease_s=3)
-    params = flow_params(tmp_path, ledger, address, long_run.base_url, workers=2, batch=5)
+    params = flow_params(tmp_path, ledger, workers=2)
+    deployment = deployment_env(tmp_path, address, long_run.base_url, batch=5)
     script = (
         "import json, sys\n"
         "from tally_prefect import tally_pages\n"
@@ -277,9 +315,9 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
         [sys.executable, "-c", script, json.dumps(params)],
         env={
             **os.environ,
+            **deployment,
             "PREFECT_API_URL": prefect_api,
             "PREFECT_HOME": str(tmp_path / "prefect-home"),
-            "GEMINI_API_KEY": API_KEY,
         },
         start_new_session=True,  # its workers share its process group
         stdout=subprocess.DEVNULL,
@@ -296,7 +334,8 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
     assert at_kill.total == 40
     assert at_kill.succeeded < 40, "the kill landed mid-run"
 
-    monkeypatch.setenv("GEMINI_API_KEY", API_KEY)  # read by the workers
+    for name, value in deployment.items():
+        monkeypatch.setenv(name, value)
     result = tally_pages(**params)
     assert isinstance(result, dict)
     assert (result["enrolled"], result["already_present"]) == (0, 40), result

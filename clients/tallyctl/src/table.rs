@@ -54,7 +54,8 @@ impl Table {
 
     /// The table as text, one line per row, each ending in `\n`. Trailing
     /// spaces are trimmed; newlines and tabs inside cells are shown as
-    /// spaces so a cell never breaks the layout.
+    /// spaces so a cell never breaks the layout, and other control and
+    /// bidirectional characters (terminal escapes) written out ([`cell`]).
     pub fn render(&self) -> String {
         self.render_with(true)
     }
@@ -73,12 +74,11 @@ impl Table {
             .chain([self.header.len()])
             .max()
             .unwrap_or(0);
-        let clean = |s: &str| s.replace(['\n', '\r', '\t'], " ");
-        let header: Vec<String> = self.header.iter().map(|s| clean(s)).collect();
+        let header: Vec<String> = self.header.iter().map(|s| cell(s)).collect();
         let rows: Vec<Vec<String>> = self
             .rows
             .iter()
-            .map(|r| r.iter().map(|s| clean(s)).collect())
+            .map(|r| r.iter().map(|s| cell(s)).collect())
             .collect();
         let header = if with_header { Some(header) } else { None };
         let mut widths = vec![0usize; columns];
@@ -114,9 +114,24 @@ impl Table {
     }
 }
 
+/// Longest cell, in characters (a result or an error in `--full` views).
+const MAX_CELL: usize = 64 * 1024;
+
+/// Text from the server as one cell or value: newlines and tabs as spaces,
+/// other control and bidirectional characters written out (`\u{1b}`), so a
+/// caller-supplied name or message cannot break the layout or drive the
+/// terminal.
+pub fn cell(text: &str) -> String {
+    let one_line = text.replace(['\n', '\r', '\t'], " ");
+    if tally_core::text::is_plain(&one_line) && one_line.chars().count() <= MAX_CELL {
+        return one_line;
+    }
+    tally_core::text::escape(&one_line, MAX_CELL)
+}
+
 /// Shortens `text` to at most `max` characters, marking the cut with `…`.
 pub fn truncate(text: &str, max: usize) -> String {
-    let one_line = text.replace(['\n', '\r', '\t'], " ");
+    let one_line = cell(text);
     if one_line.chars().count() <= max {
         return one_line;
     }
@@ -130,7 +145,7 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
     let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out = String::new();
     for (k, v) in pairs {
-        out.push_str(&format!("{k:<width$}  {v}").replace('\n', " "));
+        out.push_str(&format!("{k:<width$}  {}", cell(v)));
         out.push('\n');
     }
     out
@@ -139,6 +154,24 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Invariant: caller-supplied text cannot drive the terminal or break a
+    /// row: escapes and bidirectional overrides are written out.
+    #[test]
+    fn cells_write_out_terminal_escapes() {
+        let mut t = Table::new(["worker", "message"]);
+        t.row(["w\x1b[2J1", "paused\u{202e}txet\nINFO"]);
+        let text = t.render();
+        assert!(
+            !text.contains('\x1b') && !text.contains('\u{202e}'),
+            "{text:?}"
+        );
+        assert!(text.contains("w\\u{1b}[2J1"), "{text}");
+        assert_eq!(text.lines().count(), 2);
+        let f = fields(&[("actor", "a\x07b".to_string())]);
+        assert_eq!(f, "actor  a\\u{7}b\n");
+        assert!(!truncate("x\x1by", 10).contains('\x1b'));
+    }
 
     #[test]
     fn columns_align_and_numbers_go_right() {

@@ -1,7 +1,9 @@
 //! The worker's flags: each also reads a `TALLY_*` (or `GEMINI_*`)
 //! environment variable; durations in human form (`30s`, `5m`). The API key
-//! is read from `GEMINI_API_KEY` only: never a flag (it would show in `ps`),
-//! never printed.
+//! is read from `GEMINI_API_KEY` or the file `--gemini-api-key-file` names:
+//! never a flag value (it would show in `ps`), never printed. tally's token
+//! likewise comes from `TALLY_TOKEN` or `--token-file`. `Debug` of the flags
+//! shows neither the token nor a URL's credentials.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,11 +17,20 @@ use clap::Parser;
 pub struct WorkerArgs {
     /// tally gRPC address (http:// or https://).
     #[arg(long, env = "TALLY_SERVER", default_value = "http://127.0.0.1:50051")]
-    pub server: String,
+    pub server: UrlArg,
 
     /// Bearer token for tally (a token with the worker role).
     #[arg(long, env = "TALLY_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    pub token: Option<SecretArg>,
+
+    /// File holding the bearer token (a mounted secret), instead of
+    /// --token.
+    #[arg(long, env = "TALLY_TOKEN_FILE", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
+
+    /// File holding the Gemini API key, instead of `GEMINI_API_KEY`.
+    #[arg(long, env = "GEMINI_API_KEY_FILE")]
+    pub gemini_api_key_file: Option<PathBuf>,
 
     /// PEM file of the CA that signed tally's certificate (https only;
     /// without it, the system's root certificates are trusted).
@@ -49,7 +60,7 @@ pub struct WorkerArgs {
         env = "GEMINI_BASE_URL",
         default_value = "https://generativelanguage.googleapis.com"
     )]
-    pub gemini_base_url: String,
+    pub gemini_base_url: UrlArg,
 
     /// Only claim rows for this model; empty takes the model of the oldest
     /// ready row.
@@ -181,7 +192,85 @@ pub struct WorkerArgs {
     /// its FinishJob, joined by the server's spans of each call. Off when
     /// unset.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
+    pub otlp_endpoint: Option<UrlArg>,
+}
+
+/// A secret given as a flag or variable: `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretArg(String);
+
+impl SecretArg {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for SecretArg {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(Self(text.to_string()))
+    }
+}
+
+impl std::fmt::Debug for SecretArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretArg(..)")
+    }
+}
+
+/// A URL given as a flag or variable: `Debug` and `Display` show it
+/// without its user, password or secret query values
+/// ([`tally_core::text::redact_urls`]); the text itself is the URL.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UrlArg(String);
+
+impl std::str::FromStr for UrlArg {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(Self(text.to_string()))
+    }
+}
+
+impl UrlArg {
+    /// The URL as given, credentials and all (to connect with).
+    pub fn to_string_unredacted(&self) -> String {
+        self.0.clone()
+    }
+}
+
+impl std::ops::Deref for UrlArg {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for UrlArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", tally_core::text::redact_urls(&self.0))
+    }
+}
+
+impl std::fmt::Display for UrlArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&tally_core::text::redact_urls(&self.0))
+    }
+}
+
+/// The secret in the file `path`, given to `flag`: its text without the
+/// trailing newline. The error names the flag and the path, never the
+/// contents.
+pub fn read_secret_file(flag: &str, path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_string();
+    if secret.trim().is_empty() {
+        return Err(format!("{flag} {}: the file is empty", path.display()));
+    }
+    Ok(secret)
 }
 
 /// Points of the create path where a test can make the worker die.
@@ -196,11 +285,31 @@ pub enum Failpoint {
 }
 
 impl WorkerArgs {
+    /// The flags with the token read from --token-file, if given.
+    pub fn with_secret_files(mut self) -> Result<Self, String> {
+        if let Some(path) = self.token_file.take() {
+            self.token = Some(SecretArg(read_secret_file("--token-file", &path)?));
+        }
+        Ok(self)
+    }
+
+    /// The Gemini API key: from --gemini-api-key-file, else `env_key`
+    /// (`GEMINI_API_KEY`).
+    pub fn api_key(&self, env_key: Option<String>) -> Result<crate::ApiKey, String> {
+        let key = match &self.gemini_api_key_file {
+            Some(path) => read_secret_file("--gemini-api-key-file", path)?,
+            None => env_key
+                .filter(|k| !k.is_empty())
+                .ok_or("GEMINI_API_KEY is not set (nor --gemini-api-key-file)")?,
+        };
+        Ok(crate::ApiKey::new(key))
+    }
+
     /// How to reach tally: the address, the token and the TLS flags.
     pub fn target(&self) -> tally_client::Target {
         tally_client::Target {
-            server: self.server.clone(),
-            token: self.token.clone(),
+            server: self.server.to_string_unredacted(),
+            token: self.token.as_ref().map(|t| t.expose().to_string()),
             tls: tally_client::Tls {
                 ca: self.tls_ca.clone(),
                 cert: self.tls_cert.clone(),
@@ -299,6 +408,63 @@ mod tests {
             ..a.clone()
         };
         assert!(bad.validate().is_err());
+    }
+
+    /// Invariant: Debug of the flags shows neither tally's token nor the
+    /// credentials of a URL, and the token and API key can come from files.
+    #[test]
+    fn debug_redacts_tokens_and_url_credentials_and_secrets_come_from_files() {
+        let a = WorkerArgs::try_parse_from([
+            "tally-worker",
+            "--ledger",
+            "docs",
+            "--token",
+            "tally_TOPSECRET",
+            "--server",
+            "https://svc:pw-123@tally:50051",
+            "--gemini-base-url",
+            "https://proxy.example/?key=AIzaLEAK",
+            "--otlp-endpoint",
+            "http://otel:otelpass@collector:4317",
+        ])
+        .unwrap();
+        let shown = format!("{a:?}");
+        for secret in ["TOPSECRET", "pw-123", "AIzaLEAK", "otelpass"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert_eq!(a.target().server, "https://svc:pw-123@tally:50051");
+        assert_eq!(a.target().token.as_deref(), Some("tally_TOPSECRET"));
+
+        let dir = std::env::temp_dir().join(format!("tally-worker-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token = dir.join("token");
+        std::fs::write(&token, "tally_FROMFILE\n").unwrap();
+        let key = dir.join("key");
+        std::fs::write(&key, "AIzaFROMFILE\n").unwrap();
+        let a = WorkerArgs::try_parse_from([
+            "tally-worker",
+            "--ledger",
+            "docs",
+            "--token-file",
+            token.to_str().unwrap(),
+            "--gemini-api-key-file",
+            key.to_str().unwrap(),
+        ])
+        .unwrap()
+        .with_secret_files()
+        .unwrap();
+        assert_eq!(a.target().token.as_deref(), Some("tally_FROMFILE"));
+        assert!(format!("{:?}", a.api_key(None).unwrap()).contains(".."));
+        let missing = WorkerArgs::try_parse_from(["tally-worker", "--ledger", "d"]).unwrap();
+        assert!(
+            missing
+                .api_key(None)
+                .unwrap_err()
+                .contains("GEMINI_API_KEY")
+        );
+        std::fs::write(&key, "\n").unwrap();
+        assert!(a.api_key(None).unwrap_err().contains("empty"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

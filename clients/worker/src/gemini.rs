@@ -122,6 +122,10 @@ impl Gemini {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(10))
+            // Every request carries x-goog-api-key, which reqwest does not
+            // strip on a redirect: a 3xx is answered as an error, never
+            // followed to wherever it points.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| GeminiError::Protocol(format!("http client: {e}")))?;
         Ok(Self {
@@ -491,6 +495,52 @@ mod tests {
             "files/abc"
         );
         assert!(file_name_of(&json!({"file": {}})).is_err());
+    }
+
+    /// Invariant: a redirect is never followed, so the API key (sent on
+    /// every request, and not stripped by reqwest on a redirect) never
+    /// reaches the address a 3xx points at: the call fails and nothing
+    /// connects there.
+    #[tokio::test]
+    async fn redirects_are_not_followed_with_the_key() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        elsewhere.set_nonblocking(true).unwrap();
+        let target = elsewhere.local_addr().unwrap();
+        let redirector = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", redirector.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = redirector.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 302 Found\r\nlocation: http://{target}/stolen\r\n\
+                     content-length: 0\r\nconnection: close\r\n\r\n"
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            }
+        });
+        let mut g = Gemini::new(
+            &base,
+            ApiKey::new("AIzaSECRET".into()),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        g.patience = Patience {
+            tries: 1,
+            initial: Duration::from_millis(1),
+            max: Duration::from_millis(1),
+        };
+        let got = g.get_batch("batches/b").await;
+        assert!(
+            matches!(got, Err(GeminiError::Http { code: 302, .. })),
+            "{got:?}"
+        );
+        assert_eq!(
+            elsewhere.accept().map_err(|e| e.kind()).err(),
+            Some(std::io::ErrorKind::WouldBlock),
+            "nothing connected where the redirect pointed"
+        );
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! The `tally-worker` binary: flags, logging, the API key from
-//! `GEMINI_API_KEY`, and [`tally_worker::run_until`] until SIGTERM or
+//! `GEMINI_API_KEY` or `--gemini-api-key-file`, and [`tally_worker::run_until`] until SIGTERM or
 //! ctrl-c (exit 0), or until the ledger is idle with `--exit-when-idle`.
 
 use clap::Parser as _;
 use tally_telemetry::traces::Logs;
-use tally_worker::{ApiKey, WorkerArgs, run_until};
+use tally_worker::{WorkerArgs, run_until};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
@@ -17,7 +17,10 @@ fn main() -> anyhow::Result<()> {
         let traces = tally_telemetry::traces::init(Logs {
             json: args.log_format == "json",
             filter,
-            otlp_endpoint: args.otlp_endpoint.clone(),
+            otlp_endpoint: args
+                .otlp_endpoint
+                .as_ref()
+                .map(tally_worker::config::UrlArg::to_string_unredacted),
             service: "tally-worker",
         })
         .map_err(anyhow::Error::msg)?;
@@ -28,11 +31,11 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: WorkerArgs) -> anyhow::Result<()> {
-    let key = std::env::var("GEMINI_API_KEY")
-        .ok()
-        .filter(|k| !k.is_empty())
-        .ok_or_else(|| anyhow::anyhow!("GEMINI_API_KEY is not set"))?;
-    let report = run_until(args, ApiKey::new(key), shutdown_signal()).await?;
+    let args = args.with_secret_files().map_err(anyhow::Error::msg)?;
+    let key = args
+        .api_key(std::env::var("GEMINI_API_KEY").ok())
+        .map_err(anyhow::Error::msg)?;
+    let report = run_until(args, key, shutdown_signal()).await?;
     tracing::info!(?report, "done");
     Ok(())
 }

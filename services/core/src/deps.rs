@@ -5,6 +5,11 @@
 
 use std::collections::HashMap;
 
+/// Most dependencies one row may name. A row waits for each of them, and
+/// every one is read and locked when it is enrolled; a thousand is far past
+/// any real fan-in and keeps one row's check bounded.
+pub const MAX_DEPENDS_ON: usize = 1000;
+
 /// Finds a dependency cycle among `rows` (key, its dependencies). Edges to
 /// keys outside `rows` are ignored (they point at already-enrolled rows).
 /// Returns one cycle as a list of keys, first key repeated at the end.

@@ -17,6 +17,14 @@ pub const MAX_GOLDEN_ROWS: usize = 50;
 /// Most fields one golden row compares.
 pub const MAX_FIELDS: usize = 32;
 
+/// Golden results a ledger keeps: twice its drift window (the newest), so
+/// a window doubled later still reads full windows at once, and a ledger
+/// reporting for years keeps a bounded table. Older results are deleted as
+/// new ones are recorded.
+pub fn results_kept(window: u32) -> i64 {
+    2 * i64::from(window.max(1))
+}
+
 /// What a golden row's answer must be.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expect {

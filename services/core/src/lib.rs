@@ -20,6 +20,7 @@
 //! - [`pause`]: why a ledger is paused, and what it still does while paused.
 //! - [`scope`]: which ledgers, locks and prompts a caller may touch.
 //! - [`summary`]: the one-line summaries.
+//! - [`text`]: caller-supplied text made safe to show in logs and tables.
 //! - [`usage`]: the bound on reported token counts and saturating sums.
 //! - [`violation`]: how validation reports bad fields.
 
@@ -42,6 +43,7 @@ pub mod scope;
 pub mod spend;
 pub mod status;
 pub mod summary;
+pub mod text;
 pub mod transition;
 pub mod usage;
 pub mod violation;

@@ -27,6 +27,10 @@ pub const MAX_MATCH_TEXT: usize = 256;
 /// Bytes of `alert_url`.
 pub const MAX_ALERT_URL: usize = 2048;
 
+/// Highest price accepted, in USD per million tokens (a dollar a token):
+/// with the bound on reported counts it keeps every cost finite.
+pub const MAX_PRICE_PER_MILLION: f64 = 1_000_000.0;
+
 /// USD per million tokens of one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Price {
@@ -51,16 +55,18 @@ impl Price {
         let cached = cached.clamp(0, input.max(0));
         let fresh = input.max(0) - cached;
         let per = |tokens: i64, price: f64| tokens.max(0) as f64 / 1e6 * price;
-        per(fresh, self.input_per_million)
-            + per(
-                cached,
-                or(self.cached_input_per_million, self.input_per_million),
-            )
-            + per(output, self.output_per_million)
-            + per(
-                thinking,
-                or(self.thinking_per_million, self.output_per_million),
-            )
+        crate::spend::usd(
+            per(fresh, self.input_per_million)
+                + per(
+                    cached,
+                    or(self.cached_input_per_million, self.input_per_million),
+                )
+                + per(output, self.output_per_million)
+                + per(
+                    thinking,
+                    or(self.thinking_per_million, self.output_per_million),
+                ),
+        )
     }
 
     /// [`Price::cost`] of a [`Usage`].
@@ -304,7 +310,7 @@ impl Policy {
                     format!("must be 1 to {MAX_MATCH_TEXT} bytes"),
                 );
             }
-            let sane = |x: f64| x.is_finite() && x >= 0.0;
+            let sane = |x: f64| x.is_finite() && (0.0..=MAX_PRICE_PER_MILLION).contains(&x);
             if ![
                 p.input_per_million,
                 p.output_per_million,
@@ -316,7 +322,7 @@ impl Policy {
             {
                 v.add(
                     format!("{prefix}.prices[{i}]"),
-                    "prices must be finite and not negative",
+                    format!("prices must be 0 to {MAX_PRICE_PER_MILLION} USD per million tokens"),
                 );
             }
         }
@@ -340,7 +346,9 @@ impl Policy {
         let mut estimate = CostEstimate::default();
         for (model, usage) in by_model {
             match self.price(model) {
-                Some(p) => estimate.cost_usd += p.cost_of(usage),
+                Some(p) => {
+                    estimate.cost_usd = crate::spend::usd(estimate.cost_usd + p.cost_of(usage));
+                }
                 None => estimate.unpriced_models.push(model.to_owned()),
             }
         }

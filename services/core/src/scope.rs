@@ -147,6 +147,14 @@ impl Scope {
         }
     }
 
+    /// No ledger at all: a client certificate without roles.
+    pub fn nothing() -> Scope {
+        Scope {
+            ledgers: Patterns::none(),
+            shared_prompts: Patterns::none(),
+        }
+    }
+
     /// Whether the caller reaches every ledger (no filtering needed).
     pub fn is_everything(&self) -> bool {
         self.ledgers.is_all()

@@ -39,6 +39,20 @@ pub const DEFAULT_WARN_FRACTION: f64 = 0.8;
 pub const MAX_TOKENS: i64 = 1_000_000_000_000_000;
 pub const MAX_COST_USD: f64 = 1e9;
 
+/// Where sums of dollars are held: far above any cap, far below where a
+/// float loses whole dollars. No cost is ever infinite or NaN.
+pub const MAX_SPEND_USD: f64 = 1e15;
+
+/// `x` as a dollar amount: held in `0..=MAX_SPEND_USD`, NaN taken as the
+/// most (a cost nobody can explain must stop a cap, not slip past it).
+pub fn usd(x: f64) -> f64 {
+    if x.is_nan() {
+        MAX_SPEND_USD
+    } else {
+        x.clamp(0.0, MAX_SPEND_USD)
+    }
+}
+
 /// A ledger's spend cap; a zero limit is no limit on that measure.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SpendCap {
@@ -76,7 +90,7 @@ pub struct Amount {
 impl Amount {
     pub fn plus(self, o: Amount) -> Amount {
         Amount {
-            cost_usd: self.cost_usd + o.cost_usd,
+            cost_usd: usd(self.cost_usd + o.cost_usd),
             input_tokens: self.input_tokens.saturating_add(o.input_tokens),
             output_tokens: self.output_tokens.saturating_add(o.output_tokens),
         }
@@ -85,7 +99,7 @@ impl Amount {
     /// `self` times `n` (a claim's per-row share times rows still held).
     pub fn times(self, n: i64) -> Amount {
         Amount {
-            cost_usd: self.cost_usd * n as f64,
+            cost_usd: usd(self.cost_usd * n as f64),
             input_tokens: self.input_tokens.saturating_mul(n),
             output_tokens: self.output_tokens.saturating_mul(n),
         }
@@ -285,6 +299,45 @@ pub fn alert_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Invariant: dollar sums saturate: the largest prices times the
+    /// largest counts, summed without end, stay finite, and a cap check
+    /// over them is a verdict (never NaN's silent "below").
+    #[test]
+    fn dollar_sums_saturate_and_caps_still_decide() {
+        let p = Price {
+            model: "m".into(),
+            input_per_million: crate::policy::MAX_PRICE_PER_MILLION,
+            output_per_million: crate::policy::MAX_PRICE_PER_MILLION,
+            cached_input_per_million: 0.0,
+            thinking_per_million: 0.0,
+        };
+        let most = i64::MAX;
+        let one = p.cost(most, most, most, 0);
+        assert!(one.is_finite() && one <= MAX_SPEND_USD);
+        let row = Amount {
+            cost_usd: one,
+            input_tokens: most,
+            output_tokens: most,
+        };
+        let mut total = Amount::default();
+        for _ in 0..1000 {
+            total = total.plus(row);
+        }
+        assert_eq!(total.cost_usd, MAX_SPEND_USD);
+        assert_eq!(row.times(i64::MAX).cost_usd, MAX_SPEND_USD);
+        assert_eq!(usd(f64::NAN), MAX_SPEND_USD);
+        assert_eq!(usd(f64::INFINITY), MAX_SPEND_USD);
+        assert_eq!(usd(-1.0), 0.0);
+        let c = cap(100.0);
+        assert_eq!(c.level(total), Level::Reached);
+        let nan = Amount {
+            cost_usd: f64::NAN,
+            ..Amount::default()
+        };
+        assert_eq!(c.level(Amount::default().plus(nan)), Level::Reached);
+        assert!(!c.fits(Amount::default(), nan));
+    }
 
     fn price() -> Price {
         Price {

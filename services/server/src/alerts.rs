@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tally_core::alert::{MAX_TRIES, SEND_BACKOFF};
 use tally_core::outbound::{self, Host, Reach};
+use tally_core::text::redact_urls;
 use tally_core::webhook::{Secret, sign};
 use tally_store::Store;
 use tally_store::types::OutboxAlert;
@@ -74,7 +75,7 @@ impl Sender {
     pub async fn deliver(&self, alert: &OutboxAlert) -> Result<(), Failure> {
         // Literal addresses never reach the resolver: checked here.
         match outbound::parse_target(&alert.url) {
-            Err(why) => return Err(Failure::Refused(format!("alert url {why}"))),
+            Err(why) => return Err(Failure::Refused(redact_urls(&format!("alert url {why}")))),
             Ok(Host::Ip(ip)) => {
                 if let Some(why) = self.reach.refuses(ip) {
                     return Err(Failure::Refused(why));
@@ -101,7 +102,12 @@ impl Sender {
             .await
             .map_err(|e| match refusal_in(&e) {
                 Some(why) => Failure::Refused(why),
-                None => Failure::Failed(format!("post failed: {}", with_causes(&e))),
+                // The error quotes the URL, which may hold credentials: it
+                // goes to logs and to the outbox's last_error without them.
+                None => Failure::Failed(redact_urls(&format!(
+                    "post failed: {}",
+                    with_causes(&e.without_url())
+                ))),
             })?;
         if resp.status().is_success() {
             Ok(())

@@ -110,6 +110,11 @@ pub struct ServeArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// File holding the PostgreSQL URL (a mounted secret), instead of
+    /// --database-url.
+    #[arg(long, env = "DATABASE_URL_FILE", conflicts_with = "database_url")]
+    pub database_url_file: Option<PathBuf>,
+
     /// Home of the private PostgreSQL (used only without --database-url).
     #[arg(long, env = "TALLY_DATA_DIR", default_value = "./.tally")]
     pub data_dir: PathBuf,
@@ -159,6 +164,10 @@ pub struct ServeArgs {
     /// ledgers' alert URLs (Standard Webhooks). Unset: no alerts are sent.
     #[arg(long, env = "TALLY_ALERT_SECRET", value_parser = parse_alert_secret, hide_env_values = true)]
     pub alert_secret: Option<Secret>,
+
+    /// File holding the alert signing secret, instead of --alert-secret.
+    #[arg(long, env = "TALLY_ALERT_SECRET_FILE", conflicts_with = "alert_secret")]
+    pub alert_secret_file: Option<PathBuf>,
 
     /// Let alerts reach loopback, link-local, private and other non-public
     /// addresses (a receiver on this host or network). Off: such alert URLs
@@ -279,6 +288,16 @@ pub struct WebhookArgs {
     )]
     pub secrets: Vec<SecretText>,
 
+    /// File holding webhook signing secrets, one a line (instead of, or as
+    /// well as, --webhook-secret); repeat for several files.
+    #[arg(
+        long = "webhook-secret-file",
+        env = "TALLY_WEBHOOK_SECRETS_FILE",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub secret_files: Vec<PathBuf>,
+
     /// How far a webhook's timestamp may be from our clock, either way.
     #[arg(long = "webhook-tolerance", env = "TALLY_WEBHOOK_TOLERANCE", default_value = "5m", value_parser = parse_duration)]
     pub tolerance: Duration,
@@ -292,6 +311,7 @@ impl Default for WebhookArgs {
     fn default() -> Self {
         Self {
             secrets: Vec::new(),
+            secret_files: Vec::new(),
             tolerance: Duration::from_secs(5 * 60),
             max_body_bytes: 1024 * 1024,
         }
@@ -378,7 +398,49 @@ impl ServeArgs {
     }
 }
 
+/// The secret in the file `path`, given to `flag`: its text without the
+/// trailing newline. The error names the flag and the path, never the
+/// contents.
+pub fn read_secret_file(flag: &str, path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))?;
+    let secret = text.trim_end_matches(['\n', '\r']).to_string();
+    if secret.trim().is_empty() {
+        return Err(format!("{flag} {}: the file is empty", path.display()));
+    }
+    Ok(secret)
+}
+
 impl ServeArgs {
+    /// The flags with every secret given as a file read into its place
+    /// (--database-url-file, --alert-secret-file, --webhook-secret-file;
+    /// the tokens have --tokens-file). Done once at start; a file that
+    /// cannot be read, or does not hold a usable secret, stops the server.
+    pub fn with_secret_files(mut self) -> Result<Self, String> {
+        if let Some(path) = self.database_url_file.take() {
+            self.database_url = Some(read_secret_file("--database-url-file", &path)?);
+        }
+        if let Some(path) = self.alert_secret_file.take() {
+            let text = read_secret_file("--alert-secret-file", &path)?;
+            self.alert_secret = Some(parse_alert_secret(&text).map_err(|e| {
+                format!(
+                    "--alert-secret-file {}: not a signing secret: {e}",
+                    path.display()
+                )
+            })?);
+        }
+        for path in std::mem::take(&mut self.webhook.secret_files) {
+            let text = read_secret_file("--webhook-secret-file", &path)?;
+            self.webhook.secrets.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(SecretText::from),
+            );
+        }
+        Ok(self)
+    }
+
     /// Which addresses alerts may reach.
     pub fn alert_reach(&self) -> tally_core::outbound::Reach {
         if self.alerts_allow_private_hosts {
@@ -458,17 +520,21 @@ pub struct Limits {
 
     /// Largest request of the bulk methods (EnrollRows, ReportOutcomes,
     /// ReleaseClaim, RedriveRows, RegisterPrompt, IngestEvent), in bytes.
-    #[arg(long, env = "TALLY_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    /// With --max-request-memory-bytes, sized so two at once fit the
+    /// chart's 256 MiB memory limit (deploy/README.md, "Memory").
+    #[arg(long, env = "TALLY_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_message_bytes: usize,
 
     /// Largest request of every other method, in bytes.
     #[arg(long, env = "TALLY_MAX_SMALL_MESSAGE_BYTES", default_value_t = 1024 * 1024)]
     pub max_small_message_bytes: usize,
 
-    /// Request bytes held at once across all calls (from the moment a
-    /// request's length is known until it is answered); a request that does
-    /// not fit is refused RESOURCE_EXHAUSTED with a RetryInfo.
-    #[arg(long, env = "TALLY_MAX_REQUEST_MEMORY_BYTES", default_value_t = 256 * 1024 * 1024)]
+    /// Request memory held at once across all calls, from the moment a
+    /// request's length is known until it is answered: its wire bytes plus
+    /// three times its decoded size (measured; deploy/README.md, "Memory").
+    /// A request that does not fit now is refused RESOURCE_EXHAUSTED with a
+    /// RetryInfo; one larger than all of it, without one.
+    #[arg(long, env = "TALLY_MAX_REQUEST_MEMORY_BYTES", default_value_t = 160 * 1024 * 1024)]
     pub max_request_memory_bytes: usize,
 
     /// Unary calls in flight across all connections; more are refused with
@@ -515,6 +581,45 @@ pub struct Limits {
     /// pages stop at 4 MiB (gRPC's default receive limit). At least 4 MiB.
     #[arg(long, env = "TALLY_MAX_RESPONSE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_response_bytes: usize,
+
+    /// Calls and streams one principal (a token's name, a certificate's
+    /// subject) may have in flight over all its connections; more are
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TALLY_MAX_CALLS_PER_PRINCIPAL", default_value_t = 128)]
+    pub max_calls_per_principal: usize,
+
+    /// Calls per second one principal may make (a burst of as many);
+    /// more are refused with RESOURCE_EXHAUSTED and a RetryInfo.
+    #[arg(long, env = "TALLY_PRINCIPAL_CALL_RATE", default_value_t = 1000)]
+    pub principal_call_rate: u32,
+
+    /// Request bytes per second one principal may send (a burst of one
+    /// second or one largest request); more are refused like calls.
+    #[arg(long, env = "TALLY_PRINCIPAL_BYTE_RATE", default_value_t = 64 * 1024 * 1024)]
+    pub principal_byte_rate: usize,
+
+    /// Open connections to the gRPC port; one more is closed at once.
+    #[arg(long, env = "TALLY_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// Longest a gRPC connection may take to finish its TLS handshake and
+    /// make its first call; then it is closed.
+    #[arg(long, env = "TALLY_CONNECTION_START_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub connection_start_timeout: Duration,
+
+    /// How often an HTTP/2 keepalive ping is sent on each gRPC connection.
+    #[arg(long, env = "TALLY_HTTP2_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Duration,
+
+    /// A connection whose keepalive ping is not answered within this is
+    /// closed.
+    #[arg(long, env = "TALLY_HTTP2_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Duration,
+
+    /// A gRPC connection is asked to go away (HTTP/2 GOAWAY) after this,
+    /// and closed --request-timeout later; clients reconnect.
+    #[arg(long, env = "TALLY_MAX_CONNECTION_AGE", default_value = "1h", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
 }
 
 impl Default for Limits {
@@ -522,9 +627,9 @@ impl Default for Limits {
         Self {
             max_rows_per_call: 10_000,
             max_claim_rows: 10_000,
-            max_message_bytes: 64 * 1024 * 1024,
+            max_message_bytes: 16 * 1024 * 1024,
             max_small_message_bytes: 1024 * 1024,
-            max_request_memory_bytes: 256 * 1024 * 1024,
+            max_request_memory_bytes: 160 * 1024 * 1024,
             max_concurrent_calls: 256,
             max_concurrent_streams: 1024,
             max_calls_per_connection: 64,
@@ -533,6 +638,14 @@ impl Default for Limits {
             max_response_bytes: 16 * 1024 * 1024,
             max_anonymous_streams: 32,
             write_timeout: Duration::from_secs(30),
+            max_calls_per_principal: 128,
+            principal_call_rate: 1000,
+            principal_byte_rate: 64 * 1024 * 1024,
+            max_connections: 1024,
+            connection_start_timeout: Duration::from_secs(10),
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_keepalive_timeout: Duration::from_secs(10),
+            max_connection_age: Duration::from_secs(3600),
         }
     }
 }
@@ -554,9 +667,10 @@ pub struct Security {
     #[arg(long, env = "TALLY_TOKENS", hide_env_values = true)]
     pub tokens: Option<String>,
 
-    /// gRPC reflection: open (no token, so grpcurl works), authenticated (any
-    /// valid caller) or off.
-    #[arg(long, env = "TALLY_REFLECTION", value_enum, default_value = "open")]
+    /// gRPC reflection (what grpcurl uses to list and describe services):
+    /// off (the default: the API's shape is not handed to anyone who can
+    /// reach the port), authenticated (any valid caller) or open (no token).
+    #[arg(long, env = "TALLY_REFLECTION", value_enum, default_value = "off")]
     pub reflection: ReflectionMode,
 
     /// PEM certificate chain of the server; with --tls-key turns TLS on.
@@ -578,13 +692,9 @@ pub struct Security {
     pub mtls_roles: Vec<Role>,
 
     /// The ledgers such a certificate reaches (comma-separated ids,
-    /// prefixes such as `acme-*`, or `*`, the default).
-    #[arg(
-        long,
-        env = "TALLY_MTLS_LEDGERS",
-        value_delimiter = ',',
-        default_value = "*"
-    )]
+    /// prefixes such as `acme-*`, or `*` for the whole server); required
+    /// with --mtls-roles, never implied.
+    #[arg(long, env = "TALLY_MTLS_LEDGERS", value_delimiter = ',')]
     pub mtls_ledgers: Vec<String>,
 
     /// Plaintext address serving only gRPC health, for Kubernetes probes
@@ -618,12 +728,12 @@ impl Security {
             auth: AuthMode::Disabled,
             tokens_file: None,
             tokens: None,
-            reflection: ReflectionMode::Open,
+            reflection: ReflectionMode::Off,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
             mtls_roles: Vec::new(),
-            mtls_ledgers: vec!["*".into()],
+            mtls_ledgers: Vec::new(),
             health_addr: None,
         }
     }
@@ -648,6 +758,7 @@ impl ServeArgs {
             http_addr: None,
             metrics_addr: any,
             database_url: Some(database_url),
+            database_url_file: None,
             data_dir: PathBuf::from("./.tally"),
             pg_bin: None,
             db_max_connections: 8,
@@ -659,6 +770,7 @@ impl ServeArgs {
             queue_vacuum_interval: Duration::from_secs(2),
             backlog_interval: Duration::from_millis(200),
             alert_secret: None,
+            alert_secret_file: None,
             alerts_allow_private_hosts: false,
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),
@@ -697,7 +809,11 @@ mod tests {
         let cli = Cli::try_parse_from(["tally-server"]).unwrap();
         let (s, l) = (&cli.serve.security, &cli.serve.limits);
         assert_eq!(s.auth, AuthMode::Tokens);
-        assert_eq!(s.reflection, ReflectionMode::Open);
+        assert_eq!(
+            s.reflection,
+            ReflectionMode::Off,
+            "reflection is off by default"
+        );
         assert!(s.tls_cert.is_none() && s.health_addr.is_none() && s.mtls_roles.is_empty());
         let d = Limits::default();
         assert_eq!(l.max_concurrent_calls, d.max_concurrent_calls);
@@ -893,6 +1009,75 @@ mod tests {
             assert_eq!(parse(addr, "disabled").check_auth_reach(), Ok(()));
         }
         assert_eq!(parse("0.0.0.0:50051", "tokens").check_auth_reach(), Ok(()));
+    }
+
+    /// Invariant: every flag that takes a secret also takes it from a
+    /// file; the file's text (without its newline) is the secret, and an
+    /// unreadable or empty file stops the start naming the flag and path,
+    /// never the contents. A value and a file for the same secret conflict.
+    #[test]
+    fn secrets_can_come_from_files() {
+        let dir = std::env::temp_dir().join(format!("tally-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p.to_str().unwrap().to_string()
+        };
+        let db = write("db", "postgres://tally:pw@db/tally\n");
+        let alert = write("alert", &format!("{SECRET}\n"));
+        let hooks = write(
+            "hooks",
+            "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n\nwhsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
+        );
+        let cli = Cli::try_parse_from([
+            "tally-server",
+            "--database-url-file",
+            &db,
+            "--alert-secret-file",
+            &alert,
+            "--webhook-secret-file",
+            &hooks,
+        ])
+        .unwrap();
+        let args = cli.serve.with_secret_files().unwrap();
+        assert_eq!(
+            args.database_url.as_deref(),
+            Some("postgres://tally:pw@db/tally")
+        );
+        assert!(args.alert_secret.is_some());
+        assert_eq!(args.webhook_listener().unwrap().unwrap().secrets.len(), 2);
+
+        let empty = write("empty", "\n");
+        let cli = Cli::try_parse_from(["tally-server", "--alert-secret-file", &empty]).unwrap();
+        let e = cli.serve.with_secret_files().unwrap_err();
+        assert!(
+            e.starts_with("--alert-secret-file") && e.contains("empty"),
+            "{e}"
+        );
+        let wrong = write("wrong", "hunter2\n");
+        let cli = Cli::try_parse_from(["tally-server", "--alert-secret-file", &wrong]).unwrap();
+        let e = cli.serve.with_secret_files().unwrap_err();
+        assert!(!e.contains("hunter2"), "{e}");
+        let cli =
+            Cli::try_parse_from(["tally-server", "--database-url-file", "/nonexistent/x"]).unwrap();
+        assert!(
+            cli.serve
+                .with_secret_files()
+                .unwrap_err()
+                .contains("/nonexistent/x")
+        );
+        assert!(
+            Cli::try_parse_from([
+                "tally-server",
+                "--database-url",
+                "postgres://x",
+                "--database-url-file",
+                &db
+            ])
+            .is_err()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -29,13 +29,15 @@
 //!   runnable queue.
 //! - [`status`]: the one mapping from errors to gRPC statuses.
 //! - [`auth`]: who may call what (one tower layer, one table); [`limits`]:
-//!   concurrency, timeouts and stream ages (another layer); [`tls`]: TLS
-//!   and mTLS settings; [`rpc_metrics`]: per-call counts and durations
-//!   ([`rpc_trace`]: each call's trace span)
-//!   (a third layer); [`write_timeout`]: clients that stop reading are
-//!   cut off; [`intake`]: request sizes, the request-memory budget and row
-//!   counts read from the wire before decoding ([`wire`]). The four
-//!   layers share their tower plumbing ([`middleware`]).
+//!   concurrency, timeouts and stream ages (another layer), with
+//!   [`principal`]: what one caller may take over all its connections;
+//!   [`tls`]: TLS and mTLS settings; [`rpc_metrics`]: per-call counts and
+//!   durations ([`rpc_trace`]: each call's trace span)
+//!   (a third layer); [`connections`]: the gRPC port's connection cap, and
+//!   connections that never call or stop reading are cut off; [`intake`]:
+//!   request sizes, the request-memory budget and every list's entries
+//!   judged from the wire before decoding ([`wire`]). The four layers
+//!   share their tower plumbing ([`middleware`]).
 //! - [`responses`]: response byte budgets (claims stop, pages end, before
 //!   a client's receive limit).
 //! - [`health`], [`metrics`], [`paging`], [`caller`]; [`health_check`]:
@@ -49,6 +51,7 @@ pub mod background;
 pub mod backlog;
 pub mod caller;
 pub mod config;
+pub mod connections;
 pub mod database;
 pub mod health;
 pub mod health_check;
@@ -63,6 +66,7 @@ pub mod metrics;
 pub mod middleware;
 pub mod operations;
 pub mod paging;
+pub mod principal;
 pub mod purger;
 pub mod responses;
 pub mod rpc_metrics;
@@ -75,4 +79,3 @@ pub mod wakeup;
 pub mod webhook;
 pub mod wire;
 pub mod wire_convert;
-pub mod write_timeout;

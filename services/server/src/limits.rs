@@ -9,11 +9,17 @@
 //!   take slots of their own (`max_anonymous_streams`), so anyone who can
 //!   reach the port cannot take the stream slots of callers with tokens.
 //! - A response message the client does not take within `write_timeout`
-//!   (it stopped reading) gets its connection cut ([`crate::write_timeout`]).
+//!   (it stopped reading) gets its connection cut ([`crate::connections`]).
 //! - Calls and streams in flight on one connection
 //!   (`max_calls_per_connection`), so one client cannot take the whole
 //!   budget; also RESOURCE_EXHAUSTED.
-//! - Unary calls end with DEADLINE_EXCEEDED after `request_timeout`.
+//! - Calls and streams in flight, calls per second and request bytes per
+//!   second of one principal, over all its connections
+//!   ([`crate::principal`]).
+//! - Unary calls end with DEADLINE_EXCEEDED after `request_timeout`; a
+//!   stream must have sent its request and been answered its headers
+//!   within the same time (a client that sends headers and never its
+//!   message does not hold a stream slot for `max_stream_age`).
 //! - Server streams end after `max_stream_age`, and at shutdown, with
 //!   UNAVAILABLE: the client reconnects and resumes from its last sequence.
 //!   Messages the handler already produced are delivered first.
@@ -31,10 +37,11 @@ use crate::auth::layer::peer_addr;
 use crate::auth::methods::{Kind, Route};
 use crate::caller::Caller;
 use crate::config::Limits;
+use crate::connections::{ConnectionLimits, Tracker};
 use crate::metrics::{Metrics, ReasonLabels};
 use crate::middleware::{Inner, Middleware, ResponseFuture, answer};
+use crate::principal::{self, Principals};
 use crate::status;
-use crate::write_timeout::Tracker;
 use bytes::Bytes;
 use http_body::Frame;
 use std::collections::HashMap;
@@ -77,16 +84,29 @@ pub fn check(limits: &Limits) -> Result<(), String> {
     if limits.max_claim_rows < 1 {
         return Err("--max-claim-rows must be at least 1".into());
     }
-    if limits.request_timeout.is_zero()
-        || limits.max_stream_age.is_zero()
-        || limits.write_timeout.is_zero()
-    {
-        return Err(
-            "--request-timeout, --max-stream-age and --write-timeout must be longer than zero"
-                .into(),
-        );
+    for (flag, d) in [
+        ("--request-timeout", limits.request_timeout),
+        ("--max-stream-age", limits.max_stream_age),
+        ("--write-timeout", limits.write_timeout),
+        (
+            "--connection-start-timeout",
+            limits.connection_start_timeout,
+        ),
+        (
+            "--http2-keepalive-interval",
+            limits.http2_keepalive_interval,
+        ),
+        ("--http2-keepalive-timeout", limits.http2_keepalive_timeout),
+        ("--max-connection-age", limits.max_connection_age),
+    ] {
+        if d.is_zero() {
+            return Err(format!("{flag} must be longer than zero"));
+        }
     }
-    Ok(())
+    if limits.max_connections == 0 {
+        return Err("--max-connections must be at least 1".into());
+    }
+    crate::principal::check(limits)
 }
 
 /// The limits layer's work (a tower layer as [`crate::middleware::Wrap`]).
@@ -102,14 +122,22 @@ struct State {
     stalls: Arc<Tracker>,
     per_connection: Mutex<HashMap<SocketAddr, usize>>,
     limits: Limits,
+    principals: Principals,
     end_streams: CancellationToken,
     metrics: Metrics,
 }
 
 impl Limiter {
     /// `end_streams`, when cancelled, ends every open stream (shutdown).
-    pub fn new(limits: &Limits, metrics: Metrics, end_streams: CancellationToken) -> Self {
+    pub fn new(
+        limits: &Limits,
+        principals: Principals,
+        metrics: Metrics,
+        end_streams: CancellationToken,
+    ) -> Self {
         for reason in [
+            "PRINCIPAL_CALL_LIMIT",
+            "RATE_LIMITED",
             "TOO_MANY_CALLS",
             "TOO_MANY_STREAMS",
             "TOO_MANY_ANONYMOUS_STREAMS",
@@ -123,9 +151,17 @@ impl Limiter {
                 calls: Arc::new(Semaphore::new(limits.max_concurrent_calls)),
                 streams: Arc::new(Semaphore::new(limits.max_concurrent_streams)),
                 anonymous_streams: Arc::new(Semaphore::new(limits.max_anonymous_streams)),
-                stalls: Tracker::new(limits.write_timeout, metrics.clone()),
+                stalls: Tracker::new(
+                    ConnectionLimits {
+                        write_timeout: limits.write_timeout,
+                        start_timeout: limits.connection_start_timeout,
+                        max_connections: limits.max_connections,
+                    },
+                    metrics.clone(),
+                ),
                 per_connection: Mutex::new(HashMap::new()),
                 limits: limits.clone(),
+                principals,
                 end_streams,
                 metrics,
             }),
@@ -135,7 +171,7 @@ impl Limiter {
 
 impl Limiter {
     /// The slow-reader tracker: wrap accepted connections with it and run
-    /// its reaper ([`crate::write_timeout::run`]).
+    /// its reaper ([`crate::connections::run`]).
     pub fn stalls(&self) -> Arc<Tracker> {
         self.state.stalls.clone()
     }
@@ -145,6 +181,9 @@ impl<B: Send + 'static> Middleware<B> for Limiter {
     fn call<S: Inner<B>>(&self, req: http::Request<B>, mut inner: S) -> ResponseFuture<S::Error> {
         let path = req.uri().path().to_string();
         let route = Route::of(&path);
+        if let Some(peer) = peer_addr(req.extensions()) {
+            self.state.stalls.called(peer);
+        }
         if matches!(route, Route::Health(Kind::Unary)) {
             return Box::pin(inner.call(req));
         }
@@ -159,8 +198,18 @@ impl<B: Send + 'static> Middleware<B> for Limiter {
             (_, Kind::Unary) => Slot::Call,
         };
         let peer = peer_addr(req.extensions());
+        let principal = match req.extensions().get::<Caller>() {
+            Some(caller) => match self.state.principals.admit(&caller.name, &path) {
+                Ok(slot) => Some(slot),
+                Err(status) => {
+                    self.state.count(principal_reason(&status));
+                    return answer(status.into_http());
+                }
+            },
+            None => None,
+        };
         let held = match self.state.admit(slot, peer) {
-            Ok(held) => held,
+            Ok(held) => held.with_principal(principal),
             Err(refusal) => {
                 return answer(self.state.refuse(&path, refusal).into_http());
             }
@@ -186,7 +235,13 @@ impl<B: Send + 'static> Middleware<B> for Limiter {
                     max_age: state.limits.max_stream_age,
                     path: path.clone(),
                 };
-                let response = inner.call(req).await?;
+                // tonic reads a stream's request before it answers the
+                // headers: both within the request timeout.
+                let timeout = state.limits.request_timeout;
+                let response = match tokio::time::timeout(timeout, inner.call(req)).await {
+                    Ok(response) => response?,
+                    Err(_) => return Ok(state.refuse(&path, Refusal::StreamStart).into_http()),
+                };
                 Ok(response
                     .map(|body| Body::new(Guarded::new(body, held, Some(ending)).watched(watch))))
             }),
@@ -219,12 +274,35 @@ enum Refusal {
     AnonymousStreams,
     Connection,
     Timeout,
+    /// A stream's request did not arrive (and the stream start) in time.
+    StreamStart,
 }
 
 /// What a call holds while it runs; dropping it frees the slots.
 struct Held {
     _permit: OwnedSemaphorePermit,
     _connection: Option<ConnectionSlot>,
+    _principal: Option<principal::Slot>,
+}
+
+impl Held {
+    fn with_principal(mut self, slot: Option<principal::Slot>) -> Self {
+        self._principal = slot;
+        self
+    }
+}
+
+/// The reason of a per-principal refusal, for the refusal counter.
+fn principal_reason(status: &Status) -> &'static str {
+    use tonic_types::StatusExt as _;
+    match status
+        .get_error_details()
+        .error_info()
+        .map(|i| i.reason.as_str())
+    {
+        Some("PRINCIPAL_CALL_LIMIT") => "PRINCIPAL_CALL_LIMIT",
+        _ => "RATE_LIMITED",
+    }
 }
 
 struct ConnectionSlot {
@@ -281,7 +359,15 @@ impl State {
         Ok(Held {
             _permit: permit,
             _connection: connection,
+            _principal: None,
         })
+    }
+
+    fn count(&self, reason: &'static str) {
+        self.metrics
+            .rpc_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     fn refuse(&self, method: &str, refusal: Refusal) -> Status {
@@ -344,12 +430,21 @@ impl State {
                 ),
                 None,
             ),
+            Refusal::StreamStart => (
+                Code::DeadlineExceeded,
+                "REQUEST_TIMEOUT",
+                "request_timeout",
+                humantime::format_duration(l.request_timeout).to_string(),
+                format!(
+                    "the stream's request did not arrive within the server's limit of {} \
+                     (request_timeout)",
+                    humantime::format_duration(l.request_timeout)
+                ),
+                None,
+            ),
         };
         tracing::warn!(method, reason, "call refused");
-        self.metrics
-            .rpc_refused
-            .get_or_create(&ReasonLabels { reason })
-            .inc();
+        self.count(reason);
         let meta = HashMap::from([
             ("method".to_string(), method.to_string()),
             ("limit".to_string(), limit.to_string()),
@@ -416,7 +511,7 @@ struct Guarded {
     watch: Option<Watch>,
 }
 
-/// The slow-reader marks of one response (see [`crate::write_timeout`]).
+/// The slow-reader marks of one response (see [`crate::connections`]).
 struct Watch {
     tracker: Arc<Tracker>,
     id: u64,
@@ -566,7 +661,13 @@ mod tests {
     }
 
     fn state(l: &Limits) -> Arc<State> {
-        Limiter::new(l, Metrics::new(), CancellationToken::new()).state
+        Limiter::new(
+            l,
+            Principals::new(l),
+            Metrics::new(),
+            CancellationToken::new(),
+        )
+        .state
     }
 
     fn reason(s: &Status) -> String {

@@ -125,7 +125,11 @@ impl Bound {
 
 /// Applies migrations and returns.
 pub async fn migrate(args: &ServeArgs) -> anyhow::Result<()> {
-    let db = Database::open(args).await?;
+    let args = args
+        .clone()
+        .with_secret_files()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
+    let db = Database::open(&args).await?;
     db.store.migrate().await.context("migration failed")?;
     tracing::info!(database = %db.url_for_logs, "migrations applied");
     db.close().await;
@@ -135,6 +139,9 @@ pub async fn migrate(args: &ServeArgs) -> anyhow::Result<()> {
 /// Starts everything; returns once the listeners are bound.
 pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     // Configuration is refused before anything starts.
+    let args = args
+        .with_secret_files()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let webhooks = args
         .webhook_listener()
         .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
@@ -220,10 +227,16 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     // caller without credentials takes no slot.
     let rpc_metrics = Wrap(RpcMetrics::new(metrics.clone()));
     let end_streams = CancellationToken::new();
-    let limiter = Limiter::new(&args.limits, metrics.clone(), end_streams.clone());
+    let principals = crate::principal::Principals::new(&args.limits);
+    let limiter = Limiter::new(
+        &args.limits,
+        principals.clone(),
+        metrics.clone(),
+        end_streams.clone(),
+    );
     let stalls = limiter.stalls();
     let limits_layer = Wrap(limiter);
-    tasks.push(tokio::spawn(crate::write_timeout::run(
+    tasks.push(tokio::spawn(crate::connections::run(
         stalls.clone(),
         stop.clone(),
     )));
@@ -231,12 +244,14 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     // there, calls over the limit are answered RESOURCE_EXHAUSTED.
     let h2_streams =
         u32::try_from(args.limits.max_calls_per_connection.saturating_mul(2)).unwrap_or(u32::MAX);
-    let router = builder
+    let intake =
+        crate::intake::Intake::new(&args.limits, principals).map_err(anyhow::Error::msg)?;
+    let router = connection_bounds(builder, &args.limits)
         .max_concurrent_streams(h2_streams)
         .layer(rpc_metrics.clone())
         .layer(Wrap(Authenticate::new(auth, metrics.clone())))
         .layer(limits_layer.clone())
-        .layer(Wrap(crate::intake::Intake::new(&args.limits)))
+        .layer(Wrap(intake))
         .add_service(health_service.clone())
         .add_optional_service(reflect.then_some(reflection_v1))
         .add_optional_service(reflect.then_some(reflection_v1alpha))
@@ -248,7 +263,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let health_only = bound.health.map(|listener| {
         let stop = health_stop.clone();
         let stalls = stalls.clone();
-        let router = tonic::transport::Server::builder()
+        let router = connection_bounds(tonic::transport::Server::builder(), &args.limits)
             .max_concurrent_streams(h2_streams)
             .layer(rpc_metrics)
             .layer(limits_layer)
@@ -374,20 +389,38 @@ fn announce_security(auth: &Authenticator, args: &ServeArgs) {
     }
 }
 
+/// What tonic bounds of every gRPC connection itself: HTTP/2 keepalive
+/// pings (a peer that stops answering is dropped) and the connection's age
+/// (GOAWAY, then closed after the request timeout).
+fn connection_bounds(
+    builder: tonic::transport::Server,
+    limits: &crate::config::Limits,
+) -> tonic::transport::Server {
+    builder
+        .http2_keepalive_interval(Some(limits.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.http2_keepalive_timeout))
+        .max_connection_age(limits.max_connection_age)
+        .max_connection_age_grace(limits.request_timeout)
+}
+
 /// Accepted connections with Nagle's algorithm off and TCP keepalive on
 /// (`serve_with_incoming` ignores the builder's socket options; with Nagle on,
 /// small responses wait for delayed ACKs, ~40 ms per call), each watched for
-/// a client that stops reading ([`crate::write_timeout`]).
+/// a client that stops reading or never calls, and closed at once over
+/// `--max-connections` ([`crate::connections`]).
 fn incoming(
     listener: TcpListener,
-    stalls: &Arc<crate::write_timeout::Tracker>,
+    stalls: &Arc<crate::connections::Tracker>,
 ) -> impl tokio_stream::Stream<
-    Item = std::io::Result<crate::write_timeout::Watched<tokio::net::TcpStream>>,
+    Item = std::io::Result<crate::connections::Watched<tokio::net::TcpStream>>,
 > + use<> {
     use tokio_stream::StreamExt as _;
     let stalls = stalls.clone();
     tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(Duration::from_secs(60)))
-        .map(move |accepted| accepted.map(|stream| stalls.watch(stream)))
+        .filter_map(move |accepted| match accepted {
+            Ok(stream) => stalls.watch(stream).map(Ok),
+            Err(e) => Some(Err(e)),
+        })
 }

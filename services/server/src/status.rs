@@ -5,7 +5,7 @@
 //! are logged, never sent.
 
 use std::time::Duration;
-use tally_core::violation::FieldViolation;
+use tally_core::violation::{FieldViolation, Invalid};
 use tally_store::StoreError;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -20,18 +20,23 @@ pub const MAX_VIOLATIONS: usize = 100;
 const IN_MESSAGE: usize = 5;
 
 /// INVALID_ARGUMENT naming the bad fields: the first [`MAX_VIOLATIONS`] as
-/// BadRequest details, then one entry `…` counting the rest.
-pub fn invalid(violations: Vec<FieldViolation>) -> Status {
-    let total = violations.len();
+/// BadRequest details, then one entry `…` counting the rest (those the
+/// list did not keep included).
+pub fn invalid(violations: impl Into<Invalid>) -> Status {
+    let Invalid {
+        violations,
+        omitted,
+    } = violations.into();
+    let total = violations.len() + omitted;
     let message = match violations.as_slice() {
-        [one] => format!("invalid {}: {}", one.field, one.description),
+        [one] if omitted == 0 => format!("invalid {}: {}", one.field, one.description),
         many => {
             let shown: Vec<String> = many
                 .iter()
                 .take(IN_MESSAGE)
                 .map(ToString::to_string)
                 .collect();
-            let more = total.saturating_sub(IN_MESSAGE);
+            let more = total.saturating_sub(shown.len());
             format!(
                 "{total} invalid fields: {}{}",
                 shown.join("; "),
@@ -44,13 +49,14 @@ pub fn invalid(violations: Vec<FieldViolation>) -> Status {
         }
     };
     let mut details = ErrorDetails::new();
+    let listed = violations.len().min(MAX_VIOLATIONS);
     for v in violations.into_iter().take(MAX_VIOLATIONS) {
         details.add_bad_request_violation(v.field, v.description);
     }
-    if total > MAX_VIOLATIONS {
+    if total > listed {
         details.add_bad_request_violation(
             "…",
-            format!("{} more invalid fields not listed", total - MAX_VIOLATIONS),
+            format!("{} more invalid fields not listed", total - listed),
         );
     }
     Status::with_error_details(Code::InvalidArgument, message, details)

@@ -68,11 +68,14 @@ impl Store {
             .iter()
             .all(|r| r.depends_on.is_empty() && r.prompt_name.is_empty())
         {
-            // Nothing to check or lock first: the insert is one statement
-            // on its own, atomic without a transaction around it.
+            // Nothing to check or lock first but the ledger (held against a
+            // delete): the insert is one statement.
             let plan = plan_statuses(rows, &HashMap::new(), &HashMap::new());
             let columns = Columns::new(&ledger, rows, &plan, &HashMap::new(), &unknown);
-            let inserted = insert(&self.pool, columns).await?;
+            let mut tx = self.begin().await?;
+            crate::ledgers::hold(&mut tx, &ledger).await?;
+            let inserted = insert(&mut *tx, columns).await?;
+            tx.commit().await?;
             self.models.remember(ledger.id, &unknown);
             // ON CONFLICT waited for any concurrent insert of our keys to
             // end, so every key we did not insert is now committed and
@@ -109,6 +112,7 @@ async fn enroll_once(
     rows: &[NewRow],
     unknown_models: &[&str],
 ) -> Result<Attempt> {
+    crate::ledgers::hold(tx, ledger).await?;
     check_prompts(tx, rows).await?;
     let existing = lock_dependencies(tx, ledger.id, rows).await?;
     let batch: HashMap<&str, usize> = rows

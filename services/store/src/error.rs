@@ -1,7 +1,7 @@
 //! The store's typed errors: the one place that decides what a database
 //! failure means to a caller. The server maps each variant to one gRPC code.
 
-use tally_core::violation::FieldViolation;
+use tally_core::violation::{FieldViolation, Invalid};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -14,7 +14,7 @@ pub enum StoreError {
     /// The request is malformed in ways only the database could tell (an
     /// unknown dependency, an unregistered prompt).
     #[error("invalid argument: {}", join(.0))]
-    InvalidArgument(Vec<FieldViolation>),
+    InvalidArgument(Invalid),
     /// The resource is not in a state that allows the operation (a claim
     /// whose lease ran out, a job already submitted under another name).
     #[error("{description}")]
@@ -65,7 +65,7 @@ pub enum StoreError {
     Internal(String),
 }
 
-fn join(v: &[FieldViolation]) -> String {
+fn join(v: &Invalid) -> String {
     v.iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
@@ -81,7 +81,7 @@ impl StoreError {
     }
 
     pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
-        StoreError::InvalidArgument(vec![FieldViolation::new(field, description)])
+        StoreError::InvalidArgument(vec![FieldViolation::new(field, description)].into())
     }
 
     pub fn precondition(reason: &'static str, description: impl Into<String>) -> Self {

@@ -116,6 +116,25 @@ pub(crate) async fn of_job(
     Ok(rows.map(|r| r.0).unwrap_or_default())
 }
 
+/// Deletes a ledger's results older than the newest
+/// [`golden::results_kept`] (through the `golden_results_latest` index).
+async fn trim_results(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    policy: &GoldenPolicy,
+) -> Result<()> {
+    sqlx::query(
+        "DELETE FROM golden_results WHERE ledger_id = $1 AND id <= (
+             SELECT id FROM golden_results WHERE ledger_id = $1
+             ORDER BY id DESC OFFSET $2 LIMIT 1)",
+    )
+    .bind(ledger_id)
+    .bind(golden::results_kept(policy.window))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// The latest `window` results of a ledger, newest first, read as drift.
 async fn read_drift<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
@@ -247,6 +266,9 @@ impl Store {
                         mismatched += 1;
                     }
                 }
+            }
+            if matched + mismatched > 0 {
+                trim_results(&mut tx, record.id, &set.policy).await?;
             }
             let view = read_drift(&mut *tx, record.id, &set.policy).await?;
             let newly = view.drift.drifted && self.note_alert(&mut tx, &record, &view).await?;

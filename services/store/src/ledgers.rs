@@ -137,6 +137,29 @@ pub(crate) async fn load<'e, E: Executor<'e, Database = Postgres>>(
         .ok_or_else(|| StoreError::not_found("ledger", format!("ledgers/{name}")))
 }
 
+/// Holds the live ledger against a delete until `tx` ends: FOR KEY SHARE,
+/// so writers of its rows do not wait on each other, a DeleteLedger (FOR
+/// UPDATE) waits for them, and they, once a delete has committed, find the
+/// ledger deleting and answer NOT_FOUND. Enrollments and redrives take it,
+/// so a delete's content-etag check sees everything they wrote.
+pub(crate) async fn hold(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    record: &LedgerRecord,
+) -> Result<()> {
+    let live: Option<bool> =
+        sqlx::query_scalar("SELECT delete_time IS NULL FROM ledgers WHERE id = $1 FOR KEY SHARE")
+            .bind(record.id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    match live {
+        Some(true) => Ok(()),
+        Some(false) | None => Err(StoreError::not_found(
+            "ledger",
+            format!("ledgers/{}", record.name),
+        )),
+    }
+}
+
 impl Store {
     pub async fn create_ledger(&self, name: &str, policy: &Policy) -> Result<LedgerRecord> {
         let sql = format!(

@@ -5,10 +5,18 @@
 //! remembered pair is always true.
 
 use std::collections::HashSet;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 /// Past this many pairs the set starts over (it only saves work).
 const MAX_PAIRS: usize = 100_000;
+
+/// The distinct items in first-seen order, in one pass (an enrollment of
+/// 10,000 rows with 10,000 models once took 50 million comparisons).
+fn distinct<T: Eq + Hash + Copy>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut seen = HashSet::new();
+    items.into_iter().filter(|x| seen.insert(*x)).collect()
+}
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct KnownModels(Arc<Mutex<HashSet<(i64, String)>>>);
@@ -21,12 +29,7 @@ impl KnownModels {
         ledger_id: i64,
         models: impl IntoIterator<Item = &'a str>,
     ) -> Vec<&'a str> {
-        let mut distinct: Vec<&str> = Vec::new();
-        for m in models {
-            if !distinct.contains(&m) {
-                distinct.push(m);
-            }
-        }
+        let mut distinct = distinct(models);
         let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
         distinct.retain(|m| !known.contains(&(ledger_id, m.to_string())));
         distinct
@@ -45,6 +48,47 @@ impl KnownModels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static COMPARED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// An id that counts how often it is compared.
+    #[derive(Clone, Copy)]
+    struct Counted(u32);
+
+    impl Hash for Counted {
+        fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+            self.0.hash(h);
+        }
+    }
+
+    impl PartialEq for Counted {
+        fn eq(&self, other: &Self) -> bool {
+            COMPARED.with(|c| c.set(c.get() + 1));
+            self.0 == other.0
+        }
+    }
+
+    impl Eq for Counted {}
+
+    /// Invariant: de-duplicating n models takes O(n) comparisons, not
+    /// O(n^2), and keeps first-seen order.
+    #[test]
+    fn distinct_is_linear_and_keeps_order() {
+        let n = 10_000;
+        let items = (0..n).chain(0..n).map(Counted);
+        COMPARED.with(|c| c.set(0));
+        let out = distinct(items);
+        let compared = COMPARED.with(Cell::get);
+        assert_eq!(out.len(), n as usize);
+        assert!(out.iter().enumerate().all(|(i, c)| c.0 as usize == i));
+        assert!(
+            compared < 4 * n as usize,
+            "{compared} comparisons for {n} distinct items"
+        );
+    }
 
     #[test]
     fn only_unremembered_models_of_that_ledger_are_unknown_once_each() {

@@ -39,6 +39,11 @@ pub struct DeleteLedger<'a> {
     pub force: bool,
     /// Refuse (ABORTED) unless the ledger's etag is still this.
     pub etag: Option<i64>,
+    /// Refuse (FAILED_PRECONDITION, LEDGER_CHANGED) unless the ledger's
+    /// content etag ([`crate::types::LedgerSummary::content_etag`]) is
+    /// still this: nothing enrolled, reported, rescued or redriven since it
+    /// was read.
+    pub content_etag: Option<&'a str>,
     pub actor: &'a str,
 }
 
@@ -186,6 +191,21 @@ async fn mark(
         return Err(StoreError::Aborted(format!(
             "{name} changed since it was read (etag mismatch); read it again and retry"
         )));
+    }
+    // Under the ledger's row lock: enrollments and redrives take it too
+    // (FOR KEY SHARE), so none commits between this read and the mark, and
+    // those waiting find the ledger deleting.
+    if let Some(expected) = req.content_etag {
+        let now = crate::rows::content_etag(&mut **tx, id).await?;
+        if now != expected {
+            return Err(StoreError::FailedPrecondition {
+                reason: "LEDGER_CHANGED",
+                description: format!(
+                    "{name} changed since its content etag {expected} was read (now {now}): \
+                     rows were enrolled, reported, rescued or redriven; export it again"
+                ),
+            });
+        }
     }
     let (live_claims, open_jobs): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT (SELECT count(*) FROM claims

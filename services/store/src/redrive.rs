@@ -33,6 +33,7 @@ impl Store {
     ) -> Result<RedriveResult> {
         let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
+        crate::ledgers::hold(&mut tx, &record).await?;
         let matched: Vec<(i64, String, i16)> = match target {
             RedriveTarget::Keys(keys) => {
                 let found: Vec<(i64, String, i16)> = sqlx::query_as(

@@ -398,6 +398,7 @@ impl Store {
         let record = self.ledger(ledger).await?;
         let mut summary = LedgerSummary::default();
         let (counts, by_rule, _) = status_counts(&self.pool, record.id).await?;
+        summary.content_etag = content_etag(&self.pool, record.id).await?;
         summary.counts = counts;
         summary.permanent_by_rule = by_rule;
         let by_model: Vec<AttemptSums> = sqlx::query_as(
@@ -459,6 +460,36 @@ impl Store {
 
 /// Counts by status as readers see them (held rows RUNNING), PERMANENT rows
 /// by rule (most first), and the database's now.
+/// The ledger's content etag ([`tally_core::summary::content_etag`]): its
+/// rows' totals by stored status and its newest row, read in one pass.
+pub(crate) async fn content_etag<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    exec: E,
+    ledger_id: i64,
+) -> Result<String> {
+    let groups: Vec<(i16, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT status, count(*), coalesce(sum(attempts), 0)::int8,
+                coalesce(sum(provider_failures + content_failures + infra_failures), 0)::int8,
+                max(id)
+         FROM rows WHERE ledger_id = $1 GROUP BY status",
+    )
+    .bind(ledger_id)
+    .fetch_all(exec)
+    .await?;
+    let newest = groups.iter().map(|g| g.4).max().unwrap_or(0);
+    let totals: Vec<tally_core::summary::StatusTotals> = groups
+        .into_iter()
+        .map(
+            |(status, rows, attempts, failures, _)| tally_core::summary::StatusTotals {
+                status,
+                rows,
+                attempts,
+                failures,
+            },
+        )
+        .collect();
+    Ok(tally_core::summary::content_etag(&totals, newest))
+}
+
 pub(crate) async fn status_counts<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     exec: E,
     ledger_id: i64,

@@ -30,15 +30,17 @@ impl Locked {
 
 fn amount((cost_usd, input_tokens, output_tokens): (f64, i64, i64)) -> Amount {
     Amount {
-        cost_usd,
+        cost_usd: tally_core::spend::usd(cost_usd),
         input_tokens,
         output_tokens,
     }
 }
 
-const RESERVED_SQL: &str = "SELECT coalesce(sum(r.cost_usd * c.held), 0)::float8,
-            coalesce(sum(r.input_tokens * c.held), 0)::int8,
-            coalesce(sum(r.output_tokens * c.held), 0)::int8
+/// Sums held at the largest `int8` (and dollars at `MAX_SPEND_USD`): a sum
+/// past them would fail the statement, and with it every claim.
+const RESERVED_SQL: &str = "SELECT least(coalesce(sum(r.cost_usd * c.held), 0), 1e15)::float8,
+            least(coalesce(sum(r.input_tokens::numeric * c.held), 0), 9223372036854775807)::int8,
+            least(coalesce(sum(r.output_tokens::numeric * c.held), 0), 9223372036854775807)::int8
      FROM claim_reservations r JOIN claims c ON c.token = r.token
      WHERE r.ledger_id = $1 AND c.held > 0";
 
@@ -128,9 +130,11 @@ pub(crate) async fn add_spent(
         "INSERT INTO ledger_spend (ledger_id, cost_usd, input_tokens, output_tokens)
          VALUES ($1, $2, $3, $4)
          ON CONFLICT (ledger_id) DO UPDATE SET
-             cost_usd = ledger_spend.cost_usd + excluded.cost_usd,
-             input_tokens = ledger_spend.input_tokens + excluded.input_tokens,
-             output_tokens = ledger_spend.output_tokens + excluded.output_tokens",
+             cost_usd = least(ledger_spend.cost_usd + excluded.cost_usd, 1e15),
+             input_tokens = least(ledger_spend.input_tokens::numeric + excluded.input_tokens,
+                                  9223372036854775807)::int8,
+             output_tokens = least(ledger_spend.output_tokens::numeric + excluded.output_tokens,
+                                   9223372036854775807)::int8",
     )
     .bind(ledger_id)
     .bind(spent.cost_usd)

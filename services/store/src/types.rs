@@ -310,6 +310,8 @@ pub struct LedgerSummary {
     pub by_model: Vec<ModelUsage>,
     pub permanent_by_rule: Vec<(String, i64)>,
     pub active_jobs: i64,
+    /// Moves whenever a row's content changes ([`tally_core::summary::content_etag`]).
+    pub content_etag: String,
 }
 
 #[derive(Debug, Clone)]

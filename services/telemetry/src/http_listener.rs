@@ -5,7 +5,9 @@
 //! keep-alive connection after the same time; a request whose body and
 //! answer take longer than `--http-body-timeout` is answered 408 and its
 //! connection closed; at most `--http-max-connections` connections are
-//! open per listener (one more is answered 503 and closed at once); and a
+//! open per listener (one more is answered 503 and closed at once), and at
+//! most `--http-max-connections-per-client` from one client address, so
+//! one client holding keep-alives cannot take every slot; and a
 //! connection is closed after `--http-max-connection-age` (after its
 //! request in flight, if any), so keep-alive cannot pin a slot forever.
 //!
@@ -16,7 +18,9 @@ use axum::response::IntoResponse as _;
 use clap::Args;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -27,6 +31,11 @@ use tokio_util::sync::CancellationToken;
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
 content-type: text/plain\r\ncontent-length: 45\r\n\r\n\
 too many connections (--http-max-connections)";
+
+/// What a client over its own cap reads before it is closed.
+const BUSY_CLIENT: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
+content-type: text/plain\r\ncontent-length: 73\r\n\r\n\
+too many connections from this client (--http-max-connections-per-client)";
 
 /// Largest request head (request line and headers) read, in bytes.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -50,6 +59,15 @@ pub struct HttpLimits {
     #[arg(long, env = "TALLY_HTTP_MAX_CONNECTIONS", default_value_t = 256)]
     pub http_max_connections: usize,
 
+    /// Open connections per listener from one client address; one more is
+    /// answered 503 and closed.
+    #[arg(
+        long,
+        env = "TALLY_HTTP_MAX_CONNECTIONS_PER_CLIENT",
+        default_value_t = 16
+    )]
+    pub http_max_connections_per_client: usize,
+
     /// A keep-alive connection is closed after this long (after the request
     /// in flight, if any).
     #[arg(long, env = "TALLY_HTTP_MAX_CONNECTION_AGE", default_value = "5m", value_parser = parse_duration)]
@@ -62,6 +80,7 @@ impl Default for HttpLimits {
             http_header_timeout: Duration::from_secs(10),
             http_body_timeout: Duration::from_secs(30),
             http_max_connections: 256,
+            http_max_connections_per_client: 16,
             http_max_connection_age: Duration::from_secs(5 * 60),
         }
     }
@@ -74,8 +93,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Refuses HTTP limits that would make a listener unusable.
 pub fn check(limits: &HttpLimits) -> Result<(), String> {
-    if limits.http_max_connections == 0 {
-        return Err("--http-max-connections must be at least 1".into());
+    if limits.http_max_connections == 0 || limits.http_max_connections_per_client == 0 {
+        return Err(
+            "--http-max-connections and --http-max-connections-per-client must be at least 1"
+                .into(),
+        );
     }
     for (flag, d) in [
         ("--http-header-timeout", limits.http_header_timeout),
@@ -124,6 +146,7 @@ pub async fn serve(
         },
     ));
     let slots = Arc::new(Semaphore::new(limits.http_max_connections));
+    let clients = Clients::default();
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -146,13 +169,20 @@ pub async fn serve(
                     let _ = stream.try_write(BUSY);
                     continue;
                 };
+                let Some(client) = clients.take(peer.ip(), limits.http_max_connections_per_client) else {
+                    tracing::warn!(listener = name, %peer, max = limits.http_max_connections_per_client,
+                        "connection refused: too many open from this client \
+                         (--http-max-connections-per-client)");
+                    let _ = stream.try_write(BUSY_CLIENT);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let app = app.clone();
                 let limits = limits.clone();
                 let stop = stop.clone();
                 connections.spawn(async move {
                     connection(stream, app, &limits, stop).await;
-                    drop(slot);
+                    drop((slot, client));
                 });
             }
         }
@@ -164,6 +194,44 @@ pub async fn serve(
         while connections.join_next().await.is_some() {}
     })
     .await;
+}
+
+/// Open connections per client address.
+#[derive(Clone, Default)]
+struct Clients(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One open connection of a client; dropping it frees the client's slot.
+struct ClientSlot {
+    clients: Clients,
+    ip: IpAddr,
+}
+
+impl Clients {
+    /// A slot for one more connection from `ip`, unless it has `max`.
+    fn take(&self, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            clients: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
 }
 
 /// One connection, until the client closes it, a timeout or its age ends

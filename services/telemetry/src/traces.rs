@@ -21,7 +21,9 @@ use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::field::MakeExt as _;
 use tracing_subscriber::filter::EnvFilter;
+use tracing_subscriber::fmt::FormatFields;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -84,6 +86,27 @@ where
         .with_threads(false)
 }
 
+/// Longest field value written in a pretty log line, in characters.
+const MAX_FIELD_CHARS: usize = 4096;
+
+/// How pretty log lines write their fields: caller-supplied text (a worker
+/// name, a pause message, a model version, a provider's error) has its
+/// control and bidirectional characters written out and its length
+/// bounded ([`tally_core::text::escape`]), so no value can forge a log
+/// line or drive the terminal. (JSON lines are escaped by JSON itself.)
+pub fn escaping_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = tally_core::text::escape(&text, MAX_FIELD_CHARS);
+        if field.name() == "message" {
+            write!(w, "{text}")
+        } else {
+            write!(w, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ")
+}
+
 /// Installs the global subscriber: logs, and traces when an endpoint is
 /// set. Call it inside a Tokio runtime (the gRPC exporter needs one).
 pub fn init(logs: Logs) -> Result<Tracing, String> {
@@ -91,7 +114,7 @@ pub fn init(logs: Logs) -> Result<Tracing, String> {
     let fmt = if logs.json {
         fmt.json().boxed()
     } else {
-        fmt.boxed()
+        fmt.fmt_fields(escaping_fields()).boxed()
     };
     let Some(endpoint) = logs.otlp_endpoint.filter(|e| !e.trim().is_empty()) else {
         Registry::default()
@@ -127,6 +150,45 @@ pub fn init(logs: Logs) -> Result<Tracing, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Invariant: a field or message holding a newline or a terminal
+    /// escape is written on one line with the character spelled out.
+    #[test]
+    fn pretty_lines_escape_caller_text() {
+        use std::sync::{Arc, Mutex};
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || Sink(sink.clone()))
+            .with_ansi(false)
+            .fmt_fields(escaping_fields())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let version = "v2\nINFO forged\x1b[2J";
+            tracing::warn!(version = %version, worker = "w\r1", "drift {}", "x\ny");
+        });
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(!text.contains('\x1b'), "{text}");
+        assert!(
+            text.contains("version=v2\\nINFO forged\\u{1b}[2J"),
+            "{text}"
+        );
+        assert!(text.contains("drift x\\ny"), "{text}");
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
 
     /// Without an exporter tally's spans are off at the default level;
     /// with one they are on, and no log line is widened.

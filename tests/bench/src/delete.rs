@@ -63,6 +63,7 @@ pub async fn run(url: &str, o: &Options) -> anyhow::Result<Vec<Line>> {
             name: "ledgers/doomed".into(),
             force: false,
             etag: String::new(),
+            content_etag: String::new(),
         })
         .await?
         .into_inner();

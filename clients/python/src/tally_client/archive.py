@@ -6,10 +6,13 @@ Nothing is deleted unless the archive is whole:
   written (their answers would arrive after the export);
 - the export must complete (every page written; the file and its directory
   fsynced);
-- the ledger must look the same after the export as before it (counts by
-  status, attempts, open jobs), and the delete carries the etag read before
-  the export, so rows enrolled or answered meanwhile are never deleted
-  unarchived. On a change the file is kept and `ArchiveError` says why."""
+- the ledger must be as it was when the export began: the delete carries
+  the content etag and the etag read before the export, and the server
+  checks them in the delete's own transaction, holding enrollments and
+  redrives off meanwhile, so rows enrolled, answered or redriven during the
+  export are never deleted unarchived, however late they come (the counts
+  are also compared before the delete is sent, for a clearer message). On
+  a change the file is kept and `ArchiveError` says why."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tally_client._proto.tally.v1 import ledger_pb2
 from tally_client.client import ledger_name
-from tally_client.errors import NotFound
+from tally_client.errors import FailedPrecondition, NotFound
 
 if TYPE_CHECKING:
     from tally_client.client import Client
@@ -112,6 +115,11 @@ def archive_ledger(
     why = busy(before)
     if why:
         raise ArchiveError(why)
+    if not before.content_etag:
+        raise ArchiveError(
+            f"the server gives {name} no content etag, so it cannot refuse a delete that would "
+            "lose rows written during the export; upgrade the server"
+        )
     rows = _export(client, name, target, format)
     _fsync(target)
     after = client.summarize(name)
@@ -121,7 +129,13 @@ def archive_ledger(
             f"{after.summary_line}): it was not deleted; {target} is kept; stop the enrollers "
             "and workers and archive again to a new file"
         )
-    client.delete_ledger(name, etag=etag)
+    try:
+        client.delete_ledger(name, etag=etag, content_etag=before.content_etag)
+    except FailedPrecondition as e:
+        raise ArchiveError(
+            f"{name} changed after it was exported: it was not deleted; {target} is kept; "
+            f"stop the enrollers and workers and archive again to a new file ({e})"
+        ) from e
     purged = False
     while wait and not purged:
         try:

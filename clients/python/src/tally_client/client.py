@@ -170,7 +170,7 @@ class Client:
         return found
 
     def delete_ledger(
-        self, ledger: str, *, force: bool = False, etag: str = ""
+        self, ledger: str, *, force: bool = False, etag: str = "", content_etag: str = ""
     ) -> ledger_pb2.Ledger:
         """DeleteLedger (operator role): the ledger is DELETING at once (every
         work call on it answers NOT_FOUND) and is purged in the background;
@@ -178,8 +178,13 @@ class Client:
         (`FailedPrecondition`, reason LEDGER_ACTIVE) while claims are live or
         jobs open, unless `force`, which expires the claims and abandons the
         jobs: batches still running at the provider are not cancelled and may
-        still be billed (see the README's "Deleting a ledger")."""
-        req = ledger_pb2.DeleteLedgerRequest(name=ledger_name(ledger), force=force, etag=etag)
+        still be billed (see the README's "Deleting a ledger"). With
+        `content_etag` (a `LedgerSummary.content_etag` read earlier) it is
+        refused (`FailedPrecondition`, reason LEDGER_CHANGED) if any row was
+        enrolled, reported, rescued or redriven since."""
+        req = ledger_pb2.DeleteLedgerRequest(
+            name=ledger_name(ledger), force=force, etag=etag, content_etag=content_etag
+        )
         marked: ledger_pb2.Ledger = self.call(self.ledgers.DeleteLedger, req)
         return marked
 

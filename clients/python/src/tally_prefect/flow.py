@@ -29,6 +29,7 @@ from prefect.states import Failed
 
 from tally_client import Client, NotFound, TallyError, pb
 from tally_prefect import artifacts
+from tally_prefect.deployment import Deployment
 from tally_prefect.plan import FirstPass, PlanError, plan_rows, read_plan, run_tallyctl_plan
 from tally_prefect.workers import WorkerPool
 
@@ -219,14 +220,7 @@ def tally_pages(
     images_root: str,
     results_root: str,
     plan_path: str,
-    server: str = "127.0.0.1:50051",
-    tls: bool = False,
-    tallyctl: str = "tallyctl",
-    worker_bin: str | None = None,
     workers: int = 1,
-    worker_args: list[str] | None = None,
-    gemini_base_url: str | None = None,
-    worker_log_dir: str | None = None,
     prompt: str | None = None,
     model: str = "",
     first_pass: FirstPass = "content",
@@ -238,18 +232,24 @@ def tally_pages(
     """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`
     allow-listed by `results_root/label_to_curricular/…/{n}.json`) into the
     immutable `plan_path`, enrolls them into `ledger` (which must exist),
-    runs `workers` tally-workers from `worker_bin` (none: workers already
-    run elsewhere), and follows the run until every row is terminal.
+    runs `workers` tally-workers (when the deployment names a worker binary;
+    otherwise workers run elsewhere), and follows the run until every row is
+    terminal.
 
-    The token comes from `TALLY_TOKEN` (never a parameter: parameters are
-    stored by Prefect); the workers read `GEMINI_API_KEY` from the
-    environment. With `fail_on_permanent`, the flow run ends Failed when any
-    row is PERMANENT (after everything is published)."""
+    Where the work goes (tally's address, TLS, the binaries, the workers'
+    flags, the provider's base URL) is the deployment's, read from its
+    environment ([`tally_prefect.deployment`]), never a run parameter: a
+    parameter would let whoever starts a run send the token or the API key
+    anywhere, or run any program. The token comes from `TALLY_TOKEN`; the
+    workers read `GEMINI_API_KEY`. With `fail_on_permanent`, the flow run
+    ends Failed when any row is PERMANENT (after everything is published)."""
     if not 1 <= max_table_rows <= MAX_TABLE_ROWS:
         raise ValueError(f"max_table_rows must be between 1 and {MAX_TABLE_ROWS}")
     if poll_interval <= 0:
         raise ValueError("poll_interval must be positive")
-    tallyctl_path = shutil.which(tallyctl) or tallyctl
+    deployment = Deployment.from_env()
+    server, tls = deployment.server, deployment.tls
+    tallyctl_path = shutil.which(deployment.tallyctl) or deployment.tallyctl
     token = os.environ.get("TALLY_TOKEN") or None
     with (
         Client(server, token=token, tls=tls) as client,
@@ -267,16 +267,16 @@ def tally_pages(
         follow = _Follow([], {})
         with ExitStack() as stack:
             pool = None
-            if worker_bin is not None:
+            if deployment.worker_bin is not None:
                 scheme = "https" if tls else "http"
                 pool = WorkerPool(
-                    worker_bin,
+                    deployment.worker_bin,
                     server=f"{scheme}://{server}",
                     ledger=ledger,
                     count=workers,
-                    gemini_base_url=gemini_base_url,
-                    extra_args=worker_args or [],
-                    log_dir=Path(worker_log_dir) if worker_log_dir else None,
+                    gemini_base_url=deployment.gemini_base_url,
+                    extra_args=deployment.worker_args,
+                    log_dir=Path(deployment.worker_log_dir) if deployment.worker_log_dir else None,
                 )
                 stack.enter_context(pool)
             # Last in, first out: the job tasks publish what they know

@@ -2,11 +2,15 @@
 //!
 //! Nothing is deleted unless the archive is whole: the export must end
 //! complete (every page written, the file and its directory fsynced), and
-//! the ledger must look the same after the export as before it (the same
-//! counts by status, attempts and open jobs, and the same etag, which the
-//! delete itself checks), so rows enrolled or answered during the export
-//! are never deleted unarchived. A ledger with RUNNING rows or open jobs is
-//! refused before anything is written: their answers would miss the archive.
+//! the ledger must be as it was when the export began. The delete carries
+//! the content etag and the etag read before the export, and the server
+//! checks them in the delete's own transaction, holding enrollments and
+//! redrives off meanwhile (FAILED_PRECONDITION LEDGER_CHANGED, ABORTED), so
+//! rows enrolled, answered or redriven during the export are never deleted
+//! unarchived, however late they come. (The counts are also compared
+//! before the delete is sent, for a clearer message.) A ledger with RUNNING
+//! rows or open jobs is refused before anything is written: their answers
+//! would miss the archive.
 
 use crate::cli::ExportArgs;
 use crate::commands::{export, ledger_delete, rows};
@@ -79,6 +83,13 @@ pub async fn run(ctx: &mut Ctx, a: Archive) -> Result<ExitCode, CliError> {
     if let Some(why) = busy(&before) {
         return Err(CliError::usage(why));
     }
+    if before.content_etag.is_empty() {
+        return Err(CliError::usage(format!(
+            "the server gives {name} no content etag, so it cannot refuse a delete that \
+             would lose rows written during the export; upgrade the server, or export and \
+             delete by hand"
+        )));
+    }
     let exported = export::run(
         ctx,
         ExportArgs {
@@ -121,6 +132,7 @@ pub async fn run(ctx: &mut Ctx, a: Archive) -> Result<ExitCode, CliError> {
             wait: a.wait,
             interval: "1s".into(),
             etag: Some(etag),
+            content_etag: Some(before.content_etag),
         },
     )
     .await

@@ -13,6 +13,9 @@ pub struct Delete {
     pub wait: bool,
     pub interval: String,
     pub etag: Option<String>,
+    /// The content etag read before an export: the server refuses the
+    /// delete (LEDGER_CHANGED) if any row changed since.
+    pub content_etag: Option<String>,
 }
 
 pub async fn run(ctx: &mut Ctx, d: Delete) -> Result<ExitCode, CliError> {
@@ -29,6 +32,7 @@ pub async fn run(ctx: &mut Ctx, d: Delete) -> Result<ExitCode, CliError> {
             name: name.clone(),
             force: d.force,
             etag: d.etag.unwrap_or_default(),
+            content_etag: d.content_etag.unwrap_or_default(),
         })
         .await
         .map_err(|s| CliError::server(format!("delete {name}"), s))?

@@ -24,6 +24,7 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
                 wait,
                 interval,
                 etag,
+                content_etag: None,
             };
             super::ledger_delete::run(ctx, d).await
         }

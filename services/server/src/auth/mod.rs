@@ -216,7 +216,10 @@ impl Denial {
             }
             Denial::ReflectionOff => (
                 Code::Unimplemented,
-                "reflection is off on this server (--reflection)".to_string(),
+                "reflection is off on this server (the default); its operator can turn it on \
+                 with --reflection authenticated or --reflection open, or call with the \
+                 .proto files (grpcurl -import-path proto -proto tally/v1/ledger.proto)"
+                    .to_string(),
             ),
         };
         status::refused(code, self.reason(), message, meta, None)
@@ -291,8 +294,20 @@ impl Authenticator {
                 .map_err(|m| ConfigError::Invalid(format!("certificate {}: {m}", c.subject)))?;
             subjects.insert(c.subject.clone(), (Roles::of(&c.roles), Arc::new(scope)));
         }
-        let default_cert_scope = tokens::scope_of(Some(&args.mtls_ledgers), None)
-            .map_err(|m| ConfigError::Invalid(format!("--mtls-{}", m.replace('_', "-"))))?;
+        // Unlisted certificates reach what --mtls-ledgers says, and only
+        // when it is said: with roles for them, the scope is required.
+        let default_cert_scope = match (args.mtls_roles.is_empty(), args.mtls_ledgers.is_empty()) {
+            (true, true) => Scope::nothing(),
+            (false, true) => {
+                return Err(ConfigError::Invalid(
+                    "--mtls-roles needs --mtls-ledgers: the ledger ids or prefixes (`acme-*`) \
+                     unlisted certificates reach, or `*` for the whole server"
+                        .into(),
+                ));
+            }
+            (_, false) => tokens::scope_of(Some(&args.mtls_ledgers), None)
+                .map_err(|m| ConfigError::Invalid(format!("--mtls-{}", m.replace('_', "-"))))?,
+        };
         let auth = Authenticator {
             mode: args.auth,
             reflection: args.reflection,
@@ -428,10 +443,10 @@ mod tests {
     fn file() -> String {
         format!(
             r#"{{"tokens": [
-                {{"name": "alice", "roles": ["operator"], "sha256": "{}"}},
-                {{"name": "eve", "roles": ["enroller"], "sha256": "{}"}}
+                {{"name": "alice", "roles": ["operator"], "ledgers": ["*"], "sha256": "{}"}},
+                {{"name": "eve", "roles": ["enroller"], "ledgers": ["*"], "sha256": "{}"}}
             ],
-            "certificates": [{{"subject": "worker-7", "roles": ["worker"]}}]}}"#,
+            "certificates": [{{"subject": "worker-7", "roles": ["worker"], "ledgers": ["*"]}}]}}"#,
             hash_hex(ALICE),
             hash_hex(EVE)
         )
@@ -531,6 +546,7 @@ mod tests {
         );
         let mut a = args();
         a.mtls_roles = vec![Role::Enroller];
+        a.mtls_ledgers = vec!["*".into()];
         let auth = Authenticator::from_args(&a).unwrap();
         assert!(matches!(
             at_now(&auth, ENROLL, None, Some("stranger")),
@@ -562,6 +578,7 @@ mod tests {
     fn health_is_open_and_reflection_follows_its_setting() {
         let refl = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
         let mut a = args();
+        a.reflection = ReflectionMode::Open;
         let auth = Authenticator::from_args(&a).unwrap();
         assert_eq!(
             at_now(&auth, "/grpc.health.v1.Health/Check", None, None),
@@ -667,11 +684,15 @@ mod tests {
         a.mtls_roles = vec![Role::Worker];
         assert!(Authenticator::from_args(&a).is_err());
 
-        // mTLS with default roles is enough on its own.
+        // mTLS with default roles is enough on its own, once their scope
+        // is said: it is never implied.
         let mut a = Security::disabled();
         a.auth = AuthMode::Tokens;
         a.tls_client_ca = Some("ca.pem".into());
         a.mtls_roles = vec![Role::Worker];
+        let e = Authenticator::from_args(&a).unwrap_err().to_string();
+        assert!(e.contains("--mtls-ledgers"), "{e}");
+        a.mtls_ledgers = vec!["*".into()];
         assert!(Authenticator::from_args(&a).is_ok());
     }
 

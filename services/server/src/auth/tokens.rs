@@ -107,14 +107,21 @@ pub struct TokenEntry {
     hash: [u8; 32],
 }
 
-/// The scope of a line: `ledgers` (absent: the whole server) and
-/// `shared_prompts` (absent: none).
+/// The scope of a line: `ledgers` (required: a line that forgot it must
+/// not quietly reach the whole server; `*` says so) and `shared_prompts`
+/// (absent: none).
 pub fn scope_of(
     ledgers: Option<&[String]>,
     shared_prompts: Option<&[String]>,
 ) -> Result<Scope, String> {
     let ledgers = match ledgers {
-        None => Patterns::all(),
+        None => {
+            return Err(
+                "has no `ledgers`: list the ledger ids or prefixes it reaches (`acme-*`), \
+                 or `*` for the whole server"
+                    .into(),
+            );
+        }
         Some([]) => {
             return Err(
                 "ledgers is empty: list the ledger ids or prefixes (`acme-*`), or `*`".into(),
@@ -459,11 +466,25 @@ mod tests {
         assert!(e.starts_with("--ledgers"), "{e}");
     }
 
+    /// Invariant: a line without `ledgers` is refused, naming the line;
+    /// `["*"]` reaches the whole server only when written.
     #[test]
-    fn a_line_without_ledgers_reaches_the_whole_server() {
+    fn a_line_without_ledgers_is_refused() {
         let h = hash_hex("tally_x");
         let doc =
             format!(r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "sha256": "{h}"}}]}}"#);
+        let e = TokensFile::parse(&doc, "t").unwrap_err().to_string();
+        assert!(e.contains("tokens[0] (a): has no `ledgers`"), "{e}");
+        let e = TokensFile::parse(
+            r#"{"certificates": [{"subject": "w", "roles": ["worker"]}]}"#,
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("certificates[0] (w): has no `ledgers`"), "{e}");
+        let doc = format!(
+            r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "ledgers": ["*"], "sha256": "{h}"}}]}}"#
+        );
         let entries = TokensFile::parse(&doc, "t").unwrap().entries().unwrap();
         assert!(entries[0].scope.is_everything());
         assert_eq!(entries[0].expires, None);
@@ -487,24 +508,30 @@ mod tests {
             ("{", "not a valid"),
             (r#"{"token": []}"#, "unknown field"),
             (
-                &format!(r#"{{"tokens": [{{"name": "a", "roles": [], "sha256": "{h}"}}]}}"#),
+                &format!(
+                    r#"{{"tokens": [{{"name": "a", "roles": [], "ledgers": ["*"], "sha256": "{h}"}}]}}"#
+                ),
                 "no roles",
             ),
             (
-                &format!(r#"{{"tokens": [{{"name": "a", "roles": ["admin"], "sha256": "{h}"}}]}}"#),
+                &format!(
+                    r#"{{"tokens": [{{"name": "a", "roles": ["admin"], "ledgers": ["*"], "sha256": "{h}"}}]}}"#
+                ),
                 "unknown variant",
             ),
             (
-                r#"{"tokens": [{"name": "a", "roles": ["worker"], "sha256": "abcd"}]}"#,
+                r#"{"tokens": [{"name": "a", "roles": ["worker"], "ledgers": ["*"], "sha256": "abcd"}]}"#,
                 "64 hex",
             ),
             (
-                &format!(r#"{{"tokens": [{{"name": "", "roles": ["worker"], "sha256": "{h}"}}]}}"#),
+                &format!(
+                    r#"{{"tokens": [{{"name": "", "roles": ["worker"], "ledgers": ["*"], "sha256": "{h}"}}]}}"#
+                ),
                 "tokens[0].name",
             ),
             (
                 &format!(
-                    r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "sha256": "{h}", "token": "x"}}]}}"#
+                    r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "ledgers": ["*"], "sha256": "{h}", "token": "x"}}]}}"#
                 ),
                 "unknown field",
             ),
@@ -522,7 +549,7 @@ mod tests {
             ),
             (
                 &format!(
-                    r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "expire_time": "tomorrow", "sha256": "{h}"}}]}}"#
+                    r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "ledgers": ["*"], "expire_time": "tomorrow", "sha256": "{h}"}}]}}"#
                 ),
                 "tokens[0].expire_time (a): `tomorrow` is not an RFC 3339 time",
             ),
@@ -539,8 +566,8 @@ mod tests {
             assert!(e.contains("tokens.json"), "{e}");
         }
         let twice = format!(
-            r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "sha256": "{h}"}},
-                            {{"name": "b", "roles": ["worker"], "sha256": "{h}"}}]}}"#
+            r#"{{"tokens": [{{"name": "a", "roles": ["worker"], "ledgers": ["*"], "sha256": "{h}"}},
+                            {{"name": "b", "roles": ["worker"], "ledgers": ["*"], "sha256": "{h}"}}]}}"#
         );
         let e = TokensFile::parse(&twice, "t")
             .unwrap()
@@ -549,12 +576,12 @@ mod tests {
             .to_string();
         assert!(e.contains("twice"), "{e}");
         let mut a = TokensFile::parse(
-            r#"{"certificates": [{"subject": "w", "roles": ["worker"]}]}"#,
+            r#"{"certificates": [{"subject": "w", "roles": ["worker"], "ledgers": ["*"]}]}"#,
             "f",
         )
         .unwrap();
         let b = TokensFile::parse(
-            r#"{"certificates": [{"subject": "w", "roles": ["worker"]}]}"#,
+            r#"{"certificates": [{"subject": "w", "roles": ["worker"], "ledgers": ["*"]}]}"#,
             "v",
         )
         .unwrap();

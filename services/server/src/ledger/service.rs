@@ -398,6 +398,7 @@ impl LedgerService for Ledgers {
             state: convert::ledger_state(&record) as i32,
             pause: record.pause.as_ref().map(convert::pause_to_proto),
             spend: spend.as_ref().map(convert::spend_to_proto),
+            content_etag: s.content_etag.clone(),
         }))
     }
 
@@ -429,12 +430,14 @@ impl LedgerService for Ledgers {
         access.ledger(&ledger)?;
         let actor = access.name;
         let etag = validate::etag("etag", &req.etag)?;
+        let content_etag = validate::content_etag("content_etag", &req.content_etag)?;
         let deleted = self
             .store
             .delete_ledger(&DeleteLedger {
                 ledger: &ledger,
                 force: req.force,
                 etag,
+                content_etag,
                 actor: &actor,
             })
             .await

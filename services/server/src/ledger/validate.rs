@@ -8,6 +8,7 @@ use crate::status::{invalid, invalid_field};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::time::Duration;
+use tally_core::deps::MAX_DEPENDS_ON;
 use tally_core::keys::validate_key;
 use tally_core::names;
 use tally_core::payload::{self, Content};
@@ -121,8 +122,22 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
         if let Err(e) = payload::validate_object(&r.payload) {
             v.add(at("payload"), e.to_string());
         }
-        for (j, d) in r.depends_on.iter().enumerate() {
-            v.check(format!("rows[{i}].depends_on[{j}]"), validate_key(d));
+        if r.depends_on.len() > MAX_DEPENDS_ON {
+            v.add(
+                at("depends_on"),
+                format!(
+                    "has {} entries; the limit is {MAX_DEPENDS_ON}",
+                    r.depends_on.len()
+                ),
+            );
+        }
+        for (j, d) in r.depends_on.iter().enumerate().take(MAX_DEPENDS_ON) {
+            if v.is_full() {
+                break;
+            }
+            if let Err(e) = validate_key(d) {
+                v.add(format!("rows[{i}].depends_on[{j}]"), e.to_string());
+            }
             if *d == r.key {
                 v.add(
                     format!("rows[{i}].depends_on[{j}]"),
@@ -152,7 +167,7 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
             prompt_version,
             model: &r.model,
         }));
-        if v.len() > 100 {
+        if v.is_full() {
             break;
         }
     }
@@ -275,7 +290,7 @@ pub fn report(
             result,
             usage,
         });
-        if v.len() > 100 {
+        if v.is_full() {
             break;
         }
     }
@@ -374,6 +389,26 @@ pub fn redrive(
 /// server issued.
 pub fn etag(field: &str, etag: &str) -> Result<Option<i64>, Status> {
     parse_etag(etag).map_err(|e| invalid_field(field, e))
+}
+
+/// A content etag as SummarizeLedger issues it (`c1-` and 24 hex digits),
+/// or none.
+pub fn content_etag<'a>(field: &str, etag: &'a str) -> Result<Option<&'a str>, Status> {
+    match etag {
+        "" => Ok(None),
+        e if e.len() == 27
+            && e.starts_with("c1-")
+            && e[3..]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) =>
+        {
+            Ok(Some(e))
+        }
+        _ => Err(invalid_field(
+            field,
+            "is not a content etag this server issued (LedgerSummary.content_etag)",
+        )),
+    }
 }
 
 fn parse_etag(etag: &str) -> Result<Option<i64>, &'static str> {

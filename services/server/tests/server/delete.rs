@@ -79,6 +79,7 @@ fn delete(id: &str, force: bool) -> pb::DeleteLedgerRequest {
         name: format!("ledgers/{id}"),
         force,
         etag: String::new(),
+        content_etag: String::new(),
     }
 }
 
@@ -439,4 +440,48 @@ async fn an_unfinished_purge_resumes_after_a_restart() {
     .unwrap();
     assert_eq!(summary(&mut l, "old").await.total, 0);
     second.stop().await.unwrap();
+}
+
+// Invariant: DeleteLedger with the content etag read before an export is
+// refused FAILED_PRECONDITION (LEDGER_CHANGED) once a row was enrolled
+// since, and the ledger keeps every row; a content etag this server did
+// not issue is INVALID_ARGUMENT; the etag as read deletes the ledger.
+#[tokio::test]
+async fn a_delete_carrying_a_content_etag_is_refused_after_a_write() {
+    let db = TestDb::new().await;
+    let r = serve(&db, |_| {}).await;
+    let (mut l, _) = clients(&r).await;
+    ledger_with_rows(&mut l, "arch", 3).await;
+    let read = summary(&mut l, "arch").await.content_etag;
+    assert!(read.starts_with("c1-"), "{read}");
+    let with = |content_etag: &str| pb::DeleteLedgerRequest {
+        name: "ledgers/arch".into(),
+        force: false,
+        etag: String::new(),
+        content_etag: content_etag.into(),
+    };
+    let bad = l.delete_ledger(with("42")).await.unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+
+    l.enroll_rows(pb::EnrollRowsRequest {
+        parent: "ledgers/arch".into(),
+        rows: vec![pb::RowInput {
+            key: "late".into(),
+            payload: "{}".into(),
+            ..Default::default()
+        }],
+    })
+    .await
+    .unwrap();
+    let changed = l.delete_ledger(with(&read)).await.unwrap_err();
+    assert_eq!(changed.code(), Code::FailedPrecondition, "{changed:?}");
+    let info = changed.get_error_details().error_info().cloned().unwrap();
+    assert_eq!(info.reason, "LEDGER_CHANGED");
+    assert_eq!(summary(&mut l, "arch").await.total, 4);
+
+    let now = summary(&mut l, "arch").await.content_etag;
+    assert_ne!(now, read);
+    let deleted = l.delete_ledger(with(&now)).await.unwrap().into_inner();
+    assert!(deleted.delete_time.is_some());
+    r.stop().await.unwrap();
 }

@@ -286,6 +286,7 @@ async fn refusals_and_idempotent_calls() {
         name: "ledgers/p".into(),
         force: false,
         etag: String::new(),
+        content_etag: String::new(),
     })
     .await
     .unwrap();

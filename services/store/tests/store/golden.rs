@@ -133,3 +133,36 @@ async fn golden_rows_ride_along_and_catch_drift() {
     assert_eq!((drift.drift.results, drift.drift.mismatches), (4, 4));
     assert_queue_consistent(s).await;
 }
+
+/// Invariant: a ledger keeps only its newest `results_kept(window)` golden
+/// results; older ones are deleted as new ones are recorded, and the drift
+/// still reads the newest window.
+#[tokio::test]
+async fn golden_results_are_trimmed_to_twice_the_window() {
+    let env = env().await;
+    let s = &env.store;
+    let mut p = fast_policy();
+    p.max_active_jobs = 10;
+    s.create_ledger("l", &p).await.unwrap();
+    let rows: Vec<_> = (0..10).map(|i| row(&format!("r{i}"), &[])).collect();
+    s.enroll("l", &rows).await.unwrap();
+    // Every job carries the set; window 4, so 8 results are kept.
+    s.set_golden("l", &set(1, false)).await.unwrap();
+    let answers = [
+        answer("g1", r#"{"label": "pos"}"#, "m-1"),
+        answer("g2", r#"{"label": "neg"}"#, "m-1"),
+    ];
+    for _ in 0..6 {
+        let (id, token, golden) = job(s).await;
+        assert_eq!(golden, 2);
+        s.report_golden("l", &id, token, &answers).await.unwrap();
+    }
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM golden_results")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(kept, tally_core::golden::results_kept(4));
+    assert_eq!(kept, 8, "12 recorded, the newest 8 kept");
+    let (_, drift) = s.get_golden("l").await.unwrap().unwrap();
+    assert_eq!(drift.drift.results, 4);
+}

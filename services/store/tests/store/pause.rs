@@ -265,6 +265,7 @@ async fn a_deleting_or_unknown_ledger_is_not_found() {
         ledger: "l",
         force: false,
         etag: None,
+        content_etag: None,
         actor: "ops",
     })
     .await

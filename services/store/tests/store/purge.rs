@@ -187,6 +187,7 @@ fn forced<'a>(ledger: &'a str) -> DeleteLedger<'a> {
         ledger,
         force: true,
         etag: None,
+        content_etag: None,
         actor: "op",
     }
 }
@@ -385,6 +386,7 @@ async fn delete_refuses_active_work_unless_forced() {
         ledger: "busy",
         force: false,
         etag,
+        content_etag: None,
         actor: "op",
     };
     let g1 = claim(s, "busy", 2).await.unwrap();
@@ -492,4 +494,77 @@ async fn an_interrupted_purge_resumes_and_purgers_do_not_wait_for_each_other() {
     for (table, n) in counts(s, id).await {
         assert_eq!(n, 0, "{table}");
     }
+}
+
+fn after_export<'a>(ledger: &'a str, content_etag: &'a str) -> DeleteLedger<'a> {
+    DeleteLedger {
+        ledger,
+        force: false,
+        etag: None,
+        content_etag: Some(content_etag),
+        actor: "op",
+    }
+}
+
+/// Invariant: a delete that carries the content etag read before an
+/// export is refused (FAILED_PRECONDITION LEDGER_CHANGED, nothing marked)
+/// once a row was enrolled, reported or redriven since; claims and
+/// releases leave the etag; an unchanged ledger is deleted.
+#[tokio::test]
+async fn a_delete_after_an_export_is_refused_when_the_ledger_changed() {
+    let env = env().await;
+    let s = &env.store;
+    s.create_ledger("arch", &fast_policy()).await.unwrap();
+    let rows: Vec<_> = (0..3).map(|i| row(&format!("k{i}"), &[])).collect();
+    s.enroll("arch", &rows).await.unwrap();
+    let refused = |r: tally_store::Result<_>| match r {
+        Err(StoreError::FailedPrecondition { reason, .. }) => assert_eq!(reason, "LEDGER_CHANGED"),
+        other => panic!("expected LEDGER_CHANGED, got {other:?}"),
+    };
+
+    // Enrolled after the export began.
+    let read = s.summarize("arch").await.unwrap().content_etag;
+    s.enroll("arch", &[row("late", &[])]).await.unwrap();
+    refused(s.delete_ledger(&after_export("arch", &read)).await);
+    assert!(s.get_ledger("arch").await.unwrap().deletion.is_none());
+
+    // Reported after the export began (the claim itself moves nothing).
+    let read = s.summarize("arch").await.unwrap().content_etag;
+    let g = claim(s, "arch", 1).await.unwrap();
+    s.release_claim("arch", g.claim.token, None, "w")
+        .await
+        .unwrap();
+    assert_eq!(s.summarize("arch").await.unwrap().content_etag, read);
+    let g = claim(s, "arch", 1).await.unwrap();
+    s.report("arch", g.claim.token, &[success(&g.rows[0].key, 5)], "w")
+        .await
+        .unwrap();
+    refused(s.delete_ledger(&after_export("arch", &read)).await);
+
+    // Redriven after the export began.
+    let g = claim(s, "arch", 1).await.unwrap();
+    s.report("arch", g.claim.token, &[failure(&g.rows[0].key, 400)], "w")
+        .await
+        .unwrap();
+    let read = s.summarize("arch").await.unwrap().content_etag;
+    s.redrive(
+        "arch",
+        &RedriveTarget::Keys(vec![g.rows[0].key.clone()]),
+        false,
+        "op",
+        "retry",
+    )
+    .await
+    .unwrap();
+    refused(s.delete_ledger(&after_export("arch", &read)).await);
+
+    // Unchanged since it was read: deleted, and then an enrollment is
+    // NOT_FOUND.
+    let read = s.summarize("arch").await.unwrap().content_etag;
+    let deleted = s.delete_ledger(&after_export("arch", &read)).await.unwrap();
+    assert!(deleted.deletion.is_some());
+    assert!(matches!(
+        s.enroll("arch", &[row("after", &[])]).await,
+        Err(StoreError::NotFound { .. })
+    ));
 }

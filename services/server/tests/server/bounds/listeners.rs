@@ -206,3 +206,48 @@ async fn connections_over_the_cap_are_refused_until_one_closes() {
     .await;
     server.stop().await;
 }
+
+/// Invariant: one client address holds at most
+/// --http-max-connections-per-client connections of a listener: one more
+/// from it is answered 503 and closed, while another client (127.0.0.2)
+/// is still served.
+#[tokio::test]
+async fn one_client_cannot_hold_every_slot() {
+    let server = start(|a| {
+        a.http.http_max_connections = 10;
+        a.http.http_max_connections_per_client = 2;
+        a.http.http_header_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let addr = server.running.metrics_addr;
+    let from = |ip: &str| {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{ip}:0").parse().unwrap()).unwrap();
+        socket.connect(addr)
+    };
+    let _idle = [
+        from("127.0.0.1").await.unwrap(),
+        from("127.0.0.1").await.unwrap(),
+    ];
+    let mut extra = from("127.0.0.1").await.unwrap();
+    let answer = read_until_closed(&mut extra, Duration::from_secs(30))
+        .await
+        .expect("the client's extra connection is closed");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("--http-max-connections-per-client"), "{text}");
+    let mut other = from("127.0.0.2").await.unwrap();
+    other
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: tally\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let served = read_until_closed(&mut other, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        served.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&served)
+    );
+    server.stop().await;
+}

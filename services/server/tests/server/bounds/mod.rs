@@ -6,6 +6,7 @@
 //!
 //! Timing tests print what they measured (`--nocapture` shows it).
 
+mod connections;
 mod listeners;
 mod responses;
 mod slots;

@@ -163,3 +163,47 @@ async fn a_client_that_never_reads_is_cut_off_and_its_slot_freed() {
     );
     server.stop().await;
 }
+
+/// Invariant: a stream must send its request within the request timeout:
+/// a WatchJobs that sends its headers and never its message is answered
+/// DEADLINE_EXCEEDED (REQUEST_TIMEOUT) and its stream slot freed, long
+/// before the stream's maximum age.
+#[tokio::test]
+async fn a_stream_that_never_sends_its_request_gives_its_slot_back() {
+    let server = start(|a| {
+        a.limits.max_concurrent_streams = 1;
+        a.limits.request_timeout = Duration::from_secs(1);
+        a.limits.max_stream_age = Duration::from_secs(3600);
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(server.running.grpc_addr)
+        .await
+        .unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{}/tally.v1.JobService/WatchJobs",
+            server.running.grpc_addr
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    // Headers only: the request message never comes.
+    let (response, _send) = client.send_request(request, false).expect("send");
+    let response = tokio::time::timeout(Duration::from_secs(60), response)
+        .await
+        .expect("the server answers the silent stream (it held the slot before)")
+        .expect("response headers");
+    let status = tonic::Status::from_header_map(response.headers()).expect("trailers-only answer");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(reason(&status), "REQUEST_TIMEOUT");
+    assert!(status.message().contains("request"), "{status:?}");
+    // The only stream slot is free again.
+    let stream = watch_jobs(server.connect().await).await;
+    assert!(stream.is_ok(), "{:?}", stream.err());
+    server.stop().await;
+}

@@ -137,3 +137,71 @@ async fn summaries_over_huge_totals_saturate_instead_of_failing() {
     assert!(huge.estimated_cost_usd.is_finite());
     server.stop().await;
 }
+
+/// Invariant: a capped ledger's spend sums saturate: with what it spent
+/// already at the largest count (as years of reports could leave it), one
+/// more report is still accepted (not INTERNAL "bigint out of range"), and
+/// the summary's spend is finite. A price above the bound is refused, so no
+/// cost is infinite or NaN.
+#[tokio::test]
+async fn spend_sums_saturate_and_prices_are_bounded() {
+    let server = start(|_| {}).await;
+    let policy = pb::LedgerPolicy {
+        spend_cap: Some(pb::SpendCap {
+            max_input_tokens: tally_core::spend::MAX_TOKENS,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let claim = claimed(&server, "spent", Some(policy), 2).await;
+    let mut ledgers = LedgerServiceClient::new(server.connect().await);
+    let report = |key: &str| pb::ReportOutcomesRequest {
+        claim: claim.clone(),
+        outcomes: vec![success(key.into(), MAX_TOKENS_PER_ATTEMPT)],
+    };
+    ledgers
+        .report_outcomes(authed(report("k0"), Some(WORKER)))
+        .await
+        .expect("first report");
+    let pool = sqlx::PgPool::connect(server.db.url()).await.unwrap();
+    sqlx::query(
+        "UPDATE ledger_spend SET input_tokens = $1, output_tokens = $1, cost_usd = 'Infinity'",
+    )
+    .bind(i64::MAX - 5)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    ledgers
+        .report_outcomes(authed(report("k1"), Some(WORKER)))
+        .await
+        .expect("a report over saturated sums is accepted");
+    let summary = summarize(&server, "spent").await.expect("summary");
+    let spend = summary.spend.expect("a capped ledger shows its spend");
+    let spent = spend.spent.unwrap_or_default();
+    assert_eq!(spent.input_tokens, i64::MAX);
+    assert!(spent.cost_usd.is_finite(), "{spent:?}");
+
+    let priced = ledgers
+        .create_ledger(authed(
+            pb::CreateLedgerRequest {
+                ledger_id: "priced".into(),
+                policy: Some(pb::LedgerPolicy {
+                    prices: vec![pb::ModelPrice {
+                        model: "m".into(),
+                        input_per_million: 1e300,
+                        output_per_million: 1.0,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            Some(OPERATOR),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(priced.code(), Code::InvalidArgument);
+    let bad = priced.get_error_details().bad_request().unwrap().clone();
+    assert_eq!(bad.field_violations[0].field, "policy.prices[0]");
+    server.stop().await;
+}

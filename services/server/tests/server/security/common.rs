@@ -23,9 +23,9 @@ pub const WRONG: &str = "tally_not-a-configured-token";
 pub fn tokens_json(certificates: &str) -> String {
     format!(
         r#"{{"tokens": [
-            {{"name": "enroll-svc", "roles": ["enroller"], "sha256": "{}"}},
-            {{"name": "worker-pool", "roles": ["worker"], "sha256": "{}"}},
-            {{"name": "alice", "roles": ["operator"], "sha256": "{}"}}
+            {{"name": "enroll-svc", "roles": ["enroller"], "ledgers": ["*"], "sha256": "{}"}},
+            {{"name": "worker-pool", "roles": ["worker"], "ledgers": ["*"], "sha256": "{}"}},
+            {{"name": "alice", "roles": ["operator"], "ledgers": ["*"], "sha256": "{}"}}
         ],
         "certificates": [{certificates}]}}"#,
         hash_hex(ENROLLER),

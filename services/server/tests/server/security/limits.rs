@@ -354,3 +354,80 @@ async fn shutdown_ends_open_streams_instead_of_waiting_for_them() {
     assert_eq!(reason(&ended), "SHUTTING_DOWN");
     drop(db);
 }
+
+/// Invariant: calls in flight are limited per principal over all of its
+/// connections (`--max-calls-per-principal`): with one operator call held,
+/// the operator's next call on another connection is refused
+/// PRINCIPAL_CALL_LIMIT, while another principal's call goes through.
+#[tokio::test]
+async fn calls_in_flight_are_limited_per_principal_across_connections() {
+    let server = start(|a| {
+        a.limits.max_calls_per_principal = 1;
+    })
+    .await;
+    create_ledger(server.connect().await, "held").await;
+    let lock = lock_ledgers(&server).await;
+    let held = tokio::spawn(get_ledger(server.connect().await));
+    eventually("the operator's call waits on the lock", || async {
+        lock_waiters(&server).await == 1
+    })
+    .await;
+    let other_connection = server.connect().await;
+    let refused = get_prompt(other_connection.clone()).await;
+    assert_refused(refused, Code::ResourceExhausted, "PRINCIPAL_CALL_LIMIT");
+    // The worker is another principal.
+    let worker = LedgerServiceClient::new(other_connection.clone())
+        .get_prompt(authed(
+            pb::GetPromptRequest {
+                name: "prompts/none/versions/v1".into(),
+            },
+            Some(WORKER),
+        ))
+        .await;
+    assert_eq!(worker.unwrap_err().code(), Code::NotFound);
+    unlock(lock).await;
+    held.await.unwrap().expect("the held call finishes");
+    get_prompt(other_connection).await.expect("a slot again");
+    server.stop().await;
+}
+
+/// Invariant: request bytes are limited per principal
+/// (`--principal-byte-rate`, a burst of one largest request): a second
+/// large enroll right after the first is refused RATE_LIMITED with a
+/// RetryInfo, before its body is read; another principal is not affected.
+#[tokio::test]
+async fn request_bytes_are_limited_per_principal() {
+    let server = start(|a| {
+        a.limits.max_message_bytes = 64 * 1024;
+        a.limits.principal_byte_rate = 1;
+    })
+    .await;
+    let channel = server.connect().await;
+    create_ledger(channel.clone(), "bytes").await;
+    let enroll = |key: &str| pb::EnrollRowsRequest {
+        parent: "ledgers/bytes".into(),
+        rows: vec![pb::RowInput {
+            key: key.into(),
+            payload: format!(r#"{{"text": "{}"}}"#, "x".repeat(40 * 1024)),
+            ..Default::default()
+        }],
+    };
+    let mut ledgers = LedgerServiceClient::new(channel);
+    ledgers
+        .enroll_rows(authed(enroll("a"), Some(ENROLLER)))
+        .await
+        .expect("the first fits the burst");
+    let refused = ledgers
+        .enroll_rows(authed(enroll("b"), Some(ENROLLER)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(reason(&refused), "RATE_LIMITED");
+    assert!(refused.message().contains("principal_byte_rate"));
+    assert!(refused.get_error_details().retry_info().is_some());
+    ledgers
+        .enroll_rows(authed(enroll("c"), Some(OPERATOR)))
+        .await
+        .expect("another principal has its own bytes");
+    server.stop().await;
+}

@@ -126,8 +126,10 @@ async fn every_rpc_for_every_role_no_token_and_a_wrong_token() {
     server.stop().await;
 }
 
+/// Invariant: health is open; reflection is off unless turned on
+/// (`--reflection open` lets grpcurl list services without a token).
 #[tokio::test]
-async fn health_is_open_and_reflection_is_open_by_default() {
+async fn health_is_open_and_reflection_is_off_by_default() {
     let server = start(|_| {}).await;
     let channel = server.connect().await;
     let health = HealthClient::new(channel.clone())
@@ -136,6 +138,14 @@ async fn health_is_open_and_reflection_is_open_by_default() {
         })
         .await;
     assert!(health.is_ok(), "{health:?}");
+    let off = reflection::list_v1(&channel, Some(OPERATOR)).await;
+    assert_refused(off, Code::Unimplemented, "REFLECTION_OFF");
+    let off = reflection::list_v1alpha(&channel, None).await;
+    assert_refused(off, Code::Unimplemented, "REFLECTION_OFF");
+    server.stop().await;
+
+    let server = start(|a| a.security.reflection = ReflectionMode::Open).await;
+    let channel = server.connect().await;
     let services = reflection::list_v1(&channel, None).await.unwrap();
     assert!(services.contains(&"tally.v1.LedgerService".to_string()));
     let services = reflection::list_v1alpha(&channel, None).await.unwrap();

@@ -326,3 +326,24 @@ async fn a_refused_alert_is_given_up_at_once_with_its_reason() {
     assert_eq!(hits.load(Ordering::SeqCst), 0);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn alert_errors_never_carry_url_credentials() {
+    // Invariant: a failed delivery's reason (logged, and kept as the
+    // outbox's last_error) names what went wrong without the URL's user,
+    // password or secret query values.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://alice:s3cret-pw@127.0.0.1:{closed}/alerts?token=tok-123&x=1");
+    match sender(Reach::AnyHost).deliver(&alert(url)).await {
+        Err(Failure::Failed(why)) => {
+            assert!(why.contains("post failed"), "{why}");
+            assert!(!why.contains("s3cret-pw"), "{why}");
+            assert!(!why.contains("tok-123"), "{why}");
+            assert!(!why.contains("alice"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

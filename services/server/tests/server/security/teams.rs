@@ -561,6 +561,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                 name: parent,
                 force: true,
                 etag: String::new(),
+                content_etag: String::new(),
             }),
         ),
     ]

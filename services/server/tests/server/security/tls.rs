@@ -204,9 +204,10 @@ async fn mtls_names_the_caller_from_the_certificate_and_refuses_others() {
         a.security.tls_key = Some(files.write("server.key", &leaf.key));
         a.security.tls_client_ca = Some(files.write("clients.pem", &ca.pem));
         a.security.tokens = Some(tokens_json(
-            r#"{"subject": "worker-7", "roles": ["worker"]}"#,
+            r#"{"subject": "worker-7", "roles": ["worker"], "ledgers": ["*"]}"#,
         ));
         a.security.mtls_roles = vec![Role::Enroller];
+        a.security.mtls_ledgers = vec!["*".into()];
     })
     .await;
 

@@ -344,14 +344,16 @@ class ListLedgersRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., show_deleted: _Optional[bool] = ...) -> None: ...
 
 class DeleteLedgerRequest(_message.Message):
-    __slots__ = ("name", "force", "etag")
+    __slots__ = ("name", "force", "etag", "content_etag")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
     ETAG_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_ETAG_FIELD_NUMBER: _ClassVar[int]
     name: str
     force: bool
     etag: str
-    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ..., etag: _Optional[str] = ...) -> None: ...
+    content_etag: str
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ..., etag: _Optional[str] = ..., content_etag: _Optional[str] = ...) -> None: ...
 
 class PauseLedgerRequest(_message.Message):
     __slots__ = ("name", "message", "etag")
@@ -702,7 +704,7 @@ class SummarizeLedgerRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LedgerSummary(_message.Message):
-    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend")
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag")
     class PermanentByRuleEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -731,6 +733,7 @@ class LedgerSummary(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
     SPEND_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_ETAG_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     total: int
     pending: int
@@ -752,7 +755,8 @@ class LedgerSummary(_message.Message):
     state: LedgerState
     pause: LedgerPause
     spend: LedgerSpend
-    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ...) -> None: ...
+    content_etag: str
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ...) -> None: ...
 
 class RowKeys(_message.Message):
     __slots__ = ("keys",)

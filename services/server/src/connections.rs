@@ -1,5 +1,18 @@
-//! Slow readers: a client that stops reading its responses is disconnected
-//! after `--write-timeout`, freeing every slot its calls held.
+//! The gRPC port's connections: how many may be open, and the ones that
+//! hold the server without using it are cut off.
+//!
+//! - **A cap** (`--max-connections`): a connection accepted over it is
+//!   closed at once, logged and counted (`TOO_MANY_CONNECTIONS`).
+//! - **Silent connections.** A connection that has not finished its TLS
+//!   handshake and made its first call within `--connection-start-timeout`
+//!   is cut (`SILENT_CONNECTION`): a client that connects and says nothing
+//!   holds no slot for long. (tonic does TLS handshakes in tasks of their
+//!   own, without a deadline; the cut ends them too, because it is made
+//!   below TLS.) After that, HTTP/2 keepalive pings find dead peers and
+//!   `--max-connection-age` recycles connections (both tonic's).
+//! - **Slow readers**: a client that stops reading its responses is
+//!   disconnected after `--write-timeout`, freeing every slot its calls
+//!   held.
 //!
 //! HTTP/2 flow control stops the server from sending once the client's
 //! receive window is full, and hyper then stops asking the response body
@@ -7,12 +20,13 @@
 //! layer marks each response message it hands to hyper ([`Tracker::mark`])
 //! and clears the mark when hyper asks for the next frame (which it does
 //! only once the message went out). A reaper task ([`run`]) finds marks
-//! older than the timeout and cuts the connection they belong to: every
-//! accepted connection is wrapped in [`Watched`], whose reads and writes
-//! fail once it is cut, so hyper closes it and drops its calls (their
-//! slots are freed as the response bodies drop). The cut is logged and
-//! counted (reason SLOW_READER); the client sees its connection reset
-//! (UNAVAILABLE), which its retry policy already handles.
+//! older than the timeout, and connections silent past their start
+//! deadline, and cuts them: every accepted connection is wrapped in
+//! [`Watched`], whose reads and writes fail once it is cut, so hyper
+//! closes it and drops its calls (their slots are freed as the response
+//! bodies drop). The cut is logged and counted (reason SLOW_READER); the
+//! client sees its connection reset (UNAVAILABLE), which its retry policy
+//! already handles.
 //!
 //! The whole connection goes, not just the stalled stream: the stream
 //! cannot be reached from outside hyper, and a client that leaves one
@@ -28,16 +42,20 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-/// The marks and the connections they can cut.
+/// The marks, the connections they can cut, and the connection cap.
 pub struct Tracker {
     timeout: Duration,
+    start_timeout: Duration,
+    slots: Arc<Semaphore>,
+    max_connections: usize,
     next: AtomicU64,
     marks: Mutex<HashMap<u64, Mark>>,
-    connections: Mutex<HashMap<SocketAddr, CancellationToken>>,
+    connections: Mutex<HashMap<SocketAddr, Connection>>,
     metrics: Metrics,
 }
 
@@ -47,18 +65,47 @@ struct Mark {
     method: Arc<str>,
 }
 
+/// One open connection.
+struct Connection {
+    cut: CancellationToken,
+    accepted: Instant,
+    /// Whether a call has arrived on it.
+    called: bool,
+}
+
+/// The limits a [`Tracker`] enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// How long a response message may wait for its client.
+    pub write_timeout: Duration,
+    /// How long a connection may go without its first call.
+    pub start_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+}
+
 impl Tracker {
-    pub fn new(timeout: Duration, metrics: Metrics) -> Arc<Self> {
-        let _ = metrics.rpc_refused.get_or_create(&ReasonLabels {
-            reason: "SLOW_READER",
-        });
+    pub fn new(limits: ConnectionLimits, metrics: Metrics) -> Arc<Self> {
+        for reason in ["SLOW_READER", "SILENT_CONNECTION", "TOO_MANY_CONNECTIONS"] {
+            let _ = metrics.rpc_refused.get_or_create(&ReasonLabels { reason });
+        }
         Arc::new(Self {
-            timeout,
+            timeout: limits.write_timeout,
+            start_timeout: limits.start_timeout,
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            max_connections: limits.max_connections,
             next: AtomicU64::new(1),
             marks: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
             metrics,
         })
+    }
+
+    fn count(&self, reason: &'static str) {
+        self.metrics
+            .rpc_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     /// A new id for one response's marks.
@@ -86,29 +133,60 @@ impl Tracker {
             .remove(&id);
     }
 
-    /// Wraps an accepted connection so that it can be cut.
+    /// A call arrived on the connection of `peer`: it is no longer silent.
+    pub fn called(&self, peer: SocketAddr) {
+        if let Some(c) = self
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&peer)
+        {
+            c.called = true;
+        }
+    }
+
+    /// Wraps an accepted connection so that it can be cut; `None` (the
+    /// connection is dropped, so closed) when `--max-connections` are open.
     pub fn watch<IO: Connected<ConnectInfo = TcpConnectInfo>>(
         self: &Arc<Self>,
         io: IO,
-    ) -> Watched<IO> {
-        let cut = CancellationToken::new();
+    ) -> Option<Watched<IO>> {
         let peer = io.connect_info().remote_addr();
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            tracing::warn!(
+                peer = ?peer,
+                max = self.max_connections,
+                reason = "TOO_MANY_CONNECTIONS",
+                "connection closed: too many open (--max-connections)"
+            );
+            self.count("TOO_MANY_CONNECTIONS");
+            return None;
+        };
+        let cut = CancellationToken::new();
         if let Some(peer) = peer {
             self.connections
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(peer, cut.clone());
+                .insert(
+                    peer,
+                    Connection {
+                        cut: cut.clone(),
+                        accepted: Instant::now(),
+                        called: false,
+                    },
+                );
         }
-        Watched {
+        Some(Watched {
             inner: io,
             cut: Box::pin(cut.cancelled_owned()),
             peer,
             tracker: self.clone(),
-        }
+            _slot: slot,
+        })
     }
 
-    /// Cuts the connections of marks older than the timeout; returns how
-    /// many it cut.
+    /// Cuts the connections of marks older than the timeout, and those
+    /// without a call past the start deadline; returns how many it cut.
     fn reap(&self) -> usize {
         let now = Instant::now();
         let stalled: Vec<(u64, SocketAddr, Arc<str>, Duration)> = {
@@ -127,7 +205,7 @@ impl Tracker {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&peer)
-                .cloned();
+                .map(|c| c.cut.clone());
             if let Some(token) = token {
                 tracing::warn!(
                     method = %method,
@@ -136,15 +214,33 @@ impl Tracker {
                     reason = "SLOW_READER",
                     "client stopped reading its response; closing its connection (--write-timeout)"
                 );
-                self.metrics
-                    .rpc_refused
-                    .get_or_create(&ReasonLabels {
-                        reason: "SLOW_READER",
-                    })
-                    .inc();
+                self.count("SLOW_READER");
                 token.cancel();
                 cut += 1;
             }
+        }
+        let silent: Vec<(SocketAddr, CancellationToken)> = self
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, c)| {
+                !c.called
+                    && !c.cut.is_cancelled()
+                    && now.duration_since(c.accepted) >= self.start_timeout
+            })
+            .map(|(peer, c)| (*peer, c.cut.clone()))
+            .collect();
+        for (peer, token) in silent {
+            tracing::warn!(
+                %peer,
+                timeout = ?self.start_timeout,
+                reason = "SILENT_CONNECTION",
+                "connection made no call in time; closing it (--connection-start-timeout)"
+            );
+            self.count("SILENT_CONNECTION");
+            token.cancel();
+            cut += 1;
         }
         cut
     }
@@ -152,7 +248,8 @@ impl Tracker {
 
 /// Checks for stalled responses until `stop`, a few times per timeout.
 pub async fn run(tracker: Arc<Tracker>, stop: CancellationToken) {
-    let every = (tracker.timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let every = (tracker.timeout.min(tracker.start_timeout) / 4)
+        .clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -170,6 +267,7 @@ pub struct Watched<IO> {
     cut: Pin<Box<WaitForCancellationFutureOwned>>,
     peer: Option<SocketAddr>,
     tracker: Arc<Tracker>,
+    _slot: OwnedSemaphorePermit,
 }
 
 impl<IO> Drop for Watched<IO> {
@@ -189,7 +287,7 @@ impl<IO> Watched<IO> {
         if self.cut.as_mut().poll(cx).is_ready() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                "the client did not read its response within --write-timeout",
+                "the connection was cut (--write-timeout or --connection-start-timeout)",
             ));
         }
         Ok(())
@@ -256,14 +354,37 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
 mod tests {
     use super::*;
 
+    fn tracker(start: Duration) -> Arc<Tracker> {
+        Tracker::new(
+            ConnectionLimits {
+                write_timeout: Duration::from_secs(5),
+                start_timeout: start,
+                max_connections: 2,
+            },
+            Metrics::new(),
+        )
+    }
+
+    fn connection(t: &Tracker, peer: SocketAddr, called: bool) -> CancellationToken {
+        let token = CancellationToken::new();
+        t.connections.lock().unwrap().insert(
+            peer,
+            Connection {
+                cut: token.clone(),
+                accepted: Instant::now(),
+                called,
+            },
+        );
+        token
+    }
+
     /// A mark older than the timeout cuts its connection; a mark cleared
     /// in time, or younger, does not.
     #[tokio::test(start_paused = true)]
     async fn stale_marks_cut_their_connection() {
-        let t = Tracker::new(Duration::from_secs(5), Metrics::new());
+        let t = tracker(Duration::from_secs(3600));
         let peer: SocketAddr = "10.0.0.1:1000".parse().unwrap();
-        let token = CancellationToken::new();
-        t.connections.lock().unwrap().insert(peer, token.clone());
+        let token = connection(&t, peer, true);
         let method: Arc<str> = Arc::from("/m");
         let (a, b) = (t.id(), t.id());
         t.mark(a, peer, &method);
@@ -275,5 +396,23 @@ mod tests {
         assert_eq!(t.reap(), 1);
         assert!(token.is_cancelled());
         assert_eq!(t.reap(), 0, "a mark is reaped once");
+    }
+
+    /// Invariant: a connection that made no call by the start deadline is
+    /// cut (once); one that called is left alone.
+    #[tokio::test(start_paused = true)]
+    async fn silent_connections_are_cut_at_the_start_deadline() {
+        let t = tracker(Duration::from_secs(10));
+        let silent: SocketAddr = "10.0.0.1:1000".parse().unwrap();
+        let talking: SocketAddr = "10.0.0.1:1001".parse().unwrap();
+        let s = connection(&t, silent, false);
+        let c = connection(&t, talking, false);
+        t.called(talking);
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert_eq!(t.reap(), 0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(t.reap(), 1);
+        assert!(s.is_cancelled() && !c.is_cancelled());
+        assert_eq!(t.reap(), 0, "cut once");
     }
 }
