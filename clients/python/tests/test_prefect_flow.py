@@ -341,7 +341,9 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
     assert (result["enrolled"], result["already_present"]) == (0, 40), result
     assert (result["succeeded"], result["total"]) == (40, 40), result
 
-    submissions = long_run.stats()["submissions"]
+    # A search for a batch whose create was cut short may make a one-request
+    # probe batch (key `tally-probe`) as its witness: not a row.
+    submissions = {k: v for k, v in long_run.stats()["submissions"].items() if k != "tally-probe"}
     assert len(submissions) == 40
     twice = {k: v for k, v in submissions.items() if len(v) != 1}
     assert not twice, f"rows sent more than once: {twice}"

@@ -252,12 +252,19 @@ pub fn grpc_status_name(code: u32) -> Option<&'static str> {
     })
 }
 
-const BLOCKING_FINISH_REASONS: [&str; 5] = [
+/// Finish reasons that withhold the answer for what it (or the prompt) is:
+/// the text ones, and their image counterparts (python-genai 3.6.1
+/// `FinishReason`: IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT,
+/// IMAGE_RECITATION). A retry would be refused the same way.
+const BLOCKING_FINISH_REASONS: [&str; 8] = [
     "SAFETY",
     "RECITATION",
     "BLOCKLIST",
     "PROHIBITED_CONTENT",
     "SPII",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "IMAGE_RECITATION",
 ];
 const BLOCKING_WORDS: [&str; 3] = ["safety", "blocked", "recitation"];
 /// Finish reasons that mean "the answer ended normally" (or says nothing).
@@ -442,6 +449,15 @@ mod tests {
 
     #[test]
     fn blocking_finish_reasons_and_block_reasons_are_permanent() {
+        // The image finish reasons are refusals like their text ones (not
+        // unknown reasons to retry).
+        for r in [
+            "IMAGE_SAFETY",
+            "IMAGE_PROHIBITED_CONTENT",
+            "IMAGE_RECITATION",
+        ] {
+            assert!(BLOCKING_FINISH_REASONS.contains(&r), "{r}");
+        }
         for r in BLOCKING_FINISH_REASONS {
             let f = Failure {
                 finish_reason: r.into(),
