@@ -20,6 +20,13 @@ pub enum FailureKind {
     Blocked,
     /// The row was absent from a finished job's output.
     MissingFromOutput,
+    /// A file the row references could not be read for good (missing,
+    /// unreadable, not the bytes it was enrolled with, too large for the
+    /// provider): the worker never sent the row.
+    MediaUnreadable,
+    /// A file the row references could not be read this time (a network
+    /// error, a 5xx of its store): the worker never sent the row.
+    MediaUnavailable,
 }
 
 /// The facts of one failure. Strings may be empty.
@@ -61,6 +68,8 @@ pub enum Rule {
     EmptyResponse,
     InvalidOutput,
     MissingFromOutput,
+    MediaUnreadable,
+    MediaUnavailable,
     JobFailed,
     LeaseExpired,
     UnknownRetryable,
@@ -84,6 +93,8 @@ impl Rule {
             Rule::EmptyResponse => "empty_response".into(),
             Rule::InvalidOutput => "invalid_output".into(),
             Rule::MissingFromOutput => "missing_from_output".into(),
+            Rule::MediaUnreadable => "media_unreadable".into(),
+            Rule::MediaUnavailable => "media_unavailable".into(),
             Rule::JobFailed => "job_failed".into(),
             Rule::LeaseExpired => "lease_expired".into(),
             Rule::UnknownRetryable => "unknown_retryable".into(),
@@ -109,6 +120,8 @@ impl Rule {
             (Retryable, Rule::EmptyResponse),
             (Retryable, Rule::InvalidOutput),
             (Retryable, Rule::MissingFromOutput),
+            (Permanent, Rule::MediaUnreadable),
+            (Retryable, Rule::MediaUnavailable),
             (Retryable, Rule::HttpTransient),
             (Permanent, Rule::HttpPermanent),
             (Retryable, Rule::StatusTransient),
@@ -329,6 +342,14 @@ pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
         }
         Some(FailureKind::MissingFromOutput) => {
             return Classification::new(Retryable, Budget::Provider, Rule::MissingFromOutput);
+        }
+        // The row's own input: no retry reads another file.
+        Some(FailureKind::MediaUnreadable) => {
+            return Classification::new(Permanent, Budget::Content, Rule::MediaUnreadable);
+        }
+        // Our side (the media store): an infra attempt, retried.
+        Some(FailureKind::MediaUnavailable) => {
+            return Classification::new(Retryable, Budget::Infra, Rule::MediaUnavailable);
         }
         Some(FailureKind::ProviderError) | None => {}
     }

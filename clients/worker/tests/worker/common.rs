@@ -208,6 +208,7 @@ pub async fn register_prompt(c: &Clients) {
             })
             .to_string(),
             system_instruction: String::new(),
+            ..Default::default()
         })
         .await
         .expect("register prompt");
