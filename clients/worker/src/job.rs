@@ -244,6 +244,7 @@ pub async fn run_claim(
         keys: sent_keys,
         tokens: packer.tokens(),
         token_limit,
+        media: Vec::new(),
     };
     // Recorded before the create goes out: from here the batch may exist,
     // and the rows are never released until the provider was searched.
