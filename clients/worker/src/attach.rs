@@ -14,6 +14,10 @@
 //! `--provider-storage-bytes`; otherwise the row waits (released, no
 //! attempt) for the janitor to free room.
 //!
+//! OpenAI takes media inline only: an image as an `image_url` part holding
+//! a `data:` URL, a PDF as a `file` part with its `file_data` (its batch
+//! file may hold 200 MB); other types are refused for the row.
+//!
 //! Within one job each file is read once ([`JobMedia`]).
 
 use std::collections::{BTreeSet, HashMap};
@@ -23,6 +27,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tally_client::with_retry;
 use tally_core::media::MediaRef;
+use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 
 use crate::ctx::Ctx;
@@ -49,18 +54,23 @@ pub struct JobMedia {
     pub uploads: BTreeSet<String>,
 }
 
-/// Replaces every `{"media": …}` part of `request` (in `contents[].parts`)
-/// with the provider's part for its bytes.
+/// Replaces every `{"media": …}` part of `request` (Gemini's
+/// `contents[].parts`, OpenAI's `messages[].content`) with the provider's
+/// part for its bytes.
 pub async fn attach(
     ctx: &Ctx,
     request: &mut Value,
     media: &mut JobMedia,
 ) -> Result<(), AttachFail> {
-    let Some(contents) = request.get_mut("contents").and_then(Value::as_array_mut) else {
+    let (turns, field) = match ctx.provider.api() {
+        Api::OpenAi => ("messages", "content"),
+        Api::Gemini | Api::Anthropic => ("contents", "parts"),
+    };
+    let Some(contents) = request.get_mut(turns).and_then(Value::as_array_mut) else {
         return Ok(());
     };
     for content in contents {
-        let Some(parts) = content.get_mut("parts").and_then(Value::as_array_mut) else {
+        let Some(parts) = content.get_mut(field).and_then(Value::as_array_mut) else {
             continue;
         };
         for part in parts.iter_mut() {
@@ -75,11 +85,15 @@ pub async fn attach(
     Ok(())
 }
 
-/// The Gemini part for `r`: inline, or a reference to its upload (an
-/// upload of the same bytes with life left, or a new one).
+/// The provider's part for `r`: Gemini's inline, or a reference to its
+/// upload (an upload of the same bytes with life left, or a new one);
+/// OpenAI's inline.
 async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<Value, AttachFail> {
     if let Some(p) = media.parts.get(&r.sha256) {
         return Ok(p.clone());
+    }
+    if ctx.provider.api() == Api::OpenAi {
+        openai_accepts(r)?;
     }
     // Read (and checked against its hash) first: a small file goes inline
     // without asking the register.
@@ -87,7 +101,9 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
         MediaFail::Permanent(m) => AttachFail::Unreadable(m),
         MediaFail::Transient(m) => AttachFail::Unavailable(m),
     })?;
-    let part = if bytes.len() as u64 <= ctx.args.media_inline_max {
+    let part = if ctx.provider.api() == Api::OpenAi {
+        openai_part(r, &bytes)
+    } else if bytes.len() as u64 <= ctx.args.media_inline_max {
         json!({"inlineData": {
             "mimeType": r.mime_type,
             "data": base64::engine::general_purpose::STANDARD.encode(&bytes),
@@ -103,6 +119,32 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
     };
     media.parts.insert(r.sha256.clone(), part.clone());
     Ok(part)
+}
+
+/// Whether OpenAI takes `r` in a chat completion (images and PDFs).
+fn openai_accepts(r: &MediaRef) -> Result<(), AttachFail> {
+    if r.mime_type.starts_with("image/") || r.mime_type == "application/pdf" {
+        return Ok(());
+    }
+    Err(AttachFail::Unreadable(format!(
+        "{}: OpenAI takes images and PDFs in a chat completion, not {}",
+        r.uri, r.mime_type
+    )))
+}
+
+/// OpenAI's inline part for `r`'s bytes.
+fn openai_part(r: &MediaRef, bytes: &[u8]) -> Value {
+    let data = format!(
+        "data:{};base64,{}",
+        r.mime_type,
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    );
+    if r.mime_type == "application/pdf" {
+        let name = r.uri.rsplit('/').next().unwrap_or("document.pdf");
+        json!({"type": "file", "file": {"filename": name, "file_data": data}})
+    } else {
+        json!({"type": "image_url", "image_url": {"url": data}})
+    }
 }
 
 fn file_part(mime: &str, uri: &str) -> Value {
@@ -156,8 +198,13 @@ async fn upload(
         )));
     }
     let display = format!("tally-media/{}", r.sha256);
-    let mut file = ctx
-        .gemini
+    let Some(gemini) = ctx.provider.gemini() else {
+        return Err(AttachFail::Unavailable(format!(
+            "{}: this provider takes no media uploads",
+            r.uri
+        )));
+    };
+    let mut file = gemini
         .upload_media(&display, &r.mime_type, &bytes)
         .await
         .map_err(|e| gemini_fail(&r.uri, &e))?;
@@ -168,8 +215,7 @@ async fn upload(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let name = file["name"].as_str().unwrap_or_default().to_owned();
-        file = ctx
-            .gemini
+        file = gemini
             .get_file(&name)
             .await
             .map_err(|e| gemini_fail(&r.uri, &e))?;
@@ -221,8 +267,8 @@ async fn upload(
 /// (Gemini: 48 hours).
 const DEFAULT_FILE_LIFE: Duration = Duration::from_secs(48 * 3600);
 
-fn gemini_fail(uri: &str, e: &crate::gemini::GeminiError) -> AttachFail {
-    use crate::gemini::GeminiError::Http;
+fn gemini_fail(uri: &str, e: &crate::provider::ProviderError) -> AttachFail {
+    use crate::provider::ProviderError::Http;
     let why = format!("{uri}: the upload failed: {e}");
     match e {
         // The project's file storage is full (quota FileStorageBytesPerProject).

@@ -1,7 +1,9 @@
-//! The worker's flags: each also reads a `TALLY_*` (or `GEMINI_*`)
-//! environment variable; durations in human form (`30s`, `5m`). The API key
-//! is read from `GEMINI_API_KEY` or the file `--gemini-api-key-file` names:
-//! never a flag value (it would show in `ps`), never printed. tally's token
+//! The worker's flags: each also reads a `TALLY_*` (or `GEMINI_*`,
+//! `OPENAI_*`) environment variable; durations in human form (`30s`,
+//! `5m`). The provider's API key is read from `GEMINI_API_KEY` or
+//! `OPENAI_API_KEY` (by the provider's API), or the file
+//! `--gemini-api-key-file` / `--openai-api-key-file` names: never a flag
+//! value (it would show in `ps`), never printed. tally's token
 //! likewise comes from `TALLY_TOKEN` or `--token-file`. `Debug` of the flags
 //! shows neither the token nor a URL's credentials.
 
@@ -9,9 +11,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use tally_core::provider::Api;
 
-/// tally-worker: claims rows from a tally ledger, runs them as Gemini Batch
-/// API jobs and reports what became of each row.
+/// tally-worker: claims rows from a tally ledger, runs them as batch jobs
+/// at one provider (Gemini, OpenAI, or an OpenAI-compatible server) and
+/// reports what became of each row.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tally-worker", version, about)]
 pub struct WorkerArgs {
@@ -31,6 +35,23 @@ pub struct WorkerArgs {
     /// File holding the Gemini API key, instead of `GEMINI_API_KEY`.
     #[arg(long, env = "GEMINI_API_KEY_FILE")]
     pub gemini_api_key_file: Option<PathBuf>,
+
+    /// File holding the OpenAI (or OpenAI-compatible server's) API key,
+    /// instead of `OPENAI_API_KEY`.
+    #[arg(long, env = "OPENAI_API_KEY_FILE")]
+    pub openai_api_key_file: Option<PathBuf>,
+
+    /// The provider this worker runs rows at: it claims only rows whose
+    /// model runs there (`gemini`, `openai`, `anthropic`, or the name of an
+    /// OpenAI-compatible server, as rows name it in `{provider}/{model}`).
+    #[arg(long, env = "TALLY_WORKER_PROVIDER", default_value = "gemini")]
+    pub provider: String,
+
+    /// The API the provider speaks (`gemini` or `openai`); default the
+    /// provider's name when it names one. Required for a named
+    /// OpenAI-compatible server (`--provider vllm --provider-api openai`).
+    #[arg(long, env = "TALLY_WORKER_PROVIDER_API")]
+    pub provider_api: Option<String>,
 
     /// PEM file of the CA that signed tally's certificate (https only;
     /// without it, the system's root certificates are trusted).
@@ -61,6 +82,15 @@ pub struct WorkerArgs {
         default_value = "https://generativelanguage.googleapis.com"
     )]
     pub gemini_base_url: UrlArg,
+
+    /// OpenAI API base URL, version included (an OpenAI-compatible
+    /// server's, or the emulator's `http://host:port/v1`).
+    #[arg(
+        long,
+        env = "OPENAI_BASE_URL",
+        default_value = "https://api.openai.com/v1"
+    )]
+    pub openai_base_url: UrlArg,
 
     /// Only claim rows for this model; empty takes the model of the oldest
     /// ready row.
@@ -206,7 +236,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_FAILPOINT", hide = true, value_enum)]
     pub failpoint: Option<Failpoint>,
 
-    /// Timeout of one Gemini HTTP request.
+    /// Timeout of one provider HTTP request.
     #[arg(long, env = "GEMINI_HTTP_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
     pub http_timeout: Duration,
 
@@ -329,16 +359,44 @@ impl WorkerArgs {
         Ok(self)
     }
 
-    /// The Gemini API key: from --gemini-api-key-file, else `env_key`
-    /// (`GEMINI_API_KEY`).
+    /// The provider's API key: from its key file flag, else `env_key` (the
+    /// variable [`WorkerArgs::api_key_env`] names).
     pub fn api_key(&self, env_key: Option<String>) -> Result<crate::ApiKey, String> {
-        let key = match &self.gemini_api_key_file {
-            Some(path) => read_secret_file("--gemini-api-key-file", path)?,
+        let (file, flag) = match self.api()? {
+            Api::OpenAi => (&self.openai_api_key_file, "--openai-api-key-file"),
+            Api::Gemini | Api::Anthropic => (&self.gemini_api_key_file, "--gemini-api-key-file"),
+        };
+        let key = match file {
+            Some(path) => read_secret_file(flag, path)?,
             None => env_key
                 .filter(|k| !k.is_empty())
-                .ok_or("GEMINI_API_KEY is not set (nor --gemini-api-key-file)")?,
+                .ok_or_else(|| format!("{} is not set (nor {flag})", self.api_key_env()))?,
         };
         Ok(crate::ApiKey::new(key))
+    }
+
+    /// The variable holding the provider's API key.
+    pub fn api_key_env(&self) -> &'static str {
+        match self.api() {
+            Ok(Api::OpenAi) => "OPENAI_API_KEY",
+            Ok(Api::Gemini | Api::Anthropic) | Err(_) => "GEMINI_API_KEY",
+        }
+    }
+
+    /// The API the provider speaks: `--provider-api`, else the provider's
+    /// own name.
+    pub fn api(&self) -> Result<Api, String> {
+        match &self.provider_api {
+            Some(name) => Api::parse(name).ok_or_else(|| {
+                format!("--provider-api {name:?}: not an API tally speaks (gemini or openai)")
+            }),
+            None => Api::parse(&self.provider).ok_or_else(|| {
+                format!(
+                    "--provider {:?} names no API: say which one it speaks with --provider-api (gemini or openai)",
+                    self.provider
+                )
+            }),
+        }
     }
 
     /// How to reach tally: the address, the token and the TLS flags.
@@ -390,6 +448,33 @@ impl WorkerArgs {
         if self.ledger.trim().is_empty() {
             return Err("--ledger is required".into());
         }
+        if !tally_core::provider::is_provider_name(&self.provider) {
+            return Err(format!(
+                "--provider {:?}: lowercase letters, digits and `-`, at most {} characters",
+                self.provider,
+                tally_core::provider::MAX_PROVIDER
+            ));
+        }
+        match self.api()? {
+            Api::OpenAi => {
+                if self.max_rows_per_batch > OPENAI_MAX_REQUESTS {
+                    return Err(format!(
+                        "--max-rows-per-batch {}: an OpenAI batch holds at most {OPENAI_MAX_REQUESTS} requests",
+                        self.max_rows_per_batch
+                    ));
+                }
+                if self.max_bytes_per_batch > OPENAI_MAX_FILE_BYTES {
+                    return Err(format!(
+                        "--max-bytes-per-batch {}: an OpenAI batch file is at most {OPENAI_MAX_FILE_BYTES} bytes (200 MB)",
+                        self.max_bytes_per_batch
+                    ));
+                }
+            }
+            Api::Gemini => {}
+            Api::Anthropic => {
+                return Err("--provider-api anthropic: not supported by this worker yet".into());
+            }
+        }
         if self.max_rows_per_batch == 0 || self.max_bytes_per_batch == 0 {
             return Err("--max-rows-per-batch and --max-bytes-per-batch must be positive".into());
         }
@@ -407,6 +492,11 @@ impl WorkerArgs {
         tally_telemetry::http_listener::check(&self.http)
     }
 }
+
+/// Most requests in one OpenAI batch file.
+pub const OPENAI_MAX_REQUESTS: usize = 50_000;
+/// Largest OpenAI batch input file (200 MB).
+pub const OPENAI_MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
 
 /// Parses `30s`, `5m`, `250ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -501,6 +591,37 @@ mod tests {
         std::fs::write(&key, "\n").unwrap();
         assert!(a.api_key(None).unwrap_err().contains("empty"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // Invariant: a worker runs one provider, speaking a known API, within
+    // that API's documented limits; its key comes from that API's variable.
+    #[test]
+    fn the_provider_and_its_api() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["tally-worker", "--ledger", "d"];
+            args.extend_from_slice(extra);
+            WorkerArgs::try_parse_from(args).unwrap()
+        };
+        let default = parse(&[]);
+        assert_eq!(
+            (default.provider.as_str(), default.api()),
+            ("gemini", Ok(Api::Gemini))
+        );
+        assert_eq!(default.api_key_env(), "GEMINI_API_KEY");
+        let openai = parse(&["--provider", "openai"]);
+        assert_eq!(openai.api(), Ok(Api::OpenAi));
+        assert_eq!(openai.api_key_env(), "OPENAI_API_KEY");
+        assert!(openai.api_key(None).unwrap_err().contains("OPENAI_API_KEY"));
+        assert!(openai.validate().is_ok());
+        let named = parse(&["--provider", "vllm"]);
+        assert!(named.validate().unwrap_err().contains("--provider-api"));
+        let named = parse(&["--provider", "vllm", "--provider-api", "openai"]);
+        assert!(named.validate().is_ok());
+        assert!(parse(&["--provider", "Bad Name"]).validate().is_err());
+        let too_many = parse(&["--provider", "openai", "--max-rows-per-batch", "50001"]);
+        assert!(too_many.validate().unwrap_err().contains("50000"));
+        let too_big = parse(&["--provider", "openai", "--max-bytes-per-batch", "300000000"]);
+        assert!(too_big.validate().unwrap_err().contains("200 MB"));
     }
 
     #[test]

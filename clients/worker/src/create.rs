@@ -5,7 +5,7 @@
 //! out, tally records MarkCreating (the job becomes CREATING): from then on
 //! nobody releases the job's rows (not this worker on an error, not the
 //! sweeper when this worker dies, not ReleaseClaim) until a search of the
-//! provider's whole batch list proves the batch made (by its display name,
+//! provider's whole batch list proves the batch made (by its tag,
 //! `tally/{ledger}/{job id}`) or never made (a witness: [`crate::lookup`]).
 //! Made, the batch is recorded (MarkSubmitted) and followed; never made,
 //! MarkNotCreated gives the rows back without an attempt. Unproven, the
@@ -13,7 +13,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
 use tally_client::with_retry;
 use tally_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
@@ -21,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Failpoint;
 use crate::ctx::Ctx;
 use crate::end::JobError;
-use crate::gemini::GeminiError;
 use crate::lookup::{self, Bounds, Listing, Proof};
+use crate::provider::ProviderError;
 use crate::refusal::{self, Refusal as Kind};
 
 /// How a create ended.
@@ -87,14 +86,14 @@ pub async fn create(
     stop: &CancellationToken,
 ) -> Result<CreateEnd, JobError> {
     let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
+    let at_provider = tally_core::provider::route(model).model;
     let e = match ctx
-        .gemini
-        .create_batch(model, &display_name, &job.input_file)
+        .provider
+        .create_batch(at_provider, &display_name, &job.input_file)
         .await
     {
-        Ok(op) => {
+        Ok(batch) => {
             ctx.args.failpoint(Failpoint::AfterCreate);
-            let batch = batch_name(&op)?;
             ctx.metrics.batch_created(sent.keys.len() as u64);
             ctx.batch_made(model, sent.token_limit);
             return Ok(CreateEnd::Submitted(Box::new(
@@ -103,7 +102,7 @@ pub async fn create(
         }
         Err(e) => e,
     };
-    let Some(refusal) = refusal::classify(&e) else {
+    let Some(refusal) = refusal::classify_for(ctx.provider.api(), &e) else {
         tracing::warn!(job = %job.job_id, error = %e, "batch create unresolved; searching the provider for it");
         return resolve(ctx, job, claim, stop).await;
     };
@@ -172,8 +171,8 @@ pub async fn resolve(
         let searched_at = SystemTime::now();
         match search(ctx, &names).await {
             Ok(listing) => match lookup::judge(listing.clone(), attempted, searched_at, &bounds) {
-                Proof::Made(op) => {
-                    let batch = batch_name(&op)?;
+                Proof::Made(found) => {
+                    let batch = found.name;
                     tracing::info!(job = %job.job_id, batch = %batch, "batch found by its display name");
                     return Ok(CreateEnd::Submitted(Box::new(
                         mark_submitted(ctx, job, claim, &batch).await?,
@@ -222,24 +221,24 @@ pub async fn resolve(
 
 /// Reads the whole batch list for `names`; an error when it cannot be read
 /// whole (a failed page, or more than [`lookup::MAX_LIST_PAGES`] pages).
-async fn search(ctx: &Ctx, names: &[String]) -> Result<Listing, GeminiError> {
+async fn search(ctx: &Ctx, names: &[String]) -> Result<Listing, ProviderError> {
     let mut listing = Listing::default();
     let mut token = String::new();
     loop {
         if listing.pages >= lookup::MAX_LIST_PAGES {
-            return Err(GeminiError::Protocol(format!(
+            return Err(ProviderError::Protocol(format!(
                 "the batch list is longer than {} pages; absence cannot be proven",
                 lookup::MAX_LIST_PAGES
             )));
         }
-        let page = ctx.gemini.list_batches(&token).await?;
-        listing.add_page(&page, names);
+        let page = ctx.provider.list_batches(&token).await?;
+        listing.add_page(&page.items, names);
         if listing.found.is_some() {
             return Ok(listing);
         }
-        match page["nextPageToken"].as_str() {
-            Some(t) if !t.is_empty() => token = t.to_owned(),
-            _ => return Ok(listing),
+        match page.next {
+            Some(t) => token = t,
+            None => return Ok(listing),
         }
     }
 }
@@ -248,19 +247,13 @@ async fn search(ctx: &Ctx, names: &[String]) -> Result<Listing, GeminiError> {
 /// [`crate::lookup`]). Failures are logged: the search asks again.
 async fn probe(ctx: &Ctx, model: &str) {
     let name = crate::tags::probe_name(&ctx.ledger, &uuid::Uuid::now_v7().to_string());
-    match ctx.gemini.create_probe(model, &name).await {
+    let at_provider = tally_core::provider::route(model).model;
+    match ctx.provider.create_probe(at_provider, &name).await {
         Ok(_) => {
             tracing::info!(probe = %name, "probe batch made: a witness for an unresolved create")
         }
         Err(e) => tracing::warn!(probe = %name, error = %e, "probe batch not made"),
     }
-}
-
-fn batch_name(op: &Value) -> Result<String, GeminiError> {
-    op["name"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| GeminiError::Protocol(format!("a batch without a name: {op}")))
 }
 
 async fn mark_submitted(
@@ -290,12 +283,14 @@ async fn mark_submitted(
 
 /// What MarkNotCreated tells tally beyond the reason.
 #[derive(Debug, Clone, Copy, Default)]
-struct Refusal {
-    cooldown: Option<Duration>,
-    lasting: Option<pb::ProviderRefusal>,
+pub(crate) struct Refusal {
+    pub cooldown: Option<Duration>,
+    pub lasting: Option<pb::ProviderRefusal>,
+    /// The batch exists, and the provider refused it before it ran.
+    pub batch_refused: bool,
 }
 
-async fn mark_not_created(
+pub(crate) async fn mark_not_created(
     ctx: &Ctx,
     job: &pb::Job,
     claim: &str,
@@ -310,6 +305,7 @@ async fn mark_not_created(
             .cooldown
             .and_then(|d| prost_types::Duration::try_from(d).ok()),
         provider_refusal: refusal.lasting.map_or(0, |r| r as i32),
+        batch_refused: refusal.batch_refused,
     };
     with_retry(ctx.retry, "MarkNotCreated", || {
         let mut c = ctx.clients.jobs.clone();

@@ -1,4 +1,4 @@
-//! What every task of one worker shares: the tally clients, the Gemini
+//! What every task of one worker shares: the tally clients, the provider
 //! client, the settings, the prompt cache, and the wake-up channel fed by
 //! the WatchOperations stream.
 
@@ -13,10 +13,10 @@ use tonic::{Code, Status};
 
 use crate::bounds::TokenBounds;
 use crate::config::WorkerArgs;
-use crate::gemini::Gemini;
 use crate::media::MediaReader;
 use crate::metrics::WorkerMetrics;
 use crate::prompt::PromptSpec;
+use crate::provider::Provider;
 
 /// A prompt ready to use: its spec and its compiled response schema.
 pub struct Compiled {
@@ -30,7 +30,7 @@ pub type PromptResult = Result<Arc<Compiled>, String>;
 
 pub struct Ctx {
     pub clients: Clients,
-    pub gemini: Gemini,
+    pub provider: Provider,
     pub args: WorkerArgs,
     /// `ledgers/{id}`.
     pub ledger: String,
@@ -43,7 +43,7 @@ pub struct Ctx {
     /// No claim is made before this (a shared provider cool-down, or the
     /// ledger's job limit, said to wait).
     claims_held_until: std::sync::Mutex<Option<tokio::time::Instant>>,
-    /// The provider account, as CreateJob names it ([`Gemini::account`]).
+    /// The provider account, as CreateJob names it ([`Provider::account`]).
     pub account: String,
     /// Token bounds per model learned from refused creates.
     bounds: std::sync::Mutex<TokenBounds>,
@@ -54,7 +54,7 @@ pub struct Ctx {
 impl Ctx {
     pub fn new(
         clients: Clients,
-        gemini: Gemini,
+        provider: Provider,
         args: WorkerArgs,
         metrics: WorkerMetrics,
         media: MediaReader,
@@ -62,10 +62,10 @@ impl Ctx {
         let (ops, _) = broadcast::channel(1024);
         Self {
             media,
-            account: gemini.account(),
+            account: provider.account(),
             bounds: std::sync::Mutex::new(TokenBounds::default()),
             clients,
-            gemini,
+            provider,
             ledger: args.ledger_name(),
             worker: args.worker_name(),
             args,

@@ -3,7 +3,7 @@
 
 use tonic::Status;
 
-use crate::gemini::GeminiError;
+use crate::provider::ProviderError;
 
 /// How a job task ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,5 +24,5 @@ pub enum JobError {
     #[error("tally: {0}")]
     Rpc(#[from] Status),
     #[error(transparent)]
-    Gemini(#[from] GeminiError),
+    Gemini(#[from] ProviderError),
 }

@@ -12,9 +12,12 @@ use crate::prompt;
 use tally_client::with_retry;
 use tally_proto::v1 as pb;
 
-/// The batch lines of `job`'s golden rows (none when it carries none).
-pub async fn lines(ctx: &Ctx, job: &pb::Job) -> String {
-    let mut body = String::new();
+/// The batch lines of `job`'s golden rows (none when it carries none), in
+/// the provider's shape.
+pub async fn lines(ctx: &Ctx, job: &pb::Job) -> Vec<u8> {
+    let mut body = Vec::new();
+    let api = ctx.provider.api();
+    let model = tally_core::provider::route(&job.model).model;
     for g in &job.golden_rows {
         let compiled = match &g.prompt {
             None => None,
@@ -30,8 +33,10 @@ pub async fn lines(ctx: &Ctx, job: &pb::Job) -> String {
                 }
             },
         };
-        match prompt::build_request(&g.payload, compiled.as_ref().map(|c| &c.spec)) {
-            Ok(req) => body.push_str(&jsonl::line(&format!("{GOLDEN_PREFIX}{}", g.key), &req)),
+        match prompt::build_for(api, &g.payload, compiled.as_ref().map(|c| &c.spec), model) {
+            Ok(req) => {
+                jsonl::write_line_for(api, &mut body, &format!("{GOLDEN_PREFIX}{}", g.key), &req);
+            }
             Err(e) => {
                 tracing::warn!(job = %job.job_id, golden = %g.key, error = %e, "golden row cannot be sent")
             }

@@ -5,7 +5,8 @@
 //! the first one. Files count against the project's 20 GiB until they
 //! expire (48 h), and uploads stop when it is full. Each input file is
 //! named `tally/{ledger}/{job id}` ([`crate::tags`]), so a sweep can tell
-//! this ledger's files and ask tally what became of their job. A file is
+//! this ledger's files and ask tally what became of their job (OpenAI files
+//! carry it as their file name). A file is
 //! deleted when it is older than `--orphan-age` and its job is closed or
 //! records another input file. A file of an open job that records it, or
 //! records none yet, is kept; so is a file whose job this tally does not
@@ -26,7 +27,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
 use tally_proto::v1 as pb;
 
 use crate::ctx::Ctx;
@@ -58,48 +58,49 @@ pub async fn sweep(ctx: &Ctx) -> Swept {
     }
 }
 
-/// Deletes this ledger's orphaned input files; answers how many went.
+/// Deletes this ledger's orphaned input files (and, once old enough, the
+/// input files of its probes); answers how many went.
 async fn sweep_files(ctx: &Ctx) -> usize {
     let prefix = crate::tags::job_prefix(&ctx.ledger);
+    let probes = crate::tags::probe_prefix(&ctx.ledger);
     let mut deleted = 0;
     let mut token = String::new();
     for _ in 0..MAX_PAGES {
-        let page = match ctx.gemini.list_files(&token).await {
+        let page = match ctx.provider.list_files(&token).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(error = %e, "janitor: could not list files");
                 return deleted;
             }
         };
-        for file in page["files"].as_array().into_iter().flatten() {
-            let (Some(name), Some(job_id)) = (
-                file["name"].as_str(),
-                file["displayName"]
-                    .as_str()
-                    .and_then(|d| d.strip_prefix(prefix.as_str())),
-            ) else {
+        for file in &page.items {
+            let Some(tag) = file.tag.as_deref() else {
                 continue;
             };
-            if !old_enough(file, ctx.args.orphan_age) {
+            if !old_enough(file.create_time, ctx.args.orphan_age) {
                 continue;
             }
-            if fate(ctx, job_id, name).await == Fate::Delete {
-                match ctx.gemini.delete_file(name).await {
+            let fate = match tag.strip_prefix(prefix.as_str()) {
+                Some(job_id) => fate(ctx, job_id, &file.name).await,
+                // A probe's input: its batch needs it no more.
+                None if tag.starts_with(probes.as_str()) => Fate::Delete,
+                None => Fate::Keep,
+            };
+            if fate == Fate::Delete {
+                match ctx.provider.delete_file(&file.name).await {
                     Ok(()) => {
                         deleted += 1;
-                        tracing::info!(
-                            file = name,
-                            job = job_id,
-                            "janitor: orphaned input file deleted"
-                        );
+                        tracing::info!(file = %file.name, tag, "janitor: orphaned input file deleted");
                     }
-                    Err(e) => tracing::warn!(file = name, error = %e, "janitor: delete failed"),
+                    Err(e) => {
+                        tracing::warn!(file = %file.name, error = %e, "janitor: delete failed")
+                    }
                 }
             }
         }
-        match page["nextPageToken"].as_str() {
-            Some(t) if !t.is_empty() => token = t.to_string(),
-            _ => break,
+        match page.next {
+            Some(t) => token = t,
+            None => break,
         }
     }
     deleted
@@ -107,10 +108,11 @@ async fn sweep_files(ctx: &Ctx) -> usize {
 
 /// Deletes this ledger's batches whose job was reconciled more than
 /// `--batch-retention` ago (and their output files), and its ended probes
-/// as old; answers how many batches went.
+/// as old; answers how many batches went. A provider that keeps every
+/// batch (OpenAI) is not swept.
 async fn sweep_batches(ctx: &Ctx) -> usize {
     let retention = ctx.args.batch_retention;
-    if retention.is_zero() {
+    if retention.is_zero() || !ctx.provider.deletes_batches() {
         return 0;
     }
     let (jobs, probes) = (
@@ -120,26 +122,26 @@ async fn sweep_batches(ctx: &Ctx) -> usize {
     let mut deleted = 0;
     let mut token = String::new();
     for _ in 0..crate::lookup::MAX_LIST_PAGES {
-        let page = match ctx.gemini.list_batches(&token).await {
+        let page = match ctx.provider.list_batches(&token).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(error = %e, "janitor: could not list batches");
                 return deleted;
             }
         };
-        for op in page["operations"].as_array().into_iter().flatten() {
-            let (Some(batch), Some(shown)) = (op["name"].as_str(), crate::lookup::display_name(op))
-            else {
+        for b in &page.items {
+            let Some(shown) = b.tag.as_deref() else {
                 continue;
             };
+            let batch = b.name.as_str();
             let output = if let Some(job_id) = shown.strip_prefix(jobs.as_str()) {
                 match reconciled_long_ago(ctx, job_id, batch, retention).await {
                     Some(output) => output,
                     None => continue,
                 }
             } else if shown.starts_with(probes.as_str())
-                && op["done"] == true
-                && crate::lookup::create_time(op)
+                && b.done
+                && b.create_time
                     .and_then(|t| t.elapsed().ok())
                     .is_some_and(|age| age >= retention)
             {
@@ -147,12 +149,12 @@ async fn sweep_batches(ctx: &Ctx) -> usize {
             } else {
                 continue;
             };
-            match ctx.gemini.delete_batch(batch).await {
+            match ctx.provider.delete_batch(batch).await {
                 Ok(()) => {
                     deleted += 1;
                     tracing::info!(batch, name = shown, "janitor: batch deleted");
                     if !output.is_empty()
-                        && let Err(e) = ctx.gemini.delete_file(&output).await
+                        && let Err(e) = ctx.provider.delete_file(&output).await
                     {
                         tracing::warn!(file = %output, error = %e, "janitor: output file not deleted");
                     }
@@ -160,9 +162,9 @@ async fn sweep_batches(ctx: &Ctx) -> usize {
                 Err(e) => tracing::warn!(batch, error = %e, "janitor: batch not deleted"),
             }
         }
-        match page["nextPageToken"].as_str() {
-            Some(t) if !t.is_empty() => token = t.to_string(),
-            _ => break,
+        match page.next {
+            Some(t) => token = t,
+            None => break,
         }
     }
     deleted
@@ -197,7 +199,7 @@ async fn sweep_media(ctx: &Ctx) -> usize {
             if u.in_use || expires > soon {
                 continue;
             }
-            if let Err(e) = ctx.gemini.delete_file(&u.file).await {
+            if let Err(e) = ctx.provider.delete_file(&u.file).await {
                 tracing::warn!(file = %u.file, error = %e, "janitor: media upload not deleted");
                 continue;
             }
@@ -249,10 +251,8 @@ async fn reconciled_long_ago(
         .then_some(job.output_file)
 }
 
-fn old_enough(file: &Value, age: Duration) -> bool {
-    file["createTime"]
-        .as_str()
-        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+fn old_enough(created: Option<SystemTime>, age: Duration) -> bool {
+    created
         .and_then(|created| SystemTime::now().duration_since(created).ok())
         .is_some_and(|elapsed| elapsed >= age)
 }

@@ -25,7 +25,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use tally_client::{ingest_batch_resource, with_retry};
+use tally_client::{ingest_observation, with_retry};
 use tally_core::names::claim_for_logs;
 use tally_proto::v1 as pb;
 use tokio::sync::broadcast::error::RecvError;
@@ -36,11 +36,11 @@ use crate::attach::{self, AttachFail};
 use crate::config::Failpoint;
 use crate::create::{self, CreateEnd};
 use crate::ctx::{Ctx, PromptResult, prompt_name};
-use crate::gemini::GeminiError;
 use crate::gone::GoneWatch;
 use crate::heartbeat::Heartbeat;
 use crate::jsonl;
 use crate::prompt::{self, InputError};
+use crate::provider::ProviderError;
 use crate::reconcile::{self, Answer, finish, invalid_input, report};
 
 pub use crate::end::{JobEnd, JobError};
@@ -138,6 +138,8 @@ pub async fn run_claim(
         claim.model.clone()
     };
     let token_limit = job.provider_token_limit.max(0) as u64;
+    let api = ctx.provider.api();
+    let at_provider = tally_core::provider::route(&model).model.to_owned();
     let mut packer = jsonl::Packer::new(jsonl::Limits {
         rows: ctx.args.max_rows_per_batch,
         bytes: ctx.args.max_bytes_per_batch,
@@ -162,8 +164,8 @@ pub async fn run_claim(
             Some(Ok(c)) => Some(Arc::clone(c)),
             None => None,
         };
-        let mut request = match prompt::build_request(&payload, compiled.as_ref().map(|c| &c.spec))
-        {
+        let spec = compiled.as_ref().map(|c| &c.spec);
+        let mut request = match prompt::build_for(api, &payload, spec, &at_provider) {
             Ok(req) => req,
             Err(e) => {
                 invalid.push((row.key.clone(), e.to_string()));
@@ -195,10 +197,13 @@ pub async fn run_claim(
             }
         }
         let start = body.len();
-        let size = jsonl::write_line(&mut body, &row.key, &request);
+        let size = jsonl::write_line_for(api, &mut body, &row.key, &request);
         match packer.offer(size) {
             jsonl::Fit::Batch => {
-                expect.insert(row.key.clone(), Answer::of(&payload, row.prompt.as_ref()));
+                expect.insert(
+                    row.key.clone(),
+                    Answer::of(api, &payload, row.prompt.as_ref()),
+                );
                 sent_keys.push(row.key.clone());
             }
             fit => {
@@ -248,7 +253,7 @@ pub async fn run_claim(
         .await?;
         return Ok(JobEnd::Reconciled);
     }
-    body.extend_from_slice(crate::golden::lines(&ctx, &job).await.as_bytes());
+    body.extend_from_slice(&crate::golden::lines(&ctx, &job).await);
     let body = bytes::Bytes::from(body);
 
     if stop.is_cancelled() {
@@ -256,7 +261,7 @@ pub async fn run_claim(
         return Ok(JobEnd::Released);
     }
     let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
-    let file = match ctx.gemini.upload_jsonl(&display_name, &body).await {
+    let file = match ctx.provider.upload_input(&display_name, &body).await {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(job = %job.job_id, error = %e, "upload failed; releasing the claim");
@@ -344,7 +349,7 @@ pub async fn run_adopted(
         .into_inner();
         for row in page.rows {
             if held.contains(&row.key) {
-                let answer = Answer::of(&row.payload, row.prompt.as_ref());
+                let answer = Answer::of(ctx.provider.api(), &row.payload, row.prompt.as_ref());
                 expect.insert(row.key, answer);
             }
         }
@@ -400,7 +405,7 @@ async fn follow(
                 humantime::format_duration(ctx.args.batch_deadline)
             );
             tracing::warn!(job = %job.job_id, batch = %job.batch, "{cancelled}; following it until it ends");
-            if let Err(e) = ctx.gemini.cancel_batch(&job.batch).await {
+            if let Err(e) = ctx.provider.cancel_batch(&job.batch).await {
                 tracing::warn!(job = %job.job_id, batch = %job.batch, error = %e, "cancel failed");
             }
             next_poll = tokio::time::Instant::now();
@@ -456,11 +461,11 @@ async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
 
 /// The reconciliation poller: the provider's view, through the reducer.
 async fn poll(ctx: &Ctx, batch: &str) -> Polled {
-    match ctx.gemini.get_batch(batch).await {
-        Ok(resource) => {
+    match ctx.provider.get_batch(batch).await {
+        Ok(observed) => {
             ctx.metrics.polled();
             let mut c = ctx.clients.operations.clone();
-            match ingest_batch_resource(&mut c, &resource).await {
+            match ingest_observation(&mut c, &observed.observation).await {
                 Ok(r) => tracing::debug!(batch, verdict = r.verdict, reason = %r.reason, "polled"),
                 Err(e) => tracing::warn!(batch, error = %e, "poll not ingested"),
             }
@@ -469,7 +474,7 @@ async fn poll(ctx: &Ctx, batch: &str) -> Polled {
         // Deleted at the provider (by an operator, or gone after its
         // retention), or a 404 that proves nothing (another project's key):
         // the caller decides over a window.
-        Err(GeminiError::Http {
+        Err(ProviderError::Http {
             code: 404, message, ..
         }) => Polled::NotFound(message),
         Err(e) => {

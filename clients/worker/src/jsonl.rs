@@ -25,6 +25,44 @@ pub fn write_line(body: &mut Vec<u8>, key: &str, request: &Value) -> usize {
     body.len() - start
 }
 
+/// Appends one OpenAI batch input line (`{"custom_id", "method": "POST",
+/// "url": "/v1/chat/completions", "body"}`), newline included, written
+/// straight into `body`; answers its length.
+pub fn write_openai_line(body: &mut Vec<u8>, key: &str, request: &Value) -> usize {
+    let start = body.len();
+    body.extend_from_slice(b"{\"custom_id\":");
+    let _ = serde_json::to_writer(&mut *body, key);
+    body.extend_from_slice(b",\"method\":\"POST\",\"url\":");
+    let _ = serde_json::to_writer(&mut *body, crate::provider::openai::ENDPOINT);
+    body.extend_from_slice(b",\"body\":");
+    let _ = serde_json::to_writer(&mut *body, request);
+    body.extend_from_slice(b"}\n");
+    body.len() - start
+}
+
+/// Appends one input line in `api`'s shape; answers its length.
+/// (Anthropic's requests are `{"custom_id", "params"}`.)
+pub fn write_line_for(
+    api: tally_core::provider::Api,
+    body: &mut Vec<u8>,
+    key: &str,
+    request: &Value,
+) -> usize {
+    match api {
+        tally_core::provider::Api::Gemini => write_line(body, key, request),
+        tally_core::provider::Api::OpenAi => write_openai_line(body, key, request),
+        tally_core::provider::Api::Anthropic => {
+            let start = body.len();
+            body.extend_from_slice(b"{\"custom_id\":");
+            let _ = serde_json::to_writer(&mut *body, key);
+            body.extend_from_slice(b",\"params\":");
+            let _ = serde_json::to_writer(&mut *body, request);
+            body.extend_from_slice(b"}\n");
+            body.len() - start
+        }
+    }
+}
+
 /// Where the lines of a file read as a stream go (a batch's output): each
 /// line without its newline; `reset` when the read starts again from the
 /// beginning (a retried download); `too_long` for a line longer than the
@@ -234,6 +272,34 @@ mod tests {
         split.finish(&mut sink);
         assert_eq!(sink.0, ["ok", "ok2"]);
         assert_eq!(sink.1, 1);
+    }
+
+    /// Every provider's line is one JSON object holding the key and the
+    /// request, in that provider's field names.
+    #[test]
+    fn every_providers_line_holds_the_key_and_the_request() {
+        use tally_core::provider::Api;
+        let req = json!({"messages": [{"role": "user", "content": "x\ny"}]});
+        for (api, key, field) in [
+            (Api::Gemini, "key", "request"),
+            (Api::OpenAi, "custom_id", "body"),
+            (Api::Anthropic, "custom_id", "params"),
+        ] {
+            let mut body = b"x".to_vec();
+            let n = write_line_for(api, &mut body, "k\"1", &req);
+            assert_eq!(n, body.len() - 1);
+            assert!(body.ends_with(b"\n") && !body[1..body.len() - 1].contains(&b'\n'));
+            let line: Value = serde_json::from_slice(&body[1..]).unwrap();
+            assert_eq!(line[key], "k\"1", "{api}");
+            assert_eq!(line[field], req, "{api}");
+        }
+        let mut body = Vec::new();
+        write_openai_line(&mut body, "k", &req);
+        let line: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (line["method"].as_str(), line["url"].as_str()),
+            (Some("POST"), Some("/v1/chat/completions"))
+        );
     }
 
     /// write_line writes the same bytes as line, appended.

@@ -1,10 +1,11 @@
 //! Proving that a batch exists, or that it was never made, without relying
 //! on anything the provider did not promise.
 //!
-//! Batch creation is not idempotent and its answer can be lost. The only
-//! way to learn whether a create made a batch is the project's batch list,
-//! looked through for the job's display name. `batches.list` documents no
-//! order (and the Developer API takes no filter), and it is eventually
+//! Batch creation is not idempotent and its answer can be lost (at every
+//! provider). The only way to learn whether a create made a batch is the
+//! account's batch list, looked through for the job's tag (Gemini's
+//! display name, OpenAI's metadata). No provider documents the list's
+//! order (and none takes a filter by tag), and lists are eventually
 //! consistent: a new batch shows up after a lag nobody bounds. So:
 //!
 //! - every search reads **every page**, whatever their order; presence is
@@ -26,7 +27,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
+use crate::provider::Listed;
 
 /// Most pages (of up to 100 batches) one search reads.
 pub const MAX_LIST_PAGES: usize = 1000;
@@ -34,8 +35,8 @@ pub const MAX_LIST_PAGES: usize = 1000;
 /// What a search of the whole list found so far.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
-    /// The batch named one of the names searched for.
-    pub found: Option<Value>,
+    /// The batch tagged with one of the names searched for.
+    pub found: Option<Listed>,
     /// The latest `createTime` of any batch listed.
     pub newest: Option<SystemTime>,
     /// Batches listed.
@@ -45,43 +46,28 @@ pub struct Listing {
 }
 
 impl Listing {
-    /// Takes in one page of `GET batches` (`operations`), looking for any of
-    /// `names` (a batch's `metadata.displayName`, or `displayName`).
-    pub fn add_page(&mut self, page: &Value, names: &[String]) {
+    /// Takes in one page of the batch list, looking for any of `names`
+    /// among the batches' tags.
+    pub fn add_page(&mut self, page: &[Listed], names: &[String]) {
         self.pages += 1;
-        for op in page["operations"].as_array().into_iter().flatten() {
+        for batch in page {
             self.listed += 1;
-            let name = display_name(op);
-            if self.found.is_none() && names.iter().any(|n| Some(n.as_str()) == name) {
-                self.found = Some(op.clone());
+            let tag = batch.tag.as_deref();
+            if self.found.is_none() && names.iter().any(|n| Some(n.as_str()) == tag) {
+                self.found = Some(batch.clone());
             }
-            if let Some(created) = create_time(op) {
+            if let Some(created) = batch.create_time {
                 self.newest = Some(self.newest.map_or(created, |n| n.max(created)));
             }
         }
     }
 }
 
-/// A batch's display name, as the list shows it.
-pub fn display_name(op: &Value) -> Option<&str> {
-    op["metadata"]["displayName"]
-        .as_str()
-        .or_else(|| op["displayName"].as_str())
-}
-
-/// A batch's `createTime`.
-pub fn create_time(op: &Value) -> Option<SystemTime> {
-    op["metadata"]["createTime"]
-        .as_str()
-        .or_else(|| op["createTime"].as_str())
-        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
-}
-
 /// What a complete search proves about a create attempted at `attempted`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Proof {
     /// The batch exists.
-    Made(Value),
+    Made(Listed),
     /// No batch of that name, and the list already shows a batch made
     /// after the attempt: none was made.
     NeverMade,
@@ -118,8 +104,8 @@ impl Bounds {
 /// Judges a complete listing, searched at `now`, of a create attempted at
 /// `attempted`.
 pub fn judge(listing: Listing, attempted: SystemTime, now: SystemTime, bounds: &Bounds) -> Proof {
-    if let Some(op) = listing.found {
-        return Proof::Made(op);
+    if let Some(batch) = listing.found {
+        return Proof::Made(batch);
     }
     let witnessed = listing
         .newest
@@ -134,11 +120,16 @@ pub fn judge(listing: Listing, attempted: SystemTime, now: SystemTime, bounds: &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn op(name: &str, created: &str) -> Value {
         json!({"name": format!("batches/{name}"),
                "metadata": {"displayName": name, "createTime": created}})
+    }
+
+    /// A Gemini list page, as the provider layer lists it.
+    fn page(page: Value) -> Vec<Listed> {
+        crate::provider::gemini::listed(&page).items
     }
 
     fn at(secs: u64) -> SystemTime {
@@ -162,18 +153,18 @@ mod tests {
         let names = vec!["tally/l/j2".to_string()];
         let mut l = Listing::default();
         l.add_page(
-            &json!({"operations": [op("a", &stamp(5)), op("b", &stamp(500))]}),
+            &page(json!({"operations": [op("a", &stamp(5)), op("b", &stamp(500))]})),
             &names,
         );
         l.add_page(
-            &json!({"operations": [op("tally/l/j2", &stamp(1))]}),
+            &page(json!({"operations": [op("tally/l/j2", &stamp(1))]})),
             &names,
         );
-        l.add_page(&json!({}), &names);
+        l.add_page(&page(json!({})), &names);
         assert_eq!(l.listed, 3);
         assert_eq!(l.pages, 3);
         assert_eq!(l.newest, Some(at(500)));
-        assert_eq!(display_name(l.found.as_ref().unwrap()), Some("tally/l/j2"));
+        assert_eq!(l.found.as_ref().unwrap().tag.as_deref(), Some("tally/l/j2"));
         assert!(matches!(judge(l, at(0), at(0), &BOUNDS), Proof::Made(_)));
     }
 
@@ -185,7 +176,10 @@ mod tests {
         let names = vec!["tally/l/j9".to_string()];
         let listing = |newest: u64| {
             let mut l = Listing::default();
-            l.add_page(&json!({"operations": [op("x", &stamp(newest))]}), &names);
+            l.add_page(
+                &page(json!({"operations": [op("x", &stamp(newest))]})),
+                &names,
+            );
             l
         };
         let attempted = at(1000);
@@ -211,13 +205,5 @@ mod tests {
             Proof::Unproven,
             "an empty list proves nothing"
         );
-    }
-
-    #[test]
-    fn create_times_are_read_in_the_providers_forms() {
-        let t = create_time(&json!({"metadata": {"createTime": "2026-11-27T08:00:00.123456Z"}}));
-        assert!(t.is_some());
-        assert!(create_time(&json!({"createTime": "2026-11-27T08:00:00Z"})).is_some());
-        assert!(create_time(&json!({"metadata": {}})).is_none());
     }
 }

@@ -1,5 +1,5 @@
-//! The `tally-worker` binary: flags, logging, the API key from
-//! `GEMINI_API_KEY` or `--gemini-api-key-file`, and [`tally_worker::run_until`] until SIGTERM or
+//! The `tally-worker` binary: flags, logging, the provider's API key from
+//! `GEMINI_API_KEY` / `OPENAI_API_KEY` or its key file flag, and [`tally_worker::run_until`] until SIGTERM or
 //! ctrl-c (exit 0), or until the ledger is idle with `--exit-when-idle`.
 
 use clap::Parser as _;
@@ -33,7 +33,7 @@ fn main() -> anyhow::Result<()> {
 async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let args = args.with_secret_files().map_err(anyhow::Error::msg)?;
     let key = args
-        .api_key(std::env::var("GEMINI_API_KEY").ok())
+        .api_key(std::env::var(args.api_key_env()).ok())
         .map_err(anyhow::Error::msg)?;
     let report = run_until(args, key, shutdown_signal()).await?;
     tracing::info!(?report, "done");

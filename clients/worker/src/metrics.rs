@@ -85,6 +85,13 @@ pub fn error_code(status: Option<u16>) -> &'static str {
 #[derive(Clone, Debug, Default)]
 pub struct ProviderErrors(Family<CodeLabels, Counter>);
 
+/// The provider a worker runs rows at, and the API it speaks there.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+    api: String,
+}
+
 impl ProviderErrors {
     /// Counts one failed provider call (`None`: no answer).
     pub fn count(&self, status: Option<u16>) {
@@ -113,6 +120,7 @@ struct Inner {
     jobs_finished: Family<EndLabels, Counter>,
     batch_stats_mismatches: Counter,
     provider_errors: ProviderErrors,
+    provider_info: Family<ProviderLabels, Gauge>,
     last_poll: F64Gauge,
     last_tally: F64Gauge,
     stopping: AtomicBool,
@@ -141,6 +149,7 @@ impl WorkerMetrics {
             jobs_finished: Family::default(),
             batch_stats_mismatches: Counter::default(),
             provider_errors: ProviderErrors::default(),
+            provider_info: Family::default(),
             last_poll: F64Gauge::default(),
             last_tally: F64Gauge::default(),
             stopping: AtomicBool::new(false),
@@ -182,6 +191,11 @@ impl WorkerMetrics {
             inner.provider_errors.0.clone(),
         );
         r.register(
+            "tally_worker_provider_info",
+            "the provider this worker runs rows at and the API it speaks there (always 1; join on the instance)",
+            inner.provider_info.clone(),
+        );
+        r.register(
             "tally_worker_last_successful_poll_timestamp_seconds",
             "Unix time of the last batch poll the provider answered (0: none yet)",
             inner.last_poll.clone(),
@@ -201,7 +215,19 @@ impl WorkerMetrics {
         Self(Arc::new(inner))
     }
 
-    /// The counters the Gemini client adds its failures to.
+    /// Says which provider this worker runs rows at
+    /// (`tally_worker_provider_info`).
+    pub fn set_provider(&self, provider: &str, api: &str) {
+        self.0
+            .provider_info
+            .get_or_create(&ProviderLabels {
+                provider: provider.to_owned(),
+                api: api.to_owned(),
+            })
+            .set(1);
+    }
+
+    /// The counters the provider client adds its failures to.
     pub fn provider_errors(&self) -> ProviderErrors {
         self.0.provider_errors.clone()
     }

@@ -2,27 +2,31 @@
 //!
 //! The batch is read before any row is failed: whatever state it ended in
 //! (a documented `batch.failed` webhook names no file, `batch.cancelled`
-//! and `batch.expired` carry only the id), its responses file, if it has
-//! one, is found by GET, downloaded, matched to the job's rows and
-//! reported; only then does FinishJob return the rows it did not answer.
+//! and `batch.expired` carry only the id; OpenAI's webhooks name no file
+//! at all), the files holding its answers (Gemini's responses file;
+//! OpenAI's output and error files), if it has any, are found by GET,
+//! downloaded, matched to the job's rows and reported; only then does
+//! FinishJob return the rows they did not answer. A batch the provider
+//! refused before it ran (OpenAI: `failed` at validation) fails no row:
+//! [`crate::refused`].
 //! A GET that fails is asked again (the rows wait); a batch that answers
 //! 404 is taken for gone only after `--gone-after` of 404s ([`GoneWatch`]).
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
-use serde_json::Value;
 use tally_client::with_retry;
 use tally_core::names::claim_for_logs;
+use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
 use crate::ctx::{Ctx, PromptResult, prompt_name};
 use crate::end::{JobEnd, JobError};
-use crate::gemini::GeminiError;
 use crate::gone::GoneWatch;
 use crate::output::{self, Expect};
+use crate::provider::{Observed, ProviderError};
 
 /// What a row's answer is checked against: its prompt's schema (by prompt
 /// name) and whether JSON was asked for.
@@ -32,10 +36,10 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
-    pub(crate) fn of(payload: &str, prompt: Option<&pb::PromptRef>) -> Answer {
+    pub(crate) fn of(api: Api, payload: &str, prompt: Option<&pb::PromptRef>) -> Answer {
         Answer {
             prompt: prompt.map(prompt_name),
-            json: crate::prompt::asks_for_json(payload, prompt.is_some()),
+            json: crate::prompt::asks_for_json_for(api, payload, prompt.is_some()),
         }
     }
 }
@@ -59,15 +63,18 @@ pub(crate) async fn reconcile(
         (e, n) => format!("{e}; {n}"),
     };
     let (ended, resource) = read_ended(ctx, &done, stop).await?;
-    let output_file = match ended {
-        Ended::Output(file) => {
+    let files = match ended {
+        Ended::Output(files) => {
             if state != pb::JobState::Succeeded {
-                tracing::info!(job = %done.job_id, batch = %done.batch, file = %file, state = ?state, "batch ended with partial output");
+                tracing::info!(job = %done.job_id, batch = %done.batch, files = ?files, state = ?state, "batch ended with partial output");
             }
-            file
+            files
+        }
+        Ended::Refused(validation) => {
+            return crate::refused::give_back(ctx, &done, claim, validation, &expect).await;
         }
         Ended::NoOutput if state == pb::JobState::Succeeded => {
-            return Err(GeminiError::Protocol(format!(
+            return Err(ProviderError::Protocol(format!(
                 "{} succeeded without a responses file",
                 done.batch
             ))
@@ -102,23 +109,30 @@ pub(crate) async fn reconcile(
             (key.clone(), Expect { schema, json })
         })
         .collect();
-    let mut matcher = output::Matcher::new(&expectations);
-    match download_output(ctx, &done, &output_file, &mut matcher, stop).await? {
-        Downloaded::Done => {}
-        Downloaded::Stopped => return Ok(JobEnd::LeftForAdoption),
-        Downloaded::GaveUp(why) => {
-            // Bounded: the rows come back through job_failed (an infra
-            // attempt each) instead of the job being adopted forever.
-            return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
+    let format = match ctx.provider.api() {
+        Api::OpenAi => output::Format::OpenAi,
+        Api::Gemini | Api::Anthropic => output::Format::Gemini,
+    };
+    let mut matcher = output::Matcher::of(&expectations, format);
+    for file in &files {
+        match download_output(ctx, &done, file, &mut matcher, stop).await? {
+            Downloaded::Done => matcher.file_done(),
+            Downloaded::Stopped => return Ok(JobEnd::LeftForAdoption),
+            Downloaded::GaveUp(why) => {
+                // Bounded: the rows come back through job_failed (an infra
+                // attempt each) instead of the job being adopted forever.
+                return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
+            }
         }
     }
+    let output_file = files.first().cloned().unwrap_or_default();
     let matched = matcher.finish();
     if !matched.unexpected.is_empty() || matched.unreadable > 0 {
         tracing::warn!(job = %done.job_id, unexpected = matched.unexpected.len(), unreadable = matched.unreadable, "output lines not matched to the job's rows");
     }
     if let Some(expected) = resource
         .as_ref()
-        .and_then(|r| output::stats_mismatch(r, matched.lines()))
+        .and_then(|r| expected_mismatch(r, state, matched.lines()))
     {
         ctx.metrics.batch_stats_mismatch();
         tracing::warn!(job = %done.job_id, batch = %done.batch, expected, found = matched.lines(), "the batch's batchStats do not match the lines in its output");
@@ -137,11 +151,29 @@ pub(crate) async fn reconcile(
     finish(ctx, &done, claim, state, &output_file, error).await
 }
 
+/// Whether the lines found differ from what the batch's counts say it
+/// answered (`Some(expected)` then): Gemini's `batchStats`; OpenAI's
+/// `request_counts` of a completed batch.
+fn expected_mismatch(observed: &Observed, state: pb::JobState, lines: u64) -> Option<u64> {
+    if observed.resource.get("request_counts").is_some() {
+        if state != pb::JobState::Succeeded {
+            return None;
+        }
+        let s = &observed.observation.stats;
+        let expected =
+            u64::try_from(s.successful_request_count + s.failed_request_count).unwrap_or(0);
+        return (expected != lines).then_some(expected);
+    }
+    output::stats_mismatch(&observed.resource, lines)
+}
+
 /// What reading an ended batch found.
 enum Ended {
-    /// Its responses file (all of its answers, or those it gave before it
+    /// The files of its answers (all of them, or those it gave before it
     /// failed, was cancelled or expired).
-    Output(String),
+    Output(Vec<String>),
+    /// The provider refused it before it ran.
+    Refused(crate::refusal::Validation),
     /// It has none.
     NoOutput,
     /// It answered 404 for `--gone-after`: why.
@@ -150,46 +182,60 @@ enum Ended {
     Stopped,
 }
 
-/// Finds the responses file of an ended batch: the operation's (a webhook
-/// or poll that named it), else the batch as GET answers it, asked again
-/// until it answers. Also answers the batch resource when a GET got it
-/// (its `batchStats` are checked against the output).
+/// Finds the answer files of an ended batch: the operation's (a webhook or
+/// poll that named a Gemini responses file), else the batch as GET answers
+/// it, asked again until it answers. Also answers the batch when a GET got
+/// it (its counts are checked against the output).
 async fn read_ended(
     ctx: &Ctx,
     job: &pb::Job,
     stop: &CancellationToken,
-) -> Result<(Ended, Option<Value>), JobError> {
-    let operation = if job.operation.is_empty() {
-        format!("operations/{}", job.batch)
-    } else {
-        job.operation.clone()
-    };
-    let op = with_retry(ctx.retry, "GetOperation", || {
-        let mut c = ctx.clients.operations.clone();
-        let req = pb::GetOperationRequest {
-            name: operation.clone(),
+) -> Result<(Ended, Option<Observed>), JobError> {
+    // OpenAI's batches keep failed lines in a second file no event names:
+    // always read with GET.
+    if ctx.provider.api() == Api::Gemini {
+        let operation = if job.operation.is_empty() {
+            format!("operations/{}", job.batch)
+        } else {
+            job.operation.clone()
         };
-        async move { c.get_operation(req).await }
-    })
-    .await;
-    match op {
-        Ok(op) if !op.get_ref().output_file.is_empty() => {
-            // Named already; the resource only for its stats.
-            let resource = ctx.gemini.get_batch(&job.batch).await.ok();
-            return Ok((Ended::Output(op.into_inner().output_file), resource));
+        let op = with_retry(ctx.retry, "GetOperation", || {
+            let mut c = ctx.clients.operations.clone();
+            let req = pb::GetOperationRequest {
+                name: operation.clone(),
+            };
+            async move { c.get_operation(req).await }
+        })
+        .await;
+        match op {
+            Ok(op) if !op.get_ref().output_file.is_empty() => {
+                // Named already; the resource only for its stats.
+                let resource = ctx.provider.get_batch(&job.batch).await.ok();
+                return Ok((Ended::Output(vec![op.into_inner().output_file]), resource));
+            }
+            Ok(_) => {}
+            Err(s) if s.code() == Code::NotFound => {}
+            Err(s) => return Err(s.into()),
         }
-        Ok(_) => {}
-        Err(s) if s.code() == Code::NotFound => {}
-        Err(s) => return Err(s.into()),
     }
     let mut gone = GoneWatch::default();
     loop {
-        match ctx.gemini.get_batch(&job.batch).await {
-            Ok(resource) => {
-                let ended = responses_file(&resource).map_or(Ended::NoOutput, Ended::Output);
-                return Ok((ended, Some(resource)));
+        match ctx.provider.get_batch(&job.batch).await {
+            Ok(observed) => {
+                let files = observed.answer_files();
+                let refused = (files.is_empty()
+                    && ctx.provider.api() == Api::OpenAi
+                    && observed.observation.state == tally_core::operation::OpState::Failed)
+                    .then(|| crate::refusal::validation(&observed.resource))
+                    .flatten();
+                let ended = match refused {
+                    Some(v) => Ended::Refused(v),
+                    None if files.is_empty() => Ended::NoOutput,
+                    None => Ended::Output(files),
+                };
+                return Ok((ended, Some(observed)));
             }
-            Err(GeminiError::Http {
+            Err(ProviderError::Http {
                 code: 404, message, ..
             }) => {
                 if gone.not_found(std::time::Instant::now(), ctx.args.gone_after) {
@@ -207,16 +253,6 @@ async fn read_ended(
             () = stop.cancelled() => return Ok((Ended::Stopped, None)),
         }
     }
-}
-
-/// The responses file a batch resource names (`response` once done; the
-/// `metadata.output` copy), if any.
-pub(crate) fn responses_file(resource: &Value) -> Option<String> {
-    resource["response"]["responsesFile"]
-        .as_str()
-        .or_else(|| resource["metadata"]["output"]["responsesFile"].as_str())
-        .filter(|f| !f.is_empty())
-        .map(str::to_owned)
 }
 
 /// Why a job failed because its batch stayed 404.
@@ -250,9 +286,9 @@ async fn download_output(
     let wait = ctx.args.output_wait;
     let mut pause = std::time::Duration::from_secs(1);
     loop {
-        match ctx.gemini.download(file, matcher).await {
+        match ctx.provider.download(file, matcher).await {
             Ok(()) => return Ok(Downloaded::Done),
-            Err(GeminiError::Http { code, message, .. }) if code == 403 || code == 404 => {
+            Err(ProviderError::Http { code, message, .. }) if code == 403 || code == 404 => {
                 if started.elapsed() >= wait {
                     let why = format!(
                         "the output {file} was not downloadable for {}: {code} {message}",
@@ -355,7 +391,7 @@ pub(crate) async fn delete_input(ctx: &Ctx, job: &pb::Job) {
     if job.input_file.is_empty() {
         return;
     }
-    match ctx.gemini.delete_file(&job.input_file).await {
+    match ctx.provider.delete_file(&job.input_file).await {
         Ok(()) => tracing::debug!(job = %job.job_id, file = %job.input_file, "input file deleted"),
         Err(e) => {
             tracing::warn!(job = %job.job_id, file = %job.input_file, error = %e, "input file not deleted")

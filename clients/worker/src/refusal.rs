@@ -12,12 +12,28 @@
 //! | 404 (the model is unknown or takes no batches) | stop (`model`) |
 //! | 401, any other 4xx | stop (`refused`): the key or the request; the provider's words go with the pause |
 //! | 408, 5xx, no answer | not a refusal: the batch may exist; it is searched for |
+//!
+//! OpenAI ([`classify_openai`]), at create and after it:
+//!
+//! | answer | kind |
+//! | --- | --- |
+//! | 429 `insufficient_quota` (or `credit_balance_exhausted`, `billing_…`) | stop (`billing`) |
+//! | any other 429 (`rate_limit_exceeded`) | wait, for its `retry-after` (60s when none) |
+//! | 413, or a 400 saying the request is too large | fix: a smaller batch |
+//! | 401, 403, 404, any other 4xx | stop (`refused`) |
+//! | a batch made, then `failed` at validation ([`validation`]): `token_limit_exceeded` | wait: nothing ran, the rows go back with no attempt, the model cools down |
+//! | … `too_many_tasks`, or too large | fix: a smaller batch |
+//! | … `model_not_found` | stop (`model`) |
+//! | … errors naming lines | the rows at those lines are invalid input (PERMANENT); the others go back with no attempt |
+//! | … any other error | stop (`refused`), with the provider's words |
 
 use std::time::Duration;
 
+use serde_json::Value;
+use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 
-use crate::gemini::GeminiError;
+use crate::provider::ProviderError;
 
 /// The cool-down after a 429 at create that named no delay.
 pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
@@ -36,8 +52,8 @@ pub enum Refusal {
 
 /// The kind of a create's failure; `None` when it is no definite refusal
 /// (the batch may have been made: search for it).
-pub fn classify(e: &GeminiError) -> Option<Refusal> {
-    let GeminiError::Http {
+pub fn classify(e: &ProviderError) -> Option<Refusal> {
+    let ProviderError::Http {
         code,
         message,
         status,
@@ -68,6 +84,105 @@ pub fn classify(e: &GeminiError) -> Option<Refusal> {
     Some(refusal)
 }
 
+/// The kind of a create's failure at `api`'s provider.
+pub fn classify_for(api: Api, e: &ProviderError) -> Option<Refusal> {
+    match api {
+        Api::Gemini | Api::Anthropic => classify(e),
+        Api::OpenAi => classify_openai(e),
+    }
+}
+
+/// [`classify`] for the OpenAI Batch API (and the servers that copy it).
+pub fn classify_openai(e: &ProviderError) -> Option<Refusal> {
+    let ProviderError::Http {
+        code,
+        message,
+        status,
+        retry_after,
+        ..
+    } = e
+    else {
+        return None;
+    };
+    let refusal = match code {
+        408 | 500..=599 => return None,
+        429 if is_billing(status) => Refusal::Stop(pb::ProviderRefusal::Billing),
+        429 => Refusal::Wait(retry_after.unwrap_or(DEFAULT_COOLDOWN)),
+        413 => Refusal::TooLarge,
+        400 if too_large(message) => Refusal::TooLarge,
+        400..=499 => Refusal::Stop(pb::ProviderRefusal::Request),
+        _ => return None,
+    };
+    Some(refusal)
+}
+
+/// OpenAI's error codes of an account that cannot pay.
+fn is_billing(status: &str) -> bool {
+    matches!(status, "insufficient_quota" | "credit_balance_exhausted")
+        || status.starts_with("billing")
+}
+
+/// What a batch the provider made and then refused at validation (an
+/// OpenAI batch `failed` with `errors.data`) asks of tally. Nothing ran:
+/// no row is charged, so none spends an attempt unless it is at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Validation {
+    /// Every row goes back with no attempt; the model cools down this long.
+    Wait(Duration),
+    /// Every row goes back with no attempt; the next batch is smaller.
+    TooLarge,
+    /// The rows at these lines (1-based, of the input file) are invalid
+    /// input, with why; the others go back with no attempt.
+    Lines(Vec<(u64, String)>),
+    /// Every row goes back and the ledger pauses with the provider's words.
+    Stop(pb::ProviderRefusal, String),
+}
+
+/// The kind of refusal a failed batch's resource (`errors.data[]`: `code`,
+/// `message`, `line`) says; `None` when it lists no error (a batch that
+/// failed for its own reasons: its rows count an attempt).
+pub fn validation(resource: &Value) -> Option<Validation> {
+    let errors: Vec<&Value> = resource["errors"]["data"]
+        .as_array()
+        .map(|d| d.iter().take(10_000).collect())
+        .unwrap_or_default();
+    if errors.is_empty() {
+        return None;
+    }
+    let code = |e: &Value| e["code"].as_str().unwrap_or_default().to_owned();
+    let text = |e: &Value| {
+        format!(
+            "{}: {}",
+            e["code"].as_str().unwrap_or("error"),
+            e["message"].as_str().unwrap_or_default()
+        )
+    };
+    if errors.iter().any(|e| code(e) == "token_limit_exceeded") {
+        return Some(Validation::Wait(DEFAULT_COOLDOWN));
+    }
+    if errors
+        .iter()
+        .any(|e| code(e) == "too_many_tasks" || too_large(e["message"].as_str().unwrap_or("")))
+    {
+        return Some(Validation::TooLarge);
+    }
+    if let Some(e) = errors.iter().find(|e| code(e) == "model_not_found") {
+        return Some(Validation::Stop(pb::ProviderRefusal::Model, text(e)));
+    }
+    let lines: Vec<(u64, String)> = errors
+        .iter()
+        .filter_map(|e| Some((e["line"].as_u64().filter(|l| *l > 0)?, text(e))))
+        .collect();
+    if lines.len() == errors.len() {
+        return Some(Validation::Lines(lines));
+    }
+    let first = errors
+        .iter()
+        .find(|e| e["line"].as_u64().is_none())
+        .unwrap_or(&errors[0]);
+    Some(Validation::Stop(pb::ProviderRefusal::Request, text(first)))
+}
+
 /// Whether a 400's message says the request is too large (the provider's
 /// words for it vary: "payload size exceeds the limit", "request is too
 /// large", "exceeds the maximum").
@@ -83,14 +198,93 @@ fn too_large(message: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn http(code: u16, status: &str, message: &str, ids: &[&str]) -> GeminiError {
-        GeminiError::Http {
+    fn http(code: u16, status: &str, message: &str, ids: &[&str]) -> ProviderError {
+        ProviderError::Http {
             code,
             message: message.into(),
             retry_after: None,
             status: status.into(),
             quota_ids: ids.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    fn openai(code: u16, status: &str) -> ProviderError {
+        ProviderError::Http {
+            code,
+            message: "m".into(),
+            retry_after: None,
+            status: status.into(),
+            quota_ids: Vec::new(),
+        }
+    }
+
+    // Invariant: OpenAI's quota answers split by what waiting does: a rate
+    // limit passes, an unpaid account does not; what may have made the
+    // batch is searched for.
+    #[test]
+    fn openai_refusals_wait_shrink_or_stop() {
+        use pb::ProviderRefusal as P;
+        assert_eq!(
+            classify_openai(&openai(429, "rate_limit_exceeded")),
+            Some(Refusal::Wait(DEFAULT_COOLDOWN))
+        );
+        assert_eq!(
+            classify_openai(&openai(429, "insufficient_quota")),
+            Some(Refusal::Stop(P::Billing))
+        );
+        assert_eq!(classify_openai(&openai(413, "")), Some(Refusal::TooLarge));
+        assert_eq!(
+            classify_openai(&openai(401, "invalid_api_key")),
+            Some(Refusal::Stop(P::Request))
+        );
+        for code in [408, 500, 503] {
+            assert_eq!(classify_openai(&openai(code, "")), None);
+        }
+        assert_eq!(
+            classify_for(Api::OpenAi, &ProviderError::Transport("x".into())),
+            None
+        );
+    }
+
+    // Invariant: a batch refused at validation never fails a row that is
+    // not at fault: the token limit waits, size shrinks, named lines fail
+    // only their rows, and anything else stops the ledger with the words.
+    #[test]
+    fn validation_failures_name_what_to_do() {
+        use serde_json::json;
+        let of =
+            |errors: Value| validation(&json!({"status": "failed", "errors": {"data": errors}}));
+        assert_eq!(of(json!([])), None);
+        assert_eq!(validation(&json!({"status": "failed"})), None);
+        assert_eq!(
+            of(
+                json!([{"code": "token_limit_exceeded", "line": null, "message": "Enqueued token limit reached"}])
+            ),
+            Some(Validation::Wait(DEFAULT_COOLDOWN))
+        );
+        assert_eq!(
+            of(json!([{"code": "too_many_tasks", "message": "x"}])),
+            Some(Validation::TooLarge)
+        );
+        assert!(matches!(
+            of(json!([{"code": "model_not_found", "message": "The provided model 'x' is not supported"}])),
+            Some(Validation::Stop(pb::ProviderRefusal::Model, m)) if m.contains("not supported")
+        ));
+        assert_eq!(
+            of(
+                json!([{"code": "invalid_request", "line": 3, "message": "bad"},
+                      {"code": "invalid_request", "line": 7, "message": "worse"}])
+            ),
+            Some(Validation::Lines(vec![
+                (3, "invalid_request: bad".into()),
+                (7, "invalid_request: worse".into())
+            ]))
+        );
+        assert!(matches!(
+            of(json!([{"code": "invalid_request", "line": 3, "message": "bad"},
+                      {"code": "empty_file", "line": null, "message": "empty"}])),
+            Some(Validation::Stop(pb::ProviderRefusal::Request, m)) if m.contains("empty_file")
+        ));
     }
 
     // Invariant: only a definite refusal is classified; everything that
@@ -100,8 +294,8 @@ mod tests {
         for code in [408, 500, 502, 503, 504] {
             assert_eq!(classify(&http(code, "", "", &[])), None, "{code}");
         }
-        assert_eq!(classify(&GeminiError::Transport("reset".into())), None);
-        assert_eq!(classify(&GeminiError::Protocol("no name".into())), None);
+        assert_eq!(classify(&ProviderError::Transport("reset".into())), None);
+        assert_eq!(classify(&ProviderError::Protocol("no name".into())), None);
     }
 
     // Invariant: every refusal has a kind, and only lasting ones stop.
@@ -123,7 +317,7 @@ mod tests {
         );
         assert_eq!(classify(&tokens), Some(Refusal::Wait(DEFAULT_COOLDOWN)));
         let mut timed = tokens;
-        if let GeminiError::Http { retry_after, .. } = &mut timed {
+        if let ProviderError::Http { retry_after, .. } = &mut timed {
             *retry_after = Some(Duration::from_secs(7));
         }
         assert_eq!(

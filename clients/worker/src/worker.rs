@@ -16,10 +16,13 @@ use tracing::Instrument as _;
 
 use crate::config::WorkerArgs;
 use crate::ctx::Ctx;
-use crate::gemini::{ApiKey, Gemini, GeminiError};
 use crate::janitor;
 use crate::job::{self, JobEnd};
 use crate::metrics::{InFlight, WorkerMetrics};
+use crate::provider::gemini::Gemini;
+use crate::provider::openai::OpenAi;
+use crate::provider::{ApiKey, Provider, ProviderError};
+use tally_core::provider::Api;
 
 /// How long shutdown waits for job tasks (a batch being created is
 /// recorded before its task ends).
@@ -32,7 +35,7 @@ pub enum WorkerError {
     #[error(transparent)]
     Connect(#[from] tally_client::ConnectError),
     #[error(transparent)]
-    Gemini(#[from] GeminiError),
+    Provider(#[from] ProviderError),
     #[error("tally: {0}")]
     Rpc(#[from] Status),
 }
@@ -93,8 +96,21 @@ pub async fn run_serving(
     args.validate().map_err(WorkerError::Config)?;
     let clients = args.target().connect()?;
     let metrics = WorkerMetrics::new();
-    let mut gemini = Gemini::new(&args.gemini_base_url, api_key, args.http_timeout)?;
-    gemini.errors = metrics.provider_errors();
+    let api = args.api().map_err(WorkerError::Config)?;
+    let mut provider = match api {
+        Api::OpenAi => Provider::OpenAi(OpenAi::new(
+            &args.openai_base_url,
+            api_key,
+            args.http_timeout,
+        )?),
+        Api::Gemini | Api::Anthropic => Provider::Gemini(Gemini::new(
+            &args.gemini_base_url,
+            api_key,
+            args.http_timeout,
+        )?),
+    };
+    provider.set_errors(metrics.provider_errors());
+    metrics.set_provider(&args.provider, api.as_str());
     let stop = CancellationToken::new();
     let listener_stop = CancellationToken::new();
     let listener = listener.map(|l| serve_metrics(l, &args, &metrics, listener_stop.clone()));
@@ -111,7 +127,7 @@ pub async fn run_serving(
         args.http_timeout,
     )
     .map_err(WorkerError::Config)?;
-    let ctx = Arc::new(Ctx::new(clients, gemini, args, metrics, media));
+    let ctx = Arc::new(Ctx::new(clients, provider, args, metrics, media));
     let ledger = with_retry(ctx.retry, "GetLedger", || {
         let mut c = ctx.clients.ledgers.clone();
         let req = pb::GetLedgerRequest {
@@ -131,7 +147,7 @@ pub async fn run_serving(
         ledger_max
     };
     let idle_pause = ctx.args.poll_interval.min(Duration::from_secs(5));
-    tracing::info!(ledger = %ctx.ledger, worker = %ctx.worker, max_jobs = max_local, ledger_max_active_jobs = ledger_max, "worker started");
+    tracing::info!(ledger = %ctx.ledger, worker = %ctx.worker, provider = %ctx.args.provider, api = %ctx.provider.api(), max_jobs = max_local, ledger_max_active_jobs = ledger_max, "worker started");
 
     let watcher = tokio::spawn(watch_operations(Arc::clone(&ctx), stop.clone()));
     let mut jobs: JoinSet<Result<JobEnd, job::JobError>> = JoinSet::new();
@@ -391,6 +407,7 @@ async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
         // What our client accepts; the server hands out fewer rows rather
         // than an answer we could not receive (the rest stay runnable).
         max_response_bytes: tally_client::MAX_MESSAGE_BYTES as i64,
+        provider: ctx.args.provider.clone(),
     };
     let r = with_retry(ctx.retry, "ClaimRows", || {
         let mut c = ctx.clients.ledgers.clone();

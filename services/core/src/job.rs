@@ -199,6 +199,11 @@ pub enum JobEvent {
     /// MarkNotCreated: the provider was searched for the batch over its
     /// list lag and has none; nothing was sent.
     NotCreated,
+    /// MarkNotCreated with `batch_refused`: the provider made the batch,
+    /// then refused it before running any request (an OpenAI batch
+    /// `failed` at validation: the enqueued-token limit, a bad line);
+    /// nothing reached the model, nothing was charged.
+    Refused,
     /// MarkSubmitted: the provider accepted the batch.
     Submit,
     /// The provider reports the batch running (operations reducer).
@@ -236,6 +241,10 @@ pub enum JobRefusal {
         "the job is creating: its batch may exist at the provider; search for it (MarkSubmitted if found, MarkNotCreated if not)"
     )]
     CreateUnresolved,
+    #[error(
+        "the job is {state}: only a batch the provider reported FAILED can have been refused before it ran"
+    )]
+    NotFailed { state: JobState },
     #[error("the batch already finished as {current}, not {reported}")]
     FinishedOtherwise {
         current: FinalState,
@@ -251,6 +260,7 @@ impl JobRefusal {
             JobRefusal::NotSubmitted { .. } => "JOB_NOT_SUBMITTED",
             JobRefusal::FinishedOtherwise { .. } => "JOB_FINISHED_OTHERWISE",
             JobRefusal::CreateUnresolved => "JOB_CREATE_UNRESOLVED",
+            JobRefusal::NotFailed { .. } => "JOB_NOT_FAILED",
         }
     }
 }
@@ -293,6 +303,13 @@ pub fn step(state: JobState, closed: bool, event: JobEvent) -> Result<JobTransit
         (Preparing | Creating, JobEvent::Submit) => open(Submitted),
         (Preparing, JobEvent::Abandon) => close(Cancelled),
         (Preparing | Creating, JobEvent::NotCreated) => close(Cancelled),
+        // Nothing ran: the rows go back (their owner reported the ones at
+        // fault first).
+        (Failed, JobEvent::Refused) => close(Cancelled),
+        (Preparing | Creating, JobEvent::Refused) => Err(JobRefusal::NotSubmitted { state }),
+        (Submitted | Running | Succeeded | Cancelled | Expired, JobEvent::Refused) => {
+            Err(JobRefusal::NotFailed { state })
+        }
         (Creating, JobEvent::Adopt) => open(Creating),
         // The batch may exist: its rows may neither go back (they would be
         // sent twice) nor fail (a retry would send them twice).
@@ -355,6 +372,7 @@ mod tests {
         let mut all = vec![
             JobEvent::BeginCreate,
             JobEvent::NotCreated,
+            JobEvent::Refused,
             JobEvent::Submit,
             JobEvent::ProviderRunning,
             JobEvent::Abandon,
@@ -394,6 +412,33 @@ mod tests {
         assert_eq!((t.state, t.closes), (JobState::Succeeded, false));
         let t = step(t.state, false, JobEvent::Finish(FinalState::Succeeded)).unwrap();
         assert_eq!((t.state, t.closes), (JobState::Reconciled, true));
+    }
+
+    // Invariant: only a batch the provider reported FAILED may be taken
+    // back as refused (its rows returned unattempted); a batch that may
+    // still run or has answered never is.
+    #[test]
+    fn only_a_failed_batch_is_refused() {
+        assert_eq!(
+            step(JobState::Failed, false, JobEvent::Refused),
+            Ok(JobTransition {
+                state: JobState::Cancelled,
+                closes: true
+            })
+        );
+        for s in [
+            JobState::Submitted,
+            JobState::Running,
+            JobState::Succeeded,
+            JobState::Expired,
+        ] {
+            assert_eq!(
+                step(s, false, JobEvent::Refused).unwrap_err().reason(),
+                "JOB_NOT_FAILED",
+                "{s}"
+            );
+        }
+        assert!(step(JobState::Failed, true, JobEvent::Refused).is_err());
     }
 
     #[test]
@@ -547,7 +592,10 @@ mod tests {
                         t.closes,
                         matches!(
                             e,
-                            JobEvent::Finish(_) | JobEvent::Abandon | JobEvent::NotCreated
+                            JobEvent::Finish(_)
+                                | JobEvent::Abandon
+                                | JobEvent::NotCreated
+                                | JobEvent::Refused
                         ),
                         "{s} {e:?}"
                     );

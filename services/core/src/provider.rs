@@ -145,6 +145,24 @@ pub fn is_provider_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
+/// Why a row's own request (a payload without a prompt) cannot run at
+/// `api`'s provider: it is another provider's request (Gemini's
+/// `contents`, OpenAI's `messages`). Rows are converted only where the
+/// conversion is exact, at enroll (`tallyctl enroll --format openai`),
+/// never guessed at here. `None` when nothing says so.
+pub fn foreign_request(api: Api, payload: &serde_json::Value) -> Option<String> {
+    let has = |k: &str| payload.get(k).is_some_and(serde_json::Value::is_array);
+    match api {
+        Api::Gemini if has("messages") && !has("contents") => Some(
+            "is an OpenAI-style request (`messages`) for a Gemini model: enroll it with an OpenAI model, or convert it (`tallyctl enroll --format openai`)".into(),
+        ),
+        Api::OpenAi | Api::Anthropic if has("contents") && !has("messages") => Some(format!(
+            "is a Gemini request (`contents`) for a model that runs at {api}: give the row a Gemini model, or send {api}'s own request shape"
+        )),
+        Api::Gemini | Api::OpenAi | Api::Anthropic => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +213,30 @@ mod tests {
         // Not a provider name: the whole string is a bare (Gemini) name.
         assert_eq!(r("Meta-Llama/x"), ("gemini", "Meta-Llama/x"));
         assert_eq!(r("vllm/"), ("gemini", "vllm/"));
+    }
+
+    // Invariant: a request is never run at a provider whose shape it is
+    // not; text rows and each provider's own shape pass.
+    #[test]
+    fn requests_run_only_where_they_belong() {
+        use serde_json::json;
+        let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "x"}]}]});
+        let openai = json!({"messages": [{"role": "user", "content": "x"}]});
+        let text = json!({"text": "x"});
+        assert!(foreign_request(Api::Gemini, &gemini).is_none());
+        assert!(foreign_request(Api::OpenAi, &openai).is_none());
+        assert!(foreign_request(Api::Gemini, &text).is_none());
+        assert!(foreign_request(Api::OpenAi, &text).is_none());
+        assert!(
+            foreign_request(Api::Gemini, &openai)
+                .unwrap()
+                .contains("OpenAI")
+        );
+        assert!(
+            foreign_request(Api::OpenAi, &gemini)
+                .unwrap()
+                .contains("Gemini")
+        );
     }
 
     #[test]

@@ -1030,16 +1030,24 @@ mod tests {
             "hooks",
             "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n\nwhsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
         );
-        let cli = Cli::try_parse_from([
-            "tally-server",
+        // Parsed without DATABASE_URL's value (the test database's, where
+        // tests run with one), which --database-url-file conflicts with.
+        let parse = |args: &[&str]| {
+            use clap::{CommandFactory as _, FromArgMatches as _};
+            let matches = Cli::command()
+                .mut_arg("database_url", |a| a.env(None))
+                .try_get_matches_from(std::iter::once("tally-server").chain(args.iter().copied()))
+                .unwrap();
+            Cli::from_arg_matches(&matches).unwrap()
+        };
+        let cli = parse(&[
             "--database-url-file",
             &db,
             "--alert-secret-file",
             &alert,
             "--webhook-secret-file",
             &hooks,
-        ])
-        .unwrap();
+        ]);
         let args = cli.serve.with_secret_files().unwrap();
         assert_eq!(
             args.database_url.as_deref(),
@@ -1059,8 +1067,7 @@ mod tests {
         let cli = Cli::try_parse_from(["tally-server", "--alert-secret-file", &wrong]).unwrap();
         let e = cli.serve.with_secret_files().unwrap_err();
         assert!(!e.contains("hunter2"), "{e}");
-        let cli =
-            Cli::try_parse_from(["tally-server", "--database-url-file", "/nonexistent/x"]).unwrap();
+        let cli = parse(&["--database-url-file", "/nonexistent/x"]);
         assert!(
             cli.serve
                 .with_secret_files()

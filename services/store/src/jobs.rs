@@ -339,9 +339,22 @@ impl Store {
             // A cool-down or a pause speaks for the provider: only a job
             // that sent its create may ask for one (one team's worker
             // cannot stop every team's work with a job it never sent).
-            if (not.cooldown.is_some() || not.pause.is_some())
-                && job.state()? != JobState::Creating
-            {
+            // A refused batch is one the provider reported FAILED.
+            let (event, sent) = if not.batch_refused {
+                (JobEvent::Refused, JobState::Failed)
+            } else {
+                (JobEvent::NotCreated, JobState::Creating)
+            };
+            if not.batch_refused && job.state()? != JobState::Failed {
+                return Err(StoreError::precondition(
+                    "JOB_NOT_FAILED",
+                    format!(
+                        "ledgers/{ledger}/jobs/{public_id} is {}: only a batch the provider reported FAILED can have been refused before it ran",
+                        job.state()?
+                    ),
+                ));
+            }
+            if (not.cooldown.is_some() || not.pause.is_some()) && job.state()? != sent {
                 return Err(StoreError::precondition(
                     "JOB_NOT_CREATING",
                     format!(
@@ -350,13 +363,17 @@ impl Store {
                     ),
                 ));
             }
-            let why = format!("the batch was never created: {}", not.reason);
+            let why = if not.batch_refused {
+                format!("the provider refused the batch before running it: {}", not.reason)
+            } else {
+                format!("the batch was never created: {}", not.reason)
+            };
             let n = close_unsent(
                 &mut tx,
                 &record,
                 token,
                 &job,
-                JobEvent::NotCreated,
+                event,
                 ClaimState::Done,
                 &why,
             )

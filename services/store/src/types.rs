@@ -570,6 +570,9 @@ pub struct NotCreated<'a> {
     /// other): the job's ledger is paused with this reason. Only for a job
     /// that attempted its create.
     pub pause: Option<tally_core::pause::PauseReason>,
+    /// The batch exists but the provider refused it before running any
+    /// request (a FAILED job): its rows go back all the same.
+    pub batch_refused: bool,
 }
 
 /// One golden row as stored (and as CreateJob hands it to the worker).

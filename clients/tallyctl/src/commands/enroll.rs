@@ -33,6 +33,8 @@ pub struct Source<R> {
     seen: HashMap<String, u64>,
     /// Rows whose line named a non-Gemini model (dropped for the ledger's).
     pub dropped: DroppedModels,
+    /// Where the rows will run (the ledger's model's provider).
+    target: formats::Target,
 }
 
 /// Which non-Gemini models the file named, to say so once at the end.
@@ -92,6 +94,15 @@ impl<R: Read> Source<R> {
             done: false,
             seen: HashMap::new(),
             dropped: DroppedModels::default(),
+            target: formats::Target::of("gemini-2.5-flash"),
+        }
+    }
+
+    /// A source of rows for a ledger whose model is `ledger_model`.
+    pub fn for_ledger(reader: R, format: InputFormat, ledger_model: &str) -> Self {
+        Self {
+            target: formats::Target::of(ledger_model),
+            ..Self::new(reader, format)
         }
     }
 
@@ -99,7 +110,7 @@ impl<R: Read> Source<R> {
         if self.format == InputFormat::Tally {
             return jsonl::parse_line(text);
         }
-        let row = formats::convert(self.format, text)?;
+        let row = formats::convert_for(self.format, text, &self.target)?;
         if let Some(first) = self.seen.get(&row.key) {
             return Err(format!(
                 "duplicate custom_id {:?} (first on line {first}); each request needs its own",
@@ -197,7 +208,23 @@ pub async fn run(ctx: &mut Ctx, args: EnrollArgs) -> Result<ExitCode, CliError> 
             .expect("a valid template"),
         );
     }
-    let mut source = Source::new(reader, args.format);
+    let mut source = if args.format == InputFormat::Tally {
+        Source::new(reader, args.format)
+    } else {
+        // Whether lines are converted depends on where the ledger's rows run.
+        let ledger = ctx
+            .clients
+            .ledgers
+            .clone()
+            .get_ledger(pb::GetLedgerRequest {
+                name: parent.clone(),
+            })
+            .await
+            .map_err(|s| CliError::server(format!("get {parent}"), s))?
+            .into_inner();
+        let model = ledger.policy.map(|p| p.model).unwrap_or_default();
+        Source::for_ledger(reader, args.format, &model)
+    };
     let mut result = enroll::run(&mut ctx.clients, &parent, source.by_ref(), &options, &bar).await;
     bar.finish_and_clear();
     if let Some(note) = source.dropped.note() {

@@ -11,14 +11,15 @@ pub fn job_counts(j: &pb::Job) -> pb::JobCounts {
     j.counts.unwrap_or_default()
 }
 
-/// The jobs table; `wide` adds model, unreported rows, adoptions, the
-/// operation and the submit and end times.
+/// The jobs table; `wide` adds provider, model, unreported rows,
+/// adoptions, the operation and the submit and end times.
 pub fn jobs_table(jobs: &[pb::Job], wide: bool) -> Table {
     let mut header = vec![
         "JOB", "STATE", "ROWS", "DONE", "RETRY", "PERM", "MISSING", "BATCH", "OWNER", "CREATED",
     ];
     if wide {
         header.extend([
+            "PROVIDER",
             "MODEL",
             "UNREPORTED",
             "ADOPTIONS",
@@ -27,7 +28,7 @@ pub fn jobs_table(jobs: &[pb::Job], wide: bool) -> Table {
             "ENDED",
         ]);
     }
-    let mut t = Table::new(header).right(&[2, 3, 4, 5, 6, 11, 12]);
+    let mut t = Table::new(header).right(&[2, 3, 4, 5, 6, 12, 13]);
     for j in jobs {
         let c = job_counts(j);
         let mut cells = vec![
@@ -44,6 +45,7 @@ pub fn jobs_table(jobs: &[pb::Job], wide: bool) -> Table {
         ];
         if wide {
             cells.extend([
+                j.provider.clone(),
                 j.model.clone(),
                 c.unreported.to_string(),
                 j.adoptions.to_string(),
@@ -146,6 +148,7 @@ pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
                     c.rows, c.succeeded, c.retryable, c.permanent, c.missing, c.unreported
                 )
             ),
+            ("provider", j.provider.clone()),
             ("model", j.model.clone()),
             ("owner", j.owner.clone()),
             ("claim", j.claim.clone()),

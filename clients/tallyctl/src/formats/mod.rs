@@ -21,6 +21,13 @@
 //! (`gemini-…`, `gemma-…`, optionally `models/…`); any other model (`gpt-4o`,
 //! `claude-…`) is dropped, the row takes the ledger's model, and the
 //! converted row says which model was dropped so the caller can say so.
+//!
+//! When the ledger's model runs at an OpenAI-shaped provider (OpenAI, or a
+//! named OpenAI-compatible server: [`Target`]), OpenAI lines are not
+//! converted: each row carries its request as written ([`openai::native`]),
+//! and a line's model names a model of that provider. Anthropic lines for
+//! such a ledger are refused: no conversion to OpenAI's shape is exact
+//! enough to be made silently.
 
 pub mod anthropic;
 pub mod gemini;
@@ -59,9 +66,53 @@ pub struct Converted {
     pub dropped_model: Option<String>,
 }
 
+/// Where the rows of a file will run: the ledger's model's provider, the
+/// API it speaks, and the model's name there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub provider: String,
+    pub api: Option<tally_core::provider::Api>,
+    pub model: String,
+}
+
+impl Target {
+    /// The target of a ledger whose model is `ledger_model`.
+    pub fn of(ledger_model: &str) -> Target {
+        let r = tally_core::provider::route(ledger_model);
+        Target {
+            provider: r.provider.to_owned(),
+            api: r.api(),
+            model: r.model.to_owned(),
+        }
+    }
+
+    /// Whether the provider takes OpenAI's request shape: OpenAI itself,
+    /// or a named server (tally speaks to named servers as OpenAI-shaped).
+    fn openai_shaped(&self) -> bool {
+        matches!(self.api, Some(tally_core::provider::Api::OpenAi) | None)
+    }
+
+    /// The row model for a line naming `model`: the ledger's (empty) when
+    /// it names the ledger's own, the name as it is when it routes to this
+    /// provider, else the name under this provider (`vllm/…`).
+    fn row_model(&self, model: Option<String>) -> String {
+        match model {
+            None => String::new(),
+            Some(m) if m == self.model => String::new(),
+            Some(m) if tally_core::provider::provider_of(&m) == self.provider => m,
+            Some(m) => format!("{}/{m}", self.provider),
+        }
+    }
+}
+
 /// Converts one non-blank line of an `openai` or `anthropic` file. The
 /// error says what is wrong, without the line number (the caller adds it).
 pub fn convert(format: InputFormat, text: &str) -> Result<Converted, String> {
+    convert_for(format, text, &Target::of("gemini-2.5-flash"))
+}
+
+/// [`convert`] for rows that will run at `target`.
+pub fn convert_for(format: InputFormat, text: &str, target: &Target) -> Result<Converted, String> {
     let line: Value =
         serde_json::from_str(text).map_err(|e| format!("not a valid JSON line: {e}"))?;
     let Value::Object(mut line) = line else {
@@ -81,13 +132,29 @@ pub fn convert(format: InputFormat, text: &str) -> Result<Converted, String> {
         None => return Err("missing custom_id".into()),
     };
     validate_key(&key).map_err(|e| format!("custom_id {key:?} is not a valid tally key: {e}"))?;
+    let native = target.openai_shaped();
     let (request, model) = match format {
+        InputFormat::Openai if native => openai::native(line)?,
+        InputFormat::Anthropic if native => {
+            return Err(format!(
+                "an Anthropic request cannot run at {} (the ledger's model): enroll it into a ledger of a Gemini model, or write OpenAI lines",
+                target.provider
+            ));
+        }
         InputFormat::Openai => openai::convert(line)?,
         InputFormat::Anthropic => anthropic::convert(line)?,
         InputFormat::Tally => return Err("tally lines are read by jsonl::parse_line".into()),
     };
     let payload = serde_json::to_string(&request).map_err(|e| e.to_string())?;
     validate_object(&payload).map_err(|e| format!("converted request: {e}"))?;
+    if native {
+        return Ok(Converted {
+            key,
+            payload,
+            model: target.row_model(model),
+            dropped_model: None,
+        });
+    }
     let (model, dropped_model) = match model {
         None => (String::new(), None),
         Some(m) => match gemini_model(&m) {
@@ -291,6 +358,52 @@ fn content_parts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Invariant: for a ledger whose model runs at an OpenAI-shaped
+    // provider, an OpenAI line is kept as written (never converted), and
+    // its model is one of that provider's; an Anthropic line is refused.
+    #[test]
+    fn openai_lines_stay_as_written_for_openai_ledgers() {
+        let line = r#"{"custom_id": "k1", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}],
+                     "logprobs": true, "tools": [{"type": "function", "function": {"name": "f"}}]}}"#;
+        let openai = Target::of("gpt-4o-mini");
+        let row = convert_for(InputFormat::Openai, line, &openai).unwrap();
+        let payload: Value = serde_json::from_str(&row.payload).unwrap();
+        assert_eq!(payload["logprobs"], true, "kept as written");
+        assert!(payload["tools"].is_array());
+        assert_eq!(row.model, "gpt-4o");
+        assert_eq!(row.dropped_model, None);
+        let same = line.replace("gpt-4o\"", "gpt-4o-mini\"");
+        assert_eq!(
+            convert_for(InputFormat::Openai, &same, &openai)
+                .unwrap()
+                .model,
+            ""
+        );
+        let vllm = Target::of("vllm/meta-llama/Llama-3.1-8B-Instruct");
+        let row = convert_for(InputFormat::Openai, line, &vllm).unwrap();
+        assert_eq!(row.model, "vllm/gpt-4o");
+        let streamed = line.replace("\"logprobs\": true", "\"stream\": true");
+        assert!(
+            convert_for(InputFormat::Openai, &streamed, &openai)
+                .unwrap_err()
+                .contains("stream")
+        );
+        let anthropic = r#"{"custom_id": "k1", "params": {"model": "claude-x", "max_tokens": 5,
+            "messages": [{"role": "user", "content": "hi"}]}}"#;
+        assert!(
+            convert_for(InputFormat::Anthropic, anthropic, &openai)
+                .unwrap_err()
+                .contains("cannot run at openai")
+        );
+        // A Gemini ledger converts, as before.
+        assert!(
+            convert(InputFormat::Openai, line)
+                .unwrap_err()
+                .contains("tools")
+        );
+    }
 
     #[test]
     fn gemini_models_are_recognized_by_name() {

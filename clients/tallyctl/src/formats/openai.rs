@@ -57,8 +57,46 @@ const UNSUPPORTED: [(&str, &str); 12] = [
     ("reasoning_effort", "map it to thinkingConfig yourself"),
 ];
 
+/// The request as written and the model named by one line (without
+/// `custom_id`), for a ledger whose model runs at an OpenAI-shaped
+/// provider: nothing is converted. The body must be a chat completion that
+/// can run in a batch (`messages`, not streamed).
+pub fn native(line: Map<String, Value>) -> Result<(Value, Option<String>), String> {
+    let body = check_line(line)?;
+    let model = match body.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(other) => {
+            return Err(format!(
+                "body.model must be a string, got {}",
+                kind_of(other)
+            ));
+        }
+    };
+    match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => {}
+        Some(Value::Array(_)) => return Err("body.messages is empty".into()),
+        Some(other) => {
+            return Err(format!(
+                "body.messages must be a list, got {}",
+                kind_of(other)
+            ));
+        }
+        None => return Err("missing body.messages".into()),
+    }
+    if body.get("stream") == Some(&Value::Bool(true)) {
+        return Err("body.stream must be false: batch answers are not streamed".into());
+    }
+    Ok((Value::Object(body), model))
+}
+
 /// The request and the model named by one line (without `custom_id`).
 pub fn convert(line: Map<String, Value>) -> Result<(Value, Option<String>), String> {
+    body_to_request(check_line(line)?)
+}
+
+/// A line's `body`, once its method and URL are the one endpoint tally runs.
+fn check_line(line: Map<String, Value>) -> Result<Map<String, Value>, String> {
     let mut line = Fields::new(line, "line");
     match line.string("method")? {
         Some(m) if m == "POST" => {}
@@ -76,7 +114,7 @@ pub fn convert(line: Map<String, Value>) -> Result<(Value, Option<String>), Stri
     }
     let body = object(line.take("body"), "body")?;
     line.finish(&[])?;
-    body_to_request(body)
+    Ok(body)
 }
 
 fn body_to_request(body: Map<String, Value>) -> Result<(Value, Option<String>), String> {

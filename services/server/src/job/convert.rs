@@ -75,6 +75,7 @@ pub fn job_to_proto(j: &JobRecord) -> pb::Job {
             .collect(),
         provider_token_limit: 0,
         provider_account: j.provider_account.clone(),
+        provider: tally_core::provider::provider_of(&j.model).to_owned(),
     }
 }
 

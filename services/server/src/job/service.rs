@@ -222,6 +222,7 @@ impl JobService for Jobs {
             reason: &req.reason,
             cooldown: parts.cooldown,
             pause: parts.pause,
+            batch_refused: req.batch_refused,
         };
         let job = self
             .store

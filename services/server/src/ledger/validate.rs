@@ -104,6 +104,14 @@ pub fn enroll(
     Ok((ledger, rows))
 }
 
+/// Whether a payload may be a request of its own (with media parts, or in
+/// a provider's shape): worth parsing.
+fn native_request(payload: &str) -> bool {
+    ["\"media\"", "\"contents\"", "\"messages\""]
+        .iter()
+        .any(|k| payload.contains(k))
+}
+
 /// Every per-row check of an enrollment, and the rows' content hashes.
 /// Field names are formatted only for a violation: a thousand valid rows
 /// cost no strings.
@@ -121,11 +129,20 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
         }
         if let Err(e) = payload::validate_object(&r.payload) {
             v.add(at("payload"), e.to_string());
-        } else if r.prompt.is_none() && r.payload.contains("\"media\"") {
+        } else if r.prompt.is_none() && native_request(&r.payload) {
             // A native request's media parts (a prompt's media variables
-            // are checked by the store, which knows the prompt).
+            // are checked by the store, which knows the prompt), and its
+            // shape for the row's model (the ledger's model, for a row
+            // naming none, is checked by the worker that runs it).
             let request: serde_json::Value = serde_json::from_str(&r.payload).unwrap_or_default();
             if let Err(e) = tally_core::media::native_parts(&request) {
+                v.add(at("payload"), e);
+            }
+            let api = tally_core::provider::route(&r.model).api();
+            if let Some(e) = api
+                .filter(|_| !r.model.is_empty())
+                .and_then(|api| tally_core::provider::foreign_request(api, &request))
+            {
                 v.add(at("payload"), e);
             }
         }

@@ -930,6 +930,7 @@ async fn a_lasting_provider_refusal_pauses_the_ledger() {
         reason: reason.into(),
         provider_cooldown: None,
         provider_refusal: refusal,
+        ..Default::default()
     };
     for (bad, field) in [
         (req(9, "403"), "provider_refusal"),

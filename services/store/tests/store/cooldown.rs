@@ -58,6 +58,7 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
                 reason: "429",
                 cooldown: Some(Duration::from_secs(secs)),
                 pause: None,
+                ..Default::default()
             },
             "w",
         )
@@ -147,6 +148,7 @@ async fn a_cool_down_holds_back_its_own_provider_account_only() {
             reason: "429",
             cooldown: Some(Duration::from_secs(3600)),
             pause: None,
+            ..Default::default()
         },
         "w",
     )

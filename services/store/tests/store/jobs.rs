@@ -1361,3 +1361,82 @@ async fn one_batch_name_is_one_job() {
     let second = s.get_job("l", &jobs[1].0).await.unwrap();
     assert!(second.batch.is_none());
 }
+
+/// Invariants: a batch the provider reported FAILED before running any
+/// request (an OpenAI validation failure) gives its rows back with no
+/// attempt — after its owner reported the row at fault — cools the model
+/// down, and closes the job CANCELLED; a batch that may still run, or
+/// answered, can never be taken back this way.
+#[tokio::test]
+async fn a_batch_refused_before_it_ran_returns_its_rows_unattempted() {
+    use tally_core::operation::{OpEvent, OpState};
+    use tally_store::operations::{EventSource, IncomingEvent};
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a", "b", "c"]).await;
+    let (g, job) = new_job(&env, "l", 10).await;
+    let t = g.claim.token;
+    env.store
+        .mark_submitted("l", &job.public_id, t, "batches/batch_v", "file-v", "w")
+        .await
+        .unwrap();
+    let refused = NotCreated {
+        reason: "token_limit_exceeded: Enqueued token limit reached",
+        cooldown: Some(Duration::from_secs(30)),
+        batch_refused: true,
+        ..Default::default()
+    };
+    let e = env
+        .store
+        .mark_not_created("l", &job.public_id, t, &refused, "w")
+        .await
+        .unwrap_err();
+    assert_eq!(precondition_reason(&e), "JOB_NOT_FAILED", "still SUBMITTED");
+    let failed = IncomingEvent {
+        operation: "batches/batch_v".into(),
+        source: EventSource::Poller,
+        event_id: None,
+        raw_state: "failed".into(),
+        event: OpEvent {
+            state: OpState::Failed,
+            update_time: Some(1),
+        },
+        output_file: None,
+        error_code: Some("token_limit_exceeded".into()),
+        error_message: None,
+    };
+    env.store.ingest_event(&failed).await.unwrap();
+    env.store
+        .report("l", t, &[failure("c", 400)], "w")
+        .await
+        .unwrap();
+    let done = env
+        .store
+        .mark_not_created("l", &job.public_id, t, &refused, "w")
+        .await
+        .unwrap();
+    assert_eq!(done.state, JobState::Cancelled);
+    assert!(
+        done.error.contains("refused the batch before running it"),
+        "{}",
+        done.error
+    );
+    for key in ["a", "b"] {
+        let row = env.store.get_row("l", key).await.unwrap();
+        assert_eq!(row.status, RowStatus::Pending, "{key}");
+        assert_eq!(row.total, 0, "{key}: no attempt counted");
+    }
+    assert_eq!(
+        env.store.get_row("l", "c").await.unwrap().status,
+        RowStatus::Permanent
+    );
+    // The model cools down for the account: no job of it for now.
+    let again = claim(&env.store, "l", 10).await.unwrap();
+    let e = env
+        .store
+        .create_job("l", again.claim.token, "w")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::ResourceExhausted { .. }), "{e:?}");
+    assert_queue_consistent(&env.store).await;
+}

@@ -468,6 +468,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                 reason: "test".into(),
                 provider_cooldown: None,
                 provider_refusal: 0,
+                ..Default::default()
             }),
         ),
         (

@@ -195,7 +195,7 @@ class JobCounts(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., missing: _Optional[int] = ..., unreported: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time", "golden_rows", "provider_token_limit", "provider_account")
+    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time", "golden_rows", "provider_token_limit", "provider_account", "provider")
     NAME_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,7 @@ class Job(_message.Message):
     GOLDEN_ROWS_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_TOKEN_LIMIT_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
     name: str
     job_id: str
     claim: str
@@ -244,7 +245,8 @@ class Job(_message.Message):
     golden_rows: _containers.RepeatedCompositeFieldContainer[_ledger_pb2.GoldenRow]
     provider_token_limit: int
     provider_account: str
-    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., golden_rows: _Optional[_Iterable[_Union[_ledger_pb2.GoldenRow, _Mapping]]] = ..., provider_token_limit: _Optional[int] = ..., provider_account: _Optional[str] = ...) -> None: ...
+    provider: str
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., golden_rows: _Optional[_Iterable[_Union[_ledger_pb2.GoldenRow, _Mapping]]] = ..., provider_token_limit: _Optional[int] = ..., provider_account: _Optional[str] = ..., provider: _Optional[str] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
     __slots__ = ("claim", "provider_account")
@@ -307,18 +309,20 @@ class MarkCreatingRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., media_sha256: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MarkNotCreatedRequest(_message.Message):
-    __slots__ = ("name", "claim", "reason", "provider_cooldown", "provider_refusal")
+    __slots__ = ("name", "claim", "reason", "provider_cooldown", "provider_refusal", "batch_refused")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_COOLDOWN_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_REFUSED_FIELD_NUMBER: _ClassVar[int]
     name: str
     claim: str
     reason: str
     provider_cooldown: _duration_pb2.Duration
     provider_refusal: ProviderRefusal
-    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ..., provider_cooldown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_refusal: _Optional[_Union[ProviderRefusal, str]] = ...) -> None: ...
+    batch_refused: bool
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ..., provider_cooldown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_refusal: _Optional[_Union[ProviderRefusal, str]] = ..., batch_refused: _Optional[bool] = ...) -> None: ...
 
 class AdoptJobsRequest(_message.Message):
     __slots__ = ("parent", "worker", "max_jobs", "lease")

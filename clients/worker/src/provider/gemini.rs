@@ -16,93 +16,18 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::jsonl::{LineSink, LineSplitter};
+use super::http::{self, ApiKey, Patience};
+use super::{Listed, ListedFile, Page};
+use crate::jsonl::LineSink;
 
-/// The API key. Its `Debug` never shows it.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: String) -> Self {
-        Self(key)
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(..)")
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum GeminiError {
-    /// The API answered with an error status.
-    #[error("gemini answered {code}: {message}")]
-    Http {
-        code: u16,
-        message: String,
-        retry_after: Option<Duration>,
-        /// The error's `status` (`PERMISSION_DENIED`, …); empty if none.
-        status: String,
-        /// The `quotaId`s of a `google.rpc.QuotaFailure` among its details.
-        quota_ids: Vec<String>,
-    },
-    /// No answer: the request may or may not have been acted on.
-    #[error("gemini unreachable: {0}")]
-    Transport(String),
-    /// An answer we cannot use.
-    #[error("unexpected answer from gemini: {0}")]
-    Protocol(String),
-}
-
-impl GeminiError {
-    /// Worth trying again unchanged.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            GeminiError::Http { code, .. } => matches!(code, 408 | 429 | 500..=599),
-            GeminiError::Transport(_) => true,
-            GeminiError::Protocol(_) => false,
-        }
-    }
-
-    fn retry_after(&self) -> Option<Duration> {
-        match self {
-            GeminiError::Http { retry_after, .. } => *retry_after,
-            GeminiError::Transport(_) | GeminiError::Protocol(_) => None,
-        }
-    }
-}
-
-/// How hard to try before giving up on one operation.
-#[derive(Debug, Clone, Copy)]
-pub struct Patience {
-    pub tries: u32,
-    pub initial: Duration,
-    pub max: Duration,
-}
-
-impl Default for Patience {
-    fn default() -> Self {
-        Self {
-            tries: 8,
-            initial: Duration::from_millis(250),
-            max: Duration::from_secs(30),
-        }
-    }
-}
-
-impl Patience {
-    fn pause(&self, n: u32, asked: Option<Duration>) -> Duration {
-        let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
-        let backoff = self.initial.saturating_mul(factor).min(self.max);
-        asked.map_or(backoff, |a| a.min(Duration::from_secs(300)).max(backoff))
-    }
-}
+/// The Gemini flavour of [`super::ProviderError`] (every client answers
+/// the same error).
+pub use super::http::ProviderError as GeminiError;
 
 /// A Gemini API client.
 #[derive(Debug, Clone)]
@@ -119,18 +44,8 @@ pub struct Gemini {
 
 impl Gemini {
     pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, GeminiError> {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(Duration::from_secs(10))
-            // Every request carries x-goog-api-key, which reqwest does not
-            // strip on a redirect: a 3xx is answered as an error, never
-            // followed to wherever it points.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| GeminiError::Protocol(format!("http client: {e}")))?;
+        // Every request carries x-goog-api-key: no redirect is followed.
+        let http = http::client(timeout)?;
         Ok(Self {
             http,
             base: base_url.trim_end_matches('/').to_string(),
@@ -146,13 +61,7 @@ impl Gemini {
     /// workers with the same key share a project's quota; the key itself
     /// never leaves the worker.
     pub fn account(&self) -> String {
-        use sha2::Digest as _;
-        let digest = sha2::Sha256::new()
-            .chain_update(self.base.as_bytes())
-            .chain_update(b"\n")
-            .chain_update(self.key.0.as_bytes())
-            .finalize();
-        hex::encode(&digest[..8])
+        http::account(&self.base, &self.key)
     }
 
     fn url(&self, path: &str) -> String {
@@ -160,11 +69,11 @@ impl Gemini {
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, GeminiError> {
-        let resp = match req.header("x-goog-api-key", &self.key.0).send().await {
+        let resp = match req.header("x-goog-api-key", self.key.expose()).send().await {
             Ok(resp) => resp,
             Err(e) => {
                 self.errors.count(None);
-                return Err(GeminiError::Transport(without_url(e)));
+                return Err(GeminiError::Transport(http::without_url(e)));
             }
         };
         if resp.status().is_success() {
@@ -172,12 +81,7 @@ impl Gemini {
         }
         let code = resp.status().as_u16();
         self.errors.count(Some(code));
-        let header = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let header = http::retry_after_header(resp.headers());
         let body = resp.text().await.unwrap_or_default();
         let parsed = serde_json::from_str::<Value>(&body).ok();
         // The provider says when to come back in the body (RetryInfo); a
@@ -210,28 +114,16 @@ impl Gemini {
             .await?
             .json()
             .await
-            .map_err(|e| GeminiError::Transport(without_url(e)))
+            .map_err(|e| GeminiError::Transport(http::without_url(e)))
     }
 
     /// Runs `op` with retries on transient failures.
-    async fn retrying<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, GeminiError>
+    async fn retrying<T, F, Fut>(&self, what: &str, op: F) -> Result<T, GeminiError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, GeminiError>>,
     {
-        let mut n = 0;
-        loop {
-            n += 1;
-            match op().await {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_transient() && n < self.patience.tries => {
-                    let pause = self.patience.pause(n, e.retry_after());
-                    tracing::warn!(call = what, error = %e, retry_in = ?pause, "gemini call failed; retrying");
-                    tokio::time::sleep(pause).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.patience.retrying(what, op).await
     }
 
     /// Uploads `bytes` as a JSONL file; answers its name (`files/…`).
@@ -478,49 +370,75 @@ impl Gemini {
     ) -> Result<(), GeminiError> {
         let id = file.trim_start_matches("files/");
         let url = self.url(&format!("/download/v1beta/files/{id}:download"));
-        // `retrying`, by hand: each try starts the sink afresh.
-        let mut n = 0;
-        loop {
-            n += 1;
-            sink.reset();
-            match self.stream_lines(&url, sink).await {
-                Ok(()) => return Ok(()),
-                Err(e) if e.is_transient() && n < self.patience.tries => {
-                    let pause = self.patience.pause(n, e.retry_after());
-                    tracing::warn!(call = "download", error = %e, retry_in = ?pause, "gemini call failed; retrying");
-                    tokio::time::sleep(pause).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// One read of a file, line by line into `sink`, never holding more
-    /// than one line (at most [`MAX_OUTPUT_LINE`] bytes) besides a chunk.
-    async fn stream_lines(
-        &self,
-        url: &str,
-        sink: &mut (dyn LineSink + Send),
-    ) -> Result<(), GeminiError> {
-        let mut resp = self
-            .send(self.http.get(url).query(&[("alt", "media")]))
-            .await?;
-        let mut split = LineSplitter::new(MAX_OUTPUT_LINE);
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| GeminiError::Transport(without_url(e)))?
-        {
-            split.chunk(&chunk, sink);
-        }
-        split.finish(sink);
-        Ok(())
+        http::download_retrying(&self.patience, sink, || {
+            self.send(self.http.get(&url).query(&[("alt", "media")]))
+        })
+        .await
     }
 }
 
-/// Most bytes of one output line the worker keeps; a longer line is
-/// counted unreadable (its row is then missing from the output, retried).
-pub const MAX_OUTPUT_LINE: usize = 64 * 1024 * 1024;
+/// A batch's display name, as the list shows it.
+pub fn display_name(op: &Value) -> Option<&str> {
+    op["metadata"]["displayName"]
+        .as_str()
+        .or_else(|| op["displayName"].as_str())
+}
+
+/// A batch's `createTime`.
+pub fn create_time(op: &Value) -> Option<SystemTime> {
+    op["metadata"]["createTime"]
+        .as_str()
+        .or_else(|| op["createTime"].as_str())
+        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+}
+
+/// A page of `GET batches` (`operations`) as the provider layer lists it.
+pub fn listed(page: &Value) -> Page<Listed> {
+    let items = page["operations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|op| Listed {
+            name: op["name"].as_str().unwrap_or_default().to_owned(),
+            tag: display_name(op).map(str::to_owned),
+            create_time: create_time(op),
+            done: op["done"] == true,
+        })
+        .collect();
+    Page {
+        items,
+        next: next_token(page),
+    }
+}
+
+/// A page of `GET files` as the provider layer lists it.
+pub fn listed_files(page: &Value) -> Page<ListedFile> {
+    let items = page["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            Some(ListedFile {
+                name: f["name"].as_str()?.to_owned(),
+                tag: f["displayName"].as_str().map(str::to_owned),
+                create_time: f["createTime"]
+                    .as_str()
+                    .and_then(|t| humantime::parse_rfc3339_weak(t).ok()),
+            })
+        })
+        .collect();
+    Page {
+        items,
+        next: next_token(page),
+    }
+}
+
+fn next_token(page: &Value) -> Option<String> {
+    page["nextPageToken"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+}
 
 /// The file name in a finalize answer; an `error` body (a 200 that failed)
 /// is an error, transient when its code says so.
@@ -551,12 +469,6 @@ pub fn file_name_of(body: &Value) -> Result<String, GeminiError> {
         .ok_or_else(|| {
             GeminiError::Protocol(format!("finalize answer without a file name: {body}"))
         })
-}
-
-/// reqwest errors name the URL; ours carry no secret (the key is a
-/// header), but keep messages short.
-fn without_url(e: reqwest::Error) -> String {
-    e.without_url().to_string()
 }
 
 #[cfg(test)]
@@ -634,18 +546,10 @@ mod tests {
     }
 
     #[test]
-    fn a_retry_after_longer_than_the_backoff_wins() {
-        let p = Patience {
-            tries: 5,
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(1),
-        };
-        assert_eq!(p.pause(1, None), Duration::from_millis(100));
-        assert_eq!(p.pause(3, None), Duration::from_millis(400));
-        assert_eq!(
-            p.pause(1, Some(Duration::from_secs(5))),
-            Duration::from_secs(5)
-        );
-        assert_eq!(p.pause(9, None), Duration::from_secs(1));
+    fn create_times_are_read_in_the_providers_forms() {
+        let t = create_time(&json!({"metadata": {"createTime": "2026-11-27T08:00:00.123456Z"}}));
+        assert!(t.is_some());
+        assert!(create_time(&json!({"createTime": "2026-11-27T08:00:00Z"})).is_some());
+        assert!(create_time(&json!({"metadata": {}})).is_none());
     }
 }

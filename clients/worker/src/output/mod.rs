@@ -25,6 +25,8 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 use tally_proto::v1 as pb;
 
+pub mod openai;
+
 /// Finish reasons that mean the answer was withheld (as the design's
 /// classifier lists them, plus image safety).
 const BLOCKING_FINISH_REASONS: [&str; 6] = [
@@ -51,7 +53,7 @@ pub struct Expect<'a> {
 }
 
 /// The output matched to the job's rows.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Matched {
     /// One per row found in the output, in output order.
     pub outcomes: Vec<pb::RowOutcome>,
@@ -61,12 +63,19 @@ pub struct Matched {
     pub unreadable: usize,
     /// Answers to the job's golden rows (`#golden/{key}` lines).
     pub golden: Vec<pb::GoldenAnswer>,
+    /// Lines of rows the provider never ran (OpenAI's `batch_expired`,
+    /// `batch_cancelled`): not reported, so FinishJob returns the rows.
+    pub unanswered: usize,
 }
 
 impl Matched {
     /// Lines the output held, whatever they were.
     pub fn lines(&self) -> u64 {
-        (self.outcomes.len() + self.unexpected.len() + self.unreadable + self.golden.len()) as u64
+        (self.outcomes.len()
+            + self.unexpected.len()
+            + self.unreadable
+            + self.golden.len()
+            + self.unanswered) as u64
     }
 }
 
@@ -137,26 +146,72 @@ impl crate::jsonl::LineSink for Matcher<'_, '_> {
     }
 }
 
-/// [`match_output`] one line at a time, for an output read as a stream.
+/// The shape of a provider's output lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Gemini: `{key, response | error}`.
+    Gemini,
+    /// OpenAI: `{custom_id, response: {status_code, body} | null, error}`
+    /// ([`openai`]).
+    OpenAi,
+}
+
+impl Format {
+    /// The field holding a line's row key.
+    fn key_field(self) -> &'static str {
+        match self {
+            Format::Gemini => "key",
+            Format::OpenAi => "custom_id",
+        }
+    }
+}
+
+/// [`match_output`] one line at a time, for an output read as a stream
+/// (several files in turn: a batch's output and error files).
 pub struct Matcher<'e, 'v> {
     expected: &'e HashMap<String, Expect<'v>>,
     seen: HashSet<String>,
     out: Matched,
+    format: Format,
+    /// What the files read whole hold ([`Matcher::file_done`]).
+    base: Option<(HashSet<String>, Matched)>,
 }
 
 impl<'e, 'v> Matcher<'e, 'v> {
     pub fn new(expected: &'e HashMap<String, Expect<'v>>) -> Self {
+        Self::of(expected, Format::Gemini)
+    }
+
+    /// A matcher of `format` lines.
+    pub fn of(expected: &'e HashMap<String, Expect<'v>>, format: Format) -> Self {
         Self {
             expected,
             seen: HashSet::new(),
             out: Matched::default(),
+            format,
+            base: None,
         }
     }
 
-    /// Forgets every line taken so far (a download started again).
+    /// Forgets every line taken since the last finished file (a download
+    /// started again).
     pub fn reset(&mut self) {
-        self.seen.clear();
-        self.out = Matched::default();
+        match &self.base {
+            Some((seen, out)) => {
+                self.seen = seen.clone();
+                self.out = out.clone();
+            }
+            None => {
+                self.seen.clear();
+                self.out = Matched::default();
+            }
+        }
+    }
+
+    /// One file was read whole: a retried download of the next one starts
+    /// from here, not from nothing.
+    pub fn file_done(&mut self) {
+        self.base = Some((self.seen.clone(), self.out.clone()));
     }
 
     /// One line of the output (without its newline).
@@ -169,20 +224,32 @@ impl<'e, 'v> Matcher<'e, 'v> {
             self.out.unreadable += 1;
             return;
         };
-        let Some(key) = line.get("key").and_then(Value::as_str) else {
+        let Some(key) = line.get(self.format.key_field()).and_then(Value::as_str) else {
             self.out.unreadable += 1;
             return;
         };
         if let Some(golden) = key.strip_prefix(GOLDEN_PREFIX) {
             if self.seen.insert(key.to_string()) {
-                self.out.golden.push(golden_answer(golden, &line));
+                self.out.golden.push(match self.format {
+                    Format::Gemini => golden_answer(golden, &line),
+                    Format::OpenAi => openai::golden_answer(golden, &line),
+                });
             }
             return;
         }
         match self.expected.get(key) {
-            Some(expect) if self.seen.insert(key.to_string()) => {
-                self.out.outcomes.push(outcome(key, &line, expect));
-            }
+            Some(expect) if self.seen.insert(key.to_string()) => match self.format {
+                Format::Gemini => self.out.outcomes.push(outcome(key, &line, expect)),
+                Format::OpenAi => match openai::outcome(key, &line, expect) {
+                    Some(o) => self.out.outcomes.push(o),
+                    // Never run (the batch expired or was cancelled first):
+                    // not an answer; FinishJob returns the row.
+                    None => {
+                        self.seen.remove(key);
+                        self.out.unanswered += 1;
+                    }
+                },
+            },
             Some(_) | None => self.out.unexpected.push(key.to_string()),
         }
     }
@@ -319,7 +386,22 @@ fn answer(response: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> 
         .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
-    if !matches!(finish, "" | "STOP" | "FINISH_REASON_UNSPECIFIED") {
+    let complete = matches!(finish, "" | "STOP" | "FINISH_REASON_UNSPECIFIED");
+    judge_text(text, finish, complete, expect)
+}
+
+/// The answer in `text`, ended by `finish` (`complete`: normally), as the
+/// row's expectation takes it: the result, or why it is none. Every
+/// provider's answer text is judged here.
+// The failure is the outcome itself, as in `answer`.
+#[allow(clippy::result_large_err)]
+pub(crate) fn judge_text(
+    text: String,
+    finish: &str,
+    complete: bool,
+    expect: &Expect<'_>,
+) -> Result<String, pb::Failure> {
+    if !complete {
         // Cut short (MAX_TOKENS: the output budget, thinking included) or
         // ended abnormally (OTHER, LANGUAGE, …): not an answer, even in text
         // mode. The server's rules (and the ledger's overrides) decide
@@ -371,7 +453,7 @@ fn answer(response: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> 
     Ok(value.to_string())
 }
 
-fn usage(meta: &Value) -> pb::Usage {
+pub(crate) fn usage(meta: &Value) -> pb::Usage {
     let n = |k: &str| meta.get(k).and_then(Value::as_i64).unwrap_or(0);
     pb::Usage {
         input_tokens: n("promptTokenCount"),
@@ -381,11 +463,11 @@ fn usage(meta: &Value) -> pb::Usage {
     }
 }
 
-fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
+pub(crate) fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn truncate(s: &str) -> String {
+pub(crate) fn truncate(s: &str) -> String {
     if s.len() <= MAX_MESSAGE {
         return s.to_string();
     }

@@ -10,6 +10,8 @@
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Value, json};
 
+pub mod openai;
+
 /// A registered prompt as the worker needs it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptSpec {
@@ -35,6 +37,8 @@ pub enum InputError {
     Schema(String),
     #[error("{0}")]
     Media(String),
+    #[error("the row's request cannot be sent: {0}")]
+    Request(String),
     #[error("request of {size} bytes is larger than the batch byte limit ({limit})")]
     TooLarge { size: usize, limit: usize },
     #[error(
@@ -97,6 +101,11 @@ pub fn build_request(payload: &str, prompt: Option<&PromptSpec>) -> Result<Value
         return Err(InputError::Payload("not an object".into()));
     }
     let Some(prompt) = prompt else {
+        if let Some(why) =
+            tally_core::provider::foreign_request(tally_core::provider::Api::Gemini, &vars)
+        {
+            return Err(InputError::Request(format!("the payload {why}")));
+        }
         if vars.get("contents").is_some_and(Value::is_array) {
             return Ok(vars);
         }
@@ -121,6 +130,32 @@ pub fn build_request(payload: &str, prompt: Option<&PromptSpec>) -> Result<Value
         }
     }
     Ok(req)
+}
+
+/// The request for one row at `api`'s provider, for `model` (its name
+/// there).
+pub fn build_for(
+    api: tally_core::provider::Api,
+    payload: &str,
+    prompt: Option<&PromptSpec>,
+    model: &str,
+) -> Result<Value, InputError> {
+    match api {
+        tally_core::provider::Api::OpenAi => openai::build_request(payload, prompt, model),
+        tally_core::provider::Api::Gemini | tally_core::provider::Api::Anthropic => {
+            build_request(payload, prompt)
+        }
+    }
+}
+
+/// [`asks_for_json`] for `api`'s requests.
+pub fn asks_for_json_for(api: tally_core::provider::Api, payload: &str, has_prompt: bool) -> bool {
+    match api {
+        tally_core::provider::Api::OpenAi => openai::asks_for_json(payload, has_prompt),
+        tally_core::provider::Api::Gemini | tally_core::provider::Api::Anthropic => {
+            asks_for_json(payload, has_prompt)
+        }
+    }
 }
 
 /// Whether the request built for a row asks for JSON: always when the row

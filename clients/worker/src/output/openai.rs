@@ -1,0 +1,306 @@
+//! OpenAI batch output lines, to outcomes. Pure.
+//!
+//! A line is `{"id": "batch_req_…", "custom_id": key, "response":
+//! {"status_code", "request_id", "body"} | null, "error": {"code",
+//! "message"} | null}`, in the output file (successes) or the error file
+//! (everything else), in no particular order:
+//!
+//! - `error` `batch_expired` / `batch_cancelled`: the request never ran
+//!   (the batch ended first): no outcome; FinishJob returns the row;
+//! - any other `error` (`request_timeout`, …) → PROVIDER_ERROR named by
+//!   its code;
+//! - a `response` whose `status_code` is not 2xx → PROVIDER_ERROR with the
+//!   HTTP code and the body's `error.code` (else its `type`);
+//! - a 2xx `ChatCompletion`: `message.refusal` → BLOCKED; finish reason
+//!   `content_filter` → BLOCKED; `length` and any other reason but `stop`
+//!   → the answer is incomplete; otherwise the text is judged like every
+//!   provider's ([`super::judge_text`]).
+//!
+//! Usage from the body: `prompt_tokens` (cached ones included, as
+//! `prompt_tokens_details.cached_tokens`), `completion_tokens` less its
+//! `reasoning_tokens`, which are the thinking tokens.
+
+use serde_json::Value;
+use tally_proto::v1 as pb;
+
+use super::{Expect, judge_text, str_at, truncate};
+
+/// Error codes of requests the batch ended before running.
+const NEVER_RAN: [&str; 2] = ["batch_expired", "batch_cancelled"];
+
+/// The outcome of one line; `None` for a request that never ran.
+pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> Option<pb::RowOutcome> {
+    let response = line.get("response").filter(|r| !r.is_null());
+    let error = line.get("error").filter(|e| !e.is_null());
+    let body = response.and_then(|r| r.get("body"));
+    let usage = body.and_then(|b| b.get("usage")).map(usage);
+    let result = match (error, response) {
+        (Some(error), _) => {
+            let code = str_at(error, "code");
+            if NEVER_RAN.contains(&code) {
+                return None;
+            }
+            Err(pb::Failure {
+                kind: pb::FailureKind::ProviderError as i32,
+                status: code.to_owned(),
+                message: truncate(str_at(error, "message")),
+                ..Default::default()
+            })
+        }
+        (None, None) => Err(pb::Failure {
+            kind: pb::FailureKind::EmptyResponse as i32,
+            message: "output line has neither `response` nor `error`".into(),
+            ..Default::default()
+        }),
+        (None, Some(r)) => {
+            let status = r.get("status_code").and_then(Value::as_i64).unwrap_or(0);
+            if (200..300).contains(&status) {
+                answer(body.unwrap_or(&Value::Null), expect)
+            } else {
+                Err(http_error(status, body))
+            }
+        }
+    };
+    Some(pb::RowOutcome {
+        key: key.to_owned(),
+        outcome: Some(match result {
+            Ok(value) => pb::row_outcome::Outcome::Result(value),
+            Err(failure) => pb::row_outcome::Outcome::Failure(failure),
+        }),
+        usage,
+    })
+}
+
+/// A request the API answered with an error status.
+fn http_error(status: i64, body: Option<&Value>) -> pb::Failure {
+    let error = body.and_then(|b| b.get("error"));
+    let name = error
+        .map(|e| {
+            let code = str_at(e, "code");
+            if code.is_empty() {
+                str_at(e, "type")
+            } else {
+                code
+            }
+        })
+        .unwrap_or_default();
+    pb::Failure {
+        kind: pb::FailureKind::ProviderError as i32,
+        http_code: i32::try_from(status).unwrap_or(0).max(0),
+        status: name.to_owned(),
+        message: truncate(error.map_or("", |e| str_at(e, "message"))),
+        ..Default::default()
+    }
+}
+
+/// The first choice of a `ChatCompletion`, judged.
+// The failure is the outcome itself (built once per row).
+#[allow(clippy::result_large_err)]
+fn answer(body: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> {
+    let choice = body
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    let finish = choice
+        .map(|c| str_at(c, "finish_reason"))
+        .unwrap_or_default();
+    let message = choice.and_then(|c| c.get("message"));
+    if let Some(refusal) = message
+        .and_then(|m| m.get("refusal"))
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+    {
+        return Err(pb::Failure {
+            kind: pb::FailureKind::Blocked as i32,
+            finish_reason: finish.to_owned(),
+            message: truncate(&format!("the model refused: {refusal}")),
+            ..Default::default()
+        });
+    }
+    if finish == "content_filter" {
+        return Err(pb::Failure {
+            kind: pb::FailureKind::Blocked as i32,
+            finish_reason: finish.to_owned(),
+            message: "answer withheld: finish reason content_filter".into(),
+            ..Default::default()
+        });
+    }
+    let text = message
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    judge_text(text, finish, matches!(finish, "" | "stop"), expect)
+}
+
+/// A body's `usage`.
+fn usage(u: &Value) -> pb::Usage {
+    let n = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0).max(0);
+    let completion = n(u.get("completion_tokens"));
+    let reasoning = n(u.pointer("/completion_tokens_details/reasoning_tokens")).min(completion);
+    pb::Usage {
+        input_tokens: n(u.get("prompt_tokens")),
+        output_tokens: completion - reasoning,
+        thinking_tokens: reasoning,
+        cached_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+    }
+}
+
+/// A golden line's answer: its text, or why it has none.
+pub fn golden_answer(key: &str, line: &Value) -> pb::GoldenAnswer {
+    let body = line.pointer("/response/body").unwrap_or(&Value::Null);
+    let text = body
+        .pointer("/choices/0/message/content")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let status = line
+        .pointer("/response/status_code")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let error = if let Some(e) = line.get("error").filter(|e| !e.is_null()) {
+        format!("provider error: {}", str_at(e, "message"))
+    } else if !(200..300).contains(&status) {
+        format!("provider error: http {status}")
+    } else if text.is_empty() {
+        "no answer text".to_owned()
+    } else {
+        String::new()
+    };
+    pb::GoldenAnswer {
+        key: key.to_owned(),
+        text: text.chars().take(64 * 1024 / 4).collect(),
+        model_version: str_at(body, "model").chars().take(256).collect(),
+        error: truncate(&error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::row_outcome::Outcome;
+    use serde_json::json;
+
+    const TEXT: Expect<'static> = Expect {
+        schema: None,
+        json: false,
+    };
+    const JSON: Expect<'static> = Expect {
+        schema: None,
+        json: true,
+    };
+
+    fn ok(content: &str, finish: &str) -> Value {
+        json!({"id": "batch_req_1", "custom_id": "k", "error": null,
+               "response": {"status_code": 200, "request_id": "req_1", "body": {
+                   "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini-2024-07-18",
+                   "choices": [{"index": 0, "finish_reason": finish, "logprobs": null,
+                                "message": {"role": "assistant", "content": content, "refusal": null}}],
+                   "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29,
+                             "prompt_tokens_details": {"cached_tokens": 4},
+                             "completion_tokens_details": {"reasoning_tokens": 5}}}}})
+    }
+
+    fn failure(o: &pb::RowOutcome) -> &pb::Failure {
+        match &o.outcome {
+            Some(Outcome::Failure(f)) => f,
+            other => panic!("not a failure: {other:?}"),
+        }
+    }
+
+    // Invariant: an answered line is the row's result, its usage split as
+    // tally prices it (reasoning tokens are thinking, not output).
+    #[test]
+    fn an_answer_is_the_result_with_its_usage() {
+        let o = outcome("k", &ok(r#"{"a": 1}"#, "stop"), &JSON).unwrap();
+        assert_eq!(o.outcome, Some(Outcome::Result(r#"{"a":1}"#.into())));
+        assert_eq!(
+            o.usage,
+            Some(pb::Usage {
+                input_tokens: 20,
+                output_tokens: 4,
+                thinking_tokens: 5,
+                cached_tokens: 4,
+            })
+        );
+        let text = outcome("k", &ok("hello", "stop"), &TEXT).unwrap();
+        assert_eq!(text.outcome, Some(Outcome::Result(r#""hello""#.into())));
+        let not_json = outcome("k", &ok("hello", "stop"), &JSON).unwrap();
+        assert_eq!(
+            failure(&not_json).kind,
+            pb::FailureKind::InvalidOutput as i32
+        );
+    }
+
+    // Invariant: every way a request can fail has its kind and the
+    // provider's words; requests that never ran are no outcome at all.
+    #[test]
+    fn failures_keep_the_providers_words() {
+        let cut = outcome("k", &ok(r#"{"a": "#, "length"), &JSON).unwrap();
+        let f = failure(&cut);
+        assert_eq!(
+            (f.kind, f.finish_reason.as_str()),
+            (pb::FailureKind::InvalidOutput as i32, "length")
+        );
+        let filtered = outcome("k", &ok("", "content_filter"), &JSON).unwrap();
+        assert_eq!(failure(&filtered).kind, pb::FailureKind::Blocked as i32);
+        let mut refused = ok("", "stop");
+        refused["response"]["body"]["choices"][0]["message"]["refusal"] = json!("I can't help");
+        refused["response"]["body"]["choices"][0]["message"]["content"] = Value::Null;
+        let f = outcome("k", &refused, &JSON).unwrap();
+        assert_eq!(failure(&f).kind, pb::FailureKind::Blocked as i32);
+        assert!(failure(&f).message.contains("I can't help"));
+        let http = json!({"custom_id": "k", "error": null, "response": {"status_code": 400,
+            "request_id": "r", "body": {"error": {"message": "maximum context length is 128000",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}}});
+        let f = outcome("k", &http, &JSON).unwrap();
+        let f = failure(&f);
+        assert_eq!(
+            (f.http_code, f.status.as_str()),
+            (400, "context_length_exceeded")
+        );
+        assert!(f.message.contains("128000"));
+        let timeout = json!({"custom_id": "k", "response": null,
+            "error": {"code": "request_timeout", "message": "timed out"}});
+        let f = outcome("k", &timeout, &JSON).unwrap();
+        assert_eq!(failure(&f).status, "request_timeout");
+        for code in NEVER_RAN {
+            let line = json!({"custom_id": "k", "response": null,
+                "error": {"code": code, "message": "This request could not be executed"}});
+            assert!(outcome("k", &line, &JSON).is_none(), "{code}");
+        }
+        let empty = outcome("k", &json!({"custom_id": "k"}), &JSON).unwrap();
+        assert_eq!(failure(&empty).kind, pb::FailureKind::EmptyResponse as i32);
+    }
+
+    // Invariant: output and error lines meet in one matcher, keyed by
+    // custom_id; a line of a request that never ran leaves its row
+    // unreported (FinishJob returns it) and is counted.
+    #[test]
+    fn the_matcher_reads_custom_ids() {
+        use std::collections::HashMap;
+        let expected: HashMap<String, Expect<'_>> = ["a", "b", "c"]
+            .iter()
+            .map(|k| (k.to_string(), JSON))
+            .collect();
+        let mut m = super::super::Matcher::of(&expected, super::super::Format::OpenAi);
+        let mut a = ok(r#"{"x": 1}"#, "stop");
+        a["custom_id"] = json!("a");
+        m.line(a.to_string().as_bytes());
+        m.file_done();
+        m.line(br#"{"custom_id": "b", "response": null, "error": {"code": "batch_expired", "message": "m"}}"#);
+        m.reset();
+        m.line(br#"{"custom_id": "b", "response": null, "error": {"code": "batch_expired", "message": "m"}}"#);
+        m.line(br##"{"custom_id": "#golden/g1", "response": {"status_code": 200, "body": {"model": "m1", "choices": [{"message": {"content": "42"}}]}}, "error": null}"##);
+        let got = m.finish();
+        assert_eq!(
+            got.outcomes.len(),
+            1,
+            "the reset kept the first file's line"
+        );
+        assert_eq!(got.outcomes[0].key, "a");
+        assert_eq!(got.unanswered, 1);
+        assert_eq!(got.golden[0].text, "42");
+        assert_eq!(got.golden[0].model_version, "m1");
+        assert_eq!(got.lines(), 3);
+    }
+}

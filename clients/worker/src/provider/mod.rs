@@ -1,0 +1,253 @@
+//! The one interface the worker talks to providers through: upload an
+//! input file, create a batch with a searchable tag, get, list, cancel and
+//! delete batches, list and delete files, download an output, and the shape
+//! of a batch's lines. Everything above it (recording the attempt before
+//! the create, the order-free search before any release, refusals as wait /
+//! fix / stop, reading partial output before any row fails, adoption) is
+//! written once, for every provider.
+//!
+//! - [`gemini`]: the Gemini Batch API (files, `batchGenerateContent`,
+//!   long-running operations); a batch's tag is its display name.
+//! - [`openai`]: the OpenAI Batch API (`/v1/files`, `/v1/batches`), spoken
+//!   by OpenAI and by OpenAI-compatible servers; a batch's tag is its
+//!   `metadata`.
+//! - [`http`]: the key, the retries and the error every client shares.
+
+pub mod gemini;
+pub mod http;
+pub mod openai;
+
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use serde_json::Value;
+use tally_core::operation::BatchObservation;
+use tally_core::provider::Api;
+
+pub use http::{ApiKey, Patience, ProviderError};
+
+use crate::jsonl::LineSink;
+
+/// One batch as a provider's list shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    /// The provider's name of the batch (`batches/…`).
+    pub name: String,
+    /// The tag tally gave it (a display name or a metadata value), if any.
+    pub tag: Option<String>,
+    pub create_time: Option<SystemTime>,
+    /// Whether it has ended.
+    pub done: bool,
+}
+
+/// One file as a provider's list shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedFile {
+    pub name: String,
+    /// Its display name or file name (tally's tag), if any.
+    pub tag: Option<String>,
+    pub create_time: Option<SystemTime>,
+}
+
+/// One page of a list, and where the next starts (`None`: the last page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// A batch as GET answers it: decoded for the reducer, and as sent.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub observation: BatchObservation,
+    pub resource: Value,
+}
+
+impl Observed {
+    /// The files holding the batch's answers (its responses file; OpenAI's
+    /// output and error files), those it names.
+    pub fn answer_files(&self) -> Vec<String> {
+        let o = &self.observation;
+        o.output_file.iter().chain(&o.error_file).cloned().collect()
+    }
+}
+
+/// A provider client.
+#[derive(Debug, Clone)]
+pub enum Provider {
+    Gemini(gemini::Gemini),
+    OpenAi(openai::OpenAi),
+}
+
+impl Provider {
+    pub fn api(&self) -> Api {
+        match self {
+            Provider::Gemini(_) => Api::Gemini,
+            Provider::OpenAi(_) => Api::OpenAi,
+        }
+    }
+
+    /// The provider account, as CreateJob names it.
+    pub fn account(&self) -> String {
+        match self {
+            Provider::Gemini(g) => g.account(),
+            Provider::OpenAi(o) => o.account(),
+        }
+    }
+
+    /// Where failed calls are counted.
+    pub fn set_errors(&mut self, errors: crate::metrics::ProviderErrors) {
+        match self {
+            Provider::Gemini(g) => g.errors = errors,
+            Provider::OpenAi(o) => o.errors = errors,
+        }
+    }
+
+    /// Sets how hard each call tries.
+    pub fn set_patience(&mut self, patience: Patience) {
+        match self {
+            Provider::Gemini(g) => g.patience = patience,
+            Provider::OpenAi(o) => o.patience = patience,
+        }
+    }
+
+    /// Uploads a batch's input file tagged `tag`; answers its name.
+    pub async fn upload_input(&self, tag: &str, bytes: &Bytes) -> Result<String, ProviderError> {
+        match self {
+            Provider::Gemini(g) => g.upload_jsonl(tag, bytes).await,
+            Provider::OpenAi(o) => o.upload_input(tag, bytes).await,
+        }
+    }
+
+    /// Creates the batch of `input_file` for `model`, tagged `tag`; answers
+    /// the batch's name. Never retried (see `create.rs`).
+    pub async fn create_batch(
+        &self,
+        model: &str,
+        tag: &str,
+        input_file: &str,
+    ) -> Result<String, ProviderError> {
+        match self {
+            Provider::Gemini(g) => batch_name(&g.create_batch(model, tag, input_file).await?),
+            Provider::OpenAi(o) => o.create_batch(model, tag, input_file).await,
+        }
+    }
+
+    /// Makes a one-request probe batch tagged `tag` (a witness for
+    /// [`crate::lookup`]). Not retried.
+    pub async fn create_probe(&self, model: &str, tag: &str) -> Result<(), ProviderError> {
+        match self {
+            Provider::Gemini(g) => g.create_probe(model, tag).await.map(|_| ()),
+            Provider::OpenAi(o) => o.create_probe(model, tag).await,
+        }
+    }
+
+    /// One page of the account's batches, in whatever order the provider
+    /// keeps them.
+    pub async fn list_batches(&self, token: &str) -> Result<Page<Listed>, ProviderError> {
+        match self {
+            Provider::Gemini(g) => Ok(gemini::listed(&g.list_batches(token).await?)),
+            Provider::OpenAi(o) => o.list_batches(token).await,
+        }
+    }
+
+    /// The batch as GET answers it.
+    pub async fn get_batch(&self, name: &str) -> Result<Observed, ProviderError> {
+        let (resource, observation) = match self {
+            Provider::Gemini(g) => {
+                let r = g.get_batch(name).await?;
+                let o = tally_core::operation::event_from_batch_resource(&r);
+                (r, o)
+            }
+            Provider::OpenAi(o) => {
+                let r = o.get_batch(name).await?;
+                let obs = tally_core::operation::event_from_openai_batch(&r);
+                (r, obs)
+            }
+        };
+        let observation = observation.map_err(|e| {
+            ProviderError::Protocol(format!("the batch {name} cannot be read: {e}"))
+        })?;
+        Ok(Observed {
+            observation,
+            resource,
+        })
+    }
+
+    /// Asks the provider to cancel the batch (harmless once it ended).
+    pub async fn cancel_batch(&self, name: &str) -> Result<(), ProviderError> {
+        match self {
+            Provider::Gemini(g) => g.cancel_batch(name).await,
+            Provider::OpenAi(o) => o.cancel_batch(name).await,
+        }
+    }
+
+    /// Removes an ended batch from the account's list, where the provider
+    /// can; a batch already gone is not an error.
+    pub async fn delete_batch(&self, name: &str) -> Result<(), ProviderError> {
+        match self {
+            Provider::Gemini(g) => g.delete_batch(name).await,
+            // OpenAI keeps every batch: nothing deletes one.
+            Provider::OpenAi(_) => Ok(()),
+        }
+    }
+
+    /// Whether [`Provider::delete_batch`] removes batches (the janitor
+    /// keeps the list short only where it can).
+    pub fn deletes_batches(&self) -> bool {
+        matches!(self, Provider::Gemini(_))
+    }
+
+    /// One page of the account's files.
+    pub async fn list_files(&self, token: &str) -> Result<Page<ListedFile>, ProviderError> {
+        match self {
+            Provider::Gemini(g) => Ok(gemini::listed_files(&g.list_files(token).await?)),
+            Provider::OpenAi(o) => o.list_files(token).await,
+        }
+    }
+
+    /// Deletes a file; one already gone is not an error.
+    pub async fn delete_file(&self, file: &str) -> Result<(), ProviderError> {
+        match self {
+            Provider::Gemini(g) => g.delete_file(file).await,
+            Provider::OpenAi(o) => o.delete_file(file).await,
+        }
+    }
+
+    /// The size of an uploaded file, where the provider says (OpenAI).
+    pub async fn file_bytes(&self, file: &str) -> Option<u64> {
+        match self {
+            Provider::Gemini(_) => None,
+            Provider::OpenAi(o) => o.file_bytes(file).await.ok(),
+        }
+    }
+
+    /// Downloads a file line by line into `sink`.
+    pub async fn download(
+        &self,
+        file: &str,
+        sink: &mut (dyn LineSink + Send),
+    ) -> Result<(), ProviderError> {
+        match self {
+            Provider::Gemini(g) => g.download(file, sink).await,
+            Provider::OpenAi(o) => o.download(file, sink).await,
+        }
+    }
+
+    /// The Gemini client, where rows' media are uploaded (other providers
+    /// take media inline).
+    pub fn gemini(&self) -> Option<&gemini::Gemini> {
+        match self {
+            Provider::Gemini(g) => Some(g),
+            Provider::OpenAi(_) => None,
+        }
+    }
+}
+
+/// The `name` of a created batch's answer.
+fn batch_name(op: &Value) -> Result<String, ProviderError> {
+    op["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| ProviderError::Protocol(format!("a batch without a name: {op}")))
+}

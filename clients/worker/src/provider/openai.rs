@@ -1,0 +1,419 @@
+//! The OpenAI Batch API over REST (`/v1/files`, `/v1/batches`), as OpenAI
+//! documents it and as OpenAI-compatible servers (vLLM, SGLang, Groq,
+//! Together, …) copy it. The base URL includes the version
+//! (`https://api.openai.com/v1`), as the official SDK's `base_url` does.
+//!
+//! - The input file is uploaded (`POST /files`, multipart, `purpose=batch`)
+//!   under a file name made from tally's tag, so the janitor can tell its
+//!   own files; a batch is created from it for `/v1/chat/completions` with
+//!   the tag in its `metadata` (`{"tally": "tally/{ledger}/{job}"}`).
+//! - Create is not idempotent (the SDK sends no idempotency key, and the
+//!   API takes none): a create whose answer was lost is never sent again;
+//!   the caller searches the batch list for the tag (`create.rs`).
+//! - An ended batch names an output file (the lines that succeeded) and an
+//!   error file (the lines that failed, expired or were cancelled); either
+//!   may be absent.
+//! - Batches cannot be deleted: the list only grows.
+//!
+//! The key travels as `Authorization: Bearer` and is never logged.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::http::{self, ApiKey, Patience, ProviderError};
+use super::{Listed, ListedFile, Page};
+use crate::jsonl::LineSink;
+
+/// The only endpoint tally runs.
+pub const ENDPOINT: &str = "/v1/chat/completions";
+
+/// The metadata key holding tally's tag.
+pub const TAG_KEY: &str = "tally";
+
+/// Batches (and files) asked for per list page (the API's most: 100 for
+/// batches).
+const PAGE: &str = "100";
+
+/// An OpenAI (or OpenAI-compatible) API client.
+#[derive(Debug, Clone)]
+pub struct OpenAi {
+    http: reqwest::Client,
+    base: String,
+    key: ApiKey,
+    pub patience: Patience,
+    /// Where failed calls are counted, by status code.
+    pub errors: crate::metrics::ProviderErrors,
+}
+
+impl OpenAi {
+    pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, ProviderError> {
+        Ok(Self {
+            http: http::client(timeout)?,
+            base: base_url.trim_end_matches('/').to_string(),
+            key,
+            patience: Patience::default(),
+            errors: Default::default(),
+        })
+    }
+
+    /// The account (organization and project behind the key), as tally
+    /// names it: see [`http::account`].
+    pub fn account(&self) -> String {
+        http::account(&self.base, &self.key)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
+        let resp = match req.bearer_auth(self.key.expose()).send().await {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.errors.count(None);
+                return Err(ProviderError::Transport(http::without_url(e)));
+            }
+        };
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let code = resp.status().as_u16();
+        self.errors.count(Some(code));
+        let retry_after = http::retry_after_header(resp.headers());
+        let body = resp.text().await.unwrap_or_default();
+        Err(error_of(code, &body, retry_after))
+    }
+
+    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
+        self.send(req)
+            .await?
+            .json()
+            .await
+            .map_err(|e| ProviderError::Transport(http::without_url(e)))
+    }
+
+    /// Uploads a batch's input file; answers its id (`file-…`). A failed
+    /// upload made no file anyone uses (an orphan at worst: the janitor's).
+    pub async fn upload_input(&self, tag: &str, bytes: &Bytes) -> Result<String, ProviderError> {
+        let url = self.url("/files");
+        let body = self
+            .patience
+            .retrying("upload", || {
+                let part = reqwest::multipart::Part::stream_with_length(
+                    reqwest::Body::from(bytes.clone()),
+                    bytes.len() as u64,
+                )
+                .file_name(file_name(tag))
+                .mime_str("application/jsonl")
+                .expect("a valid MIME type");
+                let form = reqwest::multipart::Form::new()
+                    .text("purpose", "batch")
+                    .part("file", part);
+                self.json(self.http.post(&url).multipart(form))
+            })
+            .await?;
+        id_of(&body, "file")
+    }
+
+    /// Creates the batch of `input_file` (its lines name `model`), tagged
+    /// `tag` in its metadata; answers `batches/{id}`. Not retried.
+    pub async fn create_batch(
+        &self,
+        _model: &str,
+        tag: &str,
+        input_file: &str,
+    ) -> Result<String, ProviderError> {
+        let body = json!({
+            "input_file_id": input_file,
+            "endpoint": ENDPOINT,
+            "completion_window": "24h",
+            "metadata": {TAG_KEY: tag},
+        });
+        let got = self
+            .json(self.http.post(self.url("/batches")).json(&body))
+            .await?;
+        Ok(format!("batches/{}", id_of(&got, "batch")?))
+    }
+
+    /// A one-request batch tagged `tag` for `model` (a witness for
+    /// [`crate::lookup`]; one output token, no row). Its input file is an
+    /// orphan once the batch ran: the janitor deletes it.
+    pub async fn create_probe(&self, model: &str, tag: &str) -> Result<(), ProviderError> {
+        let line = json!({
+            "custom_id": "tally-probe",
+            "method": "POST",
+            "url": ENDPOINT,
+            "body": {
+                "model": model,
+                "messages": [{"role": "user", "content": "."}],
+                "max_completion_tokens": 1,
+            },
+        });
+        let file = self
+            .upload_input(tag, &Bytes::from(format!("{line}\n")))
+            .await?;
+        self.create_batch(model, tag, &file).await.map(|_| ())
+    }
+
+    /// One page of the account's batches (`GET /batches`, `after` the
+    /// previous page's last id).
+    pub async fn list_batches(&self, after: &str) -> Result<Page<Listed>, ProviderError> {
+        let mut query = vec![("limit", PAGE.to_string())];
+        if !after.is_empty() {
+            query.push(("after", after.to_string()));
+        }
+        let url = self.url("/batches");
+        let page = self
+            .patience
+            .retrying("list batches", || {
+                self.json(self.http.get(&url).query(&query))
+            })
+            .await?;
+        Ok(listed(&page))
+    }
+
+    /// `GET /batches/{id}`.
+    pub async fn get_batch(&self, name: &str) -> Result<Value, ProviderError> {
+        let url = self.url(&format!("/batches/{}", id_in(name)));
+        self.patience
+            .retrying("get batch", || self.json(self.http.get(&url)))
+            .await
+    }
+
+    /// `POST /batches/{id}/cancel`: the batch goes `cancelling`, then
+    /// `cancelled` with what it finished.
+    pub async fn cancel_batch(&self, name: &str) -> Result<(), ProviderError> {
+        let url = self.url(&format!("/batches/{}/cancel", id_in(name)));
+        self.patience
+            .retrying("cancel batch", || self.json(self.http.post(&url)))
+            .await
+            .map(|_| ())
+    }
+
+    /// One page of the account's batch input files (`GET /files`).
+    pub async fn list_files(&self, after: &str) -> Result<Page<ListedFile>, ProviderError> {
+        let mut query = vec![
+            ("limit", PAGE.to_string()),
+            ("purpose", "batch".to_string()),
+        ];
+        if !after.is_empty() {
+            query.push(("after", after.to_string()));
+        }
+        let url = self.url("/files");
+        let page = self
+            .patience
+            .retrying("list files", || {
+                self.json(self.http.get(&url).query(&query))
+            })
+            .await?;
+        Ok(listed_files(&page))
+    }
+
+    /// A file's size in bytes (`GET /files/{id}`).
+    pub async fn file_bytes(&self, file: &str) -> Result<u64, ProviderError> {
+        let url = self.url(&format!("/files/{}", id_in(file)));
+        let got = self
+            .patience
+            .retrying("get file", || self.json(self.http.get(&url)))
+            .await?;
+        got["bytes"]
+            .as_u64()
+            .ok_or_else(|| ProviderError::Protocol(format!("a file without its size: {got}")))
+    }
+
+    /// `DELETE /files/{id}`; a file already gone is not an error.
+    pub async fn delete_file(&self, file: &str) -> Result<(), ProviderError> {
+        let url = self.url(&format!("/files/{}", id_in(file)));
+        match self
+            .patience
+            .retrying("delete file", || self.send(self.http.delete(&url)))
+            .await
+        {
+            Ok(_) | Err(ProviderError::Http { code: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Downloads a file (`GET /files/{id}/content`) line by line into
+    /// `sink`.
+    pub async fn download(
+        &self,
+        file: &str,
+        sink: &mut (dyn LineSink + Send),
+    ) -> Result<(), ProviderError> {
+        let url = self.url(&format!("/files/{}/content", id_in(file)));
+        http::download_retrying(&self.patience, sink, || self.send(self.http.get(&url))).await
+    }
+}
+
+/// The id at the end of a name (`batches/batch_abc` → `batch_abc`).
+fn id_in(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
+/// The `id` of an answer that must be an `object`.
+fn id_of(body: &Value, object: &str) -> Result<String, ProviderError> {
+    body["id"]
+        .as_str()
+        .filter(|id| !id.is_empty() && body["object"].as_str().is_none_or(|o| o == object))
+        .map(str::to_owned)
+        .ok_or_else(|| ProviderError::Protocol(format!("an answer without a {object} id: {body}")))
+}
+
+/// The file name an input file tagged `tag` is uploaded as: the tag with
+/// `/` as `~` (a file name has no directories), and `.jsonl`, which the
+/// Batch API requires.
+pub fn file_name(tag: &str) -> String {
+    format!("{}.jsonl", tag.replace('/', "~"))
+}
+
+/// The tag a file name carries ([`file_name`] read back).
+pub fn tag_of_file(name: &str) -> Option<String> {
+    name.strip_suffix(".jsonl").map(|t| t.replace('~', "/"))
+}
+
+/// The error an answer with status `code` and `body` means: the body's
+/// `{"error": {message, type, param, code}}`, named by its `code` (else its
+/// `type`).
+pub fn error_of(code: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
+    let parsed = serde_json::from_str::<Value>(body).ok();
+    let error = parsed.as_ref().map(|v| &v["error"]);
+    let text = |k: &str| error.and_then(|e| e[k].as_str()).filter(|s| !s.is_empty());
+    ProviderError::Http {
+        code,
+        message: text("message").map_or_else(|| body.chars().take(2048).collect(), str::to_owned),
+        retry_after,
+        status: text("code")
+            .or_else(|| text("type"))
+            .unwrap_or_default()
+            .to_owned(),
+        quota_ids: Vec::new(),
+    }
+}
+
+/// A unix-seconds time.
+fn unix(v: &Value) -> Option<SystemTime> {
+    v.as_u64()
+        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+}
+
+/// A page of `GET /batches` as the provider layer lists it.
+pub fn listed(page: &Value) -> Page<Listed> {
+    let items: Vec<Listed> = page["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| {
+            let id = b["id"].as_str()?;
+            Some(Listed {
+                name: format!("batches/{id}"),
+                tag: b["metadata"][TAG_KEY].as_str().map(str::to_owned),
+                create_time: unix(&b["created_at"]),
+                done: tally_core::operation::openai_state(b["status"].as_str().unwrap_or(""))
+                    .is_terminal(),
+            })
+        })
+        .collect();
+    Page {
+        next: next_after(page),
+        items,
+    }
+}
+
+/// A page of `GET /files` as the provider layer lists it.
+pub fn listed_files(page: &Value) -> Page<ListedFile> {
+    let items = page["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| {
+            Some(ListedFile {
+                name: f["id"].as_str()?.to_owned(),
+                tag: f["filename"].as_str().and_then(tag_of_file),
+                create_time: unix(&f["created_at"]),
+            })
+        })
+        .collect();
+    Page {
+        next: next_after(page),
+        items,
+    }
+}
+
+/// Where the next page starts: after the last id, while `has_more`.
+fn next_after(page: &Value) -> Option<String> {
+    if page["has_more"] != true {
+        return None;
+    }
+    page["last_id"]
+        .as_str()
+        .or_else(|| page["data"].as_array()?.last()?["id"].as_str())
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_carry_the_tag_both_ways() {
+        assert_eq!(file_name("tally/l/j1"), "tally~l~j1.jsonl");
+        assert_eq!(
+            tag_of_file("tally~l~j1.jsonl").as_deref(),
+            Some("tally/l/j1")
+        );
+        assert_eq!(tag_of_file("notes.txt"), None);
+    }
+
+    // Invariant: a page says where the next starts only while the provider
+    // says there is more; the tag comes from the metadata.
+    #[test]
+    fn pages_follow_has_more_and_the_last_id() {
+        let page = json!({"object": "list", "has_more": true, "first_id": "batch_a",
+            "last_id": "batch_b", "data": [
+                {"id": "batch_a", "status": "completed", "created_at": 10,
+                 "metadata": {"tally": "tally/l/j1"}},
+                {"id": "batch_b", "status": "in_progress", "created_at": 20, "metadata": null}]});
+        let p = listed(&page);
+        assert_eq!(p.next.as_deref(), Some("batch_b"));
+        assert_eq!(p.items[0].name, "batches/batch_a");
+        assert_eq!(p.items[0].tag.as_deref(), Some("tally/l/j1"));
+        assert!(p.items[0].done);
+        assert_eq!(p.items[1].tag, None);
+        assert!(!p.items[1].done);
+        assert_eq!(
+            p.items[1].create_time,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(20))
+        );
+        let last = json!({"has_more": false, "last_id": "x", "data": []});
+        assert_eq!(listed(&last).next, None);
+    }
+
+    #[test]
+    fn errors_are_named_by_their_code_or_type() {
+        let quota = r#"{"error": {"message": "You exceeded your current quota",
+            "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}"#;
+        match error_of(429, quota, Some(Duration::from_secs(2))) {
+            ProviderError::Http {
+                code,
+                status,
+                message,
+                retry_after,
+                ..
+            } => {
+                assert_eq!((code, status.as_str()), (429, "insufficient_quota"));
+                assert!(message.contains("quota"));
+                assert_eq!(retry_after, Some(Duration::from_secs(2)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let typed = r#"{"error": {"message": "m", "type": "tokens", "code": null}}"#;
+        assert!(matches!(error_of(429, typed, None),
+            ProviderError::Http { status, .. } if status == "tokens"));
+        assert!(matches!(error_of(502, "<html>bad gateway</html>", None),
+            ProviderError::Http { message, .. } if message.contains("bad gateway")));
+    }
+}
