@@ -26,8 +26,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def workspace_binary(name: str, variable: str) -> str:
-    """A binary of the workspace: `$variable`, else `target/debug/{name}`."""
-    path = os.environ.get(variable) or str(ROOT / "target" / "debug" / name)
+    """A binary of the workspace: `$variable`, else `{name}` in cargo's
+    debug directory (`$CARGO_TARGET_DIR/debug`, or `target/debug`)."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    path = os.environ.get(variable) or str(target / "debug" / name)
     if not Path(path).is_file():
         pytest.exit(
             f"no {name} at {path}: run `cargo build -p {name}` or set {variable}",
