@@ -122,6 +122,31 @@ def existing_ledger(ledger_id: str, found: Ledger, asked: ledger_pb2.LedgerPolic
     return found
 
 
+def _set_paths(message: Any, prefix: str) -> list[str]:
+    """The field paths a message sets, as an update mask names them (the
+    server takes nested paths of `budgets` only)."""
+    out = []
+    for descriptor, value in message.ListFields():
+        if descriptor.name == "budgets":
+            out += _set_paths(value, prefix + "budgets.")
+        else:
+            out.append(prefix + descriptor.name)
+    return out
+
+
+def update_request(ledger: str, policy: PolicyLike, etag: str) -> ledger_pb2.UpdateLedgerRequest:
+    """UpdateLedger of the fields `policy` sets."""
+    message = policy_message(policy)
+    assert message is not None
+    paths = sorted(_set_paths(message, "policy."))
+    if not paths:
+        raise ValueError("update_ledger: the policy sets no field")
+    return ledger_pb2.UpdateLedgerRequest(
+        ledger=ledger_pb2.Ledger(name=ledger_name(ledger), policy=message, etag=etag),
+        update_mask={"paths": paths},
+    )
+
+
 def statuses_of(statuses: StatusLike | Sequence[StatusLike]) -> list[Any]:
     """Proto numbers of statuses given as members, names or numbers."""
     if isinstance(statuses, RowStatus | str | int):

@@ -35,6 +35,7 @@ from tally_client._calls import (
     ledger_name,
     list_request,
     policy_message,
+    update_request,
 )
 from tally_client._proto.tally.v1 import (
     job_pb2,
@@ -191,15 +192,7 @@ class Client:
     def update_ledger(self, ledger: str, policy: PolicyLike, *, etag: str = "") -> Ledger:
         """Changes the policy fields `policy` sets (the others are kept);
         with `etag`, refused (`Aborted`) if the ledger changed since."""
-        message = policy_message(policy)
-        assert message is not None
-        paths = sorted(_set_paths(message, "policy."))
-        if not paths:
-            raise ValueError("update_ledger: the policy sets no field")
-        req = ledger_pb2.UpdateLedgerRequest(
-            ledger=ledger_pb2.Ledger(name=ledger_name(ledger), policy=message, etag=etag),
-            update_mask={"paths": paths},
-        )
+        req = update_request(ledger, policy, etag)
         return Ledger.from_pb(self.call(self.ledgers.UpdateLedger, req))
 
     def pause_ledger(self, ledger: str, message: str) -> Ledger:
@@ -561,18 +554,6 @@ class Client:
                     raise error from None
                 failures += 1
                 time.sleep(reconnect_delay)
-
-
-def _set_paths(message: Any, prefix: str) -> list[str]:
-    """The field paths a message sets, as an update mask names them (the
-    server takes nested paths of `budgets` only)."""
-    out = []
-    for descriptor, value in message.ListFields():
-        if descriptor.name == "budgets":
-            out += _set_paths(value, prefix + "budgets.")
-        else:
-            out.append(prefix + descriptor.name)
-    return out
 
 
 class ClaimSession:

@@ -1,0 +1,69 @@
+"""The README's snippets, run as written: each ```python block of
+README.md, in order, in a fresh interpreter, in a directory holding the
+files they read, against the test server (`TALLY_SERVER`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tally_client import Client, RowStatus
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def snippets(text: str) -> list[str]:
+    return [m.group(1) for m in BLOCK.finditer(text)]
+
+
+def client_snippets() -> list[str]:
+    """The client's snippets (the Prefect ones are run by test_prefect_tasks)."""
+    text = README.read_text()
+    return snippets(text[: text.index("## The Prefect")])
+
+
+def run(code: str, cwd: Path, address: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env={**os.environ, "TALLY_SERVER": address},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"snippet failed:\n{code}\n{done.stderr}"
+    return done.stdout
+
+
+def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
+    address: str, tmp_path: Path
+) -> None:
+    # Invariant (issue 34): a user pasting the README gets working code, and
+    # pasting the enrolment again enrolls nothing.
+    (tmp_path / "reviews.txt").write_text(
+        "".join(f"review {n}: the app {'crashes' if n % 3 else 'works'}\n" for n in range(30))
+    )
+    with (tmp_path / "batch_input.jsonl").open("w") as f:
+        for i in range(3):
+            body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{i}"}]}
+            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions"}
+            f.write(json.dumps({**line, "body": body}) + "\n")
+    blocks = client_snippets()
+    assert len(blocks) >= 6, "the README shows enrol, worker, read, errors, asyncio, files"
+    outputs = [run(code, tmp_path, address) for code in blocks]
+    assert "30 enrolled, 0 already there" in outputs[0], outputs[0]
+    again = run(blocks[0], tmp_path, address)
+    assert "0 enrolled, 30 already there" in again, again
+    with Client(address) as tally:
+        summary = tally.summarize("reviews")
+        assert (summary.total, summary.succeeded) == (30, 30), summary.summary_line
+        row = next(tally.rows("reviews", statuses=[RowStatus.SUCCEEDED], full=True))
+        assert row.result == {"summary": row.payload["text"][:40]}
+    exported = (tmp_path / "reviews.jsonl").read_text().splitlines()
+    assert len(exported) == 30 and (tmp_path / "reviews.cursor").read_text() == ""
