@@ -13,7 +13,7 @@ import tempfile
 import threading
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -118,7 +118,9 @@ class Emulator:
             return result
 
 
-def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[Emulator]:
+def start_emulator(
+    tmp: Path, faults: dict[str, Any], running: str
+) -> Generator[Emulator, None, None]:
     plan = tmp / "faults.json"
     plan.write_text(json.dumps(faults))
     process = subprocess.Popen(
@@ -154,3 +156,16 @@ def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    """Prefect's local ephemeral API for the session (no Prefect server to
+    run): its URL."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network in CI
+        with prefect_test_harness(server_startup_timeout=120):
+            yield str(PREFECT_API_URL.value())

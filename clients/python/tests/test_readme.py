@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import start_emulator
+from test_prefect_flow import dataset, deployment_env
+
 from tally_client import Client, RowStatus
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -22,19 +25,24 @@ def snippets(text: str) -> list[str]:
 
 
 def client_snippets() -> list[str]:
-    """The client's snippets (the Prefect ones are run by test_prefect_tasks)."""
+    """The client's snippets (those before the Prefect section)."""
     text = README.read_text()
-    return snippets(text[: text.index("## The Prefect")])
+    return snippets(text[: text.index("## Prefect")])
 
 
-def run(code: str, cwd: Path, address: str) -> str:
+def prefect_snippets() -> list[str]:
+    text = README.read_text()
+    return snippets(text[text.index("## Prefect") :])
+
+
+def run(code: str, cwd: Path, address: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=cwd,
-        env={**os.environ, "TALLY_SERVER": address},
+        env={**os.environ, "TALLY_SERVER": address, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert done.returncode == 0, f"snippet failed:\n{code}\n{done.stderr}"
@@ -67,3 +75,34 @@ def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
         assert row.result == {"summary": row.payload["text"][:40]}
     exported = (tmp_path / "reviews.jsonl").read_text().splitlines()
     assert len(exported) == 30 and (tmp_path / "reviews.cursor").read_text() == ""
+
+
+def test_every_prefect_snippet_runs_as_written(
+    prefect_api: str, address: str, tmp_path: Path
+) -> None:
+    # Invariant (issue 34): the Prefect snippets run as pasted, in a fresh
+    # directory (the plan's directory does not exist yet), with only the
+    # deployment's environment set.
+    (tmp_path / "reviews.txt").write_text("".join(f"review {n}\n" for n in range(12)))
+    dataset(tmp_path, {("Ohio", "Akron", "2021"): (range(1, 7), [1, 2, 4])})
+    (tmp_path / "images").rename(tmp_path / "images_root")
+    (tmp_path / "first_pass").rename(tmp_path / "first_pass_results")
+    emulator = start_emulator(tmp_path, {}, "200ms")
+    base_url = next(emulator).base_url
+    try:
+        env = {
+            **deployment_env(tmp_path, address, base_url, batch=5),
+            "PREFECT_API_URL": prefect_api,
+            "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        }
+        blocks = prefect_snippets()
+        assert len(blocks) == 2, "the tasks flow and the page flow"
+        tasks_out = run(blocks[0], tmp_path, address, env)
+        assert "'rows': 12" in tasks_out, tasks_out
+        exported = (tmp_path / "out" / "reviews-nightly.jsonl").read_text().splitlines()
+        assert sorted(json.loads(line)["status"] for line in exported) == ["SUCCEEDED"] * 12
+        pages_out = run(blocks[1], tmp_path, address, env)
+        assert "'succeeded': 3" in pages_out and "'total': 3" in pages_out, pages_out
+        assert (tmp_path / "plans" / "curricular-2024.json").is_file()
+    finally:
+        emulator.close()

@@ -57,7 +57,7 @@ def job_description(job: pb.job_pb2.Job, shown: int, more: bool) -> str:
     return text
 
 
-def summary_markdown(ledger: str, summary: Summary, jobs: int) -> str:
+def summary_markdown(ledger: str, summary: Summary, jobs: int | None = None) -> str:
     """The ledger's summary: counts by status, attempts by budget, tokens,
     cost, PERMANENT rows by rule."""
     s = summary
@@ -92,7 +92,8 @@ def summary_markdown(ledger: str, summary: Summary, jobs: int) -> str:
         + (f" (unpriced: {', '.join(s.unpriced_models)})" if s.unpriced_models else "")
         + ".",
         "",
-        f"Provider jobs followed by this flow run: {jobs}; active now: {s.active_jobs}.",
+        (f"Provider jobs followed by this flow run: {jobs}; " if jobs is not None else "")
+        + f"jobs active now: {s.active_jobs}.",
     ]
     if s.permanent_by_rule:
         lines += ["", "## PERMANENT rows by rule", "", "| rule | rows |", "| --- | ---: |"]
