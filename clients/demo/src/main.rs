@@ -278,6 +278,7 @@ async fn prepare(client: &mut LedgerServiceClient<Channel>, id: &str) -> Result<
             template: dataset::TEMPLATE.into(),
             response_schema: dataset::SCHEMA.into(),
             system_instruction: String::new(),
+            ..Default::default()
         })
         .await;
     ok_or_exists(registered.map(|_| ()))

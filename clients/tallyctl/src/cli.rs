@@ -761,6 +761,12 @@ pub enum PromptsCmd {
         /// System instruction file.
         #[arg(long)]
         system_file: Option<PathBuf>,
+        /// A template variable that is a media reference (a file sent after
+        /// the prompt's text, e.g. a page image); repeat for several. Each
+        /// row's value of it is `{"uri", "sha256", "mime_type"?}`; `tallyctl
+        /// enroll --media-root` fills in the hash of a path.
+        #[arg(long = "media", value_name = "VARIABLE")]
+        media: Vec<String>,
         #[command(flatten)]
         out: OutputArgs,
     },

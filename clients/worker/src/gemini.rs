@@ -18,7 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde_json::{Value, json};
+
+use crate::jsonl::{LineSink, LineSplitter};
 
 /// The API key. Its `Debug` never shows it.
 #[derive(Clone)]
@@ -240,7 +243,7 @@ impl Gemini {
     pub async fn upload_jsonl(
         &self,
         display_name: &str,
-        bytes: &[u8],
+        bytes: &Bytes,
     ) -> Result<String, GeminiError> {
         if !self.plain_text.load(Ordering::Relaxed) {
             match self
@@ -265,7 +268,7 @@ impl Gemini {
     async fn upload_once(
         &self,
         display_name: &str,
-        bytes: &[u8],
+        bytes: &Bytes,
         mime: &str,
     ) -> Result<String, GeminiError> {
         let start = self
@@ -294,7 +297,9 @@ impl Gemini {
                     .post(upload_url)
                     .header("X-Goog-Upload-Command", "upload, finalize")
                     .header("X-Goog-Upload-Offset", "0")
-                    .body(bytes.to_vec()),
+                    // A reference to the one copy: every try sends it again
+                    // without copying it.
+                    .body(bytes.clone()),
             )
             .await?;
         file_name_of(&done)
@@ -426,22 +431,58 @@ impl Gemini {
         }
     }
 
-    /// The bytes of `file` (`files/…`).
-    pub async fn download(&self, file: &str) -> Result<Vec<u8>, GeminiError> {
+    /// Downloads a generated file (a batch's output) line by line into
+    /// `sink` (`GET download/v1beta/files/{id}:download?alt=media`).
+    pub async fn download(
+        &self,
+        file: &str,
+        sink: &mut (dyn LineSink + Send),
+    ) -> Result<(), GeminiError> {
         let id = file.trim_start_matches("files/");
         let url = self.url(&format!("/download/v1beta/files/{id}:download"));
-        self.retrying("download", || async {
-            let resp = self
-                .send(self.http.get(&url).query(&[("alt", "media")]))
-                .await?;
-            resp.bytes()
-                .await
-                .map(|b| b.to_vec())
-                .map_err(|e| GeminiError::Transport(without_url(e)))
-        })
-        .await
+        // `retrying`, by hand: each try starts the sink afresh.
+        let mut n = 0;
+        loop {
+            n += 1;
+            sink.reset();
+            match self.stream_lines(&url, sink).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_transient() && n < self.patience.tries => {
+                    let pause = self.patience.pause(n, e.retry_after());
+                    tracing::warn!(call = "download", error = %e, retry_in = ?pause, "gemini call failed; retrying");
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One read of a file, line by line into `sink`, never holding more
+    /// than one line (at most [`MAX_OUTPUT_LINE`] bytes) besides a chunk.
+    async fn stream_lines(
+        &self,
+        url: &str,
+        sink: &mut (dyn LineSink + Send),
+    ) -> Result<(), GeminiError> {
+        let mut resp = self
+            .send(self.http.get(url).query(&[("alt", "media")]))
+            .await?;
+        let mut split = LineSplitter::new(MAX_OUTPUT_LINE);
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| GeminiError::Transport(without_url(e)))?
+        {
+            split.chunk(&chunk, sink);
+        }
+        split.finish(sink);
+        Ok(())
     }
 }
+
+/// Most bytes of one output line the worker keeps; a longer line is
+/// counted unreadable (its row is then missing from the output, retried).
+pub const MAX_OUTPUT_LINE: usize = 64 * 1024 * 1024;
 
 /// The file name in a finalize answer; an `error` body (a 200 that failed)
 /// is an error, transient when its code says so.

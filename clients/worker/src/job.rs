@@ -54,7 +54,7 @@ fn is_paused(s: &Status) -> bool {
 pub async fn run_claim(
     ctx: Arc<Ctx>,
     claim: pb::Claim,
-    rows: Vec<pb::ClaimedRow>,
+    mut rows: Vec<pb::ClaimedRow>,
     stop: CancellationToken,
 ) -> Result<JobEnd, JobError> {
     // Not `with_retry`: RESOURCE_EXHAUSTED here means the ledger is at its
@@ -128,10 +128,28 @@ pub async fn run_claim(
         }
     }
 
-    // Lines, and the rows that cannot become one.
+    // The batch's input file, rendered row by row into one buffer: a line
+    // that does not fit is dropped at once, and each row's payload is let
+    // go once rendered, so the claim and the file are not both held whole.
+    let model = if claim.model.is_empty() {
+        rows[0].model.clone()
+    } else {
+        claim.model.clone()
+    };
+    let token_limit = job.provider_token_limit.max(0) as u64;
+    let mut packer = jsonl::Packer::new(jsonl::Limits {
+        rows: ctx.args.max_rows_per_batch,
+        bytes: ctx.args.max_bytes_per_batch,
+        tokens: ctx.token_bound(&model, token_limit),
+        hard_tokens: token_limit,
+    });
+    let mut body: Vec<u8> = Vec::new();
     let mut invalid: Vec<(String, String)> = Vec::new();
-    let mut lines: Vec<(usize, String)> = Vec::new();
-    for (i, row) in rows.iter().enumerate() {
+    let mut overflow: Vec<String> = Vec::new();
+    let mut sent_keys: Vec<String> = Vec::new();
+    let mut expect: HashMap<String, Answer> = HashMap::new();
+    for row in &mut rows {
+        let payload = std::mem::take(&mut row.payload);
         let compiled = match row.prompt.as_ref().map(|p| &prompts[&prompt_name(p)]) {
             Some(Err(why)) => {
                 invalid.push((row.key.clone(), why.clone()));
@@ -140,41 +158,42 @@ pub async fn run_claim(
             Some(Ok(c)) => Some(Arc::clone(c)),
             None => None,
         };
-        match prompt::build_request(&row.payload, compiled.as_ref().map(|c| &c.spec)) {
-            Ok(req) => lines.push((i, jsonl::line(&row.key, &req))),
-            Err(e) => invalid.push((row.key.clone(), e.to_string())),
-        }
-    }
-    let model = if claim.model.is_empty() {
-        rows[0].model.clone()
-    } else {
-        claim.model.clone()
-    };
-    let token_limit = job.provider_token_limit.max(0) as u64;
-    let sizes: Vec<usize> = lines.iter().map(|(_, l)| l.len()).collect();
-    let packing = jsonl::pack(
-        &sizes,
-        jsonl::Limits {
-            rows: ctx.args.max_rows_per_batch,
-            bytes: ctx.args.max_bytes_per_batch,
-            tokens: ctx.token_bound(&model, token_limit),
-            hard_tokens: token_limit,
-        },
-    );
-    for &j in &packing.oversized {
-        let why = if sizes[j] > ctx.args.max_bytes_per_batch {
-            InputError::TooLarge {
-                size: sizes[j],
-                limit: ctx.args.max_bytes_per_batch,
-            }
-        } else {
-            InputError::TooManyTokens {
-                tokens: jsonl::tokens_of(sizes[j]),
-                limit: token_limit,
+        let request = match prompt::build_request(&payload, compiled.as_ref().map(|c| &c.spec)) {
+            Ok(req) => req,
+            Err(e) => {
+                invalid.push((row.key.clone(), e.to_string()));
+                continue;
             }
         };
-        invalid.push((rows[lines[j].0].key.clone(), why.to_string()));
+        let start = body.len();
+        let size = jsonl::write_line(&mut body, &row.key, &request);
+        match packer.offer(size) {
+            jsonl::Fit::Batch => {
+                expect.insert(row.key.clone(), Answer::of(&payload, row.prompt.as_ref()));
+                sent_keys.push(row.key.clone());
+            }
+            fit => {
+                body.truncate(start);
+                if fit == jsonl::Fit::Overflow {
+                    overflow.push(row.key.clone());
+                } else {
+                    let why = if size > ctx.args.max_bytes_per_batch {
+                        InputError::TooLarge {
+                            size,
+                            limit: ctx.args.max_bytes_per_batch,
+                        }
+                    } else {
+                        InputError::TooManyTokens {
+                            tokens: jsonl::tokens_of(size),
+                            limit: token_limit,
+                        }
+                    };
+                    invalid.push((row.key.clone(), why.to_string()));
+                }
+            }
+        }
     }
+    drop(rows);
     if !invalid.is_empty() {
         tracing::warn!(job = %job.job_id, rows = invalid.len(), "rows that cannot be sent reported as invalid input");
         let outcomes = invalid
@@ -183,16 +202,11 @@ pub async fn run_claim(
             .collect();
         report(&ctx, &claim.name, outcomes).await?;
     }
-    if !packing.overflow.is_empty() {
-        let keys: Vec<String> = packing
-            .overflow
-            .iter()
-            .map(|&j| rows[lines[j].0].key.clone())
-            .collect();
-        tracing::info!(job = %job.job_id, rows = keys.len(), "rows beyond the batch bounds released");
-        release(&ctx, &claim.name, &keys).await;
+    if !overflow.is_empty() {
+        tracing::info!(job = %job.job_id, rows = overflow.len(), "rows beyond the batch bounds released");
+        release(&ctx, &claim.name, &overflow).await;
     }
-    if packing.batch.is_empty() {
+    if sent_keys.is_empty() {
         finish(
             &ctx,
             &job,
@@ -204,28 +218,15 @@ pub async fn run_claim(
         .await?;
         return Ok(JobEnd::Reconciled);
     }
-    let mut body = String::new();
-    let mut expect: HashMap<String, Answer> = HashMap::new();
-    for &j in &packing.batch {
-        let row = &rows[lines[j].0];
-        body.push_str(&lines[j].1);
-        expect.insert(
-            row.key.clone(),
-            Answer::of(&row.payload, row.prompt.as_ref()),
-        );
-    }
-    body.push_str(&crate::golden::lines(&ctx, &job).await);
+    body.extend_from_slice(crate::golden::lines(&ctx, &job).await.as_bytes());
+    let body = bytes::Bytes::from(body);
 
     if stop.is_cancelled() {
         release(&ctx, &claim.name, &[]).await;
         return Ok(JobEnd::Released);
     }
     let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
-    let file = match ctx
-        .gemini
-        .upload_jsonl(&display_name, body.as_bytes())
-        .await
-    {
+    let file = match ctx.gemini.upload_jsonl(&display_name, &body).await {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(job = %job.job_id, error = %e, "upload failed; releasing the claim");
@@ -238,13 +239,10 @@ pub async fn run_claim(
         return Ok(JobEnd::Released);
     }
     ctx.args.failpoint(Failpoint::AfterUpload);
+    drop(body);
     let sent = create::Sent {
-        keys: packing
-            .batch
-            .iter()
-            .map(|&j| rows[lines[j].0].key.clone())
-            .collect(),
-        tokens: packing.tokens,
+        keys: sent_keys,
+        tokens: packer.tokens(),
         token_limit,
     };
     // Recorded before the create goes out: from here the batch may exist,

@@ -11,6 +11,84 @@ pub fn line(key: &str, request: &Value) -> String {
     s
 }
 
+/// Appends one input line (newline included) to `body`, written straight
+/// into it (no copy of the request); answers its length.
+pub fn write_line(body: &mut Vec<u8>, key: &str, request: &Value) -> usize {
+    let start = body.len();
+    // What `line` writes (`{"key":…,"request":…}`); writing a str and a
+    // Value into a Vec cannot fail.
+    body.extend_from_slice(b"{\"key\":");
+    let _ = serde_json::to_writer(&mut *body, key);
+    body.extend_from_slice(b",\"request\":");
+    let _ = serde_json::to_writer(&mut *body, request);
+    body.extend_from_slice(b"}\n");
+    body.len() - start
+}
+
+/// Where the lines of a file read as a stream go (a batch's output): each
+/// line without its newline; `reset` when the read starts again from the
+/// beginning (a retried download); `too_long` for a line longer than the
+/// reader keeps (skipped).
+pub trait LineSink {
+    fn reset(&mut self);
+    fn line(&mut self, line: &[u8]);
+    fn too_long(&mut self);
+}
+
+/// Splits a stream of chunks into lines for a [`LineSink`], keeping at most
+/// `max_line` bytes of an unfinished line.
+#[derive(Debug)]
+pub struct LineSplitter {
+    carry: Vec<u8>,
+    skipping: bool,
+    max_line: usize,
+}
+
+impl LineSplitter {
+    pub fn new(max_line: usize) -> Self {
+        Self {
+            carry: Vec::new(),
+            skipping: false,
+            max_line,
+        }
+    }
+
+    /// Feeds one chunk.
+    pub fn chunk(&mut self, chunk: &[u8], sink: &mut (dyn LineSink + Send)) {
+        let mut rest = chunk;
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
+            let (head, tail) = rest.split_at(pos);
+            if self.skipping {
+                self.skipping = false;
+            } else if self.carry.is_empty() {
+                sink.line(head);
+            } else {
+                self.carry.extend_from_slice(head);
+                sink.line(&self.carry);
+                self.carry.clear();
+            }
+            rest = &tail[1..];
+        }
+        if self.skipping {
+            return;
+        }
+        if self.carry.len() + rest.len() > self.max_line {
+            sink.too_long();
+            self.carry = Vec::new();
+            self.skipping = true;
+        } else {
+            self.carry.extend_from_slice(rest);
+        }
+    }
+
+    /// The end of the stream: a last line without its newline.
+    pub fn finish(mut self, sink: &mut (dyn LineSink + Send)) {
+        if !self.skipping && !self.carry.is_empty() {
+            sink.line(&std::mem::take(&mut self.carry));
+        }
+    }
+}
+
 /// Which lines (by index) go in the batch, which wait for a later one, and
 /// which can never fit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,33 +123,128 @@ pub fn tokens_of(size: usize) -> u64 {
     tally_core::quota::estimate_tokens(size as u64).max(0) as u64
 }
 
-/// Packs lines of `sizes` bytes in order into one batch within `limits`.
-/// A line that does not fit is put aside (later smaller ones may still
-/// fit); one larger than the byte bound or the provider's token limit on
-/// its own is oversized.
-pub fn pack(sizes: &[usize], limits: Limits) -> Packing {
-    let mut out = Packing::default();
-    let mut bytes = 0usize;
-    for (i, &size) in sizes.iter().enumerate() {
-        let tokens = tokens_of(size);
-        let fits_tokens =
-            limits.tokens == 0 || out.batch.is_empty() || out.tokens + tokens <= limits.tokens;
-        if size > limits.bytes || (limits.hard_tokens > 0 && tokens > limits.hard_tokens) {
-            out.oversized.push(i);
-        } else if out.batch.len() < limits.rows && bytes + size <= limits.bytes && fits_tokens {
-            bytes += size;
-            out.tokens += tokens;
-            out.batch.push(i);
-        } else {
-            out.overflow.push(i);
+/// Where one line goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    Batch,
+    Overflow,
+    Oversized,
+}
+
+/// Packs lines one at a time, in order, into one batch within `limits`
+/// (what [`pack`] does over a whole list), so a caller can render each
+/// line into the batch and drop it at once when it does not fit.
+#[derive(Debug, Clone)]
+pub struct Packer {
+    limits: Limits,
+    rows: usize,
+    bytes: usize,
+    tokens: u64,
+}
+
+impl Packer {
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            rows: 0,
+            bytes: 0,
+            tokens: 0,
         }
     }
+
+    /// Where a line of `size` bytes goes. A line that does not fit is put
+    /// aside (later smaller ones may still fit); one larger than the byte
+    /// bound or the provider's token limit on its own is oversized.
+    pub fn offer(&mut self, size: usize) -> Fit {
+        let l = self.limits;
+        let tokens = tokens_of(size);
+        let fits_tokens = l.tokens == 0 || self.rows == 0 || self.tokens + tokens <= l.tokens;
+        if size > l.bytes || (l.hard_tokens > 0 && tokens > l.hard_tokens) {
+            Fit::Oversized
+        } else if self.rows < l.rows && self.bytes + size <= l.bytes && fits_tokens {
+            self.rows += 1;
+            self.bytes += size;
+            self.tokens += tokens;
+            Fit::Batch
+        } else {
+            Fit::Overflow
+        }
+    }
+
+    /// The batch's estimated input tokens so far.
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+}
+
+/// Packs lines of `sizes` bytes in order into one batch within `limits`
+/// (see [`Packer::offer`]).
+pub fn pack(sizes: &[usize], limits: Limits) -> Packing {
+    let mut out = Packing::default();
+    let mut packer = Packer::new(limits);
+    for (i, &size) in sizes.iter().enumerate() {
+        match packer.offer(size) {
+            Fit::Batch => out.batch.push(i),
+            Fit::Overflow => out.overflow.push(i),
+            Fit::Oversized => out.oversized.push(i),
+        }
+    }
+    out.tokens = packer.tokens();
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Default)]
+    struct Lines(Vec<String>, usize);
+
+    impl LineSink for Lines {
+        fn reset(&mut self) {
+            self.0.clear();
+        }
+        fn line(&mut self, line: &[u8]) {
+            self.0.push(String::from_utf8_lossy(line).into_owned());
+        }
+        fn too_long(&mut self) {
+            self.1 += 1;
+        }
+    }
+
+    /// Lines come out whole whatever the chunking; a line over the bound is
+    /// skipped (counted), and the next one is read.
+    #[test]
+    fn lines_are_whole_whatever_the_chunks() {
+        let text = b"a1\nbb2\n\ncccc3\nd4";
+        for size in 1..text.len() {
+            let mut sink = Lines::default();
+            let mut split = LineSplitter::new(100);
+            for c in text.chunks(size) {
+                split.chunk(c, &mut sink);
+            }
+            split.finish(&mut sink);
+            assert_eq!(sink.0, ["a1", "bb2", "", "cccc3", "d4"], "chunks of {size}");
+        }
+        let mut sink = Lines::default();
+        let mut split = LineSplitter::new(4);
+        for c in b"ok\ntoo-long-line\nok2\n".chunks(3) {
+            split.chunk(c, &mut sink);
+        }
+        split.finish(&mut sink);
+        assert_eq!(sink.0, ["ok", "ok2"]);
+        assert_eq!(sink.1, 1);
+    }
+
+    /// write_line writes the same bytes as line, appended.
+    #[test]
+    fn write_line_appends_the_same_line() {
+        let req = json!({"contents": [{"parts": [{"text": "a\nb \u{e9}"}]}]});
+        let mut body = b"x\n".to_vec();
+        let n = write_line(&mut body, "k1", &req);
+        assert_eq!(&body[2..], line("k1", &req).as_bytes());
+        assert_eq!(n, body.len() - 2);
+    }
 
     /// A line is one JSON object with the key and the request, ending in a
     /// newline, with no newline inside.

@@ -111,6 +111,7 @@ struct Inner {
     rows_sent: Counter,
     jobs_adopted: Counter,
     jobs_finished: Family<EndLabels, Counter>,
+    batch_stats_mismatches: Counter,
     provider_errors: ProviderErrors,
     last_poll: F64Gauge,
     last_tally: F64Gauge,
@@ -138,6 +139,7 @@ impl WorkerMetrics {
             rows_sent: Counter::default(),
             jobs_adopted: Counter::default(),
             jobs_finished: Family::default(),
+            batch_stats_mismatches: Counter::default(),
             provider_errors: ProviderErrors::default(),
             last_poll: F64Gauge::default(),
             last_tally: F64Gauge::default(),
@@ -168,6 +170,11 @@ impl WorkerMetrics {
             "tally_worker_jobs_finished",
             "job tasks ended, by how (reconciled, released, left_for_adoption, lost, failed)",
             inner.jobs_finished.clone(),
+        );
+        r.register(
+            "tally_worker_batch_stats_mismatches",
+            "ended batches whose batchStats (successful + failed requests) did not match the lines found in their output",
+            inner.batch_stats_mismatches.clone(),
         );
         r.register(
             "tally_worker_provider_errors",
@@ -216,6 +223,10 @@ impl WorkerMetrics {
     pub fn batch_created(&self, rows: u64) {
         self.0.batches_created.inc();
         self.0.rows_sent.inc_by(rows);
+    }
+
+    pub fn batch_stats_mismatch(&self) {
+        self.0.batch_stats_mismatches.inc();
     }
 
     pub fn polled(&self) {

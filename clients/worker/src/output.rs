@@ -63,6 +63,32 @@ pub struct Matched {
     pub golden: Vec<pb::GoldenAnswer>,
 }
 
+impl Matched {
+    /// Lines the output held, whatever they were.
+    pub fn lines(&self) -> u64 {
+        (self.outcomes.len() + self.unexpected.len() + self.unreadable + self.golden.len()) as u64
+    }
+}
+
+/// What a batch's `batchStats` says its output holds (successful plus
+/// failed requests), when it says (counts are JSON strings, zeros left
+/// out), and whether that differs from `lines` found: `Some(expected)`
+/// on a mismatch.
+pub fn stats_mismatch(resource: &Value, lines: u64) -> Option<u64> {
+    let stats = resource["metadata"]["batchStats"]
+        .as_object()
+        .or_else(|| resource["batchStats"].as_object())?;
+    let count = |name: &str| -> u64 {
+        match &stats.get(name) {
+            Some(Value::String(s)) => s.parse().unwrap_or(0),
+            Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
+            _ => 0,
+        }
+    };
+    let expected = count("successfulRequestCount") + count("failedRequestCount");
+    (expected != lines).then_some(expected)
+}
+
 /// The key prefix of a golden row's line in a batch: `#` is never in a
 /// row's key, so the two never meet.
 pub const GOLDEN_PREFIX: &str = "#golden/";
@@ -92,34 +118,83 @@ fn golden_answer(key: &str, line: &Value) -> pb::GoldenAnswer {
 /// Matches output lines to `expected` rows by key and turns each into an
 /// outcome. A key seen twice keeps its first line.
 pub fn match_output(jsonl: &[u8], expected: &HashMap<String, Expect<'_>>) -> Matched {
-    let mut out = Matched::default();
-    let mut seen = HashSet::new();
-    for raw in String::from_utf8_lossy(jsonl).lines() {
-        if raw.trim().is_empty() {
-            continue;
-        }
-        let Ok(line) = serde_json::from_str::<Value>(raw) else {
-            out.unreadable += 1;
-            continue;
-        };
-        let Some(key) = line.get("key").and_then(Value::as_str) else {
-            out.unreadable += 1;
-            continue;
-        };
-        if let Some(golden) = key.strip_prefix(GOLDEN_PREFIX) {
-            if seen.insert(key.to_string()) {
-                out.golden.push(golden_answer(golden, &line));
-            }
-            continue;
-        }
-        match expected.get(key) {
-            Some(expect) if seen.insert(key.to_string()) => {
-                out.outcomes.push(outcome(key, &line, expect));
-            }
-            Some(_) | None => out.unexpected.push(key.to_string()),
+    let mut m = Matcher::new(expected);
+    for raw in jsonl.split(|&b| b == b'\n') {
+        m.line(raw);
+    }
+    m.finish()
+}
+
+impl crate::jsonl::LineSink for Matcher<'_, '_> {
+    fn reset(&mut self) {
+        Matcher::reset(self);
+    }
+    fn line(&mut self, line: &[u8]) {
+        Matcher::line(self, line);
+    }
+    fn too_long(&mut self) {
+        Matcher::too_long(self);
+    }
+}
+
+/// [`match_output`] one line at a time, for an output read as a stream.
+pub struct Matcher<'e, 'v> {
+    expected: &'e HashMap<String, Expect<'v>>,
+    seen: HashSet<String>,
+    out: Matched,
+}
+
+impl<'e, 'v> Matcher<'e, 'v> {
+    pub fn new(expected: &'e HashMap<String, Expect<'v>>) -> Self {
+        Self {
+            expected,
+            seen: HashSet::new(),
+            out: Matched::default(),
         }
     }
-    out
+
+    /// Forgets every line taken so far (a download started again).
+    pub fn reset(&mut self) {
+        self.seen.clear();
+        self.out = Matched::default();
+    }
+
+    /// One line of the output (without its newline).
+    pub fn line(&mut self, raw: &[u8]) {
+        let raw = String::from_utf8_lossy(raw);
+        if raw.trim().is_empty() {
+            return;
+        }
+        let Ok(line) = serde_json::from_str::<Value>(&raw) else {
+            self.out.unreadable += 1;
+            return;
+        };
+        let Some(key) = line.get("key").and_then(Value::as_str) else {
+            self.out.unreadable += 1;
+            return;
+        };
+        if let Some(golden) = key.strip_prefix(GOLDEN_PREFIX) {
+            if self.seen.insert(key.to_string()) {
+                self.out.golden.push(golden_answer(golden, &line));
+            }
+            return;
+        }
+        match self.expected.get(key) {
+            Some(expect) if self.seen.insert(key.to_string()) => {
+                self.out.outcomes.push(outcome(key, &line, expect));
+            }
+            Some(_) | None => self.out.unexpected.push(key.to_string()),
+        }
+    }
+
+    /// A line longer than the reader keeps: unreadable.
+    pub fn too_long(&mut self) {
+        self.out.unreadable += 1;
+    }
+
+    pub fn finish(self) -> Matched {
+        self.out
+    }
 }
 
 /// The outcome of one output line.
@@ -550,5 +625,21 @@ mod tests {
         assert_eq!(m.golden[0].model_version, "m-2");
         assert!(m.golden[0].error.is_empty());
         assert_eq!(m.golden[1].error, "provider error: boom");
+    }
+
+    // Invariant: batchStats (strings, zeros omitted) are compared with the
+    // lines found; only a difference is reported.
+    #[test]
+    fn batch_stats_are_compared_with_the_lines_found() {
+        let r = json!({"metadata": {"batchStats": {"requestCount": "5", "successfulRequestCount": "4", "failedRequestCount": "1"}}});
+        assert_eq!(stats_mismatch(&r, 5), None);
+        assert_eq!(stats_mismatch(&r, 3), Some(5));
+        let zeros_omitted = json!({"metadata": {"batchStats": {"requestCount": "2", "successfulRequestCount": "2"}}});
+        assert_eq!(stats_mismatch(&zeros_omitted, 2), None);
+        assert_eq!(
+            stats_mismatch(&json!({"metadata": {}}), 7),
+            None,
+            "no stats: nothing to compare"
+        );
     }
 }

@@ -58,7 +58,8 @@ pub(crate) async fn reconcile(
         ("", n) => n.to_string(),
         (e, n) => format!("{e}; {n}"),
     };
-    let output_file = match read_ended(ctx, &done, stop).await? {
+    let (ended, resource) = read_ended(ctx, &done, stop).await?;
+    let output_file = match ended {
         Ended::Output(file) => {
             if state != pb::JobState::Succeeded {
                 tracing::info!(job = %done.job_id, batch = %done.batch, file = %file, state = ?state, "batch ended with partial output");
@@ -78,15 +79,6 @@ pub(crate) async fn reconcile(
             return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
         }
         Ended::Stopped => return Ok(JobEnd::LeftForAdoption),
-    };
-    let bytes = match download_output(ctx, &done, &output_file, stop).await? {
-        Downloaded::Bytes(b) => b,
-        Downloaded::Stopped => return Ok(JobEnd::LeftForAdoption),
-        Downloaded::GaveUp(why) => {
-            // Bounded: the rows come back through job_failed (an infra
-            // attempt each) instead of the job being adopted forever.
-            return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
-        }
     };
     let prompts = {
         let mut m: HashMap<String, PromptResult> = HashMap::new();
@@ -110,9 +102,26 @@ pub(crate) async fn reconcile(
             (key.clone(), Expect { schema, json })
         })
         .collect();
-    let matched = output::match_output(&bytes, &expectations);
+    let mut matcher = output::Matcher::new(&expectations);
+    match download_output(ctx, &done, &output_file, &mut matcher, stop).await? {
+        Downloaded::Done => {}
+        Downloaded::Stopped => return Ok(JobEnd::LeftForAdoption),
+        Downloaded::GaveUp(why) => {
+            // Bounded: the rows come back through job_failed (an infra
+            // attempt each) instead of the job being adopted forever.
+            return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
+        }
+    }
+    let matched = matcher.finish();
     if !matched.unexpected.is_empty() || matched.unreadable > 0 {
         tracing::warn!(job = %done.job_id, unexpected = matched.unexpected.len(), unreadable = matched.unreadable, "output lines not matched to the job's rows");
+    }
+    if let Some(expected) = resource
+        .as_ref()
+        .and_then(|r| output::stats_mismatch(r, matched.lines()))
+    {
+        ctx.metrics.batch_stats_mismatch();
+        tracing::warn!(job = %done.job_id, batch = %done.batch, expected, found = matched.lines(), "the batch's batchStats do not match the lines in its output");
     }
     crate::golden::report(ctx, &done, claim, matched.golden).await;
     let reported = matched.outcomes.len();
@@ -143,8 +152,13 @@ enum Ended {
 
 /// Finds the responses file of an ended batch: the operation's (a webhook
 /// or poll that named it), else the batch as GET answers it, asked again
-/// until it answers.
-async fn read_ended(ctx: &Ctx, job: &pb::Job, stop: &CancellationToken) -> Result<Ended, JobError> {
+/// until it answers. Also answers the batch resource when a GET got it
+/// (its `batchStats` are checked against the output).
+async fn read_ended(
+    ctx: &Ctx,
+    job: &pb::Job,
+    stop: &CancellationToken,
+) -> Result<(Ended, Option<Value>), JobError> {
     let operation = if job.operation.is_empty() {
         format!("operations/{}", job.batch)
     } else {
@@ -160,7 +174,9 @@ async fn read_ended(ctx: &Ctx, job: &pb::Job, stop: &CancellationToken) -> Resul
     .await;
     match op {
         Ok(op) if !op.get_ref().output_file.is_empty() => {
-            return Ok(Ended::Output(op.into_inner().output_file));
+            // Named already; the resource only for its stats.
+            let resource = ctx.gemini.get_batch(&job.batch).await.ok();
+            return Ok((Ended::Output(op.into_inner().output_file), resource));
         }
         Ok(_) => {}
         Err(s) if s.code() == Code::NotFound => {}
@@ -170,13 +186,14 @@ async fn read_ended(ctx: &Ctx, job: &pb::Job, stop: &CancellationToken) -> Resul
     loop {
         match ctx.gemini.get_batch(&job.batch).await {
             Ok(resource) => {
-                return Ok(responses_file(&resource).map_or(Ended::NoOutput, Ended::Output));
+                let ended = responses_file(&resource).map_or(Ended::NoOutput, Ended::Output);
+                return Ok((ended, Some(resource)));
             }
             Err(GeminiError::Http {
                 code: 404, message, ..
             }) => {
                 if gone.not_found(std::time::Instant::now(), ctx.args.gone_after) {
-                    return Ok(Ended::Gone(gone_reason(&job.batch, ctx, &message)));
+                    return Ok((Ended::Gone(gone_reason(&job.batch, ctx, &message)), None));
                 }
                 tracing::info!(job = %job.job_id, batch = %job.batch, "ended batch answered 404; asking again before taking it for gone");
             }
@@ -187,7 +204,7 @@ async fn read_ended(ctx: &Ctx, job: &pb::Job, stop: &CancellationToken) -> Resul
         }
         tokio::select! {
             () = tokio::time::sleep(ctx.args.poll_interval) => {}
-            () = stop.cancelled() => return Ok(Ended::Stopped),
+            () = stop.cancelled() => return Ok((Ended::Stopped, None)),
         }
     }
 }
@@ -212,7 +229,8 @@ pub(crate) fn gone_reason(batch: &str, ctx: &Ctx, message: &str) -> String {
 
 /// What became of a download of a batch's output.
 enum Downloaded {
-    Bytes(Vec<u8>),
+    /// Every line went to the matcher.
+    Done,
     /// Shutdown while waiting: the job is left for adoption.
     Stopped,
     /// Not downloadable for `--output-wait`: why.
@@ -225,14 +243,15 @@ async fn download_output(
     ctx: &Ctx,
     job: &pb::Job,
     file: &str,
+    matcher: &mut output::Matcher<'_, '_>,
     stop: &CancellationToken,
 ) -> Result<Downloaded, JobError> {
     let started = tokio::time::Instant::now();
     let wait = ctx.args.output_wait;
     let mut pause = std::time::Duration::from_secs(1);
     loop {
-        match ctx.gemini.download(file).await {
-            Ok(bytes) => return Ok(Downloaded::Bytes(bytes)),
+        match ctx.gemini.download(file, matcher).await {
+            Ok(()) => return Ok(Downloaded::Done),
             Err(GeminiError::Http { code, message, .. }) if code == 403 || code == 404 => {
                 if started.elapsed() >= wait {
                     let why = format!(

@@ -20,6 +20,13 @@ pub enum FailureKind {
     Blocked,
     /// The row was absent from a finished job's output.
     MissingFromOutput,
+    /// A file the row references could not be read for good (missing,
+    /// unreadable, not the bytes it was enrolled with, too large for the
+    /// provider): the worker never sent the row.
+    MediaUnreadable,
+    /// A file the row references could not be read this time (a network
+    /// error, a 5xx of its store): the worker never sent the row.
+    MediaUnavailable,
 }
 
 /// The facts of one failure. Strings may be empty.
@@ -61,6 +68,8 @@ pub enum Rule {
     EmptyResponse,
     InvalidOutput,
     MissingFromOutput,
+    MediaUnreadable,
+    MediaUnavailable,
     JobFailed,
     LeaseExpired,
     UnknownRetryable,
@@ -84,6 +93,8 @@ impl Rule {
             Rule::EmptyResponse => "empty_response".into(),
             Rule::InvalidOutput => "invalid_output".into(),
             Rule::MissingFromOutput => "missing_from_output".into(),
+            Rule::MediaUnreadable => "media_unreadable".into(),
+            Rule::MediaUnavailable => "media_unavailable".into(),
             Rule::JobFailed => "job_failed".into(),
             Rule::LeaseExpired => "lease_expired".into(),
             Rule::UnknownRetryable => "unknown_retryable".into(),
@@ -109,6 +120,8 @@ impl Rule {
             (Retryable, Rule::EmptyResponse),
             (Retryable, Rule::InvalidOutput),
             (Retryable, Rule::MissingFromOutput),
+            (Permanent, Rule::MediaUnreadable),
+            (Retryable, Rule::MediaUnavailable),
             (Retryable, Rule::HttpTransient),
             (Permanent, Rule::HttpPermanent),
             (Retryable, Rule::StatusTransient),
@@ -252,12 +265,19 @@ pub fn grpc_status_name(code: u32) -> Option<&'static str> {
     })
 }
 
-const BLOCKING_FINISH_REASONS: [&str; 5] = [
+/// Finish reasons that withhold the answer for what it (or the prompt) is:
+/// the text ones, and their image counterparts (python-genai 3.6.1
+/// `FinishReason`: IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT,
+/// IMAGE_RECITATION). A retry would be refused the same way.
+const BLOCKING_FINISH_REASONS: [&str; 8] = [
     "SAFETY",
     "RECITATION",
     "BLOCKLIST",
     "PROHIBITED_CONTENT",
     "SPII",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "IMAGE_RECITATION",
 ];
 const BLOCKING_WORDS: [&str; 3] = ["safety", "blocked", "recitation"];
 /// Finish reasons that mean "the answer ended normally" (or says nothing).
@@ -322,6 +342,14 @@ pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
         }
         Some(FailureKind::MissingFromOutput) => {
             return Classification::new(Retryable, Budget::Provider, Rule::MissingFromOutput);
+        }
+        // The row's own input: no retry reads another file.
+        Some(FailureKind::MediaUnreadable) => {
+            return Classification::new(Permanent, Budget::Content, Rule::MediaUnreadable);
+        }
+        // Our side (the media store): an infra attempt, retried.
+        Some(FailureKind::MediaUnavailable) => {
+            return Classification::new(Retryable, Budget::Infra, Rule::MediaUnavailable);
         }
         Some(FailureKind::ProviderError) | None => {}
     }
@@ -442,6 +470,15 @@ mod tests {
 
     #[test]
     fn blocking_finish_reasons_and_block_reasons_are_permanent() {
+        // The image finish reasons are refusals like their text ones (not
+        // unknown reasons to retry).
+        for r in [
+            "IMAGE_SAFETY",
+            "IMAGE_PROHIBITED_CONTENT",
+            "IMAGE_RECITATION",
+        ] {
+            assert!(BLOCKING_FINISH_REASONS.contains(&r), "{r}");
+        }
         for r in BLOCKING_FINISH_REASONS {
             let f = Failure {
                 finish_reason: r.into(),

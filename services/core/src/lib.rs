@@ -12,7 +12,8 @@
 //!   abandon, adopt).
 //! - [`backoff`], [`policy`]: a ledger's retry policy with its defaults and
 //!   validation.
-//! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks.
+//! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks;
+//!   [`media`]: the files a row references (images, documents).
 //! - [`operation`]: the monotonic reducer for provider operations.
 //! - [`webhook`]: Standard Webhooks signing and verification.
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says;
@@ -31,6 +32,7 @@ pub mod deps;
 pub mod golden;
 pub mod job;
 pub mod keys;
+pub mod media;
 pub mod names;
 pub mod operation;
 pub mod outbound;

@@ -135,6 +135,8 @@ pub fn failure_kind_code(kind: FailureKind) -> i16 {
         FailureKind::InvalidOutput => 3,
         FailureKind::Blocked => 4,
         FailureKind::MissingFromOutput => 5,
+        FailureKind::MediaUnreadable => 6,
+        FailureKind::MediaUnavailable => 7,
     }
 }
 
@@ -145,6 +147,8 @@ pub fn failure_kind_from_code(code: i16) -> Option<FailureKind> {
         3 => Some(FailureKind::InvalidOutput),
         4 => Some(FailureKind::Blocked),
         5 => Some(FailureKind::MissingFromOutput),
+        6 => Some(FailureKind::MediaUnreadable),
+        7 => Some(FailureKind::MediaUnavailable),
         _ => None,
     }
 }

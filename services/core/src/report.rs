@@ -300,6 +300,8 @@ fn describe_failure(f: &Failure) -> String {
             FailureKind::InvalidOutput => Some("invalid output"),
             FailureKind::Blocked => Some("blocked"),
             FailureKind::MissingFromOutput => Some("missing from output"),
+            FailureKind::MediaUnreadable => Some("media unreadable"),
+            FailureKind::MediaUnavailable => Some("media unavailable"),
         };
         parts.extend(what.map(String::from));
     }

@@ -200,41 +200,55 @@ async fn outcomes<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     Ok(Some(outcomes))
 }
 
-/// Every prompt a row names must be registered.
+/// Every prompt a row names must be registered, and a row's values of its
+/// prompt's media variables must be whole references: a URI and the
+/// SHA-256 of the bytes, so the row's content hash covers the file
+/// (`tally_core::media`; a native request's media parts are checked with
+/// the rest of the request, before the store).
 async fn check_prompts(tx: &mut Transaction<'static, Postgres>, rows: &[NewRow]) -> Result<()> {
     let mut wanted: Vec<(&str, &str)> = rows
         .iter()
         .filter(|r| !r.prompt_name.is_empty())
         .map(|r| (r.prompt_name.as_str(), r.prompt_version.as_str()))
         .collect();
-    if wanted.is_empty() {
-        return Ok(());
-    }
-    wanted.sort_unstable();
-    wanted.dedup();
-    let (names, versions): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
-    let found: HashSet<(String, String)> = sqlx::query_as::<_, (String, String)>(
-        "SELECT prompt_id, version FROM prompts
-         WHERE (prompt_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
-    )
-    .bind(&names)
-    .bind(&versions)
-    .fetch_all(&mut **tx)
-    .await?
-    .into_iter()
-    .collect();
     let mut violations = Violations::new();
-    for (i, r) in rows.iter().enumerate() {
-        if !r.prompt_name.is_empty()
-            && !found.contains(&(r.prompt_name.clone(), r.prompt_version.clone()))
-        {
-            violations.add(
-                format!("rows[{i}].prompt"),
-                format!(
-                    "prompt {}/versions/{} is not registered",
-                    r.prompt_name, r.prompt_version
+    if !wanted.is_empty() {
+        wanted.sort_unstable();
+        wanted.dedup();
+        let (names, versions): (Vec<&str>, Vec<&str>) = wanted.iter().copied().unzip();
+        let found: HashMap<(String, String), Vec<String>> =
+            sqlx::query_as::<_, (String, String, Vec<String>)>(
+                "SELECT prompt_id, version, media FROM prompts
+                 WHERE (prompt_id, version) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+            )
+            .bind(&names)
+            .bind(&versions)
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .map(|(id, version, media)| ((id, version), media))
+            .collect();
+        for (i, r) in rows.iter().enumerate() {
+            if r.prompt_name.is_empty() {
+                continue;
+            }
+            match found.get(&(r.prompt_name.clone(), r.prompt_version.clone())) {
+                None => violations.add(
+                    format!("rows[{i}].prompt"),
+                    format!(
+                        "prompt {}/versions/{} is not registered",
+                        r.prompt_name, r.prompt_version
+                    ),
                 ),
-            );
+                Some(media) if !media.is_empty() => {
+                    let payload: serde_json::Value =
+                        serde_json::from_str(&r.payload).unwrap_or_default();
+                    if let Err(e) = tally_core::media::variables(&payload, media) {
+                        violations.add(format!("rows[{i}].payload"), e);
+                    }
+                }
+                Some(_) => {}
+            }
         }
     }
     violations.finish().map_err(StoreError::InvalidArgument)

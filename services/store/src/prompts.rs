@@ -12,6 +12,7 @@ struct PromptRow {
     system_instruction: String,
     sha256: String,
     create_time: Time,
+    media: Vec<String>,
 }
 
 impl From<PromptRow> for PromptRecord {
@@ -24,12 +25,13 @@ impl From<PromptRow> for PromptRecord {
             system_instruction: r.system_instruction,
             sha256: r.sha256,
             create_time: r.create_time,
+            media: r.media,
         }
     }
 }
 
-const COLUMNS: &str =
-    "prompt_id, version, template, response_schema, system_instruction, sha256, create_time";
+const COLUMNS: &str = "prompt_id, version, template, response_schema, system_instruction, sha256, \
+     create_time, media";
 
 impl Store {
     /// Registers a prompt version. The same content again answers the stored
@@ -38,8 +40,8 @@ impl Store {
     pub async fn register_prompt(&self, p: &PromptRecord) -> Result<PromptRecord> {
         let sql = format!(
             "INSERT INTO prompts (prompt_id, version, template, response_schema,
-                                  system_instruction, sha256)
-             VALUES ($1, $2, $3, $4, $5, $6)
+                                  system_instruction, sha256, media)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (prompt_id, version) DO NOTHING RETURNING {COLUMNS}"
         );
         let inserted = sqlx::query_as::<_, PromptRow>(sqlx::AssertSqlSafe(sql))
@@ -49,6 +51,7 @@ impl Store {
             .bind(&p.response_schema)
             .bind(&p.system_instruction)
             .bind(&p.sha256)
+            .bind(&p.media)
             .fetch_optional(&self.pool)
             .await?;
         if let Some(row) = inserted {

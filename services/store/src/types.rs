@@ -337,6 +337,8 @@ pub struct PromptRecord {
     pub system_instruction: String,
     pub sha256: String,
     pub create_time: Time,
+    /// Template variables that are media references.
+    pub media: Vec<String>,
 }
 
 /// A job as the store returns it.

@@ -20,6 +20,7 @@ pub async fn run(ctx: &mut Ctx, cmd: PromptsCmd) -> Result<ExitCode, CliError> {
             template_file,
             schema_file,
             system_file,
+            media,
             ..
         } => {
             let template = read(&template_file, "--template-file")?;
@@ -45,6 +46,7 @@ pub async fn run(ctx: &mut Ctx, cmd: PromptsCmd) -> Result<ExitCode, CliError> {
                     template,
                     response_schema,
                     system_instruction,
+                    media,
                 })
                 .await
                 .map_err(|s| CliError::server(format!("register prompt {id}@{version}"), s))?
@@ -72,6 +74,9 @@ pub async fn run(ctx: &mut Ctx, cmd: PromptsCmd) -> Result<ExitCode, CliError> {
             ("created", render::time(prompt.create_time.as_ref())),
         ])
     );
+    if !prompt.media.is_empty() {
+        println!("media: {}", prompt.media.join(", "));
+    }
     println!("--- template\n{}", prompt.template.trim_end());
     if !prompt.system_instruction.is_empty() {
         println!(

@@ -188,6 +188,11 @@ pub async fn all_rows(c: &Clients, ledger: &str) -> Vec<pb::Row> {
 }
 
 /// Registers `summarize`/`v1`: a one-line summary as JSON with a schema.
+/// The schema carries `additionalProperties`, a JSON-Schema-only keyword:
+/// the provider (and the emulator) refuse it in `responseSchema` (an
+/// OpenAPI subset) and take it in `responseJsonSchema`, so a worker that
+/// sent the schema in the wrong field would fail every row of every
+/// end-to-end test.
 pub async fn register_prompt(c: &Clients) {
     c.ledgers
         .clone()
@@ -198,10 +203,12 @@ pub async fn register_prompt(c: &Clients) {
             response_schema: serde_json::json!({
                 "type": "object",
                 "properties": {"summary": {"type": "string"}, "score": {"type": "integer"}},
-                "required": ["summary", "score"]
+                "required": ["summary", "score"],
+                "additionalProperties": false
             })
             .to_string(),
             system_instruction: String::new(),
+            ..Default::default()
         })
         .await
         .expect("register prompt");

@@ -20,6 +20,15 @@
 //! - the killed worker's submitted job was adopted and reconciled, not
 //!   re-sent.
 //!
+//! The provider is also at its least obliging where it promised nothing
+//! (issue 29): batches listed oldest first, a list lag (6s) longer than the
+//! lookup window (4s) with a create answer lost under it, the documented
+//! webhook payloads (no responses file in a failed event), an
+//! enqueued-token quota (600) far below what tally admits (so batches are
+//! halved until they fit), and a second ledger whose model the provider
+//! does not know: that ledger ends paused (reason `model`), its rows
+//! unattempted.
+//!
 //! Run: `cargo test -p tally-worker --test worker e2e_faults:: -- --nocapture`
 //! (uses DATABASE_URL's server when set, else a private cluster).
 
@@ -203,7 +212,15 @@ fn fault_plan() -> FaultPlan {
         // lost under list lag, an output not downloadable at first, a
         // refused JSONL MIME type.
         create_answer_lost: Some(serde_json::from_value(serde_json::json!({"times": 1})).unwrap()),
-        list_lag_ms: 1500,
+        // Longer than the worker's --create-lookup-window (4s).
+        list_lag_ms: 6000,
+        list_order: gemini_emulator::ListOrder::OldestFirst,
+        // About 60 rows' worth: 100-row batches are refused with 429 and
+        // halved until they fit.
+        enqueued_tokens: Some(gemini_emulator::faults::EnqueuedTokens {
+            limit: 600,
+            retry_after_secs: 1,
+        }),
         output_unavailable: Some(
             serde_json::from_value(serde_json::json!({"times": 1, "code": 404})).unwrap(),
         ),
@@ -284,9 +301,50 @@ fn worker(grpc: &str, gemini: &str, name: &str, extra: &[&str]) -> Child {
         &report,
         "--create-lookup-window",
         "4s",
+        // A witness of an unresolved create is a batch made 5s after it.
+        "--http-timeout",
+        "5s",
+        "--provider-clock-skew",
+        "0s",
     ];
     args.extend_from_slice(extra);
     spawn_worker(grpc, gemini, LEDGER, name, &args)
+}
+
+/// The ledger whose model the provider does not know, and its rows.
+const TYPO_LEDGER: &str = "faults-typo";
+const TYPO_MODEL: &str = "gemini-2.5-flahs";
+const TYPO_ROWS: usize = 20;
+
+async fn setup_typo_ledger(c: &Clients) {
+    let mut l = c.ledgers.clone();
+    l.create_ledger(pb::CreateLedgerRequest {
+        ledger_id: TYPO_LEDGER.into(),
+        policy: Some(pb::LedgerPolicy {
+            model: TYPO_MODEL.into(),
+            max_active_jobs: 2,
+            ..Default::default()
+        }),
+    })
+    .await
+    .expect("create the typo ledger");
+    let rows = (0..TYPO_ROWS)
+        .map(|i| pb::RowInput {
+            key: format!("typo-{i:03}"),
+            payload: serde_json::json!({"text": format!("typo {i}")}).to_string(),
+            prompt: Some(pb::PromptRef {
+                name: "summarize".into(),
+                version: "v1".into(),
+            }),
+            ..Default::default()
+        })
+        .collect();
+    l.enroll_rows(pb::EnrollRowsRequest {
+        parent: format!("ledgers/{TYPO_LEDGER}"),
+        rows,
+    })
+    .await
+    .expect("enroll the typo ledger");
 }
 
 async fn setup_ledger(c: &Clients) {
@@ -375,6 +433,14 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
 
     let c = tally_client::connect(&grpc, None).expect("connect");
     setup_ledger(&c).await;
+    setup_typo_ledger(&c).await;
+    let mut typo = spawn_worker(
+        &grpc,
+        &gemini,
+        TYPO_LEDGER,
+        "worker-typo",
+        &["--claim-size", "5", "--max-rows-per-batch", "5"],
+    );
 
     // Worker A runs one job at a time, so once its job is SUBMITTED it is
     // only waiting on the provider: killing it then leaves exactly one
@@ -417,6 +483,37 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
         .expect("worker-b reaped");
     assert!(status.success(), "worker-b exits 0 when idle: {status:?}");
     let work_done = started.elapsed();
+
+    // ---- the unknown model: its ledger paused, its rows unattempted --------
+    let mut l = c.ledgers.clone();
+    let typo_summary = l
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: format!("ledgers/{TYPO_LEDGER}"),
+        })
+        .await
+        .expect("summarize the typo ledger")
+        .into_inner();
+    typo.start_kill().expect("stop worker-typo");
+    let _ = typo.wait().await;
+    let pause = typo_summary
+        .pause
+        .clone()
+        .expect("the typo ledger is paused");
+    assert_eq!(
+        pause.reason,
+        pb::LedgerPauseReason::Model as i32,
+        "{pause:?}"
+    );
+    assert!(
+        pause.message.contains("is not found for API version"),
+        "the provider's words: {}",
+        pause.message
+    );
+    assert_eq!(
+        typo_summary.attempts_total, 0,
+        "no attempt spent on a refusal"
+    );
+    assert_eq!(typo_summary.pending, TYPO_ROWS as i64);
 
     // ---- every row where its fault says ------------------------------------
     let rows = all_rows(&c, LEDGER).await;
@@ -489,17 +586,19 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
     // A row of a failed or expired batch: one the batch never answered, or
     // (a batch that failed after answering half its rows) one its answered
     // half left out, which the partial output cannot tell from unanswered.
-    let failed_batches: std::collections::HashSet<&str> = stats
-        .submissions
-        .values()
-        .flatten()
+    // (A probe batch a search made is no row: its key is left out.)
+    let row_submissions = || {
+        stats
+            .submissions
+            .iter()
+            .filter(|(key, _)| key.as_str() != common::PROBE_KEY)
+            .flat_map(|(_, subs)| subs)
+    };
+    let failed_batches: std::collections::HashSet<&str> = row_submissions()
         .filter(|s| matches!(s.outcome, Outcome::JobFailed | Outcome::JobExpired))
         .map(|s| s.batch.as_str())
         .collect();
-    let whole_job_failures: usize = stats
-        .submissions
-        .values()
-        .flatten()
+    let whole_job_failures: usize = row_submissions()
         .filter(|s| {
             matches!(s.outcome, Outcome::JobFailed | Outcome::JobExpired)
                 || (s.outcome == Outcome::Missing && failed_batches.contains(s.batch.as_str()))

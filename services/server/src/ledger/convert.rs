@@ -649,6 +649,7 @@ pub fn prompt_to_proto(p: &st::PromptRecord) -> pb::Prompt {
         system_instruction: p.system_instruction.clone(),
         sha256: p.sha256.clone(),
         create_time: Some(timestamp(p.create_time)),
+        media: p.media.clone(),
     }
 }
 

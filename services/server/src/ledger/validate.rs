@@ -121,6 +121,13 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
         }
         if let Err(e) = payload::validate_object(&r.payload) {
             v.add(at("payload"), e.to_string());
+        } else if r.prompt.is_none() && r.payload.contains("\"media\"") {
+            // A native request's media parts (a prompt's media variables
+            // are checked by the store, which knows the prompt).
+            let request: serde_json::Value = serde_json::from_str(&r.payload).unwrap_or_default();
+            if let Err(e) = tally_core::media::native_parts(&request) {
+                v.add(at("payload"), e);
+            }
         }
         if r.depends_on.len() > MAX_DEPENDS_ON {
             v.add(
@@ -471,11 +478,17 @@ pub fn register_prompt(req: &pb::RegisterPromptRequest) -> Result<PromptRecord, 
     if req.system_instruction.len() > payload::MAX_PAYLOAD_BYTES {
         v.add("system_instruction", "must be at most 1 MiB");
     }
+    v.check("media", tally_core::media::check_declared(&req.media));
     finish(v)?;
     let mut h = Sha256::new();
     for part in [&req.template, &req.response_schema, &req.system_instruction] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
+    }
+    // Prompts without media hash as they always did.
+    for m in &req.media {
+        h.update((m.len() as u64).to_le_bytes());
+        h.update(m.as_bytes());
     }
     Ok(PromptRecord {
         prompt_id: req.prompt_id.clone(),
@@ -485,6 +498,7 @@ pub fn register_prompt(req: &pb::RegisterPromptRequest) -> Result<PromptRecord, 
         system_instruction: req.system_instruction.clone(),
         sha256: hex::encode(h.finalize()),
         create_time: chrono::Utc::now(),
+        media: req.media.clone(),
     })
 }
 

@@ -12,6 +12,7 @@ mod golden;
 mod held_rows;
 mod invariants;
 mod jobs;
+mod media;
 mod operations;
 mod pause;
 mod purge;

@@ -29,8 +29,9 @@ async fn enroll_rejected(env: &Env, parent: &str, rows: Vec<pb::RowInput>) -> St
 /// ledger (NOT_FOUND), no rows, more rows than max_rows_per_call, empty,
 /// 257-character, slashed, spaced and non-ASCII keys, payloads that are not
 /// a JSON object or not JSON at all, payloads over 1 MiB, duplicate keys in
-/// one call, malformed prompt references and models; one valid row in a
-/// rejected call is not written either.
+/// one call, malformed prompt references and models, native requests with a
+/// partial media reference; one valid row in a rejected call is not written
+/// either.
 #[tokio::test]
 async fn enroll_rows_shapes_and_limits() {
     let env = small_server().await;
@@ -70,6 +71,22 @@ async fn enroll_rows_shapes_and_limits() {
     ] {
         let s = enroll_rejected(&env, &l, vec![row("fine"), row_payload("p", payload)]).await;
         assert_invalid(&s, &["rows[1].payload"]);
+    }
+    // A native request's media part must be a whole reference (its
+    // SHA-256 included, so the row's content hash covers the file).
+    for media in [
+        r#"{"uri": "p.png"}"#,
+        r#""p.png""#,
+        r#"{"uri": "ftp://h/p.png", "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}"#,
+    ] {
+        let payload = format!(r#"{{"contents": [{{"parts": [{{"media": {media}}}]}}]}}"#);
+        let s = enroll_rejected(&env, &l, vec![row_payload("m", &payload)]).await;
+        assert_invalid(&s, &["rows[0].payload"]);
+        assert!(
+            s.message().contains("contents[0].parts[0].media"),
+            "{}",
+            s.message()
+        );
     }
     let huge = format!(r#"{{"x": "{}"}}"#, "a".repeat(1 << 20));
     let s = enroll_rejected(&env, &l, vec![row_payload("big", &huge)]).await;

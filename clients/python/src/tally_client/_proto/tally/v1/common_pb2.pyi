@@ -34,6 +34,8 @@ class FailureKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAILURE_KIND_INVALID_OUTPUT: _ClassVar[FailureKind]
     FAILURE_KIND_BLOCKED: _ClassVar[FailureKind]
     FAILURE_KIND_MISSING_FROM_OUTPUT: _ClassVar[FailureKind]
+    FAILURE_KIND_MEDIA_UNREADABLE: _ClassVar[FailureKind]
+    FAILURE_KIND_MEDIA_UNAVAILABLE: _ClassVar[FailureKind]
 BUDGET_UNSPECIFIED: Budget
 BUDGET_PROVIDER: Budget
 BUDGET_CONTENT: Budget
@@ -51,6 +53,8 @@ FAILURE_KIND_EMPTY_RESPONSE: FailureKind
 FAILURE_KIND_INVALID_OUTPUT: FailureKind
 FAILURE_KIND_BLOCKED: FailureKind
 FAILURE_KIND_MISSING_FROM_OUTPUT: FailureKind
+FAILURE_KIND_MEDIA_UNREADABLE: FailureKind
+FAILURE_KIND_MEDIA_UNAVAILABLE: FailureKind
 
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "thinking_tokens", "cached_tokens")

@@ -791,7 +791,7 @@ class RedriveRowsResponse(_message.Message):
     def __init__(self, redriven: _Optional[int] = ..., unblocked: _Optional[int] = ..., skipped: _Optional[int] = ..., sample_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Prompt(_message.Message):
-    __slots__ = ("name", "prompt_id", "version", "template", "response_schema", "system_instruction", "sha256", "create_time")
+    __slots__ = ("name", "prompt_id", "version", "template", "response_schema", "system_instruction", "sha256", "create_time", "media")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -800,6 +800,7 @@ class Prompt(_message.Message):
     SYSTEM_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_FIELD_NUMBER: _ClassVar[int]
     name: str
     prompt_id: str
     version: str
@@ -808,21 +809,24 @@ class Prompt(_message.Message):
     system_instruction: str
     sha256: str
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., prompt_id: _Optional[str] = ..., version: _Optional[str] = ..., template: _Optional[str] = ..., response_schema: _Optional[str] = ..., system_instruction: _Optional[str] = ..., sha256: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    media: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., prompt_id: _Optional[str] = ..., version: _Optional[str] = ..., template: _Optional[str] = ..., response_schema: _Optional[str] = ..., system_instruction: _Optional[str] = ..., sha256: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., media: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterPromptRequest(_message.Message):
-    __slots__ = ("prompt_id", "version", "template", "response_schema", "system_instruction")
+    __slots__ = ("prompt_id", "version", "template", "response_schema", "system_instruction", "media")
     PROMPT_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_FIELD_NUMBER: _ClassVar[int]
     prompt_id: str
     version: str
     template: str
     response_schema: str
     system_instruction: str
-    def __init__(self, prompt_id: _Optional[str] = ..., version: _Optional[str] = ..., template: _Optional[str] = ..., response_schema: _Optional[str] = ..., system_instruction: _Optional[str] = ...) -> None: ...
+    media: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, prompt_id: _Optional[str] = ..., version: _Optional[str] = ..., template: _Optional[str] = ..., response_schema: _Optional[str] = ..., system_instruction: _Optional[str] = ..., media: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetPromptRequest(_message.Message):
     __slots__ = ("name",)

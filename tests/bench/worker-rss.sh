@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Peak RSS of tally-worker running JOBS jobs of ROWS rows of ~KB KB each at
+# once (issue 29, item 5; defaults 4 x 1000 x 50 KB): a scratch database
+# and tally-server (claims and messages up to 64 MiB; no enqueued-token
+# admission unless ENQUEUED_TOKENS is set, so every job is one batch of
+# ROWS rows), gemini-emulator,
+# then one `tally-worker --max-jobs JOBS --claim-size ROWS --exit-when-idle`
+# under /usr/bin/time -v. Compare builds by pointing BIN at each:
+#
+#   cargo build -p tally-server -p tally-worker -p tallyctl -p gemini-emulator
+#   DATABASE_URL=postgres://root@127.0.0.1:5432/postgres tests/bench/worker-rss.sh [JOBS ROWS KB]
+set -euo pipefail
+JOBS=${1:-4}
+ROWS=${2:-1000}
+KB=${3:-50}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BIN:-$ROOT/target/debug}
+ADMIN=${DATABASE_URL:?set DATABASE_URL to a server where a scratch database can be created}
+DB=tally_worker_rss_bench
+PORT=${PORT:-50073}
+EMU_PORT=${EMU_PORT:-50074}
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  psql "$ADMIN" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+psql "$ADMIN" -qc "DROP DATABASE IF EXISTS $DB" >/dev/null
+psql "$ADMIN" -qc "CREATE DATABASE $DB" >/dev/null
+URL="${ADMIN%/*}/$DB"
+"$BIN/tally-server" --database-url "$URL" --grpc-addr "127.0.0.1:$PORT" \
+  --metrics-addr 127.0.0.1:0 --auth disabled --log-format json \
+  --max-message-bytes 67108864 --max-response-bytes 67108864 \
+  --provider-enqueued-tokens "${ENQUEUED_TOKENS:-0}" >"$WORK/server.log" 2>&1 &
+PIDS+=($!)
+GEMINI_API_KEY=bench "$BIN/gemini-emulator" --addr "127.0.0.1:$EMU_PORT" \
+  --pending 100ms --running 300ms >"$WORK/emulator.log" 2>&1 &
+PIDS+=($!)
+CTL=("$BIN/tallyctl" --server "http://127.0.0.1:$PORT")
+for _ in $(seq 150); do "${CTL[@]}" ledgers list >/dev/null 2>&1 && break; sleep 0.2; done
+"${CTL[@]}" ledgers create bench --model gemini-2.5-flash --max-active-jobs "$JOBS" >/dev/null
+python3 - "$((JOBS * ROWS))" "$KB" >"$WORK/rows.jsonl" <<'PY'
+import json, sys
+n, kb = int(sys.argv[1]), int(sys.argv[2])
+text = ("lorem ipsum dolor sit amet " * (kb * 1024 // 27 + 1))[: kb * 1024]
+for i in range(n):
+    print(json.dumps({"key": f"row-{i:06d}", "payload": {"contents": [{"role": "user", "parts": [{"text": f"{i} {text}"}]}]}}))
+PY
+"${CTL[@]}" enroll bench "$WORK/rows.jsonl" --chunk 100 >/dev/null
+echo "enrolled $((JOBS * ROWS)) rows of ${KB} KB ($(stat -c %s "$WORK/rows.jsonl") bytes)"
+start=$(date +%s.%N)
+GEMINI_API_KEY=bench /usr/bin/time -v "$BIN/tally-worker" --server "http://127.0.0.1:$PORT" \
+  --ledger bench --gemini-base-url "http://127.0.0.1:$EMU_PORT" --max-jobs "$JOBS" \
+  --claim-size "$ROWS" --max-rows-per-batch "$ROWS" --poll-interval 500ms --exit-when-idle \
+  >"$WORK/worker.log" 2>"$WORK/time.txt" || { tail -20 "$WORK/worker.log" "$WORK/time.txt"; exit 1; }
+rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$WORK/time.txt")
+"${CTL[@]}" status bench | sed -n "1,12p"
+printf 'worker: %s jobs x %s rows x %s KB: wall %.1f s, peak RSS %s KiB (%.0f MiB)\n' \
+  "$JOBS" "$ROWS" "$KB" "$(echo "$(date +%s.%N) - $start" | bc)" "$rss" "$(echo "$rss / 1024" | bc -l)"
