@@ -149,6 +149,10 @@ class FailureKind(_Named):
     BLOCKED = "BLOCKED"
     #: The row was missing from a finished job's output.
     MISSING_FROM_OUTPUT = "MISSING_FROM_OUTPUT"
+    #: A file the row references cannot be used, for good (PERMANENT).
+    MEDIA_UNREADABLE = "MEDIA_UNREADABLE"
+    #: A file the row references could not be read this time (retried).
+    MEDIA_UNAVAILABLE = "MEDIA_UNAVAILABLE"
 
     @classmethod
     def _prefix(cls) -> str:
