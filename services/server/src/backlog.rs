@@ -282,7 +282,7 @@ mod tests {
     /// `tally_ledger_paused` in deploy/README.md.
     #[test]
     fn every_pause_reason_has_an_alert_and_is_documented() {
-        let alerts = include_str!("../../../deploy/prometheus/alerts.yaml");
+        let alerts = include_str!("../../../deploy/helm/tally/files/alerts.yaml");
         let readme = include_str!("../../../deploy/README.md");
         let row = readme
             .lines()
