@@ -24,7 +24,9 @@ if [ ${#packages[@]} -gt 0 ]; then
     cargo build --quiet "${packages[@]}" --manifest-path "$root/Cargo.toml"
 fi
 cd "$root/clients/python"
-"$venv/bin/ruff" format --check --quiet .
-"$venv/bin/ruff" check --quiet .
+# And the tally-bin wheel's package and builder (clients/python-bin).
+"$venv/bin/ruff" format --check --quiet . ../python-bin
+"$venv/bin/ruff" check --quiet . ../python-bin
 "$venv/bin/mypy" --no-error-summary --cache-dir "$target/python-client-mypy-cache" src tests generate.py
+"$venv/bin/mypy" --no-error-summary --cache-dir "$target/python-client-mypy-cache" --strict ../python-bin/tally_bin ../python-bin/build_wheel.py
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -13,7 +13,7 @@ use clap::Parser;
 /// tally-worker: claims rows from a tally ledger, runs them as Gemini Batch
 /// API jobs and reports what became of each row.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "tally-worker", version, about)]
+#[command(name = "tally-worker", version = tally_version::LONG, about)]
 pub struct WorkerArgs {
     /// tally gRPC address (http:// or https://).
     #[arg(long, env = "TALLY_SERVER", default_value = "http://127.0.0.1:50051")]

@@ -140,7 +140,7 @@ def worker_binary(deployment: Deployment) -> str:
     if found is None:
         raise WorkerError(
             "no tally-worker: set TALLY_WORKER_BIN, or put tally-worker on PATH "
-            "(pip install tally-client[binaries] carries it)"
+            "(the tally-bin wheel carries it: pip install tally-bin)"
         )
     return found
 
