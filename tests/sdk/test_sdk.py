@@ -227,3 +227,77 @@ def test_quota_429_carries_retry_info(client: genai.Client, emulator: Emulator) 
     # The next create is accepted.
     job = client.batches.create(model=MODEL, src=[types.InlinedRequest(contents="q")])
     assert job.name is not None
+
+
+def tiny_png() -> bytes:
+    """A 1x1 PNG (a real image, as the SDK would upload one)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    raw = b"\x00\xff\x80\x00"
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_an_uploaded_image_and_an_inline_one_reach_the_model(client: genai.Client) -> None:
+    import hashlib
+
+    png = tiny_png()
+    digest = hashlib.sha256(png).hexdigest()[:16]
+    uploaded = client.files.upload(
+        file=io.BytesIO(png),
+        config=types.UploadFileConfig(display_name="page", mime_type="image/png"),
+    )
+    assert uploaded.uri is not None and uploaded.mime_type == "image/png"
+    by_reference = types.Content(
+        role="user",
+        parts=[
+            types.Part(text="Read this page."),
+            types.Part(file_data=types.FileData(file_uri=uploaded.uri, mime_type="image/png")),
+        ],
+    )
+    inline = types.Content(
+        role="user",
+        parts=[
+            types.Part(text="And this one."),
+            types.Part.from_bytes(data=png, mime_type="image/png"),
+        ],
+    )
+    job = client.batches.create(
+        model=MODEL,
+        src=[
+            types.InlinedRequest(contents=[by_reference]),
+            types.InlinedRequest(contents=[inline]),
+        ],
+    )
+    assert job.name is not None
+    done = wait_done(client, job.name)
+    assert done.state is not None and done.state.value == "JOB_STATE_SUCCEEDED"
+    assert done.dest is not None and done.dest.inlined_responses is not None
+    for item in done.dest.inlined_responses:
+        assert item.response is not None
+        text = item.response.text or ""
+        assert f"image/png {len(png)} bytes sha256:{digest}" in text, text
+
+    # A reference to a file the project does not have is refused per row.
+    missing = types.Content(
+        role="user",
+        parts=[
+            types.Part(text="Read this page."),
+            types.Part(file_data=types.FileData(file_uri="files/none", mime_type="image/png")),
+        ],
+    )
+    job = client.batches.create(model=MODEL, src=[types.InlinedRequest(contents=[missing])])
+    assert job.name is not None
+    done = wait_done(client, job.name)
+    assert done.dest is not None and done.dest.inlined_responses is not None
+    (only,) = done.dest.inlined_responses
+    assert only.error is not None and only.error.code == 7

@@ -194,7 +194,18 @@ pub fn answer_text(request: &Value, prompt: &str) -> String {
         .and_then(Value::as_str)
         .is_some_and(|m| m.eq_ignore_ascii_case("application/json"));
     if !json_mode {
-        return format!("Emulated answer to: {}", prompt_words(prompt));
+        // The media the request carried are named (see `media.rs`), so a
+        // test can tell a row that sent its image from one that did not.
+        let seen: Vec<&str> = media_mentions(prompt).collect();
+        return if seen.is_empty() {
+            format!("Emulated answer to: {}", prompt_words(prompt))
+        } else {
+            format!(
+                "Emulated answer to: {} (seen: {})",
+                prompt_words(prompt),
+                seen.join(", ")
+            )
+        };
     }
     let schema = get("responseJsonSchema", "response_json_schema")
         .or_else(|| get("responseSchema", "response_schema"));
@@ -203,6 +214,16 @@ pub fn answer_text(request: &Value, prompt: &str) -> String {
         None => json!({"answer": prompt_words(prompt)}),
     };
     value.to_string()
+}
+
+/// The `[mime N bytes sha256:…]` texts that stand for a request's media
+/// (`media::resolve`) in its prompt text.
+fn media_mentions(prompt: &str) -> impl Iterator<Item = &str> {
+    prompt.match_indices('[').filter_map(move |(start, _)| {
+        let end = start + prompt[start..].find(']')?;
+        let inner = &prompt[start + 1..end];
+        inner.contains(" bytes sha256:").then_some(inner)
+    })
 }
 
 /// Thinking tokens a MAX_TOKENS answer spent.
@@ -455,6 +476,7 @@ fn row_error_message(code: u16) -> String {
         500 => "An internal error has occurred. Please retry.".to_owned(),
         503 => "The model is overloaded. Please try again later.".to_owned(),
         400 => "Request contains an invalid argument.".to_owned(),
+        403 => "You do not have permission to access the File or it may not exist.".to_owned(),
         other => format!("emulated error {other}"),
     }
 }

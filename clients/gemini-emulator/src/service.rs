@@ -271,6 +271,12 @@ impl Shared {
             source: Source::Uploaded,
         };
         let resource = file.resource(base_url);
+        let is_input = file.mime_type == "application/jsonl" || file.mime_type == "text/plain";
+        if !is_input {
+            use sha2::Digest as _;
+            let hash = hex::encode(sha2::Sha256::digest(&file.bytes));
+            *state.stats.media_uploads.entry(hash).or_default() += 1;
+        }
         state.files.insert(id, file);
         state.stats.uploads += 1;
         Ok(UploadStep::Final(json!({"file": resource})))
@@ -699,10 +705,10 @@ impl Shared {
         let name = batch.name();
         let partial = matches!(batch.fault, Some(JobFault::Failed { partial: true, .. }));
         let outcomes: Vec<(String, Outcome)> = match to {
-            BatchState::Succeeded => self.respond(batch, batch.rows.len(), files, faults),
+            BatchState::Succeeded => self.respond(batch, batch.rows.len(), files, faults, stats),
             // Part of the batch was answered before it failed.
             BatchState::Failed if partial => {
-                self.respond_half(batch, files, faults, Outcome::JobFailed)
+                self.respond_half(batch, files, faults, stats, Outcome::JobFailed)
             }
             BatchState::Failed => every_row(batch, Outcome::JobFailed),
             BatchState::Expired => every_row(batch, Outcome::JobExpired),
@@ -710,7 +716,7 @@ impl Shared {
                 if batch.state == BatchState::Running
                     && faults.as_ref().is_some_and(|f| f.plan().partial_on_cancel) =>
             {
-                self.respond_half(batch, files, faults, Outcome::JobCancelled)
+                self.respond_half(batch, files, faults, stats, Outcome::JobCancelled)
             }
             BatchState::Cancelled => every_row(batch, Outcome::JobCancelled),
             BatchState::Pending | BatchState::Running => return,
@@ -755,7 +761,38 @@ impl Shared {
         upto: usize,
         files: &mut HashMap<String, StoredFile>,
         faults: &mut Option<Faults>,
+        stats: &mut Stats,
     ) -> Vec<(String, Outcome)> {
+        // The media the rows reference are read now, as the provider runs
+        // the batch: expired files are gone by then.
+        if let Some(ttl) = faults.as_ref().and_then(Faults::file_ttl) {
+            let now = Utc::now();
+            let before = files.len();
+            files.retain(|_, f| f.created + ttl > now);
+            stats.files_expired += (before - files.len()) as u64;
+        }
+        let mut refused: HashMap<String, u16> = HashMap::new();
+        let rows: Vec<crate::output::InputRow> = batch.rows[..upto]
+            .iter()
+            .map(|row| {
+                let mut row = row.clone();
+                match crate::media::resolve(&row.request, files) {
+                    Ok(r) => {
+                        stats
+                            .media
+                            .entry(row.key.clone())
+                            .or_default()
+                            .extend(r.media);
+                        row.request = r.request;
+                    }
+                    Err((code, message)) => {
+                        tracing::info!(key = %row.key, code, message, "row's media refused");
+                        refused.insert(row.key.clone(), code);
+                    }
+                }
+                row
+            })
+            .collect();
         let seed = self.seed ^ hash_str(&batch.display_name) ^ batch.seq;
         let changed_to = faults
             .as_ref()
@@ -772,13 +809,14 @@ impl Shared {
             tracing::info!(batch = %batch.id, model = %batch.model, version, "fault: the model behind the alias changed");
         }
         let output = build_output(
-            &batch.rows[..upto],
+            &rows,
             changed_to.as_deref().unwrap_or(&batch.model),
             seed,
             style,
-            |row, prompt| match faults.as_mut() {
-                Some(f) => f.decide_row(&row.key, prompt),
-                None => crate::faults::RowVerdict::Answer,
+            |row, prompt| match (refused.get(&row.key), faults.as_mut()) {
+                (Some(&code), _) => crate::faults::RowVerdict::Error(code),
+                (None, Some(f)) => f.decide_row(&row.key, prompt),
+                (None, None) => crate::faults::RowVerdict::Answer,
             },
         );
         batch.output = Some(if batch.input_file.is_some() {
@@ -810,10 +848,11 @@ impl Shared {
         batch: &mut Batch,
         files: &mut HashMap<String, StoredFile>,
         faults: &mut Option<Faults>,
+        stats: &mut Stats,
         rest: Outcome,
     ) -> Vec<(String, Outcome)> {
         let answered = batch.rows.len() / 2;
-        let mut outcomes = self.respond(batch, answered, files, faults);
+        let mut outcomes = self.respond(batch, answered, files, faults, stats);
         outcomes.extend(batch.rows[answered..].iter().map(|r| (r.key.clone(), rest)));
         outcomes
     }

@@ -26,6 +26,12 @@ pub struct Stats {
     pub create_answers_lost: u64,
     /// GETs of an existing batch answered 404 (the `get_not_found` fault).
     pub gets_not_found: u64,
+    /// Per row key, the SHA-256 (hex) of every media file its requests
+    /// carried, each time it was processed (inline or by file reference).
+    pub media: BTreeMap<String, Vec<String>>,
+    /// Per SHA-256 (hex) of the bytes, how many uploads (finalized, not
+    /// input JSONL) carried them.
+    pub media_uploads: BTreeMap<String, u64>,
     /// Downloads refused by the output-unavailable fault.
     pub downloads_refused: u64,
     /// `application/jsonl` finalizes refused by the MIME fault.

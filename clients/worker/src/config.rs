@@ -136,6 +136,42 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_BATCH_RETENTION", default_value = "1h", value_parser = parse_duration)]
     pub batch_retention: Duration,
 
+    /// The directory rows' local media paths (and `file://` URIs) are read
+    /// under; without it no local file is read. Paths resolve inside it
+    /// only (no `..`, no symbolic link out).
+    #[arg(long, env = "TALLY_WORKER_MEDIA_ROOT")]
+    pub media_root: Option<std::path::PathBuf>,
+
+    /// A host rows' `https://` media may be read from (repeat, or separate
+    /// with commas); no other host is read, and no redirect is followed.
+    #[arg(
+        long = "media-allow-host",
+        env = "TALLY_WORKER_MEDIA_ALLOW_HOSTS",
+        value_delimiter = ','
+    )]
+    pub media_allow_hosts: Vec<String>,
+
+    /// Largest media file read, in bytes; a larger one makes its row
+    /// PERMANENT (`media_unreadable`).
+    #[arg(long, env = "TALLY_WORKER_MEDIA_MAX_BYTES", default_value_t = 100 * 1024 * 1024)]
+    pub media_max_bytes: u64,
+
+    /// Media files up to this many bytes go inline in the request; larger
+    /// ones are uploaded once and referenced.
+    #[arg(long, env = "TALLY_WORKER_MEDIA_INLINE_MAX", default_value_t = 256 * 1024)]
+    pub media_inline_max: u64,
+
+    /// An upload is reused only while it has this long to live at the
+    /// provider (a batch may take a day; Gemini keeps files 48 hours).
+    #[arg(long, env = "TALLY_WORKER_MEDIA_MIN_LIFE", default_value = "26h", value_parser = parse_duration)]
+    pub media_min_life: Duration,
+
+    /// Bytes of media uploads the provider account may hold (Gemini: 20
+    /// GiB a project, input files included: keep room for them); a row
+    /// whose upload would pass it waits, no attempt.
+    #[arg(long, env = "TALLY_WORKER_PROVIDER_STORAGE_BYTES", default_value_t = 16 * 1024 * 1024 * 1024)]
+    pub provider_storage_bytes: u64,
+
     /// How long a finished batch's output that is not downloadable (403 or
     /// 404 right after the batch finished) is waited for; then the job
     /// fails with that reason and its rows are retried.

@@ -46,6 +46,8 @@ pub struct Sent {
     pub tokens: u64,
     /// The enqueued-token limit tally admits the model under (0: none).
     pub token_limit: u64,
+    /// SHA-256 of each media upload the batch references.
+    pub media: Vec<String>,
 }
 
 /// Records MarkCreating (retried; the same call again is a no-op), with the
@@ -62,6 +64,7 @@ pub async fn mark_creating(
         claim: claim.to_string(),
         input_file: input_file.to_string(),
         estimated_tokens: i64::try_from(sent.tokens).unwrap_or(i64::MAX),
+        media_sha256: sent.media.clone(),
     };
     with_retry(ctx.retry, "MarkCreating", || {
         let mut c = ctx.clients.jobs.clone();

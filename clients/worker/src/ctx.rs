@@ -14,6 +14,7 @@ use tonic::{Code, Status};
 use crate::bounds::TokenBounds;
 use crate::config::WorkerArgs;
 use crate::gemini::Gemini;
+use crate::media::MediaReader;
 use crate::metrics::WorkerMetrics;
 use crate::prompt::PromptSpec;
 
@@ -46,12 +47,21 @@ pub struct Ctx {
     pub account: String,
     /// Token bounds per model learned from refused creates.
     bounds: std::sync::Mutex<TokenBounds>,
+    /// Where rows' media are read from.
+    pub media: MediaReader,
 }
 
 impl Ctx {
-    pub fn new(clients: Clients, gemini: Gemini, args: WorkerArgs, metrics: WorkerMetrics) -> Self {
+    pub fn new(
+        clients: Clients,
+        gemini: Gemini,
+        args: WorkerArgs,
+        metrics: WorkerMetrics,
+        media: MediaReader,
+    ) -> Self {
         let (ops, _) = broadcast::channel(1024);
         Self {
+            media,
             account: gemini.account(),
             bounds: std::sync::Mutex::new(TokenBounds::default()),
             clients,
@@ -159,8 +169,10 @@ impl Ctx {
 }
 
 fn compile(p: &pb::Prompt) -> PromptResult {
-    let spec = PromptSpec::from_registry(&p.template, &p.response_schema, &p.system_instruction)
-        .map_err(|e| format!("prompt {}: {e}", p.name))?;
+    let mut spec =
+        PromptSpec::from_registry(&p.template, &p.response_schema, &p.system_instruction)
+            .map_err(|e| format!("prompt {}: {e}", p.name))?;
+    spec.media = p.media.clone();
     let validator = match &spec.response_schema {
         None => None,
         Some(schema) => Some(

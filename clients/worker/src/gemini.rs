@@ -271,6 +271,42 @@ impl Gemini {
         bytes: &Bytes,
         mime: &str,
     ) -> Result<String, GeminiError> {
+        file_name_of(&self.upload_file_once(display_name, bytes, mime).await?)
+    }
+
+    /// Uploads a row's media file (resumable, `mime`); answers the file
+    /// resource (`name`, `uri`, `expirationTime`, `state`).
+    pub async fn upload_media(
+        &self,
+        display_name: &str,
+        mime: &str,
+        bytes: &Bytes,
+    ) -> Result<Value, GeminiError> {
+        let done = self
+            .retrying("upload media", || {
+                self.upload_file_once(display_name, bytes, mime)
+            })
+            .await?;
+        file_name_of(&done)?;
+        Ok(done.get("file").cloned().unwrap_or(done))
+    }
+
+    /// `GET files/{id}`: the file resource.
+    pub async fn get_file(&self, name: &str) -> Result<Value, GeminiError> {
+        let id = name.trim_start_matches("files/");
+        let url = self.url(&format!("/v1beta/files/{id}"));
+        self.retrying("get file", || self.json(self.http.get(&url)))
+            .await
+    }
+
+    /// One resumable upload; answers the finalize's body (`{"file": …}`,
+    /// or an `error` body the provider answered with 200).
+    async fn upload_file_once(
+        &self,
+        display_name: &str,
+        bytes: &Bytes,
+        mime: &str,
+    ) -> Result<Value, GeminiError> {
         let start = self
             .send(
                 self.http
@@ -302,7 +338,9 @@ impl Gemini {
                     .body(bytes.clone()),
             )
             .await?;
-        file_name_of(&done)
+        // An error body is a failure (transient when its code says so).
+        file_name_of(&done)?;
+        Ok(done)
     }
 
     /// Creates the batch (display name = the tally job id) and answers its

@@ -12,6 +12,11 @@
 //! know (another tally in the same provider project, or a deleted ledger:
 //! the provider expires it).
 //!
+//! Media uploads (tally's register of files uploaded for rows' media): one
+//! that no open job references and that has less than `--media-min-life`
+//! left (so no batch will reference it again) is deleted at the provider
+//! and forgotten, so uploads stay under the project's storage limit.
+//!
 //! Batches: every search after a lost create reads the whole batch list
 //! ([`crate::lookup`]), and tally never needs a batch again once its job is
 //! reconciled (its outcomes are stored). A batch of this ledger whose job
@@ -41,6 +46,7 @@ enum Fate {
 pub struct Swept {
     pub files: usize,
     pub batches: usize,
+    pub media: usize,
 }
 
 /// One sweep of files and batches.
@@ -48,6 +54,7 @@ pub async fn sweep(ctx: &Ctx) -> Swept {
     Swept {
         files: sweep_files(ctx).await,
         batches: sweep_batches(ctx).await,
+        media: sweep_media(ctx).await,
     }
 }
 
@@ -157,6 +164,63 @@ async fn sweep_batches(ctx: &Ctx) -> usize {
             Some(t) if !t.is_empty() => token = t.to_string(),
             _ => break,
         }
+    }
+    deleted
+}
+
+/// Deletes this account's media uploads no open job references and no
+/// batch will reference again (less than `--media-min-life` left); answers
+/// how many went.
+async fn sweep_media(ctx: &Ctx) -> usize {
+    let mut deleted = 0;
+    let mut token = String::new();
+    for _ in 0..MAX_PAGES {
+        let req = pb::ListMediaUploadsRequest {
+            parent: ctx.ledger.clone(),
+            provider_account: ctx.account.clone(),
+            page_size: 1000,
+            page_token: token.clone(),
+        };
+        let page = match ctx.clients.jobs.clone().list_media_uploads(req).await {
+            Ok(p) => p.into_inner(),
+            Err(s) => {
+                tracing::warn!(error = %s, "janitor: could not list media uploads");
+                return deleted;
+            }
+        };
+        let soon = SystemTime::now() + ctx.args.media_min_life;
+        for u in &page.uploads {
+            let expires = u
+                .expire_time
+                .and_then(|t| SystemTime::try_from(t).ok())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            if u.in_use || expires > soon {
+                continue;
+            }
+            if let Err(e) = ctx.gemini.delete_file(&u.file).await {
+                tracing::warn!(file = %u.file, error = %e, "janitor: media upload not deleted");
+                continue;
+            }
+            let forget = pb::ForgetMediaUploadRequest {
+                parent: ctx.ledger.clone(),
+                provider_account: ctx.account.clone(),
+                sha256: u.sha256.clone(),
+                file: u.file.clone(),
+            };
+            match ctx.clients.jobs.clone().forget_media_upload(forget).await {
+                Ok(_) => {
+                    deleted += 1;
+                    tracing::info!(file = %u.file, sha256 = %u.sha256, "janitor: media upload deleted");
+                }
+                Err(s) => {
+                    tracing::warn!(file = %u.file, error = %s, "janitor: media upload not forgotten")
+                }
+            }
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
     }
     deleted
 }

@@ -32,6 +32,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
+use crate::attach::{self, AttachFail};
 use crate::config::Failpoint;
 use crate::create::{self, CreateEnd};
 use crate::ctx::{Ctx, PromptResult, prompt_name};
@@ -148,6 +149,9 @@ pub async fn run_claim(
     let mut overflow: Vec<String> = Vec::new();
     let mut sent_keys: Vec<String> = Vec::new();
     let mut expect: HashMap<String, Answer> = HashMap::new();
+    let mut job_media = attach::JobMedia::default();
+    // Rows whose media could not be read: reported (an attempt each).
+    let mut failed: Vec<pb::RowOutcome> = Vec::new();
     for row in &mut rows {
         let payload = std::mem::take(&mut row.payload);
         let compiled = match row.prompt.as_ref().map(|p| &prompts[&prompt_name(p)]) {
@@ -158,13 +162,38 @@ pub async fn run_claim(
             Some(Ok(c)) => Some(Arc::clone(c)),
             None => None,
         };
-        let request = match prompt::build_request(&payload, compiled.as_ref().map(|c| &c.spec)) {
+        let mut request = match prompt::build_request(&payload, compiled.as_ref().map(|c| &c.spec))
+        {
             Ok(req) => req,
             Err(e) => {
                 invalid.push((row.key.clone(), e.to_string()));
                 continue;
             }
         };
+        match attach::attach(&ctx, &mut request, &mut job_media).await {
+            Ok(()) => {}
+            Err(AttachFail::Unreadable(why)) => {
+                failed.push(media_failure(
+                    &row.key,
+                    pb::FailureKind::MediaUnreadable,
+                    why,
+                ));
+                continue;
+            }
+            Err(AttachFail::Unavailable(why)) => {
+                failed.push(media_failure(
+                    &row.key,
+                    pb::FailureKind::MediaUnavailable,
+                    why,
+                ));
+                continue;
+            }
+            Err(AttachFail::StorageFull(why)) => {
+                tracing::warn!(job = %job.job_id, row = %row.key, "{why}; the row waits");
+                overflow.push(row.key.clone());
+                continue;
+            }
+        }
         let start = body.len();
         let size = jsonl::write_line(&mut body, &row.key, &request);
         match packer.offer(size) {
@@ -194,11 +223,12 @@ pub async fn run_claim(
         }
     }
     drop(rows);
-    if !invalid.is_empty() {
-        tracing::warn!(job = %job.job_id, rows = invalid.len(), "rows that cannot be sent reported as invalid input");
+    if !invalid.is_empty() || !failed.is_empty() {
+        tracing::warn!(job = %job.job_id, invalid = invalid.len(), media = failed.len(), "rows that cannot be sent reported");
         let outcomes = invalid
             .iter()
             .map(|(key, why)| invalid_input(key, why))
+            .chain(failed)
             .collect();
         report(&ctx, &claim.name, outcomes).await?;
     }
@@ -244,6 +274,7 @@ pub async fn run_claim(
         keys: sent_keys,
         tokens: packer.tokens(),
         token_limit,
+        media: job_media.uploads.into_iter().collect(),
     };
     // Recorded before the create goes out: from here the batch may exist,
     // and the rows are never released until the provider was searched.
@@ -502,5 +533,19 @@ async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
                 return;
             }
         }
+    }
+}
+
+/// A row whose media could not be read, reported as such (`kind`:
+/// MEDIA_UNREADABLE is PERMANENT, MEDIA_UNAVAILABLE RETRYABLE).
+fn media_failure(key: &str, kind: pb::FailureKind, why: String) -> pb::RowOutcome {
+    pb::RowOutcome {
+        key: key.to_string(),
+        outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
+            kind: kind as i32,
+            message: why,
+            ..Default::default()
+        })),
+        usage: None,
     }
 }

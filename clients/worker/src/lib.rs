@@ -26,6 +26,7 @@
 //! Not here: classification (the server classifies the facts the worker
 //! reports), retry scheduling of rows (the ledger's backoff).
 
+mod attach;
 mod bounds;
 pub mod config;
 mod create;
@@ -39,6 +40,7 @@ mod janitor;
 pub mod job;
 pub mod jsonl;
 pub mod lookup;
+pub mod media;
 pub mod metrics;
 pub mod output;
 pub mod prompt;

@@ -17,6 +17,10 @@ pub struct PromptSpec {
     /// The JSON Schema the answer must match, parsed.
     pub response_schema: Option<Value>,
     pub system_instruction: Option<String>,
+    /// Template variables that are media references: sent as
+    /// `{"media": …}` parts after the text, in this order (the provider's
+    /// parts replace them when the batch is built: `crate::attach`).
+    pub media: Vec<String>,
 }
 
 /// Why a row cannot be turned into a request. Every one of these is the
@@ -29,6 +33,8 @@ pub enum InputError {
     Render(String),
     #[error("prompt's response schema is not valid JSON: {0}")]
     Schema(String),
+    #[error("{0}")]
+    Media(String),
     #[error("request of {size} bytes is larger than the batch byte limit ({limit})")]
     TooLarge { size: usize, limit: usize },
     #[error(
@@ -57,6 +63,7 @@ impl PromptSpec {
             template: template.to_string(),
             response_schema,
             system_instruction: Some(system_instruction.to_string()).filter(|s| !s.is_empty()),
+            media: Vec::new(),
         })
     }
 }
@@ -100,11 +107,20 @@ pub fn build_request(payload: &str, prompt: Option<&PromptSpec>) -> Result<Value
         return Ok(request(&text, None, None));
     };
     let text = render(&prompt.template, &vars)?;
-    Ok(request(
+    let mut req = request(
         &text,
         prompt.response_schema.as_ref(),
         prompt.system_instruction.as_deref(),
-    ))
+    );
+    let media = tally_core::media::variables(&vars, &prompt.media).map_err(InputError::Media)?;
+    if let Some(parts) = req["contents"][0]["parts"].as_array_mut() {
+        for (_, m) in media {
+            parts.push(
+                json!({"media": {"uri": m.uri, "sha256": m.sha256, "mime_type": m.mime_type}}),
+            );
+        }
+    }
+    Ok(req)
 }
 
 /// Whether the request built for a row asks for JSON: always when the row
@@ -227,5 +243,29 @@ mod tests {
         assert_eq!(req["contents"][0]["parts"][0]["text"], json!("hello"));
         let req = build_request(r#"{"n": 1}"#, None).unwrap();
         assert_eq!(req["contents"][0]["parts"][0]["text"], json!(r#"{"n":1}"#));
+    }
+
+    // Invariant: a prompt's media variables become `media` parts after the
+    // text, in the declared order, checked; the text renders from the
+    // other variables.
+    #[test]
+    fn media_variables_follow_the_text_as_parts() {
+        const H: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let mut p = spec("Transcribe page {{ n }}.", "");
+        p.media = vec!["page".into(), "cover".into()];
+        let payload = json!({"n": 3, "page": {"uri": "b/3.png", "sha256": H},
+                             "cover": {"uri": "b/c.jpg", "sha256": H}})
+        .to_string();
+        let req = build_request(&payload, Some(&p)).unwrap();
+        let parts = req["contents"][0]["parts"].as_array().unwrap();
+        assert_eq!(parts[0]["text"], "Transcribe page 3.");
+        assert_eq!(parts[1]["media"]["uri"], "b/3.png");
+        assert_eq!(parts[1]["media"]["mime_type"], "image/png");
+        assert_eq!(parts[2]["media"]["mime_type"], "image/jpeg");
+        let missing = build_request(&json!({"n": 1}).to_string(), Some(&p)).unwrap_err();
+        assert!(
+            missing.to_string().contains("`page` is missing"),
+            "{missing}"
+        );
     }
 }

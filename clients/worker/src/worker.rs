@@ -49,12 +49,15 @@ pub struct RunReport {
     pub files_deleted: u64,
     /// Reconciled batches (and ended probes) the janitor deleted.
     pub batches_deleted: u64,
+    /// Media uploads the janitor deleted.
+    pub media_deleted: u64,
 }
 
 impl RunReport {
     fn swept(&mut self, s: janitor::Swept) {
         self.files_deleted += s.files as u64;
         self.batches_deleted += s.batches as u64;
+        self.media_deleted += s.media as u64;
     }
 }
 
@@ -95,7 +98,20 @@ pub async fn run_serving(
     let stop = CancellationToken::new();
     let listener_stop = CancellationToken::new();
     let listener = listener.map(|l| serve_metrics(l, &args, &metrics, listener_stop.clone()));
-    let ctx = Arc::new(Ctx::new(clients, gemini, args, metrics));
+    let media = crate::media::MediaReader::new(
+        crate::media::MediaPlaces {
+            root: args.media_root.clone(),
+            allowed_hosts: args
+                .media_allow_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .collect(),
+            max_bytes: args.media_max_bytes,
+        },
+        args.http_timeout,
+    )
+    .map_err(WorkerError::Config)?;
+    let ctx = Arc::new(Ctx::new(clients, gemini, args, metrics, media));
     let ledger = with_retry(ctx.retry, "GetLedger", || {
         let mut c = ctx.clients.ledgers.clone();
         let req = pb::GetLedgerRequest {

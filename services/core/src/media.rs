@@ -82,7 +82,7 @@ pub fn parse(v: &Value) -> Result<MediaRef, MediaError> {
     let sha256 = o
         .get("sha256")
         .and_then(Value::as_str)
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .filter(|h| valid_sha256(h))
         .ok_or(MediaError::Sha256)?
         .to_ascii_lowercase();
     let mime_type = match o.get("mime_type") {
@@ -99,7 +99,8 @@ pub fn parse(v: &Value) -> Result<MediaRef, MediaError> {
     })
 }
 
-fn valid_mime(m: &str) -> bool {
+/// Whether `m` is a MIME type (`type/subtype`, at most [`MAX_MIME`]).
+pub fn valid_mime(m: &str) -> bool {
     m.len() <= MAX_MIME
         && m.split_once('/').is_some_and(|(t, s)| {
             !t.is_empty()
@@ -173,6 +174,11 @@ pub fn native_parts(request: &Value) -> Result<Vec<MediaRef>, String> {
         }
     }
     Ok(out)
+}
+
+/// Whether `h` is a SHA-256 in hex (64 digits).
+pub fn valid_sha256(h: &str) -> bool {
+    h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Checks a prompt's media variable names: at most [`MAX_MEDIA_PER_ROW`],

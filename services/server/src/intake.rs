@@ -86,6 +86,8 @@ pub fn bound(limits: &Limits, message: &str, field: &str) -> Option<usize> {
     Some(match (message, field) {
         ("tally.v1.RowInput", "depends_on") => deps::MAX_DEPENDS_ON,
         ("tally.v1.RegisterPromptRequest", "media") => tally_core::media::MAX_MEDIA_PER_ROW,
+        ("tally.v1.LookupMediaUploadsRequest", "sha256") => crate::job::media::MAX_LOOKUP,
+        ("tally.v1.MarkCreatingRequest", "media_sha256") => crate::job::validate::MAX_BATCH_MEDIA,
         ("tally.v1.ReportGoldenResultsRequest", "answers") => golden::MAX_GOLDEN_ROWS,
         ("tally.v1.GoldenSet", "rows") => golden::MAX_GOLDEN_ROWS,
         ("tally.v1.GoldenRow", "fields") => golden::MAX_FIELDS,

@@ -17,8 +17,8 @@ use crate::codes::{self, CLAIM_ACTIVE, JOB_PREPARING};
 use crate::fence::{self, lease_ms, lock_fenced, lock_job_by_id};
 use crate::job_view::{JOB_SELECT, JobRow, load_job};
 use crate::types::{
-    AdoptResult, AdoptedJob, ClaimRecord, ClaimState, FinishRequest, JobEventKind, JobOrigin,
-    JobRecord, NotCreated,
+    AdoptResult, AdoptedJob, ClaimRecord, ClaimState, CreateAttempt, FinishRequest, JobEventKind,
+    JobOrigin, JobRecord, NotCreated,
 };
 use crate::{Result, Store, StoreError};
 use crate::{admission, claims, events, golden, pause, settle};
@@ -271,7 +271,7 @@ impl Store {
         public_id: &str,
         token: Uuid,
         input_file: &str,
-        estimated_tokens: Option<i64>,
+        attempt: &CreateAttempt<'_>,
         actor: &str,
     ) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
@@ -293,9 +293,15 @@ impl Store {
             .bind(job.id)
             .bind(t.state.code())
             .bind(input_file)
-            .bind(estimated_tokens)
+            .bind(attempt.estimated_tokens)
             .execute(&mut *tx)
             .await?;
+            let account: String =
+                sqlx::query_scalar("SELECT provider_account FROM jobs WHERE id = $1")
+                    .bind(job.id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            crate::media::link_job(&mut tx, job.id, &account, attempt.media).await?;
             let out = load_job(&mut *tx, job.id).await?;
             events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
             tracing::info!(ledger = %ledger, job = %public_id, input_file = %input_file, "batch create begins");

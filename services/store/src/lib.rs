@@ -61,6 +61,8 @@
 //!    - [`jobs`]: jobs made from claims, their submission, adoption and
 //!      close.
 //!    - [`locks`]: named run locks.
+//!    - [`media`]: the media uploads register (files uploaded for rows'
+//!      media, and the jobs that reference them).
 //! - [`Store`] (below): the pool, the caches and the migrator.
 
 mod abandon;
@@ -82,6 +84,7 @@ pub mod jobs;
 pub mod ledgers;
 pub mod locks;
 pub mod maintenance;
+pub mod media;
 mod models;
 pub mod operations;
 pub mod pause;

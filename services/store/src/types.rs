@@ -534,6 +534,30 @@ pub struct JobOrigin<'a> {
     pub team: &'a str,
 }
 
+/// What MarkCreating records besides the input file: the batch's estimated
+/// tokens (`None` keeps CreateJob's estimate) and the media uploads it
+/// references (by SHA-256).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CreateAttempt<'a> {
+    pub estimated_tokens: Option<i64>,
+    pub media: &'a [String],
+}
+
+/// A file a worker uploaded to the provider for rows' media.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MediaUploadRecord {
+    pub provider_account: String,
+    pub sha256: String,
+    pub file: String,
+    pub uri: String,
+    pub mime_type: String,
+    pub size_bytes: i64,
+    pub expire_time: Time,
+    pub create_time: Time,
+    /// An open job's batch references it (read only).
+    pub in_use: bool,
+}
+
 /// What MarkNotCreated records: why, and what the refusal does beyond
 /// giving the rows back.
 #[derive(Debug, Clone, Copy, Default)]

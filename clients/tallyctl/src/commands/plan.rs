@@ -125,6 +125,28 @@ pub fn write_plan(path: &Path, plan: &Plan) -> Result<Written, CliError> {
     result
 }
 
+/// The media reference of a page's image: its path, the SHA-256 of its
+/// bytes (so a page whose image changed is a CONFLICT on re-enrollment)
+/// and its MIME type. The worker reads it under its `--media-root`.
+fn page_media(path: &str) -> Result<Value, String> {
+    use sha2::Digest as _;
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| format!("cannot read {path}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let mime = tally_core::media::mime_from_name(path).unwrap_or("image/jpeg");
+    Ok(json!({"uri": path, "sha256": hex::encode(hasher.finalize()), "mime_type": mime}))
+}
+
 /// The row of one node.
 fn row_item(
     node: &plan::Node,
@@ -132,6 +154,7 @@ fn row_item(
     first_pass: FirstPass,
     prompt: &Option<pb::PromptRef>,
     model: &str,
+    media_var: Option<&str>,
 ) -> Item {
     let origin = format!("node {}", node.key);
     let position = index as u64 + 1;
@@ -156,7 +179,23 @@ fn row_item(
             }
         }
     };
-    let payload = plan::payload(node, content);
+    let mut payload = plan::payload(node, content);
+    if let Some(var) = media_var {
+        match page_media(&node.image_path) {
+            Ok(reference) => {
+                let mut v: Value = serde_json::from_str(&payload).expect("a payload is JSON");
+                v[var] = reference;
+                payload = serde_json::to_string(&v).expect("a payload always serializes");
+            }
+            Err(error) => {
+                return Item::Bad {
+                    origin,
+                    error,
+                    position,
+                };
+            }
+        }
+    }
     if payload.len() > MAX_PAYLOAD_BYTES {
         return Item::Bad {
             origin,
@@ -177,6 +216,28 @@ fn row_item(
             model: model.to_string(),
         },
         position,
+    }
+}
+
+/// The prompt's media variable the page image goes in: its one declared
+/// media variable (none: the page is sent by path only, as text).
+async fn page_media_variable(ctx: &mut Ctx, p: &pb::PromptRef) -> Result<Option<String>, CliError> {
+    let name = format!("prompts/{}/versions/{}", p.name, p.version);
+    let prompt = ctx
+        .clients
+        .ledgers
+        .get_prompt(pb::GetPromptRequest { name: name.clone() })
+        .await
+        .map_err(|s| CliError::server(format!("get {name}"), s))?
+        .into_inner();
+    match prompt.media.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        many => Err(CliError::usage(format!(
+            "{name} declares {} media variables ({}); a plan fills one, the page image",
+            many.len(),
+            many.join(", ")
+        ))),
     }
 }
 
@@ -262,12 +323,16 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         skip_bad: false,
         dry_run: false,
     };
+    let media_var = match &prompt {
+        Some(p) => page_media_variable(ctx, p).await?,
+        None => None,
+    };
     let bar = ctx.progress(Some(plan.nodes.len() as u64));
     let items = plan
         .nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| row_item(n, i, args.first_pass, &prompt, &model));
+        .map(|(i, n)| row_item(n, i, args.first_pass, &prompt, &model, media_var.as_deref()));
     let result = enroll::run(&mut ctx.clients, &parent, items, &options, &bar).await;
     bar.finish_and_clear();
     if ctx.json {
@@ -359,7 +424,8 @@ mod tests {
             name: "page_ocr".into(),
             version: "v2".into(),
         });
-        let Item::Row { row, .. } = row_item(&p.nodes[1], 1, FirstPass::Content, &prompt, "m")
+        let Item::Row { row, .. } =
+            row_item(&p.nodes[1], 1, FirstPass::Content, &prompt, "m", None)
         else {
             panic!("expected a row")
         };
@@ -370,7 +436,7 @@ mod tests {
         assert_eq!(v["image_path"], "/i/2.jpg");
         // Page 1's JSON does not exist: a bad item naming the node.
         let Item::Bad { origin, error, .. } =
-            row_item(&p.nodes[0], 0, FirstPass::Content, &prompt, "")
+            row_item(&p.nodes[0], 0, FirstPass::Content, &prompt, "", None)
         else {
             panic!("expected a bad item")
         };
@@ -378,7 +444,7 @@ mod tests {
         assert!(error.contains("cannot read"));
         // Paths only: no file is read.
         assert!(matches!(
-            row_item(&p.nodes[0], 0, FirstPass::Path, &None, ""),
+            row_item(&p.nodes[0], 0, FirstPass::Path, &None, "", None),
             Item::Row { .. }
         ));
     }

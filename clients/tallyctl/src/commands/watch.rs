@@ -472,6 +472,27 @@ mod tests {
         ) -> Unary<pb::ReportGoldenResultsResponse> {
             Err(Status::unimplemented(""))
         }
+        async fn lookup_media_uploads(
+            &self,
+            _: Request<pb::LookupMediaUploadsRequest>,
+        ) -> Unary<pb::LookupMediaUploadsResponse> {
+            Err(Status::unimplemented(""))
+        }
+        async fn record_media_upload(
+            &self,
+            _: Request<pb::RecordMediaUploadRequest>,
+        ) -> Unary<pb::MediaUpload> {
+            Err(Status::unimplemented(""))
+        }
+        async fn list_media_uploads(
+            &self,
+            _: Request<pb::ListMediaUploadsRequest>,
+        ) -> Unary<pb::ListMediaUploadsResponse> {
+            Err(Status::unimplemented(""))
+        }
+        async fn forget_media_upload(&self, _: Request<pb::ForgetMediaUploadRequest>) -> Unary<()> {
+            Err(Status::unimplemented(""))
+        }
     }
 
     #[tokio::test]

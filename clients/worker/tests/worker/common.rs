@@ -287,7 +287,7 @@ impl World {
             .await
             .expect("create ledger");
         register_prompt(&c).await;
-        let rows = (0..rows)
+        let rows: Vec<pb::RowInput> = (0..rows)
             .map(|i| pb::RowInput {
                 key: format!("row-{i:02}"),
                 payload: serde_json::json!({"text": format!("document {i}")}).to_string(),
@@ -298,14 +298,16 @@ impl World {
                 ..Default::default()
             })
             .collect();
-        c.ledgers
-            .clone()
-            .enroll_rows(pb::EnrollRowsRequest {
-                parent: format!("ledgers/{ledger}"),
-                rows,
-            })
-            .await
-            .expect("enroll");
+        if !rows.is_empty() {
+            c.ledgers
+                .clone()
+                .enroll_rows(pb::EnrollRowsRequest {
+                    parent: format!("ledgers/{ledger}"),
+                    rows,
+                })
+                .await
+                .expect("enroll");
+        }
         World { stack, emulator, c }
     }
 

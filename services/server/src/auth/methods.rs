@@ -76,6 +76,10 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.JobService/RenewLock", W | O, Unary),
     m("/tally.v1.JobService/ReleaseLock", W | O, Unary),
     m("/tally.v1.JobService/ReportGoldenResults", W | O, Unary),
+    m("/tally.v1.JobService/LookupMediaUploads", W | O, Unary),
+    m("/tally.v1.JobService/RecordMediaUpload", W | O, Unary),
+    m("/tally.v1.JobService/ListMediaUploads", W | O, Unary),
+    m("/tally.v1.JobService/ForgetMediaUpload", W | O, Unary),
     // OperationsService
     m("/tally.v1.OperationsService/IngestEvent", W | O, Unary),
     m("/tally.v1.OperationsService/GetOperation", W | O, Unary),
@@ -160,7 +164,7 @@ mod tests {
     #[test]
     fn every_described_rpc_is_in_the_table_with_its_kind() {
         let described = described();
-        assert_eq!(described.len(), 38, "the three services have 38 RPCs");
+        assert_eq!(described.len(), 42, "the three services have 42 RPCs");
         for (path, streams) in &described {
             let Route::Tally(method) = Route::of(path) else {
                 panic!("{path} is missing from auth::methods::METHODS (so it is denied to all)");

@@ -7,10 +7,13 @@
 //! - [`convert`]: jobs, job events, locks and job states to `tally.v1`
 //!   messages; a job's claim, pause and golden rows are converted by
 //!   [`crate::ledger`].
+//! - [`media`]: the media uploads register's requests (checks and
+//!   conversions).
 //! - [`watch`]: which job events a WatchJobs stream shows ([`crate::tail`]
 //!   follows the log, [`crate::wakeup`] wakes it).
 
 pub mod convert;
+pub mod media;
 pub mod service;
 pub mod validate;
 pub mod watch;

@@ -3,6 +3,7 @@
 //! ([`super::convert`]). WatchJobs hands the stream to [`super::watch`].
 
 use super::convert::{job_to_proto, lock_to_proto};
+use super::media;
 use super::validate;
 use super::watch::{JobEvents, Open};
 use crate::caller::access;
@@ -18,7 +19,7 @@ use tally_core::names;
 use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_server::JobService;
 use tally_store::Store;
-use tally_store::types::{JobOrigin, NotCreated};
+use tally_store::types::{CreateAttempt, JobOrigin, NotCreated};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
@@ -66,6 +67,71 @@ impl JobService for Jobs {
             drift: Some(golden::drift_to_proto(&r.drift)),
         }))
     }
+    async fn lookup_media_uploads(
+        &self,
+        req: Request<pb::LookupMediaUploadsRequest>,
+    ) -> Reply<pb::LookupMediaUploadsResponse> {
+        let (ledger, hashes) = media::lookup(req.get_ref())?;
+        access(&req).ledger(&ledger)?;
+        let (uploads, stored_bytes) = self
+            .store
+            .lookup_media_uploads(&req.get_ref().provider_account, &hashes)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::LookupMediaUploadsResponse {
+            uploads: uploads.iter().map(media::to_proto).collect(),
+            stored_bytes,
+        }))
+    }
+
+    async fn record_media_upload(
+        &self,
+        req: Request<pb::RecordMediaUploadRequest>,
+    ) -> Reply<pb::MediaUpload> {
+        let (ledger, upload) = media::record(req.get_ref())?;
+        access(&req).ledger(&ledger)?;
+        let got = self
+            .store
+            .record_media_upload(&upload)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(media::to_proto(&got)))
+    }
+
+    async fn list_media_uploads(
+        &self,
+        req: Request<pb::ListMediaUploadsRequest>,
+    ) -> Reply<pb::ListMediaUploadsResponse> {
+        let ledger = ledger_validate::ledger("parent", &req.get_ref().parent)?;
+        access(&req).ledger(&ledger)?;
+        let req = req.into_inner();
+        let size = paging::page_size(req.page_size)?;
+        let list = format!("media:{}", req.provider_account);
+        let after = paging::decode(&req.page_token, &list, "")?;
+        let uploads = self
+            .store
+            .list_media_uploads(&req.provider_account, after.as_deref(), size)
+            .await
+            .map_err(from_store)?;
+        let (page, got) = crate::responses::page(&uploads, size, media::to_proto);
+        let last = page.last().map(|u| u.sha256.clone());
+        Ok(Response::new(pb::ListMediaUploadsResponse {
+            next_page_token: paging::next_token(&list, "", got, size, last.as_deref()),
+            uploads: page,
+        }))
+    }
+
+    async fn forget_media_upload(&self, req: Request<pb::ForgetMediaUploadRequest>) -> Reply<()> {
+        let (ledger, hash) = media::forget(req.get_ref())?;
+        access(&req).ledger(&ledger)?;
+        let r = req.get_ref();
+        self.store
+            .forget_media_upload(&r.provider_account, &hash, &r.file)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(()))
+    }
+
     async fn create_job(&self, req: Request<pb::CreateJobRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let (ledger, token) = ledger_validate::claim("claim", &req.get_ref().claim)?;
@@ -132,10 +198,14 @@ impl JobService for Jobs {
         let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let (input_file, estimated_tokens) = validate::creating(&req)?;
+        let (input_file, estimated_tokens, media) = validate::creating(&req)?;
+        let attempt = CreateAttempt {
+            estimated_tokens,
+            media: &media,
+        };
         let job = self
             .store
-            .mark_creating(&ledger, &job, token, &input_file, estimated_tokens, &actor)
+            .mark_creating(&ledger, &job, token, &input_file, &attempt, &actor)
             .await
             .map_err(from_store)?;
         Ok(Response::new(job_to_proto(&job)))

@@ -75,9 +75,14 @@ pub fn submission(req: &pb::MarkSubmittedRequest) -> Result<(String, String), St
 }
 
 /// MarkCreating's input file: required (the batch is made from it).
-/// MarkCreating's input file and the batch's estimated tokens (`None`:
-/// keep CreateJob's estimate).
-pub fn creating(req: &pb::MarkCreatingRequest) -> Result<(String, Option<i64>), Status> {
+/// Most media uploads one batch references.
+pub const MAX_BATCH_MEDIA: usize = 10_000;
+
+/// MarkCreating's input file, the batch's estimated tokens (`None`: keep
+/// CreateJob's estimate) and the media uploads it references.
+pub fn creating(
+    req: &pb::MarkCreatingRequest,
+) -> Result<(String, Option<i64>, Vec<String>), Status> {
     let mut v = Violations::new();
     if req.input_file.trim().is_empty() {
         v.add(
@@ -95,9 +100,10 @@ pub fn creating(req: &pb::MarkCreatingRequest) -> Result<(String, Option<i64>), 
             ),
         );
     }
+    let media = super::media::creating_media(&req.media_sha256, MAX_BATCH_MEDIA, &mut v);
     v.finish().map_err(invalid)?;
     let tokens = (req.estimated_tokens > 0).then_some(req.estimated_tokens);
-    Ok((req.input_file.clone(), tokens))
+    Ok((req.input_file.clone(), tokens, media))
 }
 
 /// Most characters of a provider account name.

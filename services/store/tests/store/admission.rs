@@ -92,9 +92,16 @@ async fn enqueued_tokens_are_counted_across_ledgers() {
     assert_eq!(b.max_batches, 0);
 
     // The first job ends without a batch: its tokens are free again.
-    s.mark_creating("a", &j1.public_id, g1.claim.token, "files/x", None, "w")
-        .await
-        .unwrap();
+    s.mark_creating(
+        "a",
+        &j1.public_id,
+        g1.claim.token,
+        "files/x",
+        &Default::default(),
+        "w",
+    )
+    .await
+    .unwrap();
     s.mark_not_created(
         "a",
         &j1.public_id,

@@ -37,9 +37,16 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
     for ledger in ["a", "b"] {
         let g = claim(s, ledger, 10).await.unwrap();
         let job = s.create_job(ledger, g.claim.token, "w").await.unwrap();
-        s.mark_creating(ledger, &job.public_id, g.claim.token, "files/x", None, "w")
-            .await
-            .unwrap();
+        s.mark_creating(
+            ledger,
+            &job.public_id,
+            g.claim.token,
+            "files/x",
+            &Default::default(),
+            "w",
+        )
+        .await
+        .unwrap();
         refused.push((ledger, job.public_id, g.claim.token));
     }
     for ((ledger, job, token), secs) in refused.iter().zip([30, 5]) {
@@ -127,7 +134,7 @@ async fn a_cool_down_holds_back_its_own_provider_account_only() {
         &job.public_id,
         g.claim.token,
         "files/x",
-        None,
+        &Default::default(),
         "w",
     )
     .await

@@ -455,7 +455,7 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
             &ja.public_id,
             ga.claim.token,
             "files/in-a",
-            None,
+            &Default::default(),
             "worker-a",
         )
         .await
@@ -470,7 +470,7 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
             &ja.public_id,
             ga.claim.token,
             "files/in-a",
-            None,
+            &Default::default(),
             "worker-a",
         )
         .await
@@ -576,7 +576,14 @@ async fn a_creating_job_whose_batch_is_found_is_submitted() {
     enroll_keys(&env, "l", &["a"]).await;
     let (g, job) = new_job(&env, "l", 10).await;
     env.store
-        .mark_creating("l", &job.public_id, g.claim.token, "files/in", None, "w")
+        .mark_creating(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            "files/in",
+            &Default::default(),
+            "w",
+        )
         .await
         .unwrap();
     let j = env
@@ -612,7 +619,14 @@ async fn a_creating_job_whose_batch_is_found_is_submitted() {
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");
     let e = env
         .store
-        .mark_creating("l", &job.public_id, g.claim.token, "files/in", None, "w")
+        .mark_creating(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            "files/in",
+            &Default::default(),
+            "w",
+        )
         .await
         .unwrap_err();
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");

@@ -9,7 +9,7 @@ use crate::common::*;
 
 use tally_core::payload::{Content, content_hash};
 use tally_store::StoreError;
-use tally_store::types::{EnrollOutcome, NewRow, PromptRecord};
+use tally_store::types::{EnrollOutcome, MediaUploadRecord, NewRow, PromptRecord};
 
 const H1: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 const H2: &str = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752";
@@ -87,4 +87,115 @@ async fn media_references_are_whole_and_their_bytes_are_in_the_row() {
         [EnrollOutcome::Conflict],
         "the image changed on disk"
     );
+}
+
+fn upload(account: &str, sha: &str, file: &str, expires_in_secs: i64) -> MediaUploadRecord {
+    MediaUploadRecord {
+        provider_account: account.into(),
+        sha256: sha.into(),
+        file: file.into(),
+        uri: format!("https://provider/{file}"),
+        mime_type: "image/png".into(),
+        size_bytes: 1000,
+        expire_time: chrono::Utc::now() + chrono::Duration::seconds(expires_in_secs),
+        create_time: chrono::Utc::now(),
+        in_use: false,
+    }
+}
+
+/// Invariants of the media uploads register: a lookup finds an account's
+/// live uploads only (not another account's, not an expired one) and
+/// counts the account's stored bytes; a newer upload of the same bytes
+/// replaces the record; an upload an open job's batch references is in
+/// use and cannot be forgotten until the job closes; forgetting names the
+/// file, so a newer upload of the same hash is kept.
+#[tokio::test]
+async fn uploads_are_reused_while_alive_and_kept_while_an_open_job_needs_them() {
+    use tally_store::types::CreateAttempt;
+    let env = env().await;
+    let s = &env.store;
+    s.record_media_upload(&upload("a", H1, "files/1", 3600))
+        .await
+        .unwrap();
+    s.record_media_upload(&upload("a", H2, "files/2", -1))
+        .await
+        .unwrap();
+    s.record_media_upload(&upload("b", H1, "files/b1", 3600))
+        .await
+        .unwrap();
+    let hashes = vec![H1.to_string(), H2.to_string()];
+    let (found, stored) = s.lookup_media_uploads("a", &hashes).await.unwrap();
+    assert_eq!(found.len(), 1, "the expired one is not offered");
+    assert_eq!((found[0].file.as_str(), stored), ("files/1", 1000));
+    let newer = s
+        .record_media_upload(&upload("a", H1, "files/1b", 7200))
+        .await
+        .unwrap();
+    assert_eq!(newer.file, "files/1b");
+
+    // A job references it at MarkCreating.
+    s.create_ledger("l", &fast_policy()).await.unwrap();
+    s.enroll("l", &[row("k", &[])]).await.unwrap();
+    let g = claim(s, "l", 1).await.unwrap();
+    let job = s
+        .create_job_in(
+            "l",
+            g.claim.token,
+            "w",
+            &tally_store::types::JobOrigin {
+                account: "a",
+                team: "",
+            },
+        )
+        .await
+        .unwrap();
+    let media = vec![H1.to_string()];
+    s.mark_creating(
+        "l",
+        &job.public_id,
+        g.claim.token,
+        "files/in",
+        &CreateAttempt {
+            estimated_tokens: None,
+            media: &media,
+        },
+        "w",
+    )
+    .await
+    .unwrap();
+    let listed = s.list_media_uploads("a", None, 10).await.unwrap();
+    let h1 = listed.iter().find(|u| u.sha256 == H1).unwrap();
+    assert!(h1.in_use);
+    match s.forget_media_upload("a", H1, "files/1b").await {
+        Err(StoreError::FailedPrecondition { reason, .. }) => assert_eq!(reason, "MEDIA_IN_USE"),
+        other => panic!("expected MEDIA_IN_USE, got {other:?}"),
+    }
+    // Forgetting an older file of the hash keeps the newer record.
+    s.forget_media_upload("a", H2, "files/2").await.unwrap();
+    s.mark_not_created(
+        "l",
+        &job.public_id,
+        g.claim.token,
+        &tally_store::types::NotCreated {
+            reason: "test",
+            ..Default::default()
+        },
+        "w",
+    )
+    .await
+    .unwrap();
+    s.forget_media_upload("a", H1, "files/1").await.unwrap();
+    assert_eq!(
+        s.list_media_uploads("a", None, 10).await.unwrap().len(),
+        1,
+        "files/1b kept"
+    );
+    s.forget_media_upload("a", H1, "files/1b").await.unwrap();
+    assert!(
+        s.list_media_uploads("a", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(s.list_media_uploads("b", None, 10).await.unwrap().len(), 1);
 }

@@ -533,6 +533,54 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             }),
         ),
         (
+            "/tally.v1.JobService/LookupMediaUploads",
+            false,
+            e(&pb::LookupMediaUploadsRequest {
+                parent: parent.clone(),
+                provider_account: "acct".into(),
+                sha256: vec!["a".repeat(64)],
+            }),
+        ),
+        (
+            "/tally.v1.JobService/RecordMediaUpload",
+            false,
+            e(&pb::RecordMediaUploadRequest {
+                parent: parent.clone(),
+                upload: Some(pb::MediaUpload {
+                    provider_account: "acct".into(),
+                    sha256: "b".repeat(64),
+                    file: "files/m".into(),
+                    uri: "https://provider/files/m".into(),
+                    mime_type: "image/png".into(),
+                    size_bytes: 10,
+                    expire_time: Some(prost_types::Timestamp {
+                        seconds: 4_000_000_000,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                }),
+            }),
+        ),
+        (
+            "/tally.v1.JobService/ListMediaUploads",
+            false,
+            e(&pb::ListMediaUploadsRequest {
+                parent: parent.clone(),
+                provider_account: "acct".into(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "/tally.v1.JobService/ForgetMediaUpload",
+            false,
+            e(&pb::ForgetMediaUploadRequest {
+                parent: parent.clone(),
+                provider_account: "acct".into(),
+                sha256: "c".repeat(64),
+                file: "files/none".into(),
+            }),
+        ),
+        (
             "/tally.v1.OperationsService/IngestEvent",
             false,
             e(&pb::IngestEventRequest {
@@ -835,13 +883,13 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
     for line in &table {
         println!("  {line}");
     }
-    // 35 RPCs named by a resource (38 less ListLedgers, ListOperations and
+    // 39 RPCs named by a resource (42 less ListLedgers, ListOperations and
     // WatchOperations) × 4 columns, and the 4 filtered views, × 3 roles.
     let mut paths: Vec<&str> = requests(&acme).iter().map(|r| r.0).collect();
     paths.sort();
     paths.dedup();
-    assert_eq!(paths.len(), 35, "every RPC once");
-    assert_eq!(table.len(), (35 * 4 + 4) * 3);
+    assert_eq!(paths.len(), 39, "every RPC once");
+    assert_eq!(table.len(), (39 * 4 + 4) * 3);
     server.stop().await;
 }
 

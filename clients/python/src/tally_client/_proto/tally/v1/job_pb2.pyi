@@ -66,6 +66,86 @@ JOB_EVENT_TYPE_ADOPTED: JobEventType
 JOB_EVENT_TYPE_LEDGER_PAUSED: JobEventType
 JOB_EVENT_TYPE_LEDGER_RESUMED: JobEventType
 
+class MediaUpload(_message.Message):
+    __slots__ = ("provider_account", "sha256", "file", "uri", "mime_type", "size_bytes", "expire_time", "create_time", "in_use")
+    PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    URI_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    IN_USE_FIELD_NUMBER: _ClassVar[int]
+    provider_account: str
+    sha256: str
+    file: str
+    uri: str
+    mime_type: str
+    size_bytes: int
+    expire_time: _timestamp_pb2.Timestamp
+    create_time: _timestamp_pb2.Timestamp
+    in_use: bool
+    def __init__(self, provider_account: _Optional[str] = ..., sha256: _Optional[str] = ..., file: _Optional[str] = ..., uri: _Optional[str] = ..., mime_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., in_use: _Optional[bool] = ...) -> None: ...
+
+class LookupMediaUploadsRequest(_message.Message):
+    __slots__ = ("parent", "provider_account", "sha256")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    provider_account: str
+    sha256: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, parent: _Optional[str] = ..., provider_account: _Optional[str] = ..., sha256: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LookupMediaUploadsResponse(_message.Message):
+    __slots__ = ("uploads", "stored_bytes")
+    UPLOADS_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    uploads: _containers.RepeatedCompositeFieldContainer[MediaUpload]
+    stored_bytes: int
+    def __init__(self, uploads: _Optional[_Iterable[_Union[MediaUpload, _Mapping]]] = ..., stored_bytes: _Optional[int] = ...) -> None: ...
+
+class RecordMediaUploadRequest(_message.Message):
+    __slots__ = ("parent", "upload")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    upload: MediaUpload
+    def __init__(self, parent: _Optional[str] = ..., upload: _Optional[_Union[MediaUpload, _Mapping]] = ...) -> None: ...
+
+class ListMediaUploadsRequest(_message.Message):
+    __slots__ = ("parent", "provider_account", "page_size", "page_token")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    provider_account: str
+    page_size: int
+    page_token: str
+    def __init__(self, parent: _Optional[str] = ..., provider_account: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListMediaUploadsResponse(_message.Message):
+    __slots__ = ("uploads", "next_page_token")
+    UPLOADS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    uploads: _containers.RepeatedCompositeFieldContainer[MediaUpload]
+    next_page_token: str
+    def __init__(self, uploads: _Optional[_Iterable[_Union[MediaUpload, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ForgetMediaUploadRequest(_message.Message):
+    __slots__ = ("parent", "provider_account", "sha256", "file")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    provider_account: str
+    sha256: str
+    file: str
+    def __init__(self, parent: _Optional[str] = ..., provider_account: _Optional[str] = ..., sha256: _Optional[str] = ..., file: _Optional[str] = ...) -> None: ...
+
 class GoldenAnswer(_message.Message):
     __slots__ = ("key", "text", "model_version", "error")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -213,16 +293,18 @@ class MarkSubmittedRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ...) -> None: ...
 
 class MarkCreatingRequest(_message.Message):
-    __slots__ = ("name", "claim", "input_file", "estimated_tokens")
+    __slots__ = ("name", "claim", "input_file", "estimated_tokens", "media_sha256")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     INPUT_FILE_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_SHA256_FIELD_NUMBER: _ClassVar[int]
     name: str
     claim: str
     input_file: str
     estimated_tokens: int
-    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ..., estimated_tokens: _Optional[int] = ...) -> None: ...
+    media_sha256: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., input_file: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., media_sha256: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class MarkNotCreatedRequest(_message.Message):
     __slots__ = ("name", "claim", "reason", "provider_cooldown", "provider_refusal")

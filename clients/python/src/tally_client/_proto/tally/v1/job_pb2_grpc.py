@@ -106,6 +106,26 @@ class JobServiceStub:
                 request_serializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsResponse.FromString,
                 _registered_method=True)
+        self.LookupMediaUploads = channel.unary_unary(
+                '/tally.v1.JobService/LookupMediaUploads',
+                request_serializer=tally_dot_v1_dot_job__pb2.LookupMediaUploadsRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_job__pb2.LookupMediaUploadsResponse.FromString,
+                _registered_method=True)
+        self.RecordMediaUpload = channel.unary_unary(
+                '/tally.v1.JobService/RecordMediaUpload',
+                request_serializer=tally_dot_v1_dot_job__pb2.RecordMediaUploadRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_job__pb2.MediaUpload.FromString,
+                _registered_method=True)
+        self.ListMediaUploads = channel.unary_unary(
+                '/tally.v1.JobService/ListMediaUploads',
+                request_serializer=tally_dot_v1_dot_job__pb2.ListMediaUploadsRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_job__pb2.ListMediaUploadsResponse.FromString,
+                _registered_method=True)
+        self.ForgetMediaUpload = channel.unary_unary(
+                '/tally.v1.JobService/ForgetMediaUpload',
+                request_serializer=tally_dot_v1_dot_job__pb2.ForgetMediaUploadRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -230,6 +250,40 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LookupMediaUploads(self, request, context):
+        """The files workers uploaded to the provider for rows' media, by the
+        SHA-256 of their bytes, in one provider account: what a batch can
+        reference instead of uploading again, and how many bytes the account's
+        uploads take (against the provider's storage limit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordMediaUpload(self, request, context):
+        """Records an upload (the same hash again replaces it: a newer upload of
+        the same bytes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMediaUploads(self, request, context):
+        """An account's uploads, oldest first, each saying whether an open job
+        references it (the janitor deletes those none does, near their expiry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForgetMediaUpload(self, request, context):
+        """Forgets an upload its worker deleted at the provider; refused
+        (FAILED_PRECONDITION, MEDIA_IN_USE) while an open job references it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -297,6 +351,26 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ReportGoldenResults,
                     request_deserializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsRequest.FromString,
                     response_serializer=tally_dot_v1_dot_job__pb2.ReportGoldenResultsResponse.SerializeToString,
+            ),
+            'LookupMediaUploads': grpc.unary_unary_rpc_method_handler(
+                    servicer.LookupMediaUploads,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.LookupMediaUploadsRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_job__pb2.LookupMediaUploadsResponse.SerializeToString,
+            ),
+            'RecordMediaUpload': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordMediaUpload,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.RecordMediaUploadRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_job__pb2.MediaUpload.SerializeToString,
+            ),
+            'ListMediaUploads': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMediaUploads,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.ListMediaUploadsRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_job__pb2.ListMediaUploadsResponse.SerializeToString,
+            ),
+            'ForgetMediaUpload': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetMediaUpload,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.ForgetMediaUploadRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -656,6 +730,114 @@ class JobService:
             '/tally.v1.JobService/ReportGoldenResults',
             tally_dot_v1_dot_job__pb2.ReportGoldenResultsRequest.SerializeToString,
             tally_dot_v1_dot_job__pb2.ReportGoldenResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LookupMediaUploads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/LookupMediaUploads',
+            tally_dot_v1_dot_job__pb2.LookupMediaUploadsRequest.SerializeToString,
+            tally_dot_v1_dot_job__pb2.LookupMediaUploadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordMediaUpload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/RecordMediaUpload',
+            tally_dot_v1_dot_job__pb2.RecordMediaUploadRequest.SerializeToString,
+            tally_dot_v1_dot_job__pb2.MediaUpload.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMediaUploads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/ListMediaUploads',
+            tally_dot_v1_dot_job__pb2.ListMediaUploadsRequest.SerializeToString,
+            tally_dot_v1_dot_job__pb2.ListMediaUploadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetMediaUpload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/ForgetMediaUpload',
+            tally_dot_v1_dot_job__pb2.ForgetMediaUploadRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,211 @@
+//! The page reaches the model (issue 31): rows whose prompt declares a
+//! media variable carry a page image, generated here as real PNG files.
+//! Small images go inline, larger ones are uploaded once and referenced by
+//! every attempt (a transient fault makes some rows run twice) and by the
+//! worker that adopts the job of one killed after its create. A missing
+//! image and one changed on disk after enrollment are PERMANENT
+//! (`media_unreadable`, naming the file); re-enrolling a page whose image
+//! changed is a CONFLICT.
+//!
+//! Run: `cargo test -p tally-worker --test worker e2e_media:: -- --nocapture`.
+
+use crate::common::{World, all_rows, exits_ok, list_jobs};
+use crate::png::png;
+
+use gemini_emulator::{FaultPlan, RowFault, RowMatch, RowRule};
+use sha2::Digest as _;
+use std::collections::HashMap;
+use std::path::Path;
+use tally_proto::v1 as pb;
+
+const LEDGER: &str = "pages";
+const PAGES: usize = 12;
+/// Images up to this many bytes go inline (a 16×16 page is about 800
+/// bytes, a 64×64 one about 12 KB).
+const INLINE_MAX: &str = "4096";
+
+fn sha(bytes: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+fn row(key: &str, n: usize, uri: &str, hash: &str) -> pb::RowInput {
+    pb::RowInput {
+        key: key.into(),
+        payload: serde_json::json!({
+            "book": "b", "n": n,
+            "page": {"uri": uri, "sha256": hash},
+        })
+        .to_string(),
+        prompt: Some(pb::PromptRef {
+            name: "ocr".into(),
+            version: "v1".into(),
+        }),
+        ..Default::default()
+    }
+}
+
+async fn enroll(w: &World, rows: Vec<pb::RowInput>) -> pb::EnrollRowsResponse {
+    w.c.ledgers
+        .clone()
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: format!("ledgers/{LEDGER}"),
+            rows,
+        })
+        .await
+        .expect("enroll")
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_request_carries_its_page_uploaded_once() {
+    let root = std::env::temp_dir().join(format!("tally-pages-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("book")).unwrap();
+    let faults = FaultPlan {
+        // page-1, page-10, page-11 fail once (429) and run twice.
+        rows: vec![RowRule {
+            matcher: RowMatch {
+                key_prefix: Some("page-1".into()),
+                ..Default::default()
+            },
+            fault: RowFault::Transient {
+                code: 429,
+                times: 1,
+            },
+        }],
+        ..Default::default()
+    };
+    let w = World::start(LEDGER, 0, faults, pb::AttemptBudgets::default()).await;
+    w.c.ledgers
+        .clone()
+        .register_prompt(pb::RegisterPromptRequest {
+            prompt_id: "ocr".into(),
+            version: "v1".into(),
+            template: "Transcribe page {{ n }} of {{ book }}.".into(),
+            response_schema: serde_json::json!({
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"]
+            })
+            .to_string(),
+            media: vec!["page".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("register the prompt");
+
+    let mut hashes: HashMap<String, (String, usize)> = HashMap::new();
+    let mut rows = Vec::new();
+    for i in 0..PAGES {
+        let side = if i % 2 == 0 { 16 } else { 64 };
+        let bytes = png(side, side, i as u64);
+        let path = format!("book/p{i}.png");
+        std::fs::write(root.join(&path), &bytes).unwrap();
+        let key = format!("page-{i}");
+        hashes.insert(key.clone(), (sha(&bytes), bytes.len()));
+        rows.push(row(&key, i, &path, &sha(&bytes)));
+    }
+    // An image that is not there, and one that changes after enrollment.
+    rows.push(row(
+        "page-missing",
+        98,
+        "book/missing.png",
+        &sha(b"never written"),
+    ));
+    let before = png(64, 64, 99);
+    std::fs::write(root.join("book/changed.png"), &before).unwrap();
+    rows.push(row("page-changed", 99, "book/changed.png", &sha(&before)));
+    let r = enroll(&w, rows).await;
+    assert_eq!(r.enrolled as usize, PAGES + 2);
+    std::fs::write(root.join("book/changed.png"), png(64, 64, 100)).unwrap();
+    // The same page with another image: a CONFLICT, not a silent reuse.
+    let other = png(16, 16, 12345);
+    let again = enroll(&w, vec![row("page-0", 0, "book/p0.png", &sha(&other))]).await;
+    assert_eq!(again.conflicts, 1);
+
+    let root_arg = root.display().to_string();
+    let flags = |extra: &[&'static str]| {
+        let mut f = vec![
+            "--media-root",
+            root_arg.as_str(),
+            "--media-inline-max",
+            INLINE_MAX,
+            "--claim-size",
+            "4",
+            "--max-rows-per-batch",
+            "4",
+        ];
+        f.extend_from_slice(extra);
+        f
+    };
+    // Worker A dies right after its first create; B adopts that job and
+    // finishes the ledger.
+    let mut a = w.worker(
+        LEDGER,
+        "worker-a",
+        &flags(&["--max-jobs", "1", "--failpoint", "after-create"]),
+    );
+    let status = a.wait().await.expect("worker-a reaped");
+    assert!(!status.success(), "worker-a died at its failpoint");
+    let b = w.worker(LEDGER, "worker-b", &flags(&["--exit-when-idle"]));
+    exits_ok(b, "worker-b").await;
+
+    let stats = w.emulator.stats();
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    assert!(
+        jobs.iter().any(|j| j.adoptions > 0),
+        "the killed worker's job was adopted"
+    );
+    let mut uploads = 0;
+    for r in all_rows(&w.c, LEDGER).await {
+        match r.key.as_str() {
+            "page-missing" | "page-changed" => {
+                assert_eq!(r.status(), pb::RowStatus::Permanent, "{}", r.key);
+                assert_eq!(r.rule, "media_unreadable", "{}", r.key);
+                let says = if r.key == "page-missing" {
+                    "book/missing.png"
+                } else {
+                    "changed since"
+                };
+                assert!(r.last_error.contains(says), "{}: {}", r.key, r.last_error);
+                assert_eq!(stats.submission_count(&r.key), 0, "{} never sent", r.key);
+            }
+            key => {
+                assert_eq!(r.status(), pb::RowStatus::Succeeded, "{key} ({})", r.rule);
+                let (hash, size) = &hashes[key];
+                let sent = stats.submission_count(key);
+                let carried = stats.media.get(key).cloned().unwrap_or_default();
+                assert_eq!(carried.len(), sent, "{key}: every request carried its page");
+                assert!(carried.iter().all(|h| h == hash), "{key}: its own page");
+                let attempts = r.attempts.as_ref().map_or(0, |a| a.total) as usize;
+                assert_eq!(sent, attempts, "{key}: sent once per attempt");
+                let uploaded = stats.media_uploads.get(hash).copied().unwrap_or(0);
+                if *size > 4096 {
+                    assert_eq!(
+                        uploaded, 1,
+                        "{key}: uploaded once across retries and workers"
+                    );
+                    uploads += 1;
+                } else {
+                    assert_eq!(uploaded, 0, "{key}: small, sent inline");
+                }
+            }
+        }
+    }
+    assert_eq!(uploads, PAGES / 2);
+    assert!(stats.resubmitted_after_success().is_empty());
+    println!(
+        "{PAGES} pages: {} batches, {} media uploads, retried rows: {}",
+        stats.batches_created,
+        stats.media_uploads.values().sum::<u64>(),
+        ["page-1", "page-10", "page-11"]
+            .iter()
+            .map(|k| stats.submission_count(k))
+            .sum::<usize>()
+    );
+    w.stop().await;
+    remove(&root);
+}
+
+fn remove(root: &Path) {
+    let _ = std::fs::remove_dir_all(root);
+}
