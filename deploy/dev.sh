@@ -9,8 +9,9 @@
 #   tallyctl enroll dev rows.jsonl    # {"key": "r1", "payload": {"contents": [...]}} per line
 #   tallyctl watch dev                # live progress until every row is final
 #
-# Binaries: $TALLY_BIN_DIR, else those on PATH (pip install tally-bin puts
-# them there), else this checkout's, built with cargo (release) on first use.
+# Binaries: $TALLY_BIN_DIR, else those beside this script (the tally-bin
+# wheel installs it as tally-dev with them), else those on PATH, else this
+# checkout's, built with cargo (release) on first use.
 # Addresses (defaults in brackets), for when those ports are taken:
 #   TALLY_DEV_GRPC_ADDR [127.0.0.1:50051]   TALLY_DEV_HTTP_ADDR [127.0.0.1:8080] (webhooks)
 #   TALLY_DEV_METRICS_ADDR [127.0.0.1:9090] TALLY_DEV_EMULATOR_ADDR [127.0.0.1:8090]
@@ -28,8 +29,13 @@ key="emulator-key"
 
 find_bin() {
     local name="$1"
+    local here
+    here="$(cd "$(dirname "$0")" && pwd)"
     if [ -n "${TALLY_BIN_DIR:-}" ]; then
         echo "$TALLY_BIN_DIR/$name"
+    elif [ -x "$here/$name" ]; then
+        # Installed beside them (tally-dev from the tally-bin wheel).
+        echo "$here/$name"
     elif command -v "$name" > /dev/null 2>&1; then
         command -v "$name"
     else
