@@ -9,6 +9,12 @@
 #
 #   cargo build -p tally-server -p tally-worker -p tallyctl -p gemini-emulator
 #   DATABASE_URL=postgres://root@127.0.0.1:5432/postgres tests/bench/worker-rss.sh [JOBS ROWS KB]
+#
+# With MEDIA_KB set, each row instead sends one MEDIA_KB KB image file from a
+# media root (a prompt with a media variable; files above the worker's
+# inline bound are uploaded once and referenced), and KB is ignored:
+#
+#   MEDIA_KB=1024 DATABASE_URL=... tests/bench/worker-rss.sh 1 1000
 set -euo pipefail
 JOBS=${1:-4}
 ROWS=${2:-1000}
@@ -41,6 +47,24 @@ PIDS+=($!)
 CTL=("$BIN/tallyctl" --server "http://127.0.0.1:$PORT")
 for _ in $(seq 150); do "${CTL[@]}" ledgers list >/dev/null 2>&1 && break; sleep 0.2; done
 "${CTL[@]}" ledgers create bench --model gemini-2.5-flash --max-active-jobs "$JOBS" >/dev/null
+MEDIA_FLAGS=()
+if [ -n "${MEDIA_KB:-}" ]; then
+  mkdir -p "$WORK/media"
+  echo 'Transcribe page {{ n }}.' >"$WORK/ocr.j2"
+  "${CTL[@]}" prompts register ocr v1 --template-file "$WORK/ocr.j2" --media page >/dev/null
+  MEDIA_FLAGS=(--media-root "$WORK/media")
+  python3 - "$((JOBS * ROWS))" "$MEDIA_KB" "$WORK/media" >"$WORK/rows.jsonl" <<'PY'
+import hashlib, json, os, sys
+n, kb, root = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+for i in range(n):
+    data = os.urandom(kb * 1024)
+    name = f"p{i:06d}.png"
+    with open(os.path.join(root, name), "wb") as f:
+        f.write(data)
+    page = {"uri": name, "sha256": hashlib.sha256(data).hexdigest()}
+    print(json.dumps({"key": f"row-{i:06d}", "prompt": "ocr@v1", "payload": {"n": i, "page": page}}))
+PY
+else
 python3 - "$((JOBS * ROWS))" "$KB" >"$WORK/rows.jsonl" <<'PY'
 import json, sys
 n, kb = int(sys.argv[1]), int(sys.argv[2])
@@ -48,14 +72,17 @@ text = ("lorem ipsum dolor sit amet " * (kb * 1024 // 27 + 1))[: kb * 1024]
 for i in range(n):
     print(json.dumps({"key": f"row-{i:06d}", "payload": {"contents": [{"role": "user", "parts": [{"text": f"{i} {text}"}]}]}}))
 PY
+fi
 "${CTL[@]}" enroll bench "$WORK/rows.jsonl" --chunk 100 >/dev/null
 echo "enrolled $((JOBS * ROWS)) rows of ${KB} KB ($(stat -c %s "$WORK/rows.jsonl") bytes)"
 start=$(date +%s.%N)
 GEMINI_API_KEY=bench /usr/bin/time -v "$BIN/tally-worker" --server "http://127.0.0.1:$PORT" \
   --ledger bench --gemini-base-url "http://127.0.0.1:$EMU_PORT" --max-jobs "$JOBS" \
   --claim-size "$ROWS" --max-rows-per-batch "$ROWS" --poll-interval 500ms --exit-when-idle \
+  "${MEDIA_FLAGS[@]}" \
   >"$WORK/worker.log" 2>"$WORK/time.txt" || { tail -20 "$WORK/worker.log" "$WORK/time.txt"; exit 1; }
 rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$WORK/time.txt")
 "${CTL[@]}" status bench | sed -n "1,12p"
-printf 'worker: %s jobs x %s rows x %s KB: wall %.1f s, peak RSS %s KiB (%.0f MiB)\n' \
-  "$JOBS" "$ROWS" "$KB" "$(echo "$(date +%s.%N) - $start" | bc)" "$rss" "$(echo "$rss / 1024" | bc -l)"
+printf 'worker: %s jobs x %s rows x %s KB%s: wall %.1f s, peak RSS %s KiB (%.0f MiB)\n' \
+  "$JOBS" "$ROWS" "$KB" "${MEDIA_KB:+ (media: one ${MEDIA_KB} KB file a row)}" \
+  "$(echo "$(date +%s.%N) - $start" | bc)" "$rss" "$(echo "$rss / 1024" | bc -l)"

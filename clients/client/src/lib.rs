@@ -19,5 +19,7 @@ pub mod retry;
 pub use connect::{
     AuthChannel, Bearer, Clients, ConnectError, MAX_MESSAGE_BYTES, Target, Tls, connect,
 };
-pub use operations::{IngestError, batch_resource_event, ingest_batch_resource};
+pub use operations::{
+    IngestError, batch_resource_event, ingest_batch_resource, ingest_observation, observation_event,
+};
 pub use retry::{RetryPolicy, error_reason, is_transient, retry_delay, with_retry};

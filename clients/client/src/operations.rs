@@ -42,14 +42,34 @@ where
     Ok(response.into_inner())
 }
 
-/// The IngestEvent event for a provider batch resource.
+/// The IngestEvent event for a Gemini batch resource.
 pub fn batch_resource_event(
     batch_json: &serde_json::Value,
 ) -> Result<pb::OperationEvent, PayloadError> {
-    Ok(event_of(&event_from_batch_resource(batch_json)?))
+    Ok(observation_event(&event_from_batch_resource(batch_json)?))
 }
 
-fn event_of(obs: &BatchObservation) -> pb::OperationEvent {
+/// Sends what a poll observed (any provider's batch, decoded by
+/// `tally_core::operation`) through IngestEvent (source POLLER).
+pub async fn ingest_observation<T>(
+    client: &mut OperationsServiceClient<T>,
+    observation: &BatchObservation,
+) -> Result<pb::IngestEventResponse, tonic::Status>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let event = observation_event(observation);
+    let response = client
+        .ingest_event(pb::IngestEventRequest { event: Some(event) })
+        .await?;
+    Ok(response.into_inner())
+}
+
+/// The IngestEvent event (source POLLER) for what a poll observed.
+pub fn observation_event(obs: &BatchObservation) -> pb::OperationEvent {
     pb::OperationEvent {
         operation: obs.operation.clone(),
         state: state_text(obs),

@@ -266,10 +266,11 @@ pub fn grpc_status_name(code: u32) -> Option<&'static str> {
 }
 
 /// Finish reasons that withhold the answer for what it (or the prompt) is:
-/// the text ones, and their image counterparts (python-genai 3.6.1
+/// Gemini's text ones and their image counterparts (python-genai 3.6.1
 /// `FinishReason`: IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT,
-/// IMAGE_RECITATION). A retry would be refused the same way.
-const BLOCKING_FINISH_REASONS: [&str; 8] = [
+/// IMAGE_RECITATION); OpenAI's `content_filter`; Anthropic's `refusal`
+/// stop reason. A retry would be refused the same way.
+const BLOCKING_FINISH_REASONS: [&str; 10] = [
     "SAFETY",
     "RECITATION",
     "BLOCKLIST",
@@ -278,15 +279,28 @@ const BLOCKING_FINISH_REASONS: [&str; 8] = [
     "IMAGE_SAFETY",
     "IMAGE_PROHIBITED_CONTENT",
     "IMAGE_RECITATION",
+    "CONTENT_FILTER",
+    "REFUSAL",
 ];
 const BLOCKING_WORDS: [&str; 3] = ["safety", "blocked", "recitation"];
-/// Finish reasons that mean "the answer ended normally" (or says nothing).
-const COMPLETE_FINISH_REASONS: [&str; 3] = ["", "STOP", "FINISH_REASON_UNSPECIFIED"];
+/// Finish reasons that mean "the answer ended normally" (or says nothing):
+/// Gemini's `STOP`, OpenAI's `stop`, Anthropic's `end_turn` and
+/// `stop_sequence`.
+const COMPLETE_FINISH_REASONS: [&str; 5] = [
+    "",
+    "STOP",
+    "FINISH_REASON_UNSPECIFIED",
+    "END_TURN",
+    "STOP_SEQUENCE",
+];
 /// Finish reasons that cut an answer short the same way on every retry
-/// (the output budget, thinking included; an unsupported language): a
-/// retry would pay for the same truncation. A ledger override can say
-/// otherwise (e.g. after raising `maxOutputTokens`).
-const REPEATING_FINISH_REASONS: [&str; 2] = ["MAX_TOKENS", "LANGUAGE"];
+/// (the output budget, thinking included: Gemini's `MAX_TOKENS`, OpenAI's
+/// `length`, Anthropic's `max_tokens`; an unsupported language): a retry
+/// would pay for the same truncation. A ledger override can say otherwise
+/// (e.g. after raising the output budget).
+const REPEATING_FINISH_REASONS: [&str; 3] = ["MAX_TOKENS", "LENGTH", "LANGUAGE"];
+/// The repeating finish reasons that are the output budget.
+const BUDGET_FINISH_REASONS: [&str; 2] = ["MAX_TOKENS", "LENGTH"];
 
 /// Classifies one failure. Overrides first, in order; then the built-in
 /// rules: blocking signals, unusable content, missing rows, codes, message
@@ -311,7 +325,10 @@ pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
         .iter()
         .any(|r| r.eq_ignore_ascii_case(finish))
     {
-        let rule = if finish.eq_ignore_ascii_case("MAX_TOKENS") {
+        let rule = if BUDGET_FINISH_REASONS
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(finish))
+        {
             Rule::FinishReasonMaxTokens
         } else {
             Rule::FinishReasonOther
@@ -497,6 +514,43 @@ mod tests {
             ..Failure::default()
         };
         assert_eq!(verdict(&unspecified).2, "unknown_retryable");
+    }
+
+    // Invariant: each provider's own words for the same ending get the
+    // same verdict: a refusal is permanent, the output budget repeats, a
+    // normal end is no failure of its own.
+    #[test]
+    fn every_providers_finish_reasons_mean_the_same() {
+        let f = |reason: &str, kind| Failure {
+            kind: Some(kind),
+            finish_reason: reason.into(),
+            ..Failure::default()
+        };
+        for blocked in ["content_filter", "refusal", "SAFETY"] {
+            assert_eq!(
+                verdict(&f(blocked, FailureKind::Blocked)).2,
+                "finish_reason_blocked",
+                "{blocked}"
+            );
+        }
+        for budget in ["length", "max_tokens", "MAX_TOKENS"] {
+            assert_eq!(
+                verdict(&f(budget, FailureKind::InvalidOutput)),
+                (
+                    Severity::Permanent,
+                    Budget::Content,
+                    "finish_reason_max_tokens".into()
+                ),
+                "{budget}"
+            );
+        }
+        for complete in ["stop", "end_turn", "stop_sequence", "STOP"] {
+            assert_eq!(
+                verdict(&f(complete, FailureKind::InvalidOutput)).2,
+                "invalid_output",
+                "{complete}"
+            );
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks;
 //!   [`media`]: the files a row references (images, documents).
 //! - [`operation`]: the monotonic reducer for provider operations.
+//! - [`provider`]: which provider runs a model.
 //! - [`webhook`]: Standard Webhooks signing and verification.
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says;
 //!   [`outbound`]: which addresses alerts may reach.
@@ -39,6 +40,7 @@ pub mod outbound;
 pub mod pause;
 pub mod payload;
 pub mod policy;
+pub mod provider;
 pub mod quota;
 pub mod report;
 pub mod scope;

@@ -1,4 +1,4 @@
-//! Provider operations (the Gemini batches behind jobs) and the one reducer
+//! Provider operations (the Gemini and OpenAI batches behind jobs) and the one reducer
 //! every change of their state goes through.
 //!
 //! An operation's state reaches us by two paths: webhooks, delivered at
@@ -15,13 +15,16 @@
 //! - [`normalize_name`]: `batches/{id}` from any prefix or URL.
 //! - [`reduce`]: the monotonic reducer (DESIGN.md §3, "Operation").
 //! - [`parse_gemini_webhook`], [`event_from_batch_resource`]: provider
-//!   payloads to events, with the provider's quirks (DESIGN.md §10).
+//!   payloads to events, with the provider's quirks (DESIGN.md §10);
+//!   [`parse_openai_webhook`], [`event_from_openai_batch`] the same for the
+//!   OpenAI Batch API.
 //!
 //! What does not live here: storing events and verdicts, the
 //! compare-and-swap on the version, and moving the linked job on (the store);
 //! signature checks (`webhook`); fetching batches (the worker).
 
 mod name;
+mod openai;
 mod payload;
 #[cfg(test)]
 mod proptests;
@@ -29,6 +32,7 @@ mod reducer;
 mod state;
 
 pub use name::{MAX_ID_LEN, NameError, normalize_name};
+pub use openai::{event_from_openai_batch, openai_batch_name, openai_state, parse_openai_webhook};
 pub use payload::{
     BatchObservation, BatchStats, PayloadError, WebhookEvent, event_from_batch_resource,
     parse_gemini_webhook,

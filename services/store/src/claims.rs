@@ -223,6 +223,7 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         check_due,
         max_bytes: req.bytes.map(|b| b.max_bytes),
         row_overhead: req.bytes.map_or(0, |b| b.row_overhead),
+        provider: req.provider.as_deref(),
     };
     let query = sqlx::query_as::<_, Taken>(sqlx::AssertSqlSafe(SQL.as_str()));
     Ok(take.bind(query).fetch_one(exec).await?)
@@ -245,10 +246,12 @@ struct Take<'a> {
     max_bytes: Option<i64>,
     /// Bytes counted per row on top of its own.
     row_overhead: i32,
+    /// `None`: any provider's models.
+    provider: Option<&'a str>,
 }
 
 impl<'a> Take<'a> {
-    /// Binds `$1`…`$10`.
+    /// Binds `$1`…`$11`.
     fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
         q.bind(self.ledger_id)
             .bind(self.model)
@@ -260,6 +263,7 @@ impl<'a> Take<'a> {
             .bind(self.check_due)
             .bind(self.max_bytes)
             .bind(self.row_overhead)
+            .bind(self.provider)
     }
 }
 

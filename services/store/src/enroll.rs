@@ -441,8 +441,13 @@ impl<'a> Columns<'a> {
         c
     }
 
-    /// Binds `$1`…`$16`, columns of defaults sent empty.
+    /// Binds `$1`…`$17`, columns of defaults sent empty.
     fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
+        let providers: Vec<String> = self
+            .unknown_models
+            .iter()
+            .map(|&m| tally_core::provider::provider_of(m).to_owned())
+            .collect();
         q.bind(self.ledger_id)
             .bind(self.keys)
             .bind(self.payloads)
@@ -459,6 +464,7 @@ impl<'a> Columns<'a> {
             .bind(self.unknown_models)
             .bind(self.default_model)
             .bind(self.given)
+            .bind(providers)
     }
 }
 

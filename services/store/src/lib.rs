@@ -189,7 +189,8 @@ impl Store {
         MIGRATOR
             .run(&self.pool)
             .await
-            .map_err(|e| StoreError::Internal(format!("migration failed: {e}")))
+            .map_err(|e| StoreError::Internal(format!("migration failed: {e}")))?;
+        models::route_listed(&self.pool).await
     }
 
     /// One round trip: is the database answering?

@@ -8,6 +8,41 @@ use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
+use sqlx::PgPool;
+
+use crate::Result;
+
+/// Records the provider of every listed model that has none (listed before
+/// providers were recorded: migration 0005), by the rule
+/// `tally_core::provider::route`. A few distinct models; run at startup.
+pub(crate) async fn route_listed(pool: &PgPool) -> Result<()> {
+    let models: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT model FROM ledger_models WHERE provider IS NULL")
+            .fetch_all(pool)
+            .await?;
+    if models.is_empty() {
+        return Ok(());
+    }
+    let providers: Vec<String> = models
+        .iter()
+        .map(|m| tally_core::provider::provider_of(m).to_owned())
+        .collect();
+    sqlx::query(
+        "UPDATE ledger_models m SET provider = t.provider \
+         FROM unnest($1::text[], $2::text[]) AS t(model, provider) \
+         WHERE m.model = t.model AND m.provider IS NULL",
+    )
+    .bind(&models)
+    .bind(&providers)
+    .execute(pool)
+    .await?;
+    tracing::info!(
+        models = models.len(),
+        "providers recorded for models listed before them"
+    );
+    Ok(())
+}
+
 /// Past this many pairs the set starts over (it only saves work).
 const MAX_PAIRS: usize = 100_000;
 

@@ -93,6 +93,9 @@ pub struct ClaimRequest {
     pub worker: String,
     pub request_id: Option<String>,
     pub model: Option<String>,
+    /// Only rows of this provider's models (`tally_core::provider`); `None`:
+    /// any provider.
+    pub provider: Option<String>,
     /// `None`: no byte limit (the row count alone).
     pub bytes: Option<ByteBudget>,
 }

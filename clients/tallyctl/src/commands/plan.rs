@@ -448,4 +448,37 @@ mod tests {
             Item::Row { .. }
         ));
     }
+
+    // Invariant: with a media variable, the page's image goes in it as a
+    // reference whose SHA-256 is of the file's bytes (so a changed image is
+    // a CONFLICT on re-enrollment); a missing image is a bad item naming it.
+    #[test]
+    fn the_page_image_goes_in_the_prompts_media_variable() {
+        use sha2::Digest as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = sample(&[1]);
+        let image = dir.path().join("1.jpg");
+        std::fs::write(&image, b"jpeg bytes").unwrap();
+        p.nodes[0].image_path = image.display().to_string();
+        let Item::Row { row, .. } =
+            row_item(&p.nodes[0], 0, FirstPass::Path, &None, "", Some("page"))
+        else {
+            panic!("expected a row")
+        };
+        let v: Value = serde_json::from_str(&row.payload).unwrap();
+        assert_eq!(v["page"]["uri"], image.display().to_string());
+        assert_eq!(v["page"]["mime_type"], "image/jpeg");
+        assert_eq!(
+            v["page"]["sha256"],
+            hex::encode(sha2::Sha256::digest(b"jpeg bytes"))
+        );
+        assert!(tally_core::media::parse(&v["page"]).is_ok());
+        p.nodes[0].image_path = dir.path().join("gone.jpg").display().to_string();
+        let Item::Bad { error, .. } =
+            row_item(&p.nodes[0], 0, FirstPass::Path, &None, "", Some("page"))
+        else {
+            panic!("expected a bad item")
+        };
+        assert!(error.contains("gone.jpg"), "{error}");
+    }
 }

@@ -94,6 +94,9 @@ pub struct BatchObservation {
     /// Unix microseconds, from `updateTime`; `None` when absent.
     pub update_time: Option<i64>,
     pub output_file: Option<String>,
+    /// The file of the lines that failed, where the provider keeps them
+    /// apart (OpenAI's `error_file_id`); `None` for Gemini.
+    pub error_file: Option<String>,
     pub stats: BatchStats,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
@@ -224,6 +227,7 @@ pub fn event_from_batch_resource(json: &Value) -> Result<BatchObservation, Paylo
         done,
         update_time: first_time(json, UPDATE_TIME)?,
         output_file: first_text(json, OUTPUT_FILE)?,
+        error_file: None,
         stats: stats(json)?,
         error_code,
         error_message,
@@ -290,7 +294,7 @@ fn count(
 // Field access. Paths are dotted (`data.id`) and double as the field names
 // in error messages. Null counts as absent, as proto3 JSON allows.
 
-fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
+pub(super) fn lookup<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.')
         .try_fold(root, |value, key| value.get(key))
         .filter(|value| !value.is_null())
@@ -302,7 +306,7 @@ fn first_present<'a>(root: &'a Value, paths: &[&'static str]) -> Option<(&'stati
         .find_map(|path| lookup(root, path).map(|value| (*path, value)))
 }
 
-fn as_str<'a>(field: &'static str, value: &'a Value) -> Result<&'a str, PayloadError> {
+pub(super) fn as_str<'a>(field: &'static str, value: &'a Value) -> Result<&'a str, PayloadError> {
     value.as_str().ok_or(PayloadError::WrongType {
         field,
         expected: "a string",
@@ -310,7 +314,10 @@ fn as_str<'a>(field: &'static str, value: &'a Value) -> Result<&'a str, PayloadE
 }
 
 /// A string that must be there and not blank.
-fn required_str<'a>(root: &'a Value, field: &'static str) -> Result<&'a str, PayloadError> {
+pub(super) fn required_str<'a>(
+    root: &'a Value,
+    field: &'static str,
+) -> Result<&'a str, PayloadError> {
     let value = lookup(root, field).ok_or(PayloadError::Missing(field))?;
     let text = as_str(field, value)?;
     if text.trim().is_empty() {
@@ -319,31 +326,37 @@ fn required_str<'a>(root: &'a Value, field: &'static str) -> Result<&'a str, Pay
     Ok(text)
 }
 
-fn required_name(root: &Value, field: &'static str) -> Result<String, PayloadError> {
+pub(super) fn required_name(root: &Value, field: &'static str) -> Result<String, PayloadError> {
     normalize_name(required_str(root, field)?)
         .map_err(|source| PayloadError::BadName { field, source })
 }
 
 /// An optional string; blank counts as absent (proto3 sends "" for unset).
-fn first_text(root: &Value, paths: &[&'static str]) -> Result<Option<String>, PayloadError> {
+pub(super) fn first_text(
+    root: &Value,
+    paths: &[&'static str],
+) -> Result<Option<String>, PayloadError> {
     Ok(first_str(root, paths)?
         .map(str::trim)
         .filter(|text| !text.is_empty())
         .map(str::to_owned))
 }
 
-fn text(root: &Value, field: &'static str) -> Result<Option<String>, PayloadError> {
+pub(super) fn text(root: &Value, field: &'static str) -> Result<Option<String>, PayloadError> {
     first_text(root, &[field])
 }
 
-fn first_str<'a>(root: &'a Value, paths: &[&'static str]) -> Result<Option<&'a str>, PayloadError> {
+pub(super) fn first_str<'a>(
+    root: &'a Value,
+    paths: &[&'static str],
+) -> Result<Option<&'a str>, PayloadError> {
     first_present(root, paths)
         .map(|(field, value)| as_str(field, value))
         .transpose()
 }
 
 /// An error code: a string from webhooks, a number in `google.rpc.Status`.
-fn code(root: &Value, field: &'static str) -> Result<Option<String>, PayloadError> {
+pub(super) fn code(root: &Value, field: &'static str) -> Result<Option<String>, PayloadError> {
     match lookup(root, field) {
         None => Ok(None),
         Some(Value::Number(number)) => Ok(Some(number.to_string())),
@@ -579,6 +592,7 @@ mod tests {
                 done: true,
                 update_time: Some(T0 + 1),
                 output_file: Some("files/out-1".into()),
+                error_file: None,
                 stats: BatchStats {
                     request_count: 10,
                     successful_request_count: 9,

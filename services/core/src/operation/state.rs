@@ -95,6 +95,11 @@ impl OpState {
     /// are found per line, as in any succeeded batch). `CANCELED` is
     /// accepted as `Cancelled`.
     ///
+    /// OpenAI's statuses and webhook types (`batch.completed`) the same
+    /// way: `VALIDATING` is `Pending`; `IN_PROGRESS` and `FINALIZING` are
+    /// `Running`; `COMPLETED` is `Succeeded` (its failed lines are in the
+    /// error file).
+    ///
     /// Anything else, `*_UNSPECIFIED` included, is `Unknown`, never an
     /// error: an authentic event with a state we do not know is recorded
     /// and dropped, not rejected.
@@ -116,9 +121,11 @@ fn strip_scheme(upper: &str) -> &str {
 
 fn bare(name: &str) -> OpState {
     match name {
-        "PENDING" | "QUEUED" => OpState::Pending,
-        "RUNNING" | "CANCELLING" | "PAUSED" | "UPDATING" => OpState::Running,
-        "SUCCEEDED" | "PARTIALLY_SUCCEEDED" => OpState::Succeeded,
+        "PENDING" | "QUEUED" | "VALIDATING" => OpState::Pending,
+        "RUNNING" | "CANCELLING" | "PAUSED" | "UPDATING" | "IN_PROGRESS" | "FINALIZING" => {
+            OpState::Running
+        }
+        "SUCCEEDED" | "PARTIALLY_SUCCEEDED" | "COMPLETED" => OpState::Succeeded,
         "FAILED" => OpState::Failed,
         "CANCELLED" | "CANCELED" => OpState::Cancelled,
         "EXPIRED" => OpState::Expired,
@@ -195,6 +202,17 @@ mod tests {
         assert_eq!(OpState::parse("JOB_STATE_UPDATING"), Running);
         assert_eq!(OpState::parse("JOB_STATE_PARTIALLY_SUCCEEDED"), Succeeded);
         assert_eq!(OpState::parse("batch.canceled"), Cancelled);
+    }
+
+    #[test]
+    fn openai_statuses_and_event_types() {
+        assert_eq!(OpState::parse("validating"), Pending);
+        assert_eq!(OpState::parse("in_progress"), Running);
+        assert_eq!(OpState::parse("finalizing"), Running);
+        assert_eq!(OpState::parse("cancelling"), Running);
+        assert_eq!(OpState::parse("completed"), Succeeded);
+        assert_eq!(OpState::parse("batch.completed"), Succeeded);
+        assert_eq!(OpState::parse("BATCH_STATE_COMPLETED"), Succeeded);
     }
 
     #[test]

@@ -220,6 +220,15 @@ pub fn claim_rows(
     short_text("worker", &req.worker, &mut v);
     short_text("request_id", &req.request_id, &mut v);
     short_text("model", &req.model, &mut v);
+    if !req.provider.is_empty() && !tally_core::provider::is_provider_name(&req.provider) {
+        v.add(
+            "provider",
+            format!(
+                "must be a provider name (lowercase letters, digits and `-`, at most {} characters), like `gemini` or `openai`",
+                tally_core::provider::MAX_PROVIDER
+            ),
+        );
+    }
     let bytes = crate::responses::claim_budget(req.max_response_bytes, limits)
         .map_err(|e| v.add("max_response_bytes", e))
         .ok();
@@ -233,6 +242,7 @@ pub fn claim_rows(
             worker: req.worker.clone(),
             request_id: (!req.request_id.is_empty()).then(|| req.request_id.clone()),
             model: (!req.model.is_empty()).then(|| req.model.clone()),
+            provider: (!req.provider.is_empty()).then(|| req.provider.clone()),
         },
     ))
 }

@@ -1,5 +1,5 @@
 //! The provider webhook receiver: an HTTP listener, separate from gRPC,
-//! serving `POST /webhooks/gemini`.
+//! serving `POST /webhooks/gemini` and `POST /webhooks/openai`.
 //!
 //! A delivery is checked in this order, and nothing is written until every
 //! check has passed:
@@ -10,7 +10,9 @@
 //!    configured secret (constant-time, within the timestamp tolerance):
 //!    401 otherwise, with the reason in the body and the log, never a
 //!    secret;
-//! 3. shape: a body that is not a Gemini webhook payload is 400;
+//! 3. shape: a body that is not the provider's webhook payload is
+//!    acknowledged (200, `unparseable`) and ignored: the poller finds the
+//!    batch's state anyway;
 //! 4. the event goes through the same store call as IngestEvent (source
 //!    WEBHOOK, delivery id `webhook-id`): a repeated delivery is logged and
 //!    dropped as `duplicate_event`.
@@ -19,7 +21,7 @@
 //! so the sender does not redeliver what we chose to drop. A database
 //! failure is 503, so the sender does redeliver.
 
-mod gemini;
+mod delivery;
 
 use crate::config::WebhookListener;
 use crate::metrics::Metrics;
@@ -66,7 +68,8 @@ impl WebhookState {
 /// The routes of the webhook listener.
 pub fn router(state: Arc<WebhookState>) -> axum::Router {
     axum::Router::new()
-        .route("/webhooks/gemini", axum::routing::post(gemini::receive))
+        .route("/webhooks/gemini", axum::routing::post(delivery::gemini))
+        .route("/webhooks/openai", axum::routing::post(delivery::openai))
         .with_state(state)
 }
 

@@ -15,6 +15,7 @@ mod jobs;
 mod media;
 mod operations;
 mod pause;
+mod providers;
 mod purge;
 mod report_paths;
 mod spend;

@@ -138,8 +138,13 @@ pub fn http_client() -> reqwest::Client {
 
 /// POSTs a delivery; answers the status and the JSON body.
 pub async fn post(env: &Env, d: &Delivery) -> (u16, serde_json::Value) {
+    post_to(env, "gemini", d).await
+}
+
+/// [`post`] to `/webhooks/{provider}`.
+pub async fn post_to(env: &Env, provider: &str, d: &Delivery) -> (u16, serde_json::Value) {
     let response = http_client()
-        .post(format!("http://{}/webhooks/gemini", env.http()))
+        .post(format!("http://{}/webhooks/{provider}", env.http()))
         .header("content-type", "application/json")
         .header("webhook-id", &d.id)
         .header("webhook-timestamp", d.timestamp.to_string())

@@ -1,5 +1,5 @@
-//! `POST /webhooks/gemini`: signatures, dedupe, refusals, rotation, and the
-//! poller meeting the webhook in one reducer.
+//! `POST /webhooks/gemini` and `/webhooks/openai`: signatures, dedupe,
+//! refusals, rotation, and the poller meeting the webhook in one reducer.
 
 use crate::operations::common::*;
 use serde_json::json;
@@ -412,4 +412,51 @@ async fn webhooks_never_run_without_a_usable_secret() {
         .to_string();
     assert!(err.contains("webhook secret 1 of 1"), "{err}");
     assert!(!err.contains("tooshort"), "{err}");
+}
+
+/// OpenAI's signed batch webhooks go through the same receiver rules and
+/// the same reducer: `batch.completed` (no file named: the worker reads
+/// the batch) applies once, its redelivery is a `duplicate_event`, a stale
+/// `in_progress` poll after it is dropped, and an unsigned delivery is 401
+/// and writes nothing.
+#[tokio::test]
+async fn openai_webhooks_meet_the_same_reducer() {
+    let env = env_with_webhooks(&[OLD_SECRET]).await;
+    let body = json!({"id": "evt_1", "object": "event", "type": "batch.completed",
+                      "created_at": 1_714_557_900, "data": {"id": "batch_oa1"}})
+    .to_string();
+    let mut unsigned = Delivery::signed(OLD_SECRET, "wh_1", &body);
+    unsigned.signature = String::new();
+    assert_eq!(post_to(&env, "openai", &unsigned).await.0, 401);
+    assert_eq!(env.written().await, (0, 0, 0));
+    let d = Delivery::signed(OLD_SECRET, "wh_1", &body);
+    let (status, first) = post_to(&env, "openai", &d).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["verdict"], "applied");
+    assert_eq!(first["operation"], "operations/batches/batch_oa1");
+    assert_eq!(first["state"], "SUCCEEDED");
+    let (_, again) = post_to(&env, "openai", &d).await;
+    assert_eq!(again["reason"], "duplicate_event", "{again}");
+    let mut c = env.client().await;
+    let stale = json!({"id": "batch_oa1", "object": "batch", "status": "in_progress",
+                       "created_at": 1_714_557_600, "in_progress_at": 1_714_557_603});
+    let event = tally_client::observation_event(
+        &tally_core::operation::event_from_openai_batch(&stale).unwrap(),
+    );
+    let r = c
+        .ingest_event(pb::IngestEventRequest { event: Some(event) })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.verdict, pb::EventVerdict::Dropped as i32, "{r:?}");
+    let op = c
+        .get_operation(pb::GetOperationRequest {
+            name: "batches/batch_oa1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(op.state, pb::OperationState::Succeeded as i32);
+    assert_eq!(op.version, 1);
+    env.stop().await;
 }

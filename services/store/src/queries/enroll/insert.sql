@@ -10,7 +10,8 @@
 -- dependency counts (an empty array: all defaults); one element per edge:
 -- $11 child keys, $12 dependency keys, $13 dependency ids (stored rows);
 -- $14 models not yet listed for the ledger; $15 the ledger's model; $16 the
--- number of rows given (fewer inserted: the keys inserted come back).
+-- number of rows given (fewer inserted: the keys inserted come back); $17
+-- the provider of each of $14.
 WITH ins AS (
     INSERT INTO rows (ledger_id, key, payload, content_hash, depends_on, prompt_name,
                       prompt_version, model, status, unmet_deps, rule, last_error)
@@ -47,8 +48,8 @@ queued AS (
     GROUP BY model, id / 128
 ),
 models AS (
-    INSERT INTO ledger_models (ledger_id, model)
-    SELECT $1, m FROM unnest($14::text[]) AS m
+    INSERT INTO ledger_models (ledger_id, model, provider)
+    SELECT $1, m, p FROM unnest($14::text[], $17::text[]) AS t(m, p)
     ON CONFLICT DO NOTHING
 )
 SELECT (SELECT count(*) FROM ins),

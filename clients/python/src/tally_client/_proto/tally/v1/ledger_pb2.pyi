@@ -454,7 +454,7 @@ class Claim(_message.Message):
     def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ...) -> None: ...
 
 class ClaimRowsRequest(_message.Message):
-    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes")
+    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes", "provider")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -462,6 +462,7 @@ class ClaimRowsRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
     parent: str
     max_rows: int
     lease: _duration_pb2.Duration
@@ -469,7 +470,8 @@ class ClaimRowsRequest(_message.Message):
     request_id: str
     model: str
     max_response_bytes: int
-    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., max_response_bytes: _Optional[int] = ...) -> None: ...
+    provider: str
+    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., max_response_bytes: _Optional[int] = ..., provider: _Optional[str] = ...) -> None: ...
 
 class ClaimedRow(_message.Message):
     __slots__ = ("key", "payload", "prompt", "model", "attempts")

@@ -1,5 +1,8 @@
-//! `POST /webhooks/gemini`: one Gemini API webhook delivery
-//! (`{"type": "batch.succeeded", "timestamp": …, "data": {"id": …}}`).
+//! One webhook delivery, whichever provider sent it: `POST
+//! /webhooks/gemini` (`{"type": "batch.succeeded", "timestamp": …,
+//! "data": {"id": …}}`) and `POST /webhooks/openai` (`{"type":
+//! "batch.completed", "created_at": …, "data": {"id": "batch_…"}}`). Both
+//! sign with Standard Webhooks; only the body's shape differs.
 
 use super::WebhookState;
 use crate::metrics::OutcomeLabels;
@@ -11,17 +14,34 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use serde_json::json;
 use std::sync::Arc;
-use tally_core::operation::parse_gemini_webhook;
+use tally_core::operation::{
+    PayloadError, WebhookEvent, parse_gemini_webhook, parse_openai_webhook,
+};
 use tally_core::webhook::{Headers, verify};
 use tally_store::StoreError;
 use tally_store::operations::{EventSource, IncomingEvent, MAX_EVENT_ID};
 
-pub(super) async fn receive(
+/// How one provider's body is read.
+type Parser = fn(&[u8]) -> Result<WebhookEvent, PayloadError>;
+
+pub(super) async fn gemini(
     State(state): State<Arc<WebhookState>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (status, outcome, reply) = handle(&state, &headers, body).await;
+    receive(&state, &headers, body, parse_gemini_webhook).await
+}
+
+pub(super) async fn openai(
+    State(state): State<Arc<WebhookState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    receive(&state, &headers, body, parse_openai_webhook).await
+}
+
+async fn receive(state: &WebhookState, headers: &HeaderMap, body: Body, parse: Parser) -> Response {
+    let (status, outcome, reply) = handle(state, headers, body, parse).await;
     state
         .metrics
         .webhook_requests
@@ -36,7 +56,7 @@ fn refuse(status: StatusCode, outcome: &'static str, error: impl std::fmt::Displ
     (status, outcome, json!({ "error": error.to_string() }))
 }
 
-async fn handle(state: &WebhookState, headers: &HeaderMap, body: Body) -> Answer {
+async fn handle(state: &WebhookState, headers: &HeaderMap, body: Body, parse: Parser) -> Answer {
     let id_for_logs = header_text(headers, "webhook-id")
         .map(|id| id.chars().take(64).collect::<String>())
         .unwrap_or_default();
@@ -101,7 +121,7 @@ async fn handle(state: &WebhookState, headers: &HeaderMap, body: Body) -> Answer
             format!("webhook-id is longer than {MAX_EVENT_ID} characters"),
         );
     }
-    let parsed = match parse_gemini_webhook(&bytes) {
+    let parsed = match parse(&bytes) {
         Ok(parsed) => parsed,
         Err(e) => {
             // Authentic, so the provider sent it: a 4xx would be retried for
