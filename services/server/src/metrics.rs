@@ -79,7 +79,7 @@ labels!(EventLabels { verdict: &'static str, reason: &'static str });
 labels!(ResultLabels { result: &'static str });
 labels!(TableLabels { table: &'static str });
 labels!(TurnaroundLabels {
-    provider: &'static str,
+    provider: String,
     model: String
 });
 
@@ -733,11 +733,12 @@ impl Metrics {
     }
 
     /// Observes a batch's turnaround, from its submission to its job's
-    /// reconciliation, under its provider and model.
+    /// reconciliation, under its model and the provider it routes to
+    /// (`tally_core::provider`).
     pub fn batch_finished(&self, model: &str, seconds: f64) {
         self.batch_turnaround
             .get_or_create(&TurnaroundLabels {
-                provider: provider_of(model),
+                provider: tally_core::provider::provider_of(model).to_string(),
                 model: model.to_string(),
             })
             .observe(seconds.max(0.0));
@@ -769,25 +770,6 @@ impl Metrics {
     /// The OpenMetrics text of every family.
     pub fn render(&self) -> String {
         tally_telemetry::render(&self.0.registry)
-    }
-}
-
-/// The provider a model belongs to, as the batch turnaround histogram
-/// labels it: from the model's name (`gemini-…` is Gemini's, `gpt-…`,
-/// `o1…`/`o3…`/`o4…` OpenAI's, `claude-…` Anthropic's), `other` for a name
-/// none of them uses (an OpenAI-compatible server's model).
-pub fn provider_of(model: &str) -> &'static str {
-    let m = model.strip_prefix("models/").unwrap_or(model);
-    let o_series =
-        m.len() > 1 && m.starts_with('o') && m[1..].starts_with(|c: char| c.is_ascii_digit());
-    if m.starts_with("gemini") {
-        "gemini"
-    } else if m.starts_with("gpt-") || m.starts_with("chatgpt") || o_series {
-        "openai"
-    } else if m.starts_with("claude") {
-        "anthropic"
-    } else {
-        "other"
     }
 }
 
@@ -960,21 +942,6 @@ mod tests {
             s.sample("tally_rows_enrolled_total", &[("ledger", "gone")]),
             Some(0.0)
         );
-    }
-
-    #[test]
-    fn providers_by_model_name() {
-        for (model, provider) in [
-            ("gemini-2.5-flash", "gemini"),
-            ("models/gemini-flash-latest", "gemini"),
-            ("gpt-4o-mini", "openai"),
-            ("o3-mini", "openai"),
-            ("claude-sonnet-4-5", "anthropic"),
-            ("llama-3.1-70b", "other"),
-            ("omni", "other"),
-        ] {
-            assert_eq!(provider_of(model), provider, "{model}");
-        }
     }
 
     /// Histograms render cumulative buckets with the shared bounds.
