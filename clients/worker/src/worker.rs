@@ -391,6 +391,8 @@ async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
         // What our client accepts; the server hands out fewer rows rather
         // than an answer we could not receive (the rest stay runnable).
         max_response_bytes: tally_client::MAX_MESSAGE_BYTES as i64,
+        // Any provider, as before ClaimRows took one.
+        provider: String::new(),
     };
     let r = with_retry(ctx.retry, "ClaimRows", || {
         let mut c = ctx.clients.ledgers.clone();
