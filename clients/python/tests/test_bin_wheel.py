@@ -1,7 +1,8 @@
 """The tally-bin wheel (clients/python-bin/build_wheel.py), built from the
 workspace's debug binaries, installed into a clean virtual environment with
-no Rust toolchain on PATH: the programs run, and tallyctl drives the
-tally-server it installed."""
+no Rust toolchain on PATH: the programs run, tallyctl drives the
+tally-server it installed, and the README's client snippets pass against
+that server with the client installed in the same environment."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, workspace_binary
+from test_readme import check_client_snippets
 
 BUILDER = ROOT / "clients" / "python-bin" / "build_wheel.py"
 
@@ -112,6 +114,15 @@ def test_installed_without_rust_the_programs_run_and_work_together(
         assert made.returncode == 0, made.stderr
         listed = run(["tallyctl", "--server", f"http://{grpc}", "ledgers", "list"], env=env)
         assert "from-pip" in listed.stdout
+        # The Python client in the same environment (its dependencies from
+        # the package index), and the README's snippets against this server.
+        install = [str(venv / "bin" / "pip"), "install", "--quiet"]
+        # As the README installs it: the [pandas] extra for its DataFrame snippet.
+        client = run([*install, f"{ROOT / 'clients' / 'python'}[pandas]"])
+        assert client.returncode == 0, client.stderr
+        snippets = tmp_path / "snippets"
+        snippets.mkdir()
+        check_client_snippets(snippets, grpc, python=str(venv / "bin" / "python"))
     finally:
         server.terminate()
         server.wait(timeout=60)

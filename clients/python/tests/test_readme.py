@@ -35,9 +35,15 @@ def prefect_snippets() -> list[str]:
     return snippets(text[text.index("## Prefect") :])
 
 
-def run(code: str, cwd: Path, address: str, env: dict[str, str] | None = None) -> str:
+def run(
+    code: str,
+    cwd: Path,
+    address: str,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+) -> str:
     done = subprocess.run(
-        [sys.executable, "-c", code],
+        [python, "-c", code],
         cwd=cwd,
         env={**os.environ, "TALLY_SERVER": address, **(env or {})},
         capture_output=True,
@@ -49,11 +55,9 @@ def run(code: str, cwd: Path, address: str, env: dict[str, str] | None = None) -
     return done.stdout
 
 
-def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
-    address: str, tmp_path: Path
-) -> None:
-    # Invariant (issue 34): a user pasting the README gets working code, and
-    # pasting the enrolment again enrolls nothing.
+def client_files(directory: Path) -> None:
+    """The files the client snippets read."""
+    tmp_path = directory
     (tmp_path / "reviews.txt").write_text(
         "".join(f"review {n}: the app {'crashes' if n % 3 else 'works'}\n" for n in range(30))
     )
@@ -62,11 +66,17 @@ def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
             body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{i}"}]}
             line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions"}
             f.write(json.dumps({**line, "body": body}) + "\n")
+
+
+def check_client_snippets(tmp_path: Path, address: str, python: str = sys.executable) -> None:
+    """Runs every client snippet in order (the enrolment twice) in a fresh
+    directory, with `python`, and checks what they did."""
+    client_files(tmp_path)
     blocks = client_snippets()
     assert len(blocks) >= 6, "the README shows enrol, worker, read, errors, asyncio, files"
-    outputs = [run(code, tmp_path, address) for code in blocks]
+    outputs = [run(code, tmp_path, address, python=python) for code in blocks]
     assert "30 enrolled, 0 already there" in outputs[0], outputs[0]
-    again = run(blocks[0], tmp_path, address)
+    again = run(blocks[0], tmp_path, address, python=python)
     assert "0 enrolled, 30 already there" in again, again
     with Client(address) as tally:
         summary = tally.summarize("reviews")
@@ -75,6 +85,14 @@ def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
         assert row.result == {"summary": row.payload["text"][:40]}
     exported = (tmp_path / "reviews.jsonl").read_text().splitlines()
     assert len(exported) == 30 and (tmp_path / "reviews.cursor").read_text() == ""
+
+
+def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
+    address: str, tmp_path: Path
+) -> None:
+    # Invariant (issue 34): a user pasting the README gets working code, and
+    # pasting the enrolment again enrolls nothing.
+    check_client_snippets(tmp_path, address)
 
 
 def test_every_prefect_snippet_runs_as_written(
