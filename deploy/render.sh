@@ -6,5 +6,5 @@ set -euo pipefail
 deploy="$(cd "$(dirname "$0")" && pwd)"
 venv="$("$deploy/tools/install.sh")"
 "$venv/bin/python" "$deploy/tools/render.py" \
-    "$deploy/helm/tally" "$deploy/helm/k8s-values.yaml" "$deploy/k8s" 2> >(grep -v 'found symbolic link' >&2)
+    "$deploy/helm/tally" "$deploy/helm/k8s-values.yaml" "$deploy/k8s"
 echo "rendered deploy/helm/tally into deploy/k8s/"

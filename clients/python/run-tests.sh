@@ -6,7 +6,11 @@
 # TALLY_SERVER_BIN, TALLY_WORKER_BIN, TALLYCTL_BIN or GEMINI_EMULATOR_BIN is set).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-venv="${PYTHON_CLIENT_VENV:-$root/target/python-client-venv}"
+# Cargo's target directory (CARGO_TARGET_DIR when set): the binaries the
+# tests run and the virtual environment live there.
+target="${CARGO_TARGET_DIR:-$root/target}"
+export CARGO_TARGET_DIR="$target"
+venv="${PYTHON_CLIENT_VENV:-$target/python-client-venv}"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
@@ -20,7 +24,9 @@ if [ ${#packages[@]} -gt 0 ]; then
     cargo build --quiet "${packages[@]}" --manifest-path "$root/Cargo.toml"
 fi
 cd "$root/clients/python"
-"$venv/bin/ruff" format --check --quiet .
-"$venv/bin/ruff" check --quiet .
-"$venv/bin/mypy" --no-error-summary --cache-dir "$root/target/python-client-mypy-cache" src tests generate.py
+# And the tally-bin wheel's package and builder (clients/python-bin).
+"$venv/bin/ruff" format --check --quiet . ../python-bin
+"$venv/bin/ruff" check --quiet . ../python-bin
+"$venv/bin/mypy" --no-error-summary --cache-dir "$target/python-client-mypy-cache" src tests generate.py
+"$venv/bin/mypy" --no-error-summary --cache-dir "$target/python-client-mypy-cache" --strict ../python-bin/tally_bin ../python-bin/build_wheel.py
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

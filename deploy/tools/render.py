@@ -3,8 +3,12 @@ helm-python-sdk wheel binds Helm's Go SDK; no helm binary is needed).
 
     python render.py CHART VALUES OUTDIR   one file per template in OUTDIR
     python render.py --lint CHART VALUES   helm lint --strict
+    python render.py --notes CHART VALUES  print the rendered NOTES.txt
 
-The release is "tally" in namespace "tally", as deploy/README.md installs it.
+Values are checked against the chart's values.schema.json first, as `helm
+template` and `helm install` do: a value the schema does not declare is an
+error. The release is "tally" in namespace "tally", as deploy/README.md
+installs it.
 """
 
 import sys
@@ -21,12 +25,21 @@ HEADER = (
 )
 
 
+def render_all(chart_dir: str, values_file: str) -> dict[str, str]:
+    """Every rendered template by path, after the schema check."""
+    values = yaml.safe_load(Path(values_file).read_text()) or {}
+    loaded = helm_chart.Chart.load(chart_dir)
+    loaded.validate_schema(loaded.merge_values(values))
+    out: dict[str, str] = loaded.render(
+        values=values, name=RELEASE, namespace=NAMESPACE, is_install=True
+    )
+    return out
+
+
 def render(chart_dir: str, values_file: str) -> dict[str, str]:
     """Template path (relative to the chart's templates/) to its manifests,
     empty renderings left out."""
-    values = yaml.safe_load(Path(values_file).read_text()) or {}
-    loaded = helm_chart.Chart.load(chart_dir)
-    out = loaded.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    out = render_all(chart_dir, values_file)
     rendered = {}
     for path, text in out.items():
         name = path.split("/templates/", 1)[-1]
@@ -52,6 +65,10 @@ def lint(chart_dir: str, values_file: str) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--lint"]:
         return lint(argv[1], argv[2])
+    if argv[:1] == ["--notes"]:
+        out = render_all(argv[1], argv[2])
+        print(next(text for path, text in out.items() if path.endswith("/NOTES.txt")))
+        return 0
     chart_dir, values_file, outdir = argv
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 The SDK is configured only through its documented environment variables
 (`GEMINI_API_KEY`, `GOOGLE_GEMINI_BASE_URL`): no argument or setting of the
 SDK is changed from its default. The emulator binary comes from
-`GEMINI_EMULATOR_BIN`, else `target/debug/gemini-emulator` of the workspace.
+`GEMINI_EMULATOR_BIN`, else `debug/gemini-emulator` of cargo's target
+directory (`CARGO_TARGET_DIR`, else the workspace's `target/`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ class Emulator:
 
 
 def _binary() -> str:
-    path = os.environ.get("GEMINI_EMULATOR_BIN") or str(
-        ROOT / "target" / "debug" / "gemini-emulator"
-    )
+    # Cargo's target directory: CARGO_TARGET_DIR when set, else target/.
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    path = os.environ.get("GEMINI_EMULATOR_BIN") or str(target / "debug" / "gemini-emulator")
     if not Path(path).is_file():
         pytest.exit(
             f"no emulator binary at {path}: run `cargo build -p gemini-emulator` "

@@ -13,7 +13,7 @@ use gemini_emulator::{
 
 /// A local stand-in for the Gemini Batch API with deterministic fault injection.
 #[derive(Debug, Parser)]
-#[command(name = "gemini-emulator", version)]
+#[command(name = "gemini-emulator", version = tally_version::LONG)]
 struct Args {
     /// Address to listen on.
     #[arg(long, env = "GEMINI_EMULATOR_ADDR", default_value = "127.0.0.1:8090")]

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -26,8 +26,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def workspace_binary(name: str, variable: str) -> str:
-    """A binary of the workspace: `$variable`, else `target/debug/{name}`."""
-    path = os.environ.get(variable) or str(ROOT / "target" / "debug" / name)
+    """A binary of the workspace: `$variable`, else `{name}` in cargo's
+    debug directory (`$CARGO_TARGET_DIR/debug`, or `target/debug`)."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    path = os.environ.get(variable) or str(target / "debug" / name)
     if not Path(path).is_file():
         pytest.exit(
             f"no {name} at {path}: run `cargo build -p {name}` or set {variable}",
@@ -116,7 +118,9 @@ class Emulator:
             return result
 
 
-def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[Emulator]:
+def start_emulator(
+    tmp: Path, faults: dict[str, Any], running: str
+) -> Generator[Emulator, None, None]:
     plan = tmp / "faults.json"
     plan.write_text(json.dumps(faults))
     process = subprocess.Popen(
@@ -152,3 +156,16 @@ def start_emulator(tmp: Path, faults: dict[str, Any], running: str) -> Iterator[
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[str]:
+    """Prefect's local ephemeral API for the session (no Prefect server to
+    run): its URL."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network in CI
+        with prefect_test_harness(server_startup_timeout=120):
+            yield str(PREFECT_API_URL.value())

@@ -2,18 +2,39 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
+from conftest import workspace_binary
 
-from tally_client import Client, EnrollProgress, InvalidArgument, derive_key, pb
+from tally_client import (
+    AlreadyExists,
+    Client,
+    EnrollProgress,
+    FailedPrecondition,
+    InvalidArgument,
+    LedgerState,
+    NotFound,
+    PauseReason,
+    RowError,
+    RowStatus,
+    Usage,
+    Verdict,
+    derive_key,
+    pb,
+)
+from tally_client.export import CSV_COLUMNS
 
 
 def generated_rows(n: int) -> Iterator[dict[str, object]]:
     for i in range(n):
-        yield {"key": derive_key("doc", str(i)), "payload": {"text": f"document {i}"}}
+        yield {"key": derive_key("doc", str(i)), "payload": {"text": f"document {i}", "n": i}}
 
 
 def test_enroll_a_generator_in_chunks_with_progress_and_again_adds_nothing(
@@ -28,55 +49,190 @@ def test_enroll_a_generator_in_chunks_with_progress_and_again_adds_nothing(
     again = tally.enroll(ledger, generated_rows(250), chunk_size=100)
     assert (again.enrolled, again.already_present) == (0, 250)
     summary = tally.summarize(ledger)
-    assert (summary.total, summary.pending) == (250, 250)
+    assert (summary.total, summary.pending, summary.state) == (250, 250, LedgerState.ACTIVE)
     keys = {row.key for row in tally.rows(ledger, page_size=70)}
     assert keys == {derive_key("doc", str(i)) for i in range(250)}
 
 
-def test_a_bad_request_raises_with_its_field_violations(tally: Client, ledger: str) -> None:
+def test_rows_are_dataclasses_with_enum_statuses_and_decoded_json(
+    tally: Client, ledger: str
+) -> None:
+    tally.enroll(ledger, [{"key": "r1", "payload": {"text": "great app", "stars": 5}}])
+    with tally.claim(ledger, 1) as session:
+        session.succeed("r1", {"label": "praise"}, usage={"input_tokens": 120, "output_tokens": 8})
+    row = tally.get_row(ledger, "r1")
+    assert row.status is RowStatus.SUCCEEDED and row.status == "SUCCEEDED"
+    assert row.payload == {"stars": 5, "text": "great app"}
+    assert row.result == {"label": "praise"}
+    assert row.usage == Usage(input_tokens=120, output_tokens=8)
+    assert row.attempts.total == 1 and len(row.history) == 1
+    assert row.history[0].outcome is RowStatus.SUCCEEDED and row.update_time is not None
+    basic = next(tally.rows(ledger, statuses=["succeeded"]))
+    assert (basic.key, basic.payload, basic.result) == ("r1", None, None), "basic view"
+    assert list(tally.rows(ledger, statuses=RowStatus.PENDING)) == []
+
+
+def test_the_same_object_in_any_key_order_is_already_present_also_for_tallyctl(
+    tally: Client, ledger: str, address: str, tmp_path: Path
+) -> None:
+    # Invariant (issue 34): enroll canonicalizes the payload as tallyctl
+    # does, so neither a re-ordered object nor tallyctl enrolling the same
+    # rows is a CONFLICT.
+    first = tally.enroll(ledger, [{"key": "k1", "payload": {"b": 1, "a": [1.5e20, "é"]}}])
+    assert first.enrolled == 1
+    again = tally.enroll(ledger, [{"key": "k1", "payload": {"a": [1.5e20, "é"], "b": 1}}])
+    assert (again.already_present, again.conflicts) == (1, 0)
+    lines = tmp_path / "rows.jsonl"
+    lines.write_text(
+        '{"key": "k1", "payload": {"a": [150000000000000000000.0, "\\u00e9"], "b": 1}}\n'
+    )
+    done = subprocess.run(
+        [
+            workspace_binary("tallyctl", "TALLYCTL_BIN"),
+            "--server",
+            f"http://{address}",
+            "--json",
+            "enroll",
+            ledger,
+            str(lines),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(done.stdout)
+    assert (report["already_present"], report["conflicts"]) == (1, 0), report
+    changed = tally.enroll(ledger, [{"key": "k1", "payload": {"a": [1.5e20, "é"], "b": 2}}])
+    assert (changed.conflicts, changed.conflict_keys) == (1, ("k1",))
+
+
+def test_an_unknown_row_field_is_refused_before_anything_is_sent(
+    tally: Client, ledger: str
+) -> None:
+    rows = [{"key": "a", "payload": {}}, {"key": "b", "payload": {}, "depends": ["a"]}]
+    with pytest.raises(RowError, match=r"row 1: unknown field 'depends'") as caught:
+        tally.enroll(ledger, rows)
+    assert caught.value.index == 1
+    assert tally.summarize(ledger).total == 0, "the chunk holding it was not sent"
+
+
+def test_a_request_the_server_refuses_raises_with_its_field_violations(
+    tally: Client, ledger: str
+) -> None:
     with pytest.raises(InvalidArgument) as caught:
-        tally.enroll(ledger, [{"key": "", "payload": "{}"}, {"key": "bad key", "payload": "{}"}])
+        tally.enroll(ledger, [{"key": "a", "payload": {}, "depends_on": ["never-enrolled"]}])
     error = caught.value
     assert error.code == grpc.StatusCode.INVALID_ARGUMENT
-    fields = {v.field for v in error.field_violations}
-    assert {"rows[0].key", "rows[1].key"} <= fields, error
+    assert any("depends_on" in v.field for v in error.field_violations), error
     assert tally.summarize(ledger).total == 0, "a refused call writes nothing"
 
 
-def test_a_claim_session_reports_and_releases_what_it_did_not_report(
+def test_get_or_create_creates_once_and_refuses_another_policy(tally: Client) -> None:
+    ledger_id = f"py-goc-{time.monotonic_ns() % 10**9}"
+    created, was_created = tally.get_or_create_ledger(ledger_id, {"budgets": {"provider": 3}})
+    assert was_created and created.policy.budgets.provider == 3
+    found, was_created = tally.get_or_create_ledger(ledger_id, {"budgets": {"provider": 3}})
+    assert not was_created and found.id == ledger_id and found.etag == created.etag
+    assert tally.get_or_create_ledger(ledger_id)[1] is False, "no policy: any policy will do"
+    with pytest.raises(AlreadyExists, match="budgets.provider is 3, asked 5") as caught:
+        tally.get_or_create_ledger(ledger_id, {"budgets": {"provider": 5}})
+    assert caught.value.reason == "LEDGER_POLICY_DIFFERS"
+    with pytest.raises(AlreadyExists):
+        tally.create_ledger(ledger_id)
+
+
+def test_claim_always_returns_a_session_empty_when_nothing_is_runnable(
     tally: Client, ledger: str
 ) -> None:
-    # Invariant: rows a Python worker did not report go back (no attempt);
-    # reported rows keep their outcome.
-    tally.enroll(ledger, generated_rows(5))
-    with pytest.raises(RuntimeError):
-        session = tally.claim(ledger, 5, lease=30)
-        assert session is not None
-        with session:
-            assert len(session.rows) == 5
-            first = session.rows[0].key
-            r = session.succeed(first, {"summary": "ok"})
-            assert r.succeeded == 1
+    # Invariant (issue 34): `with tally.claim(...)` works whether or not
+    # anything is runnable; a paused ledger says why.
+    with tally.claim(ledger, 10) as session:
+        assert not session and len(session) == 0 and session.name == ""
+        for _ in session.rows:
+            raise AssertionError("no rows")
+    tally.enroll(ledger, generated_rows(2))
+    tally.pause_ledger(ledger, "maintenance")
+    with tally.claim(ledger, 10) as paused:
+        assert not paused
+        assert paused.pause is not None and paused.pause.reason is PauseReason.OPERATOR
+        assert paused.pause.message == "maintenance"
+    tally.resume_ledger(ledger)
+    with tally.claim(ledger, 10) as session:
+        assert len(session) == 2 and session.name.startswith(f"ledgers/{ledger}/claims/")
+
+
+def test_reports_go_in_batches_with_usage_and_unreported_rows_go_back(
+    tally: Client, ledger: str
+) -> None:
+    # Invariant: queued reports are sent report_batch at a time and when
+    # the block ends, even when it ends with an error; rows not reported go
+    # back without an attempt.
+    tally.enroll(ledger, generated_rows(7))
+    with pytest.raises(RuntimeError, match="the worker crashed"):
+        with tally.claim(ledger, 7, report_batch=3) as session:
+            rows = session.rows
+            for row in rows[:4]:
+                session.succeed(row.key, {"n": row.payload["n"]}, usage=Usage(10, 2))
+            assert session.results.succeeded == 3, "the first batch of 3 went out"
+            session.fail(rows[4].key, message="bad input", http_code=400, usage={"input_tokens": 5})
             raise RuntimeError("the worker crashed")
+    assert session.results.succeeded == 4 and session.results.permanent == 1
+    assert {v.verdict for v in session.results.verdicts} == {Verdict.SUCCEEDED, Verdict.PERMANENT}
     summary = tally.summarize(ledger)
-    assert (summary.succeeded, summary.pending, summary.running) == (1, 4, 0)
-    assert summary.attempts_total == 1, "released rows cost no attempt"
-    again = tally.claim(ledger, 10)
-    assert again is not None
-    with again:
-        assert first not in {r.key for r in again.rows}
-        for row in again.rows:
-            again.fail(row.key, message="bad input", http_code=400, status="INVALID_ARGUMENT")
-    summary = tally.summarize(ledger)
-    assert (summary.succeeded, summary.permanent) == (1, 4)
-    assert tally.claim(ledger, 10) is None
+    assert (summary.succeeded, summary.permanent, summary.pending, summary.running) == (4, 1, 2, 0)
+    assert summary.attempts_total == 5, "released rows cost no attempt"
+    assert (summary.usage.input_tokens, summary.usage.output_tokens) == (45, 8)
+    with tally.claim(ledger, 10) as again:
+        done = again.report([])
+        assert done.succeeded == 0 and len(again) == 2
+        with pytest.raises(KeyError, match="not a row of claim"):
+            again.succeed(rows[0].key, {})
+
+
+def test_a_failed_heartbeat_is_raised_by_the_sessions_next_call(tally: Client, ledger: str) -> None:
+    # Invariant (issue 34): the heartbeat never stops silently: once the
+    # claim is lost, the worker is told at its next report and at the end
+    # of the block.
+    tally.enroll(ledger, generated_rows(2))
+    session = tally.claim(ledger, 2, lease=3)
+    with pytest.raises(NotFound, match="heartbeat failed"):
+        with session:
+            tally.delete_ledger(ledger, force=True)
+            deadline = time.monotonic() + 30
+            while session.lost is None:  # the next extension (every 1 s) fails
+                assert time.monotonic() < deadline, "the heartbeat never ran"
+                time.sleep(0.05)
+            session.succeed(session.rows[0].key, {"late": True})
+    with pytest.raises(NotFound):
+        session.heartbeat()
+
+
+def test_a_page_becomes_an_arrow_table_and_a_data_frame(tally: Client, ledger: str) -> None:
+    tally.enroll(ledger, generated_rows(5))
+    with tally.claim(ledger, 5) as session:
+        for row in session:
+            session.succeed(row.key, {"n": row.payload["n"], "x": [1, 2]})
+    page = next(tally.pages(ledger, full=True))
+    assert len(page) == 5 and page.cursor == ""
+    table = page.to_arrow()
+    assert tuple(table.column_names) == CSV_COLUMNS and table.num_rows == 5
+    assert set(table.column("status").to_pylist()) == {"SUCCEEDED"}
+    frame = page.to_pandas(decode_json=True)
+    assert sorted(r["n"] for r in frame["result"]) == [0, 1, 2, 3, 4]
+    assert str(frame["update_time"].dtype) == "datetime64[us, UTC]"
+
+
+def test_an_http_address_like_tallyctls_reaches_the_same_server(address: str) -> None:
+    with Client(f"http://{address}") as tally:
+        assert tally.address.target == address
+        with pytest.raises(NotFound):
+            tally.get_ledger("no-such-ledger")
 
 
 def test_watch_jobs_streams_events_from_a_sequence(tally: Client, ledger: str) -> None:
     tally.enroll(ledger, generated_rows(3))
     session = tally.claim(ledger, 3)
-    assert session is not None
-    job = tally.call(tally.jobs.CreateJob, pb.job_pb2.CreateJobRequest(claim=session.claim.name))
+    job = tally.call(tally.jobs.CreateJob, pb.job_pb2.CreateJobRequest(claim=session.name))
     events: list[pb.job_pb2.JobEvent] = []
     done = threading.Event()
 
@@ -97,18 +253,16 @@ def test_delete_ledger_refuses_live_work_then_forces(tally: Client, ledger: str)
     # Invariant: a ledger with a live claim is not deleted without force
     # (FailedPrecondition, LEDGER_ACTIVE, nothing written); with force it is
     # DELETING at once and every work call on it answers NOT_FOUND.
-    from tally_client import FailedPrecondition, NotFound
-
     tally.enroll(
         ledger, ({"key": derive_key("del", str(i)), "payload": {"n": i}} for i in range(5))
     )
-    assert tally.claim(ledger, 2) is not None
+    assert tally.claim(ledger, 2)
     with pytest.raises(FailedPrecondition) as refused:
         tally.delete_ledger(ledger)
     assert refused.value.reason == "LEDGER_ACTIVE"
-    assert tally.get_ledger(ledger).state == pb.ledger_pb2.LEDGER_STATE_ACTIVE
+    assert tally.get_ledger(ledger).state is LedgerState.ACTIVE
     marked = tally.delete_ledger(ledger, force=True)
-    assert marked.state == pb.ledger_pb2.LEDGER_STATE_DELETING
-    assert marked.purge.forced
+    assert marked.state is LedgerState.DELETING
+    assert marked.purge is not None and marked.purge.forced
     with pytest.raises(NotFound):
         tally.summarize(ledger)

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from conftest import workspace_binary
 
-from tally_client import Client, ExportProgress, derive_key, pb
+from tally_client import Client, ExportProgress, RowStatus, derive_key, pb
 from tally_client.export import ExportFormat
 
 PERMANENT = pb.common_pb2.ROW_STATUS_PERMANENT
@@ -29,10 +29,10 @@ def settle(tally: Client, ledger: str) -> tuple[set[str], set[str]]:
                 session.succeed(row.key, {"answer": row.key[:8], "pi": 3.25})
             else:
                 session.fail(row.key, message="bad input", http_code=400, status="INVALID_ARGUMENT")
-    by_status: dict[int, set[str]] = {}
+    by_status: dict[RowStatus, set[str]] = {}
     for listed in tally.rows(ledger):
         by_status.setdefault(listed.status, set()).add(listed.key)
-    return by_status[pb.common_pb2.ROW_STATUS_SUCCEEDED], by_status[PERMANENT]
+    return by_status[RowStatus.SUCCEEDED], by_status[RowStatus.PERMANENT]
 
 
 def test_jsonl_openai_and_csv_carry_every_row_once_with_its_result(

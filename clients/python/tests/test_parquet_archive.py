@@ -12,7 +12,7 @@ import pytest
 from conftest import workspace_binary
 from test_export import settle
 
-from tally_client import Client, NotFound, pb
+from tally_client import Client, LedgerState, NotFound
 from tally_client import parquet as tally_parquet
 from tally_client.archive import ArchiveError
 
@@ -130,7 +130,7 @@ def test_archive_keeps_the_ledger_when_it_changes_during_the_export(
     assert path.exists()
     summary = tally.summarize(ledger)
     assert summary.total == 26
-    assert tally.get_ledger(ledger).state == pb.ledger_pb2.LEDGER_STATE_ACTIVE
+    assert tally.get_ledger(ledger).state == LedgerState.ACTIVE
 
 
 def test_archive_keeps_the_ledger_when_a_row_lands_after_the_last_check(
@@ -153,4 +153,4 @@ def test_archive_keeps_the_ledger_when_a_row_lands_after_the_last_check(
         tally.archive_ledger(ledger, path)
     assert path.exists()
     assert tally.summarize(ledger).total == 26
-    assert tally.get_ledger(ledger).state == pb.ledger_pb2.LEDGER_STATE_ACTIVE
+    assert tally.get_ledger(ledger).state == LedgerState.ACTIVE

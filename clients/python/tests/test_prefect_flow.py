@@ -27,23 +27,16 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
+    FlowFilter,
+    FlowFilterName,
     FlowRunFilter,
     FlowRunFilterId,
 )
-from prefect.settings import PREFECT_API_URL
-from prefect.testing.utilities import prefect_test_harness
+from test_workers import processes_with, wait_gone
 
 from tally_client import Client, pb
 from tally_prefect import Deployment, tally_pages
 from tally_prefect.deployment import NOT_PARAMETERS
-
-
-@pytest.fixture(scope="module")
-def prefect_api() -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no network in CI
-        with prefect_test_harness(server_startup_timeout=120):
-            yield str(PREFECT_API_URL.value())
 
 
 def touch(path: Path, text: str = "") -> None:
@@ -291,7 +284,21 @@ def long_run(tmp_path: Path) -> Iterator[Emulator]:
     yield from start_emulator(tmp_path, {}, "1500ms")
 
 
-def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
+def flow_run_of(ledger: str) -> Any:
+    """The tally-pages flow run whose `ledger` parameter is `ledger`."""
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["tally-pages"]))
+            )
+
+    runs = [r for r in asyncio.run(read()) if r.parameters.get("ledger") == ledger]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_a_killed_flow_leaves_no_process_ends_crashed_and_its_rerun_sends_nothing_twice(
     prefect_api: str,
     long_run: Emulator,
     tally: Client,
@@ -299,9 +306,11 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Invariant: killing the flow host (flow and its workers, SIGKILL) while
-    # batches are at the provider, then running the flow again, enrolls
-    # nothing twice and submits every row to the provider exactly once.
+    # Invariants (issue 34): SIGKILL of the flow process alone (no finally
+    # runs: the out-of-memory killer) while batches are at the provider
+    # leaves no tally-worker behind and ends its run Crashed; running the
+    # flow again enrolls nothing twice and submits every row to the
+    # provider exactly once.
     ledger = f"pf-killed-{uuid.uuid4().hex[:8]}"
     create_ledger(tally, ledger, lease_s=3)
     params = flow_params(tmp_path, ledger, workers=2)
@@ -319,7 +328,6 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
             "PREFECT_API_URL": prefect_api,
             "PREFECT_HOME": str(tmp_path / "prefect-home"),
         },
-        start_new_session=True,  # its workers share its process group
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -328,8 +336,14 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
         assert first.poll() is None, "the flow ended before any batch was created"
         assert time.monotonic() < deadline, "no batch was created in 120 s"
         time.sleep(0.1)
-    os.killpg(first.pid, signal.SIGKILL)
+    running = [pid for pid in processes_with(ledger) if pid != first.pid]
+    assert len(running) == 3, "2 workers and their guard run"
+    os.kill(first.pid, signal.SIGKILL)
     first.wait()
+    assert wait_gone(ledger) == [], "no worker (nor guard) outlives the killed flow"
+    crashed = flow_run_of(ledger)
+    assert crashed.state is not None and crashed.state.is_crashed(), crashed.state
+    assert "run the flow again" in (crashed.state.message or "").lower()
     at_kill = tally.summarize(ledger)
     assert at_kill.total == 40
     assert at_kill.succeeded < 40, "the kill landed mid-run"
@@ -340,6 +354,7 @@ def test_a_rerun_after_the_flow_is_killed_mid_run_sends_nothing_twice(
     assert isinstance(result, dict)
     assert (result["enrolled"], result["already_present"]) == (0, 40), result
     assert (result["succeeded"], result["total"]) == (40, 40), result
+    assert wait_gone(ledger) == [], "the re-run's workers stopped with it"
 
     # A search for a batch whose create was cut short may make a one-request
     # probe batch (key `tally-probe`) as its witness: not a row.

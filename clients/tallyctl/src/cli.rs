@@ -10,7 +10,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "tallyctl",
-    version,
+    version = tally_version::LONG,
     about,
     long_about = None,
     after_help = AFTER_HELP,

@@ -41,7 +41,15 @@ struct Line {
 #[serde(untagged)]
 enum PromptField {
     Text(String),
-    Object { name: String, version: String },
+    Object(PromptObject),
+}
+
+/// `{"name", "version"}`; another field (`vesion`) is refused too.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptObject {
+    name: String,
+    version: String,
 }
 
 /// Parses `name@version`.
@@ -98,7 +106,7 @@ pub fn parse_line(text: &str) -> Result<pb::RowInput, String> {
     let prompt = match line.prompt {
         None => None,
         Some(PromptField::Text(t)) => Some(parse_prompt_ref(&t)?),
-        Some(PromptField::Object { name, version }) => {
+        Some(PromptField::Object(PromptObject { name, version })) => {
             if name.is_empty() || version.is_empty() {
                 return Err("prompt needs a name and a version".into());
             }
@@ -128,6 +136,52 @@ fn kind_of(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The enrolment vectors shared with the Python client
+    /// (`tests/vectors/enroll.json`): each line gives exactly its row, byte
+    /// for byte, or is refused with its message.
+    #[test]
+    fn every_enroll_vector_gives_its_row_or_its_refusal() {
+        let doc: Value =
+            serde_json::from_str(include_str!("../../../tests/vectors/enroll.json")).unwrap();
+        let cases = doc["cases"].as_array().expect("cases");
+        assert!(cases.len() >= 30, "the vectors cover every rule");
+        let mut failures = Vec::new();
+        for case in cases {
+            let name = case["name"].as_str().expect("name");
+            let line = case["line_text"].as_str().expect("line_text");
+            match (parse_line(line), case.get("expect"), case.get("error")) {
+                (Ok(row), Some(expect), None) => {
+                    let prompt = row
+                        .prompt
+                        .as_ref()
+                        .map_or(Value::Null, |p| format!("{}@{}", p.name, p.version).into());
+                    let got = serde_json::json!({
+                        "key": row.key,
+                        "payload": row.payload,
+                        "depends_on": row.depends_on,
+                        "prompt": prompt,
+                        "model": row.model,
+                    });
+                    if &got != expect {
+                        failures.push(format!("{name}: got {got}, expected {expect}"));
+                    }
+                }
+                (Err(e), None, Some(want)) => {
+                    let want = want.as_str().expect("error is a string").to_lowercase();
+                    if !e.to_lowercase().contains(&want) {
+                        failures.push(format!("{name}: error {e:?} lacks {want:?}"));
+                    }
+                }
+                (Ok(row), None, Some(_)) => {
+                    failures.push(format!("{name}: accepted as {row:?} instead of refused"))
+                }
+                (Err(e), Some(_), None) => failures.push(format!("{name}: refused: {e}")),
+                _ => panic!("{name}: a case has expect or error, not both"),
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
 
     #[test]
     fn a_full_line() {

@@ -17,7 +17,7 @@ use tally_core::provider::Api;
 /// at one provider (Gemini, OpenAI, or an OpenAI-compatible server) and
 /// reports what became of each row.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "tally-worker", version, about)]
+#[command(name = "tally-worker", version = tally_version::LONG, about)]
 pub struct WorkerArgs {
     /// tally gRPC address (http:// or https://).
     #[arg(long, env = "TALLY_SERVER", default_value = "http://127.0.0.1:50051")]

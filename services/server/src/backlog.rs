@@ -43,6 +43,13 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
     metrics.ledger_spend_usd.clear();
     metrics.ledger_spend_tokens.clear();
     for l in &b.ledgers {
+        if l.deleting {
+            // Its purge is under way (through whichever replica): none of
+            // its series stays, so a ledger made again under its name
+            // starts from nothing.
+            metrics.forget_ledger(&l.name);
+            continue;
+        }
         let ledger = || l.name.clone();
         metrics.ledger_seen(&l.name);
         for status in RowStatus::ALL {
@@ -233,6 +240,7 @@ mod tests {
             oldest_ready: Some(now - chrono::TimeDelta::seconds(30)),
             jobs_open: vec![(JobState::Running, 1)],
             paused: None,
+            deleting: false,
             spend: None,
         };
         let mut b = Backlog {
@@ -268,6 +276,56 @@ mod tests {
         };
         assert!(m.jobs_open.get(&job("b")).is_none());
         assert!(m.jobs_open.get(&job("a")).is_some());
+    }
+
+    /// Issue 34: every pause reason has its alert and is listed with
+    /// `tally_ledger_paused` in deploy/README.md.
+    #[test]
+    fn every_pause_reason_has_an_alert_and_is_documented() {
+        let alerts = include_str!("../../../deploy/helm/tally/files/alerts.yaml");
+        let readme = include_str!("../../../deploy/README.md");
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with("| `tally_ledger_paused` |"))
+            .expect("deploy/README.md lists tally_ledger_paused");
+        for reason in PauseReason::ALL {
+            let r = reason.as_str();
+            let expr = format!("(tally_ledger_paused{{reason=\"{r}\"}}) > 0");
+            assert!(alerts.contains(&expr), "no alert for pause reason {r}");
+            assert!(row.contains(&format!("`{r}`")), "{r} not in {row}");
+        }
+    }
+
+    /// A DELETING ledger (deleted through any replica) has no gauges, and
+    /// its counters on this replica are gone too.
+    #[test]
+    fn a_deleting_ledger_loses_every_series() {
+        let m = Metrics::new();
+        m.rows_enrolled_in("d", 3);
+        let ledger = |deleting| LedgerBacklog {
+            name: "d".into(),
+            estimated: vec![(RowStatus::Pending, 3)],
+            deleting,
+            ..Default::default()
+        };
+        publish(
+            &m,
+            &Backlog {
+                ledgers: vec![ledger(false)],
+                ..Default::default()
+            },
+        );
+        assert!(m.ledger_rows_held.get(&LedgerLabels::of("d")).is_some());
+        publish(
+            &m,
+            &Backlog {
+                ledgers: vec![ledger(true)],
+                ..Default::default()
+            },
+        );
+        assert!(m.ledger_rows_held.get(&LedgerLabels::of("d")).is_none());
+        assert!(m.rows_enrolled.get(&LedgerLabels::of("d")).is_none());
+        assert!(!m.render().contains("ledger=\"d\""), "{}", m.render());
     }
 
     /// `tally_ledger_paused{ledger,reason}` is 1 for a paused ledger and

@@ -17,7 +17,7 @@ use tally_core::webhook::Secret;
 #[derive(Debug, Parser)]
 #[command(
     name = "tally-server",
-    version,
+    version = tally_version::LONG,
     about,
     args_conflicts_with_subcommands = true
 )]

@@ -67,13 +67,14 @@ impl Metrics {
                 .zip([sum.input, sum.output, sum.thinking, sum.cached])
         {
             if n > 0 {
-                self.tokens
-                    .get_or_create(&TokenLabels {
+                self.count_tokens(
+                    TokenLabels {
                         ledger: ledger.to_string(),
                         model: summary.model.clone(),
                         kind,
-                    })
-                    .inc_by(n as u64);
+                    },
+                    n as u64,
+                );
             }
         }
         let labels = ModelLabels {
@@ -81,14 +82,8 @@ impl Metrics {
             model: summary.model.clone(),
         };
         match &summary.price {
-            Some(p) => {
-                self.estimated_cost
-                    .get_or_create(&labels)
-                    .inc_by(p.cost_of(&sum));
-            }
-            None => {
-                self.unpriced_reports.get_or_create(&labels).inc();
-            }
+            Some(p) => self.count_cost(labels, p.cost_of(&sum)),
+            None => self.count_unpriced(labels),
         }
     }
 
@@ -128,13 +123,14 @@ impl Metrics {
             }
         }
         for (verdict, rule, n) in by_rule {
-            self.row_verdicts
-                .get_or_create(&VerdictLabels {
+            self.count_verdicts(
+                VerdictLabels {
                     ledger: ledger.to_string(),
                     verdict,
                     rule: rule.to_string(),
-                })
-                .inc_by(n);
+                },
+                n,
+            );
         }
     }
 }

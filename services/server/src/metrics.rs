@@ -18,7 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use tally_store::Store;
@@ -27,6 +27,13 @@ use tally_store::Store;
 /// `--request-timeout` is 30s).
 pub const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Upper bounds of the batch turnaround buckets, in seconds: a second (the
+/// emulator) to two days (the provider's 48-hour expiry, and some).
+pub const TURNAROUND_BUCKETS: &[f64] = &[
+    1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
+    43200.0, 86400.0, 172_800.0,
 ];
 
 /// Row statuses a report answers, as `tally_rows_reported_total` labels them.
@@ -71,6 +78,10 @@ labels!(OutcomeLabels { outcome: &'static str });
 labels!(EventLabels { verdict: &'static str, reason: &'static str });
 labels!(ResultLabels { result: &'static str });
 labels!(TableLabels { table: &'static str });
+labels!(TurnaroundLabels {
+    provider: String,
+    model: String
+});
 
 impl LedgerLabels {
     pub fn of(ledger: &str) -> Self {
@@ -131,10 +142,27 @@ pub struct Families {
     pub model_cooldown: Family<ProviderModel, F64Gauge>,
     // Golden rows.
     pub golden_results: Family<GoldenLabels, Counter>,
+    // Batches: submission to reconciliation.
+    pub batch_turnaround: Family<TurnaroundLabels, Histogram>,
 }
 
 fn histogram() -> Histogram {
     Histogram::new(BUCKETS.iter().copied())
+}
+
+fn turnaround_histogram() -> Histogram {
+    Histogram::new(TURNAROUND_BUCKETS.iter().copied())
+}
+
+/// The label sets of a ledger's series whose other labels are open (a
+/// rule, a model): what [`Metrics::forget_ledger`] removes, since a family
+/// cannot be listed.
+#[derive(Default)]
+struct LedgerSeries {
+    verdicts: HashSet<VerdictLabels>,
+    tokens: HashSet<TokenLabels>,
+    models: HashSet<ModelLabels>,
+    golden: HashSet<GoldenLabels>,
 }
 
 struct Inner {
@@ -142,6 +170,30 @@ struct Inner {
     families: Families,
     /// Ledgers whose label sets were created at zero.
     seen: Mutex<HashSet<String>>,
+    /// Each ledger's open-ended label sets.
+    series: Mutex<HashMap<String, LedgerSeries>>,
+    /// The registered families, name and type.
+    listed: Vec<(&'static str, &'static str)>,
+}
+
+/// Registers a family and remembers its name and type: a registry cannot
+/// list its families, and renders a family only once it has a series.
+fn register(
+    r: &mut Registry,
+    listed: &mut Vec<(&'static str, &'static str)>,
+    name: &'static str,
+    help: &str,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    let kind = match metric.metric_type() {
+        prometheus_client::metrics::MetricType::Counter => "counter",
+        prometheus_client::metrics::MetricType::Gauge => "gauge",
+        prometheus_client::metrics::MetricType::Histogram => "histogram",
+        prometheus_client::metrics::MetricType::Info => "info",
+        prometheus_client::metrics::MetricType::Unknown => "unknown",
+    };
+    listed.push((name, kind));
+    r.register(name, help, metric);
 }
 
 /// The server's metrics: the families, and the registry that renders them.
@@ -215,205 +267,294 @@ impl Metrics {
             provider_max_batches: Default::default(),
             model_cooldown: Default::default(),
             golden_results: Default::default(),
+            batch_turnaround: Family::new_with_constructor(turnaround_histogram),
         };
         let mut r = Registry::default();
+        let mut listed = Vec::new();
         let f = &families;
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_grpc_requests",
             "gRPC calls by service, method and status code (streams counted when they start; health and reflection not counted)",
             f.grpc_requests.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_grpc_request_duration_seconds",
             "gRPC call duration in seconds (streams: time to the response headers)",
             f.grpc_duration.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_rpc_refused",
             "calls refused by the auth and limits layers, by reason",
             f.rpc_refused.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_rows_enrolled",
             "newly enrolled rows by ledger",
             f.rows_enrolled.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_rows_claimed",
             "rows handed out by ClaimRows, by ledger",
             f.rows_claimed.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_rows_reported",
             "reported rows by ledger and verdict",
             f.rows_reported.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_row_verdicts",
             "ReportOutcomes verdicts by ledger, verdict and the rule that decided it",
             f.row_verdicts.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledger_call_duration_seconds",
             "time in the store of ClaimRows, ReportOutcomes and EnrollRows, in seconds",
             f.call_duration.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_tokens",
             "tokens of reported attempts (verdicts SUCCEEDED, RETRYABLE, PERMANENT), by ledger, the claim's model and kind (input, output, thinking, cached)",
             f.tokens.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_estimated_cost_usd",
             "estimated cost in USD of reported attempts, from the ledger's price of the model, by ledger and model",
             f.estimated_cost.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_unpriced_reports",
             "ReportOutcomes calls with usage for a model the ledger has no price for (their cost is not in tally_estimated_cost_usd_total)",
             f.unpriced_reports.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_jobs_adopted",
             "jobs adopted by a worker after their owner's lease expired",
             f.jobs_adopted.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_db_pool_acquire_duration_seconds",
             "time a probe waited for a pool connection, sampled every few seconds (how long statements queue for a connection)",
             f.pool_acquire.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_webhook_requests",
             "webhook deliveries by outcome (accepted, unparseable, unauthorized, malformed, too_large, unavailable, error)",
             f.webhook_requests.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_operation_events",
             "operation events ingested, by verdict and drop reason",
             f.operation_events.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_operation_cas_conflicts",
             "operation writes that lost the compare-and-swap and were decided again",
             f.operation_cas_conflicts.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_database_up",
             "1 while the database answers",
             f.database_up.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_watch_streams",
             "open WatchJobs streams",
             f.watch_streams.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_alert_deliveries",
             "alert delivery tries by result",
             f.alert_deliveries.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_queue_dead_entries",
             "dead tuples in the runnable queue",
             f.queue_dead_entries.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_queue_vacuums",
             "vacuums of the runnable queue",
             f.queue_vacuums.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_rows_released",
             "rows of abandoned (PREPARING) jobs put back without an attempt by this replica's sweeper",
             f.rows_released.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_rows_rescued",
             "rows of expired claims (lease expiries) rescued by this replica's sweeper, each counted as an infra attempt",
             f.rows_rescued.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_jobs_abandoned",
             "PREPARING jobs abandoned because their claim's lease expired, by this replica's sweeper",
             f.jobs_abandoned.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_purged_entries",
             "entries of deleted ledgers removed by this replica, by table",
             f.purged_entries.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledgers_purged",
             "deleted ledgers whose purge this replica finished",
             f.ledgers_purged.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledger_rows",
             "rows by ledger and stored status: the planner's estimate (extended statistics, refreshed by ANALYZE); held rows keep their stored status here",
             f.ledger_rows.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledger_rows_held",
             "rows held by active claims (shown RUNNING), by ledger",
             f.ledger_rows_held.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledger_oldest_runnable_age_seconds",
             "age of the oldest claimable row (ready_time in the past), by ledger; 0 when none",
             f.oldest_runnable_age.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledger_paused",
             "1 for each paused ledger, with the reason it was paused for (absent while active)",
             f.ledger_paused.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledger_spend_usd",
             "a capped ledger's spend in USD: kind spent (reported usage), reserved (estimates of rows claims hold) or cap (absent without a dollar limit)",
             f.ledger_spend_usd.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_ledger_spend_tokens",
             "a capped ledger's spend in tokens by measure (input, output) and kind (spent, reserved, cap; cap absent without that limit)",
             f.ledger_spend_tokens.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_provider_batches_in_flight",
             "jobs made and not yet finished at the provider, by model (what admission counts against --provider-max-batches, all models together)",
             f.provider_batches.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_provider_enqueued_tokens",
             "estimated input tokens of the jobs in flight at the provider, by model (admission's count)",
             f.provider_enqueued_tokens.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_provider_enqueued_tokens_limit",
             "the enqueued-token limit of a model with jobs in flight (--provider-enqueued-tokens; 0: none)",
             f.provider_enqueued_tokens_limit.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_provider_max_batches",
             "the limit of batches at the provider at once (--provider-max-batches; 0: none)",
             f.provider_max_batches.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_model_cooldown_seconds",
             "seconds left of a model's shared cool-down after a 429 at create (absent when none runs)",
             f.model_cooldown.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_golden_results",
             "golden rows' answers recorded, by ledger, model alias and result (match, mismatch)",
             f.golden_results.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
+            "tally_batch_turnaround_seconds",
+            "seconds from a batch's submission (MarkSubmitted) to its job's reconciliation (FinishJob), by provider and model; once per job, whatever its final state",
+            f.batch_turnaround.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
             "tally_jobs_open",
             "jobs not yet ended, by ledger and state",
             f.jobs_open.clone(),
         );
-        r.register(
+        register(
+            &mut r,
+            &mut listed,
             "tally_backlog_refresh_time_seconds",
             "Unix time of the last successful backlog refresh",
             f.backlog_refreshed.clone(),
@@ -426,6 +567,8 @@ impl Metrics {
             registry: r,
             families,
             seen: Mutex::new(HashSet::new()),
+            series: Mutex::new(HashMap::new()),
+            listed,
         }));
         metrics.preinit();
         metrics
@@ -459,32 +602,169 @@ impl Metrics {
                 status,
             });
         }
-        let _ = self.row_verdicts.get_or_create(&VerdictLabels {
-            ledger: ledger.to_string(),
-            verdict: "SUCCEEDED",
-            rule: "success".into(),
-        });
-        for (verdict, rule) in tally_core::classify::Rule::reported_verdicts() {
-            let _ = self.row_verdicts.get_or_create(&VerdictLabels {
+        self.count_verdicts(
+            VerdictLabels {
                 ledger: ledger.to_string(),
-                verdict,
-                rule,
+                verdict: "SUCCEEDED",
+                rule: "success".into(),
+            },
+            0,
+        );
+        for (verdict, rule) in tally_core::classify::Rule::reported_verdicts() {
+            self.count_verdicts(
+                VerdictLabels {
+                    ledger: ledger.to_string(),
+                    verdict,
+                    rule,
+                },
+                0,
+            );
+        }
+    }
+
+    fn track(&self, ledger: &str, add: impl FnOnce(&mut LedgerSeries)) {
+        let mut series = self.0.series.lock().unwrap_or_else(|p| p.into_inner());
+        add(series.entry(ledger.to_string()).or_default());
+    }
+
+    /// Adds `n` to a ledger's verdict counter (created at zero for `n` 0).
+    pub fn count_verdicts(&self, labels: VerdictLabels, n: u64) {
+        self.row_verdicts.get_or_create(&labels).inc_by(n);
+        self.track(&labels.ledger.clone(), |s| {
+            s.verdicts.insert(labels);
+        });
+    }
+
+    pub fn count_tokens(&self, labels: TokenLabels, n: u64) {
+        self.tokens.get_or_create(&labels).inc_by(n);
+        self.track(&labels.ledger.clone(), |s| {
+            s.tokens.insert(labels);
+        });
+    }
+
+    pub fn count_cost(&self, labels: ModelLabels, usd: f64) {
+        self.estimated_cost.get_or_create(&labels).inc_by(usd);
+        self.track(&labels.ledger.clone(), |s| {
+            s.models.insert(labels);
+        });
+    }
+
+    pub fn count_unpriced(&self, labels: ModelLabels) {
+        self.unpriced_reports.get_or_create(&labels).inc();
+        self.track(&labels.ledger.clone(), |s| {
+            s.models.insert(labels);
+        });
+    }
+
+    /// Removes every series of a deleted ledger (its counters and its
+    /// backlog gauges), so that a ledger made again under its name starts
+    /// from nothing instead of adding to the old one's counts. Called when
+    /// the ledger is deleted through this replica, when this replica's
+    /// refresher sees it DELETING, and when its purge finishes here.
+    pub fn forget_ledger(&self, ledger: &str) {
+        self.0
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(ledger);
+        let series = self
+            .0
+            .series
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(ledger)
+            .unwrap_or_default();
+        for l in &series.verdicts {
+            self.row_verdicts.remove(l);
+        }
+        for l in &series.tokens {
+            self.tokens.remove(l);
+        }
+        for l in &series.models {
+            self.estimated_cost.remove(l);
+            self.unpriced_reports.remove(l);
+        }
+        for l in &series.golden {
+            self.golden_results.remove(l);
+        }
+        let l = LedgerLabels::of(ledger);
+        self.rows_enrolled.remove(&l);
+        self.rows_claimed.remove(&l);
+        self.ledger_rows_held.remove(&l);
+        self.oldest_runnable_age.remove(&l);
+        let named = || ledger.to_string();
+        for status in REPORT_STATUSES {
+            self.rows_reported.remove(&LedgerStatus {
+                ledger: named(),
+                status,
             });
         }
+        for status in tally_core::status::RowStatus::ALL {
+            self.ledger_rows.remove(&LedgerStatus {
+                ledger: named(),
+                status: crate::backlog::status_label(status),
+            });
+        }
+        for state in tally_core::job::JobState::ALL {
+            self.jobs_open.remove(&JobLabels {
+                ledger: named(),
+                state: crate::backlog::job_state_label(state),
+            });
+        }
+        for reason in tally_core::pause::PauseReason::ALL {
+            self.ledger_paused.remove(&PausedLabels {
+                ledger: named(),
+                reason: reason.as_str(),
+            });
+        }
+        for kind in ["spent", "reserved", "cap"] {
+            self.ledger_spend_usd.remove(&SpendLabels {
+                ledger: named(),
+                kind,
+            });
+            for measure in ["input", "output"] {
+                self.ledger_spend_tokens.remove(&SpendTokenLabels {
+                    ledger: named(),
+                    measure,
+                    kind,
+                });
+            }
+        }
+    }
+
+    /// Observes a batch's turnaround, from its submission to its job's
+    /// reconciliation, under its model and the provider it routes to
+    /// (`tally_core::provider`).
+    pub fn batch_finished(&self, model: &str, seconds: f64) {
+        self.batch_turnaround
+            .get_or_create(&TurnaroundLabels {
+                provider: tally_core::provider::provider_of(model).to_string(),
+                model: model.to_string(),
+            })
+            .observe(seconds.max(0.0));
     }
 
     /// Counts a golden report's answers (both results created, so a first
     /// mismatch shows in `increase()`).
     pub fn golden_recorded(&self, ledger: &str, model: &str, matched: usize, mismatched: usize) {
         for (result, n) in [("match", matched), ("mismatch", mismatched)] {
-            self.golden_results
-                .get_or_create(&GoldenLabels {
-                    ledger: ledger.to_string(),
-                    model: model.to_string(),
-                    result,
-                })
-                .inc_by(n as u64);
+            let labels = GoldenLabels {
+                ledger: ledger.to_string(),
+                model: model.to_string(),
+                result,
+            };
+            self.golden_results.get_or_create(&labels).inc_by(n as u64);
+            self.track(ledger, |s| {
+                s.golden.insert(labels);
+            });
         }
+    }
+
+    /// Every family registered here, with its type, whether or not it has
+    /// series yet (the collectors' families, read at each scrape, are not
+    /// in it: they always render).
+    pub fn registered(&self) -> &[(&'static str, &'static str)] {
+        &self.0.listed
     }
 
     /// The OpenMetrics text of every family.
@@ -592,6 +872,74 @@ mod tests {
         );
         assert_eq!(
             s.sample("tally_rows_enrolled_total", &[("ledger", "l")]),
+            Some(0.0)
+        );
+    }
+
+    /// Forgetting a ledger removes each of its series, the open-ended ones
+    /// (rules, models) included, and only its own.
+    #[test]
+    fn a_forgotten_ledger_has_no_series_left() {
+        let m = Metrics::new();
+        for ledger in ["gone", "kept"] {
+            m.ledger_seen(ledger);
+            m.count_verdicts(
+                VerdictLabels {
+                    ledger: ledger.into(),
+                    verdict: "PERMANENT",
+                    rule: "override:mine".into(),
+                },
+                3,
+            );
+            let model = ModelLabels {
+                ledger: ledger.into(),
+                model: "gemini-x".into(),
+            };
+            m.count_tokens(
+                TokenLabels {
+                    ledger: ledger.into(),
+                    model: "gemini-x".into(),
+                    kind: "input",
+                },
+                5,
+            );
+            m.count_cost(model.clone(), 0.5);
+            m.count_unpriced(model);
+            m.golden_recorded(ledger, "gemini-x", 1, 1);
+            m.ledger_paused
+                .get_or_create(&PausedLabels {
+                    ledger: ledger.into(),
+                    reason: "quota",
+                })
+                .set(1);
+        }
+        m.forget_ledger("gone");
+        let s = parse(&m.render()).unwrap();
+        let of = |ledger: &str| {
+            s.samples
+                .iter()
+                .filter(|x| x.labels.get("ledger").map(String::as_str) == Some(ledger))
+                .map(|x| x.name.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        assert!(of("gone").is_empty(), "{:?}", of("gone"));
+        let kept = of("kept");
+        for name in [
+            "tally_row_verdicts_total",
+            "tally_tokens_total",
+            "tally_estimated_cost_usd_total",
+            "tally_unpriced_reports_total",
+            "tally_golden_results_total",
+            "tally_ledger_paused",
+            "tally_rows_enrolled_total",
+        ] {
+            assert!(kept.contains(name), "{name}: {kept:?}");
+        }
+        // Seen again (a new ledger under the name): at zero again.
+        m.ledger_seen("gone");
+        let s = parse(&m.render()).unwrap();
+        assert_eq!(
+            s.sample("tally_rows_enrolled_total", &[("ledger", "gone")]),
             Some(0.0)
         );
     }

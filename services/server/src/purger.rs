@@ -93,6 +93,7 @@ fn record(metrics: &Metrics, step: &PurgeStep) {
         }
         PurgeStep::Finished { ledger } => {
             metrics.ledgers_purged.inc();
+            metrics.forget_ledger(ledger);
             tracing::info!(ledger = %ledger, "deleted ledger purged; its name is free");
         }
         PurgeStep::Settling { .. } | PurgeStep::Idle => {}

@@ -37,6 +37,8 @@ pub struct LedgerBacklog {
     pub jobs_open: Vec<(JobState, i64)>,
     /// Why the ledger is paused, if it is.
     pub paused: Option<PauseReason>,
+    /// Deleted (DELETING): its purge is under way, its metrics go.
+    pub deleting: bool,
     /// Spent, reserved and the cap, for a ledger with a spend cap.
     pub spend: Option<crate::spend::SpendView>,
 }
@@ -76,8 +78,9 @@ const OLDEST: &str = "
 impl Store {
     /// Every ledger's backlog (the first [`MAX_LEDGERS`] by id).
     pub async fn backlog(&self) -> Result<Backlog> {
-        let ledgers: Vec<(i64, String, Time, Option<String>)> = sqlx::query_as(
-            "SELECT id, name, now(), pause_reason FROM ledgers ORDER BY id LIMIT $1",
+        let ledgers: Vec<(i64, String, Time, Option<String>, bool)> = sqlx::query_as(
+            "SELECT id, name, now(), pause_reason, delete_time IS NOT NULL
+             FROM ledgers ORDER BY id LIMIT $1",
         )
         .bind(MAX_LEDGERS)
         .fetch_all(&self.pool)
@@ -86,12 +89,13 @@ impl Store {
         let ids: Vec<i64> = ledgers.iter().map(|l| l.0).collect();
         let mut by_id: BTreeMap<i64, LedgerBacklog> = ledgers
             .into_iter()
-            .map(|(id, name, _, paused)| {
+            .map(|(id, name, _, paused, deleting)| {
                 (
                     id,
                     LedgerBacklog {
                         name,
                         paused: paused.as_deref().and_then(PauseReason::parse),
+                        deleting,
                         ..Default::default()
                     },
                 )

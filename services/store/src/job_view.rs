@@ -97,6 +97,7 @@ impl JobRow {
             create_attempt_time: self.create_attempt_time,
             provider_account: self.provider_account.unwrap_or_default(),
             golden: Vec::new(),
+            closed_now: false,
         })
     }
 }

@@ -624,7 +624,8 @@ impl Store {
                 .bind(ClaimState::Done.code())
                 .execute(&mut *tx)
                 .await?;
-            let out = load_job(&mut *tx, job.id).await?;
+            let mut out = load_job(&mut *tx, job.id).await?;
+            out.closed_now = true;
             events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
             tracing::info!(ledger = %ledger, job = %public_id, final_state = %req.final_state, summary = %summary, "job reconciled");
             Ok(out)

@@ -380,6 +380,10 @@ pub struct JobRecord {
     /// The golden rows this job carries: set only by CreateJob (see
     /// [`crate::golden`]).
     pub golden: Vec<GoldenRow>,
+    /// Set only in FinishJob's answer, when this call closed the job (a
+    /// repeated FinishJob answers the same job with it unset): what the
+    /// server's batch turnaround histogram counts once per job.
+    pub closed_now: bool,
 }
 
 impl JobRecord {

@@ -37,12 +37,10 @@ struct BuildLabels {
     git_sha: String,
 }
 
-/// The git commit this binary was built from: `TALLY_GIT_SHA` at build
-/// time (the image build sets it), else `unknown`.
-pub const GIT_SHA: &str = match option_env!("TALLY_GIT_SHA") {
-    Some(sha) => sha,
-    None => "unknown",
-};
+/// The git commit this binary was built from (`tally_version::COMMIT`:
+/// `TALLY_GIT_SHA` at build time, else a release build's `git rev-parse
+/// HEAD`, else `unknown`).
+pub const GIT_SHA: &str = tally_version::COMMIT;
 
 /// Registers `tally_build_info{version,git_sha} 1`, and the process
 /// metrics, which every tally binary exports alike.

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from tally_client._proto.tally.v1 import ledger_pb2
-from tally_client.client import ledger_name
+from tally_client._calls import ledger_name
 from tally_client.errors import FailedPrecondition, NotFound
+from tally_client.types import Summary
 
 if TYPE_CHECKING:
     from tally_client.client import Client
@@ -46,7 +46,7 @@ class ArchiveResult:
     purged: bool
 
 
-def _fingerprint(s: ledger_pb2.LedgerSummary) -> tuple[int, ...]:
+def _fingerprint(s: Summary) -> tuple[int, ...]:
     """What must not change between the start of the export and the delete."""
     return (
         s.total,
@@ -61,7 +61,7 @@ def _fingerprint(s: ledger_pb2.LedgerSummary) -> tuple[int, ...]:
     )
 
 
-def busy(s: ledger_pb2.LedgerSummary) -> str | None:
+def busy(s: Summary) -> str | None:
     """Why the ledger cannot be archived now, if it cannot."""
     if s.running > 0 or s.active_jobs > 0:
         return (

@@ -1,85 +1,77 @@
-"""A typed client for tally over gRPC: ledgers, enrolment in chunks, rows,
-summaries, a claim session for Python workers, and a resumable job watch.
-Every refused call raises a `TallyError` (see `tally_client.errors`)."""
+"""A typed client for tally over gRPC: ledgers (get-or-create), enrolment
+in chunks with canonical payloads, rows as dataclasses page by page,
+summaries, a claim session for Python workers with batched reports and a
+heartbeat whose failure reaches the caller, and a resumable job watch.
+Every refused call raises the `TallyError` subclass of its status code
+(see `tally_client.errors`). `tally_client.aio.AsyncClient` is the same
+client for asyncio."""
 
 from __future__ import annotations
 
-import json
+import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 import grpc
-from google.protobuf import duration_pb2
 
+from tally_client._calls import (
+    CHANNEL_OPTIONS,
+    DEFAULT_CHUNK,
+    EnrollProgress,
+    Failure,
+    Outcome,
+    PolicyLike,
+    StatusLike,
+    Success,
+    chunks,
+    claim_request,
+    duration,
+    existing_ledger,
+    ledger_name,
+    list_request,
+    policy_message,
+    update_request,
+)
 from tally_client._proto.tally.v1 import (
-    common_pb2,
     job_pb2,
     job_pb2_grpc,
     ledger_pb2,
     ledger_pb2_grpc,
 )
-from tally_client.errors import TallyError, from_rpc_error
+from tally_client.address import default_address, parse_address
+from tally_client.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    NotFound,
+    TallyError,
+    Unavailable,
+    from_rpc_error,
+)
 from tally_client.export import CSV_COLUMNS, FORMATS, ExportFormat, csv_line, line
 from tally_client.formats import BatchFormat, batch_rows, check_batch_file
+from tally_client.rows import RowLike
+from tally_client.session import SessionCore
+from tally_client.types import (
+    ClaimedRow,
+    FailureKind,
+    Ledger,
+    Pause,
+    ReportResult,
+    Row,
+    RowPage,
+    Summary,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from tally_client.archive import ArchiveFormat, ArchiveResult
 
-#: The server's default rows-per-call limit (`--max-rows-per-call`).
-DEFAULT_CHUNK = 1000
-#: The largest message this client receives: grpc's default, set on the
-# channel explicitly and sent with every ClaimRows so the server answers
-# with fewer rows rather than a message the channel would refuse.
-MAX_RECEIVE_BYTES = 4 * 1024 * 1024
-
-RowLike = ledger_pb2.RowInput | Mapping[str, Any]
-
-
-def ledger_name(ledger: str) -> str:
-    """`ledgers/{id}` whichever way it was given."""
-    return ledger if ledger.startswith("ledgers/") else f"ledgers/{ledger}"
-
-
-def row_input(row: RowLike) -> ledger_pb2.RowInput:
-    """A `RowInput` from a message or a mapping with `key`, `payload` (a
-    string, or anything JSON-serialisable), and optionally `depends_on`,
-    `prompt` (`"name@version"` or `{"name", "version"}`) and `model`."""
-    if isinstance(row, ledger_pb2.RowInput):
-        return row
-    payload = row.get("payload", "")
-    if not isinstance(payload, str):
-        payload = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    prompt = row.get("prompt")
-    ref: common_pb2.PromptRef | None = None
-    if isinstance(prompt, str):
-        name, _, version = prompt.partition("@")
-        ref = common_pb2.PromptRef(name=name, version=version)
-    elif isinstance(prompt, Mapping):
-        ref = common_pb2.PromptRef(name=prompt["name"], version=prompt["version"])
-    return ledger_pb2.RowInput(
-        key=row["key"],
-        payload=payload,
-        depends_on=list(row.get("depends_on", ())),
-        prompt=ref,
-        model=row.get("model", ""),
-    )
-
-
-@dataclass(frozen=True)
-class EnrollProgress:
-    """Where an enrolment is: rows sent so far, and what became of them."""
-
-    sent: int
-    enrolled: int
-    already_present: int
-    #: Rows whose key is enrolled with other content (left unchanged).
-    conflicts: int = 0
+__all__ = ["ClaimSession", "Client", "EnrollProgress", "ExportProgress", "ledger_name"]
 
 
 @dataclass(frozen=True)
@@ -91,43 +83,34 @@ class ExportProgress:
     cursor: str
 
 
-def _duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(seconds * 1e9))
-    return d
-
-
-def _chunks(rows: Iterable[RowLike], size: int) -> Iterator[list[ledger_pb2.RowInput]]:
-    chunk: list[ledger_pb2.RowInput] = []
-    for row in rows:
-        chunk.append(row_input(row))
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)]
-
-
 class Client:
-    """One connection to tally. Use it as a context manager, or `close()`."""
+    """One connection to tally. Use it as a context manager, or `close()`.
+
+    `address` is `host:port`, `http://host:port` or `https://host:port`
+    (TLS, as `tls=True`); without one, `TALLY_SERVER` from the environment,
+    else `127.0.0.1:50051` (as tallyctl). `token` is sent as a bearer
+    token; without one, `TALLY_TOKEN` from the environment, if set.
+    `timeout` bounds every call (seconds)."""
 
     def __init__(
         self,
-        address: str = "127.0.0.1:50051",
+        address: str | None = None,
         *,
         token: str | None = None,
         tls: bool = False,
         root_certificates: bytes | None = None,
         timeout: float = 30.0,
     ) -> None:
-        if tls or root_certificates is not None:
+        target = parse_address(
+            address or default_address(), tls=tls or root_certificates is not None
+        )
+        token = token or os.environ.get("TALLY_TOKEN") or None
+        self.address = target
+        if target.tls:
             creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-            self._channel = grpc.secure_channel(address, creds, options=_CHANNEL_OPTIONS)
+            self._channel = grpc.secure_channel(target.target, creds, options=CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            self._channel = grpc.insecure_channel(target.target, options=CHANNEL_OPTIONS)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._timeout = timeout
         # The generated stubs carry no annotations.
@@ -149,7 +132,8 @@ class Client:
         self.close()
 
     def call(self, method: Callable[..., Any], request: Any) -> Any:
-        """Calls a unary RPC of `ledgers` or `jobs`, raising `TallyError`."""
+        """Calls a unary RPC of `ledgers` or `jobs` (the generated stubs),
+        raising `TallyError`: the way to any RPC this class does not wrap."""
         try:
             return method(request, timeout=self._timeout, metadata=self._metadata)
         except grpc.RpcError as e:
@@ -157,21 +141,73 @@ class Client:
 
     # ----- ledgers -----
 
-    def create_ledger(
-        self, ledger_id: str, policy: ledger_pb2.LedgerPolicy | None = None
-    ) -> ledger_pb2.Ledger:
-        req = ledger_pb2.CreateLedgerRequest(ledger_id=ledger_id, policy=policy)
-        created: ledger_pb2.Ledger = self.call(self.ledgers.CreateLedger, req)
-        return created
+    def create_ledger(self, ledger_id: str, policy: PolicyLike | None = None) -> Ledger:
+        """Creates a ledger; `AlreadyExists` if the id is taken (see
+        `get_or_create_ledger`). `policy` is a `LedgerPolicy` or its JSON
+        form (`{"budgets": {"provider": 3}, "lease": "600s"}`); unset fields
+        take the documented defaults."""
+        req = ledger_pb2.CreateLedgerRequest(ledger_id=ledger_id, policy=policy_message(policy))
+        return Ledger.from_pb(self.call(self.ledgers.CreateLedger, req))
 
-    def get_ledger(self, ledger: str) -> ledger_pb2.Ledger:
+    def get_or_create_ledger(
+        self, ledger_id: str, policy: PolicyLike | None = None
+    ) -> tuple[Ledger, bool]:
+        """The ledger, created if it does not exist, and whether it was
+        created now. An existing ledger must hold every field `policy`
+        sets (`AlreadyExists`, reason LEDGER_POLICY_DIFFERS, naming the
+        fields, otherwise: change it with `update_ledger`); one being
+        deleted raises `FailedPrecondition` (LEDGER_DELETING)."""
+        asked = policy_message(policy)
+        for _ in range(3):
+            try:
+                return self.create_ledger(ledger_id, asked), True
+            except AlreadyExists:
+                pass
+            try:
+                return existing_ledger(ledger_id, self.get_ledger(ledger_id), asked), False
+            except NotFound:
+                continue  # deleted between the two calls: create it again
+        raise AlreadyExists(
+            grpc.StatusCode.ALREADY_EXISTS,
+            f"ledger {ledger_id} kept appearing and disappearing; try again",
+        )
+
+    def get_ledger(self, ledger: str) -> Ledger:
         req = ledger_pb2.GetLedgerRequest(name=ledger_name(ledger))
-        found: ledger_pb2.Ledger = self.call(self.ledgers.GetLedger, req)
-        return found
+        return Ledger.from_pb(self.call(self.ledgers.GetLedger, req))
+
+    def list_ledgers(self, *, show_deleted: bool = False) -> Iterator[Ledger]:
+        """Every ledger the caller may see, paged."""
+        token = ""
+        while True:
+            req = ledger_pb2.ListLedgersRequest(
+                page_size=1000, page_token=token, show_deleted=show_deleted
+            )
+            page = self.call(self.ledgers.ListLedgers, req)
+            yield from (Ledger.from_pb(m) for m in page.ledgers)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def update_ledger(self, ledger: str, policy: PolicyLike, *, etag: str = "") -> Ledger:
+        """Changes the policy fields `policy` sets (the others are kept);
+        with `etag`, refused (`Aborted`) if the ledger changed since."""
+        req = update_request(ledger, policy, etag)
+        return Ledger.from_pb(self.call(self.ledgers.UpdateLedger, req))
+
+    def pause_ledger(self, ledger: str, message: str) -> Ledger:
+        """PauseLedger (operator role): no claims are handed out until
+        `resume_ledger`; work already out runs to its end."""
+        req = ledger_pb2.PauseLedgerRequest(name=ledger_name(ledger), message=message)
+        return Ledger.from_pb(self.call(self.ledgers.PauseLedger, req))
+
+    def resume_ledger(self, ledger: str) -> Ledger:
+        req = ledger_pb2.ResumeLedgerRequest(name=ledger_name(ledger))
+        return Ledger.from_pb(self.call(self.ledgers.ResumeLedger, req))
 
     def delete_ledger(
         self, ledger: str, *, force: bool = False, etag: str = "", content_etag: str = ""
-    ) -> ledger_pb2.Ledger:
+    ) -> Ledger:
         """DeleteLedger (operator role): the ledger is DELETING at once (every
         work call on it answers NOT_FOUND) and is purged in the background;
         `get_ledger` shows the purge until it answers NOT_FOUND. Refused
@@ -179,19 +215,17 @@ class Client:
         jobs open, unless `force`, which expires the claims and abandons the
         jobs: batches still running at the provider are not cancelled and may
         still be billed (see the README's "Deleting a ledger"). With
-        `content_etag` (a `LedgerSummary.content_etag` read earlier) it is
+        `content_etag` (a `Summary.content_etag` read earlier) it is
         refused (`FailedPrecondition`, reason LEDGER_CHANGED) if any row was
         enrolled, reported, rescued or redriven since."""
         req = ledger_pb2.DeleteLedgerRequest(
             name=ledger_name(ledger), force=force, etag=etag, content_etag=content_etag
         )
-        marked: ledger_pb2.Ledger = self.call(self.ledgers.DeleteLedger, req)
-        return marked
+        return Ledger.from_pb(self.call(self.ledgers.DeleteLedger, req))
 
-    def summarize(self, ledger: str) -> ledger_pb2.LedgerSummary:
+    def summarize(self, ledger: str) -> Summary:
         req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger))
-        summary: ledger_pb2.LedgerSummary = self.call(self.ledgers.SummarizeLedger, req)
-        return summary
+        return Summary.from_pb(self.call(self.ledgers.SummarizeLedger, req))
 
     # ----- rows -----
 
@@ -203,22 +237,20 @@ class Client:
         chunk_size: int = DEFAULT_CHUNK,
         on_progress: Callable[[EnrollProgress], None] | None = None,
     ) -> EnrollProgress:
-        """Enrolls rows from any iterable (a generator is read once, a chunk
-        at a time). Rows already present with the same content are not
-        enrolled again, so a re-run after a crash adds only what is missing."""
-        if not 1 <= chunk_size <= 10_000:
-            raise ValueError("chunk_size must be between 1 and 10000")
-        sent = enrolled = present = conflicts = 0
-        for chunk in _chunks(rows, chunk_size):
+        """Enrolls rows (mappings, see `tally_client.rows`) from any
+        iterable, a chunk at a time. Payloads are sent canonical, as
+        tallyctl sends them, so a row already present with the same content
+        is ALREADY_PRESENT whoever enrolled it: a re-run after a crash adds
+        only what is missing. A row that cannot be enrolled raises
+        `RowError` (with its index) before its chunk is sent; rows in
+        CONFLICT are counted (`conflicts`, `conflict_keys`), not raised."""
+        progress = EnrollProgress(0, 0, 0)
+        for chunk in chunks(rows, chunk_size):
             req = ledger_pb2.EnrollRowsRequest(parent=ledger_name(ledger), rows=chunk)
-            r = self.call(self.ledgers.EnrollRows, req)
-            sent += len(chunk)
-            enrolled += r.enrolled
-            present += r.already_present
-            conflicts += r.conflicts
+            progress = progress.add(len(chunk), self.call(self.ledgers.EnrollRows, req))
             if on_progress is not None:
-                on_progress(EnrollProgress(sent, enrolled, present, conflicts))
-        return EnrollProgress(sent, enrolled, present, conflicts)
+                on_progress(progress)
+        return progress
 
     def enroll_file(
         self,
@@ -239,11 +271,16 @@ class Client:
             ledger, batch_rows(path, format), chunk_size=chunk_size, on_progress=on_progress
         )
 
-    def pages(
+    def get_row(self, ledger: str, key: str) -> Row:
+        """One row with its attempts history."""
+        req = ledger_pb2.GetRowRequest(name=f"{ledger_name(ledger)}/rows/{key}")
+        return Row.from_pb(self.call(self.ledgers.GetRow, req))
+
+    def _pb_pages(
         self,
         ledger: str,
         *,
-        statuses: Sequence[common_pb2.RowStatus] = (),
+        statuses: StatusLike | Sequence[StatusLike] = (),
         rule: str = "",
         job: str = "",
         in_job: str = "",
@@ -253,30 +290,19 @@ class Client:
         page_size: int = 1000,
         after: str = "",
     ) -> Iterator[tuple[list[ledger_pb2.Row], str]]:
-        """Pages of rows with the cursor after each (`""` after the last).
-        `job` selects the rows whose latest job it is, `in_job` the rows the
-        job was made with; `prompt` is `name` or `name@version`; `after` is
-        a cursor from an earlier listing with the same filters."""
-        if not 1 <= page_size <= 1000:
-            raise ValueError("page_size must be between 1 and 1000")
-        prompt_name, _, prompt_version = prompt.partition("@")
-        row_filter = ledger_pb2.RowFilter(
-            statuses=list(statuses),
-            rule=rule,
-            job=job,
-            in_job=in_job,
-            model=model,
-            prompt_name=prompt_name,
-            prompt_version=prompt_version,
-        )
         token = after
         while True:
-            req = ledger_pb2.ListRowsRequest(
-                parent=ledger_name(ledger),
-                filter=row_filter,
+            req = list_request(
+                ledger,
+                statuses=statuses,
+                rule=rule,
+                job=job,
+                in_job=in_job,
+                model=model,
+                prompt=prompt,
+                full=full,
                 page_size=page_size,
-                page_token=token,
-                view=ledger_pb2.ROW_VIEW_FULL if full else ledger_pb2.ROW_VIEW_BASIC,
+                token=token,
             )
             page = self.call(self.ledgers.ListRows, req)
             yield list(page.rows), page.next_page_token
@@ -284,29 +310,67 @@ class Client:
                 return
             token = page.next_page_token
 
-    def rows(
+    def pages(
         self,
         ledger: str,
         *,
-        statuses: Sequence[common_pb2.RowStatus] = (),
+        statuses: StatusLike | Sequence[StatusLike] = (),
         rule: str = "",
         job: str = "",
         in_job: str = "",
+        model: str = "",
+        prompt: str = "",
         full: bool = False,
         page_size: int = 1000,
-    ) -> Iterator[ledger_pb2.Row]:
-        """Every row (or those with these statuses / this rule / this job as
-        their latest / made into this job), paged."""
-        for page, _ in self.pages(
+        after: str = "",
+    ) -> Iterator[RowPage]:
+        """Pages of rows, each with the cursor after it (`""` after the
+        last; pass it as `after` to resume with the same filters).
+        `statuses` takes `RowStatus` members or their names; `job` selects
+        the rows whose latest job it is, `in_job` the rows the job was made
+        with; `prompt` is `name` or `name@version`; `full` adds payload,
+        result and history. `page.to_arrow()` / `page.to_pandas()` make a
+        table of a page."""
+        for rows, cursor in self._pb_pages(
             ledger,
             statuses=statuses,
             rule=rule,
             job=job,
             in_job=in_job,
+            model=model,
+            prompt=prompt,
+            full=full,
+            page_size=page_size,
+            after=after,
+        ):
+            yield RowPage([Row.from_pb(r) for r in rows], cursor)
+
+    def rows(
+        self,
+        ledger: str,
+        *,
+        statuses: StatusLike | Sequence[StatusLike] = (),
+        rule: str = "",
+        job: str = "",
+        in_job: str = "",
+        model: str = "",
+        prompt: str = "",
+        full: bool = False,
+        page_size: int = 1000,
+    ) -> Iterator[Row]:
+        """Every row that matches (see `pages`), one page in memory at a time."""
+        for page in self.pages(
+            ledger,
+            statuses=statuses,
+            rule=rule,
+            job=job,
+            in_job=in_job,
+            model=model,
+            prompt=prompt,
             full=full,
             page_size=page_size,
         ):
-            yield from page
+            yield from page.rows
 
     def export_rows(
         self,
@@ -314,7 +378,7 @@ class Client:
         out: TextIO,
         *,
         format: ExportFormat = "jsonl",
-        statuses: Sequence[common_pb2.RowStatus] = (),
+        statuses: StatusLike | Sequence[StatusLike] = (),
         rule: str = "",
         model: str = "",
         prompt: str = "",
@@ -353,7 +417,7 @@ class Client:
         write: Callable[[list[ledger_pb2.Row]], object],
         flush: Callable[[], object],
         *,
-        statuses: Sequence[common_pb2.RowStatus],
+        statuses: StatusLike | Sequence[StatusLike],
         rule: str,
         model: str,
         prompt: str,
@@ -365,7 +429,7 @@ class Client:
         progress with the cursor that resumes after it."""
         written = 0
         cursor = after
-        for page, cursor in self.pages(
+        for page, cursor in self._pb_pages(
             ledger,
             statuses=statuses,
             rule=rule,
@@ -387,7 +451,7 @@ class Client:
         ledger: str,
         path: str | Path,
         *,
-        statuses: Sequence[common_pb2.RowStatus] = (),
+        statuses: StatusLike | Sequence[StatusLike] = (),
         rule: str = "",
         model: str = "",
         prompt: str = "",
@@ -448,23 +512,18 @@ class Client:
         lease: float = 60.0,
         worker: str = "python",
         model: str = "",
-    ) -> ClaimSession | None:
-        """Claims up to `max_rows` runnable rows; `None` when there are none.
-        Use the session as a context manager: it extends the lease in the
-        background and gives back every row not reported when it ends."""
-        req = ledger_pb2.ClaimRowsRequest(
-            parent=ledger_name(ledger),
-            max_rows=max_rows,
-            lease=_duration(lease),
-            worker=worker,
-            request_id=str(uuid.uuid4()),
-            model=model,
-            max_response_bytes=MAX_RECEIVE_BYTES,
-        )
-        r = self.call(self.ledgers.ClaimRows, req)
-        if not r.rows:
-            return None
-        return ClaimSession(self, r.claim, list(r.rows), lease)
+        report_batch: int = 100,
+    ) -> ClaimSession:
+        """Claims up to `max_rows` runnable rows. The session is always
+        returned: empty (falsy, no rows) when nothing is runnable or the
+        ledger is paused (`session.pause` says why). Use it as a context
+        manager: it extends the lease in the background (a failed
+        extension is raised by the session's next call), sends reports in
+        batches of `report_batch`, and when it ends sends what is left and
+        gives back every row not reported (no attempt counted)."""
+        req = claim_request(ledger, max_rows, lease=lease, worker=worker, model=model)
+        r: ledger_pb2.ClaimRowsResponse = self.call(self.ledgers.ClaimRows, req)
+        return ClaimSession(self, r, lease, report_batch)
 
     # ----- jobs -----
 
@@ -476,8 +535,9 @@ class Client:
         reconnect_delay: float = 1.0,
         max_reconnects: int = 60,
     ) -> Iterator[job_pb2.JobEvent]:
-        """Job events as they happen, resuming after the last one seen when
-        the stream breaks (up to `max_reconnects` times in a row)."""
+        """Job events as they happen (`after_sequence` -1: from the first
+        one stored), resuming after the last one seen when the stream
+        breaks (up to `max_reconnects` times in a row)."""
         last = after_sequence
         failures = 0
         while True:
@@ -497,27 +557,79 @@ class Client:
 
 
 class ClaimSession:
-    """Rows claimed by a Python worker. Report outcomes with `succeed`,
-    `fail` or `report`; the lease is extended every third of it until the
-    session ends, and rows still held then are released (no attempt)."""
+    """Rows claimed by a Python worker (`rows`, each a `ClaimedRow` with its
+    decoded payload). Empty (falsy) when nothing was runnable.
+
+    Report with `succeed` and `fail` (queued, sent `report_batch` at a
+    time and when the session ends) or `report` (sent at once). The lease
+    is extended every third of it in the background; if an extension
+    fails for good (the claim was lost, the ledger deleted), the next
+    call on the session raises that error, and so does the end of the
+    `with` block. When the session ends, queued reports are sent, then
+    the rows not reported are given back (no attempt counted)."""
 
     def __init__(
         self,
         client: Client,
-        claim: ledger_pb2.Claim,
-        rows: list[ledger_pb2.ClaimedRow],
+        response: ledger_pb2.ClaimRowsResponse,
         lease: float,
+        report_batch: int,
     ) -> None:
         self.client = client
-        self.claim = claim
-        self.rows = rows
-        self._lease = lease
-        self._reported: set[str] = set()
+        self._core = SessionCore(response, lease, report_batch)
         self._stop = threading.Event()
-        self._heartbeat = threading.Thread(target=self._beat, daemon=True)
+        self._heartbeat: threading.Thread | None = None
+
+    # What was claimed.
+
+    @property
+    def name(self) -> str:
+        """`ledgers/{ledger}/claims/{claim}` (the fencing token); `""` when empty."""
+        return self._core.name
+
+    @property
+    def claim(self) -> ledger_pb2.Claim | None:
+        return self._core.claim
+
+    @property
+    def rows(self) -> list[ClaimedRow]:
+        return self._core.rows
+
+    @property
+    def pause(self) -> Pause | None:
+        """Why nothing was claimed, when the ledger is paused."""
+        return self._core.pause
+
+    @property
+    def truncated(self) -> bool:
+        """More rows were runnable than fit in one answer."""
+        return self._core.truncated
+
+    @property
+    def results(self) -> ReportResult:
+        """Every verdict so far."""
+        return self._core.results
+
+    @property
+    def lost(self) -> TallyError | None:
+        """The error that ended the heartbeat, if one did."""
+        return self._core.lost
+
+    def __bool__(self) -> bool:
+        return bool(self._core.rows)
+
+    def __len__(self) -> int:
+        return len(self._core.rows)
+
+    def __iter__(self) -> Iterator[ClaimedRow]:
+        return iter(self._core.rows)
 
     def __enter__(self) -> ClaimSession:
-        self._heartbeat.start()
+        if self._core.rows and self._heartbeat is None:
+            self._heartbeat = threading.Thread(
+                target=self._beat, name=f"tally-heartbeat {self.name}", daemon=True
+            )
+            self._heartbeat.start()
         return self
 
     def __exit__(
@@ -526,48 +638,123 @@ class ClaimSession:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
+        self.close(error)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Ends the session (what `with` does): stops the heartbeat, sends
+        the queued reports, gives back the rows not reported. Raises the
+        heartbeat's error, or one of these calls', unless `error` (the
+        exception ending the block) is already on its way."""
         self._stop.set()
-        self._heartbeat.join()
-        held = [r.key for r in self.rows if r.key not in self._reported]
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+        if not self._core.rows or self._core.closed:
+            return
+        self._core.closed = True
+        failure: TallyError | None = None
+        try:
+            self._send(self._core.take_queue())
+        except TallyError as e:
+            failure = e
+        held = self._core.held()
         if held:
-            req = ledger_pb2.ReleaseClaimRequest(name=self.claim.name, keys=held)
+            req = ledger_pb2.ReleaseClaimRequest(name=self.name, keys=held)
             try:
                 self.client.call(self.client.ledgers.ReleaseClaim, req)
-            except TallyError:
-                if error is None:
-                    raise
+            except TallyError as e:
+                failure = failure or e
+        failure = self._core.lost or failure
+        if failure is not None and error is None:
+            raise failure
+
+    def heartbeat(self) -> None:
+        """Extends the lease now (the background thread does this every
+        third of the lease); raises what the server answers."""
+        req = ledger_pb2.ExtendClaimRequest(name=self.name, lease=duration(self._core.lease))
+        self.client.call(self.client.ledgers.ExtendClaim, req)
 
     def _beat(self) -> None:
-        req = ledger_pb2.ExtendClaimRequest(name=self.claim.name, lease=_duration(self._lease))
-        while not self._stop.wait(self._lease / 3):
-            try:
-                self.client.call(self.client.ledgers.ExtendClaim, req)
-            except TallyError:
-                return
+        period = self._core.lease / 3
+        deadline = time.monotonic() + self._core.lease
+        while not self._stop.wait(period):
+            while True:
+                try:
+                    self.heartbeat()
+                    deadline = time.monotonic() + self._core.lease
+                    period = self._core.lease / 3
+                    break
+                except (Unavailable, DeadlineExceeded) as e:
+                    # A server restarting or a slow network: keep trying
+                    # while the lease may still hold.
+                    if time.monotonic() >= deadline:
+                        self._core.lose(e)
+                        return
+                    if self._stop.wait(min(1.0, period)):
+                        return
+                except TallyError as e:
+                    self._core.lose(e)
+                    return
 
-    def report(
-        self, outcomes: Sequence[ledger_pb2.RowOutcome]
-    ) -> ledger_pb2.ReportOutcomesResponse:
-        req = ledger_pb2.ReportOutcomesRequest(claim=self.claim.name, outcomes=list(outcomes))
-        r: ledger_pb2.ReportOutcomesResponse = self.client.call(
-            self.client.ledgers.ReportOutcomes, req
-        )
-        self._reported.update(o.key for o in outcomes)
-        return r
+    # Reports.
 
-    def succeed(self, key: str, result: Any) -> ledger_pb2.ReportOutcomesResponse:
-        """Reports a row's result (JSON-serialisable, or a JSON string)."""
-        text = result if isinstance(result, str) else json.dumps(result)
-        return self.report([ledger_pb2.RowOutcome(key=key, result=text)])
+    def succeed(
+        self,
+        key: str,
+        result: Any = None,
+        *,
+        usage: Usage | dict[str, int] | None = None,
+        result_text: str | None = None,
+    ) -> None:
+        """Queues a row's result (any JSON value, or `result_text` sent
+        verbatim) with the tokens it used."""
+        self._queue(Success(key, result, usage, result_text))
 
     def fail(
-        self, key: str, *, message: str, http_code: int = 0, status: str = ""
-    ) -> ledger_pb2.ReportOutcomesResponse:
-        """Reports the facts of a failure; the server's classifier decides."""
-        failure = common_pb2.Failure(
-            kind=common_pb2.FAILURE_KIND_PROVIDER_ERROR,
-            http_code=http_code,
-            status=status,
-            message=message,
+        self,
+        key: str,
+        *,
+        message: str,
+        http_code: int = 0,
+        status: str = "",
+        finish_reason: str = "",
+        block_reason: str = "",
+        kind: FailureKind | str = FailureKind.PROVIDER_ERROR,
+        retry_delay: float | None = None,
+        usage: Usage | dict[str, int] | None = None,
+    ) -> None:
+        """Queues the facts of a failure; the server's classifier decides."""
+        self._queue(
+            Failure(
+                key,
+                message,
+                http_code,
+                status,
+                finish_reason,
+                block_reason,
+                kind,
+                retry_delay,
+                usage,
+            )
         )
-        return self.report([ledger_pb2.RowOutcome(key=key, failure=failure)])
+
+    def _queue(self, outcome: Outcome) -> None:
+        if self._core.queue(outcome):
+            self._send(self._core.take_queue())
+
+    def flush(self) -> ReportResult:
+        """Sends the queued reports now; their verdicts."""
+        return self._send(self._core.take_queue())
+
+    def report(self, outcomes: Iterable[Outcome]) -> ReportResult:
+        """Sends these outcomes (and anything queued) now; their verdicts."""
+        for outcome in outcomes:
+            self._core.queue(outcome)
+        return self.flush()
+
+    def _send(self, batches: list[ledger_pb2.ReportOutcomesRequest]) -> ReportResult:
+        self._core.check()
+        total = ReportResult()
+        for req in batches:
+            r = self.client.call(self.client.ledgers.ReportOutcomes, req)
+            total += self._core.reported(req, r)
+        return total

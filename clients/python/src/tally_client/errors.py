@@ -39,40 +39,113 @@ class TallyError(Exception):
         return text
 
 
+class Cancelled(TallyError):
+    """The call was cancelled (by the caller, or its deadline on the way)."""
+
+
+class Unknown(TallyError):
+    """The server failed in a way it did not name."""
+
+
 class InvalidArgument(TallyError):
     """The request was wrong; `field_violations` says where."""
+
+
+class DeadlineExceeded(TallyError):
+    """The call took longer than its timeout (`Client(timeout=…)`)."""
 
 
 class NotFound(TallyError):
     """The named ledger, row, job or claim does not exist."""
 
 
+class AlreadyExists(TallyError):
+    """What the call would create exists already (a ledger id, a prompt
+    version with other text)."""
+
+
+class PermissionDenied(TallyError):
+    """The token's roles or ledgers do not cover the call (`reason` says
+    which, e.g. ROLE_DENIED); a ledger out of scope is never revealed."""
+
+
+class ResourceExhausted(TallyError):
+    """A limit was reached (jobs per ledger, calls or bytes per caller);
+    `retry_delay` says when to try again."""
+
+
 class FailedPrecondition(TallyError):
     """The request is valid but not now (`reason` says why)."""
+
+
+class Aborted(TallyError):
+    """A concurrent change won (a stale etag); read again and retry."""
+
+
+class OutOfRange(TallyError):
+    """A value is past what the server accepts (a page token, a sequence)."""
+
+
+class Unimplemented(TallyError):
+    """The server does not offer this call (an older server?)."""
+
+
+class Internal(TallyError):
+    """The server broke an invariant; its log has the details."""
 
 
 class Unavailable(TallyError):
     """The server or its database cannot be reached; retry."""
 
 
+class DataLoss(TallyError):
+    """Unrecoverable data loss or corruption."""
+
+
+class Unauthenticated(TallyError):
+    """No token, or one the server does not know (`Client(token=…)`)."""
+
+
+#: The exception class of every status code but OK (a test checks each
+#: code has its own).
 _CLASSES: dict[grpc.StatusCode, type[TallyError]] = {
+    grpc.StatusCode.CANCELLED: Cancelled,
+    grpc.StatusCode.UNKNOWN: Unknown,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.ABORTED: Aborted,
+    grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
+    grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
+    grpc.StatusCode.INTERNAL: Internal,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
 
 
+def error_class(code: grpc.StatusCode) -> type[TallyError]:
+    """The exception class raised for `code`."""
+    return _CLASSES.get(code, TallyError)
+
+
 def from_rpc_error(error: grpc.RpcError) -> TallyError:
-    """The exception for a failed call, details decoded."""
-    call = error if isinstance(error, grpc.Call) else None
-    code = call.code() if call else grpc.StatusCode.UNKNOWN
-    message = (call.details() if call else None) or str(error)
+    """The exception for a failed call (of `grpc` or `grpc.aio`), details
+    decoded."""
+    code_of = getattr(error, "code", None)
+    details_of = getattr(error, "details", None)
+    trailers_of = getattr(error, "trailing_metadata", None)
+    code = code_of() if callable(code_of) else grpc.StatusCode.UNKNOWN
+    message = (details_of() if callable(details_of) else None) or str(error)
     violations: list[FieldViolation] = []
     reason = ""
     retry_delay: float | None = None
     trailers: tuple[tuple[str, str | bytes], ...] = tuple(
-        (call.trailing_metadata() if call else None) or ()
+        (trailers_of() if callable(trailers_of) else None) or ()
     )
     for key, value in trailers:
         if key != "grpc-status-details-bin" or not isinstance(value, bytes):
@@ -88,5 +161,4 @@ def from_rpc_error(error: grpc.RpcError) -> TallyError:
                 reason = info.reason
             elif detail.Unpack(retry):
                 retry_delay = retry.retry_delay.ToTimedelta().total_seconds()
-    cls = _CLASSES.get(code, TallyError)
-    return cls(code, message, violations, reason, retry_delay)
+    return error_class(code)(code, message, violations, reason, retry_delay)

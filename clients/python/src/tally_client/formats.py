@@ -601,4 +601,4 @@ def batch_rows(path: str | Path, format: BatchFormat) -> Iterator[dict[str, str]
             row = convert(format, text)
         except FormatError as e:
             raise BatchFileError(str(path), 1, [(number, str(e))]) from None
-        yield {"key": row.key, "payload": row.payload, "model": row.model}
+        yield {"key": row.key, "payload_text": row.payload, "model": row.model}

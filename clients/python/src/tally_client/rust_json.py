@@ -21,12 +21,27 @@ _U64_MAX = 2**64 - 1
 
 
 def loads(text: str) -> Any:
-    """Parses JSON as serde_json does: NaN and Infinity are errors."""
+    """Parses JSON as serde_json does: NaN and Infinity are errors, and so
+    is a number too large for a float (`1e400`)."""
 
     def refuse(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
 
-    return json.loads(text, parse_constant=refuse)
+    def finite(digits: str) -> float:
+        value = float(digits)
+        if value in (float("inf"), float("-inf")):
+            raise ValueError(f"number {digits} is out of range")
+        return value
+
+    def integer(digits: str) -> int | float:
+        if digits == "-0":
+            return -0.0  # serde_json reads `-0` as the float -0.0
+        value = int(digits)
+        if not _I64_MIN <= value <= _U64_MAX:
+            finite(digits)  # serde_json reads it as a float, which must be finite
+        return value
+
+    return json.loads(text, parse_constant=refuse, parse_float=finite, parse_int=integer)
 
 
 def float_text(x: float) -> str:

@@ -1,35 +1,51 @@
-"""tally_prefect: the Prefect flow of tally's design (install
-`tally-client[prefect]`). Prefect runs the flow; tally holds the record
-state. One provider job is one Prefect task run; rows are table artifacts;
-the ledger summary is a markdown artifact.
+"""tally_prefect: Prefect tasks for flows that run work through tally
+(install `tally-client[prefect]`), and the page-OCR flow of tally's design
+built on them. Prefect runs the flow; tally holds the record state.
 
-    # The deployment's environment says where the work goes (never run
-    # parameters; see tally_prefect.deployment): TALLY_SERVER,
-    # TALLY_WORKER_BIN=/usr/local/bin/tally-worker, TALLY_TOKEN, GEMINI_API_KEY…
-    from tally_prefect import tally_pages
+    from prefect import flow
+    from tally_prefect import enroll_rows, export_ledger, run_workers
 
-    tally_pages(
-        ledger="curricular-ocr",
-        images_root="images_root",
-        results_root="first_pass_results",
-        plan_path="plans/curricular-2024.json",
-        workers=2,
-    )
+    @flow
+    def nightly(rows: list[dict]) -> dict:
+        enroll_rows("reviews-nightly", rows)        # idempotent by key
+        run_workers("reviews-nightly", count=2)      # children of the flow, until done
+        return export_ledger("reviews-nightly", "out/reviews-nightly.jsonl")
+
+The tasks (`tally_prefect.tasks`): `enroll_rows`, `run_workers`,
+`wait_for_ledger`, `export_ledger`; `tally_workers` is the context
+manager `run_workers` uses, for flows that do more while workers run;
+`TallyServer` is a block naming a tally server. The page flow is
+`tally_pages`.
 """
 
 from tally_prefect.deployment import Deployment
 from tally_prefect.flow import provider_job, tally_pages
 from tally_prefect.plan import PageNode, PlanError, payload, plan_rows, read_plan
-from tally_prefect.workers import WorkerPool
+from tally_prefect.tasks import (
+    TallyServer,
+    enroll_rows,
+    export_ledger,
+    run_workers,
+    tally_workers,
+    wait_for_ledger,
+)
+from tally_prefect.workers import WorkerError, WorkerPool
 
 __all__ = [
     "Deployment",
     "PageNode",
     "PlanError",
+    "TallyServer",
+    "WorkerError",
     "WorkerPool",
+    "enroll_rows",
+    "export_ledger",
     "payload",
     "plan_rows",
     "provider_job",
     "read_plan",
+    "run_workers",
     "tally_pages",
+    "tally_workers",
+    "wait_for_ledger",
 ]

@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tally_client import pb
-from tally_client.export import status_name
+from tally_client import Row, Summary, pb
 
 #: Characters of `last_error` shown in a table cell.
 MAX_ERROR_CHARS = 500
@@ -25,7 +24,7 @@ def job_state_name(state: int) -> str:
     return pb.job_pb2.JobState.Name(state).removeprefix("JOB_STATE_")
 
 
-def row_record(row: pb.ledger_pb2.Row) -> dict[str, str | int]:
+def row_record(row: Row) -> dict[str, str | int]:
     """One table line: what became of the row, as of the moment the job's
     table is published (when the job is settled). A job's table lists every
     row the job was made with (`RowFilter.in_job`); a row already claimed
@@ -36,7 +35,7 @@ def row_record(row: pb.ledger_pb2.Row) -> dict[str, str | int]:
         error = error[:MAX_ERROR_CHARS] + "…"
     return {
         "key": row.key,
-        "status": status_name(row.status),
+        "status": row.status.value,
         "rule": row.rule,
         "attempts": row.attempts.total,
         "error": error,
@@ -58,7 +57,7 @@ def job_description(job: pb.job_pb2.Job, shown: int, more: bool) -> str:
     return text
 
 
-def summary_markdown(ledger: str, summary: pb.ledger_pb2.LedgerSummary, jobs: int) -> str:
+def summary_markdown(ledger: str, summary: Summary, jobs: int | None = None) -> str:
     """The ledger's summary: counts by status, attempts by budget, tokens,
     cost, PERMANENT rows by rule."""
     s = summary
@@ -93,7 +92,8 @@ def summary_markdown(ledger: str, summary: pb.ledger_pb2.LedgerSummary, jobs: in
         + (f" (unpriced: {', '.join(s.unpriced_models)})" if s.unpriced_models else "")
         + ".",
         "",
-        f"Provider jobs followed by this flow run: {jobs}; active now: {s.active_jobs}.",
+        (f"Provider jobs followed by this flow run: {jobs}; " if jobs is not None else "")
+        + f"jobs active now: {s.active_jobs}.",
     ]
     if s.permanent_by_rule:
         lines += ["", "## PERMANENT rows by rule", "", "| rule | rows |", "| --- | ---: |"]
@@ -101,11 +101,10 @@ def summary_markdown(ledger: str, summary: pb.ledger_pb2.LedgerSummary, jobs: in
     return "\n".join(lines) + "\n"
 
 
-def all_terminal(summary: pb.ledger_pb2.LedgerSummary) -> bool:
+def all_terminal(summary: Summary) -> bool:
     """Every row SUCCEEDED, PERMANENT or BLOCKED, and no job still open."""
-    done = summary.succeeded + summary.permanent + summary.blocked
-    return done == summary.total and summary.active_jobs == 0
+    return summary.done
 
 
-def table(rows: Iterable[pb.ledger_pb2.Row]) -> list[dict[str, str | int]]:
+def table(rows: Iterable[Row]) -> list[dict[str, str | int]]:
     return [row_record(r) for r in rows]

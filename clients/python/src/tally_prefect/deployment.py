@@ -12,10 +12,10 @@ set by whoever configures the deployment):
 
 | variable | default | what |
 | --- | --- | --- |
-| `TALLY_SERVER` | `127.0.0.1:50051` | tally's gRPC address (`host:port`) |
+| `TALLY_SERVER` | `127.0.0.1:50051` | tally's gRPC address (`host:port` or `http(s)://host:port`) |
 | `TALLY_TLS` | off | `1`/`true`: TLS to tally |
 | `TALLYCTL_BIN` | `tallyctl` (on `PATH`) | the tallyctl that plans |
-| `TALLY_WORKER_BIN` | none (workers run elsewhere) | the tally-worker the flow starts |
+| `TALLY_WORKER_BIN` | `tally-worker` on `PATH` | the tally-worker the flow starts |
 | `TALLY_WORKER_ARGS` | none | more flags for those workers (shell words) |
 | `GEMINI_BASE_URL` | the worker's default | the provider's base URL, for the workers |
 | `TALLY_WORKER_LOG_DIR` | none (inherited output) | a log file per worker |

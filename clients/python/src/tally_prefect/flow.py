@@ -2,6 +2,10 @@
 it, run tally-workers, follow every provider job as a Prefect task run, and
 publish what became of the rows as artifacts.
 
+It is built on the reusable tasks of `tally_prefect.tasks` (`enroll_rows`,
+the workers of `tally_workers`, the summary of `run_workers`), plus
+what is particular to it: the plan, and a task run per provider job.
+
 tally holds the record state; Prefect runs the flow. Prefect's retries (if
 the deployment sets any) re-run the flow, which is safe: planning finds the
 same immutable plan, enrolment is idempotent by key (the rows are
@@ -11,7 +15,6 @@ tally's alone: nothing here retries a row."""
 
 from __future__ import annotations
 
-import os
 import queue
 import shutil
 import threading
@@ -21,17 +24,24 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 from prefect.futures import PrefectFuture, wait
 from prefect.states import Failed
 
-from tally_client import Client, NotFound, TallyError, pb
+from tally_client import Client, TallyError, pb
 from tally_prefect import artifacts
 from tally_prefect.deployment import Deployment
 from tally_prefect.plan import FirstPass, PlanError, plan_rows, read_plan, run_tallyctl_plan
-from tally_prefect.workers import WorkerPool
+from tally_prefect.tasks import (
+    TallyServer,
+    enroll_rows,
+    publish_summary,
+    summary_record,
+    tally_workers,
+)
+from tally_prefect.workers import MAX_WORKERS, WorkerError, WorkerPool
 
 #: Largest table published per job (a provider batch can hold 10,000 rows).
 MAX_TABLE_ROWS = 5000
@@ -41,7 +51,9 @@ MAX_TABLE_ROWS = 5000
 def plan_pages(
     tallyctl: str, images_root: str, results_root: str, out: str, skip_missing_images: bool
 ) -> dict[str, Any]:
-    """`tallyctl plan`: writes the immutable plan, or finds the same one."""
+    """`tallyctl plan`: writes the immutable plan (its directory made if
+    missing), or finds the same one."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     report = run_tallyctl_plan(
         tallyctl,
         images_root=Path(images_root),
@@ -62,33 +74,27 @@ def plan_pages(
     return report
 
 
-@task(name="enroll-plan", cache_policy=NO_CACHE)
 def enroll_plan(
-    client: Client,
     ledger: str,
     plan_path: str,
     first_pass: FirstPass,
     prompt: str | None,
     model: str,
+    server: TallyServer,
 ) -> dict[str, int]:
-    """Enrolls every page row; rows already there are not enrolled again.
-    A row that differs from the enrolled one (CONFLICT) fails the task: the
-    plan is immutable once work started."""
+    """Enrolls every page row with the `enroll_rows` task; rows already
+    there are not enrolled again. A row that differs from the enrolled one
+    (CONFLICT) fails the flow: the plan is immutable once work started."""
     nodes = read_plan(Path(plan_path))
     rows = plan_rows(nodes, first_pass=first_pass, prompt=prompt, model=model)
-    progress = client.enroll(ledger, rows)
-    if progress.conflicts:
-        raise PlanError(
-            f"{progress.conflicts} plan rows differ from the rows ledger {ledger} holds "
-            "under the same keys (a different plan, prompt or model?); nothing was changed"
-        )
-    get_run_logger().info(
-        "enrolled %d new rows, %d already present", progress.enrolled, progress.already_present
-    )
+    try:
+        done = enroll_rows.with_options(name="enroll-plan")(ledger, rows, server=server)
+    except ValueError as e:
+        raise PlanError(f"{e} (a different plan, prompt or model?)") from None
     return {
         "pages": len(nodes),
-        "enrolled": progress.enrolled,
-        "already_present": progress.already_present,
+        "enrolled": done["enrolled"],
+        "already_present": done["already_present"],
     }
 
 
@@ -119,23 +125,6 @@ def provider_job(
         "succeeded": job.counts.succeeded,
         "retryable": job.counts.retryable,
         "permanent": job.counts.permanent,
-    }
-
-
-@task(name="ledger-summary", cache_policy=NO_CACHE)
-def publish_summary(client: Client, ledger: str, jobs: int) -> dict[str, int]:
-    summary = client.summarize(ledger)
-    create_markdown_artifact(
-        key=artifacts.artifact_key(ledger, "summary"),
-        markdown=artifacts.summary_markdown(ledger, summary, jobs),
-        description=summary.summary_line,
-    )
-    return {
-        "total": summary.total,
-        "succeeded": summary.succeeded,
-        "permanent": summary.permanent,
-        "blocked": summary.blocked,
-        "attempts": summary.attempts_total,
     }
 
 
@@ -208,8 +197,8 @@ def follow_run(
             logger.info("every row is terminal: %s", summary.summary_line)
             return
         if pool is not None and pool.alive() == 0:
-            raise RuntimeError(
-                "every tally-worker exited with rows left: "
+            raise WorkerError(
+                f"every tally-worker exited with rows left ({summary.summary_line}): "
                 + ("; ".join(pool.failed()) or "all exited 0")
             )
 
@@ -231,10 +220,12 @@ def tally_pages(
 ) -> dict[str, int] | State[Any]:
     """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`
     allow-listed by `results_root/label_to_curricular/…/{n}.json`) into the
-    immutable `plan_path`, enrolls them into `ledger` (which must exist),
-    runs `workers` tally-workers (when the deployment names a worker binary;
-    otherwise workers run elsewhere), and follows the run until every row is
-    terminal.
+    immutable `plan_path` (its directory made if missing), enrolls them
+    into `ledger` (created with the default policy if it does not exist),
+    runs `workers` tally-workers as children of the flow (0: workers run
+    elsewhere), and follows the run until every row is final, each provider
+    job a task run with its rows as a table artifact, the ledger summary a
+    markdown artifact.
 
     Where the work goes (tally's address, TLS, the binaries, the workers'
     flags, the provider's base URL) is the deployment's, read from its
@@ -247,38 +238,21 @@ def tally_pages(
         raise ValueError(f"max_table_rows must be between 1 and {MAX_TABLE_ROWS}")
     if poll_interval <= 0:
         raise ValueError("poll_interval must be positive")
+    if not 0 <= workers <= MAX_WORKERS:
+        raise ValueError(f"workers must be between 0 and {MAX_WORKERS}, got {workers}")
     deployment = Deployment.from_env()
-    server, tls = deployment.server, deployment.tls
+    server = TallyServer.from_env()
     tallyctl_path = shutil.which(deployment.tallyctl) or deployment.tallyctl
-    token = os.environ.get("TALLY_TOKEN") or None
-    with (
-        Client(server, token=token, tls=tls) as client,
-        Client(server, token=token, tls=tls) as watcher,
-    ):
-        try:
-            client.get_ledger(ledger)
-        except NotFound:
-            raise ValueError(
-                f"ledger {ledger} does not exist: create it with its policy first "
-                "(tallyctl ledgers create)"
-            ) from None
-        plan_pages(tallyctl_path, images_root, results_root, plan_path, skip_missing_images)
-        enrolled = enroll_plan(client, ledger, plan_path, first_pass, prompt, model)
-        follow = _Follow([], {})
+    plan_pages(tallyctl_path, images_root, results_root, plan_path, skip_missing_images)
+    enrolled = enroll_plan(ledger, plan_path, first_pass, prompt, model, server)
+    follow = _Follow([], {})
+    with server.client() as client, server.client() as watcher:
         with ExitStack() as stack:
             pool = None
-            if deployment.worker_bin is not None:
-                scheme = "https" if tls else "http"
-                pool = WorkerPool(
-                    deployment.worker_bin,
-                    server=f"{scheme}://{server}",
-                    ledger=ledger,
-                    count=workers,
-                    gemini_base_url=deployment.gemini_base_url,
-                    extra_args=deployment.worker_args,
-                    log_dir=Path(deployment.worker_log_dir) if deployment.worker_log_dir else None,
+            if workers:
+                pool = stack.enter_context(
+                    tally_workers(ledger, workers, server=server, deployment=deployment)
                 )
-                stack.enter_context(pool)
             # Last in, first out: the job tasks publish what they know
             # even when following failed, then the workers stop.
             stack.callback(wait, follow.futures)
@@ -292,7 +266,9 @@ def tally_pages(
                 poll_interval=poll_interval,
                 max_table_rows=max_table_rows,
             )
-        totals = publish_summary(client, ledger, len(follow.futures))
+        summary = client.summarize(ledger)
+    publish_summary(ledger, summary, len(follow.futures))
+    totals = summary_record(summary)
     result = {**enrolled, **totals, "jobs": len(follow.futures)}
     if fail_on_permanent and totals["permanent"]:
         return Failed(message=f"{totals['permanent']} rows are PERMANENT: {result}")

@@ -198,7 +198,8 @@ def plan_rows(
     for node in nodes:
         row: dict[str, Any] = {
             "key": node.key,
-            "payload": payload(node, first_pass),
+            # Already canonical, tallyctl's bytes: sent as they are.
+            "payload_text": payload(node, first_pass),
             "depends_on": [node.depends_on] if node.depends_on else [],
             "model": model,
         }

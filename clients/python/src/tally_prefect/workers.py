@@ -1,4 +1,11 @@
-"""`tally-worker` processes started by the flow, and stopped when it ends.
+"""`tally-worker` processes started by a flow, that never outlive it.
+
+The workers are children of a small guard process (`tally_prefect._guard`)
+that holds a pipe from the flow: when the flow process dies, however (a
+SIGKILL, the out-of-memory killer: no `finally` of the flow runs), the pipe
+closes, the guard stops the workers and ends the flow run as Crashed. A
+flow that ends normally stops them through the pool (SIGTERM, then SIGKILL
+after `stop_timeout`).
 
 Workers hold nothing that matters: one killed at any line leaves its jobs
 to be adopted by the next, so stopping them (or losing them with the flow's
@@ -6,21 +13,27 @@ host) never loses or resends a row."""
 
 from __future__ import annotations
 
+import json
 import os
-import signal
 import subprocess
+import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
 
 #: Most workers one flow starts.
 MAX_WORKERS = 64
 
 
+class WorkerError(RuntimeError):
+    """The workers could not be started, or all of them exited early."""
+
+
 class WorkerPool:
     """`count` workers on one ledger; a context manager that stops them
-    (SIGTERM, then SIGKILL after `stop_timeout`) when it ends."""
+    when it ends. `server` is tally's address as the worker takes it
+    (`http(s)://host:port`)."""
 
     def __init__(
         self,
@@ -34,42 +47,71 @@ class WorkerPool:
         log_dir: Path | None = None,
         name_prefix: str = "prefect",
         stop_timeout: float = 60.0,
+        flow_run_id: str | None = None,
     ) -> None:
         if not 1 <= count <= MAX_WORKERS:
             raise ValueError(f"workers must be between 1 and {MAX_WORKERS}, got {count}")
         if not Path(binary).is_file():
             raise FileNotFoundError(f"no tally-worker at {binary}")
-        self._binary = binary
-        self._args = ["--server", server, "--ledger", ledger, *extra_args]
+        args = ["--server", server, "--ledger", ledger, *extra_args]
         if gemini_base_url:
-            self._args += ["--gemini-base-url", gemini_base_url]
-        self._count = count
+            args += ["--gemini-base-url", gemini_base_url]
+        self.ledger = ledger
+        self._workers = []
+        for i in range(count):
+            name = f"{name_prefix}-{os.getpid()}-{i}"
+            log = str(log_dir / f"{name}.log") if log_dir is not None else None
+            self._workers.append({"argv": [binary, *args, "--worker-name", name], "log": log})
         self._log_dir = log_dir
-        self._prefix = name_prefix
         self._stop_timeout = stop_timeout
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self._logs: list[IO[bytes]] = []
+        self._flow_run_id = flow_run_id
+        self._guard: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+        #: Worker pids, in start order.
+        self.pids: list[int] = []
+        self._codes: dict[int, int] = {}
+
+    @property
+    def guard_pid(self) -> int | None:
+        return self._guard.pid if self._guard is not None else None
 
     def __enter__(self) -> WorkerPool:
-        try:
-            for i in range(self._count):
-                name = f"{self._prefix}-{os.getpid()}-{i}"
-                out: IO[bytes] | None = None
-                if self._log_dir is not None:
-                    self._log_dir.mkdir(parents=True, exist_ok=True)
-                    out = open(self._log_dir / f"{name}.log", "ab")  # noqa: SIM115
-                    self._logs.append(out)
-                self.processes.append(
-                    subprocess.Popen(
-                        [self._binary, *self._args, "--worker-name", name],
-                        stdout=out,
-                        stderr=subprocess.STDOUT if out else None,
-                    )
-                )
-        except BaseException:
+        if self._log_dir is not None:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+        spec = {
+            "workers": self._workers,
+            "stop_timeout": self._stop_timeout,
+            "flow_run_id": self._flow_run_id,
+            "label": f"ledger {self.ledger}",
+        }
+        self._guard = subprocess.Popen(
+            [sys.executable, "-m", "tally_prefect._guard", json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._guard.stdout is not None
+        for line in self._guard.stdout:
+            event = json.loads(line)
+            if "error" in event:
+                self.stop()
+                raise WorkerError(event["error"])
+            self.pids.append(event["pid"])
+            if len(self.pids) == len(self._workers):
+                break
+        if len(self.pids) < len(self._workers):
             self.stop()
-            raise
+            raise WorkerError("the worker guard exited before every worker started")
+        threading.Thread(target=self._follow, daemon=True).start()
         return self
+
+    def _follow(self) -> None:
+        assert self._guard is not None and self._guard.stdout is not None
+        for line in self._guard.stdout:
+            event = json.loads(line)
+            if "exited" in event:
+                with self._lock:
+                    self._codes[event["exited"]] = event["code"]
 
     def __exit__(
         self,
@@ -81,25 +123,26 @@ class WorkerPool:
 
     def failed(self) -> list[str]:
         """Workers that exited with an error, described."""
-        return [
-            f"tally-worker pid {p.pid} exited with {p.returncode}"
-            for p in self.processes
-            if p.poll() not in (None, 0)
-        ]
+        with self._lock:
+            return [
+                f"tally-worker pid {self.pids[i]} exited with {code}"
+                for i, code in sorted(self._codes.items())
+                if code != 0
+            ]
 
     def alive(self) -> int:
-        return sum(p.poll() is None for p in self.processes)
+        with self._lock:
+            return len(self.pids) - len(self._codes)
 
     def stop(self) -> None:
-        for p in self.processes:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.processes:
-            try:
-                p.wait(timeout=self._stop_timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        for log in self._logs:
-            log.close()
-        self._logs.clear()
+        """Stops every worker and waits for them (idempotent)."""
+        guard = self._guard
+        if guard is None or guard.poll() is not None:
+            return
+        assert guard.stdin is not None
+        try:
+            guard.stdin.write("stop\n")
+            guard.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+        guard.wait()

@@ -409,7 +409,7 @@ pub async fn redrive(ctx: &mut Ctx, args: RedriveArgs) -> Result<ExitCode, CliEr
         "redriven"
     };
     println!(
-        "{verb} {}, unblocked {}, skipped {} (not PERMANENT or BLOCKED){}",
+        "{verb} {}, unblocked {}, skipped {} (not PERMANENT or BLOCKED, or BLOCKED by a dependency still PERMANENT: redrive that one){}",
         r.redriven,
         r.unblocked,
         r.skipped,

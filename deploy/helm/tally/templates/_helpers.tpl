@@ -1,15 +1,57 @@
-{{/* Names: the release name, unless it already says "tally". */}}
+{{/* The chart's name, or nameOverride. */}}
+{{- define "tally.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Object names: fullnameOverride, else the release name (when it
+already says the chart's name), else release-name. At most 50 characters:
+components add suffixes such as "-worker-metrics". */}}
 {{- define "tally.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "tally.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 50 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The ServiceAccount the pods run as. */}}
+{{- define "tally.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "tally.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the cluster serves an API (group/version/kind), or the values
+say to assume it (`apiVersions`: `helm template` renders offline, where
+only `--api-versions` would tell). ($ = root, api) */}}
+{{- define "tally.hasApi" -}}
+{{- if or (.root.Capabilities.APIVersions.Has .api) (has .api .root.Values.apiVersions) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The address the workers reach tally at: worker.server, else this
+release's Service. */}}
+{{- define "tally.workerServer" -}}
+{{- if .Values.worker.server -}}
+{{- .Values.worker.server -}}
+{{- else if .Values.server.enabled -}}
+{{- printf "%s://%s:50051" (ternary "https" "http" .Values.tls.enabled) (include "tally.fullname" .) -}}
+{{- else -}}
+{{- fail "worker.server is required when server.enabled is false (the tally address, e.g. http://tally.tally.svc:50051)" -}}
 {{- end -}}
 {{- end -}}
 
 {{/* Labels selecting one component's pods ($ = root, component). */}}
 {{- define "tally.selectorLabels" -}}
-app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/name: {{ include "tally.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
@@ -30,9 +72,14 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- printf "%s%s:%s" .root.Values.imageRegistry .image.repository $tag -}}
 {{- end -}}
 
-{{/* Pod Security "restricted": the pod's part. */}}
+{{/* Pod Security "restricted": the pod's part, with the ServiceAccount
+and the image pull secrets (root context). */}}
 {{- define "tally.podSecurity" -}}
-automountServiceAccountToken: false
+serviceAccountName: {{ include "tally.serviceAccountName" . }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
 securityContext:
   runAsNonRoot: true
   runAsUser: 10001
@@ -61,5 +108,16 @@ tolerations: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .affinity }}
 affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+
+{{/* A pod template's metadata: labels, and the annotations of
+podAnnotations and the component's own ($ = root, component, values). */}}
+{{- define "tally.podMetadata" -}}
+labels: {{- include "tally.labels" . | nindent 2 }}
+{{- $annotations := merge (deepCopy (default (dict) .values.podAnnotations)) (default (dict) .root.Values.podAnnotations) }}
+{{- with $annotations }}
+annotations: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}

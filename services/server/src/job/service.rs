@@ -284,6 +284,12 @@ impl JobService for Jobs {
             .finish_job(&ledger, &job, token, &finish, &actor)
             .await
             .map_err(from_store)?;
+        if let (true, Some(submitted), Some(ended)) =
+            (job.closed_now, job.submit_time, job.end_time)
+        {
+            self.metrics
+                .batch_finished(&job.model, (ended - submitted).as_seconds_f64());
+        }
         Ok(Response::new(job_to_proto(&job)))
     }
 

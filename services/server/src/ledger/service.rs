@@ -442,6 +442,7 @@ impl LedgerService for Ledgers {
             })
             .await
             .map_err(from_store)?;
+        self.metrics.forget_ledger(&ledger);
         self.purge.now();
         Ok(Response::new(ledger_to_proto(&deleted)))
     }

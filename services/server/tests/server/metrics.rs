@@ -315,3 +315,258 @@ async fn backlog_gauges_follow_the_ledger() {
     assert!(s.sample("tally_backlog_refresh_time_seconds", &[]).unwrap() > 0.0);
     running.stop().await.unwrap();
 }
+
+/// Every sample of `s` whose `ledger` label is `ledger`.
+fn series_of(s: &tally_telemetry::exposition::Scrape, ledger: &str) -> Vec<String> {
+    s.samples
+        .iter()
+        .filter(|x| x.labels.get("ledger").map(String::as_str) == Some(ledger))
+        .map(|x| format!("{} {:?}", x.name, x.labels))
+        .collect()
+}
+
+/// Issue 34: a deleted ledger's series leave `/metrics` at once, counters
+/// and gauges alike, and a ledger made again under its name counts from
+/// zero instead of adding to the old counts; a batch's turnaround is
+/// observed once per job (a repeated FinishJob adds nothing), under its
+/// provider and model.
+#[tokio::test]
+async fn a_deleted_ledgers_series_go_and_each_batch_is_timed_once() {
+    use tally_proto::v1::job_service_client::JobServiceClient;
+    use tally_server::metrics::TURNAROUND_BUCKETS;
+
+    let db = TestDb::new().await;
+    let running = server::start(ServeArgs::for_tests(db.url().to_string()))
+        .await
+        .expect("server starts");
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", running.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut ledgers = LedgerServiceClient::new(channel.clone());
+    let mut jobs = JobServiceClient::new(channel);
+    let create = |id: &str| pb::CreateLedgerRequest {
+        ledger_id: id.into(),
+        policy: Some(pb::LedgerPolicy {
+            model: "gemini-2.5-flash".into(),
+            ..Default::default()
+        }),
+    };
+    let enroll_in = |ledger: &str, keys: &[&str]| pb::EnrollRowsRequest {
+        parent: format!("ledgers/{ledger}"),
+        rows: keys
+            .iter()
+            .map(|k| pb::RowInput {
+                key: (*k).into(),
+                payload: "{}".into(),
+                ..Default::default()
+            })
+            .collect(),
+    };
+    ledgers.create_ledger(create("gone")).await.unwrap();
+    ledgers.create_ledger(create("kept")).await.unwrap();
+    ledgers
+        .enroll_rows(enroll_in("gone", &["a", "b"]))
+        .await
+        .unwrap();
+    ledgers
+        .enroll_rows(enroll_in("kept", &["a"]))
+        .await
+        .unwrap();
+    let claim = ledgers
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: "ledgers/gone".into(),
+            max_rows: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .claim
+        .unwrap()
+        .name;
+    let job = jobs
+        .create_job(pb::CreateJobRequest {
+            claim: claim.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    jobs.mark_submitted(pb::MarkSubmittedRequest {
+        name: job.name.clone(),
+        claim: claim.clone(),
+        batch: "batches/b1".into(),
+        input_file: "files/f1".into(),
+    })
+    .await
+    .unwrap();
+    let finish = pb::FinishJobRequest {
+        name: job.name.clone(),
+        claim: claim.clone(),
+        final_state: pb::JobState::Succeeded as i32,
+        output_file: String::new(),
+        error: String::new(),
+    };
+    jobs.finish_job(finish.clone()).await.unwrap();
+    jobs.finish_job(finish).await.unwrap();
+
+    let s = parse(&scrape(running.metrics_addr).await).unwrap();
+    let model = [("provider", "gemini"), ("model", "gemini-2.5-flash")];
+    assert_eq!(
+        s.sample("tally_batch_turnaround_seconds_count", &model),
+        Some(1.0),
+        "one job, timed once"
+    );
+    assert_eq!(TURNAROUND_BUCKETS[0], 1.0);
+    assert_eq!(
+        s.sample(
+            "tally_batch_turnaround_seconds_bucket",
+            &[model[0], model[1], ("le", "1.0")]
+        ),
+        Some(1.0),
+        "submitted and finished within a second"
+    );
+    assert_eq!(
+        s.sample("tally_rows_enrolled_total", &[("ledger", "gone")]),
+        Some(2.0)
+    );
+    assert!(!series_of(&s, "gone").is_empty());
+
+    ledgers
+        .delete_ledger(pb::DeleteLedgerRequest {
+            name: "ledgers/gone".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let s = parse(&scrape(running.metrics_addr).await).unwrap();
+    assert_eq!(series_of(&s, "gone"), Vec::<String>::new());
+    assert!(
+        !series_of(&s, "kept").is_empty(),
+        "other ledgers keep theirs"
+    );
+
+    // Once purged, the name is free: the new ledger counts from zero.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match ledgers.create_ledger(create("gone")).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::AlreadyExists => {
+                assert!(std::time::Instant::now() < deadline, "never purged: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    ledgers
+        .enroll_rows(enroll_in("gone", &["c"]))
+        .await
+        .unwrap();
+    let s = parse(&scrape(running.metrics_addr).await).unwrap();
+    assert_eq!(
+        s.sample("tally_rows_enrolled_total", &[("ledger", "gone")]),
+        Some(1.0)
+    );
+}
+
+/// The families `deploy/README.md` lists for the server (its first table
+/// under "Metrics") with their types, parsed from the markdown: a counter
+/// `x_total` is the family `x`, an info `x_info` the family `x`.
+fn documented_families(readme: &str) -> Vec<(String, Option<String>)> {
+    let section = readme
+        .split("\n## Metrics\n")
+        .nth(1)
+        .expect("deploy/README.md has a Metrics section");
+    let table: Vec<&str> = section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .collect();
+    let mut out = Vec::new();
+    for line in table {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let names: Vec<&str> = cells[0]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|n| !n.is_empty())
+            .collect();
+        let kinds: Vec<&str> = cells[1].split(',').map(str::trim).collect();
+        let mut full: Vec<String> = Vec::new();
+        for name in names {
+            // `tally_db_pool_connections_in_use`, `_idle`: the first
+            // name's stem with another ending.
+            let name = if name.starts_with('_') {
+                let first = full[0].as_str();
+                let stem = first
+                    .strip_suffix("_in_use")
+                    .unwrap_or_else(|| first.rsplit_once('_').map_or(first, |(s, _)| s));
+                format!("{stem}{name}")
+            } else {
+                name.to_string()
+            };
+            full.push(name);
+        }
+        let one_kind = (kinds.len() == 1).then(|| kinds[0].to_string());
+        for (i, name) in full.iter().enumerate() {
+            // "counter, gauges": the first is the counter, the rest gauges.
+            let kind = one_kind.clone().or_else(|| {
+                let k = kinds[i.min(kinds.len() - 1)];
+                Some(k.trim_end_matches('s').to_string())
+            });
+            let family = match kind.as_deref() {
+                Some("counter") => name.trim_end_matches("_total").to_string(),
+                Some("info") => name.trim_end_matches("_info").to_string(),
+                _ => name.clone(),
+            };
+            out.push((family, kind));
+        }
+    }
+    out
+}
+
+/// Issue 34: `deploy/README.md` lists exactly the families the server's
+/// `/metrics` serves, each with its type: a family added without a line
+/// there, or a line for a family the server lost, fails here.
+#[tokio::test]
+async fn deploy_readme_lists_exactly_the_families_metrics_serves() {
+    let readme = include_str!("../../../../deploy/README.md");
+    let documented = documented_families(readme);
+    let db = TestDb::new().await;
+    let running = server::start(ServeArgs::for_tests(db.url().to_string()))
+        .await
+        .expect("server starts");
+    let text = scrape(running.metrics_addr).await;
+    let s = parse(&text).unwrap();
+    // What /metrics serves: every registered family (one without series
+    // yet renders nothing) and the collectors' (pool, process, build).
+    let mut kinds: std::collections::BTreeMap<&str, &str> = s
+        .families
+        .iter()
+        .map(|(name, f)| (name.as_str(), f.kind.as_str()))
+        .collect();
+    for (name, kind) in running.metrics.registered() {
+        kinds.insert(name, kind);
+    }
+    let served: std::collections::BTreeSet<&str> = kinds.keys().copied().collect();
+    let listed: std::collections::BTreeSet<&str> =
+        documented.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        served.difference(&listed).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "served by /metrics but not listed in deploy/README.md"
+    );
+    assert_eq!(
+        listed.difference(&served).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "listed in deploy/README.md but not served by /metrics"
+    );
+    for (family, kind) in &documented {
+        if let Some(kind) = kind {
+            assert_eq!(kinds[family.as_str()], kind, "{family}");
+        }
+    }
+}

@@ -311,6 +311,11 @@ async fn a_deleting_ledger_is_invisible_to_work_and_its_name_stays_taken() {
         "create_job",
     );
     not_found(s.get_row("gone", "a").await.map(drop), "get_row");
+    // The backlog (every replica's metrics refresh) says it is going, so
+    // each replica drops the ledger's series (issue 34).
+    let backlog = s.backlog().await.unwrap();
+    let listed = backlog.ledgers.iter().find(|l| l.name == "gone").unwrap();
+    assert!(listed.deleting, "{listed:?}");
     not_found(s.summarize("gone").await.map(drop), "summarize");
     not_found(s.ledger_id("gone").await.map(drop), "watch jobs");
     not_found(

@@ -1,0 +1,80 @@
+"""The reusable Prefect tasks on their own, in small flows on Prefect's
+local API, against a real tally-server (workers: none, or a Python worker
+of the test's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from prefect import flow
+
+from tally_client import Client
+from tally_prefect import TallyServer, enroll_rows, export_ledger, wait_for_ledger
+
+
+def rows(n: int, text: str = "x") -> list[dict[str, Any]]:
+    return [{"key": f"r{i}", "payload": {"text": text, "i": i}} for i in range(n)]
+
+
+def test_enroll_rows_creates_the_ledger_is_idempotent_and_fails_on_conflict(
+    prefect_api: str, address: str, tally: Client, ledger: str
+) -> None:
+    server = TallyServer(address=f"http://{address}")
+    fresh = f"{ledger}-new"
+
+    @flow
+    def enroll_twice() -> tuple[dict[str, int], dict[str, int]]:
+        first = enroll_rows(fresh, rows(5), policy={"budgets": {"provider": 2}}, server=server)
+        return first, enroll_rows(fresh, rows(5), server=server)
+
+    first, again = enroll_twice()
+    assert (first["enrolled"], again["already_present"]) == (5, 5)
+    assert tally.get_ledger(fresh).policy.budgets.provider == 2
+
+    @flow
+    def conflicting(fail: bool) -> dict[str, int]:
+        return enroll_rows(fresh, rows(2, text="other"), server=server, fail_on_conflict=fail)
+
+    with pytest.raises(ValueError, match="first: r0, r1"):
+        conflicting(True)
+    assert conflicting(False)["conflicts"] == 2
+
+
+def test_wait_and_export_read_what_tally_holds(
+    prefect_api: str, address: str, tally: Client, ledger: str, tmp_path: Path
+) -> None:
+    server = TallyServer(address=address)
+    tally.enroll(ledger, rows(4))
+
+    @flow
+    def wait_briefly() -> dict[str, int]:
+        return wait_for_ledger(ledger, server=server, poll_interval=0.1, timeout=0.5)
+
+    with pytest.raises(TimeoutError, match="pending=4"):
+        wait_briefly()  # nobody works the rows: never done
+    with tally.claim(ledger, 4) as session:  # a worker of our own
+        for row in session:
+            session.succeed(row.key, {"i": row.payload["i"]})
+
+    @flow
+    def wait_then_export(path: str) -> tuple[dict[str, int], dict[str, Any]]:
+        done = wait_for_ledger(ledger, server=server, poll_interval=0.1)
+        return done, export_ledger(ledger, path, format="parquet", server=server)
+
+    done, exported = wait_then_export(str(tmp_path / "out" / "rows.parquet"))
+    assert (done["succeeded"], exported["rows"]) == (4, 4)
+    assert pq.read_table(exported["path"]).num_rows == 4
+    with pytest.raises(FileExistsError):
+        wait_then_export(exported["path"])
+
+
+def test_a_tally_server_block_reads_the_environment_and_keeps_the_token_secret() -> None:
+    block = TallyServer.from_env(
+        {"TALLY_SERVER": "https://tally.internal:443", "TALLY_TOKEN": "s3cret"}
+    )
+    assert block.url == "https://tally.internal:443"
+    assert "s3cret" not in repr(block) and block.token is not None
+    assert TallyServer.from_env({}).url == "http://127.0.0.1:50051"

@@ -1,0 +1,126 @@
+"""The README's snippets, run as written: each ```python block of
+README.md, in order, in a fresh interpreter, in a directory holding the
+files they read, against the test server (`TALLY_SERVER`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import start_emulator
+from test_prefect_flow import dataset, deployment_env
+
+from tally_client import Client, RowStatus
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def snippets(text: str) -> list[str]:
+    return [m.group(1) for m in BLOCK.finditer(text)]
+
+
+def client_snippets() -> list[str]:
+    """The client's snippets (those before the Prefect section)."""
+    text = README.read_text()
+    return snippets(text[: text.index("## Prefect")])
+
+
+def prefect_snippets() -> list[str]:
+    text = README.read_text()
+    return snippets(text[text.index("## Prefect") :])
+
+
+def run(
+    code: str,
+    cwd: Path,
+    address: str,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+) -> str:
+    done = subprocess.run(
+        [python, "-c", code],
+        cwd=cwd,
+        env={**os.environ, "TALLY_SERVER": address, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"snippet failed:\n{code}\n{done.stderr}"
+    return done.stdout
+
+
+def client_files(directory: Path) -> None:
+    """The files the client snippets read."""
+    tmp_path = directory
+    (tmp_path / "reviews.txt").write_text(
+        "".join(f"review {n}: the app {'crashes' if n % 3 else 'works'}\n" for n in range(30))
+    )
+    with (tmp_path / "batch_input.jsonl").open("w") as f:
+        for i in range(3):
+            body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{i}"}]}
+            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions"}
+            f.write(json.dumps({**line, "body": body}) + "\n")
+
+
+def check_client_snippets(tmp_path: Path, address: str, python: str = sys.executable) -> None:
+    """Runs every client snippet in order (the enrolment twice) in a fresh
+    directory, with `python`, and checks what they did."""
+    client_files(tmp_path)
+    blocks = client_snippets()
+    assert len(blocks) >= 6, "the README shows enrol, worker, read, errors, asyncio, files"
+    outputs = [run(code, tmp_path, address, python=python) for code in blocks]
+    assert "30 enrolled, 0 already there" in outputs[0], outputs[0]
+    again = run(blocks[0], tmp_path, address, python=python)
+    assert "0 enrolled, 30 already there" in again, again
+    with Client(address) as tally:
+        summary = tally.summarize("reviews")
+        assert (summary.total, summary.succeeded) == (30, 30), summary.summary_line
+        row = next(tally.rows("reviews", statuses=[RowStatus.SUCCEEDED], full=True))
+        assert row.result == {"summary": row.payload["text"][:40]}
+    exported = (tmp_path / "reviews.jsonl").read_text().splitlines()
+    assert len(exported) == 30 and (tmp_path / "reviews.cursor").read_text() == ""
+
+
+def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
+    address: str, tmp_path: Path
+) -> None:
+    # Invariant (issue 34): a user pasting the README gets working code, and
+    # pasting the enrolment again enrolls nothing.
+    check_client_snippets(tmp_path, address)
+
+
+def test_every_prefect_snippet_runs_as_written(
+    prefect_api: str, address: str, tmp_path: Path
+) -> None:
+    # Invariant (issue 34): the Prefect snippets run as pasted, in a fresh
+    # directory (the plan's directory does not exist yet), with only the
+    # deployment's environment set.
+    (tmp_path / "reviews.txt").write_text("".join(f"review {n}\n" for n in range(12)))
+    dataset(tmp_path, {("Ohio", "Akron", "2021"): (range(1, 7), [1, 2, 4])})
+    (tmp_path / "images").rename(tmp_path / "images_root")
+    (tmp_path / "first_pass").rename(tmp_path / "first_pass_results")
+    emulator = start_emulator(tmp_path, {}, "200ms")
+    base_url = next(emulator).base_url
+    try:
+        env = {
+            **deployment_env(tmp_path, address, base_url, batch=5),
+            "PREFECT_API_URL": prefect_api,
+            "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        }
+        blocks = prefect_snippets()
+        assert len(blocks) == 2, "the tasks flow and the page flow"
+        tasks_out = run(blocks[0], tmp_path, address, env)
+        assert "'rows': 12" in tasks_out, tasks_out
+        exported = (tmp_path / "out" / "reviews-nightly.jsonl").read_text().splitlines()
+        assert sorted(json.loads(line)["status"] for line in exported) == ["SUCCEEDED"] * 12
+        pages_out = run(blocks[1], tmp_path, address, env)
+        assert "'succeeded': 3" in pages_out and "'total': 3" in pages_out, pages_out
+        assert (tmp_path / "plans" / "curricular-2024.json").is_file()
+    finally:
+        emulator.close()

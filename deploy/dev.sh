@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# tally on one machine, for a first run: tally-server (a private PostgreSQL
+# under .tally-dev/), the Gemini emulator posting signed webhooks to it, and
+# one tally-worker on a ledger, until Ctrl-C (which stops all three).
+#
+#   deploy/dev.sh [LEDGER]            LEDGER defaults to "dev"; made if missing
+#
+# Then, in another shell:
+#   tallyctl enroll dev rows.jsonl    # {"key": "r1", "payload": {"contents": [...]}} per line
+#   tallyctl watch dev                # live progress until every row is final
+#
+# Binaries: $TALLY_BIN_DIR, else those beside this script (the tally-bin
+# wheel installs it as tally-dev with them), else those on PATH, else this
+# checkout's, built with cargo (release) on first use.
+# Addresses (defaults in brackets), for when those ports are taken:
+#   TALLY_DEV_GRPC_ADDR [127.0.0.1:50051]   TALLY_DEV_HTTP_ADDR [127.0.0.1:8080] (webhooks)
+#   TALLY_DEV_METRICS_ADDR [127.0.0.1:9090] TALLY_DEV_EMULATOR_ADDR [127.0.0.1:8090]
+#   TALLY_DEV_DIR [./.tally-dev]: the database, the logs
+set -euo pipefail
+ledger="${1:-dev}"
+grpc="${TALLY_DEV_GRPC_ADDR:-127.0.0.1:50051}"
+http="${TALLY_DEV_HTTP_ADDR:-127.0.0.1:8080}"
+metrics="${TALLY_DEV_METRICS_ADDR:-127.0.0.1:9090}"
+emulator_addr="${TALLY_DEV_EMULATOR_ADDR:-127.0.0.1:8090}"
+dir="${TALLY_DEV_DIR:-$PWD/.tally-dev}"
+# The emulator's default key (gemini-emulator --api-key); a real key is
+# never needed, nor sent anywhere, here.
+key="emulator-key"
+
+find_bin() {
+    local name="$1"
+    local here
+    here="$(cd "$(dirname "$0")" && pwd)"
+    if [ -n "${TALLY_BIN_DIR:-}" ]; then
+        echo "$TALLY_BIN_DIR/$name"
+    elif [ -x "$here/$name" ]; then
+        # Installed beside them (tally-dev from the tally-bin wheel).
+        echo "$here/$name"
+    elif command -v "$name" > /dev/null 2>&1; then
+        command -v "$name"
+    else
+        local root
+        root="$(cd "$(dirname "$0")/.." && pwd)"
+        if [ ! -x "$root/target/release/$name" ]; then
+            command -v cargo > /dev/null 2>&1 || {
+                echo "dev.sh: no $name on PATH and no cargo to build it: pip install tally-bin" >&2
+                exit 1
+            }
+            echo "dev.sh: building $name (cargo build --release, once)" >&2
+            cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p "$name" >&2
+        fi
+        echo "$root/target/release/$name"
+    fi
+}
+server_bin="$(find_bin tally-server)"
+worker_bin="$(find_bin tally-worker)"
+emulator_bin="$(find_bin gemini-emulator)"
+tallyctl_bin="$(find_bin tallyctl)"
+for b in "$server_bin" "$worker_bin" "$emulator_bin" "$tallyctl_bin"; do
+    [ -x "$b" ] || { echo "dev.sh: $b is not an executable" >&2; exit 1; }
+done
+
+mkdir -p "$dir/logs"
+chmod 700 "$dir"
+# A fresh signing secret per run: whsec_ and 32 random bytes in base64.
+secret="whsec_$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
+pids=()
+stop() {
+    trap - EXIT INT TERM
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2> /dev/null || true; done
+}
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+TALLY_WEBHOOK_SECRETS="$secret" "$server_bin" --auth disabled --data-dir "$dir/db" \
+    --grpc-addr "$grpc" --http-addr "$http" --metrics-addr "$metrics" \
+    > "$dir/logs/server.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 600); do
+    "$server_bin" health --grpc-addr "$grpc" > /dev/null 2>&1 && break
+    kill -0 "${pids[0]}" 2> /dev/null || { echo "dev.sh: tally-server exited; see $dir/logs/server.log" >&2; tail -5 "$dir/logs/server.log" >&2; exit 1; }
+    sleep 0.2
+done
+"$server_bin" health --grpc-addr "$grpc" > /dev/null || { echo "dev.sh: tally-server is not serving after 2 minutes" >&2; exit 1; }
+
+# Batches finish in about a second; every state change is POSTed, signed,
+# to tally's webhook listener, which is how the worker learns it at once.
+GEMINI_API_KEY="$key" GEMINI_EMULATOR_WEBHOOK_SECRET="$secret" "$emulator_bin" \
+    --addr "$emulator_addr" --webhook-url "http://$http/webhooks/gemini" --running 1s \
+    > "$dir/logs/emulator.log" 2>&1 &
+pids+=($!)
+
+export TALLY_SERVER="http://$grpc"
+"$tallyctl_bin" ledgers get "$ledger" > /dev/null 2>&1 || "$tallyctl_bin" ledgers create "$ledger" > /dev/null
+
+# --poll-interval 2s: the fallback when a webhook does not come, and how
+# often an idle worker looks for work (the default, 30s, suits the real
+# API, whose batches take minutes to hours, and spares its quota).
+GEMINI_API_KEY="$key" "$worker_bin" --server "http://$grpc" --ledger "$ledger" \
+    --gemini-base-url "http://$emulator_addr" --poll-interval 2s \
+    > "$dir/logs/worker.log" 2>&1 &
+pids+=($!)
+
+cat <<EOF
+tally is running (Ctrl-C stops it):
+  tally-server     $TALLY_SERVER (auth disabled: local only), webhooks http://$http, metrics http://$metrics/metrics
+  gemini-emulator  http://$emulator_addr, API key "$key", webhooks signed to tally
+  tally-worker     ledger $ledger, polling every 2s when no webhook comes
+  logs             $dir/logs/
+Try:
+  export TALLY_SERVER=$TALLY_SERVER
+  printf '%s\n' '{"key": "hello", "payload": {"contents": [{"role": "user", "parts": [{"text": "Say hello"}]}]}}' | tallyctl enroll $ledger -
+  tallyctl watch $ledger
+EOF
+# Until one of them stops (then the rest are stopped) or Ctrl-C.
+while :; do
+    for pid in "${pids[@]}"; do
+        if ! kill -0 "$pid" 2> /dev/null; then
+            echo "dev.sh: a process exited; stopping the others (logs: $dir/logs/)" >&2
+            exit 1
+        fi
+    done
+    sleep 1
+done
