@@ -19,6 +19,7 @@ from tally_client import (
     EnrollProgress,
     FailedPrecondition,
     InvalidArgument,
+    JobState,
     LedgerState,
     NotFound,
     PauseReason,
@@ -232,7 +233,7 @@ def test_an_http_address_like_tallyctls_reaches_the_same_server(address: str) ->
 def test_watch_jobs_streams_events_from_a_sequence(tally: Client, ledger: str) -> None:
     tally.enroll(ledger, generated_rows(3))
     session = tally.claim(ledger, 3)
-    job = tally.call(tally.jobs.CreateJob, pb.job_pb2.CreateJobRequest(claim=session.name))
+    job = tally.call(tally.jobs_stub.CreateJob, pb.job_pb2.CreateJobRequest(claim=session.name))
     events: list[pb.job_pb2.JobEvent] = []
     done = threading.Event()
 
@@ -247,6 +248,20 @@ def test_watch_jobs_streams_events_from_a_sequence(tally: Client, ledger: str) -
     assert done.wait(timeout=30), "the job's CREATED event arrives"
     assert events[0].job.name == job.name
     assert events[0].type == pb.job_pb2.JOB_EVENT_TYPE_CREATED
+
+
+def test_jobs_list_each_job_with_its_provider_and_state(tally: Client, ledger: str) -> None:
+    # Invariant: jobs() lists the ledger's jobs as dataclasses naming the
+    # provider their model routes to (the ledger's Gemini model here), and
+    # a state filter keeps only jobs in those states.
+    tally.enroll(ledger, generated_rows(2))
+    session = tally.claim(ledger, 2)
+    made = tally.call(tally.jobs_stub.CreateJob, pb.job_pb2.CreateJobRequest(claim=session.name))
+    (job,) = list(tally.jobs(ledger))
+    assert job.name == made.name
+    assert (job.provider, job.state, job.rows) == ("gemini", JobState.PREPARING, 2)
+    assert job.model == tally.get_ledger(ledger).policy.model
+    assert list(tally.jobs(ledger, states=["succeeded"])) == []
 
 
 def test_delete_ledger_refuses_live_work_then_forces(tally: Client, ledger: str) -> None:

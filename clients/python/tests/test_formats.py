@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,9 @@ def test_python_converts_every_shared_vector_as_tallyctl_does(case: dict[str, An
     # Invariant: a line converts to the same row (key, model, payload) or is
     # refused for the same reason in Python and in tallyctl.
     text = case.get("line_text") or json.dumps(case["line"], separators=(",", ":"))
+    ledger_model = case.get("ledger_model", "gemini-2.5-flash")
     if "expect" in case:
-        row = convert(case["format"], text)
+        row = convert(case["format"], text, ledger_model)
         expect = case["expect"]
         assert (row.key, row.model, row.dropped_model) == (
             expect["key"],
@@ -50,7 +52,7 @@ def test_python_converts_every_shared_vector_as_tallyctl_does(case: dict[str, An
         ), "canonical text: keys sorted, compact"
     else:
         with pytest.raises(FormatError) as caught:
-            convert(case["format"], text)
+            convert(case["format"], text, ledger_model)
         assert case["error"] in str(caught.value)
 
 
@@ -87,3 +89,26 @@ def test_a_batch_file_with_a_bad_line_or_a_repeated_id_enrolls_nothing(
     assert row.payload == {"contents": [{"role": "user", "parts": [{"text": "question 3"}]}]}
     ledger_model = tally.get_ledger(ledger).policy.model
     assert row.model == ledger_model, "gpt-4o-mini is dropped for the ledger's model"
+
+
+def test_an_openai_ledger_keeps_openai_lines_as_written(tally: Client, tmp_path: Path) -> None:
+    # Invariant: for a ledger whose model runs at OpenAI, enroll_file keeps
+    # each line's body as the row's payload (nothing converted to Gemini,
+    # nothing dropped), and a line naming another OpenAI model keeps it.
+    ledger = f"py-openai-{uuid.uuid4().hex[:12]}"
+    tally.create_ledger(ledger, {"model": "gpt-4o-mini"})
+    body = {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "hi"}],
+        "logprobs": True,
+        "response_format": {"type": "json_object"},
+    }
+    line = {"custom_id": "n-1", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    batch = tmp_path / "native.jsonl"
+    batch.write_text(json.dumps(line) + "\n" + openai_line("n-2", "plain"))
+    assert tally.enroll_file(ledger, batch, format="openai").enrolled == 2
+    rows = {r.key: r for r in tally.rows(ledger, full=True)}
+    assert rows["n-1"].payload == body
+    assert rows["n-1"].model == "gpt-4o"
+    assert rows["n-2"].model == "gpt-4o-mini"
+    assert rows["n-2"].payload["messages"] == [{"role": "user", "content": "plain"}]

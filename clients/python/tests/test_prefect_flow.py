@@ -162,7 +162,8 @@ def task_run_names(flow_run: UUID) -> list[str]:
 
 def jobs_of(tally: Client, ledger: str) -> list[pb.job_pb2.Job]:
     r = tally.call(
-        tally.jobs.ListJobs, pb.job_pb2.ListJobsRequest(parent=f"ledgers/{ledger}", page_size=1000)
+        tally.jobs_stub.ListJobs,
+        pb.job_pb2.ListJobsRequest(parent=f"ledgers/{ledger}", page_size=1000),
     )
     return list(r.jobs)
 

@@ -18,6 +18,7 @@ from tally_client.errors import AlreadyExists, FailedPrecondition
 from tally_client.rows import RowLike, row_input
 from tally_client.types import (
     FailureKind,
+    JobState,
     Ledger,
     LedgerState,
     RowStatus,
@@ -311,3 +312,16 @@ Outcome = Success | Failure
 
 def job_event_request(ledger: str, after_sequence: int) -> job_pb2.WatchJobsRequest:
     return job_pb2.WatchJobsRequest(parent=ledger_name(ledger), after_sequence=after_sequence)
+
+
+def jobs_request(
+    ledger: str, states: Sequence[JobState | str | int], page_token: str
+) -> job_pb2.ListJobsRequest:
+    """One page of ListJobs, newest first, in the given states (any when
+    empty)."""
+    return job_pb2.ListJobsRequest(
+        parent=ledger_name(ledger),
+        states=[JobState.parse(s).number for s in states],
+        page_size=1000,
+        page_token=page_token,
+    )

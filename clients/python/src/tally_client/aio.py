@@ -39,6 +39,7 @@ from tally_client._calls import (
     claim_request,
     duration,
     existing_ledger,
+    jobs_request,
     ledger_name,
     list_request,
     policy_message,
@@ -59,6 +60,8 @@ from tally_client.session import SessionCore
 from tally_client.types import (
     ClaimedRow,
     FailureKind,
+    Job,
+    JobState,
     Ledger,
     Pause,
     ReportResult,
@@ -99,7 +102,7 @@ class AsyncClient:
         self._timeout = timeout
         # The generated stubs carry no annotations.
         self.ledgers = ledger_pb2_grpc.LedgerServiceStub(self._channel)  # type: ignore[no-untyped-call]
-        self.jobs = job_pb2_grpc.JobServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.jobs_stub = job_pb2_grpc.JobServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
@@ -314,6 +317,19 @@ class AsyncClient:
 
     # ----- jobs -----
 
+    async def jobs(
+        self, ledger: str, *, states: Sequence[JobState | str] = ()
+    ) -> AsyncIterator[Job]:
+        """As `Client.jobs`."""
+        token = ""
+        while True:
+            page = await self.call(self.jobs_stub.ListJobs, jobs_request(ledger, states, token))
+            for j in page.jobs:
+                yield Job.from_pb(j)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
     async def watch_jobs(
         self,
         ledger: str,
@@ -328,7 +344,7 @@ class AsyncClient:
         while True:
             req = job_pb2.WatchJobsRequest(parent=ledger_name(ledger), after_sequence=last)
             try:
-                async for event in self.jobs.WatchJobs(req, metadata=self._metadata):
+                async for event in self.jobs_stub.WatchJobs(req, metadata=self._metadata):
                     failures = 0
                     last = event.sequence
                     yield event

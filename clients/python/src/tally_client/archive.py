@@ -20,16 +20,34 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol, TextIO
 
 from tally_client._calls import ledger_name
 from tally_client.errors import FailedPrecondition, NotFound
-from tally_client.types import Summary
-
-if TYPE_CHECKING:
-    from tally_client.client import Client
+from tally_client.export import ExportFormat
+from tally_client.types import Ledger, Summary
 
 ArchiveFormat = Literal["jsonl", "openai", "csv", "parquet"]
+
+
+class _Written(Protocol):
+    @property
+    def rows(self) -> int: ...
+
+
+class ArchiveClient(Protocol):
+    """The calls an archive makes (`Client` has them): declared here so
+    this module does not import the client that calls it."""
+
+    def get_ledger(self, ledger: str) -> Ledger: ...
+
+    def summarize(self, ledger: str) -> Summary: ...
+
+    def export_rows(self, ledger: str, out: TextIO, *, format: ExportFormat) -> _Written: ...
+
+    def export_parquet(self, ledger: str, path: str | Path) -> _Written: ...
+
+    def delete_ledger(self, ledger: str, *, etag: str, content_etag: str) -> Ledger: ...
 
 
 class ArchiveError(Exception):
@@ -85,7 +103,7 @@ def _fsync(path: Path) -> None:
         os.close(directory)
 
 
-def _export(client: Client, ledger: str, path: Path, format: ArchiveFormat) -> int:
+def _export(client: ArchiveClient, ledger: str, path: Path, format: ArchiveFormat) -> int:
     if format == "parquet":
         return client.export_parquet(ledger, path).rows
     with open(path, "x", encoding="utf-8", newline="") as out:
@@ -93,7 +111,7 @@ def _export(client: Client, ledger: str, path: Path, format: ArchiveFormat) -> i
 
 
 def archive_ledger(
-    client: Client,
+    client: ArchiveClient,
     ledger: str,
     path: str | Path,
     *,

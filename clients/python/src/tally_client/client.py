@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import grpc
 
@@ -32,6 +32,7 @@ from tally_client._calls import (
     claim_request,
     duration,
     existing_ledger,
+    jobs_request,
     ledger_name,
     list_request,
     policy_message,
@@ -44,6 +45,7 @@ from tally_client._proto.tally.v1 import (
     ledger_pb2_grpc,
 )
 from tally_client.address import default_address, parse_address
+from tally_client.archive import ArchiveFormat, ArchiveResult, archive_ledger
 from tally_client.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -59,6 +61,8 @@ from tally_client.session import SessionCore
 from tally_client.types import (
     ClaimedRow,
     FailureKind,
+    Job,
+    JobState,
     Ledger,
     Pause,
     ReportResult,
@@ -67,9 +71,6 @@ from tally_client.types import (
     Summary,
     Usage,
 )
-
-if TYPE_CHECKING:
-    from tally_client.archive import ArchiveFormat, ArchiveResult
 
 __all__ = ["ClaimSession", "Client", "EnrollProgress", "ExportProgress", "ledger_name"]
 
@@ -115,7 +116,7 @@ class Client:
         self._timeout = timeout
         # The generated stubs carry no annotations.
         self.ledgers = ledger_pb2_grpc.LedgerServiceStub(self._channel)  # type: ignore[no-untyped-call]
-        self.jobs = job_pb2_grpc.JobServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.jobs_stub = job_pb2_grpc.JobServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         self._channel.close()
@@ -262,13 +263,16 @@ class Client:
         on_progress: Callable[[EnrollProgress], None] | None = None,
     ) -> EnrollProgress:
         """Enrolls an OpenAI batch input file or Anthropic Message Batches
-        file (`format` `openai` or `anthropic`), converted to Gemini requests
-        as `tallyctl enroll --format` does. The whole file is checked first:
-        a bad line or a repeated `custom_id` raises `BatchFileError` and
-        nothing is enrolled."""
-        check_batch_file(path, format)
+        file (`format` `openai` or `anthropic`) as `tallyctl enroll --format`
+        does: for a ledger whose model runs at OpenAI (or a named
+        OpenAI-compatible server) OpenAI lines are kept as written; for a
+        Gemini ledger both formats are converted to Gemini requests. The
+        whole file is checked first: a bad line or a repeated `custom_id`
+        raises `BatchFileError` and nothing is enrolled."""
+        model = self.get_ledger(ledger).policy.model
+        check_batch_file(path, format, model)
         return self.enroll(
-            ledger, batch_rows(path, format), chunk_size=chunk_size, on_progress=on_progress
+            ledger, batch_rows(path, format, model), chunk_size=chunk_size, on_progress=on_progress
         )
 
     def get_row(self, ledger: str, key: str) -> Row:
@@ -496,8 +500,6 @@ class Client:
         """Exports the whole ledger to a new file, makes it durable, then
         deletes the ledger, as `tallyctl ledgers archive` does; see
         `tally_client.archive.archive_ledger` for the guarantees."""
-        from tally_client.archive import archive_ledger
-
         return archive_ledger(
             self, ledger, path, format=format, wait=wait, poll_seconds=poll_seconds
         )
@@ -527,6 +529,17 @@ class Client:
 
     # ----- jobs -----
 
+    def jobs(self, ledger: str, *, states: Sequence[JobState | str] = ()) -> Iterator[Job]:
+        """The ledger's jobs (newest first), each with the provider and
+        model its rows run at; `states` limits them (`["RUNNING"]`)."""
+        token = ""
+        while True:
+            page = self.call(self.jobs_stub.ListJobs, jobs_request(ledger, states, token))
+            yield from (Job.from_pb(j) for j in page.jobs)
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
     def watch_jobs(
         self,
         ledger: str,
@@ -543,7 +556,7 @@ class Client:
         while True:
             req = job_pb2.WatchJobsRequest(parent=ledger_name(ledger), after_sequence=last)
             try:
-                for event in self.jobs.WatchJobs(req, metadata=self._metadata):
+                for event in self.jobs_stub.WatchJobs(req, metadata=self._metadata):
                     failures = 0
                     last = event.sequence
                     yield event

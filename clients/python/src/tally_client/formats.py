@@ -14,7 +14,13 @@ and `response_format` → `generationConfig`). What cannot be converted
 (tools, log probabilities, remote images, unknown fields) is an error of the
 line, never silently dropped. A line's model goes with the row when it is a
 Gemini model (`gemini-…`, `gemma-…`, optionally `models/…`); any other model
-is dropped for the ledger's, and `Converted.dropped_model` says so."""
+is dropped for the ledger's, and `Converted.dropped_model` says so.
+
+When the ledger's model runs at an OpenAI-shaped provider (OpenAI, or a
+named OpenAI-compatible server: `tally_client.providers`), OpenAI lines are
+not converted: each row carries its `body` as written, and a line's model
+names a model of that provider (empty when it is the ledger's own, else
+routed there: `vllm/…`). Anthropic lines for such a ledger are refused."""
 
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from typing import Any, Literal
 
 from tally_client import rust_json
 from tally_client.keys import validate_key
+from tally_client.providers import Route, provider_of, route
 
 BatchFormat = Literal["openai", "anthropic"]
 CHAT_COMPLETIONS = "/v1/chat/completions"
@@ -230,8 +237,14 @@ def _data_url(url: str) -> tuple[str, str] | None:
 
 # ----- OpenAI -----
 
+#: The ledger model `convert` assumes when none is given (a Gemini model:
+#: lines are converted).
+DEFAULT_LEDGER_MODEL = "gemini-2.5-flash"
 
-def _openai(line: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+
+def _openai_body(line: dict[str, Any]) -> dict[str, Any]:
+    """A line's `body`, once its method and URL are the one endpoint tally
+    runs."""
     fields = _Fields(line, "line")
     method = fields.string("method")
     if method is None:
@@ -247,7 +260,41 @@ def _openai(line: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         )
     body_map = _object(fields.take("body"), "body")
     fields.finish()
-    body = _Fields(body_map, "body")
+    return body_map
+
+
+def _openai_native(line: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The line's `body` as written, for an OpenAI-shaped provider: only
+    what no provider takes is refused."""
+    body = _openai_body(line)
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise FormatError(f"body.model must be a string, got {kind_of(model)}")
+    messages = body.get("messages")
+    if messages is None:
+        raise FormatError("missing body.messages")
+    if not isinstance(messages, list):
+        raise FormatError(f"body.messages must be a list, got {kind_of(messages)}")
+    if not messages:
+        raise FormatError("body.messages is empty")
+    if body.get("stream") is True:
+        raise FormatError("body.stream must be false: batch answers are not streamed")
+    return body, model
+
+
+def _row_model(target: Route, model: str | None) -> str:
+    """The row model for a native line naming `model`: the ledger's (empty)
+    when it names the ledger's own, the name as it is when it routes to the
+    ledger's provider, else the name under that provider (`vllm/…`)."""
+    if model is None or model == target.model:
+        return ""
+    if provider_of(model) == target.provider:
+        return model
+    return f"{target.provider}/{model}"
+
+
+def _openai(line: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    body = _Fields(_openai_body(line), "body")
     model = body.string("model")
     req = _Request()
     messages = body.take("messages")
@@ -487,9 +534,10 @@ def _anthropic_blocks(content: Any, what: str, *, images: bool) -> list[dict[str
     return out
 
 
-def convert(format: BatchFormat, text: str) -> Converted:
-    """Converts one non-blank line; `FormatError` says what is wrong (the
-    caller adds the line number)."""
+def convert(format: BatchFormat, text: str, ledger_model: str = DEFAULT_LEDGER_MODEL) -> Converted:
+    """Converts one non-blank line for a ledger whose model is
+    `ledger_model`; `FormatError` says what is wrong (the caller adds the
+    line number)."""
     try:
         line = rust_json.loads(text)
     except ValueError as e:
@@ -507,9 +555,16 @@ def convert(format: BatchFormat, text: str) -> Converted:
         raise FormatError(
             f"custom_id {rust_json.dumps(key)} is not a valid tally key: {e}"
         ) from None
+    target = route(ledger_model)
+    native = target.openai_shaped
     if format == "openai":
-        request, model = _openai(line)
+        request, model = _openai_native(line) if native else _openai(line)
     elif format == "anthropic":
+        if native:
+            raise FormatError(
+                f"an Anthropic request cannot run at {target.provider} (the ledger's model): "
+                "enroll it into a ledger of a Gemini model, or write OpenAI lines"
+            )
         request, model = _anthropic(line)
     else:
         raise ValueError(f"format must be openai or anthropic, got {format!r}")
@@ -519,6 +574,8 @@ def convert(format: BatchFormat, text: str) -> Converted:
             f"converted request: payload must be at most {MAX_PAYLOAD_BYTES} bytes, "
             f"got {len(payload.encode('utf-8'))}"
         )
+    if native:
+        return Converted(key, payload, _row_model(target, model), None)
     gemini = gemini_model(model) if model is not None else None
     if model is None:
         return Converted(key, payload, "", None)
@@ -563,8 +620,11 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield number, text
 
 
-def check_batch_file(path: str | Path, format: BatchFormat) -> BatchFileCheck:
-    """Converts every line of the file without keeping them; raises
+def check_batch_file(
+    path: str | Path, format: BatchFormat, ledger_model: str = DEFAULT_LEDGER_MODEL
+) -> BatchFileCheck:
+    """Converts every line of the file (for a ledger of `ledger_model`)
+    without keeping them; raises
     `BatchFileError` listing bad lines and repeated `custom_id`s (enrolment
     is idempotent by key, so a repeat would be silently merged)."""
     path = Path(path)
@@ -574,7 +634,7 @@ def check_batch_file(path: str | Path, format: BatchFormat) -> BatchFileCheck:
     dropped: set[str] = set()
     for number, text in _lines(path):
         try:
-            row = convert(format, text)
+            row = convert(format, text, ledger_model)
         except FormatError as e:
             bad += 1
             if len(errors) < MAX_REPORTED_ERRORS:
@@ -594,11 +654,13 @@ def check_batch_file(path: str | Path, format: BatchFormat) -> BatchFileCheck:
     return BatchFileCheck(rows, frozenset(dropped))
 
 
-def batch_rows(path: str | Path, format: BatchFormat) -> Iterator[dict[str, str]]:
+def batch_rows(
+    path: str | Path, format: BatchFormat, ledger_model: str = DEFAULT_LEDGER_MODEL
+) -> Iterator[dict[str, str]]:
     """The rows of a checked batch file, one line at a time."""
     for number, text in _lines(Path(path)):
         try:
-            row = convert(format, text)
+            row = convert(format, text, ledger_model)
         except FormatError as e:
             raise BatchFileError(str(path), 1, [(number, str(e))]) from None
         yield {"key": row.key, "payload_text": row.payload, "model": row.model}

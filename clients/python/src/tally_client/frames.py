@@ -13,11 +13,19 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
+from tally_client._proto.tally.v1 import ledger_pb2
 from tally_client.export import CSV_COLUMNS
 from tally_client.parquet import _columns, schema
-from tally_client.types import Row
+
+
+class Row(Protocol):
+    """What a table is made of: `tally_client.Row` (declared here, so this
+    module does not import the types that call it)."""
+
+    @property
+    def raw(self) -> ledger_pb2.Row: ...
 
 
 def rows_to_arrow(rows: Iterable[Row]) -> Any:

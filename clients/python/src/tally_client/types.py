@@ -569,6 +569,46 @@ class Ledger:
 
 
 @dataclass(frozen=True)
+class Job:
+    """One provider batch job of a ledger: the provider and model its rows
+    run at, its state, and its rows' counts so far."""
+
+    id: str
+    state: JobState
+    provider: str
+    model: str
+    #: The provider's batch name (empty until it was created).
+    batch: str
+    rows: int
+    succeeded: int
+    retryable: int
+    permanent: int
+    create_time: datetime | None
+    end_time: datetime | None
+    #: `ledgers/{id}/jobs/{job}`.
+    name: str = field(repr=False)
+    raw: job_pb2.Job = field(repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, job: job_pb2.Job) -> Job:
+        return cls(
+            id=job.job_id,
+            state=JobState.from_number(job.state),
+            provider=job.provider,
+            model=job.model,
+            batch=job.batch,
+            rows=job.counts.rows,
+            succeeded=job.counts.succeeded,
+            retryable=job.counts.retryable,
+            permanent=job.counts.permanent,
+            create_time=time_of(job.create_time, job.HasField("create_time")),
+            end_time=time_of(job.end_time, job.HasField("end_time")),
+            name=job.name,
+            raw=job,
+        )
+
+
+@dataclass(frozen=True)
 class Summary:
     """A ledger's counts by status, attempts by budget, tokens and cost."""
 

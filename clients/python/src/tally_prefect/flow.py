@@ -125,7 +125,9 @@ def provider_job(
     """One provider batch job, from the moment the flow sees it until it is
     settled; then its rows as a table artifact."""
     done.wait()
-    job: pb.job_pb2.Job = client.call(client.jobs.GetJob, pb.job_pb2.GetJobRequest(name=job_name))
+    job: pb.job_pb2.Job = client.call(
+        client.jobs_stub.GetJob, pb.job_pb2.GetJobRequest(name=job_name)
+    )
     rows: list[dict[str, str | int]] = []
     more = False
     for row in client.rows(ledger, in_job=job_name, page_size=min(max_rows, 1000)):

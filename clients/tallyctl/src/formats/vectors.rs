@@ -2,7 +2,7 @@
 //! must convert to exactly its expected row, or fail with its expected
 //! message. The Python client checks the same file.
 
-use super::{InputFormat, convert};
+use super::{InputFormat, Target, convert, convert_for};
 use serde_json::Value;
 
 const VECTORS: &str = include_str!("../../../../tests/vectors/formats.json");
@@ -33,7 +33,8 @@ fn every_vector_converts_as_written() {
             Some(t) => t.as_str().expect("line_text is a string").to_string(),
             None => case["line"].to_string(),
         };
-        let got = convert(format, &line);
+        let ledger_model = case["ledger_model"].as_str().unwrap_or("gemini-2.5-flash");
+        let got = convert_for(format, &line, &Target::of(ledger_model));
         match (case.get("expect"), case.get("error"), got) {
             (Some(expect), None, Ok(row)) => {
                 let payload: Value = serde_json::from_str(&row.payload).unwrap();
