@@ -1063,4 +1063,13 @@ mod tests {
         assert!(seen.contains(&"TALLY_TOKEN".to_string()), "{seen:?}");
         assert!(seen.contains(&"TALLY_LOCK_TOKEN".to_string()), "{seen:?}");
     }
+
+    #[test]
+    fn help_lists_every_exit_code() {
+        // Invariant: `--help` documents each code tallyctl can exit with.
+        for code in crate::error::ExitCode::ALL {
+            let line = format!("\n  {:<4} ", code.code());
+            assert!(AFTER_HELP.contains(&line), "{code:?} missing from --help");
+        }
+    }
 }

@@ -35,6 +35,7 @@ pub mod output;
 pub mod plan;
 pub mod render;
 pub mod table;
+pub mod timefmt;
 
 use connect::Clients;
 use error::{CliError, ExitCode};

@@ -233,7 +233,7 @@ fn timestamp_json(m: &DynamicMessage) -> Value {
         seconds: int_field(m, "seconds"),
         nanos: int_field(m, "nanos") as i32,
     };
-    Value::String(crate::render::time(Some(&t)))
+    Value::String(crate::timefmt::time(Some(&t)))
 }
 
 fn duration_json(m: &DynamicMessage) -> Value {
@@ -242,7 +242,7 @@ fn duration_json(m: &DynamicMessage) -> Value {
         nanos: int_field(m, "nanos") as i32,
     };
     match std::time::Duration::try_from(d) {
-        Ok(_) => Value::String(crate::render::duration(Some(&d))),
+        Ok(_) => Value::String(crate::timefmt::duration(Some(&d))),
         // Negative: not human-formattable; exact seconds instead.
         Err(_) => Value::String(format!("{}s", d.seconds)),
     }

@@ -123,14 +123,14 @@ pub async fn create(
             if let [key] = sent.keys.as_slice() {
                 // One row alone is too large: that row can never be sent.
                 let why = format!("a batch of this row alone was refused as too large: {e}");
-                let outcome = crate::reconcile::invalid_input(key, &why);
-                crate::reconcile::report(ctx, claim, vec![outcome]).await?;
+                let outcome = crate::settle::invalid_input(key, &why);
+                crate::settle::report(ctx, claim, vec![outcome]).await?;
             }
         }
         Kind::Stop(r) => not.lasting = Some(r),
     }
     mark_not_created(ctx, job, claim, &reason, not).await?;
-    crate::reconcile::delete_input(ctx, job).await;
+    crate::settle::delete_input(ctx, job).await;
     match refusal {
         Kind::Wait(wait) => {
             ctx.hold_claims(wait);
@@ -184,7 +184,7 @@ pub async fn resolve(
                         names[0], listing.listed
                     );
                     mark_not_created(ctx, job, claim, &reason, Refusal::default()).await?;
-                    crate::reconcile::delete_input(ctx, job).await;
+                    crate::settle::delete_input(ctx, job).await;
                     tracing::info!(job = %job.job_id, listed = listing.listed, "batch was never created; rows released without an attempt");
                     return Ok(CreateEnd::NeverMade);
                 }

@@ -187,3 +187,23 @@ fn compile(p: &pb::Prompt) -> PromptResult {
 pub fn prompt_name(p: &pb::PromptRef) -> String {
     format!("prompts/{}/versions/{}", p.name, p.version)
 }
+
+/// What a row's answer is checked against: its prompt's schema (by prompt
+/// name) and whether JSON was asked for.
+pub(crate) struct Answer {
+    pub(crate) prompt: Option<String>,
+    pub(crate) json: bool,
+}
+
+impl Answer {
+    pub(crate) fn of(
+        api: tally_core::provider::Api,
+        payload: &str,
+        prompt: Option<&pb::PromptRef>,
+    ) -> Answer {
+        Answer {
+            prompt: prompt.map(prompt_name),
+            json: crate::prompt::asks_for_json_for(api, payload, prompt.is_some()),
+        }
+    }
+}

@@ -35,13 +35,14 @@ use tonic::{Code, Status};
 use crate::attach::{self, AttachFail};
 use crate::config::Failpoint;
 use crate::create::{self, CreateEnd};
-use crate::ctx::{Ctx, PromptResult, prompt_name};
+use crate::ctx::{Answer, Ctx, PromptResult, prompt_name};
 use crate::gone::GoneWatch;
 use crate::heartbeat::Heartbeat;
 use crate::jsonl;
 use crate::prompt::{self, InputError};
 use crate::provider::ProviderError;
-use crate::reconcile::{self, Answer, finish, invalid_input, report};
+use crate::reconcile::{self, finish};
+use crate::settle::{invalid_input, report};
 
 pub use crate::end::{JobEnd, JobError};
 

@@ -25,6 +25,9 @@ pub fn write_line(body: &mut Vec<u8>, key: &str, request: &Value) -> usize {
     body.len() - start
 }
 
+/// The only OpenAI endpoint tally runs (every line's `url`).
+pub const OPENAI_ENDPOINT: &str = "/v1/chat/completions";
+
 /// Appends one OpenAI batch input line (`{"custom_id", "method": "POST",
 /// "url": "/v1/chat/completions", "body"}`), newline included, written
 /// straight into `body`; answers its length.
@@ -33,7 +36,7 @@ pub fn write_openai_line(body: &mut Vec<u8>, key: &str, request: &Value) -> usiz
     body.extend_from_slice(b"{\"custom_id\":");
     let _ = serde_json::to_writer(&mut *body, key);
     body.extend_from_slice(b",\"method\":\"POST\",\"url\":");
-    let _ = serde_json::to_writer(&mut *body, crate::provider::openai::ENDPOINT);
+    let _ = serde_json::to_writer(&mut *body, OPENAI_ENDPOINT);
     body.extend_from_slice(b",\"body\":");
     let _ = serde_json::to_writer(&mut *body, request);
     body.extend_from_slice(b"}\n");

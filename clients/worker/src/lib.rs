@@ -50,6 +50,7 @@ pub mod provider;
 mod reconcile;
 mod refusal;
 mod refused;
+mod settle;
 mod tags;
 pub mod worker;
 

@@ -16,33 +16,17 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use tally_client::with_retry;
-use tally_core::names::claim_for_logs;
 use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Status};
+use tonic::Code;
 
-use crate::ctx::{Ctx, PromptResult, prompt_name};
+use crate::ctx::{Answer, Ctx, PromptResult};
 use crate::end::{JobEnd, JobError};
 use crate::gone::GoneWatch;
 use crate::output::{self, Expect};
 use crate::provider::{Observed, ProviderError};
-
-/// What a row's answer is checked against: its prompt's schema (by prompt
-/// name) and whether JSON was asked for.
-pub(crate) struct Answer {
-    prompt: Option<String>,
-    json: bool,
-}
-
-impl Answer {
-    pub(crate) fn of(api: Api, payload: &str, prompt: Option<&pb::PromptRef>) -> Answer {
-        Answer {
-            prompt: prompt.map(prompt_name),
-            json: crate::prompt::asks_for_json_for(api, payload, prompt.is_some()),
-        }
-    }
-}
+use crate::settle::{delete_input, report};
 
 /// Reconciles a job whose batch ended (`done`, as tally has it): reads the
 /// batch, reports what its responses file answered, and finishes the job.
@@ -309,46 +293,6 @@ async fn download_output(
     }
 }
 
-/// Reports outcomes in chunks of the configured size. False when the claim
-/// no longer holds the rows (every verdict STALE).
-pub(crate) async fn report(
-    ctx: &Ctx,
-    claim: &str,
-    outcomes: Vec<pb::RowOutcome>,
-) -> Result<bool, Status> {
-    let mut all_stale = !outcomes.is_empty();
-    for chunk in outcomes.chunks(ctx.args.max_rows_per_report) {
-        let req = pb::ReportOutcomesRequest {
-            claim: claim.to_string(),
-            outcomes: chunk.to_vec(),
-        };
-        let r = with_retry(ctx.retry, "ReportOutcomes", || {
-            let mut c = ctx.clients.ledgers.clone();
-            let req = req.clone();
-            async move { c.report_outcomes(req).await }
-        })
-        .await?
-        .into_inner();
-        if r.stale > 0 {
-            tracing::warn!(
-                claim = %claim_for_logs(claim),
-                stale = r.stale,
-                "outcomes for rows the claim no longer holds"
-            );
-        }
-        all_stale &= r.stale as usize == chunk.len();
-        tracing::debug!(
-            claim = %claim_for_logs(claim),
-            succeeded = r.succeeded,
-            retryable = r.retryable,
-            permanent = r.permanent,
-            duplicate = r.duplicate,
-            "reported"
-        );
-    }
-    Ok(!all_stale)
-}
-
 pub(crate) async fn finish(
     ctx: &Ctx,
     job: &pb::Job,
@@ -382,36 +326,5 @@ pub(crate) async fn finish(
             Ok(JobEnd::Lost)
         }
         Err(s) => Err(s.into()),
-    }
-}
-
-/// Deletes a closed job's input file (the batch no longer needs it). A
-/// failure is logged: the provider expires files after 48 hours anyway.
-pub(crate) async fn delete_input(ctx: &Ctx, job: &pb::Job) {
-    if job.input_file.is_empty() {
-        return;
-    }
-    match ctx.provider.delete_file(&job.input_file).await {
-        Ok(()) => tracing::debug!(job = %job.job_id, file = %job.input_file, "input file deleted"),
-        Err(e) => {
-            tracing::warn!(job = %job.job_id, file = %job.input_file, error = %e, "input file not deleted")
-        }
-    }
-}
-
-/// A row that can never be sent: reported as the provider would answer an
-/// invalid request (400 INVALID_ARGUMENT), which the server classifies as
-/// permanent.
-pub(crate) fn invalid_input(key: &str, why: &str) -> pb::RowOutcome {
-    pb::RowOutcome {
-        key: key.to_string(),
-        outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
-            kind: pb::FailureKind::ProviderError as i32,
-            http_code: 400,
-            status: "INVALID_ARGUMENT".into(),
-            message: format!("invalid input: {why}"),
-            ..Default::default()
-        })),
-        usage: None,
     }
 }

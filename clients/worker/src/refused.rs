@@ -23,8 +23,8 @@ use crate::create::{Refusal, mark_not_created};
 use crate::ctx::Ctx;
 use crate::end::{JobEnd, JobError};
 use crate::jsonl::LineSink;
-use crate::reconcile::{invalid_input, report};
 use crate::refusal::Validation;
+use crate::settle::{invalid_input, report};
 
 /// Gives back the rows of `job`, whose batch the provider refused as
 /// `validation` says; `held` are the keys the job holds.
@@ -33,7 +33,7 @@ pub(crate) async fn give_back(
     job: &pb::Job,
     claim: &str,
     validation: Validation,
-    held: &HashMap<String, crate::reconcile::Answer>,
+    held: &HashMap<String, crate::ctx::Answer>,
 ) -> Result<JobEnd, JobError> {
     let model = job.model.as_str();
     let mut not = Refusal {
@@ -78,7 +78,7 @@ pub(crate) async fn give_back(
     tracing::warn!(job = %job.job_id, batch = %job.batch, model, reason, "the provider refused the batch before it ran; its rows go back without an attempt");
     match mark_not_created(ctx, job, claim, &reason, not).await {
         Ok(_) => {
-            crate::reconcile::delete_input(ctx, job).await;
+            crate::settle::delete_input(ctx, job).await;
             Ok(JobEnd::Released)
         }
         Err(s) if s.code() == tonic::Code::FailedPrecondition => {

@@ -8,9 +8,9 @@ use std::time::Duration;
 /// `± jitter` (a fraction of the delay).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Backoff {
-    #[serde(with = "crate::policy::millis")]
+    #[serde(with = "crate::millis")]
     pub initial: Duration,
-    #[serde(with = "crate::policy::millis")]
+    #[serde(with = "crate::millis")]
     pub max: Duration,
     pub multiplier: f64,
     pub jitter: f64,

@@ -4,7 +4,9 @@
 
 use crate::backoff::Backoff;
 use crate::classify::{FailureKind, Override, Severity};
+use crate::millis;
 use crate::outbound::Reach;
+pub use crate::price::{MAX_PRICE_PER_MILLION, Price};
 use crate::spend::SpendCap;
 use crate::status::{Budget, PerBudget};
 use crate::usage::Usage;
@@ -26,54 +28,6 @@ pub const MAX_PRICES: usize = 100;
 pub const MAX_MATCH_TEXT: usize = 256;
 /// Bytes of `alert_url`.
 pub const MAX_ALERT_URL: usize = 2048;
-
-/// Highest price accepted, in USD per million tokens (a dollar a token):
-/// with the bound on reported counts it keeps every cost finite.
-pub const MAX_PRICE_PER_MILLION: f64 = 1_000_000.0;
-
-/// USD per million tokens of one model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Price {
-    pub model: String,
-    pub input_per_million: f64,
-    pub output_per_million: f64,
-    /// Input tokens served from the context cache; 0 prices them as
-    /// input (an upper bound).
-    #[serde(default)]
-    pub cached_input_per_million: f64,
-    /// Thinking tokens; 0 prices them as output (as Gemini bills them).
-    #[serde(default)]
-    pub thinking_per_million: f64,
-}
-
-impl Price {
-    /// The estimated cost in USD of tokens as the provider counts them:
-    /// `input` includes `cached` (Gemini's `promptTokenCount` does), and
-    /// `output` excludes `thinking` (`candidatesTokenCount` does).
-    pub fn cost(&self, input: i64, output: i64, thinking: i64, cached: i64) -> f64 {
-        let or = |price: f64, fallback: f64| if price > 0.0 { price } else { fallback };
-        let cached = cached.clamp(0, input.max(0));
-        let fresh = input.max(0) - cached;
-        let per = |tokens: i64, price: f64| tokens.max(0) as f64 / 1e6 * price;
-        crate::spend::usd(
-            per(fresh, self.input_per_million)
-                + per(
-                    cached,
-                    or(self.cached_input_per_million, self.input_per_million),
-                )
-                + per(output, self.output_per_million)
-                + per(
-                    thinking,
-                    or(self.thinking_per_million, self.output_per_million),
-                ),
-        )
-    }
-
-    /// [`Price::cost`] of a [`Usage`].
-    pub fn cost_of(&self, u: &Usage) -> f64 {
-        self.cost(u.input, u.output, u.thinking, u.cached)
-    }
-}
 
 /// What tokens used under several models cost at a ledger's prices.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -351,26 +305,12 @@ impl Policy {
         for (model, usage) in by_model {
             match self.price(model) {
                 Some(p) => {
-                    estimate.cost_usd = crate::spend::usd(estimate.cost_usd + p.cost_of(usage));
+                    estimate.cost_usd = crate::money::usd(estimate.cost_usd + p.cost_of(usage));
                 }
                 None => estimate.unpriced_models.push(model.to_owned()),
             }
         }
         estimate
-    }
-}
-
-/// Serde for durations as whole milliseconds.
-pub mod millis {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis().min(u64::MAX as u128) as u64)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        Ok(Duration::from_millis(u64::deserialize(d)?))
     }
 }
 

@@ -23,7 +23,7 @@
 //!   cap with a row whose model has no price cannot be kept: such a claim
 //!   gets nothing and the ledger is paused, saying so.
 
-use crate::policy::Price;
+use crate::price::Price;
 use serde::{Deserialize, Serialize};
 
 /// Bytes of text per token, for estimates.
@@ -39,19 +39,7 @@ pub const DEFAULT_WARN_FRACTION: f64 = 0.8;
 pub const MAX_TOKENS: i64 = 1_000_000_000_000_000;
 pub const MAX_COST_USD: f64 = 1e9;
 
-/// Where sums of dollars are held: far above any cap, far below where a
-/// float loses whole dollars. No cost is ever infinite or NaN.
-pub const MAX_SPEND_USD: f64 = 1e15;
-
-/// `x` as a dollar amount: held in `0..=MAX_SPEND_USD`, NaN taken as the
-/// most (a cost nobody can explain must stop a cap, not slip past it).
-pub fn usd(x: f64) -> f64 {
-    if x.is_nan() {
-        MAX_SPEND_USD
-    } else {
-        x.clamp(0.0, MAX_SPEND_USD)
-    }
-}
+pub use crate::money::{MAX_SPEND_USD, usd};
 
 /// A ledger's spend cap; a zero limit is no limit on that measure.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -307,8 +295,8 @@ mod tests {
     fn dollar_sums_saturate_and_caps_still_decide() {
         let p = Price {
             model: "m".into(),
-            input_per_million: crate::policy::MAX_PRICE_PER_MILLION,
-            output_per_million: crate::policy::MAX_PRICE_PER_MILLION,
+            input_per_million: crate::price::MAX_PRICE_PER_MILLION,
+            output_per_million: crate::price::MAX_PRICE_PER_MILLION,
             cached_input_per_million: 0.0,
             thinking_per_million: 0.0,
         };

@@ -34,22 +34,19 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sqlx::Connection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
+use sqlx::postgres::PgConnection;
 
+use crate::conn::{CONNECT_TIMEOUT, SUPERUSER, connect};
 use crate::datadir::{self, Kind, Layout};
 use crate::privileges::{Identity, RootMode, acceptable_owners};
 use crate::process::{Supervised, process_alive, spawn_supervised};
 use crate::role::{self, APP_ROLE};
 use crate::{PgBinaries, PgError};
 
-/// Name of the superuser the cluster is initialised with.
-pub const SUPERUSER: &str = "postgres";
-
 /// The machine's own server's port, never used for a private cluster.
 const RESERVED_PORT: u16 = 5432;
 const LOG_ROTATE_BYTES: u64 = 10 * 1024 * 1024;
 const START_ATTEMPTS: u32 = 3;
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// While waiting for a server to come up: short, since a port held by something that is
 /// not our server may accept and never answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -638,27 +635,6 @@ fn settings(port: u16, durable: bool) -> Vec<String> {
     s
 }
 
-/// Connects as `user` over TCP.
-pub(crate) async fn connect(
-    port: u16,
-    user: &str,
-    password: &str,
-    database: &str,
-    timeout: Duration,
-) -> Result<PgConnection, sqlx::Error> {
-    let opts = PgConnectOptions::new_without_pgpass()
-        .host("127.0.0.1")
-        .port(port)
-        .username(user)
-        .password(password)
-        .database(database)
-        .ssl_mode(PgSslMode::Disable);
-    match tokio::time::timeout(timeout, PgConnection::connect_with(&opts)).await {
-        Ok(result) => result,
-        Err(_) => Err(sqlx::Error::PoolTimedOut),
-    }
-}
-
 /// `port` if given; else the remembered port if still free (unless `fresh`); else a free one.
 fn choose_port(explicit: Option<u16>, layout: &Layout, fresh: bool) -> Result<u16, PgError> {
     if let Some(port) = explicit {
@@ -792,11 +768,6 @@ fn log_tail(path: &Path, offset: u64) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-/// Double-quotes an SQL identifier.
-pub(crate) fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 fn percent_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -815,9 +786,7 @@ mod tests {
     use std::io::Write as _;
 
     #[test]
-    fn quotes_identifiers_and_encodes_paths() {
-        assert_eq!(quote_ident("tally"), "\"tally\"");
-        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+    fn encodes_paths() {
         assert_eq!(percent_encode("tally_test-1"), "tally_test-1");
         assert_eq!(percent_encode("a b/c"), "a%20b%2Fc");
     }

@@ -22,6 +22,7 @@
 //! configured URL and the private server (`tally-server`).
 
 mod binaries;
+mod conn;
 mod datadir;
 pub mod embedded;
 mod error;
@@ -32,7 +33,8 @@ pub mod testdb;
 pub mod url;
 
 pub use binaries::{BIN_ENV, PgBinaries, PgVersion};
-pub use embedded::{EmbeddedOptions, EmbeddedPostgres, SUPERUSER};
+pub use conn::SUPERUSER;
+pub use embedded::{EmbeddedOptions, EmbeddedPostgres};
 pub use error::PgError;
 pub use privileges::RootMode;
 pub use role::APP_ROLE;

@@ -17,7 +17,7 @@ use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
 use crate::PgError;
-use crate::embedded::{SUPERUSER, quote_ident};
+use crate::conn::{CONNECT_TIMEOUT, SUPERUSER, connect, quote_ident};
 
 /// The login role the server connects as.
 pub const APP_ROLE: &str = "tally";
@@ -133,15 +133,9 @@ async fn alter_database_owner(
 /// Gives the superuser's objects in `database` to [`APP_ROLE`] (a cluster whose
 /// migrations ran as the superuser). Nothing to do, and one catalog query, otherwise.
 async fn hand_over_objects(port: u16, password: &str, database: &str) -> Result<(), PgError> {
-    let mut conn = crate::embedded::connect(
-        port,
-        SUPERUSER,
-        password,
-        database,
-        crate::embedded::CONNECT_TIMEOUT,
-    )
-    .await
-    .map_err(|e| PgError::db(format!("could not connect to database {database}"), e))?;
+    let mut conn = connect(port, SUPERUSER, password, database, CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| PgError::db(format!("could not connect to database {database}"), e))?;
     let objects: Vec<(String, String)> = sqlx::query_as(SUPERUSER_OBJECTS)
         .bind(SUPERUSER)
         .fetch_all(&mut conn)

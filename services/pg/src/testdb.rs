@@ -23,7 +23,7 @@ use nix::unistd::Pid;
 use sqlx::{Connection, PgConnection};
 use tokio::sync::OnceCell;
 
-use crate::embedded::quote_ident;
+use crate::conn::quote_ident;
 use crate::process::process_alive;
 use crate::{APP_ROLE, EmbeddedOptions, EmbeddedPostgres};
 

@@ -27,7 +27,7 @@ use super::{Listed, ListedFile, Page};
 use crate::jsonl::LineSink;
 
 /// The only endpoint tally runs.
-pub const ENDPOINT: &str = "/v1/chat/completions";
+pub use crate::jsonl::OPENAI_ENDPOINT as ENDPOINT;
 
 /// The metadata key holding tally's tag.
 pub const TAG_KEY: &str = "tally";

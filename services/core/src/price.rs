@@ -1,0 +1,52 @@
+//! What a model's tokens cost: a price per million tokens, bounded so no
+//! cost is infinite or NaN.
+
+use crate::money::usd;
+use crate::usage::Usage;
+use serde::{Deserialize, Serialize};
+
+/// Highest price accepted, in USD per million tokens (a dollar a token):
+/// with the bound on reported counts it keeps every cost finite.
+pub const MAX_PRICE_PER_MILLION: f64 = 1_000_000.0;
+
+/// USD per million tokens of one model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub model: String,
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    /// Input tokens served from the context cache; 0 prices them as
+    /// input (an upper bound).
+    #[serde(default)]
+    pub cached_input_per_million: f64,
+    /// Thinking tokens; 0 prices them as output (as Gemini bills them).
+    #[serde(default)]
+    pub thinking_per_million: f64,
+}
+
+impl Price {
+    /// The estimated cost in USD of tokens as the provider counts them:
+    /// `input` includes `cached` (Gemini's `promptTokenCount` does), and
+    /// `output` excludes `thinking` (`candidatesTokenCount` does).
+    pub fn cost(&self, input: i64, output: i64, thinking: i64, cached: i64) -> f64 {
+        let or = |price: f64, fallback: f64| if price > 0.0 { price } else { fallback };
+        let cached = cached.clamp(0, input.max(0));
+        let fresh = input.max(0) - cached;
+        let per = |tokens: i64, price: f64| tokens.max(0) as f64 / 1e6 * price;
+        usd(per(fresh, self.input_per_million)
+            + per(
+                cached,
+                or(self.cached_input_per_million, self.input_per_million),
+            )
+            + per(output, self.output_per_million)
+            + per(
+                thinking,
+                or(self.thinking_per_million, self.output_per_million),
+            ))
+    }
+
+    /// [`Price::cost`] of a [`Usage`].
+    pub fn cost_of(&self, u: &Usage) -> f64 {
+        self.cost(u.input, u.output, u.thinking, u.cached)
+    }
+}
