@@ -8,6 +8,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 cargo test --workspace "$@"
+echo "== Markdown links (tests/links.py) =="
+python3 tests/links.py
 echo "== official SDK suite (tests/sdk) =="
 tests/sdk/run.sh
 echo "== Python client (clients/python) =="
