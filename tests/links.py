@@ -36,13 +36,15 @@ from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FENCE = re.compile(r"^ {0,3}(?:\s*)(`{3,}|~{3,})")
+# Fences may be indented (inside list items).
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 # [text](target "title"): text may hold one level of brackets and wrap lines.
 INLINE = re.compile(
     r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]"
-    r"\(\s*(<[^>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)"
+    r"\(\s*(<[^>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)"
+    r"(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)"
 )
 REFDEF = re.compile(r"^ {0,3}\[[^\]]+\]:[ \t]*(<[^>\n]*>|\S+)", re.MULTILINE)
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -81,7 +83,9 @@ def unfenced(text: str) -> str:
             fence = m.group(1)
             out.append(" " * len(line))
         elif fence is not None:
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line.strip()[len(m.group(1)) :].strip():
+            mark = m.group(1) if m else ""
+            rest = line.strip()[len(mark) :].strip()
+            if mark[:1] == fence[0] and len(mark) >= len(fence) and not rest:
                 fence = None
             out.append(" " * len(line))
         else:
@@ -191,12 +195,15 @@ def self_test() -> int:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
         (root / "sub").mkdir()
-        (root / "sub" / "b.md").write_text("# Spend caps: stop before the money goes out\n\n## Local use: `--auth disabled`\n")
+        (root / "sub" / "b.md").write_text(
+            "# Spend caps: stop before the money goes out\n\n## Local use: `--auth disabled`\n"
+        )
         a = root / "a.md"
         a.write_text(
             "# Title\n"
             "[ok](sub/b.md) [ok](sub/b.md#spend-caps-stop-before-the-money-goes-out)\n"
-            "[ok](sub/b.md#local-use---auth-disabled) [ok](#title) [ok](sub/) [web](https://example.com/x)\n"
+            "[ok](sub/b.md#local-use---auth-disabled) [ok](#title) [ok](sub/)"
+            " [web](https://example.com/x)\n"
             "`[code](nowhere.md)`\n"
             "```sh\n[fenced](nowhere.md)\n```\n"
             "[bad](missing.md) and [bad\nanchor](sub/b.md#nope)\n"
