@@ -208,7 +208,7 @@ pub struct ServeArgs {
 pub use tally_telemetry::http_listener::HttpLimits;
 
 /// The provider's quotas CreateJob admits jobs against, as configured for
-/// the account's tier (see the README's "Provider quotas").
+/// the account's tier (see services/server/README.md, "Provider quotas").
 #[derive(Debug, Clone, Args)]
 pub struct ProviderArgs {
     /// Most batches at the provider at once, across every ledger and model
@@ -466,8 +466,8 @@ impl ServeArgs {
     }
 }
 
-/// The background purge of deleted ledgers (see the README's "Deleting a
-/// ledger").
+/// The background purge of deleted ledgers (see services/server/README.md,
+/// "Deleting a ledger").
 #[derive(Debug, Clone, Args)]
 pub struct PurgeArgs {
     /// How often this replica looks for ledgers to purge when it has not
@@ -506,7 +506,7 @@ impl Default for PurgeArgs {
     }
 }
 
-/// Request limits (see the README's Security section).
+/// Request limits (see services/server/README.md, "Limits").
 #[derive(Debug, Clone, Args)]
 pub struct Limits {
     /// Most rows in one EnrollRows or ReportOutcomes call, and keys in one

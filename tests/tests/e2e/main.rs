@@ -6,8 +6,8 @@
 //!   assertions.
 //! - [`bad_input`]: every LedgerService RPC refuses bad input with the right
 //!   code and details, and writes nothing (DESIGN.md section 6).
-//! - [`walkthrough`]: the README's grpcurl session as a test, and the
-//!   walkthrough extended with failures.
+//! - [`walkthrough`]: services/server/README.md's grpcurl session as a
+//!   test, and the walkthrough extended with failures.
 //! - [`claims`]: fencing, expiry, rescue, STALE and DUPLICATE, request-id
 //!   replay, concurrent claimers (invariants 1, 3, 4).
 //! - [`rows`]: listing, filters and paging, history with provenance,

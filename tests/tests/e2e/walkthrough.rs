@@ -1,16 +1,17 @@
-//! The README's walkthrough (create a ledger, enroll, claim, report,
-//! summarize), through gRPC: once exactly as the README's grpcurl session
-//! has it, once extended with failures.
+//! The walkthrough of services/server/README.md (create a ledger, enroll,
+//! claim, report, summarize), through gRPC: once exactly as its grpcurl
+//! session ("Talking to it with grpcurl") has it, once extended with
+//! failures.
 
 use crate::harness::*;
 use tally_proto::v1 as pb;
 use tonic_types::StatusExt;
 
-/// The README's grpcurl session, request for request: a ledger with the
+/// services/server/README.md's grpcurl session, request for request: a ledger with the
 /// default backoff and provider budget 3; `r1` and `r2` (waiting for `r1`)
 /// enrolled, again (ALREADY_PRESENT) and with another payload (CONFLICT);
 /// the claim takes only `r1`; its result is reported; the summary line is
-/// the README's; `r1`'s history has the attempt; the PENDING listing shows
+/// that README's; `r1`'s history has the attempt; the PENDING listing shows
 /// `r2`; a dry-run redrive finds nothing; the bad-input example names
 /// `rows[0].key` and `rows[0].payload` and writes nothing.
 #[tokio::test]

@@ -215,7 +215,7 @@ class Client:
         (`FailedPrecondition`, reason LEDGER_ACTIVE) while claims are live or
         jobs open, unless `force`, which expires the claims and abandons the
         jobs: batches still running at the provider are not cancelled and may
-        still be billed (see the README's "Deleting a ledger"). With
+        still be billed (see services/server/README.md, "Deleting a ledger"). With
         `content_etag` (a `Summary.content_etag` read earlier) it is
         refused (`FailedPrecondition`, reason LEDGER_CHANGED) if any row was
         enrolled, reported, rescued or redriven since."""

@@ -1,5 +1,5 @@
-//! `tallyctl golden set|get`: a ledger's golden rows (README "Golden
-//! rows"). `set` reads a JSONL file, one golden row a line, and replaces
+//! `tallyctl golden set|get`: a ledger's golden rows
+//! (services/server/README.md, "Golden rows"). `set` reads a JSONL file, one golden row a line, and replaces
 //! the set; `get` shows the set and what its latest results say.
 
 use crate::cli::GoldenCmd;
