@@ -278,6 +278,84 @@ def test_the_flow_runs_the_plan_and_publishes_a_table_per_job_and_the_summary(
 
 
 @pytest.fixture
+def page_images(tmp_path: Path) -> Iterator[Emulator]:
+    # 3 pages with real bytes (distinct per page) and their first pass.
+    dataset(tmp_path, {("Ohio", "Dayton", "2021"): (range(1, 4), [1, 2, 3])})
+    for n in range(1, 4):
+        path = tmp_path / "images" / "Ohio" / "Dayton" / "2021" / f"{n}.jpg"
+        path.write_bytes(b"\xff\xd8\xff\xe0page-%d" % n + bytes(range(256)) * n)
+    yield from start_emulator(tmp_path, {}, "200ms")
+
+
+def test_the_page_image_reaches_the_model(
+    prefect_api: str,
+    page_images: Emulator,
+    tally: Client,
+    address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Invariants: with a prompt declaring a media variable, the flow enrolls
+    # each page's image in it (its path and the SHA-256 of its bytes, as
+    # `tallyctl plan --enroll --prompt` does: tallyctl finds every row
+    # ALREADY_PRESENT), and the provider receives each page's own bytes.
+    import hashlib
+
+    ledger = f"pf-media-{uuid.uuid4().hex[:8]}"
+    create_ledger(tally, ledger, lease_s=30)
+    tally.call(
+        tally.ledgers.RegisterPrompt,
+        pb.ledger_pb2.RegisterPromptRequest(
+            prompt_id="pf_media_page",
+            version="v1",
+            template="Transcribe page {{ page }} of {{ school }}.",
+            media=["image"],
+        ),
+    )
+    params = flow_params(tmp_path, ledger, workers=1)
+    env = deployment_env(tmp_path, address, page_images.base_url, batch=3)
+    env["TALLY_WORKER_ARGS"] += f" --media-root {shlex.quote(str(tmp_path / 'images'))}"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = tally_pages(**params, prompt="pf_media_page@v1")
+    assert isinstance(result, dict) and result["succeeded"] == 3, result
+
+    media = page_images.stats()["media"]
+    for n in range(1, 4):
+        key = f"Ohio:Dayton:2021:{n}"
+        path = tmp_path / "images" / "Ohio" / "Dayton" / "2021" / f"{n}.jpg"
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        row = tally.call(
+            tally.ledgers.GetRow,
+            pb.ledger_pb2.GetRowRequest(name=f"ledgers/{ledger}/rows/{key}"),
+        )
+        reference = json.loads(row.payload)["image"]
+        assert reference == {"uri": str(path), "sha256": digest, "mime_type": "image/jpeg"}
+        assert media[key] == [digest], (key, media.get(key))
+
+    again = subprocess.run(
+        [
+            workspace_binary("tallyctl", "TALLYCTL_BIN"),
+            "--server",
+            f"http://{address}",
+            "--json",
+            "plan",
+            "--from",
+            str(tmp_path / "plan.json"),
+            "--enroll",
+            ledger,
+            "--prompt",
+            "pf_media_page@v1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(again.stdout)["enroll"]
+    assert (report["enrolled"], report["already_present"], report["conflicts"]) == (0, 3, 0)
+
+
+@pytest.fixture
 def long_run(tmp_path: Path) -> Iterator[Emulator]:
     # 40 independent pages (every other page is allow-listed: no dependencies).
     dataset(tmp_path, {("Texas", "Austin", "2022"): (range(1, 81), list(range(2, 81, 2)))})

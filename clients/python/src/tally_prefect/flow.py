@@ -86,7 +86,10 @@ def enroll_plan(
     there are not enrolled again. A row that differs from the enrolled one
     (CONFLICT) fails the flow: the plan is immutable once work started."""
     nodes = read_plan(Path(plan_path))
-    rows = plan_rows(nodes, first_pass=first_pass, prompt=prompt, model=model)
+    media_var = page_media_variable(prompt, server) if prompt else None
+    rows = plan_rows(
+        nodes, first_pass=first_pass, prompt=prompt, model=model, media_var=media_var
+    )
     try:
         done = enroll_rows.with_options(name="enroll-plan")(ledger, rows, server=server)
     except ValueError as e:
@@ -96,6 +99,27 @@ def enroll_plan(
         "enrolled": done["enrolled"],
         "already_present": done["already_present"],
     }
+
+
+def page_media_variable(prompt: str, server: TallyServer) -> str | None:
+    """The prompt's media variable the page image goes in (as `tallyctl
+    plan --enroll --prompt` fills it): its one declared media variable;
+    none, and the page is sent by path only, as text."""
+    name, sep, version = prompt.partition("@")
+    if not (sep and name and version):
+        raise PlanError(f"prompt {prompt!r} must look like name@version")
+    full = f"prompts/{name}/versions/{version}"
+    with server.client() as client:
+        found = client.call(
+            client.ledgers.GetPrompt, pb.ledger_pb2.GetPromptRequest(name=full)
+        )
+    media = list(found.media)
+    if len(media) > 1:
+        raise PlanError(
+            f"{full} declares {len(media)} media variables ({', '.join(media)}); "
+            "a plan fills one, the page image"
+        )
+    return media[0] if media else None
 
 
 @task(name="provider-job", cache_policy=NO_CACHE)

@@ -14,6 +14,7 @@ from tallyctl gives the same rows."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -157,9 +158,46 @@ def _dependencies_first(nodes: dict[str, PageNode]) -> list[PageNode]:
     return order
 
 
-def payload(node: PageNode, first_pass: FirstPass = "content") -> str:
+#: MIME types of page images by extension (`tally_core::media::mime_from_name`);
+#: any other name is taken for JPEG, as tallyctl does.
+_IMAGE_TYPES = {
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "jpeg": "image/jpeg",
+    "webp": "image/webp",
+    "gif": "image/gif",
+    "heic": "image/heic",
+    "heif": "image/heif",
+    "pdf": "application/pdf",
+}
+
+
+def page_media(path: str) -> dict[str, str]:
+    """The media reference of a page's image, as tallyctl's planner makes
+    it: its path, the SHA-256 of its bytes (so a page whose image changed
+    is a CONFLICT on re-enrollment) and its MIME type. The worker reads it
+    under its `--media-root`."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 16), b""):
+                digest.update(chunk)
+    except OSError as e:
+        raise PlanError(f"cannot read {path}: {e}") from None
+    ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    return {
+        "uri": path,
+        "sha256": digest.hexdigest(),
+        "mime_type": _IMAGE_TYPES.get(ext, "image/jpeg"),
+    }
+
+
+def payload(
+    node: PageNode, first_pass: FirstPass = "content", media_var: str | None = None
+) -> str:
     """The row payload tallyctl's planner enrolls for `node`: the page's
-    identity, both paths and (with `content`) the parsed first-pass JSON."""
+    identity, both paths, (with `content`) the parsed first-pass JSON and,
+    when the prompt declares a media variable, the page image in it."""
     value: dict[str, Any] = {
         "state": node.state,
         "school": node.school,
@@ -177,6 +215,8 @@ def payload(node: PageNode, first_pass: FirstPass = "content") -> str:
             value["first_pass"] = rust_json.loads(text)
         except ValueError as e:
             raise PlanError(f"node {node.key}: {node.filter_json} is not JSON: {e}") from None
+    if media_var:
+        value[media_var] = page_media(node.image_path)
     text = rust_json.dumps(value)
     size = len(text.encode("utf-8"))
     if size > MAX_PAYLOAD_BYTES:
@@ -193,13 +233,16 @@ def plan_rows(
     first_pass: FirstPass = "content",
     prompt: str | None = None,
     model: str = "",
+    media_var: str | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The rows of the plan, lazily (one first-pass file read at a time)."""
+    """The rows of the plan, lazily (one first-pass file read at a time);
+    with `media_var` (the prompt's one media variable), each page's image
+    goes in it, so the page itself reaches the model."""
     for node in nodes:
         row: dict[str, Any] = {
             "key": node.key,
             # Already canonical, tallyctl's bytes: sent as they are.
-            "payload_text": payload(node, first_pass),
+            "payload_text": payload(node, first_pass, media_var),
             "depends_on": [node.depends_on] if node.depends_on else [],
             "model": model,
         }

@@ -397,11 +397,12 @@ mod tests {
                 .unwrap_err()
                 .contains("cannot run at openai")
         );
-        // A Gemini ledger converts, as before.
+        // A Gemini ledger converts, as before, and refuses what Gemini
+        // cannot take (the first such field is named).
         assert!(
             convert(InputFormat::Openai, line)
                 .unwrap_err()
-                .contains("tools")
+                .contains("body.logprobs cannot be converted")
         );
     }
 
