@@ -37,6 +37,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/_emulator/stats", get(stats))
         .route("/_emulator/faults", get(get_faults).post(set_faults))
         .fallback(not_found)
+        .method_not_allowed_fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(shared)
 }

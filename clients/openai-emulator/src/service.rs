@@ -835,7 +835,9 @@ fn paginate(
     let rest = &items[start.min(items.len())..];
     let data: Vec<Value> = rest.iter().take(limit).map(|(_, v)| v.clone()).collect();
     let first = rest.first().map(|(id, _)| id.clone());
-    let last = rest[..limit.min(rest.len())].last().map(|(id, _)| id.clone());
+    let last = rest[..limit.min(rest.len())]
+        .last()
+        .map(|(id, _)| id.clone());
     Ok(
         json!({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": rest.len() > limit}),
     )
