@@ -439,6 +439,12 @@ mod tests {
     }
 
     #[test]
+    fn the_example_plan_compiles() {
+        let plan = FaultPlan::from_json(include_str!("../faults.example.json")).unwrap();
+        Faults::compile(plan).unwrap();
+    }
+
+    #[test]
     fn bad_plans_are_refused() {
         let bad: FaultPlan = serde_json::from_value(json!({"rows": [
             {"match": {"custom_id_regex": "("}, "fault": {"kind": "missing"}}]}))
