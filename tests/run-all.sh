@@ -10,5 +10,7 @@ cd "$root"
 cargo test --workspace "$@"
 echo "== official SDK suite (tests/sdk) =="
 tests/sdk/run.sh
+echo "== official OpenAI SDK suite (tests/sdk-openai) =="
+tests/sdk-openai/run.sh
 echo "== Python client (clients/python) =="
 clients/python/run-tests.sh
