@@ -13,5 +13,7 @@ echo "== Markdown links (tests/links.py) =="
 python3 tests/links.py
 echo "== official SDK suite (tests/sdk) =="
 tests/sdk/run.sh
+echo "== official OpenAI SDK suite (tests/sdk-openai) =="
+tests/sdk-openai/run.sh
 echo "== Python client (clients/python) =="
 clients/python/run-tests.sh

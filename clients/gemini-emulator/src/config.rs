@@ -202,6 +202,18 @@ impl WebhookPayload {
 }
 
 impl WebhookTarget {
+    /// How events are delivered to it (`emulator_kit::delivery`).
+    pub fn delivery(&self) -> emulator_kit::delivery::WebhookTarget {
+        emulator_kit::delivery::WebhookTarget {
+            url: self.url.clone(),
+            secret: self.secret.clone(),
+            duplicate: self.duplicate,
+            redeliver_after: self.redeliver_after,
+            max_attempts: self.max_attempts,
+            retry_backoff: self.retry_backoff,
+        }
+    }
+
     /// A target with the usual defaults: no duplicates, no redelivery, 4
     /// tries starting at 50ms backoff.
     pub fn new(url: impl Into<String>, secret: impl Into<String>) -> Self {

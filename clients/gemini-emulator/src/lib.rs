@@ -15,14 +15,14 @@
 //! - `GET /_emulator/stats`, `GET|POST /_emulator/faults` (no key) for demos.
 //!
 //! Layout: [`config`] what it is started with; [`faults`] the fault plan
-//! and its matching; [`schema_instance`] minimal JSON values for response
-//! schemas; [`output`] answering rows and building output files; [`files`]
-//! and [`batches`] files, uploads and batches as data; [`signing`] the
-//! Standard Webhooks signer; [`webhooks`] event payloads and delivery;
-//! [`stats`] what tests check; `service` the shared state and batch
-//! lifecycle; `routes` the thin HTTP handlers. Everything
-//! but `service`, `routes` and delivery in `webhooks` is pure and
-//! unit-tested without a server.
+//! and its matching; [`output`] answering rows and building output files;
+//! [`files`] and [`batches`] files, uploads and batches as data;
+//! [`webhooks`] event payloads; [`stats`] what tests check; `service` the
+//! shared state and batch lifecycle; `routes` the thin HTTP handlers.
+//! From `emulator_kit` (shared with the OpenAI emulator): [`schema_instance`]
+//! minimal JSON values for response schemas, [`signing`] the Standard
+//! Webhooks signer, and the webhook delivery. Everything but `service`,
+//! `routes` and delivery is pure and unit-tested without a server.
 //!
 //! Options for what the provider never promised one way (see the README's
 //! fidelity table): webhook payloads (`WebhookPayload`), the models a
@@ -41,11 +41,11 @@ pub mod ids;
 pub mod media;
 pub mod output;
 mod routes;
-pub mod schema_instance;
 mod service;
-pub mod signing;
 pub mod stats;
 pub mod webhooks;
+
+pub use emulator_kit::{schema_instance, signing};
 
 use std::io;
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //! queues its webhook events.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -14,17 +14,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::batches::{self, Batch, BatchError, BatchKind, BatchState, Responses};
-use crate::config::{
-    EmulatorConfig, MAX_FILE_BYTES, Models, Timing, WebhookPayload, WebhookTarget,
-};
+use crate::config::{EmulatorConfig, MAX_FILE_BYTES, Models, Timing, WebhookPayload};
 use crate::error::ApiError;
 use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, ListOrder, RowErrorFormat};
 use crate::files::{Source, StoredFile, UploadError, UploadSession};
 use crate::ids::{hash_str, resource_id};
 use crate::output::{Style, build_output, parse_inline, parse_input};
-use crate::signing::{Secret, SecretError};
 use crate::stats::{Outcome, Stats, Submission};
-use crate::webhooks::{EventQueue, event_for, spawn_delivery};
+use crate::webhooks::event_for;
+use emulator_kit::delivery::{Attempt, EventQueue, Outbox};
+use emulator_kit::signing::SecretError;
 
 /// Lists answer at most this many batches per page.
 const MAX_PAGE_SIZE: usize = 100;
@@ -34,7 +33,8 @@ const DEFAULT_PAGE_SIZE: usize = 20;
 pub struct Shared {
     pub api_key: String,
     pub timing: Timing,
-    webhook: Option<(WebhookTarget, Secret)>,
+    /// Where events go and what they carry.
+    webhook: Option<(Outbox, WebhookPayload)>,
     models: Models,
     file_storage_bytes: u64,
     seed: u64,
@@ -45,7 +45,6 @@ pub struct Shared {
     state: Mutex<State>,
     pub shutdown: CancellationToken,
     pub tasks: TaskTracker,
-    pub http: reqwest::Client,
 }
 
 #[derive(Default)]
@@ -99,8 +98,9 @@ impl Shared {
         let faults = Faults::compile(config.faults)?;
         let webhook = match config.webhook {
             Some(target) => {
-                let secret = Secret::parse(&target.secret)?;
-                Some((target, secret))
+                let delivery = target.delivery();
+                let secret = delivery.parse_secret()?;
+                Some((delivery, secret, target.payload))
             }
             None => None,
         };
@@ -113,10 +113,32 @@ impl Shared {
             .timeout(Duration::from_secs(5))
             .build()?;
         let started = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
-        Ok(Arc::new(Self {
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        Ok(Arc::new_cyclic(|me: &Weak<Shared>| Self {
             api_key: config.api_key,
             timing: config.timing,
-            webhook,
+            webhook: webhook.map(|(delivery, secret, payload)| {
+                let me = me.clone();
+                let report = move |attempt| {
+                    if let Some(shared) = me.upgrade() {
+                        shared.with_stats(|s| match attempt {
+                            Attempt::Sent => s.webhooks_sent += 1,
+                            Attempt::Failed => s.webhooks_failed += 1,
+                            Attempt::Abandoned => s.webhooks_abandoned += 1,
+                        });
+                    }
+                };
+                let outbox = Outbox::new(
+                    delivery,
+                    secret,
+                    http.clone(),
+                    tasks.clone(),
+                    shutdown.clone(),
+                    report,
+                );
+                (outbox, payload)
+            }),
             models: config.models,
             file_storage_bytes: config.file_storage_bytes,
             seed: config.seed,
@@ -126,9 +148,8 @@ impl Shared {
                 faults: Some(faults),
                 ..State::default()
             }),
-            shutdown: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-            http,
+            shutdown,
+            tasks,
         }))
     }
 
@@ -567,10 +588,7 @@ impl Shared {
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
         let cancel = self.shutdown.child_token();
-        let events = self
-            .webhook
-            .as_ref()
-            .map(|(target, secret)| spawn_delivery(self, target.clone(), secret.clone()));
+        let events = self.webhook.as_ref().map(|(outbox, _)| outbox.queue());
         state.runtime.insert(
             id.clone(),
             BatchRuntime {
@@ -745,7 +763,7 @@ impl Shared {
                 let payload = self
                     .webhook
                     .as_ref()
-                    .map_or(WebhookPayload::Documented, |(t, _)| t.payload);
+                    .map_or(WebhookPayload::Documented, |(_, payload)| *payload);
                 let _ = queue.send(event_for(batch, to, payload));
             }
             rt.cancel.cancel();

@@ -1,25 +1,11 @@
-//! Webhook events and their delivery. The payload is built as data from a
-//! batch (pure); delivery signs with [`crate::signing`] (Standard
-//! Webhooks), retries with doubling backoff, and runs one background task
-//! per batch so a batch's events arrive in the order they were queued.
+//! Webhook events, built as data from a batch (pure). Delivery (signing,
+//! retries, one ordered queue per batch) is `emulator_kit::delivery`.
 
-use std::sync::Arc;
-
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+pub use emulator_kit::delivery::Event;
+use serde_json::json;
 
 use crate::batches::{Batch, BatchState, rfc3339};
-use crate::config::{WebhookPayload, WebhookTarget};
-use crate::service::Shared;
-use crate::signing::{Secret, sign};
-
-/// One event to deliver: its id (the same on every delivery of it) and body.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    pub id: String,
-    pub body: Value,
-}
+use crate::config::WebhookPayload;
 
 /// The event announcing `batch`'s current state, with the `data` of
 /// `payload`. The provider documents events for the terminal states only;
@@ -61,110 +47,6 @@ pub fn event_for(batch: &Batch, state: BatchState, payload: WebhookPayload) -> E
             "data": data,
         }),
     }
-}
-
-/// The queue of one batch's events. Dropping it lets the delivery task end
-/// once the queue is drained.
-pub type EventQueue = mpsc::UnboundedSender<Event>;
-
-/// Starts the delivery task of one batch and returns its queue.
-pub fn spawn_delivery(shared: &Arc<Shared>, target: WebhookTarget, secret: Secret) -> EventQueue {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
-    let shared_task = Arc::clone(shared);
-    let shutdown = shared.shutdown.clone();
-    shared.tasks.spawn(async move {
-        loop {
-            // A batch that never finishes keeps its queue open; shutdown
-            // ends the task anyway.
-            let event = tokio::select! {
-                event = rx.recv() => event,
-                () = shutdown.cancelled() => None,
-            };
-            let Some(event) = event else { break };
-            let copies = if target.duplicate { 2 } else { 1 };
-            for _ in 0..copies {
-                deliver(&shared_task, &target, &secret, &event, &shutdown).await;
-            }
-            if let Some(delay) = target.redeliver_after {
-                redeliver_later(&shared_task, &target, &secret, event, delay);
-            }
-        }
-    });
-    tx
-}
-
-/// Delivers `event` once more after `delay`, on its own task, so events
-/// queued meanwhile (of this batch or others) arrive before it.
-fn redeliver_later(
-    shared: &Arc<Shared>,
-    target: &WebhookTarget,
-    secret: &Secret,
-    event: Event,
-    delay: std::time::Duration,
-) {
-    let (shared_task, target, secret) = (Arc::clone(shared), target.clone(), secret.clone());
-    let shutdown = shared.shutdown.clone();
-    shared.tasks.spawn(async move {
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {
-                deliver(&shared_task, &target, &secret, &event, &shutdown).await;
-            }
-            () = shutdown.cancelled() => {}
-        }
-    });
-}
-
-/// Delivers one event, retrying on non-2xx and connection errors.
-async fn deliver(
-    shared: &Shared,
-    target: &WebhookTarget,
-    secret: &Secret,
-    event: &Event,
-    shutdown: &CancellationToken,
-) {
-    let body = event.body.to_string();
-    let attempts = target.max_attempts.max(1);
-    let mut backoff = target.retry_backoff;
-    for attempt in 1..=attempts {
-        let timestamp = chrono::Utc::now().timestamp();
-        let signature = sign(secret, &event.id, timestamp, body.as_bytes());
-        let request = shared
-            .http
-            .post(&target.url)
-            .header("content-type", "application/json")
-            .header("webhook-id", &event.id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(body.clone())
-            .send();
-        let result = tokio::select! {
-            r = request => r,
-            () = shutdown.cancelled() => return,
-        };
-        match result {
-            Ok(response) if response.status().is_success() => {
-                shared.with_stats(|s| s.webhooks_sent += 1);
-                tracing::debug!(id = %event.id, attempt, "webhook delivered");
-                return;
-            }
-            Ok(response) => {
-                tracing::warn!(id = %event.id, attempt, status = %response.status(), "webhook refused");
-            }
-            Err(error) => {
-                tracing::warn!(id = %event.id, attempt, %error, "webhook delivery failed");
-            }
-        }
-        shared.with_stats(|s| s.webhooks_failed += 1);
-        if attempt < attempts {
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                () = shutdown.cancelled() => return,
-            }
-            backoff = backoff.saturating_mul(2);
-        }
-    }
-    shared.with_stats(|s| s.webhooks_abandoned += 1);
-    tracing::warn!(id = %event.id, "webhook abandoned after the last retry");
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Standard Webhooks signing (<https://www.standardwebhooks.com/>), the
-//! scheme the Gemini API signs its webhooks with. The emulator only signs;
-//! receivers (tally among them) verify with their own code, so the emulator
-//! shares nothing with them but the specification and its test vector.
+//! scheme both the Gemini API and OpenAI sign their webhooks with. The
+//! emulators only sign; receivers (tally among them) verify with their own
+//! code, so the emulators share nothing with them but the specification and
+//! its test vector.
 //!
 //! A message is signed as `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`
 //! where the key is the base64 part of a `whsec_…` secret.

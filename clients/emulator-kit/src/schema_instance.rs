@@ -13,7 +13,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::ids::{Mix, hash_str};
+use crate::mix::{Mix, hash_str};
 
 /// Nesting past which optional properties are left out and arrays allowed
 /// to be empty, so recursive schemas terminate.

@@ -1,0 +1,172 @@
+//! What an emulator is started with: the API keys it accepts, the fault
+//! plan, how long batches sit in each state, where webhooks go, the seed of
+//! its answers, the models batches may name, and the list order.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use emulator_kit::delivery::WebhookTarget;
+
+use crate::faults::FaultPlan;
+
+/// Everything [`crate::Emulator::start`] needs.
+#[derive(Debug, Clone)]
+pub struct EmulatorConfig {
+    /// Keys accepted as `Authorization: Bearer <key>` (at least one).
+    pub api_keys: Vec<String>,
+    /// Faults to inject; replaceable at run time with `Emulator::set_faults`.
+    pub faults: FaultPlan,
+    /// How long a batch sits in each state.
+    pub timing: Timing,
+    /// Where `batch.*` events are delivered (signed), if anywhere.
+    pub webhook: Option<WebhookTarget>,
+    /// Seeds the answers' text, so a run is reproducible.
+    pub seed: u64,
+    /// The models batch lines may name.
+    pub models: Models,
+    /// The order `GET /v1/batches` pages in (a fault plan may override it).
+    pub list_order: ListOrder,
+}
+
+/// The key the binary accepts unless told otherwise.
+pub const DEFAULT_API_KEY: &str = "sk-emulator";
+
+impl Default for EmulatorConfig {
+    fn default() -> Self {
+        Self {
+            api_keys: vec![DEFAULT_API_KEY.to_owned()],
+            faults: FaultPlan::default(),
+            timing: Timing::default(),
+            webhook: None,
+            seed: 0,
+            models: Models::default(),
+            list_order: ListOrder::default(),
+        }
+    }
+}
+
+/// The models batch lines may name. A line naming another fails the batch
+/// at validation with a `model_not_found` error naming the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Models {
+    /// Every model name is accepted.
+    Any,
+    /// Only these, and their dated snapshots (`gpt-4o-2024-08-06` is
+    /// `gpt-4o`'s).
+    Only(Vec<String>),
+}
+
+/// Models of the API that take batches (the default of [`Models`]).
+pub const KNOWN_MODELS: &[&str] = &[
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4.1",
+    "gpt-4.1-mini",
+    "gpt-4.1-nano",
+    "gpt-5",
+    "gpt-5-mini",
+    "gpt-5-nano",
+    "o3",
+    "o4-mini",
+    "gpt-3.5-turbo-instruct",
+    "text-embedding-3-small",
+    "text-embedding-3-large",
+];
+
+impl Default for Models {
+    fn default() -> Self {
+        Models::Only(KNOWN_MODELS.iter().map(|m| (*m).to_owned()).collect())
+    }
+}
+
+impl Models {
+    /// `--models`: `*` for any, else a comma-separated list.
+    pub fn parse(spec: &str) -> Result<Models, String> {
+        if spec.trim() == "*" {
+            return Ok(Models::Any);
+        }
+        let names: Vec<String> = spec
+            .split(',')
+            .map(|m| m.trim().to_owned())
+            .filter(|m| !m.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Err("--models needs `*` or at least one model name".into());
+        }
+        Ok(Models::Only(names))
+    }
+
+    pub fn allows(&self, model: &str) -> bool {
+        match self {
+            Models::Any => true,
+            Models::Only(names) => names.iter().any(|m| {
+                model == m
+                    || model
+                        .strip_prefix(m.as_str())
+                        .and_then(|rest| rest.strip_prefix('-'))
+                        .is_some_and(|date| date.starts_with("20"))
+            }),
+        }
+    }
+}
+
+/// The order of `GET /v1/batches`. The API documents none for batches
+/// (observed: newest first), so every order is offered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListOrder {
+    #[default]
+    NewestFirst,
+    OldestFirst,
+    /// A fixed order (seeded), stable across pages.
+    Shuffled,
+}
+
+/// Dwell times of a batch in each state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub validating: Duration,
+    pub in_progress: Duration,
+    pub finalizing: Duration,
+    pub cancelling: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            validating: Duration::from_millis(200),
+            in_progress: Duration::from_millis(500),
+            finalizing: Duration::from_millis(100),
+            cancelling: Duration::from_millis(200),
+        }
+    }
+}
+
+impl Timing {
+    /// Short dwell times for tests.
+    pub fn fast() -> Self {
+        Self {
+            validating: Duration::from_millis(10),
+            in_progress: Duration::from_millis(20),
+            finalizing: Duration::from_millis(10),
+            cancelling: Duration::from_millis(10),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models_accept_dated_snapshots_of_known_names() {
+        let m = Models::default();
+        assert!(m.allows("gpt-4o-mini"));
+        assert!(m.allows("gpt-4o-2024-08-06"));
+        assert!(!m.allows("gpt-4o-turbo"));
+        assert!(!m.allows("gpt-9"));
+        assert!(Models::Any.allows("gpt-9"));
+        assert_eq!(Models::parse("*"), Ok(Models::Any));
+    }
+}

@@ -1,0 +1,458 @@
+//! The fault plan (serde JSON) and its pure, deterministic matching.
+//!
+//! [`FaultPlan`] is what users write; [`Faults`] is the plan compiled
+//! (regexes) with its counters. Replacing the plan starts the counters
+//! afresh. Nothing here does I/O or reads a clock. Every section is
+//! optional; `faults.example.json` beside the manifest shows each one.
+//!
+//! Row rules: the first rule matching a row decides; with `times`, it
+//! applies to the first `times` times that custom_id is *processed* (its
+//! batch ran under this plan), across batches. Batch rules: `nth` counts
+//! every batch created (1-based); the first matching rule with uses left
+//! (`times`, default 1) applies and uses one up.
+
+use std::collections::{BTreeMap, HashMap};
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::config::ListOrder;
+
+/// Faults to inject, as written in JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultPlan {
+    pub rows: Vec<RowRule>,
+    pub batches: Vec<BatchRule>,
+    /// The next `times` creates answer 429 `rate_limit_exceeded` with a
+    /// `retry-after` header.
+    pub rate_limit: Option<RateLimit>,
+    /// Creates answer 429 `insufficient_quota` (every time, or the next
+    /// `times`).
+    pub insufficient_quota: Option<Times>,
+    /// The organisation's enqueued-token limit per model: a batch whose
+    /// input tokens, with those of the model's unfinished batches, pass it
+    /// fails at validation with `token_limit_exceeded`.
+    pub enqueued_tokens: Option<u64>,
+    /// The next `times` creates make the batch, then lose the answer.
+    pub create_answer_lost: Option<LostAnswer>,
+    /// The next `times` GETs of an existing batch answer 404.
+    pub get_not_found: Option<Times>,
+    /// A new batch is absent from lists for this long (GET finds it).
+    pub list_lag_ms: u64,
+    /// Overrides the configured list order.
+    pub list_order: Option<ListOrder>,
+    /// What cancelling a batch that already finished answers.
+    pub cancel_finished: CancelFinished,
+    /// A batch cancelled while in progress has answered its first half of
+    /// rows (its output file holds them); otherwise none ran.
+    pub partial_on_cancel: bool,
+}
+
+/// `{"times": n}`; absent `times` means every time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Times {
+    pub times: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    pub times: u32,
+    #[serde(default = "one")]
+    pub retry_after_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LostAnswer {
+    #[serde(default = "one_u32")]
+    pub times: u32,
+    #[serde(default)]
+    pub mode: LostMode,
+}
+
+/// How a create's answer is lost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LostMode {
+    /// 500 `server_error`.
+    #[default]
+    Status500,
+    /// The connection is cut before the body (headers of a 200 may arrive).
+    Drop,
+}
+
+/// What `POST /v1/batches/{id}/cancel` answers for a batch that finished
+/// (the API reference does not say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelFinished {
+    /// 409 `invalid_request_error`.
+    #[default]
+    Conflict,
+    /// 400 `invalid_request_error`.
+    BadRequest,
+    /// 200 with the batch as it is.
+    Unchanged,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RowRule {
+    #[serde(rename = "match")]
+    pub matches: RowMatch,
+    pub fault: RowFault,
+    /// Applies to the first `times` processings of each matching row.
+    #[serde(default)]
+    pub times: Option<u32>,
+}
+
+/// Which rows a rule is for; every given field must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RowMatch {
+    pub custom_id: Option<String>,
+    pub custom_id_prefix: Option<String>,
+    pub custom_id_regex: Option<String>,
+    pub prompt_contains: Option<String>,
+}
+
+/// What happens to one row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RowFault {
+    /// `response.status_code` = `status` with an error body (error file).
+    HttpError {
+        status: u16,
+        #[serde(default)]
+        code: Option<String>,
+        #[serde(default = "server_error", rename = "type")]
+        kind: String,
+        #[serde(default = "http_error_message")]
+        message: String,
+    },
+    /// `response: null, error: {code, message}` (error file).
+    LineError {
+        code: String,
+        #[serde(default = "line_error_message")]
+        message: String,
+    },
+    /// `finish_reason: "length"`, the answer cut short.
+    Length,
+    /// `finish_reason: "content_filter"`, no content.
+    ContentFilter,
+    /// `message.refusal` set, `content` null.
+    Refusal,
+    /// Content that is not valid JSON (for a schema: not an instance).
+    InvalidJson,
+    /// In neither the output nor the error file.
+    Missing,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRule {
+    #[serde(rename = "match")]
+    pub matches: BatchMatch,
+    pub fault: BatchFault,
+    #[serde(default = "one_u32")]
+    pub times: u32,
+}
+
+/// Which batches a rule is for; every given field must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BatchMatch {
+    /// The nth batch created (1-based).
+    pub nth: Option<u64>,
+    /// Every pair is in the batch's metadata.
+    pub metadata_contains: BTreeMap<String, String>,
+    /// The model of the batch's lines.
+    pub model: Option<String>,
+}
+
+/// What happens to one batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BatchFault {
+    /// Fails at validation with these errors (default one `invalid_request`).
+    Failed {
+        #[serde(default)]
+        errors: Vec<LineErrorSpec>,
+    },
+    /// Expires after answering its first `answered` rows; the rest are
+    /// `batch_expired` lines of the error file.
+    Expired {
+        #[serde(default)]
+        answered: usize,
+    },
+    StaysValidating,
+    StaysInProgress,
+    /// Fails at validation with `token_limit_exceeded`.
+    TokenLimitExceeded,
+}
+
+/// One entry of a batch's `errors.data`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LineErrorSpec {
+    pub code: String,
+    pub message: String,
+    #[serde(default)]
+    pub param: Option<String>,
+    #[serde(default)]
+    pub line: Option<u64>,
+}
+
+fn one() -> u64 {
+    1
+}
+fn one_u32() -> u32 {
+    1
+}
+fn server_error() -> String {
+    "server_error".into()
+}
+fn http_error_message() -> String {
+    "The server had an error while processing your request. Sorry about that!".into()
+}
+fn line_error_message() -> String {
+    "This request could not be executed.".into()
+}
+
+/// Why a plan does not compile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultPlanError {
+    #[error("row rule {index}: bad custom_id_regex: {message}")]
+    BadRegex { index: usize, message: String },
+    #[error("row rule {index}: http_error status must be 400..=599, got {status}")]
+    BadStatus { index: usize, status: u16 },
+}
+
+impl FaultPlan {
+    /// Parses the JSON form (the bin's `--faults` file).
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// The plan compiled, with its counters.
+#[derive(Debug)]
+pub struct Faults {
+    plan: FaultPlan,
+    regexes: Vec<Option<Regex>>,
+    processed: HashMap<String, u32>,
+    batch_uses: Vec<u32>,
+    rate_limits: u32,
+    quota_refusals: u32,
+    lost: u32,
+    not_found: u32,
+}
+
+impl Faults {
+    pub fn compile(plan: FaultPlan) -> Result<Self, FaultPlanError> {
+        let mut regexes = Vec::with_capacity(plan.rows.len());
+        for (index, rule) in plan.rows.iter().enumerate() {
+            if let RowFault::HttpError { status, .. } = rule.fault
+                && !(400..=599).contains(&status)
+            {
+                return Err(FaultPlanError::BadStatus { index, status });
+            }
+            let regex = match &rule.matches.custom_id_regex {
+                Some(r) => Some(Regex::new(r).map_err(|e| FaultPlanError::BadRegex {
+                    index,
+                    message: e.to_string(),
+                })?),
+                None => None,
+            };
+            regexes.push(regex);
+        }
+        Ok(Self {
+            batch_uses: vec![0; plan.batches.len()],
+            plan,
+            regexes,
+            processed: HashMap::new(),
+            rate_limits: 0,
+            quota_refusals: 0,
+            lost: 0,
+            not_found: 0,
+        })
+    }
+
+    pub fn plan(&self) -> &FaultPlan {
+        &self.plan
+    }
+
+    /// The fault of one row being processed now (counts the processing).
+    pub fn decide_row(&mut self, custom_id: &str, prompt: &str) -> Option<RowFault> {
+        let seen = self.processed.entry(custom_id.to_owned()).or_insert(0);
+        let nth = *seen;
+        *seen += 1;
+        self.plan
+            .rows
+            .iter()
+            .zip(&self.regexes)
+            .find(|(rule, regex)| row_matches(&rule.matches, regex.as_ref(), custom_id, prompt))
+            .filter(|(rule, _)| rule.times.is_none_or(|t| nth < t))
+            .map(|(rule, _)| rule.fault.clone())
+    }
+
+    /// The fault of the `nth` batch created (uses one of the rule's uses).
+    pub fn decide_batch(
+        &mut self,
+        nth: u64,
+        metadata: &BTreeMap<String, String>,
+        model: &str,
+    ) -> Option<BatchFault> {
+        let index = self.plan.batches.iter().enumerate().position(|(i, rule)| {
+            let m = &rule.matches;
+            self.batch_uses[i] < rule.times
+                && m.nth.is_none_or(|n| n == nth)
+                && m.model.as_deref().is_none_or(|want| want == model)
+                && m.metadata_contains
+                    .iter()
+                    .all(|(k, v)| metadata.get(k) == Some(v))
+        })?;
+        self.batch_uses[index] += 1;
+        Some(self.plan.batches[index].fault.clone())
+    }
+
+    /// A rate-limit refusal for this create, if one is due.
+    pub fn take_rate_limit(&mut self) -> Option<u64> {
+        let rl = self.plan.rate_limit?;
+        (self.rate_limits < rl.times).then(|| {
+            self.rate_limits += 1;
+            rl.retry_after_secs
+        })
+    }
+
+    pub fn take_insufficient_quota(&mut self) -> bool {
+        let Some(t) = self.plan.insufficient_quota else {
+            return false;
+        };
+        let due = t.times.is_none_or(|n| self.quota_refusals < n);
+        if due {
+            self.quota_refusals += 1;
+        }
+        due
+    }
+
+    pub fn take_lost_answer(&mut self) -> Option<LostMode> {
+        let lost = self.plan.create_answer_lost?;
+        (self.lost < lost.times).then(|| {
+            self.lost += 1;
+            lost.mode
+        })
+    }
+
+    pub fn take_get_not_found(&mut self) -> bool {
+        let Some(t) = self.plan.get_not_found else {
+            return false;
+        };
+        let due = t.times.is_none_or(|n| self.not_found < n);
+        if due {
+            self.not_found += 1;
+        }
+        due
+    }
+}
+
+fn row_matches(m: &RowMatch, regex: Option<&Regex>, custom_id: &str, prompt: &str) -> bool {
+    m.custom_id.as_deref().is_none_or(|c| c == custom_id)
+        && m.custom_id_prefix
+            .as_deref()
+            .is_none_or(|p| custom_id.starts_with(p))
+        && regex.is_none_or(|r| r.is_match(custom_id))
+        && m.prompt_contains
+            .as_deref()
+            .is_none_or(|s| prompt.contains(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn plan(v: serde_json::Value) -> Faults {
+        Faults::compile(serde_json::from_value(v).unwrap()).unwrap()
+    }
+
+    // Invariant: the first matching rule decides; `times` counts the
+    // processings of each custom_id, so a row errs then succeeds.
+    #[test]
+    fn row_rules_match_in_order_and_wear_out() {
+        let mut f = plan(json!({"rows": [
+            {"match": {"custom_id_prefix": "flaky-"}, "fault": {"kind": "http_error", "status": 500}, "times": 1},
+            {"match": {"custom_id_regex": "^r\\d$"}, "fault": {"kind": "refusal"}},
+            {"match": {"prompt_contains": "cut"}, "fault": {"kind": "length"}}
+        ]}));
+        assert!(matches!(
+            f.decide_row("flaky-1", ""),
+            Some(RowFault::HttpError { status: 500, .. })
+        ));
+        assert_eq!(f.decide_row("flaky-1", ""), None);
+        assert_eq!(f.decide_row("r1", ""), Some(RowFault::Refusal));
+        assert_eq!(f.decide_row("r1", ""), Some(RowFault::Refusal));
+        assert_eq!(f.decide_row("x", "please cut"), Some(RowFault::Length));
+        assert_eq!(f.decide_row("x", "fine"), None);
+    }
+
+    #[test]
+    fn batch_rules_match_nth_metadata_and_model_once_each() {
+        let mut f = plan(json!({"batches": [
+            {"match": {"nth": 2}, "fault": {"kind": "stays_validating"}},
+            {"match": {"metadata_contains": {"job": "j1"}, "model": "gpt-4o"}, "fault": {"kind": "expired", "answered": 1}, "times": 2}
+        ]}));
+        let none = BTreeMap::new();
+        let j1 = BTreeMap::from([("job".to_string(), "j1".to_string())]);
+        assert_eq!(f.decide_batch(1, &none, "gpt-4o"), None);
+        assert_eq!(
+            f.decide_batch(2, &none, "gpt-4o"),
+            Some(BatchFault::StaysValidating)
+        );
+        assert_eq!(f.decide_batch(2, &none, "gpt-4o"), None);
+        assert_eq!(f.decide_batch(3, &j1, "gpt-4o-mini"), None);
+        assert!(f.decide_batch(3, &j1, "gpt-4o").is_some());
+        assert!(f.decide_batch(4, &j1, "gpt-4o").is_some());
+        assert_eq!(f.decide_batch(5, &j1, "gpt-4o"), None);
+    }
+
+    #[test]
+    fn counted_refusals_wear_out() {
+        let mut f = plan(json!({
+            "rate_limit": {"times": 2, "retry_after_secs": 3},
+            "insufficient_quota": {"times": 1},
+            "create_answer_lost": {"mode": "drop"},
+            "get_not_found": {"times": 1}
+        }));
+        assert_eq!(f.take_rate_limit(), Some(3));
+        assert_eq!(f.take_rate_limit(), Some(3));
+        assert_eq!(f.take_rate_limit(), None);
+        assert!(f.take_insufficient_quota());
+        assert!(!f.take_insufficient_quota());
+        assert_eq!(f.take_lost_answer(), Some(LostMode::Drop));
+        assert_eq!(f.take_lost_answer(), None);
+        assert!(f.take_get_not_found());
+        assert!(!f.take_get_not_found());
+    }
+
+    #[test]
+    fn the_example_plan_compiles() {
+        let plan = FaultPlan::from_json(include_str!("../faults.example.json")).unwrap();
+        Faults::compile(plan).unwrap();
+    }
+
+    #[test]
+    fn bad_plans_are_refused() {
+        let bad: FaultPlan = serde_json::from_value(json!({"rows": [
+            {"match": {"custom_id_regex": "("}, "fault": {"kind": "missing"}}]}))
+        .unwrap();
+        assert!(matches!(
+            Faults::compile(bad),
+            Err(FaultPlanError::BadRegex { .. })
+        ));
+        assert!(FaultPlan::from_json(r#"{"nope": 1}"#).is_err());
+    }
+}

@@ -1,0 +1,897 @@
+//! The service layer between the handlers and the pure modules: the shared
+//! in-memory state behind one mutex, the operations the handlers call, and
+//! the per-batch lifecycle task that walks a batch through its states on
+//! the configured timing and queues its webhook event.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use chrono::Utc;
+use emulator_kit::delivery::{Attempt, EventQueue, Outbox};
+use emulator_kit::mix::hash_str;
+use emulator_kit::signing::SecretError;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, tokens};
+use crate::batches::{Batch, Counts, Status, Usage};
+use crate::config::{EmulatorConfig, ListOrder, Models, Timing};
+use crate::error::ApiError;
+use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Faults, LostMode};
+use crate::files::{StoredFile, UPLOAD_PURPOSES};
+use crate::ids::{completion_id, file_id, hex_id};
+use crate::input::{InputRow, LineError, parse};
+use crate::stats::{Outcome, Stats, Submission};
+use crate::webhooks::event_for;
+
+/// Endpoints a batch may be made for.
+pub const ENDPOINTS: &[&str] = &[
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/embeddings",
+    "/v1/completions",
+];
+
+pub struct Shared {
+    pub api_keys: Vec<String>,
+    timing: Timing,
+    models: Models,
+    list_order: ListOrder,
+    seed: u64,
+    nonce: u64,
+    pub base_url: String,
+    outbox: Option<Outbox>,
+    state: Mutex<State>,
+    pub shutdown: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+struct State {
+    files: HashMap<String, StoredFile>,
+    batches: Vec<Batch>,
+    by_id: HashMap<String, usize>,
+    rows: HashMap<String, Vec<InputRow>>,
+    runtime: HashMap<String, Runtime>,
+    faults: Faults,
+    stats: Stats,
+    next_seq: u64,
+}
+
+struct Runtime {
+    cancel: CancellationToken,
+    events: Option<EventQueue>,
+}
+
+/// The answer to a create.
+pub enum Created {
+    Batch(Value),
+    /// The batch was made; its answer is lost this way.
+    Lost(LostMode),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Faults(#[from] FaultPlanError),
+    #[error("webhook secret: {0}")]
+    Secret(#[from] SecretError),
+    #[error("http client: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("at least one non-empty api key is needed")]
+    NoApiKey,
+}
+
+fn now_secs() -> i64 {
+    Utc::now().timestamp()
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+impl Shared {
+    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+        if config.api_keys.is_empty() || config.api_keys.iter().any(String::is_empty) {
+            return Err(ConfigError::NoApiKey);
+        }
+        let faults = Faults::compile(config.faults)?;
+        let secret = config
+            .webhook
+            .as_ref()
+            .map(|t| t.parse_secret())
+            .transpose()?;
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let started = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
+        Ok(Arc::new_cyclic(|me: &Weak<Shared>| {
+            let outbox = config.webhook.zip(secret).map(|(target, secret)| {
+                let me = me.clone();
+                let report = move |attempt| {
+                    if let Some(shared) = me.upgrade() {
+                        shared.with_stats(|s| match attempt {
+                            Attempt::Sent => s.webhooks_sent += 1,
+                            Attempt::Failed => s.webhooks_failed += 1,
+                            Attempt::Abandoned => s.webhooks_abandoned += 1,
+                        });
+                    }
+                };
+                Outbox::new(
+                    target,
+                    secret,
+                    http,
+                    tasks.clone(),
+                    shutdown.clone(),
+                    report,
+                )
+            });
+            Self {
+                api_keys: config.api_keys,
+                timing: config.timing,
+                models: config.models,
+                list_order: config.list_order,
+                seed: config.seed,
+                nonce: config.seed ^ started ^ u64::from(std::process::id()).rotate_left(32),
+                base_url,
+                outbox,
+                state: Mutex::new(State {
+                    files: HashMap::new(),
+                    batches: Vec::new(),
+                    by_id: HashMap::new(),
+                    rows: HashMap::new(),
+                    runtime: HashMap::new(),
+                    faults,
+                    stats: Stats::default(),
+                    next_seq: 0,
+                }),
+                shutdown,
+                tasks,
+            }
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn with_stats(&self, f: impl FnOnce(&mut Stats)) {
+        f(&mut self.lock().stats);
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+
+    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        self.lock().faults = Faults::compile(plan)?;
+        Ok(())
+    }
+
+    pub fn faults(&self) -> FaultPlan {
+        self.lock().faults.plan().clone()
+    }
+
+    // ---- files ----
+
+    pub fn upload(
+        &self,
+        filename: String,
+        purpose: String,
+        bytes: Vec<u8>,
+    ) -> Result<Value, ApiError> {
+        if !UPLOAD_PURPOSES.contains(&purpose.as_str()) {
+            return Err(ApiError::invalid(format!(
+                "'{purpose}' is not one of {UPLOAD_PURPOSES:?} - 'purpose'"
+            ))
+            .param("purpose"));
+        }
+        let mut state = self.lock();
+        state.next_seq += 1;
+        let seq = state.next_seq;
+        let file = StoredFile {
+            id: file_id(self.nonce, seq),
+            filename,
+            purpose,
+            bytes,
+            created_at: now_secs(),
+            expires_at: None,
+            seq,
+        };
+        let json = file.to_json();
+        state.files.insert(file.id.clone(), file);
+        state.stats.uploads += 1;
+        Ok(json)
+    }
+
+    pub fn get_file(&self, id: &str) -> Result<Value, ApiError> {
+        self.lock()
+            .files
+            .get(id)
+            .map(StoredFile::to_json)
+            .ok_or_else(|| no_file(id))
+    }
+
+    pub fn file_content(&self, id: &str) -> Result<Vec<u8>, ApiError> {
+        self.lock()
+            .files
+            .get(id)
+            .map(|f| f.bytes.clone())
+            .ok_or_else(|| no_file(id))
+    }
+
+    pub fn delete_file(&self, id: &str) -> Result<Value, ApiError> {
+        let mut state = self.lock();
+        state.files.remove(id).ok_or_else(|| no_file(id))?;
+        state.stats.files_deleted += 1;
+        Ok(json!({"id": id, "object": "file", "deleted": true}))
+    }
+
+    pub fn list_files(
+        &self,
+        page: &Page,
+        purpose: Option<&str>,
+        ascending: bool,
+    ) -> Result<Value, ApiError> {
+        let state = self.lock();
+        let mut files: Vec<&StoredFile> = state
+            .files
+            .values()
+            .filter(|f| purpose.is_none_or(|p| p == f.purpose))
+            .collect();
+        files.sort_by_key(|f| f.seq);
+        if !ascending {
+            files.reverse();
+        }
+        let items: Vec<(String, Value)> =
+            files.iter().map(|f| (f.id.clone(), f.to_json())).collect();
+        paginate(items, page, 10_000)
+    }
+
+    // ---- batches ----
+
+    pub fn create_batch(self: &Arc<Self>, body: &Value) -> Result<Created, ApiError> {
+        let request = check_create(body)?;
+        let mut state = self.lock();
+        let refusal = if state.faults.take_insufficient_quota() {
+            Some(
+                ApiError::new(
+                    429,
+                    "insufficient_quota",
+                    "You exceeded your current quota, please check your plan and billing details.",
+                )
+                .code("insufficient_quota"),
+            )
+        } else {
+            state.faults.take_rate_limit().map(|secs| ApiError {
+                retry_after: Some(secs),
+                ..ApiError::new(
+                    429,
+                    "requests",
+                    "Rate limit reached for requests to /v1/batches. Please try again later.",
+                )
+                .code("rate_limit_exceeded")
+            })
+        };
+        let refusal = refusal.or_else(|| match state.files.get(&request.input_file_id) {
+            None => Some(no_file(&request.input_file_id).param("input_file_id")),
+            Some(f) if f.purpose != "batch" => Some(
+                ApiError::invalid(format!(
+                    "The input file {} must be uploaded with purpose 'batch'.",
+                    f.id
+                ))
+                .param("input_file_id"),
+            ),
+            Some(_) => None,
+        });
+        if let Some(error) = refusal {
+            state.stats.create_rejections += 1;
+            return Err(error);
+        }
+        state.next_seq += 1;
+        let seq = state.next_seq;
+        let id = hex_id("batch_", self.nonce, seq);
+        let now = now_secs();
+        let lag = i64::try_from(state.faults.plan().list_lag_ms).unwrap_or(i64::MAX);
+        let batch = Batch {
+            id: id.clone(),
+            seq,
+            endpoint: request.endpoint,
+            input_file_id: request.input_file_id,
+            metadata: request.metadata,
+            model: None,
+            status: Status::Validating,
+            created_at: now,
+            listed_from_ms: now_ms().saturating_add(lag),
+            in_progress_at: None,
+            finalizing_at: None,
+            completed_at: None,
+            failed_at: None,
+            expired_at: None,
+            cancelling_at: None,
+            cancelled_at: None,
+            errors: Vec::new(),
+            output_file_id: None,
+            error_file_id: None,
+            counts: Counts::default(),
+            usage: Usage::default(),
+        };
+        let json = batch.to_json();
+        let index = state.batches.len();
+        state.by_id.insert(id.clone(), index);
+        state.batches.push(batch);
+        state.stats.batches_created += 1;
+        let cancel = self.shutdown.child_token();
+        state.runtime.insert(
+            id.clone(),
+            Runtime {
+                cancel: cancel.clone(),
+                events: self.outbox.as_ref().map(Outbox::queue),
+            },
+        );
+        let lost = state.faults.take_lost_answer();
+        if lost.is_some() {
+            state.stats.create_answers_lost += 1;
+        }
+        drop(state);
+        self.tasks.spawn(run_batch(Arc::clone(self), id, cancel));
+        Ok(match lost {
+            Some(mode) => Created::Lost(mode),
+            None => Created::Batch(json),
+        })
+    }
+
+    pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
+        let mut state = self.lock();
+        let json = find(&state, id)?.to_json();
+        if state.faults.take_get_not_found() {
+            state.stats.gets_not_found += 1;
+            return Err(no_batch(id));
+        }
+        Ok(json)
+    }
+
+    pub fn list_batches(&self, page: &Page) -> Result<Value, ApiError> {
+        let state = self.lock();
+        let now = now_ms();
+        let mut batches: Vec<&Batch> = state
+            .batches
+            .iter()
+            .filter(|b| b.listed_from_ms <= now)
+            .collect();
+        match state.faults.plan().list_order.unwrap_or(self.list_order) {
+            ListOrder::NewestFirst => batches.reverse(),
+            ListOrder::OldestFirst => {}
+            ListOrder::Shuffled => batches.sort_by_key(|b| hash_str(&b.id) ^ self.seed),
+        }
+        let items = batches
+            .iter()
+            .map(|b| (b.id.clone(), b.to_json()))
+            .collect();
+        paginate(items, page, 20)
+    }
+
+    pub fn cancel_batch(self: &Arc<Self>, id: &str) -> Result<Value, ApiError> {
+        let mut state = self.lock();
+        let index = *state.by_id.get(id).ok_or_else(|| no_batch(id))?;
+        let status = state.batches[index].status;
+        match status {
+            Status::Validating | Status::InProgress => {}
+            Status::Cancelling => return Ok(state.batches[index].to_json()),
+            Status::Finalizing
+            | Status::Completed
+            | Status::Failed
+            | Status::Expired
+            | Status::Cancelled => {
+                let message = format!("Cannot cancel a batch with status '{}'.", status.as_str());
+                return match state.faults.plan().cancel_finished {
+                    CancelFinished::Conflict => {
+                        Err(ApiError::new(409, "invalid_request_error", message))
+                    }
+                    CancelFinished::BadRequest => Err(ApiError::invalid(message)),
+                    CancelFinished::Unchanged => Ok(state.batches[index].to_json()),
+                };
+            }
+        }
+        state.batches[index].transition(Status::Cancelling, now_secs());
+        if let Some(rt) = state.runtime.get(id) {
+            rt.cancel.cancel();
+        }
+        let json = state.batches[index].to_json();
+        let answered = if status == Status::InProgress && state.faults.plan().partial_on_cancel {
+            state.rows.get(id).map_or(0, |r| r.len() / 2)
+        } else {
+            0
+        };
+        drop(state);
+        let (shared, id, delay) = (Arc::clone(self), id.to_owned(), self.timing.cancelling);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => shared.finish(&id, Status::Cancelled, answered),
+                () = shutdown.cancelled() => {}
+            }
+        });
+        Ok(json)
+    }
+
+    // ---- lifecycle ----
+
+    /// End of `validating`: the input checked, the batch's fault decided.
+    /// Returns the fault to play out if the batch goes in progress.
+    fn validate(&self, id: &str) -> Option<Option<BatchFault>> {
+        let mut state = self.lock();
+        let index = *state.by_id.get(id)?;
+        if state.batches[index].status != Status::Validating {
+            return None;
+        }
+        let batch = &state.batches[index];
+        let parsed = match state.files.get(&batch.input_file_id) {
+            Some(file) => parse(&file.bytes, &batch.endpoint),
+            None => Err(vec![LineError::new(
+                "file_not_found",
+                format!("The input file {} was not found.", batch.input_file_id),
+                Some("input_file_id"),
+                None,
+            )]),
+        };
+        let (seq, metadata) = (batch.seq, batch.metadata.clone().unwrap_or_default());
+        let nth = state.batches.iter().filter(|b| b.seq <= seq).count() as u64;
+        let input = match parsed {
+            Ok(input) => input,
+            Err(errors) => {
+                self.fail(&mut state, index, errors);
+                return None;
+            }
+        };
+        let name = state.batches[index].id.clone();
+        for row in &input.rows {
+            state
+                .stats
+                .submissions
+                .entry(row.custom_id.clone())
+                .or_default()
+                .push(Submission {
+                    batch: name.clone(),
+                    outcome: Outcome::Pending,
+                });
+        }
+        let input_tokens: u64 = input
+            .rows
+            .iter()
+            .map(|r| tokens(&prompt_text(&r.body)))
+            .sum();
+        state.batches[index].model = Some(input.model.clone());
+        state.batches[index].counts.total = input.rows.len() as u64;
+        state.rows.insert(name.clone(), input.rows);
+        let fault = state.faults.decide_batch(nth, &metadata, &input.model);
+        let enqueued: u64 = state
+            .batches
+            .iter()
+            .filter(|b| {
+                b.id != name
+                    && b.model.as_deref() == Some(input.model.as_str())
+                    && matches!(b.status, Status::InProgress | Status::Finalizing)
+            })
+            .filter_map(|b| state.rows.get(&b.id))
+            .flatten()
+            .map(|r| tokens(&prompt_text(&r.body)))
+            .sum();
+        let over_limit = state
+            .faults
+            .plan()
+            .enqueued_tokens
+            .is_some_and(|limit| enqueued + input_tokens > limit);
+        let refused = if !self.models.allows(&input.model) {
+            Some(vec![LineError::new(
+                "model_not_found",
+                format!(
+                    "The model `{}` does not exist or you do not have access to it.",
+                    input.model
+                ),
+                Some("body.model"),
+                state.rows[&name].first().map(|r| r.line),
+            )])
+        } else if over_limit || fault == Some(BatchFault::TokenLimitExceeded) {
+            state.stats.token_limit_failures += 1;
+            Some(vec![LineError::new(
+                "token_limit_exceeded",
+                format!(
+                    "Enqueued token limit reached for {} in organization org-emulator. Limit: {} enqueued tokens. Please try again once some in_progress batches have been completed.",
+                    input.model,
+                    state.faults.plan().enqueued_tokens.unwrap_or(0)
+                ),
+                None,
+                None,
+            )])
+        } else if let Some(BatchFault::Failed { errors }) = &fault {
+            Some(if errors.is_empty() {
+                vec![LineError::new(
+                    "invalid_request",
+                    "The batch failed.",
+                    None,
+                    None,
+                )]
+            } else {
+                errors
+                    .iter()
+                    .map(|e| LineError::new(&e.code, e.message.clone(), e.param.as_deref(), e.line))
+                    .collect()
+            })
+        } else {
+            None
+        };
+        if let Some(errors) = refused {
+            self.fail(&mut state, index, errors);
+            return None;
+        }
+        if fault != Some(BatchFault::StaysValidating) {
+            state.batches[index].transition(Status::InProgress, now_secs());
+        }
+        Some(fault)
+    }
+
+    fn fail(&self, state: &mut State, index: usize, errors: Vec<LineError>) {
+        state.batches[index].errors = errors;
+        let id = state.batches[index].id.clone();
+        let rows = state.rows.get(&id).cloned().unwrap_or_default();
+        settle(
+            &mut state.stats,
+            &id,
+            rows.iter().map(|r| (r.custom_id.clone(), Outcome::NotRun)),
+        );
+        state.stats.batches_failed += 1;
+        self.end(state, index, Status::Failed);
+    }
+
+    fn start_finalizing(&self, id: &str) -> bool {
+        let mut state = self.lock();
+        let Some(&index) = state.by_id.get(id) else {
+            return false;
+        };
+        if state.batches[index].status != Status::InProgress {
+            return false;
+        }
+        state.batches[index].transition(Status::Finalizing, now_secs());
+        true
+    }
+
+    /// Answers the first `answered` rows through the row faults, writes the
+    /// rest as never-run lines (for expired and cancelled batches), makes
+    /// the output and error files and ends the batch in `to`.
+    fn finish(&self, id: &str, to: Status, answered: usize) {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let Some(&index) = state.by_id.get(id) else {
+            return;
+        };
+        if state.batches[index].status.is_terminal() {
+            return;
+        }
+        let rows = state.rows.get(id).cloned().unwrap_or_default();
+        let endpoint = state.batches[index].endpoint.clone();
+        let (mut output, mut errors) = (Vec::new(), Vec::new());
+        let (mut counts, mut usage) = (
+            Counts {
+                total: rows.len() as u64,
+                ..Counts::default()
+            },
+            Usage::default(),
+        );
+        let mut outcomes = Vec::new();
+        let now = now_secs();
+        for (i, row) in rows.iter().enumerate() {
+            state.next_seq += 1;
+            let seq = state.next_seq;
+            let request = hex_id("batch_req_", self.nonce, seq);
+            if i >= answered {
+                let code = if to == Status::Expired {
+                    "batch_expired"
+                } else {
+                    "batch_cancelled"
+                };
+                errors.push(never_ran(&row.custom_id, &request, code));
+                counts.failed += 1;
+                let outcome = if to == Status::Expired {
+                    Outcome::Expired
+                } else {
+                    Outcome::Cancelled
+                };
+                outcomes.push((row.custom_id.clone(), outcome));
+                continue;
+            }
+            let prompt = prompt_text(&row.body);
+            let fault = state.faults.decide_row(&row.custom_id, &prompt);
+            let files = &state.files;
+            let media = media_hashes(&row.body, &|fid| files.get(fid).map(|f| f.bytes.clone()));
+            if !media.is_empty() {
+                state
+                    .stats
+                    .media
+                    .entry(row.custom_id.clone())
+                    .or_default()
+                    .extend(media);
+            }
+            let ids = LineIds {
+                request,
+                completion: completion_id(self.nonce, seq),
+                request_id: hex_id("req_", self.nonce ^ 1, seq),
+                created: now,
+            };
+            match answer(
+                &row.custom_id,
+                &endpoint,
+                &row.body,
+                fault.as_ref(),
+                self.seed,
+                &ids,
+            ) {
+                None => outcomes.push((row.custom_id.clone(), Outcome::Missing)),
+                Some(a) => {
+                    usage.input_tokens += a.input_tokens;
+                    usage.output_tokens += a.output_tokens;
+                    if a.error_file {
+                        counts.failed += 1;
+                        errors.push(a.line);
+                    } else {
+                        counts.completed += 1;
+                        output.push(a.line);
+                    }
+                    outcomes.push((row.custom_id.clone(), a.outcome));
+                }
+            }
+        }
+        let output_file_id = self.store_lines(state, id, "output", &output);
+        let error_file_id = self.store_lines(state, id, "error", &errors);
+        let batch = &mut state.batches[index];
+        batch.output_file_id = output_file_id;
+        batch.error_file_id = error_file_id;
+        batch.counts = counts;
+        batch.usage = usage;
+        settle(&mut state.stats, id, outcomes.into_iter());
+        if to == Status::Cancelled {
+            state.stats.batches_cancelled += 1;
+        }
+        self.end(state, index, to);
+    }
+
+    fn store_lines(
+        &self,
+        state: &mut State,
+        id: &str,
+        kind: &str,
+        lines: &[Value],
+    ) -> Option<String> {
+        if lines.is_empty() {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        for line in lines {
+            bytes.extend_from_slice(line.to_string().as_bytes());
+            bytes.push(b'\n');
+        }
+        state.next_seq += 1;
+        let file = StoredFile {
+            id: file_id(self.nonce, state.next_seq),
+            filename: format!("{id}_{kind}.jsonl"),
+            purpose: "batch_output".into(),
+            bytes,
+            created_at: now_secs(),
+            expires_at: None,
+            seq: state.next_seq,
+        };
+        let fid = file.id.clone();
+        state.files.insert(fid.clone(), file);
+        Some(fid)
+    }
+
+    /// Puts the batch in terminal state `to`, queues its event, ends its
+    /// lifecycle task.
+    fn end(&self, state: &mut State, index: usize, to: Status) {
+        let now = now_secs();
+        let batch = &mut state.batches[index];
+        batch.transition(to, now);
+        if let Some(rt) = state.runtime.get_mut(&batch.id) {
+            if let (Some(queue), Some(event)) = (rt.events.take(), event_for(batch, now)) {
+                let _ = queue.send(event);
+            }
+            rt.cancel.cancel();
+        }
+    }
+}
+
+/// Records the outcome of each row in its latest submission to batch `id`.
+fn settle(stats: &mut Stats, id: &str, outcomes: impl Iterator<Item = (String, Outcome)>) {
+    for (custom_id, outcome) in outcomes {
+        if let Some(sub) = stats
+            .submissions
+            .get_mut(&custom_id)
+            .and_then(|subs| subs.iter_mut().rev().find(|s| s.batch == id))
+        {
+            sub.outcome = outcome;
+        }
+    }
+}
+
+/// A checked create request.
+struct CreateRequest {
+    input_file_id: String,
+    endpoint: String,
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+fn check_create(body: &Value) -> Result<CreateRequest, ApiError> {
+    let missing = |p: &str| {
+        ApiError::invalid(format!("Missing required parameter: '{p}'."))
+            .param(p)
+            .code("missing_required_parameter")
+    };
+    let input_file_id = body
+        .get("input_file_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| missing("input_file_id"))?;
+    let endpoint = body
+        .get("endpoint")
+        .and_then(Value::as_str)
+        .ok_or_else(|| missing("endpoint"))?;
+    if !ENDPOINTS.contains(&endpoint) {
+        return Err(ApiError::invalid(format!(
+            "Invalid value: '{endpoint}'. Supported values are: {}.",
+            ENDPOINTS.join(", ")
+        ))
+        .param("endpoint")
+        .code("invalid_value"));
+    }
+    let window = body
+        .get("completion_window")
+        .and_then(Value::as_str)
+        .ok_or_else(|| missing("completion_window"))?;
+    if window != "24h" {
+        return Err(ApiError::invalid(format!(
+            "Invalid value: '{window}'. Supported values are: '24h'."
+        ))
+        .param("completion_window")
+        .code("invalid_value"));
+    }
+    let metadata = match body.get("metadata") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(m)) => {
+            let bad = |msg: String| ApiError::invalid(msg).param("metadata");
+            if m.len() > 16 {
+                return Err(bad(format!(
+                    "Invalid 'metadata': too many properties. Expected an object with at most 16 properties, but got an object with {} properties instead.",
+                    m.len()
+                )));
+            }
+            let mut out = BTreeMap::new();
+            for (k, v) in m {
+                if k.chars().count() > 64 {
+                    return Err(bad(format!(
+                        "Invalid 'metadata': string too long. Expected a key with maximum length 64, but got '{k}' instead."
+                    )));
+                }
+                let Some(v) = v.as_str() else {
+                    return Err(bad(format!(
+                        "Invalid type for 'metadata.{k}': expected a string."
+                    )));
+                };
+                if v.chars().count() > 512 {
+                    return Err(bad(format!(
+                        "Invalid 'metadata.{k}': string too long. Expected a string with maximum length 512."
+                    )));
+                }
+                out.insert(k.clone(), v.to_owned());
+            }
+            Some(out)
+        }
+        Some(_) => {
+            return Err(
+                ApiError::invalid("Invalid type for 'metadata': expected an object.")
+                    .param("metadata"),
+            );
+        }
+    };
+    Ok(CreateRequest {
+        input_file_id: input_file_id.to_owned(),
+        endpoint: endpoint.to_owned(),
+        metadata,
+    })
+}
+
+/// `after` and `limit` of a list call.
+#[derive(Debug, Default)]
+pub struct Page {
+    pub after: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// One page of `items` (id, object) after `page.after`.
+fn paginate(
+    items: Vec<(String, Value)>,
+    page: &Page,
+    default_limit: usize,
+) -> Result<Value, ApiError> {
+    let limit = page.limit.unwrap_or(default_limit);
+    if limit == 0 || limit > default_limit.max(100) {
+        return Err(ApiError::invalid(format!(
+            "Invalid 'limit': integer out of range, expected 1 to {}.",
+            default_limit.max(100)
+        ))
+        .param("limit"));
+    }
+    let start = match &page.after {
+        Some(after) => items
+            .iter()
+            .position(|(id, _)| id == after)
+            .map_or(items.len(), |i| i + 1),
+        None => 0,
+    };
+    let rest = &items[start.min(items.len())..];
+    let data: Vec<Value> = rest.iter().take(limit).map(|(_, v)| v.clone()).collect();
+    let first = rest.first().map(|(id, _)| id.clone());
+    let last = rest[..limit.min(rest.len())]
+        .last()
+        .map(|(id, _)| id.clone());
+    Ok(
+        json!({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": rest.len() > limit}),
+    )
+}
+
+fn no_file(id: &str) -> ApiError {
+    ApiError::not_found(format!("No such File object: {id}")).param("id")
+}
+
+fn no_batch(id: &str) -> ApiError {
+    ApiError::not_found(format!("No batch found with id '{id}'."))
+}
+
+fn find<'a>(state: &'a State, id: &str) -> Result<&'a Batch, ApiError> {
+    state
+        .by_id
+        .get(id)
+        .map(|&i| &state.batches[i])
+        .ok_or_else(|| no_batch(id))
+}
+
+/// Walks one batch through its states. Ends early when it is cancelled or
+/// the emulator shuts down.
+async fn run_batch(shared: Arc<Shared>, id: String, cancel: CancellationToken) {
+    let wait = |d: Duration| {
+        let cancel = cancel.clone();
+        async move {
+            tokio::select! {
+                () = tokio::time::sleep(d) => true,
+                () = cancel.cancelled() => false,
+            }
+        }
+    };
+    let timing = shared.timing;
+    if !wait(timing.validating).await {
+        return;
+    }
+    let Some(fault) = shared.validate(&id) else {
+        return;
+    };
+    match fault {
+        Some(BatchFault::StaysValidating | BatchFault::StaysInProgress) => cancel.cancelled().await,
+        Some(BatchFault::Expired { answered }) => {
+            if wait(timing.in_progress).await {
+                shared.finish(&id, Status::Expired, answered);
+            }
+        }
+        Some(BatchFault::Failed { .. } | BatchFault::TokenLimitExceeded) | None => {
+            if wait(timing.in_progress).await
+                && shared.start_finalizing(&id)
+                && wait(timing.finalizing).await
+            {
+                shared.finish(&id, Status::Completed, usize::MAX);
+            }
+        }
+    }
+}

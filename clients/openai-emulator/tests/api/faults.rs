@@ -1,0 +1,281 @@
+//! Each fault of the plan, over HTTP.
+
+use openai_emulator::{FaultPlan, Outcome};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+// Invariant: row faults shape each row's line as written: http errors and
+// line errors go to the error file, finish reasons and refusals to the
+// output file, a missing row to neither; `times` wears a fault out.
+#[tokio::test]
+async fn row_faults_shape_each_line() {
+    let (emu, api) = start(config(plan(json!({"rows": [
+        {"match": {"custom_id": "h"}, "fault": {"kind": "http_error", "status": 500, "code": "server_error"}, "times": 1},
+        {"match": {"custom_id_prefix": "lerr"}, "fault": {"kind": "line_error", "code": "invalid_request", "message": "bad"}},
+        {"match": {"custom_id_regex": "^len$"}, "fault": {"kind": "length"}},
+        {"match": {"prompt_contains": "filthy"}, "fault": {"kind": "content_filter"}},
+        {"match": {"custom_id": "ref"}, "fault": {"kind": "refusal"}},
+        {"match": {"custom_id": "inv"}, "fault": {"kind": "invalid_json"}},
+        {"match": {"custom_id": "miss"}, "fault": {"kind": "missing"}}
+    ]})))).await;
+    let ids = ["h", "lerr1", "len", "cf", "ref", "inv", "miss", "ok"];
+    let lines: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            line(
+                id,
+                if *id == "cf" {
+                    "filthy words"
+                } else {
+                    "a prompt"
+                },
+            )
+        })
+        .collect();
+    let b = api.finished(&api.batch(&lines).await).await;
+    assert_eq!(
+        b["request_counts"],
+        json!({"total": 8, "completed": 5, "failed": 2})
+    );
+    let out = api.lines_of(&b, "output_file_id").await;
+    let err = api.lines_of(&b, "error_file_id").await;
+    let find = |lines: &[Value], id: &str| lines.iter().find(|l| l["custom_id"] == id).cloned();
+    assert_eq!(find(&err, "h").unwrap()["response"]["status_code"], 500);
+    assert_eq!(
+        find(&err, "lerr1").unwrap()["error"]["code"],
+        "invalid_request"
+    );
+    let choice = |id: &str| find(&out, id).unwrap()["response"]["body"]["choices"][0].clone();
+    assert_eq!(choice("len")["finish_reason"], "length");
+    assert_eq!(choice("cf")["finish_reason"], "content_filter");
+    assert!(choice("ref")["message"]["refusal"].is_string());
+    assert!(
+        serde_json::from_str::<Value>(choice("inv")["message"]["content"].as_str().unwrap())
+            .is_err()
+    );
+    assert!(find(&out, "miss").is_none() && find(&err, "miss").is_none());
+    assert_eq!(emu.stats().last_outcome("miss"), Some(Outcome::Missing));
+    // Second time round, the `times: 1` fault is spent.
+    let b = api.finished(&api.batch(&[line("h", "again")]).await).await;
+    assert_eq!(b["request_counts"]["completed"], 1);
+    emu.shutdown().await;
+}
+
+// Invariant: an expired batch names a partial output file with its first
+// `answered` rows and `batch_expired` lines for every other row.
+#[tokio::test]
+async fn expired_batches_answer_some_rows() {
+    let (emu, api) = start(config(plan(json!({"batches": [{"match": {"metadata_contains": {"job": "x"}}, "fault": {"kind": "expired", "answered": 1}}]})))).await;
+    let file = api
+        .upload(
+            "in.jsonl",
+            jsonl(&[line("a", "x"), line("b", "y"), line("c", "z")]),
+        )
+        .await;
+    let (_, created) = api.create(&file, json!({"job": "x"})).await;
+    let b = api.finished(created["id"].as_str().unwrap()).await;
+    assert_eq!(b["status"], "expired");
+    assert!(b["expired_at"].is_i64());
+    assert_eq!(api.lines_of(&b, "output_file_id").await.len(), 1);
+    let err = api.lines_of(&b, "error_file_id").await;
+    assert_eq!(err.len(), 2);
+    assert!(
+        err.iter()
+            .all(|l| l["error"]["code"] == "batch_expired" && l["response"].is_null())
+    );
+    assert_eq!(emu.stats().last_outcome("c"), Some(Outcome::Expired));
+    emu.shutdown().await;
+}
+
+// Invariant: `failed` and `token_limit_exceeded` fail the batch at
+// validation with their errors; the enqueued-token limit does the same
+// for a batch that does not fit beside the model's running ones.
+#[tokio::test]
+async fn batch_failures_name_their_errors() {
+    let (emu, api) = start(config(plan(json!({
+        "batches": [
+            {"match": {"nth": 1}, "fault": {"kind": "failed", "errors": [{"code": "invalid_request", "message": "no", "line": 1}]}},
+            {"match": {"nth": 2}, "fault": {"kind": "token_limit_exceeded"}},
+            {"match": {"nth": 3}, "fault": {"kind": "stays_in_progress"}}
+        ],
+        "enqueued_tokens": 20
+    })))).await;
+    let b = api.finished(&api.batch(&[line("a", "x")]).await).await;
+    assert_eq!(b["errors"]["data"][0]["code"], "invalid_request");
+    let b = api.finished(&api.batch(&[line("b", "x")]).await).await;
+    assert_eq!(b["errors"]["data"][0]["code"], "token_limit_exceeded");
+    let held = api
+        .batch(&[line(
+            "c",
+            "one two three four five six seven eight nine ten",
+        )])
+        .await;
+    eventually("in progress", || async {
+        (api.get(&format!("/batches/{held}")).await.1["status"] == "in_progress").then_some(())
+    })
+    .await;
+    let b = api
+        .finished(
+            &api.batch(&[line(
+                "d",
+                "one two three four five six seven eight nine ten",
+            )])
+            .await,
+        )
+        .await;
+    assert_eq!(b["status"], "failed");
+    assert_eq!(b["errors"]["data"][0]["code"], "token_limit_exceeded");
+    let stats = emu.stats();
+    assert_eq!(stats.token_limit_failures, 2);
+    assert_eq!(stats.batches_failed, 3);
+    emu.shutdown().await;
+}
+
+// Invariant: create refusals are 429s in the API's shape: rate limits with
+// `retry-after`, insufficient_quota with its code; they make no batch.
+#[tokio::test]
+async fn create_refusals() {
+    let (emu, api) = start(config(plan(
+        json!({"rate_limit": {"times": 1, "retry_after_secs": 7}}),
+    )))
+    .await;
+    let file = api.upload("in.jsonl", jsonl(&[line("a", "x")])).await;
+    let body = json!({"input_file_id": file, "endpoint": CHAT, "completion_window": "24h"});
+    let resp = api
+        .http
+        .post(format!("{}/batches", api.base))
+        .bearer_auth(KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "7");
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(api.create(&file, Value::Null).await.0, 200);
+    emu.set_faults(plan(json!({"insufficient_quota": {}})))
+        .unwrap();
+    let (status, err) = api.create(&file, Value::Null).await;
+    assert_eq!(
+        (status, err["error"]["code"].clone()),
+        (429, json!("insufficient_quota"))
+    );
+    let stats = emu.stats();
+    assert_eq!((stats.create_rejections, stats.batches_created), (2, 1));
+    emu.shutdown().await;
+}
+
+// Invariant: a lost create answer still makes the batch (found by list);
+// both modes (500, dropped connection) count.
+#[tokio::test]
+async fn lost_create_answers_still_make_batches() {
+    let (emu, api) = start(config(plan(json!({"create_answer_lost": {"times": 1}})))).await;
+    let file = api.upload("in.jsonl", jsonl(&[line("a", "x")])).await;
+    assert_eq!(api.create(&file, json!({"tag": "t1"})).await.0, 500);
+    emu.set_faults(plan(json!({"create_answer_lost": {"mode": "drop"}})))
+        .unwrap();
+    let body = json!({"input_file_id": file, "endpoint": CHAT, "completion_window": "24h"});
+    let sent = api
+        .http
+        .post(format!("{}/batches", api.base))
+        .bearer_auth(KEY)
+        .json(&body)
+        .send()
+        .await;
+    let read = match sent {
+        Ok(resp) => resp.json::<Value>().await.is_ok(),
+        Err(_) => false,
+    };
+    assert!(!read, "the answer must not be readable");
+    let (_, list) = api.get("/batches").await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2);
+    assert_eq!(list["data"][1]["metadata"]["tag"], "t1");
+    assert_eq!(emu.stats().create_answers_lost, 2);
+    emu.shutdown().await;
+}
+
+// Invariant: get_not_found answers 404 once for a batch that exists, then
+// the truth; list lag hides a new batch from lists, not from GET.
+#[tokio::test]
+async fn get_404_once_and_list_lag() {
+    let (emu, api) = start(config(plan(
+        json!({"get_not_found": {"times": 1}, "list_lag_ms": 60000}),
+    )))
+    .await;
+    let id = api.batch(&[line("a", "x")]).await;
+    assert_eq!(api.get(&format!("/batches/{id}")).await.0, 404);
+    assert_eq!(api.get(&format!("/batches/{id}")).await.0, 200);
+    let (_, list) = api.get("/batches").await;
+    assert!(list["data"].as_array().unwrap().is_empty());
+    assert_eq!(emu.stats().gets_not_found, 1);
+    emu.shutdown().await;
+}
+
+// Invariant: the list order options hold (oldest first, shuffled is a
+// permutation stable across calls).
+#[tokio::test]
+async fn list_orders() {
+    let (emu, api) = start(config(plan(json!({"list_order": "oldest_first"})))).await;
+    let mut made = Vec::new();
+    for i in 0..4 {
+        made.push(api.batch(&[line(&format!("r{i}"), "x")]).await);
+    }
+    let ids = |v: Value| {
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(api.get("/batches").await.1), made);
+    emu.set_faults(plan(json!({"list_order": "shuffled"})))
+        .unwrap();
+    let a = ids(api.get("/batches").await.1);
+    assert_eq!(a, ids(api.get("/batches").await.1));
+    let mut sorted = a.clone();
+    sorted.sort();
+    let mut expect = made.clone();
+    expect.sort();
+    assert_eq!(sorted, expect);
+    emu.shutdown().await;
+}
+
+// Invariant: cancel moves a running batch through cancelling to cancelled
+// with `batch_cancelled` lines; cancelling a finished batch answers what
+// the plan says (409 by default, or the batch unchanged).
+#[tokio::test]
+async fn cancel_paths() {
+    let (emu, api) = start(config(plan(
+        json!({"batches": [{"match": {"nth": 1}, "fault": {"kind": "stays_in_progress"}}]}),
+    )))
+    .await;
+    let id = api.batch(&[line("a", "x"), line("b", "y")]).await;
+    eventually("in progress", || async {
+        (api.get(&format!("/batches/{id}")).await.1["status"] == "in_progress").then_some(())
+    })
+    .await;
+    let (status, b) = api
+        .call(api.http.post(format!("{}/batches/{id}/cancel", api.base)))
+        .await;
+    assert_eq!((status, b["status"].clone()), (200, json!("cancelling")));
+    let b = api.finished(&id).await;
+    assert_eq!(b["status"], "cancelled");
+    let err = api.lines_of(&b, "error_file_id").await;
+    assert!(err.iter().all(|l| l["error"]["code"] == "batch_cancelled"));
+    assert_eq!(emu.stats().batches_cancelled, 1);
+    let (status, _) = api
+        .call(api.http.post(format!("{}/batches/{id}/cancel", api.base)))
+        .await;
+    assert_eq!(status, 409);
+    emu.set_faults(plan(json!({"cancel_finished": "unchanged"})))
+        .unwrap();
+    let (status, b) = api
+        .call(api.http.post(format!("{}/batches/{id}/cancel", api.base)))
+        .await;
+    assert_eq!((status, b["status"].clone()), (200, json!("cancelled")));
+    let _ = FaultPlan::default();
+    emu.shutdown().await;
+}

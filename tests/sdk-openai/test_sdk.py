@@ -1,0 +1,167 @@
+"""The official OpenAI SDK, unmodified and with its defaults, against the emulator."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from typing import Any
+
+import openai
+import pytest
+from openai.types import Batch
+
+from conftest import SECRET, Emulator
+
+MODEL = "gpt-4o-mini"
+
+
+def _jsonl(rows: list[tuple[str, str]]) -> bytes:
+    lines = [
+        json.dumps(
+            {
+                "custom_id": custom_id,
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": MODEL, "messages": [{"role": "user", "content": prompt}]},
+            }
+        )
+        for custom_id, prompt in rows
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _batch(client: openai.OpenAI, rows: list[tuple[str, str]], **extra: Any) -> Batch:
+    upload = client.files.create(file=("in.jsonl", io.BytesIO(_jsonl(rows))), purpose="batch")
+    return client.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        **extra,
+    )
+
+
+def _finished(client: openai.OpenAI, batch_id: str) -> Batch:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "expired", "cancelled"):
+            return batch
+        time.sleep(0.02)
+    raise AssertionError(f"batch {batch_id} did not finish")
+
+
+def _lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
+    if file_id is None:
+        return []
+    text = client.files.content(file_id).text
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def test_files_round_trip(client: openai.OpenAI) -> None:
+    """A file's object, content, listing and deletion, through the SDK's types."""
+    data = _jsonl([("a", "hello")])
+    created = client.files.create(file=("in.jsonl", io.BytesIO(data)), purpose="batch")
+    assert created.id.startswith("file-")
+    assert created.bytes == len(data)
+    assert created.purpose == "batch"
+    assert client.files.retrieve(created.id).filename == "in.jsonl"
+    assert client.files.content(created.id).content == data
+    assert [f.id for f in client.files.list(purpose="batch")] == [created.id]
+    assert client.files.delete(created.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(created.id)
+
+
+def test_batch_completes_and_output_reads(client: openai.OpenAI) -> None:
+    """A batch completes; its output lines parse; metadata round-trips."""
+    batch = _batch(client, [("a", "first"), ("b", "second")], metadata={"job": "j1"})
+    assert batch.status == "validating"
+    assert batch.metadata == {"job": "j1"}
+    done = _finished(client, batch.id)
+    assert done.status == "completed"
+    assert done.request_counts is not None and done.request_counts.completed == 2
+    assert done.usage is not None and done.usage.total_tokens > 0
+    lines = {line["custom_id"]: line for line in _lines(client, done.output_file_id)}
+    assert set(lines) == {"a", "b"}
+    body = lines["a"]["response"]["body"]
+    assert body["choices"][0]["message"]["content"]
+    completion = openai.types.chat.ChatCompletion.model_validate(body)
+    assert completion.choices[0].finish_reason == "stop"
+
+
+def test_error_file_and_failed_batches(client: openai.OpenAI, emulator: Emulator) -> None:
+    """Row errors land in the error file; invalid input fails the batch with errors.data."""
+    emulator.set_faults(
+        {"rows": [{"match": {"custom_id": "bad"}, "fault": {"kind": "http_error", "status": 500}}]}
+    )
+    done = _finished(client, _batch(client, [("ok", "x"), ("bad", "y")]).id)
+    errors = _lines(client, done.error_file_id)
+    assert [e["custom_id"] for e in errors] == ["bad"]
+    assert errors[0]["response"]["status_code"] == 500
+    upload = client.files.create(
+        file=("dup.jsonl", io.BytesIO(_jsonl([("a", "x"), ("a", "y")]))), purpose="batch"
+    )
+    failed = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    failed = _finished(client, failed.id)
+    assert failed.status == "failed"
+    assert failed.errors is not None and failed.errors.data is not None
+    assert failed.errors.data[0].code == "duplicate_custom_id"
+    assert failed.errors.data[0].line == 2
+
+
+def test_list_auto_paginates(client: openai.OpenAI) -> None:
+    """The SDK's auto-pagination walks every batch once, newest first."""
+    made = [_batch(client, [(f"r{i}", "x")]).id for i in range(5)]
+    seen = [b.id for b in client.batches.list(limit=2)]
+    assert seen == list(reversed(made))
+
+
+def test_cancel(client: openai.OpenAI, emulator: Emulator) -> None:
+    """Cancel goes through cancelling to cancelled; a finished batch's cancel is a ConflictError."""
+    emulator.set_faults(
+        {"batches": [{"match": {"nth": 1}, "fault": {"kind": "stays_in_progress"}}]}
+    )
+    batch = _batch(client, [("a", "x")])
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status == "cancelling"
+    done = _finished(client, batch.id)
+    assert done.status == "cancelled"
+    with pytest.raises(openai.ConflictError):
+        client.batches.cancel(batch.id)
+
+
+def test_webhooks_unwrap(client: openai.OpenAI, emulator: Emulator) -> None:
+    """The SDK verifies the emulator's signatures and parses its events."""
+    batch = _batch(client, [("a", "x")])
+    _finished(client, batch.id)
+    deadline = time.monotonic() + 15
+    while not emulator.hooks.snapshot() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    headers, body = emulator.hooks.snapshot()[0]
+    event = client.webhooks.unwrap(body.decode(), headers, secret=SECRET)
+    assert event.type == "batch.completed"
+    assert event.data.id == batch.id
+    with pytest.raises(openai.InvalidWebhookSignatureError):
+        client.webhooks.unwrap(body.decode() + " ", headers, secret=SECRET)
+
+
+def test_error_classes(client: openai.OpenAI, emulator: Emulator) -> None:
+    """Auth, rate-limit (with retry-after, after the SDK's own retries) and not-found errors."""
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(api_key="sk-wrong").batches.list()
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_nope")
+    emulator.set_faults({"rate_limit": {"times": 3, "retry_after_secs": 1}})
+    upload = client.files.create(
+        file=("in.jsonl", io.BytesIO(_jsonl([("a", "x")]))), purpose="batch"
+    )
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert caught.value.response.headers["retry-after"] == "1"
+    assert caught.value.code == "rate_limit_exceeded"
+    assert emulator.stats()["create_rejections"] == 3
