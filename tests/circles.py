@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Import circles per crate and Python package: the module graph built from
-`crate::a::…` paths in Rust code (comments and string-free lines only) and
-`from pkg.a import …` / `import pkg.a` in Python, and each strongly
-connected component of more than one module printed. Exits 1 when any crate
-has a circle (`--count` prints the counts and always exits 0).
+"""Import circles per crate and Python package.
 
-    python3 tests/circles.py            # every crate and package
-    python3 tests/circles.py --count    # a table: crate, modules, circles
+Rust: the module graph from `crate::a::b…` and `crate::{a::b, c}` paths in
+code (comments blanked), at two levels: the crate's top-level modules (its
+rooms must layer) and every file's module (no circle inside a room
+either; an edge between a module and its own parent or child is not
+counted). Python: `from pkg.a import …` and `import pkg.a` between a
+package's top-level modules. Each strongly connected component of more
+than one module is printed; the exit status is 1 when there is any.
+
+    python3 tests/circles.py            # the circles, exit 1 if any
+    python3 tests/circles.py --count    # a table: graph, modules, circles
 """
 
 from __future__ import annotations
@@ -35,43 +39,60 @@ def without_comments(text: str) -> str:
     return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
 
 
-def crate_paths(code: str) -> set[str]:
-    """The top-level modules named by `crate::a…` and `crate::{a…, b…}`."""
-    found: set[str] = set()
+def crate_paths(code: str) -> set[tuple[str, ...]]:
+    """Every path named by `crate::a::b…` and `crate::{a::b…, c}` (nested
+    groups included), as tuples of identifiers."""
+    found: set[tuple[str, ...]] = set()
+
+    def walk(prefix: tuple[str, ...], text: str) -> None:
+        # `text` starts right after `prefix::`.
+        if text.startswith("{"):
+            depth, item = 0, ""
+            for ch in text:
+                if ch == "{":
+                    depth += 1
+                    if depth == 1:
+                        continue
+                elif ch == "}":
+                    depth -= 1
+                    if depth == 0:
+                        walk_item(prefix, item)
+                        return
+                if depth == 1 and ch == ",":
+                    walk_item(prefix, item)
+                    item = ""
+                else:
+                    item += ch
+            return
+        m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)
+        if not m:
+            return
+        rest = text[m.end() :]
+        if rest.startswith("::"):
+            walk((*prefix, m.group(0)), rest[2:])
+        else:
+            found.add((*prefix, m.group(0)))
+
+    def walk_item(prefix: tuple[str, ...], item: str) -> None:
+        item = item.strip()
+        if item and not item.startswith("self"):
+            walk(prefix, item)
+        elif prefix:
+            found.add(prefix)
+
     for m in re.finditer(r"\bcrate::", code):
-        rest = code[m.end() :]
-        if not rest.startswith("{"):
-            ident = re.match(r"[a-z_][a-z0-9_]*", rest)
-            if ident:
-                found.add(ident.group(0))
-            continue
-        depth, item, items = 0, "", []
-        for ch in rest:
-            if ch == "{":
-                depth += 1
-                if depth == 1:
-                    continue
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    items.append(item)
-                    break
-            if depth == 1 and ch == ",":
-                items.append(item)
-                item = ""
-            elif depth >= 1:
-                item += ch
-        for it in items:
-            ident = re.match(r"\s*([a-z_][a-z0-9_]*)", it)
-            if ident and ident.group(1) != "self":
-                found.add(ident.group(1))
+        walk((), code[m.end() :])
     return found
 
 
-def rust_module(src: Path, file: Path) -> str:
-    """The top-level module a file belongs to (`lib`/`main` for the root)."""
-    rel = file.relative_to(src).parts
-    return rel[0].removesuffix(".rs") if len(rel) == 1 else rel[0]
+def rust_module(src: Path, file: Path) -> tuple[str, ...]:
+    """A file's module path (`()` for the crate root)."""
+    parts = list(file.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts.pop()
+    if parts in (["lib"], ["main"]):
+        parts = []
+    return tuple(parts)
 
 
 def rust_graphs() -> dict[str, dict[str, set[str]]]:
@@ -81,15 +102,26 @@ def rust_graphs() -> dict[str, dict[str, set[str]]]:
         if not src.is_dir():
             continue
         name = manifest.parent.relative_to(ROOT).as_posix()
-        graph: dict[str, set[str]] = {}
-        for file in src.rglob("*.rs"):
-            module = rust_module(src, file)
-            edges = graph.setdefault(module, set())
+        files = {rust_module(src, f): f for f in src.rglob("*.rs")}
+        rooms: dict[str, set[str]] = {m[0]: set() for m in files if m}
+        modules: dict[str, set[str]] = {"::".join(m): set() for m in files if m}
+        for module, file in files.items():
+            if not module:
+                continue
             code = without_comments(file.read_text(encoding="utf-8"))
-            edges.update(crate_paths(code) - {module})
-        for edges in graph.values():
-            edges.intersection_update(graph.keys())
-        graphs[name] = graph
+            for path in crate_paths(code):
+                target = next(
+                    (path[:n] for n in range(len(path), 0, -1) if path[:n] in files), None
+                )
+                if target is None:
+                    continue
+                if target[0] != module[0]:
+                    rooms[module[0]].add(target[0])
+                related = target[: len(module)] == module or module[: len(target)] == target
+                if not related:
+                    modules["::".join(module)].add("::".join(target))
+        graphs[name] = rooms
+        graphs[f"{name} (modules)"] = modules
     return graphs
 
 
@@ -102,9 +134,9 @@ def python_graphs() -> dict[str, dict[str, set[str]]]:
         name = package.name
         graph: dict[str, set[str]] = {}
         for file in package.rglob("*.py"):
-            if "_proto" in file.relative_to(package).parts:
-                continue
             rel = file.relative_to(package).parts
+            if "_proto" in rel:
+                continue
             module = rel[0].removesuffix(".py")
             if module == "__init__":
                 continue
@@ -165,12 +197,12 @@ def main() -> int:
         found = circles(graph)
         total += len(found)
         if count_only:
-            print(f"{name:40} {len(graph):4} modules {len(found):3} circles")
-        for c in found:
-            if not count_only:
+            print(f"{name:50} {len(graph):4} modules {len(found):3} circles")
+        else:
+            for c in found:
                 print(f"{name}: {{{', '.join(c)}}}")
     if count_only:
-        print(f"{'total':40} {'':13} {total:3} circles")
+        print(f"{'total':50} {'':13} {total:3} circles")
         return 0
     return 1 if total else 0
 

@@ -213,7 +213,7 @@ fn webhook_secret() -> String {
     )
 }
 
-async fn start_server(args: &Args, secret: &str) -> Result<tally_server::server::Running> {
+async fn start_server(args: &Args, secret: &str) -> Result<tally_server::startup::server::Running> {
     let data_dir = args.data_dir.display().to_string();
     let metrics_addr = args.metrics_addr.to_string();
     let mut argv = vec![
@@ -237,7 +237,7 @@ async fn start_server(args: &Args, secret: &str) -> Result<tally_server::server:
         argv.extend(["--database-url", url]);
     }
     let cli = tally_server::config::Cli::try_parse_from(argv)?;
-    tally_server::server::start(cli.serve)
+    tally_server::startup::server::start(cli.serve)
         .await
         .context("starting tally")
 }

@@ -26,6 +26,10 @@ pub const MAX_URI: usize = 2048;
 pub const MAX_MIME: usize = 255;
 /// Most media variables a prompt declares, and media one row references.
 pub const MAX_MEDIA_PER_ROW: usize = 16;
+/// Most media uploads one batch references (MarkCreating).
+pub const MAX_BATCH_MEDIA: usize = 10_000;
+/// Most hashes one LookupMediaUploads names.
+pub const MAX_LOOKUP: usize = 1000;
 
 /// One reference, checked.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,6 +1,6 @@
 use clap::Parser;
 use tally_server::config::{Cli, Command, LogFormat, ServeArgs};
-use tally_server::server;
+use tally_server::startup::server;
 use tally_telemetry::traces::{Logs, Tracing};
 use tracing_subscriber::EnvFilter;
 
@@ -17,7 +17,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Migrate(args)) => server::migrate(args).await,
         Some(Command::Token(t)) => {
-            let issued = tally_server::auth::tokens::issue_from_args(t, chrono::Utc::now())
+            let issued = tally_server::edge::auth::tokens::issue_from_args(t, chrono::Utc::now())
                 .map_err(anyhow::Error::msg)?;
             println!(
                 "token for {} (shown once; tally keeps only its hash):",
@@ -28,7 +28,7 @@ async fn run(cli: &Cli) -> anyhow::Result<()> {
             println!("  {}", issued.line);
             Ok(())
         }
-        Some(Command::Health(h)) => match tally_server::health_check::check(h).await {
+        Some(Command::Health(h)) => match tally_server::startup::health_check::check(h).await {
             Ok(()) => {
                 println!("SERVING");
                 Ok(())

@@ -21,6 +21,8 @@ use prometheus_client::registry::Registry;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
+use tally_core::job::JobState;
+use tally_core::status::RowStatus;
 use tally_store::Store;
 
 /// Upper bounds of the duration buckets, in seconds (the default
@@ -702,13 +704,13 @@ impl Metrics {
         for status in tally_core::status::RowStatus::ALL {
             self.ledger_rows.remove(&LedgerStatus {
                 ledger: named(),
-                status: crate::backlog::status_label(status),
+                status: status_label(status),
             });
         }
         for state in tally_core::job::JobState::ALL {
             self.jobs_open.remove(&JobLabels {
                 ledger: named(),
-                state: crate::backlog::job_state_label(state),
+                state: job_state_label(state),
             });
         }
         for reason in tally_core::pause::PauseReason::ALL {
@@ -813,6 +815,33 @@ impl Collector for PoolCollector {
             max.metric_type(),
         )?)?;
         Ok(())
+    }
+}
+
+/// A row status as the metrics label it (as the API names it).
+pub const fn status_label(s: RowStatus) -> &'static str {
+    match s {
+        RowStatus::Pending => "PENDING",
+        RowStatus::Running => "RUNNING",
+        RowStatus::Retryable => "RETRYABLE",
+        RowStatus::Succeeded => "SUCCEEDED",
+        RowStatus::Permanent => "PERMANENT",
+        RowStatus::Blocked => "BLOCKED",
+    }
+}
+
+/// A job state as the metrics label it (as the API names it).
+pub const fn job_state_label(s: JobState) -> &'static str {
+    match s {
+        JobState::Preparing => "PREPARING",
+        JobState::Creating => "CREATING",
+        JobState::Submitted => "SUBMITTED",
+        JobState::Running => "RUNNING",
+        JobState::Succeeded => "SUCCEEDED",
+        JobState::Failed => "FAILED",
+        JobState::Cancelled => "CANCELLED",
+        JobState::Expired => "EXPIRED",
+        JobState::Reconciled => "RECONCILED",
     }
 }
 

@@ -117,7 +117,7 @@ pub async fn serve(database_url: String, port: u16) -> anyhow::Result<()> {
     let mut args = tally_server::config::ServeArgs::for_tests(database_url);
     args.grpc_addr = format!("127.0.0.1:{port}").parse()?;
     args.db_max_connections = 16;
-    let running = tally_server::server::start(args).await?;
+    let running = tally_server::startup::server::start(args).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = term.recv() => {}

@@ -19,7 +19,7 @@ use tally_pg::TestDb;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_server::config::ServeArgs;
-use tally_server::server::{Running, start};
+use tally_server::startup::server::{Running, start};
 use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 use tonic_types::StatusExt;

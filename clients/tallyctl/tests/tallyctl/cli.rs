@@ -13,7 +13,7 @@ use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 
 struct Env {
-    server: Option<tally_server::server::Running>,
+    server: Option<tally_server::startup::server::Running>,
     url: String,
     dir: tempfile::TempDir,
     _db: tally_pg::TestDb,
@@ -22,9 +22,9 @@ struct Env {
 impl Env {
     async fn start() -> Env {
         let db = tally_pg::TestDb::new().await;
-        let server = tally_server::server::start(tally_server::config::ServeArgs::for_tests(
-            db.url().to_string(),
-        ))
+        let server = tally_server::startup::server::start(
+            tally_server::config::ServeArgs::for_tests(db.url().to_string()),
+        )
         .await
         .expect("server starts");
         let url = format!("http://{}", server.grpc_addr);

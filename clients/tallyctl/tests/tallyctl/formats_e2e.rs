@@ -106,7 +106,7 @@ async fn openai_batch_round_trip_in_every_format() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let n = rows_wanted();
     let db = tally_pg::TestDb::new().await;
-    let server = tally_server::server::start(tally_server::config::ServeArgs::for_tests(
+    let server = tally_server::startup::server::start(tally_server::config::ServeArgs::for_tests(
         db.url().to_string(),
     ))
     .await

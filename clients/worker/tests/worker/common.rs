@@ -26,7 +26,7 @@ pub fn secs_f(d: Duration) -> prost_types::Duration {
 pub struct Stack {
     /// Kept for the server's life: dropping it drops the database.
     _db: TestDb,
-    pub server: tally_server::server::Running,
+    pub server: tally_server::startup::server::Running,
     pub grpc: String,
     pub hook: String,
 }
@@ -49,7 +49,7 @@ pub async fn start_server_with(
     args.watch_poll_interval = Duration::from_millis(200);
     args.db_max_connections = 16;
     configure(&mut args);
-    let server = tally_server::server::start(args)
+    let server = tally_server::startup::server::start(args)
         .await
         .expect("server starts");
     let grpc = format!("http://{}", server.grpc_addr);

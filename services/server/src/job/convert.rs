@@ -4,7 +4,7 @@
 //! LedgerService's ([`crate::ledger::convert`], [`crate::ledger::golden`]).
 //! Pure: no I/O.
 
-use crate::wire_convert::timestamp;
+use crate::edge::wire_convert::timestamp;
 use tally_core::job::JobState;
 use tally_core::names;
 use tally_proto::v1 as pb;

@@ -1,17 +1,16 @@
 //! The media uploads register's requests: checks and conversions (the
 //! register itself is `tally_store::media`).
 
+use crate::edge::status::{invalid, invalid_field};
+use crate::edge::wire_convert::timestamp;
 use crate::ledger::validate as ledger_validate;
-use crate::status::{invalid, invalid_field};
-use crate::wire_convert::timestamp;
 use tally_core::media::{MAX_MIME, valid_mime, valid_sha256};
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_store::types::MediaUploadRecord;
 use tonic::Status;
 
-/// Most hashes one LookupMediaUploads names.
-pub const MAX_LOOKUP: usize = 1000;
+pub use tally_core::media::MAX_LOOKUP;
 /// Longest provider file name and URI.
 const MAX_FILE: usize = 512;
 const MAX_URI: usize = 2048;

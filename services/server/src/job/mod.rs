@@ -9,8 +9,8 @@
 //!   [`crate::ledger`].
 //! - [`media`]: the media uploads register's requests (checks and
 //!   conversions).
-//! - [`watch`]: which job events a WatchJobs stream shows ([`crate::tail`]
-//!   follows the log, [`crate::wakeup`] wakes it).
+//! - [`watch`]: which job events a WatchJobs stream shows ([`crate::tasks::tail`]
+//!   follows the log, [`crate::tasks::wakeup`] wakes it).
 
 pub mod convert;
 pub mod media;

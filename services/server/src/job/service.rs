@@ -6,14 +6,14 @@ use super::convert::{job_to_proto, lock_to_proto};
 use super::media;
 use super::validate;
 use super::watch::{JobEvents, Open};
-use crate::caller::access;
+use crate::edge::caller::access;
+use crate::edge::paging;
+use crate::edge::status::{from_store, invalid_field};
 use crate::ledger::convert::claim_to_proto;
 use crate::ledger::golden;
 use crate::ledger::validate as ledger_validate;
 use crate::metrics::Metrics;
-use crate::paging;
-use crate::status::{from_store, invalid_field};
-use crate::tail::{self, Start, Tails};
+use crate::tasks::tail::{self, Start, Tails};
 use std::pin::Pin;
 use tally_core::names;
 use tally_proto::v1 as pb;
@@ -113,7 +113,7 @@ impl JobService for Jobs {
             .list_media_uploads(&req.provider_account, after.as_deref(), size)
             .await
             .map_err(from_store)?;
-        let (page, got) = crate::responses::page(&uploads, size, media::to_proto);
+        let (page, got) = crate::edge::responses::page(&uploads, size, media::to_proto);
         let last = page.last().map(|u| u.sha256.clone());
         Ok(Response::new(pb::ListMediaUploadsResponse {
             next_page_token: paging::next_token(&list, "", got, size, last.as_deref()),
@@ -184,7 +184,7 @@ impl JobService for Jobs {
             .list_jobs(&ledger, &states, after, size)
             .await
             .map_err(from_store)?;
-        let (page, got) = crate::responses::page(&jobs, size, job_to_proto);
+        let (page, got) = crate::edge::responses::page(&jobs, size, job_to_proto);
         let last = page.len().checked_sub(1).map(|i| jobs[i].id.to_string());
         Ok(Response::new(pb::ListJobsResponse {
             next_page_token: paging::next_token(&list, &fp, got, size, last.as_deref()),

@@ -4,9 +4,9 @@
 //! ([`crate::ledger::validate`]). Pure: no I/O.
 
 use super::convert::job_state_from_proto;
+use crate::edge::status::{invalid, invalid_field};
+use crate::edge::wire_convert::bounded_duration;
 use crate::ledger::validate as ledger_validate;
-use crate::status::{invalid, invalid_field};
-use crate::wire_convert::bounded_duration;
 use std::time::Duration;
 use tally_core::job::{FinalState, JobState};
 use tally_core::names;
@@ -74,9 +74,7 @@ pub fn submission(req: &pb::MarkSubmittedRequest) -> Result<(String, String), St
     Ok((batch, req.input_file.clone()))
 }
 
-/// MarkCreating's input file: required (the batch is made from it).
-/// Most media uploads one batch references.
-pub const MAX_BATCH_MEDIA: usize = 10_000;
+pub use tally_core::media::MAX_BATCH_MEDIA;
 
 /// MarkCreating's input file, the batch's estimated tokens (`None`: keep
 /// CreateJob's estimate) and the media uploads it references.
@@ -129,7 +127,7 @@ pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<NotCreatedParts, S
     text("reason", &req.reason, MAX_REASON, &mut v);
     let cooldown = match &req.provider_cooldown {
         None => None,
-        Some(d) => match crate::wire_convert::duration(d) {
+        Some(d) => match crate::edge::wire_convert::duration(d) {
             Some(d) => Some(d),
             None => {
                 v.add("provider_cooldown", "must be a non-negative duration");

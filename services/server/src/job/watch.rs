@@ -1,9 +1,9 @@
-//! WatchJobs: the job event log as a watch stream ([`crate::tail`] does
+//! WatchJobs: the job event log as a watch stream ([`crate::tasks::tail`] does
 //! the following), filtered to one ledger or to the caller's scope.
 
 use super::convert::event_to_proto;
 use crate::metrics::Metrics;
-use crate::tail::Source;
+use crate::tasks::tail::Source;
 use std::sync::Arc;
 use tally_core::scope::Scope;
 use tally_proto::v1 as pb;

@@ -3,9 +3,9 @@
 //! verdicts and failures. Pure: no I/O. Input conversions validate and
 //! report field violations. JobService embeds a claim and a ledger pause in
 //! its messages and takes them from here; timestamps and durations are
-//! [`crate::wire_convert`].
+//! [`crate::edge::wire_convert`].
 
-use crate::wire_convert::{duration, duration_to_proto, opt_timestamp, timestamp};
+use crate::edge::wire_convert::{duration, duration_to_proto, opt_timestamp, timestamp};
 use std::time::Duration;
 use tally_core::classify::{self, Failure, FailureKind};
 use tally_core::names;

@@ -4,7 +4,7 @@
 //! `tally_core::golden`.
 
 use super::validate;
-use crate::status::{invalid, invalid_field};
+use crate::edge::status::{invalid, invalid_field};
 use std::collections::HashSet;
 use tally_core::golden::{GoldenPolicy, MAX_FIELDS, MAX_GOLDEN_ROWS};
 use tally_core::keys::validate_key;

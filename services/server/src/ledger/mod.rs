@@ -9,10 +9,11 @@
 //! - [`golden`]: golden rows on the wire, checked and converted
 //!   (SetGoldenRows, GetGoldenRows, and JobService's ReportGoldenResults).
 //!
-//! Timestamps and durations are [`crate::wire_convert`].
+//! Timestamps and durations are [`crate::edge::wire_convert`].
 
 pub mod convert;
 pub mod golden;
+pub mod metrics;
 pub mod service;
 pub mod validate;
 

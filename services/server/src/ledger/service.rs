@@ -4,11 +4,11 @@
 
 use super::convert::{self, ledger_to_proto};
 use super::{golden, validate};
-use crate::caller::{access, actor};
 use crate::config::Limits;
+use crate::edge::caller::{access, actor};
+use crate::edge::status::{from_store, invalid, invalid_field};
 use crate::metrics::Metrics;
-use crate::status::{from_store, invalid, invalid_field};
-use crate::{paging, purger};
+use crate::{edge::paging, tasks::purger};
 use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
@@ -111,7 +111,7 @@ impl LedgerService for Ledgers {
             .map_err(from_store)?;
         // Policies (overrides, prices) make ledgers large enough that a page
         // of them is cut by bytes like every other list.
-        let (page, got) = crate::responses::page(&ledgers, size, ledger_to_proto);
+        let (page, got) = crate::edge::responses::page(&ledgers, size, ledger_to_proto);
         let last = page.len().checked_sub(1).map(|i| ledgers[i].name.as_str());
         Ok(Response::new(pb::ListLedgersResponse {
             next_page_token: paging::next_token("ledgers", fp, got, size, last),
@@ -294,7 +294,7 @@ impl LedgerService for Ledgers {
                 verdict: verdict as i32,
                 rule: v.rule,
                 budget: convert::budget_to_proto(v.budget),
-                next_attempt_time: crate::wire_convert::opt_timestamp(v.next_attempt_time),
+                next_attempt_time: crate::edge::wire_convert::opt_timestamp(v.next_attempt_time),
                 attempts: Some(convert::attempts(v.failures, v.total)),
             });
         }
@@ -329,7 +329,7 @@ impl LedgerService for Ledgers {
         let list = format!("rows:{ledger}");
         let fp = validate::filter_fingerprint(&filter, "");
         let after = paging::decode(&req.page_token, &list, &fp)?;
-        let budget = crate::responses::PAGE_BYTES;
+        let budget = crate::edge::responses::PAGE_BYTES;
         let page = self
             .store
             .list_rows(
@@ -342,7 +342,7 @@ impl LedgerService for Ledgers {
             .await
             .map_err(from_store)?;
         let fetched = page.rows.len();
-        let (mut rows, cut) = crate::responses::cut_page(
+        let (mut rows, cut) = crate::edge::responses::cut_page(
             page.rows.iter().map(convert::row_to_proto).collect(),
             budget,
         );

@@ -4,7 +4,7 @@
 
 use super::convert;
 use crate::config::Limits;
-use crate::status::{invalid, invalid_field};
+use crate::edge::status::{invalid, invalid_field};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -59,7 +59,7 @@ pub fn lease(
     d: Option<&prost_types::Duration>,
     v: &mut Violations,
 ) -> Option<Duration> {
-    crate::wire_convert::bounded_duration(field, d, MIN_LEASE, MAX_LEASE, v)
+    crate::edge::wire_convert::bounded_duration(field, d, MIN_LEASE, MAX_LEASE, v)
 }
 
 fn count(field: &str, n: usize, max: usize, v: &mut Violations) {
@@ -246,7 +246,7 @@ pub fn claim_rows(
             ),
         );
     }
-    let bytes = crate::responses::claim_budget(req.max_response_bytes, limits)
+    let bytes = crate::edge::responses::claim_budget(req.max_response_bytes, limits)
         .map_err(|e| v.add("max_response_bytes", e))
         .ok();
     finish(v)?;
@@ -384,7 +384,7 @@ pub fn row_filter(field: &str, f: Option<&pb::RowFilter>) -> Result<RowFilter, S
 pub fn filter_fingerprint(f: &RowFilter, extra: &str) -> String {
     let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
     let statuses = statuses.join(",");
-    crate::paging::fingerprint(&[
+    crate::edge::paging::fingerprint(&[
         &statuses,
         f.rule.as_deref().unwrap_or(""),
         f.model.as_deref().unwrap_or(""),

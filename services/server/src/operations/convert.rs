@@ -3,8 +3,8 @@
 //! provider times as unix microseconds, and the list's page cursor. Pure:
 //! no I/O.
 
-use crate::status::invalid_field;
-use crate::wire_convert::timestamp;
+use crate::edge::status::invalid_field;
+use crate::edge::wire_convert::timestamp;
 use tally_core::operation::OpState;
 use tally_proto::v1 as pb;
 use tally_store::operations::{

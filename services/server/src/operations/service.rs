@@ -8,7 +8,7 @@
 //! time) is INVALID_ARGUMENT and writes nothing.
 //!
 //! WatchOperations streams applied transitions from the event log itself
-//! ([`crate::tail`] does the following: bounded pages, woken by `NOTIFY`
+//! ([`crate::tasks::tail`] does the following: bounded pages, woken by `NOTIFY`
 //! with a poll as the fallback, resumed by sequence).
 
 use super::convert::{
@@ -16,11 +16,11 @@ use super::convert::{
     transition_to_proto, verdict_to_proto,
 };
 use super::validate::{incoming, operation_name};
-use crate::caller::{Access, access, linked_in_scope};
+use crate::edge::caller::{Access, access, linked_in_scope};
+use crate::edge::paging;
+use crate::edge::status::{from_store, invalid, invalid_field};
 use crate::metrics::{EventLabels, Metrics};
-use crate::paging;
-use crate::status::{from_store, invalid, invalid_field};
-use crate::tail::{self, Source, Start, Tails};
+use crate::tasks::tail::{self, Source, Start, Tails};
 use std::pin::Pin;
 use std::sync::Arc;
 use tally_core::operation::DropReason;
@@ -175,7 +175,7 @@ impl OperationsService for Operations {
             .list_operations(&states, after.as_ref(), size, &access.scope.ledgers)
             .await
             .map_err(from_store)?;
-        let (page, got) = crate::responses::page(&ops, size, operation_to_proto);
+        let (page, got) = crate::edge::responses::page(&ops, size, operation_to_proto);
         let last = page
             .len()
             .checked_sub(1)

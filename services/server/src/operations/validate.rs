@@ -3,7 +3,7 @@
 //! INVALID_ARGUMENT with a field violation per problem. Pure: no I/O.
 
 use super::convert::timestamp_micros;
-use crate::status::{invalid, invalid_field};
+use crate::edge::status::{invalid, invalid_field};
 use tally_core::operation::{OpEvent, OpState, normalize_name};
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;

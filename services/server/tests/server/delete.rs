@@ -10,7 +10,7 @@ use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_client::JobServiceClient;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_server::config::ServeArgs;
-use tally_server::server::{self, Running};
+use tally_server::startup::server::{self, Running};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;

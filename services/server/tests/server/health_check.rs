@@ -6,8 +6,9 @@
 use std::time::{Duration, Instant};
 use tally_pg::TestDb;
 use tally_server::config::ServeArgs;
-use tally_server::health_check::{HealthArgs, check};
-use tally_server::server;
+use tally_server::config::health::HealthArgs;
+use tally_server::startup::health_check::check;
+use tally_server::startup::server;
 
 fn args(addr: std::net::SocketAddr, service: &str) -> HealthArgs {
     HealthArgs {

@@ -8,7 +8,7 @@ use tally_pg::TestDb;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_server::config::ServeArgs;
-use tally_server::server;
+use tally_server::startup::server;
 use tally_telemetry::exposition::parse;
 use tonic::Code;
 

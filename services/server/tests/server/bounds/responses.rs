@@ -5,7 +5,7 @@ use prost::Message as _;
 use std::collections::BTreeSet;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
-use tally_server::responses::{CLAIMED_ROW_OVERHEAD, DEFAULT_CLIENT_RECEIVE, ENVELOPE};
+use tally_server::edge::responses::{CLAIMED_ROW_OVERHEAD, DEFAULT_CLIENT_RECEIVE, ENVELOPE};
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt as _;

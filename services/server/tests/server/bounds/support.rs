@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 use tally_pg::TestDb;
 use tally_server::config::ServeArgs;
-use tally_server::server::{self, Running};
+use tally_server::startup::server::{self, Running};
 use tonic::transport::{Channel, Endpoint};
 
 pub struct TestServer {

@@ -6,7 +6,7 @@ use tally_pg::TestDb;
 use tally_proto::v1 as pb;
 use tally_proto::v1::operations_service_client::OperationsServiceClient;
 use tally_server::config::{SecretText, ServeArgs};
-use tally_server::server::{self, Running};
+use tally_server::startup::server::{self, Running};
 use tonic::transport::Channel;
 
 /// The Standard Webhooks specification's example secret.

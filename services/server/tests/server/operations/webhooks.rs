@@ -400,12 +400,14 @@ async fn webhooks_never_run_without_a_usable_secret() {
     let db = tally_pg::TestDb::new().await;
     let mut args = tally_server::config::ServeArgs::for_tests(db.url().to_string());
     args.http_addr = Some("127.0.0.1:0".parse().unwrap());
-    let running = tally_server::server::start(args.clone()).await.unwrap();
+    let running = tally_server::startup::server::start(args.clone())
+        .await
+        .unwrap();
     assert_eq!(running.http_addr, None);
     running.stop().await.unwrap();
 
     args.webhook.secrets = vec!["whsec_tooshort".into()];
-    let err = tally_server::server::start(args)
+    let err = tally_server::startup::server::start(args)
         .await
         .err()
         .expect("refused")

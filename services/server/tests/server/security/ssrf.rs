@@ -15,7 +15,7 @@ use tally_core::outbound::Reach;
 use tally_core::webhook::Secret;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
-use tally_server::alerts::{Failure, Sender};
+use tally_server::tasks::alerts::{Failure, Sender};
 use tally_store::types::OutboxAlert;
 use tonic::Code;
 use tonic_types::StatusExt as _;

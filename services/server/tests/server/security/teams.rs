@@ -23,7 +23,7 @@ use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_client::JobServiceClient;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_proto::v1::operations_service_client::OperationsServiceClient;
-use tally_server::auth::tokens::hash_hex;
+use tally_server::edge::auth::tokens::hash_hex;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 use tonic::{Code, Status};

@@ -10,7 +10,7 @@ use rcgen::{
 use std::path::PathBuf;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
-use tally_server::auth::Role;
+use tally_server::config::roles::Role;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic_health::pb::HealthCheckRequest;
@@ -298,7 +298,10 @@ async fn bad_security_settings_stop_the_server_before_anything_starts() {
     let nowhere = "postgres://nobody:x@127.0.0.1:1/none".to_string();
     let mut args = tally_server::config::ServeArgs::for_tests(nowhere.clone());
     args.security.auth = tally_server::config::AuthMode::Tokens;
-    let e = tally_server::server::start(args).await.err().unwrap();
+    let e = tally_server::startup::server::start(args)
+        .await
+        .err()
+        .unwrap();
     assert!(format!("{e:#}").contains("--tokens-file"), "{e:#}");
 
     let ca = Ca::new("tally test CA");
@@ -307,7 +310,10 @@ async fn bad_security_settings_stop_the_server_before_anything_starts() {
     let mut args = tally_server::config::ServeArgs::for_tests(nowhere);
     args.security.tls_cert = Some(files.write("one.pem", &one.cert));
     args.security.tls_key = Some(files.write("two.key", &two.key));
-    let e = tally_server::server::start(args).await.err().unwrap();
+    let e = tally_server::startup::server::start(args)
+        .await
+        .err()
+        .unwrap();
     assert!(format!("{e:#}").contains("TLS"), "{e:#}");
 }
 

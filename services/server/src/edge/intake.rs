@@ -7,7 +7,7 @@
 //!   rest. The bulk methods ([`BULK`]) may send up to `max_message_bytes`;
 //!   every other method `max_small_message_bytes`.
 //! - **Judged, never passed unjudged.** The whole message is walked against
-//!   its type's schema ([`crate::wire`]) before it is decoded: every
+//!   its type's schema ([`crate::edge::wire`]) before it is decoded: every
 //!   repeated field, at every depth, against its own bound ([`bound`]:
 //!   rows per call for the request's rows, outcomes and keys,
 //!   `MAX_DEPENDS_ON` for a row's dependencies, the golden set's sizes, …);
@@ -24,7 +24,7 @@
 //!   RESOURCE_EXHAUSTED and a RetryInfo (reason MEMORY_BUDGET); one that
 //!   could never fit is refused without one (REQUEST_TOO_COSTLY).
 //! - **Per-principal bytes.** The wire bytes are also taken from the
-//!   caller's byte rate ([`crate::principal`]).
+//!   caller's byte rate ([`crate::edge::principal`]).
 //!
 //! Only tally's own methods are read here; health and reflection (a
 //! bidirectional stream whose body stays open) pass through untouched.
@@ -32,13 +32,13 @@
 //! call's slot and its request timeout (a client that trickles its body
 //! is cut off there).
 
-use crate::auth::methods::{METHODS, Route};
-use crate::caller::Caller;
 use crate::config::Limits;
-use crate::middleware::{Inner, Middleware, ResponseFuture};
-use crate::principal::Principals;
-use crate::status;
-use crate::wire::{Cost, Plan, Schema, WireError};
+use crate::edge::auth::methods::{METHODS, Route};
+use crate::edge::caller::Caller;
+use crate::edge::middleware::{Inner, Middleware, ResponseFuture};
+use crate::edge::principal::Principals;
+use crate::edge::status;
+use crate::edge::wire::{Cost, Plan, Schema, WireError};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use std::collections::HashMap;
@@ -86,8 +86,8 @@ pub fn bound(limits: &Limits, message: &str, field: &str) -> Option<usize> {
     Some(match (message, field) {
         ("tally.v1.RowInput", "depends_on") => deps::MAX_DEPENDS_ON,
         ("tally.v1.RegisterPromptRequest", "media") => tally_core::media::MAX_MEDIA_PER_ROW,
-        ("tally.v1.LookupMediaUploadsRequest", "sha256") => crate::job::media::MAX_LOOKUP,
-        ("tally.v1.MarkCreatingRequest", "media_sha256") => crate::job::validate::MAX_BATCH_MEDIA,
+        ("tally.v1.LookupMediaUploadsRequest", "sha256") => tally_core::media::MAX_LOOKUP,
+        ("tally.v1.MarkCreatingRequest", "media_sha256") => tally_core::media::MAX_BATCH_MEDIA,
         ("tally.v1.ReportGoldenResultsRequest", "answers") => golden::MAX_GOLDEN_ROWS,
         ("tally.v1.GoldenSet", "rows") => golden::MAX_GOLDEN_ROWS,
         ("tally.v1.GoldenRow", "fields") => golden::MAX_FIELDS,
@@ -309,7 +309,7 @@ pub fn charge(wire: usize, cost: Cost) -> usize {
     wire.saturating_add(cost.decoded_bytes.saturating_mul(DECODE_FACTOR))
 }
 
-/// The intake layer's work (a tower layer as [`crate::middleware::Wrap`]).
+/// The intake layer's work (a tower layer as [`crate::edge::middleware::Wrap`]).
 #[derive(Clone)]
 pub struct Intake {
     limits: Arc<Limits>,

@@ -1,7 +1,7 @@
 //! TLS for the gRPC listener (rustls with ring, through tonic): the
 //! server's certificate and key from PEM files, and optionally a client CA,
 //! in which case every client must present a certificate it signed (mTLS)
-//! and the certificate's subject CN names the caller (see [`crate::auth`]).
+//! and the certificate's subject CN names the caller (see [`crate::edge::auth`]).
 //!
 //! Files are read and parsed here, at start, so a wrong path or a key that
 //! is not a key stops the server with a message naming the flag.

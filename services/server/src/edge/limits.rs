@@ -9,13 +9,13 @@
 //!   take slots of their own (`max_anonymous_streams`), so anyone who can
 //!   reach the port cannot take the stream slots of callers with tokens.
 //! - A response message the client does not take within `write_timeout`
-//!   (it stopped reading) gets its connection cut ([`crate::connections`]).
+//!   (it stopped reading) gets its connection cut ([`crate::edge::connections`]).
 //! - Calls and streams in flight on one connection
 //!   (`max_calls_per_connection`), so one client cannot take the whole
 //!   budget; also RESOURCE_EXHAUSTED.
 //! - Calls and streams in flight, calls per second and request bytes per
 //!   second of one principal, over all its connections
-//!   ([`crate::principal`]).
+//!   ([`crate::edge::principal`]).
 //! - Unary calls end with DEADLINE_EXCEEDED after `request_timeout`; a
 //!   stream must have sent its request and been answered its headers
 //!   within the same time (a client that sends headers and never its
@@ -30,18 +30,18 @@
 //!
 //! Health checks (unary) are exempt: they read memory, and probes must be
 //! answered under load. Message sizes are tonic's `max_decoding_message_size`
-//! (set per service in [`crate::server`]); rows per call are checked in
+//! (set per service in [`crate::startup::server`]); rows per call are checked in
 //! [`crate::ledger::validate`].
 
-use crate::auth::layer::peer_addr;
-use crate::auth::methods::{Kind, Route};
-use crate::caller::Caller;
 use crate::config::Limits;
-use crate::connections::{ConnectionLimits, Tracker};
+use crate::edge::auth::layer::peer_addr;
+use crate::edge::auth::methods::{Kind, Route};
+use crate::edge::caller::Caller;
+use crate::edge::connections::{ConnectionLimits, Tracker};
+use crate::edge::middleware::{Inner, Middleware, ResponseFuture, answer};
+use crate::edge::principal::{self, Principals};
+use crate::edge::status;
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::middleware::{Inner, Middleware, ResponseFuture, answer};
-use crate::principal::{self, Principals};
-use crate::status;
 use bytes::Bytes;
 use http_body::Frame;
 use std::collections::HashMap;
@@ -106,10 +106,10 @@ pub fn check(limits: &Limits) -> Result<(), String> {
     if limits.max_connections == 0 {
         return Err("--max-connections must be at least 1".into());
     }
-    crate::principal::check(limits)
+    crate::edge::principal::check(limits)
 }
 
-/// The limits layer's work (a tower layer as [`crate::middleware::Wrap`]).
+/// The limits layer's work (a tower layer as [`crate::edge::middleware::Wrap`]).
 #[derive(Clone)]
 pub struct Limiter {
     state: Arc<State>,
@@ -171,7 +171,7 @@ impl Limiter {
 
 impl Limiter {
     /// The slow-reader tracker: wrap accepted connections with it and run
-    /// its reaper ([`crate::connections::run`]).
+    /// its reaper ([`crate::edge::connections::run`]).
     pub fn stalls(&self) -> Arc<Tracker> {
         self.state.stalls.clone()
     }
@@ -511,7 +511,7 @@ struct Guarded {
     watch: Option<Watch>,
 }
 
-/// The slow-reader marks of one response (see [`crate::connections`]).
+/// The slow-reader marks of one response (see [`crate::edge::connections`]).
 struct Watch {
     tracker: Arc<Tracker>,
     id: u64,

@@ -193,7 +193,7 @@ pub async fn run(
             .get_or_create(&ResultLabels { result });
     }
     loop {
-        if !crate::background::wait(every, &stop).await {
+        if !crate::tasks::every::wait(every, &stop).await {
             return;
         }
         if let Err(e) = evaluate(&store).await {

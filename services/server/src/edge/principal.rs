@@ -18,7 +18,7 @@
 //! server-wide limits apply. Health is never counted.
 
 use crate::config::Limits;
-use crate::status;
+use crate::edge::status;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

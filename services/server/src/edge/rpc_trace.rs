@@ -1,7 +1,7 @@
 //! The span of each gRPC call, a child of the caller's span when the
 //! request carries W3C trace context (`traceparent`, as tally-client sends
 //! it): so a worker's job and the server's handling of its calls are one
-//! trace. Opened by the request-metrics layer ([`crate::rpc_metrics`]),
+//! trace. Opened by the request-metrics layer ([`crate::edge::rpc_metrics`]),
 //! which already sees every counted call; its target is
 //! `tally::trace`, enabled only when traces are exported (`--otlp-endpoint`).
 

@@ -2,13 +2,13 @@
 //! fires: the database health probe, the expired-claim sweeper, the backlog
 //! refresher, the purger of deleted ledgers, the runnable-queue vacuum, the
 //! `/metrics` listener, the webhook listener (with a secret) and the alert
-//! sender (with an alert secret). [`crate::server::start`] spawns them once
+//! sender (with an alert secret). [`crate::startup::server::start`] spawns them once
 //! the listeners are bound and joins them after the drain.
 
 use crate::config::{ServeArgs, WebhookListener};
 use crate::metrics::Metrics;
 use crate::webhook::{self, WebhookState};
-use crate::{alerts, health};
+use crate::{tasks::alerts, tasks::health};
 use std::sync::Arc;
 use std::time::Duration;
 use tally_store::Store;
@@ -23,7 +23,7 @@ pub fn spawn(
     store: &Store,
     metrics: &Metrics,
     reporter: &tonic_health::server::HealthReporter,
-    purge_wake: crate::purger::Wake,
+    purge_wake: crate::tasks::purger::Wake,
     metrics_listener: TcpListener,
     http: Option<(TcpListener, &WebhookListener)>,
     stop: &CancellationToken,
@@ -42,20 +42,20 @@ pub fn spawn(
             metrics.clone(),
             stop.clone(),
         )),
-        tokio::spawn(crate::backlog::run(
+        tokio::spawn(crate::tasks::backlog::run(
             store.clone(),
             args.backlog_interval,
             metrics.clone(),
             stop.clone(),
         )),
-        tokio::spawn(crate::purger::run(
+        tokio::spawn(crate::tasks::purger::run(
             store.clone(),
             args.purge.clone(),
             purge_wake,
             metrics.clone(),
             stop.clone(),
         )),
-        tokio::spawn(crate::maintenance::vacuum_queue(
+        tokio::spawn(crate::tasks::maintenance::vacuum_queue(
             store.clone(),
             args.queue_vacuum_interval,
             metrics.clone(),
@@ -108,15 +108,6 @@ pub fn spawn(
     Ok(tasks)
 }
 
-/// Waits `every` between two rounds of a periodic task; `false` when the
-/// server began stopping first (the task then returns).
-pub(crate) async fn wait(every: Duration, stop: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(every) => true,
-    }
-}
-
 /// Rescues rows of expired claims even when nobody is claiming.
 async fn sweep_expired_claims(
     store: Store,
@@ -125,7 +116,7 @@ async fn sweep_expired_claims(
     stop: CancellationToken,
 ) {
     loop {
-        if !crate::background::wait(every, &stop).await {
+        if !crate::tasks::every::wait(every, &stop).await {
             return;
         }
         let rescued = store.rescue_expired(None).await;

@@ -4,7 +4,7 @@
 //! The table is the truth; notifications are only a hint. Each stream has
 //! its own task that keeps the last sequence number it passed and reads
 //! `seq > last` pages from the table itself: when the log's wake-up counter
-//! moves ([`crate::wakeup`]), when the poll interval passes (the fallback
+//! moves ([`crate::tasks::wakeup`]), when the poll interval passes (the fallback
 //! for lost notifications), and until a page comes back short.
 //! Commit-ordered sequence numbers (`tally_store::event_log`) make
 //! `seq > last` miss nothing, so a client that reconnects with its last
@@ -20,8 +20,8 @@
 //! graceful shutdown does not wait on open streams. A database error is
 //! sent as the stream's status; the client resumes from its last sequence.
 
-use crate::status::{from_store, invalid_field};
-use crate::wakeup::Wakeups;
+use crate::edge::status::{from_store, invalid_field};
+use crate::tasks::wakeup::Wakeups;
 use std::future::Future;
 use std::time::Duration;
 use tally_store::Store;

@@ -5,15 +5,15 @@
 //! extensions and a tracing span naming method and caller.
 
 use super::{Authenticator, Decision, Role, subject};
-use crate::caller::Caller;
+use crate::edge::caller::Caller;
+use crate::edge::middleware::{Inner, Middleware, ResponseFuture, answer};
 use crate::metrics::{Metrics, ReasonLabels};
-use crate::middleware::{Inner, Middleware, ResponseFuture, answer};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tracing::Instrument as _;
 
-/// The auth layer's work (a tower layer as [`crate::middleware::Wrap`]).
+/// The auth layer's work (a tower layer as [`crate::edge::middleware::Wrap`]).
 #[derive(Clone)]
 pub struct Authenticate {
     auth: Arc<Authenticator>,

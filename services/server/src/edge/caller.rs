@@ -9,7 +9,7 @@
 //! the name in the request alone, so it is the same whether or not the
 //! resource exists: a team learns nothing about another team's ledgers.
 
-use crate::status;
+use crate::edge::status;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tally_core::scope::Scope;

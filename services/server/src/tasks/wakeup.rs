@@ -3,7 +3,7 @@
 //! counter, which every open watch stream of the log follows.
 //!
 //! A notification is only a hint that something was committed; streams
-//! read the tables themselves and also poll on a timer ([`crate::tail`]),
+//! read the tables themselves and also poll on a timer ([`crate::tasks::tail`]),
 //! because notifications are lost while the listening connection
 //! reconnects. So the hub never has to be right, only early: on any
 //! trouble it wakes every stream of every log and reconnects.

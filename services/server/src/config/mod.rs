@@ -2,8 +2,11 @@
 //! Durations are human-readable (`30s`, `5m`). Read once at start, strictly:
 //! a bad value stops the server with a message instead of a guess.
 
-use crate::auth::Role;
+pub mod health;
+pub mod roles;
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use roles::Role;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -51,7 +54,7 @@ pub enum Command {
     Token(TokenArgs),
     /// Ask a running server's gRPC health whether it is SERVING: exit 0 if
     /// so, 1 otherwise (for a container's HEALTHCHECK).
-    Health(crate::health_check::HealthArgs),
+    Health(crate::config::health::HealthArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,6 +1,6 @@
 //! The request-metrics layer: every gRPC call counted by service, method and
 //! status code, and timed, without code in any handler; it also opens each
-//! counted call's trace span ([`crate::rpc_trace`]).
+//! counted call's trace span ([`crate::edge::rpc_trace`]).
 //!
 //! - `tally_grpc_requests_total{service,method,code}` (counter).
 //! - `tally_grpc_request_duration_seconds{service,method}` (histogram,
@@ -25,9 +25,9 @@
 //! all: probes every few seconds would dilute the error ratio the alerts
 //! watch.
 
-use crate::auth::methods::{Kind, METHODS, Route};
+use crate::edge::auth::methods::{Kind, METHODS, Route};
+use crate::edge::middleware::{Inner, Middleware, ResponseFuture};
 use crate::metrics::{MethodLabels, Metrics, RpcLabels};
-use crate::middleware::{Inner, Middleware, ResponseFuture};
 use bytes::Bytes;
 use http_body::Frame;
 use std::pin::Pin;
@@ -86,7 +86,7 @@ fn code_name(n: i32) -> &'static str {
 }
 
 /// The request-metrics layer's work (a tower layer as
-/// [`crate::middleware::Wrap`]).
+/// [`crate::edge::middleware::Wrap`]).
 #[derive(Clone)]
 pub struct RpcMetrics {
     metrics: Metrics,
@@ -112,7 +112,7 @@ impl<B: Send + 'static> Middleware<B> for RpcMetrics {
             method,
             start: Instant::now(),
         };
-        let span = crate::rpc_trace::span(&req, service, method);
+        let span = crate::edge::rpc_trace::span(&req, service, method);
         Box::pin(tracing::Instrument::instrument(
             async move {
                 let response = match inner.call(req).await {

@@ -77,7 +77,7 @@ pub const PAGE_BYTES: usize = DEFAULT_CLIENT_RECEIVE - ENVELOPE;
 
 /// Cuts a page of `fetched` entries (converted by `encode`) at
 /// [`PAGE_BYTES`]; returns the entries kept and the `got` to give
-/// [`crate::paging::next_token`]: a page cut short by bytes continues
+/// [`crate::edge::paging::next_token`]: a page cut short by bytes continues
 /// after its last entry as a full one would.
 pub fn page<S, T: Message>(fetched: &[S], size: i64, encode: impl Fn(&S) -> T) -> (Vec<T>, usize) {
     let (kept, cut) = cut_page(fetched.iter().map(encode).collect(), PAGE_BYTES);
@@ -199,7 +199,7 @@ mod tests {
             "{}",
             claim.encoded_len()
         );
-        let token = crate::paging::encode(
+        let token = crate::edge::paging::encode(
             &format!("rows:{}", text(MAX_NAME)),
             &text(16),
             &text(MAX_KEY_LEN),

@@ -4,20 +4,20 @@
 //! streams with a deadline, stop tasks, close the pool, stop the private
 //! PostgreSQL).
 
-use crate::auth::Authenticator;
-use crate::auth::layer::Authenticate;
 use crate::config::{AuthMode, ServeArgs};
-use crate::database::Database;
-use crate::health;
+use crate::edge::auth::Authenticator;
+use crate::edge::auth::layer::Authenticate;
+use crate::edge::limits::{self, Limiter};
+use crate::edge::middleware::Wrap;
+use crate::edge::rpc_metrics::RpcMetrics;
 use crate::job::Jobs;
 use crate::ledger::Ledgers;
-use crate::limits::{self, Limiter};
 use crate::metrics::Metrics;
-use crate::middleware::Wrap;
 use crate::operations::Operations;
-use crate::rpc_metrics::RpcMetrics;
-use crate::tail::Tails;
-use crate::wakeup;
+use crate::startup::database::Database;
+use crate::tasks::health;
+use crate::tasks::tail::Tails;
+use crate::tasks::wakeup;
 use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -149,12 +149,12 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let auth = Arc::new(Authenticator::from_args(&args.security)?);
     limits::check(&args.limits).map_err(anyhow::Error::msg)?;
-    crate::intake::check(&args.limits).map_err(anyhow::Error::msg)?;
-    crate::responses::check(&args.limits).map_err(anyhow::Error::msg)?;
+    crate::edge::intake::check(&args.limits).map_err(anyhow::Error::msg)?;
+    crate::edge::responses::check(&args.limits).map_err(anyhow::Error::msg)?;
     crate::http_listener::check(&args.http).map_err(anyhow::Error::msg)?;
     args.provider.quotas().map_err(anyhow::Error::msg)?;
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = crate::tls::server_config(&args.security)? {
+    if let Some(tls) = crate::startup::tls::server_config(&args.security)? {
         builder = builder.tls_config(tls).context("invalid TLS settings")?;
     }
     announce_security(&auth, &args);
@@ -185,7 +185,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let limits = args.limits.clone();
     let max = limits.max_message_bytes;
     let max_out = limits.max_response_bytes;
-    let purge_wake = crate::purger::Wake::default();
+    let purge_wake = crate::tasks::purger::Wake::default();
     let ledgers = LedgerServiceServer::new(Ledgers::new(
         store.clone(),
         limits,
@@ -212,7 +212,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
             .max_encoding_message_size(max_out);
 
     let mut tasks = vec![listener];
-    tasks.extend(crate::background::spawn(
+    tasks.extend(crate::startup::background::spawn(
         &args,
         &store,
         &metrics,
@@ -227,7 +227,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     // caller without credentials takes no slot.
     let rpc_metrics = Wrap(RpcMetrics::new(metrics.clone()));
     let end_streams = CancellationToken::new();
-    let principals = crate::principal::Principals::new(&args.limits);
+    let principals = crate::edge::principal::Principals::new(&args.limits);
     let limiter = Limiter::new(
         &args.limits,
         principals.clone(),
@@ -236,7 +236,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     );
     let stalls = limiter.stalls();
     let limits_layer = Wrap(limiter);
-    tasks.push(tokio::spawn(crate::connections::run(
+    tasks.push(tokio::spawn(crate::edge::connections::run(
         stalls.clone(),
         stop.clone(),
     )));
@@ -245,7 +245,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     let h2_streams =
         u32::try_from(args.limits.max_calls_per_connection.saturating_mul(2)).unwrap_or(u32::MAX);
     let intake =
-        crate::intake::Intake::new(&args.limits, principals).map_err(anyhow::Error::msg)?;
+        crate::edge::intake::Intake::new(&args.limits, principals).map_err(anyhow::Error::msg)?;
     let router = connection_bounds(builder, &args.limits)
         .max_concurrent_streams(h2_streams)
         .layer(rpc_metrics.clone())
@@ -407,12 +407,12 @@ fn connection_bounds(
 /// (`serve_with_incoming` ignores the builder's socket options; with Nagle on,
 /// small responses wait for delayed ACKs, ~40 ms per call), each watched for
 /// a client that stops reading or never calls, and closed at once over
-/// `--max-connections` ([`crate::connections`]).
+/// `--max-connections` ([`crate::edge::connections`]).
 fn incoming(
     listener: TcpListener,
-    stalls: &Arc<crate::connections::Tracker>,
+    stalls: &Arc<crate::edge::connections::Tracker>,
 ) -> impl tokio_stream::Stream<
-    Item = std::io::Result<crate::connections::Watched<tokio::net::TcpStream>>,
+    Item = std::io::Result<crate::edge::connections::Watched<tokio::net::TcpStream>>,
 > + use<> {
     use tokio_stream::StreamExt as _;
     let stalls = stalls.clone();

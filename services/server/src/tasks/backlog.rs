@@ -10,10 +10,9 @@
 
 use crate::metrics::{
     JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels, ProviderModel, SpendLabels,
-    SpendTokenLabels,
+    SpendTokenLabels, job_state_label, status_label,
 };
 use std::time::Duration;
-use tally_core::job::JobState;
 use tally_core::status::RowStatus;
 use tally_store::Store;
 use tally_store::backlog::Backlog;
@@ -27,7 +26,7 @@ pub async fn run(store: Store, every: Duration, metrics: Metrics, stop: Cancella
             Ok(b) => publish(&metrics, &b),
             Err(e) => tracing::warn!(error = %e, "reading the backlog for /metrics failed"),
         }
-        if !crate::background::wait(every, &stop).await {
+        if !crate::tasks::every::wait(every, &stop).await {
             return;
         }
     }
@@ -193,33 +192,6 @@ fn publish_spend(metrics: &Metrics, ledger: &str, s: &SpendView) {
     }
 }
 
-/// A row status as the metrics label it (as the API names it).
-pub const fn status_label(s: RowStatus) -> &'static str {
-    match s {
-        RowStatus::Pending => "PENDING",
-        RowStatus::Running => "RUNNING",
-        RowStatus::Retryable => "RETRYABLE",
-        RowStatus::Succeeded => "SUCCEEDED",
-        RowStatus::Permanent => "PERMANENT",
-        RowStatus::Blocked => "BLOCKED",
-    }
-}
-
-/// A job state as the metrics label it (as the API names it).
-pub const fn job_state_label(s: JobState) -> &'static str {
-    match s {
-        JobState::Preparing => "PREPARING",
-        JobState::Creating => "CREATING",
-        JobState::Submitted => "SUBMITTED",
-        JobState::Running => "RUNNING",
-        JobState::Succeeded => "SUCCEEDED",
-        JobState::Failed => "FAILED",
-        JobState::Cancelled => "CANCELLED",
-        JobState::Expired => "EXPIRED",
-        JobState::Reconciled => "RECONCILED",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,7 +210,7 @@ mod tests {
             estimated: vec![(RowStatus::Pending, 7)],
             held: 2,
             oldest_ready: Some(now - chrono::TimeDelta::seconds(30)),
-            jobs_open: vec![(JobState::Running, 1)],
+            jobs_open: vec![(tally_core::job::JobState::Running, 1)],
             paused: None,
             deleting: false,
             spend: None,
@@ -282,8 +254,8 @@ mod tests {
     /// `tally_ledger_paused` in deploy/README.md.
     #[test]
     fn every_pause_reason_has_an_alert_and_is_documented() {
-        let alerts = include_str!("../../../deploy/helm/tally/files/alerts.yaml");
-        let readme = include_str!("../../../deploy/README.md");
+        let alerts = include_str!("../../../../deploy/helm/tally/files/alerts.yaml");
+        let readme = include_str!("../../../../deploy/README.md");
         let row = readme
             .lines()
             .find(|l| l.starts_with("| `tally_ledger_paused` |"))

@@ -1,7 +1,7 @@
 //! Who may call what. One tower layer ([`layer::Authenticate`]) authenticates
 //! every request and checks it against the one permission table
 //! ([`methods::METHODS`]); handlers only read the resulting
-//! [`Caller`](crate::caller::Caller).
+//! [`Caller`](crate::edge::caller::Caller).
 //!
 //! - [`methods`]: the role × method table and route recognition.
 //! - [`tokens`]: the tokens file, SHA-256 hashes, issuing new tokens.
@@ -10,107 +10,24 @@
 //!
 //! This module decides ([`Authenticator::decide`]) without any I/O, so the
 //! rules are unit-tested here and the layer only plumbs headers and
-//! certificates into it. Limits live in [`crate::limits`], TLS in
-//! [`crate::tls`].
+//! certificates into it. Limits live in [`crate::edge::limits`], TLS in
+//! [`crate::startup::tls`].
 
 pub mod layer;
 pub mod methods;
 pub mod subject;
 pub mod tokens;
 
+pub use crate::config::roles::{Role, Roles};
 use crate::config::{AuthMode, ReflectionMode, Security};
-use crate::status;
+use crate::edge::status;
 use chrono::{DateTime, Utc};
 use methods::Route;
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 use tally_core::scope::Scope;
 use tokens::{TokenEntry, TokensFile};
 use tonic::{Code, Status};
-
-/// A role a token or certificate can hold.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Other teams' services: read ledgers, enroll rows, read rows and
-    /// summaries, register prompts.
-    Enroller,
-    /// tally-worker: claims, reports, jobs, locks, operations.
-    Worker,
-    /// People and tallyctl: everything.
-    Operator,
-}
-
-impl Role {
-    pub const ALL: [Role; 3] = [Role::Enroller, Role::Worker, Role::Operator];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Enroller => "enroller",
-            Role::Worker => "worker",
-            Role::Operator => "operator",
-        }
-    }
-
-    fn bit(self) -> u8 {
-        match self {
-            Role::Enroller => Roles::ENROLLER.0,
-            Role::Worker => Roles::WORKER.0,
-            Role::Operator => Roles::OPERATOR.0,
-        }
-    }
-}
-
-/// A set of roles (a bit set, so the table can be a `const`).
-#[derive(Clone, Copy, PartialEq, Eq, Default)]
-pub struct Roles(pub(crate) u8);
-
-impl Roles {
-    pub const NONE: Roles = Roles(0);
-    pub const ENROLLER: Roles = Roles(1);
-    pub const WORKER: Roles = Roles(2);
-    pub const OPERATOR: Roles = Roles(4);
-
-    pub fn of(roles: &[Role]) -> Roles {
-        Roles(roles.iter().fold(0, |acc, r| acc | r.bit()))
-    }
-
-    pub fn has(self, role: Role) -> bool {
-        self.0 & role.bit() != 0
-    }
-
-    pub fn intersects(self, other: Roles) -> bool {
-        self.0 & other.0 != 0
-    }
-
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-}
-
-impl fmt::Display for Roles {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = Role::ALL
-            .iter()
-            .filter(|r| self.has(**r))
-            .map(|r| r.as_str())
-            .collect();
-        if names.is_empty() {
-            f.write_str("none")
-        } else {
-            f.write_str(&names.join(","))
-        }
-    }
-}
-
-impl fmt::Debug for Roles {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Roles({self})")
-    }
-}
 
 /// How a caller proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -435,7 +352,7 @@ impl Authenticator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::tokens::hash_hex;
+    use crate::edge::auth::tokens::hash_hex;
 
     const ALICE: &str = "tally_alice-secret";
     const EVE: &str = "tally_enroller-secret";

@@ -46,7 +46,7 @@ pub fn decode(token: &str, list: &str, filter: &str) -> Result<Option<String>, S
         return Ok(None);
     }
     let bad = || {
-        crate::status::invalid_field(
+        crate::edge::status::invalid_field(
             "page_token",
             "is not a token from this list with these filters; start again without one",
         )
@@ -64,7 +64,7 @@ pub fn page_size(size: i32) -> Result<i64, Status> {
     match i64::from(size) {
         0 => Ok(DEFAULT_PAGE_SIZE),
         n if (1..=MAX_PAGE_SIZE).contains(&n) => Ok(n),
-        _ => Err(crate::status::invalid_field(
+        _ => Err(crate::edge::status::invalid_field(
             "page_size",
             format!("must be between 0 (default {DEFAULT_PAGE_SIZE}) and {MAX_PAGE_SIZE}"),
         )),

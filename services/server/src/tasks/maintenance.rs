@@ -17,7 +17,7 @@ pub async fn vacuum_queue(
     stop: CancellationToken,
 ) {
     loop {
-        if !crate::background::wait(every, &stop).await {
+        if !crate::tasks::every::wait(every, &stop).await {
             return;
         }
         let stats = match store.queue_stats().await {

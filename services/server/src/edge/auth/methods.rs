@@ -140,7 +140,7 @@ impl Route {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Role;
+    use crate::config::roles::Role;
     use prost::Message as _;
     use std::collections::BTreeMap;
 
