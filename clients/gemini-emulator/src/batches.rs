@@ -10,46 +10,8 @@ use serde_json::{Map, Value, json};
 
 use crate::faults::{JobFault, ListOrder};
 use crate::ids::Mix;
+pub use crate::kind::BatchKind;
 use crate::output::InputRow;
-
-/// What a batch does: `batchGenerateContent` or `asyncBatchEmbedContent`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchKind {
-    Generate,
-    Embed,
-}
-
-impl BatchKind {
-    fn resource_type(self) -> &'static str {
-        match self {
-            BatchKind::Generate => {
-                "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch"
-            }
-            BatchKind::Embed => {
-                "type.googleapis.com/google.ai.generativelanguage.v1main.EmbedContentBatch"
-            }
-        }
-    }
-
-    fn output_type(self) -> &'static str {
-        match self {
-            BatchKind::Generate => {
-                "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput"
-            }
-            BatchKind::Embed => {
-                "type.googleapis.com/google.ai.generativelanguage.v1main.EmbedContentBatchOutput"
-            }
-        }
-    }
-
-    /// The output field holding inlined responses.
-    fn inlined_field(self) -> &'static str {
-        match self {
-            BatchKind::Generate => "inlinedResponses",
-            BatchKind::Embed => "inlinedEmbedContentResponses",
-        }
-    }
-}
 
 /// Where a finished batch's responses are.
 #[derive(Debug, Clone, PartialEq)]

@@ -38,6 +38,7 @@ pub mod error;
 pub mod faults;
 pub mod files;
 pub mod ids;
+pub mod kind;
 pub mod media;
 pub mod output;
 mod routes;

@@ -6,10 +6,10 @@
 
 use serde_json::{Value, json};
 
-use crate::batches::BatchKind;
 use crate::error::{error_object, grpc_code};
 use crate::faults::RowVerdict;
 use crate::ids::shuffled;
+use crate::kind::BatchKind;
 use crate::schema_instance::{instance, prompt_words};
 use crate::stats::Outcome;
 

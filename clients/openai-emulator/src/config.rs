@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 pub use emulator_kit::delivery::WebhookTarget;
 
 use crate::faults::FaultPlan;
@@ -111,17 +109,7 @@ impl Models {
     }
 }
 
-/// The order of `GET /v1/batches`. The API documents none for batches
-/// (observed: newest first), so every order is offered.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ListOrder {
-    #[default]
-    NewestFirst,
-    OldestFirst,
-    /// A fixed order (seeded), stable across pages.
-    Shuffled,
-}
+pub use crate::order::ListOrder;
 
 /// Dwell times of a batch in each state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

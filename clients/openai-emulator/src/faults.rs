@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ListOrder;
+use crate::order::ListOrder;
 
 /// Faults to inject, as written in JSON.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

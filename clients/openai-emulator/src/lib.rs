@@ -31,6 +31,7 @@ pub mod faults;
 pub mod files;
 pub mod ids;
 pub mod input;
+pub mod order;
 mod routes;
 mod service;
 pub mod stats;

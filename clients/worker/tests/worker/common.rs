@@ -121,6 +121,23 @@ fn worker_flags<'a>(
     ]
 }
 
+/// A worker running rows at the OpenAI emulator (`openai`: its base URL,
+/// `/v1` included), with the flags of [`spawn_worker`] and `extra`.
+pub fn spawn_openai_worker(
+    grpc: &str,
+    openai: &str,
+    ledger: &str,
+    name: &str,
+    extra: &[&str],
+) -> Child {
+    worker_command(grpc, openai, ledger, name, &[])
+        .args(["--provider", "openai", "--openai-base-url", openai])
+        .args(extra)
+        .env("OPENAI_API_KEY", API_KEY)
+        .spawn()
+        .expect("spawn tally-worker")
+}
+
 /// The settings [`worker_command`] gives the binary, for a worker run in
 /// this process ([`tally_worker::run_serving`]).
 pub fn worker_args(
@@ -214,6 +231,50 @@ pub async fn register_prompt(c: &Clients) {
         .expect("register prompt");
 }
 
+/// Creates `ledgers/{ledger}` for `model` (at most 4 jobs at once).
+pub async fn create_ledger(c: &Clients, ledger: &str, model: &str, budgets: pb::AttemptBudgets) {
+    c.ledgers
+        .clone()
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: ledger.into(),
+            policy: Some(pb::LedgerPolicy {
+                model: model.into(),
+                max_active_jobs: 4,
+                budgets: Some(budgets),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("create ledger");
+}
+
+/// Enrolls `rows` documents `{prefix}00`… on the `summarize` prompt, each
+/// for `model` (empty: the ledger's).
+pub async fn enroll_documents(c: &Clients, ledger: &str, prefix: &str, rows: usize, model: &str) {
+    let rows: Vec<pb::RowInput> = (0..rows)
+        .map(|i| pb::RowInput {
+            key: format!("{prefix}{i:02}"),
+            payload: serde_json::json!({"text": format!("document {i}")}).to_string(),
+            prompt: Some(pb::PromptRef {
+                name: "summarize".into(),
+                version: "v1".into(),
+            }),
+            model: model.into(),
+            ..Default::default()
+        })
+        .collect();
+    for chunk in rows.chunks(100) {
+        c.ledgers
+            .clone()
+            .enroll_rows(pb::EnrollRowsRequest {
+                parent: format!("ledgers/{ledger}"),
+                rows: chunk.to_vec(),
+            })
+            .await
+            .expect("enroll");
+    }
+}
+
 /// tally, the emulator (fast batches, webhooks delivered twice) and a
 /// ledger of `rows` rows `row-00`… on the `summarize` prompt.
 pub struct World {
@@ -273,41 +334,9 @@ impl World {
         .await
         .expect("emulator starts");
         let c = tally_client::connect(&stack.grpc, None).expect("connect");
-        c.ledgers
-            .clone()
-            .create_ledger(pb::CreateLedgerRequest {
-                ledger_id: ledger.into(),
-                policy: Some(pb::LedgerPolicy {
-                    model: "gemini-2.5-flash".into(),
-                    max_active_jobs: 4,
-                    budgets: Some(budgets),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .expect("create ledger");
+        create_ledger(&c, ledger, "gemini-2.5-flash", budgets).await;
         register_prompt(&c).await;
-        let rows: Vec<pb::RowInput> = (0..rows)
-            .map(|i| pb::RowInput {
-                key: format!("row-{i:02}"),
-                payload: serde_json::json!({"text": format!("document {i}")}).to_string(),
-                prompt: Some(pb::PromptRef {
-                    name: "summarize".into(),
-                    version: "v1".into(),
-                }),
-                ..Default::default()
-            })
-            .collect();
-        if !rows.is_empty() {
-            c.ledgers
-                .clone()
-                .enroll_rows(pb::EnrollRowsRequest {
-                    parent: format!("ledgers/{ledger}"),
-                    rows,
-                })
-                .await
-                .expect("enroll");
-        }
+        enroll_documents(&c, ledger, "row-", rows, "").await;
         World { stack, emulator, c }
     }
 
@@ -349,15 +378,24 @@ pub fn first_job(jobs: &[pb::Job]) -> &pb::Job {
 /// one-request probes a search makes as witnesses (their request's key is
 /// `tally-probe`). Answers how many batches jobs record.
 pub fn assert_no_orphan_batch(jobs: &[pb::Job], stats: &gemini_emulator::Stats) -> usize {
+    assert_batches_recorded(
+        jobs,
+        stats.batches_created,
+        stats.submission_count(PROBE_KEY),
+    )
+}
+
+/// [`assert_no_orphan_batch`] from a provider's counts: `created` batches,
+/// `probes` of them one-request probes.
+pub fn assert_batches_recorded(jobs: &[pb::Job], created: u64, probes: usize) -> usize {
     let recorded: std::collections::HashSet<&str> = jobs
         .iter()
         .map(|j| j.batch.as_str())
         .filter(|b| !b.is_empty())
         .collect();
-    let probes = stats.submission_count(PROBE_KEY) as u64;
     assert_eq!(
-        recorded.len() as u64 + probes,
-        stats.batches_created,
+        recorded.len() as u64 + probes as u64,
+        created,
         "every batch made is recorded on a job ({probes} probes): {recorded:?}"
     );
     recorded.len()

@@ -1,0 +1,570 @@
+//! The worker on the OpenAI Batch API, end to end: the real tally server
+//! in-process (its webhook listener at `/webhooks/openai`, signed), the
+//! OpenAI emulator in-process (fast batches, every webhook delivered
+//! twice), and `tally-worker --provider openai` processes.
+//!
+//! Invariants (each assertion names the one it checks):
+//! - a row's request runs at the provider exactly as many times as the row
+//!   has attempts: a request that never ran (`batch_expired`,
+//!   `batch_cancelled`, a batch refused at validation) is no attempt;
+//! - nothing is sent again once the provider answered a row and tally
+//!   accepted the answer (a SUCCEEDED row's last submission is its
+//!   success);
+//! - every batch the provider made is recorded on a job (none paid for
+//!   behind tally's back);
+//! - a worker killed at each point of the create path, or a create answer
+//!   lost while the list lags, leaves every row sent once;
+//! - one ledger whose rows name models of two providers completes at
+//!   both, each row at its own model's provider.
+//!
+//! Run: `cargo test -p tally-worker --test worker e2e_openai:: -- --nocapture`.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{
+    API_KEY, PROBE_KEY, SECRET, Stack, all_rows, assert_batches_recorded, create_ledger,
+    enroll_documents, exits_ok, first_job, list_jobs, register_prompt, spawn_openai_worker,
+    spawn_worker, start_server,
+};
+use openai_emulator::{Emulator, EmulatorConfig, FaultPlan, Outcome, Stats, Timing, WebhookTarget};
+use tally_client::Clients;
+use tally_proto::v1 as pb;
+use tokio::process::Child;
+
+/// The ledgers' OpenAI model.
+const MODEL: &str = "gpt-4o-mini";
+
+/// tally, the OpenAI emulator, and a ledger of `rows` rows `row-00`… on
+/// the `summarize` prompt for [`MODEL`].
+struct OpenAiWorld {
+    stack: Stack,
+    emulator: Emulator,
+    c: Clients,
+}
+
+impl OpenAiWorld {
+    async fn start(ledger: &str, rows: usize, faults: FaultPlan) -> OpenAiWorld {
+        OpenAiWorld::start_for(ledger, MODEL, rows, faults).await
+    }
+
+    /// [`OpenAiWorld::start`] with the ledger's model `model`.
+    async fn start_for(ledger: &str, model: &str, rows: usize, faults: FaultPlan) -> OpenAiWorld {
+        let stack = start_server(100).await;
+        let hook = stack.hook.replace("/webhooks/gemini", "/webhooks/openai");
+        let mut target = WebhookTarget::new(hook, SECRET);
+        target.duplicate = true;
+        let emulator = Emulator::start(
+            "127.0.0.1:0".parse().unwrap(),
+            EmulatorConfig {
+                api_keys: vec![API_KEY.into()],
+                faults,
+                timing: Timing::fast(),
+                webhook: Some(target),
+                seed: 7,
+                ..EmulatorConfig::default()
+            },
+        )
+        .await
+        .expect("emulator starts");
+        let c = tally_client::connect(&stack.grpc, None).expect("connect");
+        create_ledger(&c, ledger, model, pb::AttemptBudgets::default()).await;
+        register_prompt(&c).await;
+        enroll_documents(&c, ledger, "row-", rows, "").await;
+        OpenAiWorld { stack, emulator, c }
+    }
+
+    /// The emulator's API base URL, as `OPENAI_BASE_URL` takes it.
+    fn url(&self) -> String {
+        format!("{}/v1", self.emulator.base_url())
+    }
+
+    fn worker(&self, ledger: &str, name: &str, extra: &[&str]) -> Child {
+        spawn_openai_worker(&self.stack.grpc, &self.url(), ledger, name, extra)
+    }
+
+    async fn stop(self) {
+        self.emulator.shutdown().await;
+        self.stack.server.stop().await.expect("server stops");
+    }
+}
+
+/// Whether a submission's request ran at the provider (and was paid for
+/// if it was answered).
+fn ran(outcome: Outcome) -> bool {
+    !matches!(
+        outcome,
+        Outcome::Pending | Outcome::NotRun | Outcome::Expired | Outcome::Cancelled
+    )
+}
+
+/// The never-pay-twice invariants over every row, and every batch made
+/// recorded on a job. Answers how many batches jobs record.
+fn check_paid_once(stats: &Stats, rows: &[pb::Row], jobs: &[pb::Job]) -> usize {
+    for r in rows {
+        let subs = stats
+            .submissions
+            .get(&r.key)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let runs = subs.iter().filter(|s| ran(s.outcome)).count();
+        let attempts = r.attempts.as_ref().map_or(0, |a| a.total) as usize;
+        assert_eq!(
+            runs, attempts,
+            "{} ran {runs} times for {attempts} attempts: {subs:?}",
+            r.key
+        );
+        if r.status() == pb::RowStatus::Succeeded {
+            assert_eq!(
+                subs.last().map(|s| s.outcome),
+                Some(Outcome::Success),
+                "{}: nothing sent after the answer tally accepted: {subs:?}",
+                r.key
+            );
+        }
+    }
+    assert_batches_recorded(
+        jobs,
+        stats.batches_created,
+        stats.submission_count(PROBE_KEY),
+    )
+}
+
+/// A worker at the emulator with the create path's short settings.
+fn create_worker(w: &OpenAiWorld, ledger: &str, name: &str, extra: &[&str]) -> Child {
+    let mut args = vec![
+        "--claim-size",
+        "10",
+        "--max-rows-per-batch",
+        "10",
+        "--create-lookup-window",
+        "4s",
+        "--http-timeout",
+        "3s",
+        "--provider-clock-skew",
+        "0s",
+    ];
+    args.extend_from_slice(extra);
+    w.worker(ledger, name, &args)
+}
+
+/// Worker A dies at `failpoint` on its first job (if any), then worker B
+/// finishes the ledger: every row SUCCEEDED and sent once.
+async fn create_path(ledger: &str, failpoint: Option<&str>, faults: FaultPlan) {
+    let w = OpenAiWorld::start(ledger, 30, faults).await;
+    if let Some(point) = failpoint {
+        let mut a = create_worker(
+            &w,
+            ledger,
+            "worker-a",
+            &["--max-jobs", "1", "--failpoint", point],
+        );
+        let status = tokio::time::timeout(Duration::from_secs(60), a.wait())
+            .await
+            .expect("worker-a reaches its failpoint within 60s")
+            .expect("worker-a reaped");
+        assert!(!status.success(), "worker-a died at {point}: {status:?}");
+    }
+    let b = create_worker(
+        &w,
+        ledger,
+        "worker-b",
+        &["--exit-when-idle", "--orphan-age", "0s"],
+    );
+    exits_ok(b, "worker-b").await;
+    let jobs = list_jobs(&w.c, ledger).await;
+    let rows = all_rows(&w.c, ledger).await;
+    let stats = w.emulator.stats();
+    for r in &rows {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{} ({})",
+            r.key,
+            r.rule
+        );
+        assert_eq!(
+            stats.submission_count(&r.key),
+            1,
+            "{} sent once: {:?}",
+            r.key,
+            stats.submissions.get(&r.key)
+        );
+    }
+    let recorded = check_paid_once(&stats, &rows, &jobs);
+    if failpoint.is_some() {
+        let killed = first_job(&jobs);
+        assert!(
+            killed.end_time.is_some(),
+            "the killed worker's job closed: {killed:?}"
+        );
+    }
+    eprintln!(
+        "{ledger}: {} jobs ({recorded} with a batch), {} batches created, {} creates lost, {} rows each sent once",
+        jobs.len(),
+        stats.batches_created,
+        stats.create_answers_lost,
+        rows.len()
+    );
+    w.stop().await;
+}
+
+fn plan(value: serde_json::Value) -> FaultPlan {
+    serde_json::from_value(value).expect("a valid fault plan")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_after_upload_nothing_is_sent_twice() {
+    create_path(
+        "oai-upload",
+        Some("after-upload"),
+        plan(serde_json::json!({"list_lag_ms": 1500})),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_after_mark_creating_nothing_is_sent_twice() {
+    create_path(
+        "oai-marked",
+        Some("after-mark-creating"),
+        plan(serde_json::json!({"list_lag_ms": 1500})),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_after_the_create_the_adopter_finds_the_batch_by_its_tag() {
+    create_path(
+        "oai-created",
+        Some("after-create"),
+        plan(serde_json::json!({"list_lag_ms": 1500})),
+    )
+    .await;
+}
+
+/// The answer to a create is lost, and the list shows new batches only
+/// after the lookup window, oldest first: the batch is found, not made
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_create_answer_is_found_not_created_again() {
+    create_path(
+        "oai-lost",
+        None,
+        plan(serde_json::json!({
+            "create_answer_lost": {"times": 1},
+            "list_lag_ms": 5000,
+            "list_order": "oldest_first",
+        })),
+    )
+    .await;
+}
+
+/// One kind of row in the fault run: its key prefix, how many, the fault
+/// rule (if any), and the status and rule it must end with.
+struct Kind {
+    prefix: &'static str,
+    count: usize,
+    fault: Option<serde_json::Value>,
+    status: pb::RowStatus,
+    rule: &'static str,
+}
+
+/// The rows of the fault run. The rules are the classifier's: a provider
+/// error that is not transient is `http_permanent`; a truncated answer is
+/// `finish_reason_max_tokens` (the same request would be cut again); a
+/// content filter or a refusal is `finish_reason_blocked`; an answer that
+/// is not the schema's JSON spends the content budget (1 by default); a
+/// 500, a line error or a row missing from both files is retried.
+fn kinds() -> Vec<Kind> {
+    use pb::RowStatus::{Permanent, Succeeded};
+    use serde_json::json;
+    let k = |prefix, count, fault: Option<serde_json::Value>, status, rule| Kind {
+        prefix,
+        count,
+        fault: fault.map(|f| json!({"fault": f})),
+        status,
+        rule,
+    };
+    let once = |fault: serde_json::Value| Some(json!({"fault": fault, "times": 1}));
+    let mut kinds = vec![
+        k("ok-", 740, None, Succeeded, "success"),
+        k(
+            "h400-",
+            40,
+            Some(
+                json!({"kind": "http_error", "status": 400, "code": "invalid_value", "type": "invalid_request_error", "message": "bad value"}),
+            ),
+            Permanent,
+            "http_permanent",
+        ),
+        k(
+            "len-",
+            40,
+            Some(json!({"kind": "length"})),
+            Permanent,
+            "finish_reason_max_tokens",
+        ),
+        k(
+            "filt-",
+            40,
+            Some(json!({"kind": "content_filter"})),
+            Permanent,
+            "finish_reason_blocked",
+        ),
+        k(
+            "ref-",
+            40,
+            Some(json!({"kind": "refusal"})),
+            Permanent,
+            "finish_reason_blocked",
+        ),
+        k(
+            "json-",
+            40,
+            Some(json!({"kind": "invalid_json"})),
+            Permanent,
+            "content_attempts_exhausted",
+        ),
+    ];
+    // Transient faults, once each: the retry succeeds.
+    for (prefix, fault) in [
+        (
+            "h500-",
+            json!({"kind": "http_error", "status": 500, "code": "server_error", "type": "server_error", "message": "boom"}),
+        ),
+        ("miss-", json!({"kind": "missing"})),
+        (
+            "line-",
+            json!({"kind": "line_error", "code": "request_timeout", "message": "timed out"}),
+        ),
+    ] {
+        let mut kind = k(prefix, 20, None, Succeeded, "success");
+        kind.fault = once(fault);
+        kinds.push(kind);
+    }
+    kinds
+}
+
+/// 1,000 rows with every row fault, batches that expire part-way or go
+/// over the enqueued-token limit, rate-limited and lost creates, 404s,
+/// a lagging oldest-first list, every webhook twice, and two workers, one
+/// SIGKILLed while its job is at the provider: every row ends as its fault
+/// says, nothing is paid twice, and every batch is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
+    const LEDGER: &str = "oai-faults";
+    let rules: Vec<serde_json::Value> = kinds()
+        .iter()
+        .filter_map(|k| {
+            let mut rule = k.fault.clone()?;
+            rule["match"] = serde_json::json!({"custom_id_prefix": k.prefix});
+            Some(rule)
+        })
+        .collect();
+    let faults = plan(serde_json::json!({
+        "rows": rules,
+        "batches": [
+            {"match": {"nth": 2}, "fault": {"kind": "expired", "answered": 30}},
+            {"match": {"nth": 4}, "fault": {"kind": "token_limit_exceeded"}},
+        ],
+        "rate_limit": {"times": 2, "retry_after_secs": 1},
+        "create_answer_lost": {"times": 1},
+        "get_not_found": {"times": 2},
+        "list_lag_ms": 1500,
+        "list_order": "oldest_first",
+    }));
+    let w = OpenAiWorld::start(LEDGER, 0, faults).await;
+    for k in kinds() {
+        enroll_documents(&w.c, LEDGER, k.prefix, k.count, "").await;
+    }
+    let started = Instant::now();
+    let flags = [
+        "--claim-size",
+        "100",
+        "--create-lookup-window",
+        "4s",
+        "--http-timeout",
+        "3s",
+    ];
+    let mut a = w.worker(
+        LEDGER,
+        "worker-a",
+        &[&flags[..], &["--max-jobs", "1"]].concat(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let victim = loop {
+        let jobs = list_jobs(&w.c, LEDGER).await;
+        if let Some(j) = jobs.iter().find(|j| {
+            j.owner == "worker-a"
+                && j.end_time.is_none()
+                && matches!(j.state(), pb::JobState::Submitted | pb::JobState::Running)
+        }) {
+            break j.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "worker-a never had a submitted job"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let b = w.worker(
+        LEDGER,
+        "worker-b",
+        &[&flags[..], &["--exit-when-idle"]].concat(),
+    );
+    a.start_kill().expect("SIGKILL worker-a");
+    assert!(
+        !a.wait().await.expect("worker-a reaped").success(),
+        "worker-a was killed"
+    );
+    exits_ok(b, "worker-b").await;
+
+    let rows = all_rows(&w.c, LEDGER).await;
+    assert_eq!(rows.len(), 1000);
+    let mut by_status: BTreeMap<(&str, String, String), usize> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for k in kinds() {
+        let mine: Vec<&pb::Row> = rows
+            .iter()
+            .filter(|r| r.key.starts_with(k.prefix))
+            .collect();
+        assert_eq!(mine.len(), k.count, "{}", k.prefix);
+        for r in mine {
+            if r.status() != k.status || r.rule != k.rule {
+                wrong.push(format!("{} {:?} ({})", r.key, r.status(), r.rule));
+            }
+            *by_status
+                .entry((k.prefix, format!("{:?}", r.status()), r.rule.clone()))
+                .or_default() += 1;
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "every row ends as its fault says; by kind, status and rule: {by_status:?}; wrong: {wrong:?}"
+    );
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    let killed = jobs
+        .iter()
+        .find(|j| j.job_id == victim.job_id)
+        .expect("the killed worker's job");
+    assert!(
+        killed.adoptions >= 1,
+        "the killed worker's job was adopted: {killed:?}"
+    );
+    assert!(
+        jobs.iter().all(|j| j.provider == "openai"),
+        "every job at OpenAI"
+    );
+    let stats = w.emulator.stats();
+    let recorded = check_paid_once(&stats, &rows, &jobs);
+    let attempts: i64 = rows
+        .iter()
+        .map(|r| r.attempts.as_ref().map_or(0, |a| a.total) as i64)
+        .sum();
+    let sent: usize = stats.submissions.values().map(Vec::len).sum();
+    eprintln!(
+        "1,000 rows in {:?}: by kind, status and rule {by_status:?}; {} jobs ({recorded} with a batch), {} batches created ({} probes), {} token-limit failures, {} creates rate-limited, {} answers lost, {} GETs 404; {attempts} attempts, {sent} requests sent ({} ran)",
+        started.elapsed(),
+        jobs.len(),
+        stats.batches_created,
+        stats.submission_count(PROBE_KEY),
+        stats.token_limit_failures,
+        stats.create_rejections,
+        stats.create_answers_lost,
+        stats.gets_not_found,
+        stats
+            .submissions
+            .values()
+            .flatten()
+            .filter(|s| ran(s.outcome))
+            .count(),
+    );
+    w.stop().await;
+}
+
+/// One Gemini ledger whose rows name a Gemini model (the ledger's) and an
+/// OpenAI model: a Gemini worker and an OpenAI worker each claim only
+/// their provider's rows, and both finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_ledger_runs_each_row_at_its_models_provider() {
+    const LEDGER: &str = "mixed";
+    let w = OpenAiWorld::start_for(LEDGER, "gemini-2.5-flash", 0, FaultPlan::default()).await;
+    let gemini = gemini_emulator::Emulator::start(
+        "127.0.0.1:0".parse().unwrap(),
+        gemini_emulator::EmulatorConfig {
+            api_key: API_KEY.into(),
+            timing: gemini_emulator::Timing {
+                pending: Duration::from_millis(100),
+                running: Duration::from_millis(200),
+            },
+            ..gemini_emulator::EmulatorConfig::default()
+        },
+    )
+    .await
+    .expect("gemini emulator starts");
+    enroll_documents(&w.c, LEDGER, "gem-", 20, "").await;
+    enroll_documents(&w.c, LEDGER, "oai-", 20, MODEL).await;
+
+    let g = spawn_worker(
+        &w.stack.grpc,
+        &gemini.base_url(),
+        LEDGER,
+        "gemini-worker",
+        &["--exit-when-idle"],
+    );
+    let o = w.worker(LEDGER, "openai-worker", &["--exit-when-idle"]);
+    exits_ok(o, "the OpenAI worker").await;
+    exits_ok(g, "the Gemini worker").await;
+
+    let rows = all_rows(&w.c, LEDGER).await;
+    assert_eq!(rows.len(), 40);
+    let at_openai = w.emulator.stats();
+    let at_gemini = gemini.stats();
+    for r in &rows {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{} ({})",
+            r.key,
+            r.rule
+        );
+        let (here, elsewhere) = if r.key.starts_with("oai-") {
+            (
+                at_openai.submission_count(&r.key),
+                at_gemini.submission_count(&r.key),
+            )
+        } else {
+            (
+                at_gemini.submission_count(&r.key),
+                at_openai.submission_count(&r.key),
+            )
+        };
+        assert_eq!(
+            (here, elsewhere),
+            (1, 0),
+            "{} ran once, at its model's provider",
+            r.key
+        );
+        if r.key.starts_with("oai-") {
+            let answer: serde_json::Value =
+                serde_json::from_str(&r.result).expect("the OpenAI answer is JSON");
+            assert!(
+                answer["summary"].is_string() && answer["score"].is_i64(),
+                "the prompt's schema went as response_format: {answer}"
+            );
+        }
+    }
+    for j in list_jobs(&w.c, LEDGER).await {
+        let want = if j.model.starts_with("gpt-") {
+            "openai"
+        } else {
+            "gemini"
+        };
+        assert_eq!(j.provider, want, "{j:?}");
+    }
+    gemini.shutdown().await;
+    w.stop().await;
+}
