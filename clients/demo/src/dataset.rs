@@ -2,7 +2,6 @@
 //! Pure and deterministic: the same rows every run, so a second run enrolls
 //! nothing new.
 
-use gemini_emulator::faults::FaultPlan;
 use serde_json::json;
 
 /// The prompt every row is rendered with.
@@ -75,7 +74,7 @@ pub fn rows() -> Vec<SampleRow> {
 
 /// The emulator's fault plan for [`rows`]: per key prefix, plus one whole
 /// batch that fails (its rows come back and succeed on the next attempt).
-pub fn faults() -> FaultPlan {
+pub fn faults() -> gemini_emulator::faults::FaultPlan {
     serde_json::from_value(json!({
         "rows": [
             {"match": {"key_prefix": "flaky-"}, "fault": {"kind": "transient", "code": 429, "times": 2}},
@@ -94,6 +93,33 @@ pub fn faults() -> FaultPlan {
         "create_429": {"times": 1, "retry_after_secs": 1}
     }))
     .expect("the demo's fault plan is valid")
+}
+
+/// The same groups on OpenAI's Batch API (`--provider openai`), as OpenAI
+/// answers them: `unsafe-` and `chapter-1` are content-filtered, `nsfw-`
+/// refused, `empty-` cut at the token limit, 429 and 503 as the request's
+/// own status; the second batch expires with 20 rows answered (the rest
+/// never ran: they come back without an attempt and succeed later).
+pub fn openai_faults() -> openai_emulator::FaultPlan {
+    let http = |status: u16, code: &str, kind: &str| json!({"kind": "http_error", "status": status, "code": code, "type": kind, "message": format!("{code} (demo fault)")});
+    serde_json::from_value(json!({
+        "rows": [
+            {"match": {"custom_id_prefix": "flaky-"}, "fault": http(429, "rate_limit_exceeded", "requests"), "times": 2},
+            {"match": {"custom_id_prefix": "busy-"}, "fault": http(503, "server_error", "server_error"), "times": 1},
+            {"match": {"custom_id_prefix": "unsafe-"}, "fault": {"kind": "content_filter"}},
+            {"match": {"custom_id_prefix": "nsfw-"}, "fault": {"kind": "refusal"}},
+            {"match": {"custom_id_prefix": "empty-"}, "fault": {"kind": "length"}},
+            {"match": {"custom_id_prefix": "garbled-"}, "fault": {"kind": "invalid_json"}},
+            {"match": {"custom_id_prefix": "bad-"}, "fault": http(400, "invalid_value", "invalid_request_error")},
+            {"match": {"custom_id_prefix": "lost-"}, "fault": {"kind": "missing"}},
+            {"match": {"custom_id": "chapter-1"}, "fault": {"kind": "content_filter"}}
+        ],
+        "batches": [
+            {"match": {"nth": 2}, "fault": {"kind": "expired", "answered": 20}}
+        ],
+        "rate_limit": {"times": 1, "retry_after_secs": 1}
+    }))
+    .expect("the demo's OpenAI fault plan is valid")
 }
 
 #[cfg(test)]
@@ -126,6 +152,7 @@ mod tests {
     #[test]
     fn every_faulty_group_has_a_rule_and_the_plan_parses() {
         let plan = faults();
+        let openai = openai_faults();
         for &(prefix, _, _) in GROUPS {
             if prefix == "article-" || prefix == "chapter-" {
                 continue;
@@ -135,6 +162,13 @@ mod tests {
                     .iter()
                     .any(|r| r.matcher.key_prefix.as_deref() == Some(prefix)),
                 "no fault rule for {prefix}"
+            );
+            assert!(
+                openai
+                    .rows
+                    .iter()
+                    .any(|r| r.matches.custom_id_prefix.as_deref() == Some(prefix)),
+                "no OpenAI fault rule for {prefix}"
             );
         }
     }

@@ -1,18 +1,19 @@
 //! tally-demo: the whole product in one command. It starts tally on a
 //! private PostgreSQL (kept under --data-dir between runs), the Gemini
-//! emulator with faults mixed in, and one worker; enrolls a generated
-//! dataset; shows live progress; and ends with the ledger summary.
+//! emulator (or, with `--provider openai`, the OpenAI one) with faults
+//! mixed in, and one worker; enrolls a generated dataset; shows live
+//! progress; and ends with the ledger summary.
 //!
 //! Run it twice: the second run finds every row already enrolled and
 //! terminal, so it enrolls nothing and sends nothing to the provider.
 
 mod dataset;
+mod provider;
 mod report;
 
 use anyhow::{Context, Result};
 use base64::Engine;
 use clap::Parser;
-use gemini_emulator::{Emulator, EmulatorConfig, Timing, WebhookTarget};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,9 +34,13 @@ struct Args {
     /// An existing PostgreSQL to use instead of the private one.
     #[arg(long)]
     database_url: Option<String>,
-    /// The ledger the demo fills.
-    #[arg(long, default_value = "demo")]
-    ledger: String,
+    /// The provider the rows run at (emulated in-process).
+    #[arg(long, value_enum, default_value = "gemini")]
+    provider: provider::Which,
+    /// The ledger the demo fills (default `demo`, or `demo-openai` with
+    /// `--provider openai`).
+    #[arg(long)]
+    ledger: Option<String>,
     /// Most rows in one provider batch (smaller: more jobs).
     #[arg(long, default_value_t = 40)]
     batch_rows: usize,
@@ -81,48 +86,34 @@ async fn run(args: Args) -> Result<()> {
         .context("the webhook listener did not start")?;
     println!("tally metrics on http://{}/metrics", server.metrics_addr);
 
-    let mut webhook = WebhookTarget::new(format!("http://{http}/webhooks/gemini"), secret);
-    webhook.duplicate = true;
-    // A second copy of each event after later ones: out-of-order delivery.
-    webhook.redeliver_after = Some(std::time::Duration::from_millis(300));
-    let emulator = Emulator::start(
-        "127.0.0.1:0".parse()?,
-        EmulatorConfig {
-            faults: dataset::faults(),
-            timing: Timing::default(),
-            webhook: Some(webhook),
-            ..EmulatorConfig::default()
-        },
-    )
-    .await
-    .context("starting the gemini emulator")?;
-    println!(
-        "gemini-emulator on {} (faults: safety, prompt blocked, 429/503, empty, bad JSON, 400, missing rows, a failed batch; webhooks duplicated and reordered)",
-        emulator.base_url()
-    );
+    let emulator = provider::Emulated::start(args.provider, http, &secret).await?;
+    println!("{}", emulator.describe());
 
     let grpc = format!("http://{}", server.grpc_addr);
     let mut ledgers = LedgerServiceClient::connect(grpc.clone()).await?;
-    let ledger = format!("ledgers/{}", args.ledger);
-    prepare(&mut ledgers, &args.ledger).await?;
+    let ledger_id = args
+        .ledger
+        .clone()
+        .unwrap_or_else(|| args.provider.ledger().to_owned());
+    let ledger = format!("ledgers/{ledger_id}");
+    prepare(&mut ledgers, &ledger_id, args.provider.model()).await?;
     let enrolled = enroll(&mut ledgers, &ledger).await?;
     println!(
         "enrolled {} new rows ({} already present) into {ledger}",
         enrolled.enrolled, enrolled.already_present
     );
 
-    let worker_args = tally_worker::WorkerArgs::try_parse_from([
+    let batch_rows = args.batch_rows.to_string();
+    let mut argv: Vec<String> = [
         "tally-worker",
         "--server",
         &grpc,
         "--ledger",
-        &args.ledger,
-        "--gemini-base-url",
-        &emulator.base_url(),
+        &ledger_id,
         "--claim-size",
-        &args.batch_rows.to_string(),
+        &batch_rows,
         "--max-rows-per-batch",
-        &args.batch_rows.to_string(),
+        &batch_rows,
         "--poll-interval",
         "2s",
         "--heartbeat-interval",
@@ -130,8 +121,12 @@ async fn run(args: Args) -> Result<()> {
         "--worker-name",
         "demo-worker",
         "--exit-when-idle",
-    ])?;
-    let key = tally_worker::ApiKey::new(emulator.api_key().to_string());
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend(emulator.worker_flags());
+    let worker_args = tally_worker::WorkerArgs::try_parse_from(argv)?;
+    let key = tally_worker::ApiKey::new(emulator.api_key());
     let listener = match args.worker_metrics_addr {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
@@ -172,7 +167,7 @@ async fn run(args: Args) -> Result<()> {
     let succeeded = rows(&mut ledgers, &ledger, pb::RowStatus::Succeeded).await?;
     let permanent = rows(&mut ledgers, &ledger, pb::RowStatus::Permanent).await?;
     let blocked = rows(&mut ledgers, &ledger, pb::RowStatus::Blocked).await?;
-    let provider = emulator.stats();
+    let provider = emulator.counts();
     print!(
         "{}",
         report::render(&report::Outcome {
@@ -197,7 +192,7 @@ async fn run(args: Args) -> Result<()> {
     println!(
         "To look around, serve the demo's database and ask tallyctl:\n  cargo run --release -p tally-server -- --auth disabled --data-dir {}\n  cargo run --release -p tallyctl -- rows {} --status permanent",
         args.data_dir.display(),
-        args.ledger
+        ledger_id
     );
     emulator.shutdown().await;
     server.stop().await?;
@@ -243,7 +238,7 @@ async fn start_server(args: &Args, secret: &str) -> Result<tally_server::startup
 }
 
 /// The ledger and its prompt; both may exist from an earlier run.
-async fn prepare(client: &mut LedgerServiceClient<Channel>, id: &str) -> Result<()> {
+async fn prepare(client: &mut LedgerServiceClient<Channel>, id: &str, model: &str) -> Result<()> {
     let secs = |s: i64, ms: i32| prost_types::Duration {
         seconds: s,
         nanos: ms * 1_000_000,
@@ -252,7 +247,7 @@ async fn prepare(client: &mut LedgerServiceClient<Channel>, id: &str) -> Result<
         .create_ledger(pb::CreateLedgerRequest {
             ledger_id: id.to_string(),
             policy: Some(pb::LedgerPolicy {
-                model: "gemini-2.5-flash".into(),
+                model: model.into(),
                 budgets: Some(pb::AttemptBudgets {
                     provider: 3,
                     content: 1,

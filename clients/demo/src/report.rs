@@ -2,10 +2,20 @@
 //! and why, what is BLOCKED behind it, and what the provider was paid for.
 //! Pure formatting over what the run read back.
 
-use gemini_emulator::Stats;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use tally_proto::v1 as pb;
+
+/// What the provider was asked for, from the emulator's counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProviderCounts {
+    pub batches_created: u64,
+    /// Requests sent, over every batch (a row retried counts again).
+    pub rows_sent: usize,
+    /// Create calls refused (429).
+    pub create_rejections: u64,
+    pub webhooks_sent: u64,
+}
 
 /// Everything the summary shows, read after the worker stopped.
 pub struct Outcome<'a> {
@@ -13,7 +23,7 @@ pub struct Outcome<'a> {
     pub succeeded: &'a [pb::Row],
     pub permanent: &'a [pb::Row],
     pub blocked: &'a [pb::Row],
-    pub provider: &'a Stats,
+    pub provider: &'a ProviderCounts,
     pub enrolled_now: i32,
     pub already_present: i32,
 }
@@ -62,14 +72,13 @@ pub fn render(o: &Outcome<'_>) -> String {
         "attempts   {attempts:>4}  tokens in={} out={}",
         usage.input_tokens, usage.output_tokens
     );
-    let sent: usize = o.provider.submissions.values().map(Vec::len).sum();
     let _ = writeln!(
         s,
         "\nthis run: {} rows enrolled ({} already present); provider: {} batches created, {} rows sent, {} create calls refused (429), {} webhooks delivered",
         o.enrolled_now,
         o.already_present,
         o.provider.batches_created,
-        sent,
+        o.provider.rows_sent,
         o.provider.create_rejections,
         o.provider.webhooks_sent
     );
@@ -123,7 +132,7 @@ mod tests {
             succeeded: &[row("a", "", 1), row("b", "", 3)],
             permanent: &[row("x", "blocked", 1), row("y", "blocked", 1)],
             blocked: &[row("z", "dependency_failed", 0)],
-            provider: &Stats::default(),
+            provider: &ProviderCounts::default(),
             enrolled_now: 0,
             already_present: 5,
         });
