@@ -4,7 +4,7 @@
 //! were queued. Options model what real deliveries may do: arrive twice, or
 //! once more much later (after later events).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -15,8 +15,10 @@ use tokio_util::task::TaskTracker;
 use crate::signing::{Secret, SecretError, sign};
 
 /// A receiver of Standard Webhooks deliveries and how to deliver to it.
+/// `P` is what the emulator's events carry where the provider left it open
+/// (Gemini's `WebhookPayload`); `()` where there is no such choice.
 #[derive(Debug, Clone)]
-pub struct WebhookTarget {
+pub struct WebhookTarget<P = ()> {
     /// Full URL the events are POSTed to.
     pub url: String,
     /// The signing secret, `whsec_<base64>`.
@@ -32,11 +34,13 @@ pub struct WebhookTarget {
     pub max_attempts: u32,
     /// Delay before the first retry; doubled for each further one.
     pub retry_backoff: Duration,
+    /// What the events' `data` carries, where the emulator offers a choice.
+    pub payload: P,
 }
 
-impl WebhookTarget {
+impl<P: Default> WebhookTarget<P> {
     /// A target with the usual defaults: no duplicates, no redelivery, 4
-    /// tries starting at 50ms backoff.
+    /// tries starting at 50ms backoff, the default payload.
     pub fn new(url: impl Into<String>, secret: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -45,7 +49,33 @@ impl WebhookTarget {
             redeliver_after: None,
             max_attempts: 4,
             retry_backoff: Duration::from_millis(50),
+            payload: P::default(),
         }
+    }
+}
+
+impl<P> WebhookTarget<P> {
+    /// How to deliver (what [`Outbox`] needs) and what to deliver, apart.
+    pub fn split(self) -> (WebhookTarget, P) {
+        let WebhookTarget {
+            url,
+            secret,
+            duplicate,
+            redeliver_after,
+            max_attempts,
+            retry_backoff,
+            payload,
+        } = self;
+        let delivery = WebhookTarget {
+            url,
+            secret,
+            duplicate,
+            redeliver_after,
+            max_attempts,
+            retry_backoff,
+            payload: (),
+        };
+        (delivery, payload)
     }
 
     /// The decoded secret, or why it is unusable (checked at start, so a
@@ -71,6 +101,50 @@ pub enum Attempt {
     Failed,
     /// The last try failed; the delivery is given up.
     Abandoned,
+}
+
+impl Attempt {
+    /// Of one thing per kind of attempt (e.g. counters), the one for this.
+    pub fn pick<T>(self, sent: T, failed: T, abandoned: T) -> T {
+        match self {
+            Attempt::Sent => sent,
+            Attempt::Failed => failed,
+            Attempt::Abandoned => abandoned,
+        }
+    }
+}
+
+/// A `report` for [`Outbox::new`] that tells `owner` of each attempt while
+/// it lives. Weak, because the owner holds the outbox.
+pub fn report_to<S>(
+    owner: Weak<S>,
+    count: impl Fn(&S, Attempt) + Send + Sync + 'static,
+) -> impl Fn(Attempt) + Send + Sync + 'static
+where
+    S: Send + Sync + 'static,
+{
+    move |attempt| {
+        if let Some(owner) = owner.upgrade() {
+            count(&owner, attempt);
+        }
+    }
+}
+
+/// Installs ring as rustls's crypto provider unless one is chosen already:
+/// reqwest is built without a bundled TLS provider (see the workspace
+/// manifest).
+pub fn install_crypto() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// The HTTP client deliveries go out on: a 5s timeout per request.
+pub fn http_client() -> reqwest::Result<reqwest::Client> {
+    install_crypto();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
 }
 
 /// The queue of one batch's events. Dropping it lets its delivery task end

@@ -153,27 +153,9 @@ impl Timing {
     }
 }
 
-/// A receiver of Standard Webhooks deliveries.
-#[derive(Debug, Clone)]
-pub struct WebhookTarget {
-    /// Full URL the events are POSTed to.
-    pub url: String,
-    /// The signing secret, `whsec_<base64>`.
-    pub secret: String,
-    /// Deliver every event twice, with the same `webhook-id`.
-    pub duplicate: bool,
-    /// Deliver every event once more, with the same `webhook-id`, this long
-    /// after the first delivery: a redelivery that arrives after later
-    /// events of other batches and after the batch was read by polling (out
-    /// of order, as real deliveries can be).
-    pub redeliver_after: Option<Duration>,
-    /// Tries per delivery before giving up (at least 1).
-    pub max_attempts: u32,
-    /// Delay before the first retry; doubled for each further one.
-    pub retry_backoff: Duration,
-    /// What the events' `data` carries.
-    pub payload: WebhookPayload,
-}
+/// A receiver of Standard Webhooks deliveries, how to deliver to it, and
+/// what the events carry (`payload`).
+pub type WebhookTarget = emulator_kit::delivery::WebhookTarget<WebhookPayload>;
 
 /// The `data` of batch events.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -197,34 +179,6 @@ impl WebhookPayload {
             other => Err(format!(
                 "unknown webhook payload {other:?}: `documented` or `rich`"
             )),
-        }
-    }
-}
-
-impl WebhookTarget {
-    /// How events are delivered to it (`emulator_kit::delivery`).
-    pub fn delivery(&self) -> emulator_kit::delivery::WebhookTarget {
-        emulator_kit::delivery::WebhookTarget {
-            url: self.url.clone(),
-            secret: self.secret.clone(),
-            duplicate: self.duplicate,
-            redeliver_after: self.redeliver_after,
-            max_attempts: self.max_attempts,
-            retry_backoff: self.retry_backoff,
-        }
-    }
-
-    /// A target with the usual defaults: no duplicates, no redelivery, 4
-    /// tries starting at 50ms backoff.
-    pub fn new(url: impl Into<String>, secret: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            secret: secret.into(),
-            duplicate: false,
-            redeliver_after: None,
-            max_attempts: 4,
-            retry_backoff: Duration::from_millis(50),
-            payload: WebhookPayload::default(),
         }
     }
 }

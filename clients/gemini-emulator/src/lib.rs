@@ -51,9 +51,8 @@ pub use emulator_kit::{schema_instance, signing};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::task::JoinHandle;
+use emulator_kit::serve::{Listener, Server};
 
 pub use config::{EmulatorConfig, Models, Timing, WebhookPayload, WebhookTarget};
 pub use faults::{
@@ -64,46 +63,33 @@ pub use stats::{Outcome, Stats, Submission};
 
 use service::Shared;
 
-/// How long shutdown waits for connections and background tasks.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
 /// A running emulator. Dropping it stops its background work; prefer
 /// [`Emulator::shutdown`], which also waits for it.
 pub struct Emulator {
     shared: Arc<Shared>,
-    addr: SocketAddr,
-    server: Option<JoinHandle<io::Result<()>>>,
+    server: Server,
 }
 
 impl Emulator {
     /// Binds `addr` (port 0 picks a free port) and starts serving.
     pub async fn start(addr: SocketAddr, config: EmulatorConfig) -> io::Result<Emulator> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let mut local = listener.local_addr()?;
-        if local.ip().is_unspecified() {
-            local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
-        let base_url = format!("http://{local}");
-        let shared = Shared::new(config, base_url)
+        let listener = Listener::bind(addr).await?;
+        let shared = Shared::new(config, listener.base_url())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let app = routes::router(Arc::clone(&shared));
-        let shutdown = shared.shutdown.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        });
-        tracing::info!(addr = %local, "gemini emulator listening");
-        Ok(Emulator {
-            shared,
-            addr: local,
-            server: Some(server),
-        })
+        let server = Server::spawn(
+            "gemini emulator",
+            listener,
+            app,
+            shared.shutdown.clone(),
+            shared.tasks.clone(),
+        );
+        Ok(Emulator { shared, server })
     }
 
     /// The address it listens on (loopback if bound to an unspecified one).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.server.local_addr()
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -128,29 +114,7 @@ impl Emulator {
 
     /// Stops accepting, ends batch lifecycles and webhook deliveries, and
     /// waits (a few seconds at most) for them to finish.
-    pub async fn shutdown(mut self) {
-        self.shared.shutdown.cancel();
-        if let Some(server) = self.server.take() {
-            match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(error))) => tracing::warn!(%error, "emulator server ended with an error"),
-                Ok(Err(error)) => tracing::warn!(%error, "emulator server task failed"),
-                Err(_) => tracing::warn!("emulator connections did not close in time"),
-            }
-        }
-        self.shared.tasks.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, self.shared.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("emulator background tasks did not finish in time");
-        }
-        tracing::info!("gemini emulator stopped");
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        self.shared.shutdown.cancel();
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
     }
 }

@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Parser;
+use emulator_kit::startup;
 use gemini_emulator::{
     Emulator, EmulatorConfig, FaultPlan, Models, Timing, WebhookPayload, WebhookTarget,
 };
@@ -73,39 +74,16 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    if args.log_json {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
-
-    let faults = match &args.faults {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading fault plan {}", path.display()))?;
-            FaultPlan::from_json(&text)
-                .map_err(anyhow::Error::msg)
-                .with_context(|| format!("fault plan {}", path.display()))?
-        }
-        None => FaultPlan::default(),
-    };
-    let webhook = match (args.webhook_url, args.webhook_secret) {
-        (Some(url), Some(secret)) => Some(WebhookTarget {
+    startup::init_tracing(args.log_json);
+    let faults = startup::fault_plan(args.faults.as_deref(), FaultPlan::from_json)?;
+    let webhook = startup::webhook_target(args.webhook_url, args.webhook_secret)?.map(|target| {
+        WebhookTarget {
             duplicate: args.webhook_duplicate,
             redeliver_after: args.webhook_redeliver_after,
             payload: args.webhook_payload,
-            ..WebhookTarget::new(url, secret)
-        }),
-        // Unsigned webhooks would teach receivers to skip verification.
-        (Some(_), None) => bail!("--webhook-url needs --webhook-secret"),
-        (None, Some(_)) => bail!("--webhook-secret without --webhook-url"),
-        (None, None) => None,
-    };
+            ..target
+        }
+    });
     let config = EmulatorConfig {
         api_key: args.api_key,
         faults,
@@ -121,31 +99,7 @@ async fn main() -> anyhow::Result<()> {
     let emulator = Emulator::start(args.addr, config)
         .await
         .with_context(|| format!("starting on {}", args.addr))?;
-    tracing::info!(base_url = %emulator.base_url(), "ready");
-    wait_for_signal().await;
-    tracing::info!("stopping");
+    startup::serve_until_signal(&emulator.base_url()).await;
     emulator.shutdown().await;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

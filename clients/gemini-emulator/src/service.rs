@@ -20,10 +20,11 @@ use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, ListOrder, RowE
 use crate::files::{Source, StoredFile, UploadError, UploadSession};
 use crate::ids::{hash_str, resource_id};
 use crate::output::{Style, build_output, parse_inline, parse_input};
-use crate::stats::{Outcome, Stats, Submission};
+use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
-use emulator_kit::delivery::{Attempt, EventQueue, Outbox};
+use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
 use emulator_kit::signing::SecretError;
+use emulator_kit::submissions::SubmissionLog;
 
 /// Lists answer at most this many batches per page.
 const MAX_PAGE_SIZE: usize = 100;
@@ -98,20 +99,13 @@ impl Shared {
         let faults = Faults::compile(config.faults)?;
         let webhook = match config.webhook {
             Some(target) => {
-                let delivery = target.delivery();
+                let (delivery, payload) = target.split();
                 let secret = delivery.parse_secret()?;
-                Some((delivery, secret, target.payload))
+                Some((delivery, secret, payload))
             }
             None => None,
         };
-        // reqwest is built without a bundled TLS provider (see the
-        // workspace manifest); install ring unless someone already chose.
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
+        let http = delivery::http_client()?;
         let started = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -119,16 +113,7 @@ impl Shared {
             api_key: config.api_key,
             timing: config.timing,
             webhook: webhook.map(|(delivery, secret, payload)| {
-                let me = me.clone();
-                let report = move |attempt| {
-                    if let Some(shared) = me.upgrade() {
-                        shared.with_stats(|s| match attempt {
-                            Attempt::Sent => s.webhooks_sent += 1,
-                            Attempt::Failed => s.webhooks_failed += 1,
-                            Attempt::Abandoned => s.webhooks_abandoned += 1,
-                        });
-                    }
-                };
+                let report = delivery::report_to(me.clone(), Shared::count_webhook);
                 let outbox = Outbox::new(
                     delivery,
                     secret,
@@ -165,6 +150,16 @@ impl Shared {
 
     pub fn stats(&self) -> Stats {
         self.lock().stats.clone()
+    }
+
+    fn count_webhook(&self, attempt: Attempt) {
+        self.with_stats(|s| {
+            *attempt.pick(
+                &mut s.webhooks_sent,
+                &mut s.webhooks_failed,
+                &mut s.webhooks_abandoned,
+            ) += 1;
+        });
     }
 
     pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
@@ -549,12 +544,7 @@ impl Shared {
             state
                 .stats
                 .submissions
-                .entry(row.key.clone())
-                .or_default()
-                .push(Submission {
-                    batch: name.clone(),
-                    outcome: Outcome::Pending,
-                });
+                .submit(&row.key, &name, Outcome::Pending);
         }
         state.stats.batches_created += 1;
         if let Some(faults) = state.faults.as_mut() {
@@ -749,15 +739,7 @@ impl Shared {
         }
         batch.transition(to, Utc::now());
         tracing::info!(batch = %name, state = to.wire(), "batch finished");
-        for (key, outcome) in outcomes {
-            if let Some(sub) = stats
-                .submissions
-                .get_mut(&key)
-                .and_then(|subs| subs.iter_mut().rev().find(|s| s.batch == name))
-            {
-                sub.outcome = outcome;
-            }
-        }
+        stats.submissions.settle(&name, outcomes);
         if let Some(rt) = runtime.get_mut(id) {
             if let Some(queue) = rt.events.take() {
                 let payload = self

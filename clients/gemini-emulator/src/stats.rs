@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use emulator_kit::submissions::{SubmissionLog, Submissions};
 use serde::Serialize;
 
 /// A snapshot of what the emulator has seen and done.
@@ -39,7 +40,7 @@ pub struct Stats {
     /// Files found past the plan's TTL (and dropped).
     pub files_expired: u64,
     /// Every submission of each row key, in batch creation order.
-    pub submissions: BTreeMap<String, Vec<Submission>>,
+    pub submissions: Submissions<Outcome>,
     /// Webhook deliveries answered 2xx (a duplicate counts twice).
     pub webhooks_sent: u64,
     /// Webhook delivery attempts that failed (non-2xx or no connection).
@@ -49,12 +50,7 @@ pub struct Stats {
 }
 
 /// One row key sent in one batch, and what became of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Submission {
-    /// `batches/<id>`.
-    pub batch: String,
-    pub outcome: Outcome,
-}
+pub type Submission = emulator_kit::submissions::Submission<Outcome>;
 
 /// What the emulator answered for one submitted row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -94,27 +90,17 @@ impl Stats {
     /// successfully. Empty when the client never pays for a row twice.
     pub fn resubmitted_after_success(&self) -> Vec<String> {
         self.submissions
-            .iter()
-            .filter(|(_, subs)| {
-                subs.iter()
-                    .position(|s| s.outcome == Outcome::Success)
-                    .is_some_and(|first| first + 1 < subs.len())
-            })
-            .map(|(key, _)| key.clone())
-            .collect()
+            .resubmitted_after(|o| *o == Outcome::Success)
     }
 
     /// How many times `key` was submitted.
     pub fn submission_count(&self, key: &str) -> usize {
-        self.submissions.get(key).map_or(0, Vec::len)
+        self.submissions.count(key)
     }
 
     /// The outcome of the last submission of `key`.
     pub fn last_outcome(&self, key: &str) -> Option<Outcome> {
-        self.submissions
-            .get(key)
-            .and_then(|subs| subs.last())
-            .map(|s| s.outcome)
+        self.submissions.last_outcome(key)
     }
 }
 

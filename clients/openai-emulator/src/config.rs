@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-pub use emulator_kit::delivery::WebhookTarget;
-
 use crate::faults::FaultPlan;
+
+/// A receiver of Standard Webhooks deliveries and how to deliver to it
+/// (OpenAI's events offer no payload choice).
+pub type WebhookTarget = emulator_kit::delivery::WebhookTarget;
 
 /// Everything [`crate::Emulator::start`] needs.
 #[derive(Debug, Clone)]

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use chrono::Utc;
-use emulator_kit::delivery::{Attempt, EventQueue, Outbox};
+use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
 use emulator_kit::mix::hash_str;
 use emulator_kit::signing::SecretError;
+use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -23,7 +24,7 @@ use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Fault
 use crate::files::{StoredFile, UPLOAD_PURPOSES};
 use crate::ids::{completion_id, file_id, hex_id};
 use crate::input::{InputRow, LineError, parse};
-use crate::stats::{Outcome, Stats, Submission};
+use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
 
 /// Endpoints a batch may be made for.
@@ -102,27 +103,13 @@ impl Shared {
             .as_ref()
             .map(|t| t.parse_secret())
             .transpose()?;
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .build()?;
+        let http = delivery::http_client()?;
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         let started = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
         Ok(Arc::new_cyclic(|me: &Weak<Shared>| {
             let outbox = config.webhook.zip(secret).map(|(target, secret)| {
-                let me = me.clone();
-                let report = move |attempt| {
-                    if let Some(shared) = me.upgrade() {
-                        shared.with_stats(|s| match attempt {
-                            Attempt::Sent => s.webhooks_sent += 1,
-                            Attempt::Failed => s.webhooks_failed += 1,
-                            Attempt::Abandoned => s.webhooks_abandoned += 1,
-                        });
-                    }
-                };
+                let report = delivery::report_to(me.clone(), Shared::count_webhook);
                 Outbox::new(
                     target,
                     secret,
@@ -167,6 +154,16 @@ impl Shared {
 
     pub fn stats(&self) -> Stats {
         self.lock().stats.clone()
+    }
+
+    fn count_webhook(&self, attempt: Attempt) {
+        self.with_stats(|s| {
+            *attempt.pick(
+                &mut s.webhooks_sent,
+                &mut s.webhooks_failed,
+                &mut s.webhooks_abandoned,
+            ) += 1;
+        });
     }
 
     pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
@@ -455,12 +452,7 @@ impl Shared {
             state
                 .stats
                 .submissions
-                .entry(row.custom_id.clone())
-                .or_default()
-                .push(Submission {
-                    batch: name.clone(),
-                    outcome: Outcome::Pending,
-                });
+                .submit(&row.custom_id, &name, Outcome::Pending);
         }
         let input_tokens: u64 = input
             .rows
@@ -541,8 +533,7 @@ impl Shared {
         state.batches[index].errors = errors;
         let id = state.batches[index].id.clone();
         let rows = state.rows.get(&id).cloned().unwrap_or_default();
-        settle(
-            &mut state.stats,
+        state.stats.submissions.settle(
             &id,
             rows.iter().map(|r| (r.custom_id.clone(), Outcome::NotRun)),
         );
@@ -654,7 +645,7 @@ impl Shared {
         batch.error_file_id = error_file_id;
         batch.counts = counts;
         batch.usage = usage;
-        settle(&mut state.stats, id, outcomes.into_iter());
+        state.stats.submissions.settle(id, outcomes);
         if to == Status::Cancelled {
             state.stats.batches_cancelled += 1;
         }
@@ -702,19 +693,6 @@ impl Shared {
                 let _ = queue.send(event);
             }
             rt.cancel.cancel();
-        }
-    }
-}
-
-/// Records the outcome of each row in its latest submission to batch `id`.
-fn settle(stats: &mut Stats, id: &str, outcomes: impl Iterator<Item = (String, Outcome)>) {
-    for (custom_id, outcome) in outcomes {
-        if let Some(sub) = stats
-            .submissions
-            .get_mut(&custom_id)
-            .and_then(|subs| subs.iter_mut().rev().find(|s| s.batch == id))
-        {
-            sub.outcome = outcome;
         }
     }
 }

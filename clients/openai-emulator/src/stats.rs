@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use emulator_kit::submissions::{SubmissionLog, Submissions};
 use serde::Serialize;
 
 /// A snapshot of what the emulator has seen and done.
@@ -34,16 +35,11 @@ pub struct Stats {
     /// requests carried, each time it was processed.
     pub media: BTreeMap<String, Vec<String>>,
     /// Every submission of each custom_id, in batch creation order.
-    pub submissions: BTreeMap<String, Vec<Submission>>,
+    pub submissions: Submissions<Outcome>,
 }
 
 /// One custom_id sent in one batch, and what became of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Submission {
-    /// `batch_…`.
-    pub batch: String,
-    pub outcome: Outcome,
-}
+pub type Submission = emulator_kit::submissions::Submission<Outcome>;
 
 /// What the emulator answered for one submitted row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -99,26 +95,17 @@ impl Stats {
     /// custom_ids sent again in a later batch after an earlier batch
     /// answered them (status 200, billed): rows paid twice.
     pub fn resubmitted_after_success(&self) -> Vec<String> {
-        self.submissions
-            .iter()
-            .filter(|(_, subs)| {
-                subs.iter()
-                    .position(|s| s.outcome.answered())
-                    .is_some_and(|first| first + 1 < subs.len())
-            })
-            .map(|(id, _)| id.clone())
-            .collect()
+        self.submissions.resubmitted_after(|o| o.answered())
     }
 
+    /// How many times `custom_id` was submitted.
     pub fn submission_count(&self, custom_id: &str) -> usize {
-        self.submissions.get(custom_id).map_or(0, Vec::len)
+        self.submissions.count(custom_id)
     }
 
+    /// The outcome of the last submission of `custom_id`.
     pub fn last_outcome(&self, custom_id: &str) -> Option<Outcome> {
-        self.submissions
-            .get(custom_id)
-            .and_then(|s| s.last())
-            .map(|s| s.outcome)
+        self.submissions.last_outcome(custom_id)
     }
 }
 

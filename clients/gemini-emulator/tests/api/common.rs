@@ -15,9 +15,7 @@ pub const MODEL: &str = "gemini-2.5-flash";
 pub const DEADLINE: Duration = Duration::from_secs(15);
 
 pub fn install_crypto() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    emulator_kit::delivery::install_crypto();
 }
 
 pub fn config(faults: FaultPlan) -> EmulatorConfig {
@@ -46,22 +44,12 @@ pub async fn start(config: EmulatorConfig) -> (Emulator, Api) {
 }
 
 /// Polls `check` until it yields a value, failing after [`DEADLINE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    emulator_kit::testing::eventually(what, DEADLINE, check).await
 }
 
 /// One request line of an input file.

@@ -29,9 +29,7 @@ pub fn plan(v: Value) -> FaultPlan {
 }
 
 pub async fn start(config: EmulatorConfig) -> (Emulator, Api) {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
+    emulator_kit::delivery::install_crypto();
     let emulator = Emulator::start("127.0.0.1:0".parse::<SocketAddr>().unwrap(), config)
         .await
         .expect("emulator starts");
@@ -43,22 +41,12 @@ pub async fn start(config: EmulatorConfig) -> (Emulator, Api) {
     (emulator, api)
 }
 
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    emulator_kit::testing::eventually(what, DEADLINE, check).await
 }
 
 pub fn line(id: &str, prompt: &str) -> Value {
