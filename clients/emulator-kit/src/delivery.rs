@@ -57,25 +57,16 @@ impl<P: Default> WebhookTarget<P> {
 impl<P> WebhookTarget<P> {
     /// How to deliver (what [`Outbox`] needs) and what to deliver, apart.
     pub fn split(self) -> (WebhookTarget, P) {
-        let WebhookTarget {
-            url,
-            secret,
-            duplicate,
-            redeliver_after,
-            max_attempts,
-            retry_backoff,
-            payload,
-        } = self;
         let delivery = WebhookTarget {
-            url,
-            secret,
-            duplicate,
-            redeliver_after,
-            max_attempts,
-            retry_backoff,
+            url: self.url,
+            secret: self.secret,
+            duplicate: self.duplicate,
+            redeliver_after: self.redeliver_after,
+            max_attempts: self.max_attempts,
+            retry_backoff: self.retry_backoff,
             payload: (),
         };
-        (delivery, payload)
+        (delivery, self.payload)
     }
 
     /// The decoded secret, or why it is unusable (checked at start, so a
@@ -111,6 +102,11 @@ impl Attempt {
             Attempt::Failed => failed,
             Attempt::Abandoned => abandoned,
         }
+    }
+
+    /// Adds one to the counter of this kind of attempt.
+    pub fn count(self, sent: &mut u64, failed: &mut u64, abandoned: &mut u64) {
+        *self.pick(sent, failed, abandoned) += 1;
     }
 }
 

@@ -154,11 +154,8 @@ impl Shared {
 
     fn count_webhook(&self, attempt: Attempt) {
         self.with_stats(|s| {
-            *attempt.pick(
-                &mut s.webhooks_sent,
-                &mut s.webhooks_failed,
-                &mut s.webhooks_abandoned,
-            ) += 1;
+            let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
+            attempt.count(sent, failed, &mut s.webhooks_abandoned);
         });
     }
 
