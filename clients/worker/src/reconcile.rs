@@ -65,6 +65,10 @@ pub(crate) async fn reconcile(
             .into());
         }
         Ended::NoOutput => return finish(ctx, &done, claim, state, "", &error).await,
+        Ended::NothingAnswered => {
+            tracing::warn!(job = %done.job_id, batch = %done.batch, "batch completed without answering any request: its rows are missing from its output");
+            return finish(ctx, &done, claim, state, "", &error).await;
+        }
         Ended::Gone(why) => {
             tracing::warn!(job = %done.job_id, batch = %done.batch, "{why}");
             return finish(ctx, &done, claim, pb::JobState::Failed, "", &why).await;
@@ -160,6 +164,10 @@ enum Ended {
     Refused(crate::refusal::Validation),
     /// It has none.
     NoOutput,
+    /// It completed without answering any of its requests (OpenAI: no
+    /// output file, no error file, no request counted completed or
+    /// failed): every row is missing from its output.
+    NothingAnswered,
     /// It answered 404 for `--gone-after`: why.
     Gone(String),
     /// Shutdown while asking: the job is left for adoption.
@@ -214,6 +222,9 @@ async fn read_ended(
                     .flatten();
                 let ended = match refused {
                     Some(v) => Ended::Refused(v),
+                    None if files.is_empty() && answered_nothing(ctx, &observed) => {
+                        Ended::NothingAnswered
+                    }
                     None if files.is_empty() => Ended::NoOutput,
                     None => Ended::Output(files),
                 };
@@ -237,6 +248,18 @@ async fn read_ended(
             () = stop.cancelled() => return Ok((Ended::Stopped, None)),
         }
     }
+}
+
+/// An OpenAI batch that completed with no request counted completed or
+/// failed: it has no file to wait for (one whose counts say it answered
+/// something but whose files are not named yet is asked again).
+fn answered_nothing(ctx: &Ctx, observed: &Observed) -> bool {
+    let counts = &observed.resource["request_counts"];
+    let count = |k: &str| counts[k].as_i64().unwrap_or(0);
+    ctx.provider.api() == Api::OpenAi
+        && observed.observation.state == tally_core::operation::OpState::Succeeded
+        && count("completed") == 0
+        && count("failed") == 0
 }
 
 /// Why a job failed because its batch stayed 404.

@@ -357,6 +357,38 @@ impl World {
     }
 }
 
+/// The first open job of `owner` that is at the provider (SUBMITTED or
+/// RUNNING), waited for (a minute at most): a worker killed then leaves a
+/// submitted, unreconciled job.
+pub async fn submitted_job_of(c: &Clients, ledger: &str, owner: &str) -> pb::Job {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let jobs = list_jobs(c, ledger).await;
+        if let Some(j) = jobs.iter().find(|j| {
+            j.owner == owner
+                && j.end_time.is_none()
+                && matches!(j.state(), pb::JobState::Submitted | pb::JobState::Running)
+        }) {
+            return j.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{owner} never had a submitted job"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (a minute at most) for a worker started with `--failpoint
+/// point` to die there.
+pub async fn dies_at(mut worker: Child, point: &str) {
+    let status = tokio::time::timeout(Duration::from_secs(60), worker.wait())
+        .await
+        .expect("the worker reaches its failpoint within 60s")
+        .expect("the worker reaped");
+    assert!(!status.success(), "the worker died at {point}: {status:?}");
+}
+
 /// Waits (two minutes at most) for a worker that must exit 0.
 pub async fn exits_ok(mut worker: Child, what: &str) {
     let status = tokio::time::timeout(Duration::from_secs(120), worker.wait())

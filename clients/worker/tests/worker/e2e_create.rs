@@ -10,8 +10,6 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use common::{
     World, all_rows, assert_no_orphan_batch, exits_ok, first_job, list_jobs, spawn_worker,
 };
@@ -67,12 +65,8 @@ fn worker(w: &World, name: &str, extra: &[&str]) -> tokio::process::Child {
 /// finishes the ledger. Returns the jobs.
 async fn run(w: &World, failpoint: Option<&str>) -> Vec<pb::Job> {
     if let Some(point) = failpoint {
-        let mut a = worker(w, "worker-a", &["--max-jobs", "1", "--failpoint", point]);
-        let status = tokio::time::timeout(Duration::from_secs(60), a.wait())
-            .await
-            .expect("worker-a reaches its failpoint within 60s")
-            .expect("worker-a reaped");
-        assert!(!status.success(), "worker-a died at {point}: {status:?}");
+        let a = worker(w, "worker-a", &["--max-jobs", "1", "--failpoint", point]);
+        common::dies_at(a, point).await;
     }
     let survivor = worker(w, "worker-b", &["--exit-when-idle", "--orphan-age", "0s"]);
     exits_ok(survivor, "worker-b").await;

@@ -450,22 +450,7 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
     // machine, and A might never get one).
     let mut a = worker(&grpc, &gemini, "worker-a", &["--max-jobs", "1"]);
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let victim = loop {
-        let jobs = list_jobs(&c, LEDGER).await;
-        if let Some(j) = jobs.iter().find(|j| {
-            j.owner == "worker-a"
-                && j.end_time.is_none()
-                && matches!(j.state(), pb::JobState::Submitted | pb::JobState::Running)
-        }) {
-            break j.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "worker-a never had a submitted job"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let victim = common::submitted_job_of(&c, LEDGER, "worker-a").await;
     let mut b = worker(&grpc, &gemini, "worker-b", &["--exit-when-idle"]);
     a.start_kill().expect("SIGKILL worker-a");
     let status = a.wait().await.expect("worker-a reaped");

@@ -155,17 +155,13 @@ fn create_worker(w: &OpenAiWorld, ledger: &str, name: &str, extra: &[&str]) -> C
 async fn create_path(ledger: &str, failpoint: Option<&str>, faults: FaultPlan) {
     let w = OpenAiWorld::start(ledger, 30, faults).await;
     if let Some(point) = failpoint {
-        let mut a = create_worker(
+        let a = create_worker(
             &w,
             ledger,
             "worker-a",
             &["--max-jobs", "1", "--failpoint", point],
         );
-        let status = tokio::time::timeout(Duration::from_secs(60), a.wait())
-            .await
-            .expect("worker-a reaches its failpoint within 60s")
-            .expect("worker-a reaped");
-        assert!(!status.success(), "worker-a died at {point}: {status:?}");
+        common::dies_at(a, point).await;
     }
     let b = create_worker(
         &w,
@@ -211,38 +207,33 @@ async fn create_path(ledger: &str, failpoint: Option<&str>, faults: FaultPlan) {
     w.stop().await;
 }
 
+/// Worker A killed at `point` under a list lagging 1.5 s.
+async fn killed_at(ledger: &str, point: &str) {
+    create_path(
+        ledger,
+        Some(point),
+        plan(serde_json::json!({"list_lag_ms": 1500})),
+    )
+    .await;
+}
+
 fn plan(value: serde_json::Value) -> FaultPlan {
     serde_json::from_value(value).expect("a valid fault plan")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_after_upload_nothing_is_sent_twice() {
-    create_path(
-        "oai-upload",
-        Some("after-upload"),
-        plan(serde_json::json!({"list_lag_ms": 1500})),
-    )
-    .await;
+    killed_at("oai-upload", "after-upload").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_after_mark_creating_nothing_is_sent_twice() {
-    create_path(
-        "oai-marked",
-        Some("after-mark-creating"),
-        plan(serde_json::json!({"list_lag_ms": 1500})),
-    )
-    .await;
+    killed_at("oai-marked", "after-mark-creating").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_after_the_create_the_adopter_finds_the_batch_by_its_tag() {
-    create_path(
-        "oai-created",
-        Some("after-create"),
-        plan(serde_json::json!({"list_lag_ms": 1500})),
-    )
-    .await;
+    killed_at("oai-created", "after-create").await;
 }
 
 /// The answer to a create is lost, and the list shows new batches only
@@ -394,22 +385,7 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
         "worker-a",
         &[&flags[..], &["--max-jobs", "1"]].concat(),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let victim = loop {
-        let jobs = list_jobs(&w.c, LEDGER).await;
-        if let Some(j) = jobs.iter().find(|j| {
-            j.owner == "worker-a"
-                && j.end_time.is_none()
-                && matches!(j.state(), pb::JobState::Submitted | pb::JobState::Running)
-        }) {
-            break j.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "worker-a never had a submitted job"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let victim = common::submitted_job_of(&w.c, LEDGER, "worker-a").await;
     let b = w.worker(
         LEDGER,
         "worker-b",
