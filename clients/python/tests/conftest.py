@@ -1,16 +1,19 @@
 """A real tally-server for the tests: the workspace's binary
 (`TALLY_SERVER_BIN`, else `target/debug/tally-server`), on free ports, with
-a private PostgreSQL under a temporary directory (or `DATABASE_URL`'s server
-when set). Each test uses its own ledger."""
+a private PostgreSQL under a temporary directory, or, when `DATABASE_URL`
+is set, a fresh database on its server made for this session (and dropped
+after it): no session sees another's rows. Each test uses its own ledger."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Generator, Iterator
@@ -23,6 +26,34 @@ import pytest
 from tally_client import Client
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def _session_database() -> None:
+    """Points `DATABASE_URL` (inherited by every server the tests start,
+    tally-dev's included) at a database of this session's own on the same
+    server, dropped at exit; without `psql` to make one, unsets it, so each
+    server runs its own private PostgreSQL."""
+    admin = os.environ.get("DATABASE_URL")
+    if not admin:
+        return
+    psql = shutil.which("psql")
+    if psql is None:
+        del os.environ["DATABASE_URL"]
+        return
+    name = f"tally_py_{uuid.uuid4().hex[:12]}"
+    subprocess.run(
+        [psql, admin, "-qc", f'CREATE DATABASE "{name}"'], check=True, capture_output=True
+    )
+    atexit.register(
+        subprocess.run,
+        [psql, admin, "-qc", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'],
+        capture_output=True,
+    )
+    parts = urllib.parse.urlsplit(admin)
+    os.environ["DATABASE_URL"] = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+_session_database()
 
 
 def workspace_binary(name: str, variable: str) -> str:

@@ -136,7 +136,16 @@ pub(crate) async fn reconcile(
     } else {
         error.as_str()
     };
-    finish(ctx, &done, claim, state, &output_file, error).await
+    finish_naming(
+        ctx,
+        &done,
+        claim,
+        state,
+        &output_file,
+        error,
+        matched.unanswered,
+    )
+    .await
 }
 
 /// Whether the lines found differ from what the batch's counts say it
@@ -324,12 +333,27 @@ pub(crate) async fn finish(
     output_file: &str,
     error: &str,
 ) -> Result<JobEnd, JobError> {
+    finish_naming(ctx, job, claim, state, output_file, error, Vec::new()).await
+}
+
+/// [`finish`], naming the rows the provider never ran (`not_run`: they go
+/// back without an attempt).
+async fn finish_naming(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    state: pb::JobState,
+    output_file: &str,
+    error: &str,
+    not_run: Vec<String>,
+) -> Result<JobEnd, JobError> {
     let req = pb::FinishJobRequest {
         name: job.name.clone(),
         claim: claim.to_string(),
         final_state: state as i32,
         output_file: output_file.to_string(),
         error: error.to_string(),
+        not_run,
     };
     let got = with_retry(ctx.retry, "FinishJob", || {
         let mut c = ctx.clients.jobs.clone();

@@ -29,6 +29,7 @@ use tally_core::names::{self, claim_for_logs};
 use tally_core::pause::Work;
 use tally_core::status::RowStatus;
 use tally_core::summary::JobCounts;
+use tally_core::transition::Event;
 use uuid::Uuid;
 
 /// How long a caller refused by `max_active_jobs` is told to wait.
@@ -562,6 +563,9 @@ impl Store {
                 other => other,
             })?;
             let rows = fence::lock_held_rows(&mut tx, token, None).await?;
+            let (not_run, rows): (Vec<_>, Vec<_>) =
+                rows.into_iter().partition(|r| req.not_run.contains(&r.key));
+            let released = settle::transitions(&not_run, &Event::Release, &record.policy)?;
             let event = req.final_state.row_event();
             let mut writes = settle::transitions(&rows, &event, &record.policy)?;
             if req.final_state != FinalState::Succeeded && !req.error.is_empty() {
@@ -574,6 +578,7 @@ impl Store {
                 }
             }
             let by = settle::Settler::on_behalf(actor);
+            settle::settle(&mut tx, record.id, token, &released, by).await?;
             settle::settle(&mut tx, record.id, token, &writes, by).await?;
             let retryable = writes
                 .iter()

@@ -404,6 +404,8 @@ pub struct FinishRequest {
     pub final_state: tally_core::job::FinalState,
     pub output_file: String,
     pub error: String,
+    /// Keys of rows the provider says never ran: back without an attempt.
+    pub not_run: Vec<String>,
 }
 
 /// A job handed to a new owner by AdoptJobs.

@@ -209,6 +209,7 @@ pub async fn tally(addr: &str, ledger: &str, events: usize, rate: u32) -> anyhow
                         final_state: pb::JobState::Succeeded as i32,
                         output_file: format!("files/watch-out-{n}"),
                         error: String::new(),
+                        not_run: Vec::new(),
                     })
                     .await?
                     .into_inner();

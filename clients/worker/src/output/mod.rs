@@ -63,9 +63,10 @@ pub struct Matched {
     pub unreadable: usize,
     /// Answers to the job's golden rows (`#golden/{key}` lines).
     pub golden: Vec<pb::GoldenAnswer>,
-    /// Lines of rows the provider never ran (OpenAI's `batch_expired`,
-    /// `batch_cancelled`): not reported, so FinishJob returns the rows.
-    pub unanswered: usize,
+    /// Keys of rows the provider never ran (OpenAI's `batch_expired`,
+    /// `batch_cancelled` lines): not reported; FinishJob names them so they
+    /// go back without an attempt.
+    pub unanswered: Vec<String>,
 }
 
 impl Matched {
@@ -75,7 +76,7 @@ impl Matched {
             + self.unexpected.len()
             + self.unreadable
             + self.golden.len()
-            + self.unanswered) as u64
+            + self.unanswered.len()) as u64
     }
 }
 
@@ -246,7 +247,7 @@ impl<'e, 'v> Matcher<'e, 'v> {
                     // not an answer; FinishJob returns the row.
                     None => {
                         self.seen.remove(key);
-                        self.out.unanswered += 1;
+                        self.out.unanswered.push(key.to_string());
                     }
                 },
             },

@@ -298,7 +298,7 @@ mod tests {
             "the reset kept the first file's line"
         );
         assert_eq!(got.outcomes[0].key, "a");
-        assert_eq!(got.unanswered, 1);
+        assert_eq!(got.unanswered.len(), 1);
         assert_eq!(got.golden[0].text, "42");
         assert_eq!(got.golden[0].model_version, "m1");
         assert_eq!(got.lines(), 3);

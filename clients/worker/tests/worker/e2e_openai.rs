@@ -358,7 +358,7 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
     let faults = plan(serde_json::json!({
         "rows": rules,
         "batches": [
-            {"match": {"nth": 2}, "fault": {"kind": "expired", "answered": 30}},
+            {"match": {"nth": 2}, "fault": {"kind": "expired", "answered": 5}},
             {"match": {"nth": 4}, "fault": {"kind": "token_limit_exceeded"}},
         ],
         "rate_limit": {"times": 2, "retry_after_secs": 1},

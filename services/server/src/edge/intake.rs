@@ -62,11 +62,12 @@ pub const BULK: [&str; 6] = [
 
 /// Repeated fields holding one entry per row: bounded by
 /// `max_rows_per_call`.
-const PER_ROW: [(&str, &str); 4] = [
+const PER_ROW: [(&str, &str); 5] = [
     ("tally.v1.EnrollRowsRequest", "rows"),
     ("tally.v1.ReportOutcomesRequest", "outcomes"),
     ("tally.v1.ReleaseClaimRequest", "keys"),
     ("tally.v1.RowKeys", "keys"),
+    ("tally.v1.FinishJobRequest", "not_run"),
 ];
 
 /// Most entries of a list of statuses or states in a filter (each has a

@@ -179,11 +179,16 @@ pub fn finish(req: &pb::FinishJobRequest) -> Result<FinishRequest, Status> {
     };
     text("output_file", &req.output_file, MAX_FILE, &mut v);
     text("error", &req.error, MAX_ERROR, &mut v);
+    // Their number is bounded by the intake (rows per call).
+    for (i, k) in req.not_run.iter().enumerate().take(1000) {
+        v.check(format!("not_run[{i}]"), tally_core::keys::validate_key(k));
+    }
     v.finish().map_err(invalid)?;
     Ok(FinishRequest {
         final_state: final_state.expect("no violations means a final state"),
         output_file: req.output_file.clone(),
         error: req.error.clone(),
+        not_run: req.not_run.clone(),
     })
 }
 

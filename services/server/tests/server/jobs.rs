@@ -174,6 +174,7 @@ async fn finish(j: &mut Jobs, job: &pb::Job, claim: &str, state: pb::JobState) -
         final_state: state as i32,
         output_file: String::new(),
         error: String::new(),
+        not_run: Vec::new(),
     })
     .await
     .unwrap()

@@ -408,6 +408,7 @@ async fn a_deleted_ledgers_series_go_and_each_batch_is_timed_once() {
         final_state: pb::JobState::Succeeded as i32,
         output_file: String::new(),
         error: String::new(),
+        not_run: Vec::new(),
     };
     jobs.finish_job(finish.clone()).await.unwrap();
     jobs.finish_job(finish).await.unwrap();

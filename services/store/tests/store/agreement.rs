@@ -436,6 +436,7 @@ async fn apply(store: &Store, case: &Case, event: &Event) -> Option<bool> {
                 final_state,
                 output_file: String::new(),
                 error: String::new(),
+                not_run: Vec::new(),
             };
             let done = store
                 .finish_job(ledger, &job.public_id, fence, &finish, "w")

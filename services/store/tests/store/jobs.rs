@@ -60,6 +60,7 @@ fn finish(state: FinalState) -> FinishRequest {
         final_state: state,
         output_file: String::new(),
         error: String::new(),
+        not_run: Vec::new(),
     }
 }
 
@@ -656,6 +657,51 @@ async fn the_sweeper_abandons_preparing_jobs_without_counting_an_attempt() {
     new_job(&env, "l", 10).await;
 }
 
+/// An expired batch whose provider names the rows that never ran (OpenAI's
+/// `batch_expired` lines): those rows go back PENDING with no attempt; the
+/// job's other unreported rows are failed by the batch (`job_failed`, an
+/// infra attempt each), as without the list.
+#[tokio::test]
+async fn rows_that_never_ran_come_back_without_an_attempt() {
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a", "b", "c"]).await;
+    let (g, job) = new_job(&env, "l", 10).await;
+    let t = g.claim.token;
+    env.store
+        .mark_submitted("l", &job.public_id, t, "batches/x", "files/x", "w")
+        .await
+        .unwrap();
+    env.store
+        .report("l", t, &[success("a", 1)], "w")
+        .await
+        .unwrap();
+    let req = FinishRequest {
+        final_state: FinalState::Expired,
+        output_file: String::new(),
+        error: "the batch ended expired".into(),
+        not_run: vec!["b".into(), "not-in-the-job".into()],
+    };
+    let done = env
+        .store
+        .finish_job("l", &job.public_id, t, &req, "w")
+        .await
+        .unwrap();
+    assert_eq!(done.final_state, Some(FinalState::Expired));
+    let b = env.store.get_row("l", "b").await.unwrap();
+    assert_eq!((b.status, b.total), (RowStatus::Pending, 0), "{b:?}");
+    let c = env.store.get_row("l", "c").await.unwrap();
+    assert_eq!(
+        (c.status, c.rule.as_str()),
+        (RowStatus::Retryable, "job_failed")
+    );
+    assert_eq!(c.total, 1);
+    assert_eq!(
+        env.store.get_row("l", "a").await.unwrap().status,
+        RowStatus::Succeeded
+    );
+}
+
 /// A job that failed as a whole turns the rows it still holds RETRYABLE
 /// with rule `job_failed`, an infra attempt each; rows reported before are
 /// untouched. Counts and summary are fixed, and repeating the finish is a
@@ -680,6 +726,7 @@ async fn a_failed_job_turns_its_unreported_rows_retryable() {
         final_state: FinalState::Failed,
         output_file: String::new(),
         error: "batch failed: quota".into(),
+        not_run: Vec::new(),
     };
     let done = env
         .store
@@ -778,6 +825,7 @@ async fn rows_missing_from_a_successful_batch_come_back_retryable() {
         final_state: FinalState::Succeeded,
         output_file: "files/out".into(),
         error: String::new(),
+        not_run: Vec::new(),
     };
     let done = env
         .store

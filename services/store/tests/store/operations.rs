@@ -464,6 +464,7 @@ async fn a_failed_operation_leaves_its_rows_to_the_owners_finish() {
                 final_state: FinalState::Failed,
                 output_file: String::new(),
                 error: "INTERNAL: backend error".into(),
+                not_run: Vec::new(),
             },
             "w",
         )

@@ -159,6 +159,7 @@ async fn work_already_out_finishes_while_paused_and_no_new_job_is_made() {
                 final_state: FinalState::Succeeded,
                 output_file: "files/out".into(),
                 error: String::new(),
+                not_run: Vec::new(),
             },
             "worker",
         )

@@ -489,6 +489,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                 final_state: pb::JobState::Failed as i32,
                 output_file: String::new(),
                 error: "forged".into(),
+                not_run: Vec::new(),
             }),
         ),
         (

@@ -355,18 +355,20 @@ class AdoptJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[AdoptedJob, _Mapping]]] = ..., released_jobs: _Optional[int] = ...) -> None: ...
 
 class FinishJobRequest(_message.Message):
-    __slots__ = ("name", "claim", "final_state", "output_file", "error")
+    __slots__ = ("name", "claim", "final_state", "output_file", "error", "not_run")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     FINAL_STATE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FILE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    NOT_RUN_FIELD_NUMBER: _ClassVar[int]
     name: str
     claim: str
     final_state: JobState
     output_file: str
     error: str
-    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., final_state: _Optional[_Union[JobState, str]] = ..., output_file: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    not_run: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., final_state: _Optional[_Union[JobState, str]] = ..., output_file: _Optional[str] = ..., error: _Optional[str] = ..., not_run: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchJobsRequest(_message.Message):
     __slots__ = ("parent", "after_sequence")
