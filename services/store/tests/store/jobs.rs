@@ -657,25 +657,39 @@ async fn the_sweeper_abandons_preparing_jobs_without_counting_an_attempt() {
     new_job(&env, "l", 10).await;
 }
 
-/// An expired batch whose provider names the rows that never ran (OpenAI's
-/// `batch_expired` lines): those rows go back PENDING with no attempt; the
-/// job's other unreported rows are failed by the batch (`job_failed`, an
-/// infra attempt each), as without the list.
-#[tokio::test]
-async fn rows_that_never_ran_come_back_without_an_attempt() {
+/// Ledger `l` with rows a, b, c in one job submitted as `batches/{batch}`,
+/// `a` reported a success: the environment, the job and its claim token.
+async fn submitted_abc_with_a_reported(batch: &str) -> (Env, JobRecord, Uuid) {
     let env = env().await;
     ledger_with(&env, "l", fast_policy()).await;
     enroll_keys(&env, "l", &["a", "b", "c"]).await;
     let (g, job) = new_job(&env, "l", 10).await;
     let t = g.claim.token;
     env.store
-        .mark_submitted("l", &job.public_id, t, "batches/x", "files/x", "w")
+        .mark_submitted(
+            "l",
+            &job.public_id,
+            t,
+            &format!("batches/{batch}"),
+            &format!("files/{batch}"),
+            "w",
+        )
         .await
         .unwrap();
     env.store
         .report("l", t, &[success("a", 1)], "w")
         .await
         .unwrap();
+    (env, job, t)
+}
+
+/// An expired batch whose provider names the rows that never ran (OpenAI's
+/// `batch_expired` lines): those rows go back PENDING with no attempt; the
+/// job's other unreported rows are failed by the batch (`job_failed`, an
+/// infra attempt each), as without the list.
+#[tokio::test]
+async fn rows_that_never_ran_come_back_without_an_attempt() {
+    let (env, job, t) = submitted_abc_with_a_reported("x").await;
     let req = FinishRequest {
         final_state: FinalState::Expired,
         output_file: String::new(),
@@ -709,19 +723,7 @@ async fn rows_that_never_ran_come_back_without_an_attempt() {
 /// The rows it was made with stay `in_job` once a later job carries them.
 #[tokio::test]
 async fn a_failed_job_turns_its_unreported_rows_retryable() {
-    let env = env().await;
-    ledger_with(&env, "l", fast_policy()).await;
-    enroll_keys(&env, "l", &["a", "b", "c"]).await;
-    let (g, job) = new_job(&env, "l", 10).await;
-    let t = g.claim.token;
-    env.store
-        .mark_submitted("l", &job.public_id, t, "batches/f", "files/f", "w")
-        .await
-        .unwrap();
-    env.store
-        .report("l", t, &[success("a", 1)], "w")
-        .await
-        .unwrap();
+    let (env, job, t) = submitted_abc_with_a_reported("f").await;
     let req = FinishRequest {
         final_state: FinalState::Failed,
         output_file: String::new(),
