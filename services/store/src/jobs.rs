@@ -22,6 +22,7 @@ use crate::types::{
 };
 use crate::{Result, Store, StoreError};
 use crate::{admission, claims, events, golden, pause, settle};
+use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 use tally_core::job::{FinalState, JobEvent, JobState};
@@ -563,8 +564,10 @@ impl Store {
                 other => other,
             })?;
             let rows = fence::lock_held_rows(&mut tx, token, None).await?;
-            let (not_run, rows): (Vec<_>, Vec<_>) =
-                rows.into_iter().partition(|r| req.not_run.contains(&r.key));
+            let never_ran: HashSet<&str> = req.not_run.iter().map(String::as_str).collect();
+            let (not_run, rows): (Vec<_>, Vec<_>) = rows
+                .into_iter()
+                .partition(|r| never_ran.contains(r.key.as_str()));
             let released = settle::transitions(&not_run, &Event::Release, &record.policy)?;
             let event = req.final_state.row_event();
             let mut writes = settle::transitions(&rows, &event, &record.policy)?;
