@@ -63,8 +63,8 @@ pub async fn attach(
     media: &mut JobMedia,
 ) -> Result<(), AttachFail> {
     let (turns, field) = match ctx.provider.api() {
-        Api::OpenAi => ("messages", "content"),
-        Api::Gemini | Api::Anthropic => ("contents", "parts"),
+        Api::OpenAi | Api::Anthropic => ("messages", "content"),
+        Api::Gemini => ("contents", "parts"),
     };
     let Some(contents) = request.get_mut(turns).and_then(Value::as_array_mut) else {
         return Ok(());
@@ -92,8 +92,9 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
     if let Some(p) = media.parts.get(&r.sha256) {
         return Ok(p.clone());
     }
-    if ctx.provider.api() == Api::OpenAi {
-        openai_accepts(r)?;
+    let api = ctx.provider.api();
+    if api != Api::Gemini {
+        inline_accepts(api, r)?;
     }
     // Read (and checked against its hash) first: a small file goes inline
     // without asking the register.
@@ -101,8 +102,10 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
         MediaFail::Permanent(m) => AttachFail::Unreadable(m),
         MediaFail::Transient(m) => AttachFail::Unavailable(m),
     })?;
-    let part = if ctx.provider.api() == Api::OpenAi {
+    let part = if api == Api::OpenAi {
         openai_part(r, &bytes)
+    } else if api == Api::Anthropic {
+        anthropic_part(r, &bytes)
     } else if bytes.len() as u64 <= ctx.args.media_inline_max {
         json!({"inlineData": {
             "mimeType": r.mime_type,
@@ -121,15 +124,34 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
     Ok(part)
 }
 
-/// Whether OpenAI takes `r` in a chat completion (images and PDFs).
-fn openai_accepts(r: &MediaRef) -> Result<(), AttachFail> {
+/// Whether `api` takes `r` inline in a request (images and PDFs).
+fn inline_accepts(api: Api, r: &MediaRef) -> Result<(), AttachFail> {
     if r.mime_type.starts_with("image/") || r.mime_type == "application/pdf" {
         return Ok(());
     }
+    let (who, request) = match api {
+        Api::Anthropic => ("Anthropic", "a message"),
+        Api::OpenAi | Api::Gemini => ("OpenAI", "a chat completion"),
+    };
     Err(AttachFail::Unreadable(format!(
-        "{}: OpenAI takes images and PDFs in a chat completion, not {}",
+        "{}: {who} takes images and PDFs in {request}, not {}",
         r.uri, r.mime_type
     )))
+}
+
+/// Anthropic's content block for `r`'s bytes: an image, or a PDF
+/// document, inline as base64.
+fn anthropic_part(r: &MediaRef, bytes: &[u8]) -> Value {
+    let kind = if r.mime_type == "application/pdf" {
+        "document"
+    } else {
+        "image"
+    };
+    json!({"type": kind, "source": {
+        "type": "base64",
+        "media_type": r.mime_type,
+        "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+    }})
 }
 
 /// OpenAI's inline part for `r`'s bytes.

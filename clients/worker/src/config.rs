@@ -41,6 +41,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "OPENAI_API_KEY_FILE")]
     pub openai_api_key_file: Option<PathBuf>,
 
+    /// File holding the Anthropic API key, instead of `ANTHROPIC_API_KEY`.
+    #[arg(long, env = "ANTHROPIC_API_KEY_FILE")]
+    pub anthropic_api_key_file: Option<PathBuf>,
+
     /// The provider this worker runs rows at: it claims only rows whose
     /// model runs there (`gemini`, `openai`, `anthropic`, or the name of an
     /// OpenAI-compatible server, as rows name it in `{provider}/{model}`).
@@ -91,6 +95,15 @@ pub struct WorkerArgs {
         default_value = "https://api.openai.com/v1"
     )]
     pub openai_base_url: UrlArg,
+
+    /// Anthropic API base URL, without the version (as the official SDK's
+    /// `base_url`: the emulator's `http://host:port`).
+    #[arg(
+        long,
+        env = "ANTHROPIC_BASE_URL",
+        default_value = "https://api.anthropic.com"
+    )]
+    pub anthropic_base_url: UrlArg,
 
     /// Only claim rows for this model; empty takes the model of the oldest
     /// ready row.
@@ -364,7 +377,8 @@ impl WorkerArgs {
     pub fn api_key(&self, env_key: Option<String>) -> Result<crate::ApiKey, String> {
         let (file, flag) = match self.api()? {
             Api::OpenAi => (&self.openai_api_key_file, "--openai-api-key-file"),
-            Api::Gemini | Api::Anthropic => (&self.gemini_api_key_file, "--gemini-api-key-file"),
+            Api::Anthropic => (&self.anthropic_api_key_file, "--anthropic-api-key-file"),
+            Api::Gemini => (&self.gemini_api_key_file, "--gemini-api-key-file"),
         };
         let key = match file {
             Some(path) => read_secret_file(flag, path)?,
@@ -379,7 +393,8 @@ impl WorkerArgs {
     pub fn api_key_env(&self) -> &'static str {
         match self.api() {
             Ok(Api::OpenAi) => "OPENAI_API_KEY",
-            Ok(Api::Gemini | Api::Anthropic) | Err(_) => "GEMINI_API_KEY",
+            Ok(Api::Anthropic) => "ANTHROPIC_API_KEY",
+            Ok(Api::Gemini) | Err(_) => "GEMINI_API_KEY",
         }
     }
 
@@ -388,11 +403,13 @@ impl WorkerArgs {
     pub fn api(&self) -> Result<Api, String> {
         match &self.provider_api {
             Some(name) => Api::parse(name).ok_or_else(|| {
-                format!("--provider-api {name:?}: not an API tally speaks (gemini or openai)")
+                format!(
+                    "--provider-api {name:?}: not an API tally speaks (gemini, openai or anthropic)"
+                )
             }),
             None => Api::parse(&self.provider).ok_or_else(|| {
                 format!(
-                    "--provider {:?} names no API: say which one it speaks with --provider-api (gemini or openai)",
+                    "--provider {:?} names no API: say which one it speaks with --provider-api (gemini, openai or anthropic)",
                     self.provider
                 )
             }),
@@ -455,24 +472,33 @@ impl WorkerArgs {
                 tally_core::provider::MAX_PROVIDER
             ));
         }
-        match self.api()? {
-            Api::OpenAi => {
-                if self.max_rows_per_batch > OPENAI_MAX_REQUESTS {
-                    return Err(format!(
-                        "--max-rows-per-batch {}: an OpenAI batch holds at most {OPENAI_MAX_REQUESTS} requests",
-                        self.max_rows_per_batch
-                    ));
-                }
-                if self.max_bytes_per_batch > OPENAI_MAX_FILE_BYTES {
-                    return Err(format!(
-                        "--max-bytes-per-batch {}: an OpenAI batch file is at most {OPENAI_MAX_FILE_BYTES} bytes (200 MB)",
-                        self.max_bytes_per_batch
-                    ));
-                }
+        let limits = match self.api()? {
+            Api::OpenAi => Some((
+                "an OpenAI batch file",
+                OPENAI_MAX_REQUESTS,
+                OPENAI_MAX_FILE_BYTES,
+                "200 MB",
+            )),
+            Api::Anthropic => Some((
+                "an Anthropic batch",
+                ANTHROPIC_MAX_REQUESTS,
+                ANTHROPIC_MAX_BYTES,
+                "256 MB",
+            )),
+            Api::Gemini => None,
+        };
+        if let Some((what, requests, bytes, shown)) = limits {
+            if self.max_rows_per_batch > requests {
+                return Err(format!(
+                    "--max-rows-per-batch {}: {what} holds at most {requests} requests",
+                    self.max_rows_per_batch
+                ));
             }
-            Api::Gemini => {}
-            Api::Anthropic => {
-                return Err("--provider-api anthropic: not supported by this worker yet".into());
+            if self.max_bytes_per_batch > bytes {
+                return Err(format!(
+                    "--max-bytes-per-batch {}: {what} is at most {bytes} bytes ({shown})",
+                    self.max_bytes_per_batch
+                ));
             }
         }
         if self.max_rows_per_batch == 0 || self.max_bytes_per_batch == 0 {
@@ -497,6 +523,10 @@ impl WorkerArgs {
 pub const OPENAI_MAX_REQUESTS: usize = 50_000;
 /// Largest OpenAI batch input file (200 MB).
 pub const OPENAI_MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
+/// Most requests in one Anthropic Message Batch.
+pub const ANTHROPIC_MAX_REQUESTS: usize = 100_000;
+/// Largest Anthropic batch create (256 MB).
+pub const ANTHROPIC_MAX_BYTES: usize = 256 * 1024 * 1024;
 
 /// Parses `30s`, `5m`, `250ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -10,6 +10,9 @@
 //! Made, the batch is recorded (MarkSubmitted) and followed; never made,
 //! MarkNotCreated gives the rows back without an attempt. Unproven, the
 //! rows wait. A worker that adopts a CREATING job runs the same search.
+//! Where batches carry no tag (Anthropic), the batches made in the
+//! attempt's window are told apart by their results once they ended
+//! ([`crate::lookup`]): the rows wait for every one of them.
 
 use std::time::{Duration, SystemTime};
 
@@ -47,6 +50,9 @@ pub struct Sent {
     pub token_limit: u64,
     /// SHA-256 of each media upload the batch references.
     pub media: Vec<String>,
+    /// The input lines, for a provider that takes them inline in the
+    /// create (empty otherwise: they were uploaded).
+    pub lines: bytes::Bytes,
 }
 
 /// Records MarkCreating (retried; the same call again is a no-op), with the
@@ -82,16 +88,19 @@ pub async fn create(
     job: &pb::Job,
     claim: &str,
     model: &str,
-    sent: &Sent,
+    mut sent: Sent,
     stop: &CancellationToken,
 ) -> Result<CreateEnd, JobError> {
     let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
     let at_provider = tally_core::provider::route(model).model;
-    let e = match ctx
+    // Inline input lines are let go once sent, before any search.
+    let lines = std::mem::take(&mut sent.lines);
+    let created = ctx
         .provider
-        .create_batch(at_provider, &display_name, &job.input_file)
-        .await
-    {
+        .create_batch(at_provider, &display_name, &job.input_file, &lines)
+        .await;
+    drop(lines);
+    let e = match created {
         Ok(batch) => {
             ctx.args.failpoint(Failpoint::AfterCreate);
             ctx.metrics.batch_created(sent.keys.len() as u64);
@@ -127,6 +136,17 @@ pub async fn create(
                 crate::settle::report(ctx, claim, vec![outcome]).await?;
             }
         }
+        Kind::Invalid(index) => {
+            // The request the provider named is that row's fault; the
+            // others go back as they are.
+            if let Some(key) = sent.keys.get(index) {
+                let why = format!("the provider refused this row's request: {e}");
+                let outcome = crate::settle::invalid_input(key, &why);
+                crate::settle::report(ctx, claim, vec![outcome]).await?;
+            } else {
+                not.lasting = Some(tally_proto::v1::ProviderRefusal::Request);
+            }
+        }
         Kind::Stop(r) => not.lasting = Some(r),
     }
     mark_not_created(ctx, job, claim, &reason, not).await?;
@@ -137,7 +157,8 @@ pub async fn create(
             Ok(CreateEnd::NeverMade)
         }
         Kind::TooLarge => Ok(CreateEnd::NeverMade),
-        Kind::Stop(_) => Err(e.into()),
+        Kind::Invalid(index) if index < sent.keys.len() => Ok(CreateEnd::NeverMade),
+        Kind::Invalid(_) | Kind::Stop(_) => Err(e.into()),
     }
 }
 
@@ -162,6 +183,8 @@ pub async fn resolve(
         .and_then(|t| SystemTime::try_from(*t).ok())
         .unwrap_or_else(SystemTime::now);
     let names = crate::tags::batch_names(&ctx.ledger, &job.job_id);
+    let mark = crate::tags::job_mark(&job.job_id);
+    let window = bounds.made_between(attempted);
     let pause = (bounds.window / 10).clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut probed: Option<SystemTime> = None;
     let mut said: Option<tokio::time::Instant> = None;
@@ -169,11 +192,11 @@ pub async fn resolve(
         // Read the clock before the search: the window counts only for a
         // search that began after it passed.
         let searched_at = SystemTime::now();
-        match search(ctx, &names).await {
+        match search(ctx, &names, &mark, window).await {
             Ok(listing) => match lookup::judge(listing.clone(), attempted, searched_at, &bounds) {
                 Proof::Made(found) => {
                     let batch = found.name;
-                    tracing::info!(job = %job.job_id, batch = %batch, "batch found by its display name");
+                    tracing::info!(job = %job.job_id, batch = %batch, "batch found by its tag (or its results' custom_ids)");
                     return Ok(CreateEnd::Submitted(Box::new(
                         mark_submitted(ctx, job, claim, &batch).await?,
                     )));
@@ -199,7 +222,7 @@ pub async fn resolve(
                     }
                     if said.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
                         said = Some(tokio::time::Instant::now());
-                        tracing::info!(job = %job.job_id, listed = listing.listed, "create unresolved: no batch of that name listed, and no batch made after the attempt listed yet; the rows wait");
+                        tracing::info!(job = %job.job_id, listed = listing.listed, unended = listing.undecided, "create unresolved: no batch of the job's listed, and no batch made after the attempt listed yet (or a batch made when it was has not ended); the rows wait");
                     }
                 }
             },
@@ -219,10 +242,22 @@ pub async fn resolve(
     }
 }
 
-/// Reads the whole batch list for `names`; an error when it cannot be read
-/// whole (a failed page, or more than [`lookup::MAX_LIST_PAGES`] pages).
-async fn search(ctx: &Ctx, names: &[String]) -> Result<Listing, ProviderError> {
-    let mut listing = Listing::default();
+/// Reads the whole batch list for `names` (or, where batches carry no
+/// tag, for ended batches of the window whose results carry `mark`); an
+/// error when it cannot be read whole (a failed page, or more than
+/// [`lookup::MAX_LIST_PAGES`] pages).
+async fn search(
+    ctx: &Ctx,
+    names: &[String],
+    mark: &str,
+    window: (SystemTime, SystemTime),
+) -> Result<Listing, ProviderError> {
+    let tagged = ctx.provider.tags_batches();
+    let mut listing = if tagged {
+        Listing::default()
+    } else {
+        Listing::within(window)
+    };
     let mut token = String::new();
     loop {
         if listing.pages >= lookup::MAX_LIST_PAGES {
@@ -238,9 +273,22 @@ async fn search(ctx: &Ctx, names: &[String]) -> Result<Listing, ProviderError> {
         }
         match page.next {
             Some(t) => token = t,
-            None => return Ok(listing),
+            None if tagged => return Ok(listing),
+            None => break,
         }
     }
+    for batch in std::mem::take(&mut listing.untagged) {
+        match ctx.provider.owner(&batch.name).await? {
+            None => listing.undecided += 1,
+            Some(Some(owner)) if owner == mark => {
+                listing.found = Some(batch);
+                listing.undecided = 0;
+                break;
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(listing)
 }
 
 /// Makes a probe batch for `model` (a witness for the search; see

@@ -18,6 +18,7 @@ pub async fn lines(ctx: &Ctx, job: &pb::Job) -> Vec<u8> {
     let mut body = Vec::new();
     let api = ctx.provider.api();
     let model = tally_core::provider::route(&job.model).model;
+    let ids = crate::tags::RequestIds::of(api, &job.job_id);
     for g in &job.golden_rows {
         let compiled = match &g.prompt {
             None => None,
@@ -35,7 +36,8 @@ pub async fn lines(ctx: &Ctx, job: &pb::Job) -> Vec<u8> {
         };
         match prompt::build_for(api, &g.payload, compiled.as_ref().map(|c| &c.spec), model) {
             Ok(req) => {
-                jsonl::write_line_for(api, &mut body, &format!("{GOLDEN_PREFIX}{}", g.key), &req);
+                let key = format!("{GOLDEN_PREFIX}{}", g.key);
+                jsonl::write_line_for(api, &mut body, &ids.id(&key), &req);
             }
             Err(e) => {
                 tracing::warn!(job = %job.job_id, golden = %g.key, error = %e, "golden row cannot be sent")

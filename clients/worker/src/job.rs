@@ -153,6 +153,7 @@ pub async fn run_claim(
     let mut sent_keys: Vec<String> = Vec::new();
     let mut expect: HashMap<String, Answer> = HashMap::new();
     let mut job_media = attach::JobMedia::default();
+    let ids = crate::tags::RequestIds::of(api, &job.job_id);
     // Rows whose media could not be read: reported (an attempt each).
     let mut failed: Vec<pb::RowOutcome> = Vec::new();
     for row in &mut rows {
@@ -198,7 +199,7 @@ pub async fn run_claim(
             }
         }
         let start = body.len();
-        let size = jsonl::write_line_for(api, &mut body, &row.key, &request);
+        let size = jsonl::write_line_for(api, &mut body, &ids.id(&row.key), &request);
         match packer.offer(size) {
             jsonl::Fit::Batch => {
                 expect.insert(
@@ -275,12 +276,19 @@ pub async fn run_claim(
         return Ok(JobEnd::Released);
     }
     ctx.args.failpoint(Failpoint::AfterUpload);
-    drop(body);
+    // Kept only where the requests go inline in the create.
+    let lines = if ctx.provider.takes_requests_inline() {
+        body
+    } else {
+        drop(body);
+        bytes::Bytes::new()
+    };
     let sent = create::Sent {
         keys: sent_keys,
         tokens: packer.tokens(),
         token_limit,
         media: job_media.uploads.into_iter().collect(),
+        lines,
     };
     // Recorded before the create goes out: from here the batch may exist,
     // and the rows are never released until the provider was searched.
@@ -293,7 +301,7 @@ pub async fn run_claim(
         }
     };
     ctx.args.failpoint(Failpoint::AfterMarkCreating);
-    let job = match create::create(&ctx, &job, &claim.name, &model, &sent, &stop).await? {
+    let job = match create::create(&ctx, &job, &claim.name, &model, sent, &stop).await? {
         CreateEnd::Submitted(job) => *job,
         CreateEnd::NeverMade => return Ok(JobEnd::Released),
         CreateEnd::LeftForAdoption => return Ok(JobEnd::LeftForAdoption),

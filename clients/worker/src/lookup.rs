@@ -22,6 +22,11 @@
 //! - a search that cannot read the whole list (more than
 //!   [`MAX_LIST_PAGES`] pages) proves nothing: the rows wait, and the
 //!   janitor keeps the list short by deleting reconciled batches.
+//! - where batches carry no tag (Anthropic), presence and absence are
+//!   proven by results: every batch listed as made in the attempt's window
+//!   is read once it ended (its results' custom_ids carry the job's mark,
+//!   [`crate::tags::custom_id`]); while any of them has not ended, nothing
+//!   is proven and the rows wait, however long that takes.
 //!
 //! Pure: the caller lists the pages and passes the clock.
 
@@ -43,9 +48,25 @@ pub struct Listing {
     pub listed: usize,
     /// Pages read.
     pub pages: usize,
+    /// Untagged batches made in [`Listing::window`] (or at a time not
+    /// given): whose they are shows only in their results.
+    pub untagged: Vec<Listed>,
+    /// Of those, batches not ended yet: nothing says whose they are.
+    pub undecided: usize,
+    /// When a batch made by the attempt may say it was made.
+    window: Option<(SystemTime, SystemTime)>,
 }
 
 impl Listing {
+    /// A listing that also keeps the untagged batches made between `from`
+    /// and `to` (see [`Bounds::made_between`]).
+    pub fn within((from, to): (SystemTime, SystemTime)) -> Self {
+        Self {
+            window: Some((from, to)),
+            ..Self::default()
+        }
+    }
+
     /// Takes in one page of the batch list, looking for any of `names`
     /// among the batches' tags.
     pub fn add_page(&mut self, page: &[Listed], names: &[String]) {
@@ -58,6 +79,13 @@ impl Listing {
             }
             if let Some(created) = batch.create_time {
                 self.newest = Some(self.newest.map_or(created, |n| n.max(created)));
+            }
+            if batch.tag.is_none()
+                && self.window.is_some_and(|(from, to)| {
+                    batch.create_time.is_none_or(|t| from <= t && t <= to)
+                })
+            {
+                self.untagged.push(batch.clone());
             }
         }
     }
@@ -99,6 +127,12 @@ impl Bounds {
     pub fn probe_from(&self, attempted: SystemTime) -> SystemTime {
         self.witness_after(attempted) + self.skew
     }
+
+    /// The times a batch made by the attempt can carry as its
+    /// `createTime`, first and last.
+    pub fn made_between(&self, attempted: SystemTime) -> (SystemTime, SystemTime) {
+        (attempted - self.skew, self.witness_after(attempted))
+    }
 }
 
 /// Judges a complete listing, searched at `now`, of a create attempted at
@@ -106,6 +140,9 @@ impl Bounds {
 pub fn judge(listing: Listing, attempted: SystemTime, now: SystemTime, bounds: &Bounds) -> Proof {
     if let Some(batch) = listing.found {
         return Proof::Made(batch);
+    }
+    if listing.undecided > 0 {
+        return Proof::Unproven;
     }
     let witnessed = listing
         .newest
@@ -204,6 +241,43 @@ mod tests {
             judge(Listing::default(), attempted, at(1_000_000), &BOUNDS),
             Proof::Unproven,
             "an empty list proves nothing"
+        );
+    }
+
+    // Invariant: untagged batches made in the attempt's window are kept
+    // for their results to be read, those made outside it are not, and
+    // while one of them has not ended nothing is proven, witness or not.
+    #[test]
+    fn untagged_batches_in_the_window_hold_the_proof() {
+        let attempted = at(1000);
+        let untagged = |name: &str, secs: u64, done: bool| Listed {
+            name: format!("batches/{name}"),
+            tag: None,
+            create_time: Some(at(secs)),
+            done,
+        };
+        let mut l = Listing::within(BOUNDS.made_between(attempted));
+        l.add_page(
+            &[
+                untagged("late", 2000, true),
+                untagged("ours?", 1050, false),
+                untagged("early", 900, true),
+                untagged("edge", 970, true),
+            ],
+            &[],
+        );
+        let kept: Vec<&str> = l.untagged.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(kept, ["batches/ours?", "batches/edge"]);
+        l.undecided = 1;
+        assert_eq!(
+            judge(l.clone(), attempted, at(100_000), &BOUNDS),
+            Proof::Unproven
+        );
+        l.undecided = 0;
+        assert_eq!(
+            judge(l, attempted, at(100_000), &BOUNDS),
+            Proof::NeverMade,
+            "the window's batches ended and none was the job's: a witness decides"
         );
     }
 }

@@ -97,11 +97,19 @@ pub(crate) async fn reconcile(
             (key.clone(), Expect { schema, json })
         })
         .collect();
-    let format = match ctx.provider.api() {
-        Api::OpenAi => output::Format::OpenAi,
-        Api::Gemini | Api::Anthropic => output::Format::Gemini,
-    };
-    let mut matcher = output::Matcher::of(&expectations, format);
+    let api = ctx.provider.api();
+    let golden: Vec<String> = done
+        .golden_rows
+        .iter()
+        .map(|g| format!("{}{}", output::GOLDEN_PREFIX, g.key))
+        .collect();
+    let keys = crate::tags::RequestIds::of(api, &done.job_id).back(
+        expect
+            .keys()
+            .map(String::as_str)
+            .chain(golden.iter().map(String::as_str)),
+    );
+    let mut matcher = output::Matcher::of(&expectations, output::Format::of(api)).with_keys(keys);
     for file in &files {
         match download_output(ctx, &done, file, &mut matcher, stop).await? {
             Downloaded::Done => matcher.file_done(),

@@ -3,6 +3,14 @@
 //! a job's input file and its batch are both `tally/{ledger}/{job id}`;
 //! a probe batch (a witness, see [`crate::lookup`]) is
 //! `tally-probe/{ledger}/{id}`.
+//!
+//! Anthropic's batches carry no tag, and a request's `custom_id` must match
+//! `^[a-zA-Z0-9_-]{1,64}$`, which tally keys need not. So a request's
+//! custom_id is derived from its job and its key ([`custom_id`]): the job's
+//! *mark* (12 hex digits of the SHA-256 of the job id) then `-` and the
+//! key when it fits, or `_` and 40 hex digits of the key's SHA-256. An
+//! ended batch's results name their custom_ids, so its first line says
+//! whose batch it is ([`mark_of`]).
 
 /// The display name of a job's input file and batch.
 pub fn display_name(ledger: &str, job_id: &str) -> String {
@@ -30,9 +38,135 @@ pub fn probe_prefix(ledger: &str) -> String {
     format!("tally-probe/{}/", ledger.trim_start_matches("ledgers/"))
 }
 
+/// How a job's requests are named at its provider: by their keys, or
+/// (Anthropic) by custom_ids made from the job's mark and the keys.
+#[derive(Debug, Clone)]
+pub struct RequestIds {
+    mark: Option<String>,
+}
+
+impl RequestIds {
+    pub fn of(api: tally_core::provider::Api, job_id: &str) -> Self {
+        let derived = api == tally_core::provider::Api::Anthropic;
+        Self {
+            mark: derived.then(|| job_mark(job_id)),
+        }
+    }
+
+    /// The id `key`'s request carries.
+    pub fn id<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        match &self.mark {
+            Some(mark) => custom_id(mark, key).into(),
+            None => key.into(),
+        }
+    }
+
+    /// The key of each request id of `keys`; `None` where the ids are the
+    /// keys.
+    pub fn back<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> Option<std::collections::HashMap<String, String>> {
+        let mark = self.mark.as_ref()?;
+        Some(
+            keys.into_iter()
+                .map(|k| (custom_id(mark, k), k.to_owned()))
+                .collect(),
+        )
+    }
+}
+
+/// Digits of a job's mark.
+const MARK: usize = 12;
+
+/// Longest key sent as itself in a custom_id (64 less the mark and `-`).
+const MAX_PLAIN_KEY: usize = 64 - MARK - 1;
+
+/// The 12 hex digits that mark `job_id`'s requests.
+pub fn job_mark(job_id: &str) -> String {
+    let mut mark = hex_sha256(job_id);
+    mark.truncate(MARK);
+    mark
+}
+
+/// The custom_id of `key`'s request in the batch of the job `mark` marks.
+pub fn custom_id(mark: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key.len() <= MAX_PLAIN_KEY
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if plain {
+        format!("{mark}-{key}")
+    } else {
+        format!("{mark}_{}", &hex_sha256(key)[..40])
+    }
+}
+
+/// The job mark a custom_id carries, if it is one [`custom_id`] made.
+pub fn mark_of(custom_id: &str) -> Option<&str> {
+    let (mark, rest) = custom_id.split_at_checked(MARK)?;
+    let derived = mark
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        && (rest.starts_with('-') || rest.starts_with('_'))
+        && rest.len() > 1;
+    derived.then_some(mark)
+}
+
+fn hex_sha256(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Invariant: every custom_id matches Anthropic's pattern whatever the
+    // key, two keys of a job never share one, two jobs never share a mark
+    // (by construction, up to SHA-256), and the mark is read back.
+    #[test]
+    fn custom_ids_fit_the_pattern_and_carry_the_job() {
+        let ok = |id: &str| {
+            (1..=64).contains(&id.len())
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        let m = job_mark("0195f3c2-7d1e-7000-8000-000000000001");
+        assert_eq!(m.len(), MARK);
+        assert_ne!(m, job_mark("0195f3c2-7d1e-7000-8000-000000000002"));
+        let long = "k".repeat(MAX_PLAIN_KEY);
+        let keys = [
+            "row-1",
+            "row_1",
+            long.as_str(),
+            &"k".repeat(MAX_PLAIN_KEY + 1),
+            "pages/0001.png",
+            "#golden/g1",
+            "ünïcode",
+        ];
+        let ids: Vec<String> = keys.iter().map(|k| custom_id(&m, k)).collect();
+        for (key, id) in keys.iter().zip(&ids) {
+            assert!(ok(id), "{key} → {id}");
+            assert_eq!(mark_of(id), Some(m.as_str()), "{id}");
+        }
+        assert_eq!(ids[0], format!("{m}-row-1"));
+        assert_eq!(ids[2], format!("{m}-{long}"));
+        let unique: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len());
+        assert_eq!(mark_of("tally-probe"), None);
+        assert_eq!(mark_of("row-1"), None);
+        assert_eq!(mark_of(&format!("{m}-")), None);
+        let ids = RequestIds::of(tally_core::provider::Api::Anthropic, "j");
+        let back = ids.back(["a/b", "c"]).unwrap();
+        assert_eq!(back[ids.id("a/b").as_ref()], "a/b");
+        assert_eq!(back[ids.id("c").as_ref()], "c");
+        let plain = RequestIds::of(tally_core::provider::Api::OpenAi, "j");
+        assert_eq!(plain.id("a/b"), "a/b");
+        assert!(plain.back(["a/b"]).is_none());
+    }
 
     #[test]
     fn names_carry_the_ledger_and_the_job() {

@@ -19,6 +19,7 @@ use crate::ctx::Ctx;
 use crate::janitor;
 use crate::job::{self, JobEnd};
 use crate::metrics::{InFlight, WorkerMetrics};
+use crate::provider::anthropic::Anthropic;
 use crate::provider::gemini::Gemini;
 use crate::provider::openai::OpenAi;
 use crate::provider::{ApiKey, Provider, ProviderError};
@@ -103,7 +104,12 @@ pub async fn run_serving(
             api_key,
             args.http_timeout,
         )?),
-        Api::Gemini | Api::Anthropic => Provider::Gemini(Gemini::new(
+        Api::Anthropic => Provider::Anthropic(Anthropic::new(
+            &args.anthropic_base_url,
+            api_key,
+            args.http_timeout,
+        )?),
+        Api::Gemini => Provider::Gemini(Gemini::new(
             &args.gemini_base_url,
             api_key,
             args.http_timeout,

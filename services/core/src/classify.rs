@@ -216,8 +216,9 @@ impl Override {
     }
 }
 
-const HTTP_TRANSIENT: [u32; 6] = [408, 429, 500, 502, 503, 504];
-const HTTP_PERMANENT: [u32; 4] = [400, 403, 404, 422];
+/// 529 is Anthropic's `overloaded_error`; 413 its `request_too_large`.
+const HTTP_TRANSIENT: [u32; 7] = [408, 429, 500, 502, 503, 504, 529];
+const HTTP_PERMANENT: [u32; 5] = [400, 403, 404, 413, 422];
 /// Every canonical status but OK is in exactly one of these two sets (a
 /// test checks it): the gRPC codes of per-line errors are never unknown.
 const STATUS_TRANSIENT: [&str; 7] = [

@@ -17,12 +17,14 @@
 //! - [`parse_gemini_webhook`], [`event_from_batch_resource`]: provider
 //!   payloads to events, with the provider's quirks (DESIGN.md §10);
 //!   [`parse_openai_webhook`], [`event_from_openai_batch`] the same for the
-//!   OpenAI Batch API.
+//!   OpenAI Batch API; [`event_from_anthropic_batch`] for Anthropic's
+//!   Message Batches (which send no webhooks).
 //!
 //! What does not live here: storing events and verdicts, the
 //! compare-and-swap on the version, and moving the linked job on (the store);
 //! signature checks (`webhook`); fetching batches (the worker).
 
+mod anthropic;
 mod name;
 mod openai;
 mod payload;
@@ -31,6 +33,7 @@ mod proptests;
 mod reducer;
 mod state;
 
+pub use anthropic::{anthropic_batch_name, anthropic_state, event_from_anthropic_batch};
 pub use name::{MAX_ID_LEN, NameError, normalize_name};
 pub use openai::{event_from_openai_batch, openai_batch_name, openai_state, parse_openai_webhook};
 pub use payload::{

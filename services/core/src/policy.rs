@@ -462,6 +462,36 @@ mod tests {
         assert_eq!(p.cost(-5, -5, -5, -5), 0.0);
     }
 
+    // Invariant: cache writes (Anthropic's, part of the input) cost 1.25
+    // times fresh input, cache reads their own price, and no count makes
+    // a cost negative or counts a token twice.
+    #[test]
+    fn cache_writes_cost_a_quarter_more_than_input() {
+        let p = Price {
+            model: "claude".into(),
+            input_per_million: 1.0,
+            output_per_million: 4.0,
+            cached_input_per_million: 0.1,
+            thinking_per_million: 0.0,
+        };
+        // 1M input: 0.5M fresh, 0.25M read from the cache, 0.25M written.
+        let u = Usage {
+            input: 1_000_000,
+            cached: 250_000,
+            cache_write: 250_000,
+            ..Usage::default()
+        };
+        let cost = p.cost_of(&u);
+        assert!((cost - (0.5 + 0.025 + 0.3125)).abs() < 1e-9, "{cost}");
+        let odd = Usage {
+            input: 10,
+            cached: 8,
+            cache_write: 99,
+            ..Usage::default()
+        };
+        assert!((p.cost_of(&odd) - (8.0 * 0.1 + 2.0 * 1.25) / 1e6).abs() < 1e-12);
+    }
+
     fn price(model: &str, input: f64, output: f64) -> Price {
         Price {
             model: model.into(),
@@ -483,6 +513,7 @@ mod tests {
             output: 500_000,
             thinking: 250_000,
             cached: 0,
+            cache_write: 0,
         };
         let pro = Usage {
             input: 100_000,

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// with the bound on reported counts it keeps every cost finite.
 pub const MAX_PRICE_PER_MILLION: f64 = 1_000_000.0;
 
+/// What a token written to the provider's cache costs against one of
+/// fresh input (Anthropic's five-minute cache writes).
+pub const CACHE_WRITE_FACTOR: f64 = 1.25;
+
 /// USD per million tokens of one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Price {
@@ -45,8 +49,14 @@ impl Price {
             ))
     }
 
-    /// [`Price::cost`] of a [`Usage`].
+    /// [`Price::cost`] of a [`Usage`], its cache writes (part of its
+    /// input, beside the cached tokens) at [`CACHE_WRITE_FACTOR`] times the
+    /// input price.
     pub fn cost_of(&self, u: &Usage) -> f64 {
-        self.cost(u.input, u.output, u.thinking, u.cached)
+        let input = u.input.max(0);
+        let cached = u.cached.clamp(0, input);
+        let written = u.cache_write.clamp(0, input - cached);
+        let writes = written as f64 / 1e6 * self.input_per_million * CACHE_WRITE_FACTOR;
+        usd(self.cost(input - written, u.output, u.thinking, cached) + writes)
     }
 }

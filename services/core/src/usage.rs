@@ -17,6 +17,9 @@ pub struct Usage {
     pub output: i64,
     pub thinking: i64,
     pub cached: i64,
+    /// Input tokens written to the provider's cache (Anthropic), also in
+    /// `input`; priced as cache writes, not stored apart.
+    pub cache_write: i64,
 }
 
 impl Usage {

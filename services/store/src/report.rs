@@ -417,7 +417,7 @@ async fn count_into_job(
 /// one).
 fn spend_of(u: &Usage, price: Option<&tally_core::policy::Price>) -> tally_core::spend::Amount {
     tally_core::spend::Amount {
-        cost_usd: price.map_or(0.0, |p| p.cost(u.input, u.output, u.thinking, u.cached)),
+        cost_usd: price.map_or(0.0, |p| p.cost_of(u)),
         input_tokens: u.input,
         output_tokens: u.output.saturating_add(u.thinking),
     }

@@ -79,6 +79,7 @@ impl RowRow {
                     output: self.output_tokens,
                     thinking: self.thinking_tokens,
                     cached: self.cached_tokens,
+                    cache_write: 0,
                 },
                 claim: self.claim_id,
                 job: self.job,
@@ -299,6 +300,7 @@ impl Store {
                     output: a.output_tokens,
                     thinking: a.thinking_tokens,
                     cached: a.cached_tokens,
+                    cache_write: 0,
                 },
                 error: a.error,
                 actor: a.actor,
@@ -430,6 +432,7 @@ impl Store {
                 output,
                 thinking,
                 cached,
+                cache_write: 0,
             };
             summary.attempts_total += n;
             if let Some(b) = budget.and_then(Budget::from_code) {

@@ -221,6 +221,7 @@ pub fn attempted_usage(items: &[ReportItem], verdicts: &[RowVerdict]) -> Usage {
         sum.output = sum.output.saturating_add(u.output);
         sum.thinking = sum.thinking.saturating_add(u.thinking);
         sum.cached = sum.cached.saturating_add(u.cached);
+        sum.cache_write = sum.cache_write.saturating_add(u.cache_write);
     }
     sum
 }

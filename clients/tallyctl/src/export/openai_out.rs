@@ -137,6 +137,7 @@ mod tests {
                 output_tokens: 5,
                 thinking_tokens: 2,
                 cached_tokens: 4,
+                cache_write_tokens: 0,
             }),
             update_time: Some(prost_types::Timestamp {
                 seconds: 1_700_000_000,

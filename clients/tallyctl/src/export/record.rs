@@ -128,6 +128,7 @@ mod tests {
                 output_tokens: 20,
                 thinking_tokens: 30,
                 cached_tokens: 40,
+                cache_write_tokens: 0,
             }),
             job: "ledgers/l/jobs/j".into(),
             last_error: "bad".into(),

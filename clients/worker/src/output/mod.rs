@@ -25,6 +25,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 use tally_proto::v1 as pb;
 
+pub mod anthropic;
 pub mod openai;
 
 /// Finish reasons that mean the answer was withheld (as the design's
@@ -155,6 +156,10 @@ pub enum Format {
     /// OpenAI: `{custom_id, response: {status_code, body} | null, error}`
     /// ([`openai`]).
     OpenAi,
+    /// Anthropic: `{custom_id, result: {type, message | error}}`
+    /// ([`anthropic`]), custom_ids made from the keys
+    /// ([`crate::tags::RequestIds`]).
+    Anthropic,
 }
 
 impl Format {
@@ -162,7 +167,16 @@ impl Format {
     fn key_field(self) -> &'static str {
         match self {
             Format::Gemini => "key",
-            Format::OpenAi => "custom_id",
+            Format::OpenAi | Format::Anthropic => "custom_id",
+        }
+    }
+
+    /// The output format of `api`'s batches.
+    pub fn of(api: tally_core::provider::Api) -> Self {
+        match api {
+            tally_core::provider::Api::Gemini => Format::Gemini,
+            tally_core::provider::Api::OpenAi => Format::OpenAi,
+            tally_core::provider::Api::Anthropic => Format::Anthropic,
         }
     }
 }
@@ -176,6 +190,8 @@ pub struct Matcher<'e, 'v> {
     format: Format,
     /// What the files read whole hold ([`Matcher::file_done`]).
     base: Option<(HashSet<String>, Matched)>,
+    /// The key of each request id, where ids are not the keys.
+    keys: Option<HashMap<String, String>>,
 }
 
 impl<'e, 'v> Matcher<'e, 'v> {
@@ -191,7 +207,15 @@ impl<'e, 'v> Matcher<'e, 'v> {
             out: Matched::default(),
             format,
             base: None,
+            keys: None,
         }
+    }
+
+    /// Reads request ids as keys through `keys` (every id of the job's
+    /// rows and golden rows; `None`: the ids are the keys).
+    pub fn with_keys(mut self, keys: Option<HashMap<String, String>>) -> Self {
+        self.keys = keys;
+        self
     }
 
     /// Forgets every line taken since the last finished file (a download
@@ -225,15 +249,26 @@ impl<'e, 'v> Matcher<'e, 'v> {
             self.out.unreadable += 1;
             return;
         };
-        let Some(key) = line.get(self.format.key_field()).and_then(Value::as_str) else {
+        let Some(id) = line.get(self.format.key_field()).and_then(Value::as_str) else {
             self.out.unreadable += 1;
             return;
+        };
+        let key = match &self.keys {
+            Some(keys) => match keys.get(id) {
+                Some(key) => key.as_str(),
+                None => {
+                    self.out.unexpected.push(id.to_string());
+                    return;
+                }
+            },
+            None => id,
         };
         if let Some(golden) = key.strip_prefix(GOLDEN_PREFIX) {
             if self.seen.insert(key.to_string()) {
                 self.out.golden.push(match self.format {
                     Format::Gemini => golden_answer(golden, &line),
                     Format::OpenAi => openai::golden_answer(golden, &line),
+                    Format::Anthropic => anthropic::golden_answer(golden, &line),
                 });
             }
             return;
@@ -241,15 +276,21 @@ impl<'e, 'v> Matcher<'e, 'v> {
         match self.expected.get(key) {
             Some(expect) if self.seen.insert(key.to_string()) => match self.format {
                 Format::Gemini => self.out.outcomes.push(outcome(key, &line, expect)),
-                Format::OpenAi => match openai::outcome(key, &line, expect) {
-                    Some(o) => self.out.outcomes.push(o),
-                    // Never run (the batch expired or was cancelled first):
-                    // not an answer; FinishJob returns the row.
-                    None => {
-                        self.seen.remove(key);
-                        self.out.unanswered.push(key.to_string());
+                Format::OpenAi | Format::Anthropic => {
+                    let got = match self.format {
+                        Format::Anthropic => anthropic::outcome(key, &line, expect),
+                        _ => openai::outcome(key, &line, expect),
+                    };
+                    match got {
+                        Some(o) => self.out.outcomes.push(o),
+                        // Never run (the batch expired or was cancelled
+                        // first): not an answer; FinishJob returns the row.
+                        None => {
+                            self.seen.remove(key);
+                            self.out.unanswered.push(key.to_string());
+                        }
                     }
-                },
+                }
             },
             Some(_) | None => self.out.unexpected.push(key.to_string()),
         }
@@ -461,6 +502,7 @@ pub(crate) fn usage(meta: &Value) -> pb::Usage {
         output_tokens: n("candidatesTokenCount"),
         thinking_tokens: n("thoughtsTokenCount"),
         cached_tokens: n("cachedContentTokenCount"),
+        cache_write_tokens: 0,
     }
 }
 

@@ -143,6 +143,7 @@ fn usage(u: &Value) -> pb::Usage {
         output_tokens: completion - reasoning,
         thinking_tokens: reasoning,
         cached_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+        cache_write_tokens: 0,
     }
 }
 
@@ -220,6 +221,7 @@ mod tests {
                 output_tokens: 4,
                 thinking_tokens: 5,
                 cached_tokens: 4,
+                cache_write_tokens: 0,
             })
         );
         let text = outcome("k", &ok("hello", "stop"), &TEXT).unwrap();

@@ -10,6 +10,7 @@
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Value, json};
 
+pub mod anthropic;
 pub mod openai;
 
 /// A registered prompt as the worker needs it.
@@ -142,9 +143,8 @@ pub fn build_for(
 ) -> Result<Value, InputError> {
     match api {
         tally_core::provider::Api::OpenAi => openai::build_request(payload, prompt, model),
-        tally_core::provider::Api::Gemini | tally_core::provider::Api::Anthropic => {
-            build_request(payload, prompt)
-        }
+        tally_core::provider::Api::Anthropic => anthropic::build_request(payload, prompt, model),
+        tally_core::provider::Api::Gemini => build_request(payload, prompt),
     }
 }
 
@@ -152,9 +152,8 @@ pub fn build_for(
 pub fn asks_for_json_for(api: tally_core::provider::Api, payload: &str, has_prompt: bool) -> bool {
     match api {
         tally_core::provider::Api::OpenAi => openai::asks_for_json(payload, has_prompt),
-        tally_core::provider::Api::Gemini | tally_core::provider::Api::Anthropic => {
-            asks_for_json(payload, has_prompt)
-        }
+        tally_core::provider::Api::Anthropic => anthropic::asks_for_json(payload, has_prompt),
+        tally_core::provider::Api::Gemini => asks_for_json(payload, has_prompt),
     }
 }
 

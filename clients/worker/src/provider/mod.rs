@@ -11,8 +11,12 @@
 //! - [`openai`]: the OpenAI Batch API (`/v1/files`, `/v1/batches`), spoken
 //!   by OpenAI and by OpenAI-compatible servers; a batch's tag is its
 //!   `metadata`.
+//! - [`anthropic`]: Anthropic's Message Batches (requests inline in the
+//!   create, results as one stream at the end); a batch has no tag: its
+//!   results' custom_ids say whose it is.
 //! - [`http`]: the key, the retries and the error every client shares.
 
+pub mod anthropic;
 pub mod gemini;
 pub mod http;
 pub mod openai;
@@ -77,6 +81,7 @@ impl Observed {
 pub enum Provider {
     Gemini(gemini::Gemini),
     OpenAi(openai::OpenAi),
+    Anthropic(anthropic::Anthropic),
 }
 
 impl Provider {
@@ -84,6 +89,7 @@ impl Provider {
         match self {
             Provider::Gemini(_) => Api::Gemini,
             Provider::OpenAi(_) => Api::OpenAi,
+            Provider::Anthropic(_) => Api::Anthropic,
         }
     }
 
@@ -92,6 +98,7 @@ impl Provider {
         match self {
             Provider::Gemini(g) => g.account(),
             Provider::OpenAi(o) => o.account(),
+            Provider::Anthropic(a) => a.account(),
         }
     }
 
@@ -100,6 +107,7 @@ impl Provider {
         match self {
             Provider::Gemini(g) => g.errors = errors,
             Provider::OpenAi(o) => o.errors = errors,
+            Provider::Anthropic(a) => a.errors = errors,
         }
     }
 
@@ -108,28 +116,56 @@ impl Provider {
         match self {
             Provider::Gemini(g) => g.patience = patience,
             Provider::OpenAi(o) => o.patience = patience,
+            Provider::Anthropic(a) => a.patience = patience,
         }
     }
 
-    /// Uploads a batch's input file tagged `tag`; answers its name.
+    /// Whether a batch's requests go inline in its create (Anthropic)
+    /// rather than in an uploaded input file.
+    pub fn takes_requests_inline(&self) -> bool {
+        matches!(self, Provider::Anthropic(_))
+    }
+
+    /// Uploads a batch's input file tagged `tag`; answers its name (empty
+    /// where the requests go inline: nothing is uploaded).
     pub async fn upload_input(&self, tag: &str, bytes: &Bytes) -> Result<String, ProviderError> {
         match self {
             Provider::Gemini(g) => g.upload_jsonl(tag, bytes).await,
             Provider::OpenAi(o) => o.upload_input(tag, bytes).await,
+            Provider::Anthropic(_) => Ok(String::new()),
         }
     }
 
-    /// Creates the batch of `input_file` for `model`, tagged `tag`; answers
-    /// the batch's name. Never retried (see `create.rs`).
+    /// Creates the batch of `input_file` for `model`, tagged `tag` (where
+    /// the provider keeps tags); `lines` are the input itself, for a
+    /// provider that takes requests inline. Answers the batch's name.
+    /// Never retried (see `create.rs`).
     pub async fn create_batch(
         &self,
         model: &str,
         tag: &str,
         input_file: &str,
+        lines: &Bytes,
     ) -> Result<String, ProviderError> {
         match self {
             Provider::Gemini(g) => batch_name(&g.create_batch(model, tag, input_file).await?),
             Provider::OpenAi(o) => o.create_batch(model, tag, input_file).await,
+            Provider::Anthropic(a) => a.create_batch(lines).await,
+        }
+    }
+
+    /// Whether batches carry tally's tag. Where they do not (Anthropic),
+    /// whose an ended batch is shows in its results: [`Provider::owner`].
+    pub fn tags_batches(&self) -> bool {
+        !matches!(self, Provider::Anthropic(_))
+    }
+
+    /// Whose the untagged batch `name` is: the job mark of its requests
+    /// (`Some(None)`: not tally's; `None`: not ended, nothing says yet).
+    pub async fn owner(&self, name: &str) -> Result<Option<Option<String>>, ProviderError> {
+        match self {
+            Provider::Anthropic(a) => a.owner(name).await,
+            Provider::Gemini(_) | Provider::OpenAi(_) => Ok(Some(None)),
         }
     }
 
@@ -139,6 +175,7 @@ impl Provider {
         match self {
             Provider::Gemini(g) => g.create_probe(model, tag).await.map(|_| ()),
             Provider::OpenAi(o) => o.create_probe(model, tag).await,
+            Provider::Anthropic(a) => a.create_probe(model).await,
         }
     }
 
@@ -148,6 +185,7 @@ impl Provider {
         match self {
             Provider::Gemini(g) => Ok(gemini::listed(&g.list_batches(token).await?)),
             Provider::OpenAi(o) => o.list_batches(token).await,
+            Provider::Anthropic(a) => a.list_batches(token).await,
         }
     }
 
@@ -162,6 +200,11 @@ impl Provider {
             Provider::OpenAi(o) => {
                 let r = o.get_batch(name).await?;
                 let obs = tally_core::operation::event_from_openai_batch(&r);
+                (r, obs)
+            }
+            Provider::Anthropic(a) => {
+                let r = a.get_batch(name).await?;
+                let obs = tally_core::operation::event_from_anthropic_batch(&r);
                 (r, obs)
             }
         };
@@ -179,6 +222,7 @@ impl Provider {
         match self {
             Provider::Gemini(g) => g.cancel_batch(name).await,
             Provider::OpenAi(o) => o.cancel_batch(name).await,
+            Provider::Anthropic(a) => a.cancel_batch(name).await,
         }
     }
 
@@ -189,11 +233,14 @@ impl Provider {
             Provider::Gemini(g) => g.delete_batch(name).await,
             // OpenAI keeps every batch: nothing deletes one.
             Provider::OpenAi(_) => Ok(()),
+            Provider::Anthropic(a) => a.delete_batch(name).await,
         }
     }
 
-    /// Whether [`Provider::delete_batch`] removes batches (the janitor
-    /// keeps the list short only where it can).
+    /// Whether the janitor keeps the batch list short: where batches can
+    /// be deleted and carry tally's tag (an untagged Anthropic batch would
+    /// have to be read whole to be told; its batches are left to the
+    /// provider's own retention).
     pub fn deletes_batches(&self) -> bool {
         matches!(self, Provider::Gemini(_))
     }
@@ -203,6 +250,10 @@ impl Provider {
         match self {
             Provider::Gemini(g) => Ok(gemini::listed_files(&g.list_files(token).await?)),
             Provider::OpenAi(o) => o.list_files(token).await,
+            Provider::Anthropic(_) => Ok(Page {
+                items: Vec::new(),
+                next: None,
+            }),
         }
     }
 
@@ -211,13 +262,14 @@ impl Provider {
         match self {
             Provider::Gemini(g) => g.delete_file(file).await,
             Provider::OpenAi(o) => o.delete_file(file).await,
+            Provider::Anthropic(_) => Ok(()),
         }
     }
 
     /// The size of an uploaded file, where the provider says (OpenAI).
     pub async fn file_bytes(&self, file: &str) -> Option<u64> {
         match self {
-            Provider::Gemini(_) => None,
+            Provider::Gemini(_) | Provider::Anthropic(_) => None,
             Provider::OpenAi(o) => o.file_bytes(file).await.ok(),
         }
     }
@@ -231,6 +283,7 @@ impl Provider {
         match self {
             Provider::Gemini(g) => g.download(file, sink).await,
             Provider::OpenAi(o) => o.download(file, sink).await,
+            Provider::Anthropic(a) => a.download(file, sink).await,
         }
     }
 
@@ -239,7 +292,7 @@ impl Provider {
     pub fn gemini(&self) -> Option<&gemini::Gemini> {
         match self {
             Provider::Gemini(g) => Some(g),
-            Provider::OpenAi(_) => None,
+            Provider::OpenAi(_) | Provider::Anthropic(_) => None,
         }
     }
 }

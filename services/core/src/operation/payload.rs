@@ -380,7 +380,7 @@ fn flag(root: &Value, field: &'static str) -> Result<bool, PayloadError> {
     }
 }
 
-fn time(root: &Value, field: &'static str) -> Result<Option<i64>, PayloadError> {
+pub(super) fn time(root: &Value, field: &'static str) -> Result<Option<i64>, PayloadError> {
     first_time(root, &[field])
 }
 

@@ -52,6 +52,7 @@ pub fn usage_to_proto(u: &st::Usage) -> pb::Usage {
         output_tokens: u.output,
         thinking_tokens: u.thinking,
         cached_tokens: u.cached,
+        cache_write_tokens: u.cache_write,
     }
 }
 
@@ -64,8 +65,15 @@ pub fn usage_from_proto(u: Option<&pb::Usage>) -> Result<st::Usage, String> {
         output: u.output_tokens,
         thinking: u.thinking_tokens,
         cached: u.cached_tokens,
+        cache_write: u.cache_write_tokens,
     };
-    for n in [out.input, out.output, out.thinking, out.cached] {
+    for n in [
+        out.input,
+        out.output,
+        out.thinking,
+        out.cached,
+        out.cache_write,
+    ] {
         tally_core::usage::check_count(n)?;
     }
     Ok(out)

@@ -206,6 +206,7 @@ mod tests {
                 output,
                 thinking: 0,
                 cached: 0,
+                cache_write: 0,
             },
         };
         let items = [item("a", 1_000_000, 10), item("b", 7, 7)];

@@ -86,6 +86,7 @@ pub fn success(key: &str, tokens: i64) -> ReportItem {
             output: tokens / 2,
             thinking: 0,
             cached: 0,
+            cache_write: 0,
         },
     }
 }
@@ -104,6 +105,7 @@ pub fn failure(key: &str, http_code: u32) -> ReportItem {
             output: 0,
             thinking: 0,
             cached: 0,
+            cache_write: 0,
         },
     }
 }

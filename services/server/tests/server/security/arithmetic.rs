@@ -18,6 +18,7 @@ fn success(key: String, tokens: i64) -> pb::RowOutcome {
             output_tokens: tokens,
             thinking_tokens: tokens,
             cached_tokens: tokens,
+            cache_write_tokens: 0,
         }),
     }
 }

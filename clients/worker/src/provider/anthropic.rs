@@ -1,0 +1,452 @@
+//! Anthropic's Message Batches API over REST, as Anthropic documents it
+//! and as the official SDK sends it. The base URL is the host
+//! (`https://api.anthropic.com`), as the SDK's `base_url` is; paths carry
+//! `/v1`. Every call sends `x-api-key` (never logged) and
+//! `anthropic-version: 2023-06-01`.
+//!
+//! - No upload: a batch's requests travel inline in its create
+//!   (`{"requests": [{"custom_id", "params"}]}`), built from the job's
+//!   input lines.
+//! - No tag: a batch has no metadata or name of its own. Whose a batch is
+//!   shows only in its results' custom_ids ([`crate::tags::custom_id`]),
+//!   and results exist only once it ended ([`Anthropic::owner`]).
+//! - Create is not idempotent: a create whose answer was lost is never
+//!   sent again; the caller searches (`create.rs`).
+//! - The list is newest first (`after_id` pages to older batches);
+//!   an ended batch can be deleted.
+//! - The results (`results_url`, an absolute URL) are one JSONL stream, in
+//!   no particular order; they are fetched only from the API's own origin
+//!   (the key goes with the request).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::http::{self, ApiKey, Patience, ProviderError};
+use super::{Listed, Page};
+use crate::jsonl::LineSink;
+
+/// The API version tally speaks (the one the official SDK sends).
+pub const VERSION: &str = "2023-06-01";
+
+/// Batches asked for per list page (the API's most).
+const PAGE: &str = "1000";
+
+/// Most bytes of a results stream read to learn whose a batch is.
+const OWNER_PROBE_BYTES: usize = 64 * 1024 * 1024;
+
+/// An Anthropic API client.
+#[derive(Debug, Clone)]
+pub struct Anthropic {
+    http: reqwest::Client,
+    base: String,
+    key: ApiKey,
+    pub patience: Patience,
+    /// Where failed calls are counted, by status code.
+    pub errors: crate::metrics::ProviderErrors,
+    /// Whose each ended batch is (the mark of its first result's
+    /// custom_id; `None`: not tally's): an ended batch never changes.
+    owners: Arc<Mutex<HashMap<String, Option<String>>>>,
+}
+
+impl Anthropic {
+    pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, ProviderError> {
+        Ok(Self {
+            http: http::client(timeout)?,
+            base: base_url.trim_end_matches('/').to_string(),
+            key,
+            patience: Patience::default(),
+            errors: Default::default(),
+            owners: Arc::default(),
+        })
+    }
+
+    /// The account behind the key, as tally names it: see [`http::account`].
+    pub fn account(&self) -> String {
+        http::account(&self.base, &self.key)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1{path}", self.base)
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
+        let req = req
+            .header("x-api-key", self.key.expose())
+            .header("anthropic-version", VERSION);
+        let resp = match req.send().await {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.errors.count(None);
+                return Err(ProviderError::Transport(http::without_url(e)));
+            }
+        };
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let code = resp.status().as_u16();
+        self.errors.count(Some(code));
+        let retry_after = http::retry_after_header(resp.headers());
+        let body = resp.text().await.unwrap_or_default();
+        Err(error_of(code, &body, retry_after))
+    }
+
+    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
+        self.send(req)
+            .await?
+            .json()
+            .await
+            .map_err(|e| ProviderError::Transport(http::without_url(e)))
+    }
+
+    /// Creates a batch of the requests in `lines` (the job's input, one
+    /// `{"custom_id", "params"}` per line); answers `batches/{id}`. Not
+    /// retried.
+    pub async fn create_batch(&self, lines: &Bytes) -> Result<String, ProviderError> {
+        let got = self
+            .json(
+                self.http
+                    .post(self.url("/messages/batches"))
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(requests_body(lines)),
+            )
+            .await?;
+        Ok(format!("batches/{}", id_of(&got)?))
+    }
+
+    /// A one-request batch for `model` (a witness for [`crate::lookup`];
+    /// one output token, no row).
+    pub async fn create_probe(&self, model: &str) -> Result<(), ProviderError> {
+        let line = json!({
+            "custom_id": "tally-probe",
+            "params": {
+                "model": model,
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": "."}],
+            },
+        });
+        self.create_batch(&Bytes::from(format!("{line}\n")))
+            .await
+            .map(|_| ())
+    }
+
+    /// One page of the account's batches, newest first (`after_id` the
+    /// previous page's last id).
+    pub async fn list_batches(&self, after: &str) -> Result<Page<Listed>, ProviderError> {
+        let mut query = vec![("limit", PAGE.to_string())];
+        if !after.is_empty() {
+            query.push(("after_id", after.to_string()));
+        }
+        let url = self.url("/messages/batches");
+        let page = self
+            .patience
+            .retrying("list batches", || {
+                self.json(self.http.get(&url).query(&query))
+            })
+            .await?;
+        Ok(listed(&page))
+    }
+
+    /// `GET /v1/messages/batches/{id}`.
+    pub async fn get_batch(&self, name: &str) -> Result<Value, ProviderError> {
+        let url = self.url(&format!("/messages/batches/{}", id_in(name)));
+        self.patience
+            .retrying("get batch", || self.json(self.http.get(&url)))
+            .await
+    }
+
+    /// Asks to cancel: the batch goes `canceling`, then `ended` with what
+    /// it finished.
+    pub async fn cancel_batch(&self, name: &str) -> Result<(), ProviderError> {
+        let url = self.url(&format!("/messages/batches/{}/cancel", id_in(name)));
+        self.patience
+            .retrying("cancel batch", || self.json(self.http.post(&url)))
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes an ended batch; one already gone is not an error.
+    pub async fn delete_batch(&self, name: &str) -> Result<(), ProviderError> {
+        let url = self.url(&format!("/messages/batches/{}", id_in(name)));
+        match self
+            .patience
+            .retrying("delete batch", || self.send(self.http.delete(&url)))
+            .await
+        {
+            Ok(_) | Err(ProviderError::Http { code: 404, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Downloads a batch's results (`results_url`) line by line into
+    /// `sink`.
+    pub async fn download(
+        &self,
+        results_url: &str,
+        sink: &mut (dyn LineSink + Send),
+    ) -> Result<(), ProviderError> {
+        let url = self.own_url(results_url)?;
+        http::download_retrying(&self.patience, sink, || self.send(self.http.get(&url))).await
+    }
+
+    /// Whose the batch `name` is: the job mark of its results' first
+    /// custom_id (`Some(None)`: a batch that is not tally's); `None` while
+    /// it has not ended (nothing says yet). Remembered once known.
+    pub async fn owner(&self, name: &str) -> Result<Option<Option<String>>, ProviderError> {
+        if let Some(known) = self.owners.lock().expect("owners").get(name) {
+            return Ok(Some(known.clone()));
+        }
+        let batch = self.get_batch(name).await?;
+        if batch["processing_status"] != "ended" {
+            return Ok(None);
+        }
+        let Some(results) = batch["results_url"].as_str().filter(|u| !u.is_empty()) else {
+            return Err(ProviderError::Protocol(format!(
+                "{name} ended without a results_url"
+            )));
+        };
+        let url = self.own_url(results)?;
+        let first = self
+            .patience
+            .retrying("read results", || async {
+                first_custom_id(self.send(self.http.get(&url)).await?).await
+            })
+            .await?;
+        let owner = first
+            .as_deref()
+            .and_then(crate::tags::mark_of)
+            .map(str::to_owned);
+        self.owners
+            .lock()
+            .expect("owners")
+            .insert(name.to_owned(), owner.clone());
+        Ok(Some(owner))
+    }
+
+    /// `url` if it is on the API's own origin (the key goes with every
+    /// request), else a protocol error.
+    fn own_url(&self, url: &str) -> Result<String, ProviderError> {
+        let origin = |u: &str| {
+            reqwest::Url::parse(u)
+                .ok()
+                .map(|u| u.origin().ascii_serialization())
+        };
+        match (origin(url), origin(&self.base)) {
+            (Some(a), Some(b)) if a == b => Ok(url.to_owned()),
+            _ => Err(ProviderError::Protocol(format!(
+                "results at {url}, not on the API's origin {}: not fetched with the key",
+                self.base
+            ))),
+        }
+    }
+}
+
+/// The create's body: the input lines as the `requests` array (a line is
+/// one JSON value with no raw newline, so the lines joined by commas are
+/// the array's items).
+fn requests_body(lines: &Bytes) -> Vec<u8> {
+    let trimmed = lines.strip_suffix(b"\n").unwrap_or(lines);
+    let mut body = Vec::with_capacity(trimmed.len() + 16);
+    body.extend_from_slice(b"{\"requests\":[");
+    body.extend(trimmed.iter().map(|&b| if b == b'\n' { b',' } else { b }));
+    body.extend_from_slice(b"]}");
+    body
+}
+
+/// The first custom_id of a results stream, read no further than its
+/// first line that has one (or the stream's end, or [`OWNER_PROBE_BYTES`]).
+async fn first_custom_id(mut resp: reqwest::Response) -> Result<Option<String>, ProviderError> {
+    let mut carry: Vec<u8> = Vec::new();
+    let mut read = 0;
+    loop {
+        let chunk = resp
+            .chunk()
+            .await
+            .map_err(|e| ProviderError::Transport(http::without_url(e)))?;
+        let end = chunk.is_none();
+        if let Some(c) = chunk {
+            read += c.len();
+            carry.extend_from_slice(&c);
+        }
+        let mut lines = carry.split(|&b| b == b'\n').peekable();
+        while let Some(line) = lines.next() {
+            // The last piece is a whole line only at the end of the stream.
+            if lines.peek().is_none() && !end {
+                break;
+            }
+            if let Ok(v) = serde_json::from_slice::<Value>(line)
+                && let Some(id) = v["custom_id"].as_str()
+            {
+                return Ok(Some(id.to_owned()));
+            }
+        }
+        if end || read > OWNER_PROBE_BYTES {
+            return Ok(None);
+        }
+        if let Some(cut) = carry.iter().rposition(|&b| b == b'\n') {
+            carry.drain(..=cut);
+        }
+    }
+}
+
+/// The id at the end of a name (`batches/msgbatch_abc` → `msgbatch_abc`).
+fn id_in(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
+/// The `id` of a created batch.
+fn id_of(body: &Value) -> Result<String, ProviderError> {
+    body["id"]
+        .as_str()
+        .filter(|id| !id.is_empty() && body["type"].as_str().is_none_or(|t| t == "message_batch"))
+        .map(str::to_owned)
+        .ok_or_else(|| ProviderError::Protocol(format!("an answer without a batch id: {body}")))
+}
+
+/// The error an answer with status `code` and `body` means: the body's
+/// `{"type": "error", "error": {type, message}}`, named by its type
+/// (`rate_limit_error`, `overloaded_error`, …).
+pub fn error_of(code: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
+    let parsed = serde_json::from_str::<Value>(body).ok();
+    let error = parsed.as_ref().map(|v| &v["error"]);
+    let text = |k: &str| error.and_then(|e| e[k].as_str()).filter(|s| !s.is_empty());
+    ProviderError::Http {
+        code,
+        message: text("message").map_or_else(|| body.chars().take(2048).collect(), str::to_owned),
+        retry_after,
+        status: text("type").unwrap_or_default().to_owned(),
+        quota_ids: Vec::new(),
+    }
+}
+
+/// A page of `GET /v1/messages/batches` as the provider layer lists it
+/// (no batch carries a tag).
+pub fn listed(page: &Value) -> Page<Listed> {
+    let items: Vec<Listed> = page["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| {
+            let id = b["id"].as_str()?;
+            Some(Listed {
+                name: format!("batches/{id}"),
+                tag: None,
+                create_time: b["created_at"]
+                    .as_str()
+                    .and_then(|t| humantime::parse_rfc3339_weak(t).ok()),
+                done: b["processing_status"] == "ended",
+            })
+        })
+        .collect();
+    let next = if page["has_more"] == true {
+        page["last_id"]
+            .as_str()
+            .or_else(|| page["data"].as_array()?.last()?["id"].as_str())
+            .filter(|id| !id.is_empty())
+            .map(str::to_owned)
+    } else {
+        None
+    };
+    Page { items, next }
+}
+
+/// When a listed batch was made, for tests.
+#[cfg(test)]
+fn at(secs: u64) -> std::time::SystemTime {
+    std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Invariant: the create's body holds every input line, in order, as
+    // one `requests` array.
+    #[test]
+    fn input_lines_become_the_requests_array() {
+        let lines = Bytes::from(
+            "{\"custom_id\":\"a\",\"params\":{\"x\":\"1\\n2\"}}\n{\"custom_id\":\"b\",\"params\":{}}\n",
+        );
+        let body: Value = serde_json::from_slice(&requests_body(&lines)).unwrap();
+        assert_eq!(
+            body,
+            json!({"requests": [{"custom_id": "a", "params": {"x": "1\n2"}},
+                                {"custom_id": "b", "params": {}}]})
+        );
+        let one: Value =
+            serde_json::from_slice(&requests_body(&Bytes::from("{\"custom_id\":\"a\"}"))).unwrap();
+        assert_eq!(one["requests"].as_array().unwrap().len(), 1);
+    }
+
+    // Invariant: a page lists every batch with no tag, ended ones done,
+    // and says where the next starts only while the provider says there
+    // is more.
+    #[test]
+    fn pages_follow_has_more_and_the_last_id() {
+        let page = json!({"has_more": true, "first_id": "msgbatch_b", "last_id": "msgbatch_a",
+            "data": [
+                {"id": "msgbatch_b", "processing_status": "in_progress",
+                 "created_at": "1970-01-01T00:00:20Z"},
+                {"id": "msgbatch_a", "processing_status": "ended",
+                 "created_at": "1970-01-01T00:00:10.5Z"}]});
+        let p = listed(&page);
+        assert_eq!(p.next.as_deref(), Some("msgbatch_a"));
+        assert_eq!(p.items[0].name, "batches/msgbatch_b");
+        assert!(!p.items[0].done && p.items[1].done);
+        assert!(p.items.iter().all(|b| b.tag.is_none()));
+        assert_eq!(p.items[0].create_time, Some(at(20)));
+        assert_eq!(
+            listed(&json!({"has_more": false, "last_id": "x", "data": []})).next,
+            None
+        );
+    }
+
+    #[test]
+    fn errors_are_named_by_their_type() {
+        let body = r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}, "request_id": "req_1"}"#;
+        match error_of(529, body, Some(Duration::from_secs(3))) {
+            ProviderError::Http {
+                code,
+                status,
+                message,
+                retry_after,
+                ..
+            } => {
+                assert_eq!((code, status.as_str()), (529, "overloaded_error"));
+                assert_eq!(message, "Overloaded");
+                assert_eq!(retry_after, Some(Duration::from_secs(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(error_of(502, "<html>bad gateway</html>", None),
+            ProviderError::Http { message, status, .. } if message.contains("bad gateway") && status.is_empty()));
+    }
+
+    // Invariant: results are fetched with the key only from the API's own
+    // origin.
+    #[test]
+    fn results_only_from_the_apis_origin() {
+        let a = Anthropic::new(
+            "http://127.0.0.1:9/",
+            ApiKey::new("k".into()),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert!(
+            a.own_url("http://127.0.0.1:9/v1/messages/batches/b/results")
+                .is_ok()
+        );
+        assert!(
+            a.own_url("http://127.0.0.1:10/v1/messages/batches/b/results")
+                .is_err()
+        );
+        assert!(a.own_url("https://evil.example/results").is_err());
+        assert_eq!(
+            a.url("/messages/batches"),
+            "http://127.0.0.1:9/v1/messages/batches"
+        );
+    }
+}
