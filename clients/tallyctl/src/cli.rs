@@ -511,7 +511,9 @@ pub struct EnrollArgs {
     /// JSONL file, one row per line (`-`: standard input).
     pub file: PathBuf,
     /// The file's format: tally's own rows, OpenAI batch input lines, or
-    /// Anthropic Message Batches requests (converted to Gemini requests).
+    /// Anthropic Message Batches requests (kept as written for a ledger of
+    /// that provider's model, converted to Gemini requests for a Gemini
+    /// ledger).
     #[arg(long, value_enum, default_value = "tally")]
     pub format: crate::formats::InputFormat,
     /// Rows per EnrollRows call.

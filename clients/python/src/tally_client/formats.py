@@ -282,6 +282,27 @@ def _openai_native(line: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     return body, model
 
 
+def _anthropic_native(line: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The line's `params` as written, for a ledger of an Anthropic model:
+    only what no batch takes is refused."""
+    fields = _Fields(line, "line")
+    params = _object(fields.take("params"), "params")
+    fields.finish()
+    model = params.get("model")
+    if model is not None and not isinstance(model, str):
+        raise FormatError(f"params.model must be a string, got {kind_of(model)}")
+    messages = params.get("messages")
+    if messages is None:
+        raise FormatError("missing params.messages")
+    if not isinstance(messages, list):
+        raise FormatError(f"params.messages must be a list, got {kind_of(messages)}")
+    if not messages:
+        raise FormatError("params.messages is empty")
+    if params.get("stream") is True:
+        raise FormatError("params.stream must be false: batch answers are not streamed")
+    return params, model
+
+
 def _row_model(target: Route, model: str | None) -> str:
     """The row model for a native line naming `model`: the ledger's (empty)
     when it names the ledger's own, the name as it is when it routes to the
@@ -555,19 +576,25 @@ def convert(format: BatchFormat, text: str, ledger_model: str = DEFAULT_LEDGER_M
         raise FormatError(
             f"custom_id {rust_json.dumps(key)} is not a valid tally key: {e}"
         ) from None
-    target = route(ledger_model)
-    native = target.openai_shaped
-    if format == "openai":
-        request, model = _openai_native(line) if native else _openai(line)
-    elif format == "anthropic":
-        if native:
-            raise FormatError(
-                f"an Anthropic request cannot run at {target.provider} (the ledger's model): "
-                "enroll it into a ledger of a Gemini model, or write OpenAI lines"
-            )
-        request, model = _anthropic(line)
-    else:
+    if format not in ("openai", "anthropic"):
         raise ValueError(f"format must be openai or anthropic, got {format!r}")
+    target = route(ledger_model)
+    shape = target.native_format
+    native = shape is not None
+    if shape is None:
+        request, model = _openai(line) if format == "openai" else _anthropic(line)
+    elif format == shape:
+        request, model = _openai_native(line) if format == "openai" else _anthropic_native(line)
+    elif format == "anthropic":
+        raise FormatError(
+            f"an Anthropic request cannot run at {target.provider} (the ledger's model): "
+            "enroll it into a ledger of a Gemini or Anthropic model, or write OpenAI lines"
+        )
+    else:
+        raise FormatError(
+            f"an OpenAI request cannot run at {target.provider} (the ledger's model): "
+            "enroll it into a ledger of a Gemini or OpenAI model, or write Anthropic lines"
+        )
     payload = rust_json.dumps(request)
     if len(payload.encode("utf-8")) > MAX_PAYLOAD_BYTES:
         raise FormatError(

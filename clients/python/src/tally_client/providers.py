@@ -54,6 +54,15 @@ class Route:
         named server (tally speaks to named servers as OpenAI-shaped)."""
         return self.provider not in ("gemini", "anthropic")
 
+    @property
+    def native_format(self) -> str | None:
+        """The batch format whose requests rows keep as written here:
+        `openai` for an OpenAI-shaped provider, `anthropic` for Anthropic;
+        `None` for Gemini, to which lines are converted."""
+        if self.provider == "gemini":
+            return None
+        return "anthropic" if self.provider == "anthropic" else "openai"
+
 
 def route(model: str) -> Route:
     """The provider that runs `model`, and the model's name there."""

@@ -25,6 +25,39 @@ const UNSUPPORTED: [(&str, &str); 5] = [
     ("container", "code execution is not converted"),
 ];
 
+/// The line's `params` as written, for a ledger of an Anthropic model:
+/// only what no batch takes is refused (no messages, a streamed request).
+pub fn native(line: Map<String, Value>) -> Result<(Value, Option<String>), String> {
+    let mut line = Fields::new(line, "line");
+    let params = object(line.take("params"), "params")?;
+    line.finish(&[])?;
+    let model = match params.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(other) => {
+            return Err(format!(
+                "params.model must be a string, got {}",
+                kind_of(other)
+            ));
+        }
+    };
+    match params.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => {}
+        Some(Value::Array(_)) => return Err("params.messages is empty".into()),
+        Some(other) => {
+            return Err(format!(
+                "params.messages must be a list, got {}",
+                kind_of(other)
+            ));
+        }
+        None => return Err("missing params.messages".into()),
+    }
+    if params.get("stream") == Some(&Value::Bool(true)) {
+        return Err("params.stream must be false: batch answers are not streamed".into());
+    }
+    Ok((Value::Object(params), model))
+}
+
 /// The request and the model named by one line (without `custom_id`).
 pub fn convert(line: Map<String, Value>) -> Result<(Value, Option<String>), String> {
     let mut line = Fields::new(line, "line");

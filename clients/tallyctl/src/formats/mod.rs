@@ -27,7 +27,9 @@
 //! converted: each row carries its request as written ([`openai::native`]),
 //! and a line's model names a model of that provider. Anthropic lines for
 //! such a ledger are refused: no conversion to OpenAI's shape is exact
-//! enough to be made silently.
+//! enough to be made silently. Likewise, when the ledger's model is
+//! Anthropic's, Anthropic lines keep their `params` as written
+//! ([`anthropic::native`]) and OpenAI lines are refused.
 
 pub mod anthropic;
 pub mod gemini;
@@ -86,10 +88,16 @@ impl Target {
         }
     }
 
-    /// Whether the provider takes OpenAI's request shape: OpenAI itself,
-    /// or a named server (tally speaks to named servers as OpenAI-shaped).
-    fn openai_shaped(&self) -> bool {
-        matches!(self.api, Some(tally_core::provider::Api::OpenAi) | None)
+    /// The request shape the provider takes where rows keep their own
+    /// request: OpenAI's (OpenAI itself, or a named server: tally speaks to
+    /// named servers as OpenAI-shaped) or Anthropic's; `None` for Gemini,
+    /// to which lines are converted.
+    fn native(&self) -> Option<InputFormat> {
+        match self.api {
+            Some(tally_core::provider::Api::OpenAi) | None => Some(InputFormat::Openai),
+            Some(tally_core::provider::Api::Anthropic) => Some(InputFormat::Anthropic),
+            Some(tally_core::provider::Api::Gemini) => None,
+        }
     }
 
     /// The row model for a line naming `model`: the ledger's (empty) when
@@ -132,18 +140,26 @@ pub fn convert_for(format: InputFormat, text: &str, target: &Target) -> Result<C
         None => return Err("missing custom_id".into()),
     };
     validate_key(&key).map_err(|e| format!("custom_id {key:?} is not a valid tally key: {e}"))?;
-    let native = target.openai_shaped();
-    let (request, model) = match format {
-        InputFormat::Openai if native => openai::native(line)?,
-        InputFormat::Anthropic if native => {
+    let shape = target.native();
+    let native = shape.is_some();
+    let (request, model) = match (format, shape) {
+        (InputFormat::Tally, _) => return Err("tally lines are read by jsonl::parse_line".into()),
+        (InputFormat::Openai, Some(InputFormat::Openai)) => openai::native(line)?,
+        (InputFormat::Anthropic, Some(InputFormat::Anthropic)) => anthropic::native(line)?,
+        (InputFormat::Anthropic, Some(_)) => {
             return Err(format!(
-                "an Anthropic request cannot run at {} (the ledger's model): enroll it into a ledger of a Gemini model, or write OpenAI lines",
+                "an Anthropic request cannot run at {} (the ledger's model): enroll it into a ledger of a Gemini or Anthropic model, or write OpenAI lines",
                 target.provider
             ));
         }
-        InputFormat::Openai => openai::convert(line)?,
-        InputFormat::Anthropic => anthropic::convert(line)?,
-        InputFormat::Tally => return Err("tally lines are read by jsonl::parse_line".into()),
+        (InputFormat::Openai, Some(_)) => {
+            return Err(format!(
+                "an OpenAI request cannot run at {} (the ledger's model): enroll it into a ledger of a Gemini or OpenAI model, or write Anthropic lines",
+                target.provider
+            ));
+        }
+        (InputFormat::Openai, None) => openai::convert(line)?,
+        (InputFormat::Anthropic, None) => anthropic::convert(line)?,
     };
     let payload = serde_json::to_string(&request).map_err(|e| e.to_string())?;
     validate_object(&payload).map_err(|e| format!("converted request: {e}"))?;
