@@ -103,7 +103,19 @@ fn json(value: Value) -> Response {
     axum::Json(value).into_response()
 }
 
-async fn create(State(shared): AppState, body: Body) -> Result<Response, ApiError> {
+async fn create(
+    State(shared): AppState,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    // A declared length over the limit is refused before the body is read.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err(shared.too_large());
+    }
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| shared.too_large())?;
