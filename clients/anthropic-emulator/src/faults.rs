@@ -405,6 +405,7 @@ mod tests {
         assert!(!f.take_get_not_found());
     }
 
+    // Invariant: faults.example.json (the README's reference) is a valid plan.
     #[test]
     fn the_example_plan_compiles() {
         let plan = FaultPlan::from_json(include_str!("../faults.example.json")).unwrap();
@@ -412,6 +413,8 @@ mod tests {
         Faults::compile(plan).unwrap();
     }
 
+    // Invariant: a bad regex, a share outside 0..=1, an unknown field or
+    // error type are refused, never half-applied.
     #[test]
     fn bad_plans_are_refused() {
         let bad: FaultPlan = serde_json::from_value(json!({"rows": [
@@ -438,6 +441,7 @@ mod tests {
         );
     }
 
+    // Invariant: a share never finishes more requests than it says.
     #[test]
     fn shares_round_down() {
         assert_eq!(share_of(0.5, 5), 2);

@@ -29,6 +29,8 @@ pub fn request_id(nonce: u64, seq: u64) -> String {
 mod tests {
     use super::*;
 
+    // Invariant: ids carry Anthropic's prefixes and length, distinct per
+    // sequence number and stable for the same one.
     #[test]
     fn ids_have_the_providers_shapes() {
         let b = batch_id(1, 2);

@@ -111,6 +111,8 @@ mod tests {
         }
     }
 
+    // Invariant: only a request sent again after a billed answer counts as
+    // paid twice (an errored one may be retried); outcomes serialize tagged.
     #[test]
     fn finds_requests_paid_twice() {
         let mut s = Stats::default();

@@ -25,6 +25,8 @@ pub fn run_nonce(seed: u64) -> u64 {
 mod tests {
     use super::*;
 
+    // Invariant: an id depends on the nonce and sequence number only, and
+    // changes with either.
     #[test]
     fn draws_are_deterministic_per_nonce_and_seq() {
         let a = draw(b"abc", 12, 7, 1);

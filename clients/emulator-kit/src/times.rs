@@ -30,6 +30,7 @@ impl Fired {
 mod tests {
     use super::*;
 
+    // Invariant: `times: n` fires exactly n times; no `times` fires always.
     #[test]
     fn counted_faults_wear_out_and_uncounted_ones_do_not() {
         let mut f = Fired::default();
