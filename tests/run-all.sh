@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: every Rust test of the workspace, the Markdown
 # links (tests/links.py), no import circle (tests/circles.py), then the
-# Python suites (the official Gemini and OpenAI SDKs against their
+# Python suites (the official Gemini, OpenAI and Anthropic SDKs against their
 # emulators; the Python client and its Prefect flow against a real
 # tally-server, tally-worker and emulator). Extra arguments go to
 # `cargo test`. Needs a Rust toolchain, PostgreSQL and Python 3.10+ with
@@ -20,7 +20,8 @@ if [ "$#" -eq 0 ]; then
     bin="${CARGO_TARGET_DIR:-$root/target}/debug"
     for pair in TALLY_SERVER_BIN:tally-server TALLY_WORKER_BIN:tally-worker \
         TALLYCTL_BIN:tallyctl GEMINI_EMULATOR_BIN:gemini-emulator \
-        OPENAI_EMULATOR_BIN:openai-emulator; do
+        OPENAI_EMULATOR_BIN:openai-emulator \
+        ANTHROPIC_EMULATOR_BIN:anthropic-emulator; do
         name="${pair%%:*}" file="$bin/${pair#*:}"
         if [ -x "$file" ] && [ -z "${!name:-}" ]; then
             export "$name=$file"
@@ -35,5 +36,7 @@ echo "== official SDK suite (tests/sdk) =="
 tests/sdk/run.sh
 echo "== official OpenAI SDK suite (tests/sdk-openai) =="
 tests/sdk-openai/run.sh
+echo "== official Anthropic SDK suite (tests/sdk-anthropic) =="
+tests/sdk-anthropic/run.sh
 echo "== Python client (clients/python) =="
 clients/python/run-tests.sh

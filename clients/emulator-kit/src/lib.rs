@@ -1,22 +1,30 @@
 //! emulator-kit: what the provider emulators (`gemini-emulator`,
-//! `openai-emulator`) share, so neither copies the other. Nothing here
-//! knows a provider's wire shapes.
+//! `openai-emulator`, `anthropic-emulator`) share, so none copies another.
+//! Nothing here knows a provider's wire shapes.
 //!
 //! Layout, foundations first: [`mix`] deterministic randomness and hashing;
+//! [`ids`] resource ids from a per-run nonce; [`times`] counted faults
+//! (`{"times": n}`); [`models`] the models batches may name;
 //! [`schema_instance`] a JSON value that validates against a response
-//! schema (JSON Schema or Gemini's OpenAPI subset); [`submissions`] the
+//! schema (JSON Schema or Gemini's OpenAPI subset); [`text`] a request's
+//! prompt text, token estimate and seeded answer; [`submissions`] the
 //! per-key submission log tests check; [`signing`] the Standard Webhooks
 //! signer; [`delivery`] signed webhook delivery with retries, duplicates
 //! and late redeliveries; [`serve`] the listener, the served router and
 //! its ordered shutdown; [`startup`] what the binaries do around their
 //! flags; [`testing`] polling helpers for the emulators' tests. `mix`,
-//! `schema_instance`, `submissions` and `signing` are pure.
+//! `times`, `models`, `schema_instance`, `text`, `submissions` and
+//! `signing` are pure.
 
 pub mod delivery;
+pub mod ids;
 pub mod mix;
+pub mod models;
 pub mod schema_instance;
 pub mod serve;
 pub mod signing;
 pub mod startup;
 pub mod submissions;
 pub mod testing;
+pub mod text;
+pub mod times;

@@ -17,6 +17,16 @@ use tokio_util::task::TaskTracker;
 /// How long shutdown waits for connections, and then for background tasks.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// An answer lost on the way: the status line goes out, then the body
+/// breaks, so hyper aborts the connection and the client reads no answer
+/// (the emulators' "lost create answer" in its dropped form).
+pub fn cut_answer() -> axum::response::Response {
+    let broken = futures::stream::once(async {
+        Err::<axum::body::Bytes, io::Error>(io::Error::other("answer lost"))
+    });
+    axum::response::Response::new(axum::body::Body::from_stream(broken))
+}
+
 /// A bound listener, before the router that needs its address exists.
 #[derive(Debug)]
 pub struct Listener {

@@ -6,11 +6,7 @@ pub use emulator_kit::mix::{Mix, hash_str, shuffled};
 /// A Google-looking resource id: 16 lowercase alphanumerics derived from
 /// `nonce` and a sequence number.
 pub fn resource_id(nonce: u64, seq: u64) -> String {
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut mix = Mix::new(nonce ^ seq.wrapping_mul(0x2545_F491_4F6C_DD1D));
-    (0..16)
-        .map(|_| ALPHABET[mix.below(ALPHABET.len())] as char)
-        .collect()
+    emulator_kit::ids::draw(b"abcdefghijklmnopqrstuvwxyz0123456789", 16, nonce, seq)
 }
 
 #[cfg(test)]

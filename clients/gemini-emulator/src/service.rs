@@ -106,7 +106,6 @@ impl Shared {
             None => None,
         };
         let http = delivery::http_client()?;
-        let started = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         Ok(Arc::new_cyclic(|me: &Weak<Shared>| Self {
@@ -127,7 +126,7 @@ impl Shared {
             models: config.models,
             file_storage_bytes: config.file_storage_bytes,
             seed: config.seed,
-            nonce: config.seed ^ started ^ u64::from(std::process::id()).rotate_left(32),
+            nonce: emulator_kit::ids::run_nonce(config.seed),
             base_url,
             state: Mutex::new(State {
                 faults: Some(faults),

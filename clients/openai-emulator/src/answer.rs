@@ -10,6 +10,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use emulator_kit::mix::{Mix, hash_str};
 use emulator_kit::schema_instance::{instance, prompt_words};
+pub use emulator_kit::text::tokens;
+use emulator_kit::text::{seeded_answer, text_of};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -41,29 +43,7 @@ pub struct Answered {
 
 /// The text of a request's prompt (messages, input or prompt).
 pub fn prompt_text(body: &Value) -> String {
-    let mut out = Vec::new();
-    for key in ["messages", "input", "prompt"] {
-        if let Some(v) = body.get(key) {
-            collect_text(v, &mut out);
-        }
-    }
-    out.join("\n")
-}
-
-fn collect_text(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::String(s) => out.push(s.clone()),
-        Value::Array(items) => items.iter().for_each(|i| collect_text(i, out)),
-        Value::Object(obj) => {
-            if let Some(t) = obj.get("text").and_then(Value::as_str) {
-                out.push(t.to_owned());
-            }
-            if let Some(c) = obj.get("content") {
-                collect_text(c, out);
-            }
-        }
-        _ => {}
-    }
+    text_of(body, &["messages", "input", "prompt"])
 }
 
 /// The SHA-256 (hex) of each image or file a request carries: `data:` URLs
@@ -112,21 +92,11 @@ pub fn schema_of(body: &Value) -> Option<&Value> {
         .or_else(|| format.get("schema"))
 }
 
-/// A crude but stable token count.
-pub fn tokens(text: &str) -> u64 {
-    (text.split_whitespace().count() as u64 * 4)
-        .div_ceil(3)
-        .max(1)
-}
-
 /// The model's text for `body`: a schema instance, or prompt-derived text.
 pub fn content(body: &Value, prompt: &str, seed: u64) -> String {
     match schema_of(body) {
         Some(schema) => instance(schema, prompt).to_string(),
-        None => {
-            let n = Mix::new(seed ^ hash_str(prompt)).next_u64();
-            format!("Emulated answer {n:016x}: {}", prompt_words(prompt))
-        }
+        None => seeded_answer(prompt, seed),
     }
 }
 

@@ -40,22 +40,16 @@ impl Default for EmulatorConfig {
             timing: Timing::default(),
             webhook: None,
             seed: 0,
-            models: Models::default(),
+            models: known_models(),
             list_order: ListOrder::default(),
         }
     }
 }
 
-/// The models batch lines may name. A line naming another fails the batch
-/// at validation with a `model_not_found` error naming the line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Models {
-    /// Every model name is accepted.
-    Any,
-    /// Only these, and their dated snapshots (`gpt-4o-2024-08-06` is
-    /// `gpt-4o`'s).
-    Only(Vec<String>),
-}
+/// The models batch lines may name (by default [`KNOWN_MODELS`]). A line
+/// naming another fails the batch at validation with a `model_not_found`
+/// error naming the line.
+pub use emulator_kit::models::Models;
 
 /// Models of the API that take batches (the default of [`Models`]).
 pub const KNOWN_MODELS: &[&str] = &[
@@ -74,41 +68,9 @@ pub const KNOWN_MODELS: &[&str] = &[
     "text-embedding-3-large",
 ];
 
-impl Default for Models {
-    fn default() -> Self {
-        Models::Only(KNOWN_MODELS.iter().map(|m| (*m).to_owned()).collect())
-    }
-}
-
-impl Models {
-    /// `--models`: `*` for any, else a comma-separated list.
-    pub fn parse(spec: &str) -> Result<Models, String> {
-        if spec.trim() == "*" {
-            return Ok(Models::Any);
-        }
-        let names: Vec<String> = spec
-            .split(',')
-            .map(|m| m.trim().to_owned())
-            .filter(|m| !m.is_empty())
-            .collect();
-        if names.is_empty() {
-            return Err("--models needs `*` or at least one model name".into());
-        }
-        Ok(Models::Only(names))
-    }
-
-    pub fn allows(&self, model: &str) -> bool {
-        match self {
-            Models::Any => true,
-            Models::Only(names) => names.iter().any(|m| {
-                model == m
-                    || model
-                        .strip_prefix(m.as_str())
-                        .and_then(|rest| rest.strip_prefix('-'))
-                        .is_some_and(|date| date.starts_with("20"))
-            }),
-        }
-    }
+/// The default of [`EmulatorConfig::models`]: [`KNOWN_MODELS`].
+pub fn known_models() -> Models {
+    Models::only(KNOWN_MODELS)
 }
 
 pub use crate::order::ListOrder;
@@ -151,7 +113,7 @@ mod tests {
 
     #[test]
     fn models_accept_dated_snapshots_of_known_names() {
-        let m = Models::default();
+        let m = known_models();
         assert!(m.allows("gpt-4o-mini"));
         assert!(m.allows("gpt-4o-2024-08-06"));
         assert!(!m.allows("gpt-4o-turbo"));

@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use emulator_kit::times::Fired;
+pub use emulator_kit::times::Times;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
@@ -47,13 +49,6 @@ pub struct FaultPlan {
     /// A batch cancelled while in progress has answered its first half of
     /// rows (its output file holds them); otherwise none ran.
     pub partial_on_cancel: bool,
-}
-
-/// `{"times": n}`; absent `times` means every time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Times {
-    pub times: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -245,10 +240,10 @@ pub struct Faults {
     regexes: Vec<Option<Regex>>,
     processed: HashMap<String, u32>,
     batch_uses: Vec<u32>,
-    rate_limits: u32,
-    quota_refusals: u32,
-    lost: u32,
-    not_found: u32,
+    rate_limits: Fired,
+    quota_refusals: Fired,
+    lost: Fired,
+    not_found: Fired,
 }
 
 impl Faults {
@@ -274,10 +269,10 @@ impl Faults {
             plan,
             regexes,
             processed: HashMap::new(),
-            rate_limits: 0,
-            quota_refusals: 0,
-            lost: 0,
-            not_found: 0,
+            rate_limits: Fired::default(),
+            quota_refusals: Fired::default(),
+            lost: Fired::default(),
+            not_found: Fired::default(),
         })
     }
 
@@ -322,40 +317,26 @@ impl Faults {
     /// A rate-limit refusal for this create, if one is due.
     pub fn take_rate_limit(&mut self) -> Option<u64> {
         let rl = self.plan.rate_limit?;
-        (self.rate_limits < rl.times).then(|| {
-            self.rate_limits += 1;
-            rl.retry_after_secs
-        })
+        self.rate_limits
+            .take(Some(rl.times))
+            .then_some(rl.retry_after_secs)
     }
 
     pub fn take_insufficient_quota(&mut self) -> bool {
-        let Some(t) = self.plan.insufficient_quota else {
-            return false;
-        };
-        let due = t.times.is_none_or(|n| self.quota_refusals < n);
-        if due {
-            self.quota_refusals += 1;
-        }
-        due
+        self.plan
+            .insufficient_quota
+            .is_some_and(|t| self.quota_refusals.take(t.times))
     }
 
     pub fn take_lost_answer(&mut self) -> Option<LostMode> {
         let lost = self.plan.create_answer_lost?;
-        (self.lost < lost.times).then(|| {
-            self.lost += 1;
-            lost.mode
-        })
+        self.lost.take(Some(lost.times)).then_some(lost.mode)
     }
 
     pub fn take_get_not_found(&mut self) -> bool {
-        let Some(t) = self.plan.get_not_found else {
-            return false;
-        };
-        let due = t.times.is_none_or(|n| self.not_found < n);
-        if due {
-            self.not_found += 1;
-        }
-        due
+        self.plan
+            .get_not_found
+            .is_some_and(|t| self.not_found.take(t.times))
     }
 }
 

@@ -2,17 +2,10 @@
 //! hex digits, `batch_req_…`, `chatcmpl-…`, `evt_…`. Derived from a nonce
 //! and a sequence number, so distinct within and across runs.
 
-use emulator_kit::mix::Mix;
+use emulator_kit::ids::draw;
 
 const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 const HEX: &[u8] = b"0123456789abcdef";
-
-fn draw(alphabet: &[u8], len: usize, nonce: u64, seq: u64) -> String {
-    let mut mix = Mix::new(nonce ^ seq.wrapping_mul(0x2545_F491_4F6C_DD1D));
-    (0..len)
-        .map(|_| alphabet[mix.below(alphabet.len())] as char)
-        .collect()
-}
 
 /// `file-` + 22 alphanumerics.
 pub fn file_id(nonce: u64, seq: u64) -> String {

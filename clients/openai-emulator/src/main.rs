@@ -83,7 +83,9 @@ async fn main() -> anyhow::Result<()> {
         },
         webhook,
         seed: args.seed,
-        models: args.models.unwrap_or_default(),
+        models: args
+            .models
+            .unwrap_or_else(openai_emulator::config::known_models),
         list_order: ListOrder::default(),
     };
     let emulator = Emulator::start(args.listen, config)

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
@@ -152,14 +152,7 @@ async fn create_batch(State(shared): AppState, body: Bytes) -> Result<Response, 
             "server_error",
             "The server had an error while processing your request. Sorry about that!",
         )),
-        Created::Lost(LostMode::Drop) => {
-            // The status line goes out, then the body breaks: hyper aborts
-            // the connection and the client never reads an answer.
-            let broken = futures::stream::once(async {
-                Err::<Bytes, std::io::Error>(std::io::Error::other("answer lost"))
-            });
-            Ok(Response::new(Body::from_stream(broken)))
-        }
+        Created::Lost(LostMode::Drop) => Ok(emulator_kit::serve::cut_answer()),
     }
 }
 

@@ -106,7 +106,6 @@ impl Shared {
         let http = delivery::http_client()?;
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let started = Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
         Ok(Arc::new_cyclic(|me: &Weak<Shared>| {
             let outbox = config.webhook.zip(secret).map(|(target, secret)| {
                 let report = delivery::report_to(me.clone(), Shared::count_webhook);
@@ -125,7 +124,7 @@ impl Shared {
                 models: config.models,
                 list_order: config.list_order,
                 seed: config.seed,
-                nonce: config.seed ^ started ^ u64::from(std::process::id()).rotate_left(32),
+                nonce: emulator_kit::ids::run_nonce(config.seed),
                 base_url,
                 outbox,
                 state: Mutex::new(State {

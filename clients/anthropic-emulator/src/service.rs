@@ -1,0 +1,453 @@
+//! The service layer between the handlers and the pure modules: the shared
+//! in-memory state behind one mutex, the operations the handlers call, and
+//! the per-batch lifecycle task that ends a batch on the configured timing
+//! (or at its expiry horizon) and writes its results.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use emulator_kit::mix::{hash_str, shuffled};
+use emulator_kit::submissions::SubmissionLog;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::answer::{Cache, answer, cache_prefix, not_run};
+use crate::batches::{Batch, Counts, Status};
+use crate::config::{EmulatorConfig, Models, Timing};
+use crate::error::{ApiError, ErrorType};
+use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, LostMode, Refusal, share_of};
+use crate::ids::{batch_id, message_id, request_id};
+use crate::page::Page;
+use crate::requests::{BatchRequest, check_params, parse_create};
+use crate::stats::{Outcome, Stats};
+
+pub struct Shared {
+    pub api_keys: Vec<String>,
+    timing: Timing,
+    models: Models,
+    seed: u64,
+    nonce: u64,
+    pub base_url: String,
+    requests_named: AtomicU64,
+    state: Mutex<State>,
+    pub shutdown: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+struct State {
+    /// Live batches by creation order (deleted ones are gone).
+    batches: BTreeMap<u64, Batch>,
+    by_id: HashMap<String, u64>,
+    requests: HashMap<String, Vec<BatchRequest>>,
+    /// Each ended batch's results, as JSONL.
+    results: HashMap<String, String>,
+    /// Lifecycle tasks of batches in progress, to stop on cancel.
+    running: HashMap<String, CancellationToken>,
+    /// Hashes of the cached prompt prefixes seen.
+    cached: HashSet<u64>,
+    faults: Faults,
+    stats: Stats,
+    next_seq: u64,
+}
+
+/// The answer to a create.
+pub enum Created {
+    Batch(Value),
+    /// The batch was made; its answer is lost this way.
+    Lost(LostMode),
+}
+
+/// How a batch ends; `None` finished counts come from the plan's shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Completed,
+    Expired(Option<usize>),
+    Canceled(Option<usize>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Faults(#[from] FaultPlanError),
+    #[error("at least one non-empty api key is needed")]
+    NoApiKey,
+}
+
+impl Shared {
+    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+        if config.api_keys.is_empty() || config.api_keys.iter().any(String::is_empty) {
+            return Err(ConfigError::NoApiKey);
+        }
+        let faults = Faults::compile(config.faults)?;
+        Ok(Arc::new(Self {
+            api_keys: config.api_keys,
+            timing: config.timing,
+            models: config.models,
+            seed: config.seed,
+            nonce: emulator_kit::ids::run_nonce(config.seed),
+            base_url,
+            requests_named: AtomicU64::new(0),
+            state: Mutex::new(State {
+                batches: BTreeMap::new(),
+                by_id: HashMap::new(),
+                requests: HashMap::new(),
+                results: HashMap::new(),
+                running: HashMap::new(),
+                cached: HashSet::new(),
+                faults,
+                stats: Stats::default(),
+                next_seq: 0,
+            }),
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+
+    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        self.lock().faults = Faults::compile(plan)?;
+        Ok(())
+    }
+
+    pub fn faults(&self) -> FaultPlan {
+        self.lock().faults.plan().clone()
+    }
+
+    /// A fresh `request-id` for a response.
+    pub fn next_request_id(&self) -> String {
+        let n = self.requests_named.fetch_add(1, Ordering::Relaxed);
+        request_id(self.nonce ^ 0x5eed, n)
+    }
+
+    /// A create whose body was over the limit: 413, counted.
+    pub fn too_large(&self) -> ApiError {
+        self.lock().stats.create_rejections += 1;
+        ApiError::of(ErrorType::RequestTooLarge)
+    }
+
+    // ---- operations ----
+
+    pub fn create_batch(self: &Arc<Self>, body: &[u8]) -> Result<Created, ApiError> {
+        let parsed = parse_create(body);
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let refused = match parsed {
+            Err(error) => Err(error),
+            Ok(requests) => match state.faults.take_refusal() {
+                Some(refusal) => Err(refusal_error(refusal)),
+                None => Ok(requests),
+            },
+        };
+        let requests = refused.inspect_err(|_| state.stats.create_rejections += 1)?;
+        state.next_seq += 1;
+        let seq = state.next_seq;
+        let id = batch_id(self.nonce, seq);
+        let now = Utc::now();
+        let lag = Duration::from_millis(state.faults.plan().list_lag_ms);
+        let batch = Batch::new(
+            id.clone(),
+            seq,
+            requests.len() as u64,
+            now,
+            later(now, self.timing.expires_after),
+            later(now, lag),
+        );
+        let json = batch.to_json(&self.base_url);
+        state.stats.batches_created += 1;
+        let fault = state.faults.decide_batch(state.stats.batches_created);
+        for request in &requests {
+            state
+                .stats
+                .submissions
+                .submit(&request.custom_id, &id, Outcome::Pending);
+            if let Some(model) = request.model() {
+                state
+                    .stats
+                    .models
+                    .insert(request.custom_id.clone(), model.to_owned());
+            }
+        }
+        state.batches.insert(seq, batch);
+        state.by_id.insert(id.clone(), seq);
+        state.requests.insert(id.clone(), requests);
+        let stop = self.shutdown.child_token();
+        state.running.insert(id.clone(), stop.clone());
+        let lost = state.faults.take_lost_answer();
+        if lost.is_some() {
+            state.stats.create_answers_lost += 1;
+        }
+        drop(guard);
+        self.tasks
+            .spawn(run_batch(Arc::clone(self), id, fault, stop));
+        Ok(match lost {
+            Some(mode) => Created::Lost(mode),
+            None => Created::Batch(json),
+        })
+    }
+
+    pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
+        let mut state = self.lock();
+        let json = find(&state, id)?.to_json(&self.base_url);
+        if state.faults.take_get_not_found() {
+            state.stats.gets_not_found += 1;
+            return Err(no_batch(id));
+        }
+        Ok(json)
+    }
+
+    /// Newest first, as documented; a batch under list lag is left out.
+    pub fn list_batches(&self, page: &Page) -> Result<Value, ApiError> {
+        let state = self.lock();
+        let now = Utc::now();
+        let listed: Vec<&Batch> = state
+            .batches
+            .values()
+            .rev()
+            .filter(|b| b.listed_from <= now)
+            .collect();
+        let ids: Vec<&str> = listed.iter().map(|b| b.id.as_str()).collect();
+        let w = page.window(&ids)?;
+        let data: Vec<Value> = listed[w.start..w.end]
+            .iter()
+            .map(|b| b.to_json(&self.base_url))
+            .collect();
+        Ok(json!({
+            "data": data,
+            "has_more": w.has_more,
+            "first_id": ids[w.start..w.end].first(),
+            "last_id": ids[w.start..w.end].last(),
+        }))
+    }
+
+    pub fn cancel_batch(self: &Arc<Self>, id: &str) -> Result<Value, ApiError> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let seq = *state.by_id.get(id).ok_or_else(|| no_batch(id))?;
+        let batch = state.batches.get_mut(&seq).ok_or_else(|| no_batch(id))?;
+        match batch.status {
+            Status::InProgress => {}
+            Status::Canceling => return Ok(batch.to_json(&self.base_url)),
+            Status::Ended => {
+                return Err(ApiError::invalid(format!(
+                    "Message batch {id} has already ended and cannot be canceled."
+                )));
+            }
+        }
+        batch.status = Status::Canceling;
+        batch.cancel_initiated_at = Some(Utc::now());
+        let json = batch.to_json(&self.base_url);
+        if let Some(stop) = state.running.remove(id) {
+            stop.cancel();
+        }
+        drop(guard);
+        let (shared, id, delay) = (Arc::clone(self), id.to_owned(), self.timing.canceling);
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => shared.finish(&id, Ending::Canceled(None)),
+                () = shutdown.cancelled() => {}
+            }
+        });
+        Ok(json)
+    }
+
+    /// Only an ended batch can be deleted (the docs: cancel an in-progress
+    /// one first).
+    pub fn delete_batch(&self, id: &str) -> Result<Value, ApiError> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let status = find(state, id)?.status;
+        if status != Status::Ended {
+            return Err(ApiError::invalid(format!(
+                "Message batch {id} cannot be deleted while its processing_status is {}; cancel it and wait for it to end first.",
+                status.as_str()
+            )));
+        }
+        if let Some(seq) = state.by_id.remove(id) {
+            state.batches.remove(&seq);
+        }
+        state.requests.remove(id);
+        state.results.remove(id);
+        state.stats.batches_deleted += 1;
+        Ok(json!({"id": id, "type": "message_batch_deleted"}))
+    }
+
+    /// The results JSONL of an ended batch.
+    pub fn results(&self, id: &str) -> Result<String, ApiError> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let status = find(state, id)?.status;
+        let Some(text) = state.results.get(id).cloned() else {
+            return Err(ApiError::invalid(format!(
+                "Results for message batch {id} are not available yet: its processing_status is {}.",
+                status.as_str()
+            )));
+        };
+        state.stats.results_downloads += 1;
+        Ok(text)
+    }
+
+    // ---- lifecycle ----
+
+    /// Ends the batch: answers its first `finished` requests through the
+    /// params check and the row faults, marks the rest canceled or expired,
+    /// writes the results (shuffled) and the final counts.
+    fn finish(&self, id: &str, ending: Ending) {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let Some(&seq) = state.by_id.get(id) else {
+            return;
+        };
+        if state.batches[&seq].status == Status::Ended {
+            return;
+        }
+        let requests = state.requests.get(id).cloned().unwrap_or_default();
+        let n = requests.len();
+        let plan = state.faults.plan();
+        let (finished, never) = match ending {
+            Ending::Completed => (n, Outcome::Expired),
+            Ending::Expired(f) => (
+                f.unwrap_or_else(|| share_of(plan.finished_on_expiry, n)),
+                Outcome::Expired,
+            ),
+            Ending::Canceled(f) => (
+                f.unwrap_or_else(|| share_of(plan.finished_on_cancel, n)),
+                Outcome::Canceled,
+            ),
+        };
+        let mut counts = Counts::default();
+        let mut lines = Vec::with_capacity(n);
+        let mut outcomes = Vec::with_capacity(n);
+        for (i, request) in requests.iter().enumerate() {
+            let answered = if i < finished {
+                state.next_seq += 1;
+                let problem = check_params(&request.params, &self.models).err();
+                let fault = state.faults.decide_row(&request.custom_id);
+                let cache = match (&problem, cache_prefix(&request.params)) {
+                    (None, Some((hash, tokens))) if state.cached.insert(hash) => {
+                        Cache::Write(tokens)
+                    }
+                    (None, Some((_, tokens))) => Cache::Read(tokens),
+                    _ => Cache::None,
+                };
+                answer(
+                    &request.params,
+                    problem,
+                    fault.as_ref(),
+                    self.seed,
+                    &message_id(self.nonce, state.next_seq),
+                    cache,
+                )
+            } else {
+                not_run(never)
+            };
+            counts.tally(answered.outcome);
+            lines.push(
+                json!({"custom_id": request.custom_id, "result": answered.result}).to_string(),
+            );
+            outcomes.push((request.custom_id.clone(), answered.outcome));
+        }
+        let mut text = shuffled(lines, self.seed ^ hash_str(id)).join("\n");
+        text.push('\n');
+        state.results.insert(id.to_owned(), text);
+        let now = Utc::now();
+        if let Some(batch) = state.batches.get_mut(&seq) {
+            batch.status = Status::Ended;
+            batch.ended_at = Some(now);
+            batch.counts = counts;
+            if let Ending::Canceled(_) = ending {
+                batch.cancel_initiated_at.get_or_insert(now);
+            }
+        }
+        match ending {
+            Ending::Completed => {}
+            Ending::Expired(_) => state.stats.batches_expired += 1,
+            Ending::Canceled(_) => state.stats.batches_canceled += 1,
+        }
+        state.stats.submissions.settle(id, outcomes);
+        state.running.remove(id);
+    }
+}
+
+fn later(now: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(by)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+fn refusal_error(refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::Unauthorized => ApiError::of(ErrorType::Authentication),
+        Refusal::Billing => ApiError::of(ErrorType::Billing),
+        Refusal::Forbidden => ApiError::of(ErrorType::Permission),
+        Refusal::Overloaded => ApiError::of(ErrorType::Overloaded),
+        Refusal::RateLimited(rl) => {
+            let reset = later(Utc::now(), Duration::from_secs(rl.retry_after_secs));
+            ApiError::of(ErrorType::RateLimit)
+                .header("retry-after", rl.retry_after_secs.to_string())
+                .header(
+                    "anthropic-ratelimit-requests-limit",
+                    rl.requests_limit.to_string(),
+                )
+                .header("anthropic-ratelimit-requests-remaining", "0")
+                .header(
+                    "anthropic-ratelimit-requests-reset",
+                    reset.to_rfc3339_opts(SecondsFormat::Secs, true),
+                )
+        }
+    }
+}
+
+fn no_batch(id: &str) -> ApiError {
+    ApiError::not_found(format!("No message batch found with id '{id}'."))
+}
+
+fn find<'a>(state: &'a State, id: &str) -> Result<&'a Batch, ApiError> {
+    state
+        .by_id
+        .get(id)
+        .and_then(|seq| state.batches.get(seq))
+        .ok_or_else(|| no_batch(id))
+}
+
+/// Ends one batch when its time comes: after `in_progress` (as its fault
+/// says), or expired at the horizon if that comes first or it stays in
+/// progress. Stops early when it is canceled or the emulator shuts down.
+async fn run_batch(
+    shared: Arc<Shared>,
+    id: String,
+    fault: Option<BatchFault>,
+    stop: CancellationToken,
+) {
+    let Timing {
+        in_progress,
+        expires_after,
+        ..
+    } = shared.timing;
+    let natural = match fault {
+        Some(BatchFault::StaysInProgress) => None,
+        Some(BatchFault::Expired { finished }) => Some(Ending::Expired(Some(finished))),
+        Some(BatchFault::Canceled { finished }) => Some(Ending::Canceled(Some(finished))),
+        None => Some(Ending::Completed),
+    };
+    let (wait, ending) = match natural {
+        Some(ending) if in_progress < expires_after => (in_progress, ending),
+        _ => (expires_after, Ending::Expired(None)),
+    };
+    tokio::select! {
+        () = tokio::time::sleep(wait) => shared.finish(&id, ending),
+        () = stop.cancelled() => {}
+    }
+}
