@@ -91,7 +91,10 @@ pub struct RowRule {
     #[serde(rename = "match")]
     pub matches: RowMatch,
     pub fault: RowFault,
-    /// Applies to the first `times` processings of each matching request.
+    /// Applies to the first `times` processings of each matching request:
+    /// of each custom_id, or, when `custom_id_regex` has a capture group,
+    /// of each text its first group captures (a client that derives
+    /// custom_ids per batch sends one request under several).
     #[serde(default)]
     pub times: Option<u32>,
 }
@@ -260,16 +263,22 @@ impl Faults {
     /// The fault of one request being processed now (counts the
     /// processing).
     pub fn decide_row(&mut self, custom_id: &str) -> Option<RowFault> {
-        let seen = self.processed.entry(custom_id.to_owned()).or_insert(0);
-        let nth = *seen;
-        *seen += 1;
-        self.plan
+        let (rule, regex) = self
+            .plan
             .rows
             .iter()
             .zip(&self.regexes)
-            .find(|(rule, regex)| row_matches(&rule.matches, regex.as_ref(), custom_id))
-            .filter(|(rule, _)| rule.times.is_none_or(|t| nth < t))
-            .map(|(rule, _)| rule.fault.clone())
+            .find(|(rule, regex)| row_matches(&rule.matches, regex.as_ref(), custom_id))?;
+        let counted = regex
+            .as_ref()
+            .and_then(|r| r.captures(custom_id)?.get(1))
+            .map_or(custom_id, |g| g.as_str());
+        let seen = self.processed.entry(counted.to_owned()).or_insert(0);
+        let nth = *seen;
+        *seen += 1;
+        rule.times
+            .is_none_or(|t| nth < t)
+            .then(|| rule.fault.clone())
     }
 
     /// The fault of the `nth` batch created (uses one of the rule's uses).
@@ -366,6 +375,24 @@ mod tests {
         assert_eq!(f.decide_row("r1"), Some(RowFault::Refusal));
         assert_eq!(f.decide_row("cut"), Some(RowFault::MaxTokens));
         assert_eq!(f.decide_row("fine"), None);
+    }
+
+    // Invariant: with a capture group in its regex, a rule's `times`
+    // counts the captured text, whichever custom_id carries it.
+    #[test]
+    fn times_count_the_captured_request_across_custom_ids() {
+        let plan: FaultPlan = serde_json::from_value(serde_json::json!({"rows": [
+            {"match": {"custom_id_regex": "^[0-9a-f]{4}-(flaky-.*)$"},
+             "fault": {"kind": "errored", "error": "api_error"}, "times": 1}]}))
+        .unwrap();
+        let mut f = Faults::compile(plan).unwrap();
+        assert!(f.decide_row("aaaa-flaky-1").is_some());
+        assert!(
+            f.decide_row("bbbb-flaky-1").is_none(),
+            "the same request again"
+        );
+        assert!(f.decide_row("bbbb-flaky-2").is_some());
+        assert!(f.decide_row("bbbb-steady-1").is_none());
     }
 
     // Invariant: a batch rule applies to its nth batch only, `times` times.

@@ -130,10 +130,25 @@ pub fn spawn_openai_worker(
     name: &str,
     extra: &[&str],
 ) -> Child {
-    worker_command(grpc, openai, ledger, name, &[])
-        .args(["--provider", "openai", "--openai-base-url", openai])
+    spawn_api_worker(grpc, "openai", openai, ledger, name, extra)
+}
+
+/// A worker running rows at the emulator of `api` (`openai` or
+/// `anthropic`) at `base` (its base URL as the worker's flag takes it),
+/// with the flags of [`spawn_worker`] and `extra`.
+pub fn spawn_api_worker(
+    grpc: &str,
+    api: &str,
+    base: &str,
+    ledger: &str,
+    name: &str,
+    extra: &[&str],
+) -> Child {
+    let url_flag = format!("--{api}-base-url");
+    worker_command(grpc, base, ledger, name, &[])
+        .args(["--provider", api, &url_flag, base])
         .args(extra)
-        .env("OPENAI_API_KEY", API_KEY)
+        .env(format!("{}_API_KEY", api.to_ascii_uppercase()), API_KEY)
         .spawn()
         .expect("spawn tally-worker")
 }

@@ -4,6 +4,7 @@
 //! Run one area: `cargo test -p tally-worker --test worker <module>::`.
 
 mod common;
+mod e2e_anthropic;
 mod e2e_create;
 mod e2e_faults;
 mod e2e_golden;

@@ -76,18 +76,14 @@ pub fn submission(req: &pb::MarkSubmittedRequest) -> Result<(String, String), St
 
 pub use tally_core::media::MAX_BATCH_MEDIA;
 
-/// MarkCreating's input file, the batch's estimated tokens (`None`: keep
-/// CreateJob's estimate) and the media uploads it references.
+/// MarkCreating's input file (empty where the requests go inline), the
+/// batch's estimated tokens (`None`: keep CreateJob's estimate) and the
+/// media uploads it references.
 pub fn creating(
     req: &pb::MarkCreatingRequest,
 ) -> Result<(String, Option<i64>, Vec<String>), Status> {
     let mut v = Violations::new();
-    if req.input_file.trim().is_empty() {
-        v.add(
-            "input_file",
-            "is required: the uploaded file the batch is made from",
-        );
-    }
+    // Empty where the requests go inline in the create (Anthropic).
     text("input_file", &req.input_file, MAX_FILE, &mut v);
     if !(0..=tally_core::quota::MAX_TOKENS_LIMIT).contains(&req.estimated_tokens) {
         v.add(
