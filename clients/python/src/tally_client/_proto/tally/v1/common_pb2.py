@@ -25,27 +25,27 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tally/v1/common.proto\x12\x08tally.v1\x1a\x1egoogle/protobuf/duration.proto\"d\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x17\n\x0fthinking_tokens\x18\x03 \x01(\x03\x12\x15\n\rcached_tokens\x18\x04 \x01(\x03\"*\n\tPromptRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"P\n\rAttemptCounts\x12\x10\n\x08provider\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x05\x12\r\n\x05infra\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\"e\n\x0e\x43lassification\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.tally.v1.RowStatus\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12 \n\x06\x62udget\x18\x03 \x01(\x0e\x32\x10.tally.v1.Budget\"\xd2\x01\n\x07\x46\x61ilure\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.tally.v1.FailureKind\x12\x11\n\thttp_code\x18\x02 \x01(\x05\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\x14\n\x0c\x62lock_reason\x18\x06 \x01(\t\x12.\n\x0bretry_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tgrpc_code\x18\x08 \x01(\x05*[\n\x06\x42udget\x12\x16\n\x12\x42UDGET_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x42UDGET_PROVIDER\x10\x01\x12\x12\n\x0e\x42UDGET_CONTENT\x10\x02\x12\x10\n\x0c\x42UDGET_INFRA\x10\x03*\xbd\x01\n\tRowStatus\x12\x1a\n\x16ROW_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12ROW_STATUS_PENDING\x10\x01\x12\x16\n\x12ROW_STATUS_RUNNING\x10\x02\x12\x18\n\x14ROW_STATUS_RETRYABLE\x10\x03\x12\x18\n\x14ROW_STATUS_SUCCEEDED\x10\x04\x12\x18\n\x14ROW_STATUS_PERMANENT\x10\x05\x12\x16\n\x12ROW_STATUS_BLOCKED\x10\x06*\x95\x02\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x46\x41ILURE_KIND_PROVIDER_ERROR\x10\x01\x12\x1f\n\x1b\x46\x41ILURE_KIND_EMPTY_RESPONSE\x10\x02\x12\x1f\n\x1b\x46\x41ILURE_KIND_INVALID_OUTPUT\x10\x03\x12\x18\n\x14\x46\x41ILURE_KIND_BLOCKED\x10\x04\x12$\n FAILURE_KIND_MISSING_FROM_OUTPUT\x10\x05\x12!\n\x1d\x46\x41ILURE_KIND_MEDIA_UNREADABLE\x10\x06\x12\"\n\x1e\x46\x41ILURE_KIND_MEDIA_UNAVAILABLE\x10\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tally/v1/common.proto\x12\x08tally.v1\x1a\x1egoogle/protobuf/duration.proto\"\x80\x01\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x17\n\x0fthinking_tokens\x18\x03 \x01(\x03\x12\x15\n\rcached_tokens\x18\x04 \x01(\x03\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x05 \x01(\x03\"*\n\tPromptRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"P\n\rAttemptCounts\x12\x10\n\x08provider\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x05\x12\r\n\x05infra\x18\x03 \x01(\x05\x12\r\n\x05total\x18\x04 \x01(\x05\"e\n\x0e\x43lassification\x12#\n\x06status\x18\x01 \x01(\x0e\x32\x13.tally.v1.RowStatus\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12 \n\x06\x62udget\x18\x03 \x01(\x0e\x32\x10.tally.v1.Budget\"\xd2\x01\n\x07\x46\x61ilure\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.tally.v1.FailureKind\x12\x11\n\thttp_code\x18\x02 \x01(\x05\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12\x14\n\x0c\x62lock_reason\x18\x06 \x01(\t\x12.\n\x0bretry_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tgrpc_code\x18\x08 \x01(\x05*[\n\x06\x42udget\x12\x16\n\x12\x42UDGET_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x42UDGET_PROVIDER\x10\x01\x12\x12\n\x0e\x42UDGET_CONTENT\x10\x02\x12\x10\n\x0c\x42UDGET_INFRA\x10\x03*\xbd\x01\n\tRowStatus\x12\x1a\n\x16ROW_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12ROW_STATUS_PENDING\x10\x01\x12\x16\n\x12ROW_STATUS_RUNNING\x10\x02\x12\x18\n\x14ROW_STATUS_RETRYABLE\x10\x03\x12\x18\n\x14ROW_STATUS_SUCCEEDED\x10\x04\x12\x18\n\x14ROW_STATUS_PERMANENT\x10\x05\x12\x16\n\x12ROW_STATUS_BLOCKED\x10\x06*\x95\x02\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x46\x41ILURE_KIND_PROVIDER_ERROR\x10\x01\x12\x1f\n\x1b\x46\x41ILURE_KIND_EMPTY_RESPONSE\x10\x02\x12\x1f\n\x1b\x46\x41ILURE_KIND_INVALID_OUTPUT\x10\x03\x12\x18\n\x14\x46\x41ILURE_KIND_BLOCKED\x10\x04\x12$\n FAILURE_KIND_MISSING_FROM_OUTPUT\x10\x05\x12!\n\x1d\x46\x41ILURE_KIND_MEDIA_UNREADABLE\x10\x06\x12\"\n\x1e\x46\x41ILURE_KIND_MEDIA_UNAVAILABLE\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tally.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BUDGET']._serialized_start=611
-  _globals['_BUDGET']._serialized_end=702
-  _globals['_ROWSTATUS']._serialized_start=705
-  _globals['_ROWSTATUS']._serialized_end=894
-  _globals['_FAILUREKIND']._serialized_start=897
-  _globals['_FAILUREKIND']._serialized_end=1174
-  _globals['_USAGE']._serialized_start=67
-  _globals['_USAGE']._serialized_end=167
-  _globals['_PROMPTREF']._serialized_start=169
-  _globals['_PROMPTREF']._serialized_end=211
-  _globals['_ATTEMPTCOUNTS']._serialized_start=213
-  _globals['_ATTEMPTCOUNTS']._serialized_end=293
-  _globals['_CLASSIFICATION']._serialized_start=295
-  _globals['_CLASSIFICATION']._serialized_end=396
-  _globals['_FAILURE']._serialized_start=399
-  _globals['_FAILURE']._serialized_end=609
+  _globals['_BUDGET']._serialized_start=640
+  _globals['_BUDGET']._serialized_end=731
+  _globals['_ROWSTATUS']._serialized_start=734
+  _globals['_ROWSTATUS']._serialized_end=923
+  _globals['_FAILUREKIND']._serialized_start=926
+  _globals['_FAILUREKIND']._serialized_end=1203
+  _globals['_USAGE']._serialized_start=68
+  _globals['_USAGE']._serialized_end=196
+  _globals['_PROMPTREF']._serialized_start=198
+  _globals['_PROMPTREF']._serialized_end=240
+  _globals['_ATTEMPTCOUNTS']._serialized_start=242
+  _globals['_ATTEMPTCOUNTS']._serialized_end=322
+  _globals['_CLASSIFICATION']._serialized_start=324
+  _globals['_CLASSIFICATION']._serialized_end=425
+  _globals['_FAILURE']._serialized_start=428
+  _globals['_FAILURE']._serialized_end=638
 # @@protoc_insertion_point(module_scope)

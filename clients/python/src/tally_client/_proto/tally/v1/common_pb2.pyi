@@ -57,16 +57,18 @@ FAILURE_KIND_MEDIA_UNREADABLE: FailureKind
 FAILURE_KIND_MEDIA_UNAVAILABLE: FailureKind
 
 class Usage(_message.Message):
-    __slots__ = ("input_tokens", "output_tokens", "thinking_tokens", "cached_tokens")
+    __slots__ = ("input_tokens", "output_tokens", "thinking_tokens", "cached_tokens", "cache_write_tokens")
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     THINKING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_WRITE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     output_tokens: int
     thinking_tokens: int
     cached_tokens: int
-    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., thinking_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
+    cache_write_tokens: int
+    def __init__(self, input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., thinking_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cache_write_tokens: _Optional[int] = ...) -> None: ...
 
 class PromptRef(_message.Message):
     __slots__ = ("name", "version")
