@@ -122,6 +122,33 @@ pub fn openai_faults() -> openai_emulator::FaultPlan {
     .expect("the demo's OpenAI fault plan is valid")
 }
 
+/// The same groups as Anthropic answers them: every request has a
+/// result, so a row lost from the output is an `api_error` every time;
+/// a request's custom_id is `{job mark}-{key}`, so each rule captures the
+/// key (its `times` count the row, whatever job sends it).
+pub fn anthropic_faults() -> anthropic_emulator::FaultPlan {
+    let key = |prefix: &str| json!({"custom_id_regex": format!("^[0-9a-f]{{12}}-({prefix}.*)$")});
+    let errored = |error: &str| json!({"kind": "errored", "error": error, "message": format!("{error} (demo fault)")});
+    serde_json::from_value(json!({
+        "rows": [
+            {"match": key("flaky-"), "fault": errored("rate_limit_error"), "times": 2},
+            {"match": key("busy-"), "fault": errored("overloaded_error"), "times": 1},
+            {"match": key("unsafe-"), "fault": {"kind": "refusal"}},
+            {"match": key("nsfw-"), "fault": {"kind": "refusal"}},
+            {"match": key("empty-"), "fault": {"kind": "max_tokens"}},
+            {"match": key("garbled-"), "fault": {"kind": "invalid_json"}},
+            {"match": key("bad-"), "fault": errored("invalid_request_error")},
+            {"match": key("lost-"), "fault": errored("api_error")},
+            {"match": {"custom_id_regex": "^[0-9a-f]{12}-chapter-1$"}, "fault": {"kind": "refusal"}}
+        ],
+        "batches": [
+            {"match": {"nth": 2}, "fault": {"kind": "expired", "finished": 20}}
+        ],
+        "rate_limit": {"times": 1, "retry_after_secs": 1}
+    }))
+    .expect("the demo's Anthropic fault plan is valid")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +180,7 @@ mod tests {
     fn every_faulty_group_has_a_rule_and_the_plan_parses() {
         let plan = faults();
         let openai = openai_faults();
+        let anthropic = anthropic_faults();
         for &(prefix, _, _) in GROUPS {
             if prefix == "article-" || prefix == "chapter-" {
                 continue;
@@ -169,6 +197,15 @@ mod tests {
                     .iter()
                     .any(|r| r.matches.custom_id_prefix.as_deref() == Some(prefix)),
                 "no OpenAI fault rule for {prefix}"
+            );
+            let captured = format!("-({prefix}.*)$");
+            assert!(
+                anthropic.rows.iter().any(|r| r
+                    .matches
+                    .custom_id_regex
+                    .as_deref()
+                    .is_some_and(|re| re.ends_with(&captured))),
+                "no Anthropic fault rule for {prefix}"
             );
         }
     }

@@ -37,8 +37,8 @@ struct Args {
     /// The provider the rows run at (emulated in-process).
     #[arg(long, value_enum, default_value = "gemini")]
     provider: provider::Which,
-    /// The ledger the demo fills (default `demo`, or `demo-openai` with
-    /// `--provider openai`).
+    /// The ledger the demo fills (default `demo`, or `demo-openai` /
+    /// `demo-anthropic` with `--provider openai` / `anthropic`).
     #[arg(long)]
     ledger: Option<String>,
     /// Most rows in one provider batch (smaller: more jobs).

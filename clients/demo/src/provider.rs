@@ -1,6 +1,7 @@
 //! The provider the demo runs against, emulated in-process: Gemini's Batch
-//! API or OpenAI's, with the dataset's faults, signed webhooks to tally
-//! delivered twice and once more out of order.
+//! API, OpenAI's or Anthropic's Message Batches, with the dataset's
+//! faults; signed webhooks to tally delivered twice and once more out of
+//! order (Anthropic sends none: the worker polls).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::report::ProviderCounts;
 pub enum Which {
     Gemini,
     Openai,
+    Anthropic,
 }
 
 impl Which {
@@ -23,6 +25,7 @@ impl Which {
         match self {
             Which::Gemini => "gemini-2.5-flash",
             Which::Openai => "gpt-4o-mini",
+            Which::Anthropic => "claude-haiku-4-5",
         }
     }
 
@@ -32,6 +35,7 @@ impl Which {
         match self {
             Which::Gemini => "demo",
             Which::Openai => "demo-openai",
+            Which::Anthropic => "demo-anthropic",
         }
     }
 }
@@ -40,6 +44,7 @@ impl Which {
 pub enum Emulated {
     Gemini(gemini_emulator::Emulator),
     OpenAi(openai_emulator::Emulator),
+    Anthropic(anthropic_emulator::Emulator),
 }
 
 /// A second copy of each event after later ones: out-of-order delivery.
@@ -88,6 +93,17 @@ impl Emulated {
                         .context("starting the OpenAI emulator")?,
                 )
             }
+            Which::Anthropic => {
+                let config = anthropic_emulator::EmulatorConfig {
+                    faults: dataset::anthropic_faults(),
+                    ..anthropic_emulator::EmulatorConfig::default()
+                };
+                Emulated::Anthropic(
+                    anthropic_emulator::Emulator::start(addr, config)
+                        .await
+                        .context("starting the Anthropic emulator")?,
+                )
+            }
         })
     }
 
@@ -100,6 +116,10 @@ impl Emulated {
             ),
             Emulated::OpenAi(e) => format!(
                 "openai-emulator on {}/v1 (faults: content filter, refusal, 429/503, cut at max tokens, bad JSON, 400, missing rows, a batch expired part-way; webhooks duplicated and reordered)",
+                e.base_url()
+            ),
+            Emulated::Anthropic(e) => format!(
+                "anthropic-emulator on {} (faults: refusals, 429/529 and 500 results, cut at max tokens, bad JSON, 400, a batch expired part-way; no webhooks: polled)",
                 e.base_url()
             ),
         }
@@ -115,6 +135,12 @@ impl Emulated {
                 "--openai-base-url".into(),
                 format!("{}/v1", e.base_url()),
             ],
+            Emulated::Anthropic(e) => vec![
+                "--provider".into(),
+                "anthropic".into(),
+                "--anthropic-base-url".into(),
+                e.base_url(),
+            ],
         }
     }
 
@@ -123,6 +149,7 @@ impl Emulated {
         match self {
             Emulated::Gemini(e) => e.api_key().to_owned(),
             Emulated::OpenAi(e) => e.api_key().to_owned(),
+            Emulated::Anthropic(e) => e.api_key().to_owned(),
         }
     }
 
@@ -147,6 +174,15 @@ impl Emulated {
                     webhooks_sent: s.webhooks_sent,
                 }
             }
+            Emulated::Anthropic(e) => {
+                let s = e.stats();
+                ProviderCounts {
+                    batches_created: s.batches_created,
+                    rows_sent: s.submissions.values().map(Vec::len).sum(),
+                    create_rejections: s.create_rejections,
+                    webhooks_sent: 0,
+                }
+            }
         }
     }
 
@@ -154,6 +190,7 @@ impl Emulated {
         match self {
             Emulated::Gemini(e) => e.shutdown().await,
             Emulated::OpenAi(e) => e.shutdown().await,
+            Emulated::Anthropic(e) => e.shutdown().await,
         }
     }
 }

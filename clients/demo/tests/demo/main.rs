@@ -62,3 +62,10 @@ async fn the_demo_settles_every_row_and_a_second_run_pays_for_nothing() {
 async fn the_openai_demo_settles_every_row_and_a_second_run_pays_for_nothing() {
     settles_and_pays_once(&["--provider", "openai"]).await;
 }
+
+/// The same on Anthropic's Message Batches (`--provider anthropic`): the
+/// same groups, faulted as Anthropic answers them, end in the same place.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_anthropic_demo_settles_every_row_and_a_second_run_pays_for_nothing() {
+    settles_and_pays_once(&["--provider", "anthropic"]).await;
+}

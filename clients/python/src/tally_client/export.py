@@ -105,6 +105,7 @@ def tally_record(row: ledger_pb2.Row) -> dict[str, Any]:
             "output_tokens": u.output_tokens,
             "thinking_tokens": u.thinking_tokens,
             "cached_tokens": u.cached_tokens,
+            "cache_write_tokens": u.cache_write_tokens,
         },
         "claim": row.claim,
         "job": row.job,

@@ -243,10 +243,19 @@ class Usage:
     output_tokens: int = 0
     thinking_tokens: int = 0
     cached_tokens: int = 0
+    #: Input tokens written to the provider's cache (Anthropic), part of
+    #: `input_tokens`, priced as cache writes.
+    cache_write_tokens: int = 0
 
     @classmethod
     def from_pb(cls, u: common_pb2.Usage) -> Usage:
-        return cls(u.input_tokens, u.output_tokens, u.thinking_tokens, u.cached_tokens)
+        return cls(
+            u.input_tokens,
+            u.output_tokens,
+            u.thinking_tokens,
+            u.cached_tokens,
+            u.cache_write_tokens,
+        )
 
     @classmethod
     def coerce(cls, value: Usage | Mapping[str, int] | None) -> Usage | None:
@@ -274,6 +283,7 @@ class Usage:
             output_tokens=self.output_tokens,
             thinking_tokens=self.thinking_tokens,
             cached_tokens=self.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens,
         )
 
 

@@ -96,7 +96,11 @@ fn answer(message: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> {
         return Err(pb::Failure {
             kind: pb::FailureKind::Blocked as i32,
             finish_reason: stop.to_owned(),
-            message: truncate(&format!("the model refused: {text}")),
+            message: if text.trim().is_empty() {
+                "the model refused (stop_reason refusal, no text)".into()
+            } else {
+                truncate(&format!("the model refused: {text}"))
+            },
             ..Default::default()
         });
     }
