@@ -91,6 +91,9 @@ pub fn job_mark(job_id: &str) -> String {
 
 /// The custom_id of `key`'s request in the batch of the job `mark` marks.
 pub fn custom_id(mark: &str, key: &str) -> String {
+    if let Some(encoded) = key.strip_prefix(GOLDEN_PREFIX).and_then(encode_golden) {
+        return format!("{mark}g{encoded}");
+    }
     let plain = !key.is_empty()
         && key.len() <= MAX_PLAIN_KEY
         && key
@@ -103,13 +106,56 @@ pub fn custom_id(mark: &str, key: &str) -> String {
     }
 }
 
+/// The key prefix of a golden row's line in a batch: `#` is never in a
+/// row's key, so the two never meet.
+pub const GOLDEN_PREFIX: &str = "#golden/";
+
+/// A golden row's key in custom_id characters (letters, digits and `-`
+/// kept, any other byte as `_` and two hex digits), when it fits; read
+/// back by [`golden_key`], so any worker (an adopter too, which is not
+/// told the job's golden rows) knows a golden answer.
+fn encode_golden(key: &str) -> Option<String> {
+    let mut out = String::new();
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("_{b:02x}"));
+        }
+    }
+    (!out.is_empty() && out.len() <= MAX_PLAIN_KEY).then_some(out)
+}
+
+/// The golden row key (`#golden/{key}`) a custom_id made by
+/// [`custom_id`] carries, if it carries one.
+pub fn golden_key(custom_id: &str) -> Option<String> {
+    let (mark, rest) = custom_id.split_at_checked(MARK)?;
+    if !mark.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let encoded = rest.strip_prefix('g')?.as_bytes();
+    let mut key = Vec::with_capacity(encoded.len());
+    let mut i = 0;
+    while i < encoded.len() {
+        if encoded[i] == b'_' {
+            let hex = std::str::from_utf8(encoded.get(i + 1..i + 3)?).ok()?;
+            key.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            key.push(encoded[i]);
+            i += 1;
+        }
+    }
+    Some(format!("{GOLDEN_PREFIX}{}", String::from_utf8(key).ok()?))
+}
+
 /// The job mark a custom_id carries, if it is one [`custom_id`] made.
 pub fn mark_of(custom_id: &str) -> Option<&str> {
     let (mark, rest) = custom_id.split_at_checked(MARK)?;
     let derived = mark
         .bytes()
         .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-        && (rest.starts_with('-') || rest.starts_with('_'))
+        && (rest.starts_with('-') || rest.starts_with('_') || rest.starts_with('g'))
         && rest.len() > 1;
     derived.then_some(mark)
 }
@@ -163,6 +209,14 @@ mod tests {
         let back = ids.back(["a/b", "c"]).unwrap();
         assert_eq!(back[ids.id("a/b").as_ref()], "a/b");
         assert_eq!(back[ids.id("c").as_ref()], "c");
+        // A golden row's id says its key by itself; a long one is hashed.
+        let golden = ids.id("#golden/a.b:c_d");
+        assert!(ok(&golden), "{golden}");
+        assert_eq!(golden_key(&golden).as_deref(), Some("#golden/a.b:c_d"));
+        assert_eq!(golden_key(ids.id("a/b").as_ref()), None);
+        assert_eq!(golden_key(ids.id("gold").as_ref()), None);
+        let long = format!("#golden/{}", ".".repeat(20));
+        assert!(ok(&ids.id(&long)) && golden_key(&ids.id(&long)).is_none());
         let plain = RequestIds::of(tally_core::provider::Api::OpenAi, "j");
         assert_eq!(plain.id("a/b"), "a/b");
         assert!(plain.back(["a/b"]).is_none());

@@ -100,9 +100,8 @@ pub fn stats_mismatch(resource: &Value, lines: u64) -> Option<u64> {
     (expected != lines).then_some(expected)
 }
 
-/// The key prefix of a golden row's line in a batch: `#` is never in a
-/// row's key, so the two never meet.
-pub const GOLDEN_PREFIX: &str = "#golden/";
+/// The key prefix of a golden row's line in a batch.
+pub use crate::tags::GOLDEN_PREFIX;
 
 /// A golden line's answer: its text, or why it has none.
 fn golden_answer(key: &str, line: &Value) -> pb::GoldenAnswer {
@@ -253,13 +252,20 @@ impl<'e, 'v> Matcher<'e, 'v> {
             self.out.unreadable += 1;
             return;
         };
+        let golden;
         let key = match &self.keys {
             Some(keys) => match keys.get(id) {
                 Some(key) => key.as_str(),
-                None => {
-                    self.out.unexpected.push(id.to_string());
-                    return;
-                }
+                None => match crate::tags::golden_key(id) {
+                    Some(g) => {
+                        golden = g;
+                        golden.as_str()
+                    }
+                    None => {
+                        self.out.unexpected.push(id.to_string());
+                        return;
+                    }
+                },
             },
             None => id,
         };

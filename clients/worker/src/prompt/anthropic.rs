@@ -18,16 +18,12 @@
 use serde_json::{Value, json};
 use tally_core::provider::Api;
 
-use super::{InputError, PromptSpec, render};
+use super::chat::{self, Turn};
+use super::{InputError, PromptSpec};
 
 /// The output budget of a request that names none (the API requires one;
 /// every current Claude model allows at least this many).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
-
-/// The schema a row that names none asks for: any JSON object.
-fn any_object() -> Value {
-    json!({"type": "object"})
-}
 
 /// The `params` for one row.
 pub fn build_request(
@@ -35,42 +31,14 @@ pub fn build_request(
     prompt: Option<&PromptSpec>,
     model: &str,
 ) -> Result<Value, InputError> {
-    let vars: Value =
-        serde_json::from_str(payload).map_err(|e| InputError::Payload(e.to_string()))?;
-    if !vars.is_object() {
-        return Err(InputError::Payload("not an object".into()));
+    match chat::turn(Api::Anthropic, payload, prompt)? {
+        Turn::Native(params) => native(params, model),
+        Turn::User {
+            content,
+            system,
+            schema,
+        } => Ok(request(model, system.as_deref(), content, &schema)),
     }
-    let Some(prompt) = prompt else {
-        if let Some(why) = tally_core::provider::foreign_request(Api::Anthropic, &vars) {
-            return Err(InputError::Request(format!("the payload {why}")));
-        }
-        if vars.get("messages").is_some_and(Value::is_array) {
-            return native(vars, model);
-        }
-        let text = ["prompt", "text"]
-            .iter()
-            .find_map(|k| vars.get(*k).and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_else(|| vars.to_string());
-        return Ok(request(model, None, json!(text), &any_object()));
-    };
-    let text = render(&prompt.template, &vars)?;
-    let media = tally_core::media::variables(&vars, &prompt.media).map_err(InputError::Media)?;
-    let content = if media.is_empty() {
-        json!(text)
-    } else {
-        let mut blocks = vec![json!({"type": "text", "text": text})];
-        blocks.extend(media.into_iter().map(
-            |(_, m)| json!({"media": {"uri": m.uri, "sha256": m.sha256, "mime_type": m.mime_type}}),
-        ));
-        Value::Array(blocks)
-    };
-    let schema = prompt.response_schema.clone().unwrap_or_else(any_object);
-    Ok(request(
-        model,
-        prompt.system_instruction.as_deref(),
-        content,
-        &schema,
-    ))
 }
 
 fn request(model: &str, system: Option<&str>, content: Value, schema: &Value) -> Value {
@@ -90,11 +58,7 @@ fn request(model: &str, system: Option<&str>, content: Value, schema: &Value) ->
 /// and a `max_tokens` where it set none. A streamed request cannot run in
 /// a batch.
 fn native(mut params: Value, model: &str) -> Result<Value, InputError> {
-    if params.get("stream").and_then(Value::as_bool) == Some(true) {
-        return Err(InputError::Request(
-            "`stream` must be false: batch answers are not streamed".into(),
-        ));
-    }
+    chat::refuse_stream(&params)?;
     if params
         .get("messages")
         .and_then(Value::as_array)
@@ -115,18 +79,12 @@ fn native(mut params: Value, model: &str) -> Result<Value, InputError> {
 /// request of its own; for a native request, when it asks for a JSON
 /// Schema output.
 pub fn asks_for_json(payload: &str, has_prompt: bool) -> bool {
-    if has_prompt {
-        return true;
-    }
-    let Ok(vars) = serde_json::from_str::<Value>(payload) else {
-        return true;
-    };
-    if !vars.get("messages").is_some_and(Value::is_array) {
-        return true;
-    }
-    vars.pointer("/output_config/format/type")
-        .and_then(Value::as_str)
-        == Some("json_schema")
+    chat::asks_for_json(payload, has_prompt, |params| {
+        params
+            .pointer("/output_config/format/type")
+            .and_then(Value::as_str)
+            == Some("json_schema")
+    })
 }
 
 #[cfg(test)]

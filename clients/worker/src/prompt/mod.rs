@@ -11,6 +11,7 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Value, json};
 
 pub mod anthropic;
+pub mod chat;
 pub mod openai;
 
 /// A registered prompt as the worker needs it.

@@ -341,16 +341,10 @@ pub fn listed(page: &Value) -> Page<Listed> {
             })
         })
         .collect();
-    let next = if page["has_more"] == true {
-        page["last_id"]
-            .as_str()
-            .or_else(|| page["data"].as_array()?.last()?["id"].as_str())
-            .filter(|id| !id.is_empty())
-            .map(str::to_owned)
-    } else {
-        None
-    };
-    Page { items, next }
+    Page {
+        items,
+        next: http::next_after(page),
+    }
 }
 
 /// When a listed batch was made, for tests.

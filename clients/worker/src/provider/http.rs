@@ -226,6 +226,19 @@ where
     }
 }
 
+/// Where the next page of an OpenAI or Anthropic list starts: after its
+/// last id, while `has_more`.
+pub(crate) fn next_after(page: &serde_json::Value) -> Option<String> {
+    if page["has_more"] != true {
+        return None;
+    }
+    page["last_id"]
+        .as_str()
+        .or_else(|| page["data"].as_array()?.last()?["id"].as_str())
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+}
+
 /// Most bytes of one output line the worker keeps; a longer line is
 /// counted unreadable (its row is then missing from the output, retried).
 pub const MAX_OUTPUT_LINE: usize = 64 * 1024 * 1024;

@@ -317,7 +317,7 @@ pub fn listed(page: &Value) -> Page<Listed> {
         })
         .collect();
     Page {
-        next: next_after(page),
+        next: http::next_after(page),
         items,
     }
 }
@@ -337,21 +337,9 @@ pub fn listed_files(page: &Value) -> Page<ListedFile> {
         })
         .collect();
     Page {
-        next: next_after(page),
+        next: http::next_after(page),
         items,
     }
-}
-
-/// Where the next page starts: after the last id, while `has_more`.
-fn next_after(page: &Value) -> Option<String> {
-    if page["has_more"] != true {
-        return None;
-    }
-    page["last_id"]
-        .as_str()
-        .or_else(|| page["data"].as_array()?.last()?["id"].as_str())
-        .filter(|id| !id.is_empty())
-        .map(str::to_owned)
 }
 
 #[cfg(test)]

@@ -529,3 +529,46 @@ impl InProcess {
             .expect("the worker stops cleanly")
     }
 }
+
+/// How one kind of row in a fault run must end: its key prefix, how many
+/// there are, and the status and rule each must end with.
+pub struct Expected<'a> {
+    pub prefix: &'a str,
+    pub count: usize,
+    pub status: pb::RowStatus,
+    pub rule: &'a str,
+}
+
+/// Checks that every row of each kind ended as it must; answers the count
+/// of rows by kind, status and rule (for the run's summary).
+pub fn check_kinds(
+    rows: &[pb::Row],
+    kinds: &[Expected<'_>],
+) -> std::collections::BTreeMap<(String, String, String), usize> {
+    let mut by_status = std::collections::BTreeMap::new();
+    let mut wrong = Vec::new();
+    for k in kinds {
+        let mine: Vec<&pb::Row> = rows
+            .iter()
+            .filter(|r| r.key.starts_with(k.prefix))
+            .collect();
+        assert_eq!(mine.len(), k.count, "{}", k.prefix);
+        for r in mine {
+            if r.status() != k.status || r.rule != k.rule {
+                wrong.push(format!("{} {:?} ({})", r.key, r.status(), r.rule));
+            }
+            *by_status
+                .entry((
+                    k.prefix.to_owned(),
+                    format!("{:?}", r.status()),
+                    r.rule.clone(),
+                ))
+                .or_default() += 1;
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "every row ends as its fault says; by kind, status and rule: {by_status:?}; wrong: {wrong:?}"
+    );
+    by_status
+}

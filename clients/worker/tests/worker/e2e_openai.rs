@@ -21,7 +21,6 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::{
@@ -400,27 +399,16 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
 
     let rows = all_rows(&w.c, LEDGER).await;
     assert_eq!(rows.len(), 1000);
-    let mut by_status: BTreeMap<(&str, String, String), usize> = BTreeMap::new();
-    let mut wrong = Vec::new();
-    for k in kinds() {
-        let mine: Vec<&pb::Row> = rows
-            .iter()
-            .filter(|r| r.key.starts_with(k.prefix))
-            .collect();
-        assert_eq!(mine.len(), k.count, "{}", k.prefix);
-        for r in mine {
-            if r.status() != k.status || r.rule != k.rule {
-                wrong.push(format!("{} {:?} ({})", r.key, r.status(), r.rule));
-            }
-            *by_status
-                .entry((k.prefix, format!("{:?}", r.status()), r.rule.clone()))
-                .or_default() += 1;
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "every row ends as its fault says; by kind, status and rule: {by_status:?}; wrong: {wrong:?}"
-    );
+    let expected: Vec<common::Expected<'_>> = kinds()
+        .iter()
+        .map(|k| common::Expected {
+            prefix: k.prefix,
+            count: k.count,
+            status: k.status,
+            rule: k.rule,
+        })
+        .collect();
+    let by_status = common::check_kinds(&rows, &expected);
     let jobs = list_jobs(&w.c, LEDGER).await;
     let killed = jobs
         .iter()

@@ -15,6 +15,7 @@ mod e2e_openai;
 mod e2e_output;
 mod e2e_partial;
 mod e2e_pause;
+mod e2e_providers;
 mod e2e_quota;
 mod e2e_refusals;
 mod e2e_spend;
