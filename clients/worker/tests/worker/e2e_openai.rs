@@ -13,20 +13,21 @@
 //! - every batch the provider made is recorded on a job (none paid for
 //!   behind tally's back);
 //! - a worker killed at each point of the create path, or a create answer
-//!   lost while the list lags, leaves every row sent once;
-//! - one ledger whose rows name models of two providers completes at
-//!   both, each row at its own model's provider.
+//!   lost while the list lags, leaves every row sent once.
+//!
+//! One ledger whose rows run at Gemini, OpenAI and Anthropic by model:
+//! `e2e_anthropic::one_ledger_runs_each_row_at_its_models_provider_of_three`.
 //!
 //! Run: `cargo test -p tally-worker --test worker e2e_openai:: -- --nocapture`.
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::{
     API_KEY, PROBE_KEY, SECRET, Stack, all_rows, assert_batches_recorded, create_ledger,
     enroll_documents, exits_ok, first_job, list_jobs, register_prompt, spawn_openai_worker,
-    spawn_worker, start_server,
+    start_server,
 };
 use openai_emulator::{Emulator, EmulatorConfig, FaultPlan, Outcome, Stats, Timing, WebhookTarget};
 use tally_client::Clients;
@@ -446,89 +447,5 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
             .filter(|s| ran(s.outcome))
             .count(),
     );
-    w.stop().await;
-}
-
-/// One Gemini ledger whose rows name a Gemini model (the ledger's) and an
-/// OpenAI model: a Gemini worker and an OpenAI worker each claim only
-/// their provider's rows, and both finish.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_ledger_runs_each_row_at_its_models_provider() {
-    const LEDGER: &str = "mixed";
-    let w = OpenAiWorld::start_for(LEDGER, "gemini-2.5-flash", 0, FaultPlan::default()).await;
-    let gemini = gemini_emulator::Emulator::start(
-        "127.0.0.1:0".parse().unwrap(),
-        gemini_emulator::EmulatorConfig {
-            api_key: API_KEY.into(),
-            timing: gemini_emulator::Timing {
-                pending: Duration::from_millis(100),
-                running: Duration::from_millis(200),
-            },
-            ..gemini_emulator::EmulatorConfig::default()
-        },
-    )
-    .await
-    .expect("gemini emulator starts");
-    enroll_documents(&w.c, LEDGER, "gem-", 20, "").await;
-    enroll_documents(&w.c, LEDGER, "oai-", 20, MODEL).await;
-
-    let g = spawn_worker(
-        &w.stack.grpc,
-        &gemini.base_url(),
-        LEDGER,
-        "gemini-worker",
-        &["--exit-when-idle"],
-    );
-    let o = w.worker(LEDGER, "openai-worker", &["--exit-when-idle"]);
-    exits_ok(o, "the OpenAI worker").await;
-    exits_ok(g, "the Gemini worker").await;
-
-    let rows = all_rows(&w.c, LEDGER).await;
-    assert_eq!(rows.len(), 40);
-    let at_openai = w.emulator.stats();
-    let at_gemini = gemini.stats();
-    for r in &rows {
-        assert_eq!(
-            r.status(),
-            pb::RowStatus::Succeeded,
-            "{} ({})",
-            r.key,
-            r.rule
-        );
-        let (here, elsewhere) = if r.key.starts_with("oai-") {
-            (
-                at_openai.submission_count(&r.key),
-                at_gemini.submission_count(&r.key),
-            )
-        } else {
-            (
-                at_gemini.submission_count(&r.key),
-                at_openai.submission_count(&r.key),
-            )
-        };
-        assert_eq!(
-            (here, elsewhere),
-            (1, 0),
-            "{} ran once, at its model's provider",
-            r.key
-        );
-        if r.key.starts_with("oai-") {
-            let answer: serde_json::Value =
-                serde_json::from_str(&r.result).expect("the OpenAI answer is JSON");
-            assert!(
-                answer["summary"].is_string() && answer["score"].is_i64(),
-                "the prompt's schema went as response_format: {answer}"
-            );
-        }
-    }
-    for j in list_jobs(&w.c, LEDGER).await {
-        let want = if j.model.starts_with("gpt-") {
-            "openai"
-        } else {
-            "gemini"
-        };
-        assert_eq!(j.provider, want, "{j:?}");
-    }
-    gemini.shutdown().await;
     w.stop().await;
 }
