@@ -24,7 +24,7 @@ use crate::config::Failpoint;
 use crate::ctx::Ctx;
 use crate::end::JobError;
 use crate::lookup::{self, Bounds, Listing, Proof};
-use crate::provider::ProviderError;
+use crate::provider::{Owner, ProviderError};
 use crate::refusal::{self, Refusal as Kind};
 
 /// How a create ended.
@@ -279,13 +279,13 @@ async fn search(
     }
     for batch in std::mem::take(&mut listing.untagged) {
         match ctx.provider.owner(&batch.name).await? {
-            None => listing.undecided += 1,
-            Some(Some(owner)) if owner == mark => {
+            Owner::Unknown => listing.undecided += 1,
+            Owner::Job(owner) if owner == mark => {
                 listing.found = Some(batch);
                 listing.undecided = 0;
                 break;
             }
-            Some(_) => {}
+            Owner::Job(_) | Owner::Other => {}
         }
     }
     Ok(listing)

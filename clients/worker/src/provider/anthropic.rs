@@ -26,7 +26,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::http::{self, ApiKey, Patience, ProviderError};
-use super::{Listed, Page};
+use super::{Listed, Owner, Page};
 use crate::jsonl::LineSink;
 
 /// The API version tally speaks (the one the official SDK sends).
@@ -49,7 +49,7 @@ pub struct Anthropic {
     pub errors: crate::metrics::ProviderErrors,
     /// Whose each ended batch is (the mark of its first result's
     /// custom_id; `None`: not tally's): an ended batch never changes.
-    owners: Arc<Mutex<HashMap<String, Option<String>>>>,
+    owners: Arc<Mutex<HashMap<String, Owner>>>,
 }
 
 impl Anthropic {
@@ -193,15 +193,14 @@ impl Anthropic {
     }
 
     /// Whose the batch `name` is: the job mark of its results' first
-    /// custom_id (`Some(None)`: a batch that is not tally's); `None` while
-    /// it has not ended (nothing says yet). Remembered once known.
-    pub async fn owner(&self, name: &str) -> Result<Option<Option<String>>, ProviderError> {
+    /// custom_id, once it ended. Remembered once known.
+    pub async fn owner(&self, name: &str) -> Result<Owner, ProviderError> {
         if let Some(known) = self.owners.lock().expect("owners").get(name) {
-            return Ok(Some(known.clone()));
+            return Ok(known.clone());
         }
         let batch = self.get_batch(name).await?;
         if batch["processing_status"] != "ended" {
-            return Ok(None);
+            return Ok(Owner::Unknown);
         }
         let Some(results) = batch["results_url"].as_str().filter(|u| !u.is_empty()) else {
             return Err(ProviderError::Protocol(format!(
@@ -215,15 +214,15 @@ impl Anthropic {
                 first_custom_id(self.send(self.http.get(&url)).await?).await
             })
             .await?;
-        let owner = first
-            .as_deref()
-            .and_then(crate::tags::mark_of)
-            .map(str::to_owned);
+        let owner = match first.as_deref().and_then(crate::tags::mark_of) {
+            Some(mark) => Owner::Job(mark.to_owned()),
+            None => Owner::Other,
+        };
         self.owners
             .lock()
             .expect("owners")
             .insert(name.to_owned(), owner.clone());
-        Ok(Some(owner))
+        Ok(owner)
     }
 
     /// `url` if it is on the API's own origin (the key goes with every

@@ -44,6 +44,17 @@ pub struct Listed {
     pub done: bool,
 }
 
+/// Whose an untagged batch is, as its results say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// It has not ended: nothing says yet.
+    Unknown,
+    /// The job of this mark ([`crate::tags::job_mark`]).
+    Job(String),
+    /// Not a job's of tally (another client's, or a probe).
+    Other,
+}
+
 /// One file as a provider's list shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedFile {
@@ -160,12 +171,11 @@ impl Provider {
         !matches!(self, Provider::Anthropic(_))
     }
 
-    /// Whose the untagged batch `name` is: the job mark of its requests
-    /// (`Some(None)`: not tally's; `None`: not ended, nothing says yet).
-    pub async fn owner(&self, name: &str) -> Result<Option<Option<String>>, ProviderError> {
+    /// Whose the untagged batch `name` is.
+    pub async fn owner(&self, name: &str) -> Result<Owner, ProviderError> {
         match self {
             Provider::Anthropic(a) => a.owner(name).await,
-            Provider::Gemini(_) | Provider::OpenAi(_) => Ok(Some(None)),
+            Provider::Gemini(_) | Provider::OpenAi(_) => Ok(Owner::Other),
         }
     }
 
