@@ -173,6 +173,30 @@ def test_openai_lines_are_the_ones_tallyctl_writes() -> None:
     }
 
 
+def test_a_kept_provider_response_is_written_as_it_came() -> None:
+    # Invariant: as tallyctl's test a_kept_response_is_written_as_the_provider_wrote_it:
+    # a row's kept response (an OpenAI worker keeps the output line's) is the
+    # line's response as is; anything but a JSON object falls back to the built body.
+    from tally_client.export import openai_record
+
+    row = pb.ledger_pb2.Row(
+        name="ledgers/l/rows/req-1",
+        key="req-1",
+        status=pb.common_pb2.ROW_STATUS_SUCCEEDED,
+        result='"hi"',
+        response='{"status_code": 200, "request_id": "req_9", "body": {"id": "chatcmpl-real"}}',
+    )
+    record = openai_record(row)
+    assert record["response"] == {
+        "status_code": 200,
+        "request_id": "req_9",
+        "body": {"id": "chatcmpl-real"},
+    }
+    assert record["custom_id"] == "req-1" and record["error"] is None
+    row.response = "[1]"
+    assert openai_record(row)["response"]["body"]["object"] == "chat.completion"
+
+
 @pytest.mark.parametrize("format", ["jsonl", "openai", "csv"])
 def test_each_format_is_what_tallyctl_export_writes(
     tally: Client, ledger: str, address: str, format: ExportFormat

@@ -561,5 +561,6 @@ fn media_failure(key: &str, kind: pb::FailureKind, why: String) -> pb::RowOutcom
             ..Default::default()
         })),
         usage: None,
+        ..Default::default()
     }
 }

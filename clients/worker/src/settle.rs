@@ -79,5 +79,6 @@ pub(crate) fn invalid_input(key: &str, why: &str) -> pb::RowOutcome {
             ..Default::default()
         })),
         usage: None,
+        ..Default::default()
     }
 }

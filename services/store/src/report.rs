@@ -37,7 +37,7 @@ use uuid::Uuid;
 /// as this process last saw: no settlement it does not know of happened),
 /// settles the rows and takes them out of the claim, and asserts (with
 /// `tally_assert`) that every row given was written and held, so that it
-/// keeps all or nothing. `$21` is the number of rows, `$22` the claim's
+/// keeps all or nothing. `$22` is the number of rows, `$23` the claim's
 /// `held` as this process last saw it.
 static GUARDED_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -46,7 +46,7 @@ static GUARDED_SQL: LazyLock<String> = LazyLock::new(|| {
              -- here could send the planner through the index of every
              -- active claim.
              SELECT token, row_ids, held, job_id,
-                    state = {} AND expire_time > now() AND job_id IS NULL AND held = $22 AS live
+                    state = {} AND expire_time > now() AND job_id IS NULL AND held = $23 AS live
              FROM claims WHERE token = $2 AND ledger_id = $1
              FOR UPDATE
          ),
@@ -352,6 +352,10 @@ fn row_write(item: &ReportItem, s: &Settle) -> Result<RowWrite> {
         // A result is kept for a success only.
         result: item
             .result
+            .clone()
+            .filter(|_| s.verdict == Verdict::Succeeded),
+        response: item
+            .response
             .clone()
             .filter(|_| s.verdict == Verdict::Succeeded),
         usage: item.usage,

@@ -34,6 +34,7 @@ struct RowRow {
     rule: String,
     last_error: String,
     result: Option<String>,
+    response: Option<String>,
     input_tokens: i64,
     output_tokens: i64,
     thinking_tokens: i64,
@@ -74,6 +75,7 @@ impl RowRow {
                 rule: self.rule,
                 last_error: self.last_error,
                 result: self.result,
+                response: self.response,
                 usage: Usage {
                     input: self.input_tokens,
                     output: self.output_tokens,
@@ -122,13 +124,13 @@ fn holder(gate: &str) -> String {
     )
 }
 
-/// Columns of `rows r` and its holder `h` (with `full`: payload and result
-/// too).
+/// Columns of `rows r` and its holder `h` (with `full`: payload, result and
+/// the provider's response too).
 fn row_columns(full: bool) -> String {
     let heavy = if full {
-        "r.payload, r.result"
+        "r.payload, r.result, r.response"
     } else {
-        "NULL::text AS payload, NULL::text AS result"
+        "NULL::text AS payload, NULL::text AS result, NULL::text AS response"
     };
     format!(
         "r.id, r.key, {heavy}, r.depends_on, r.prompt_name, r.prompt_version, r.model, \
@@ -333,7 +335,8 @@ impl Store {
             Some(_) => QueryBuilder::new(format!(
                 "WITH held AS MATERIALIZED ({HELD}), page AS (SELECT {}, \
                  octet_length(r.key) + coalesce(octet_length(r.payload), 0) \
-                 + coalesce(octet_length(r.result), 0) + octet_length(r.last_error) \
+                 + coalesce(octet_length(r.result), 0) + coalesce(octet_length(r.response), 0) \
+                 + octet_length(r.last_error) \
                  + octet_length(r.rule) + octet_length(r.model) \
                  + octet_length(array_to_string(r.depends_on, '')) \
                  + 8 * cardinality(r.depends_on) + 512 \

@@ -57,6 +57,8 @@ pub(crate) struct RowWrite {
     pub rule: Option<String>,
     pub last_error: Option<String>,
     pub result: Option<String>,
+    /// The provider's response, kept with `result`.
+    pub response: Option<String>,
     pub usage: Usage,
     /// RETRYABLE rows: claimable again after this many milliseconds.
     pub retry_after_ms: i64,
@@ -107,6 +109,7 @@ pub(crate) struct Settlement<'a> {
     rules: Vec<Option<&'a str>>,
     errors: Vec<Option<&'a str>>,
     results: Vec<Option<&'a str>>,
+    responses: Vec<Option<&'a str>>,
     usage: [Vec<i64>; 4],
     delays: Vec<i64>,
     recorded: Vec<bool>,
@@ -143,6 +146,7 @@ impl<'a> Settlement<'a> {
             rules: col(writes, None, |w| w.rule.as_deref()),
             errors: col(writes, None, |w| w.last_error.as_deref()),
             results: col(writes, None, |w| w.result.as_deref()),
+            responses: col(writes, None, |w| w.response.as_deref()),
             usage: [
                 col(writes, 0, |w| w.usage.input),
                 col(writes, 0, |w| w.usage.output),
@@ -163,7 +167,7 @@ impl<'a> Settlement<'a> {
         self.ids.len()
     }
 
-    /// Binds `$3`…`$20` of [`settle_ctes`] (after the caller bound `$1`, the
+    /// Binds `$3`…`$21` of [`settle_ctes`] (after the caller bound `$1`, the
     /// ledger id, and `$2`, the claim token).
     pub fn bind<'q>(&'q self, q: PgQuery<'q>) -> PgQuery<'q> {
         q.bind(&self.ids)
@@ -184,6 +188,7 @@ impl<'a> Settlement<'a> {
             .bind(&self.a_budget)
             .bind(self.by.attempted)
             .bind(self.by.actor)
+            .bind(&self.responses)
     }
 }
 
@@ -212,11 +217,11 @@ pub(crate) fn settle_ctes() -> &'static str {
 }
 
 /// What a settling statement asserts (with the SQL function `tally_assert`),
-/// given `$21`, the number of rows it was given: it wrote every one of them,
+/// given `$22`, the number of rows it was given: it wrote every one of them,
 /// and each was one the claim held. Otherwise it raises SQLSTATE
 /// `crate::error::FENCE_MOVED` and keeps nothing.
-pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $21
-          AND (SELECT c.held - d.held FROM c, dropped d) = $21";
+pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $22
+          AND (SELECT c.held - d.held FROM c, dropped d) = $22";
 
 static SETTLE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -314,6 +319,7 @@ pub(crate) fn transitions(
                 rule: t.rule.as_ref().map(|r| r.name()),
                 last_error: t.attempt.as_ref().map(|a| describe_system(&a.rule)),
                 result: None,
+                response: None,
                 usage: Usage::default(),
                 retry_after_ms: t.retry_after.map_or(0, |d| d.as_millis() as i64),
                 attempt: NewAttempt::of(&t)?,

@@ -180,6 +180,8 @@ pub struct ReportItem {
     pub outcome: Outcome,
     /// The result JSON (successes only).
     pub result: Option<String>,
+    /// The provider's own answer (a JSON object), kept with a success.
+    pub response: Option<String>,
     pub usage: Usage,
 }
 
@@ -274,6 +276,8 @@ pub struct RowRecord {
     pub rule: String,
     pub last_error: String,
     pub result: Option<String>,
+    /// The provider's own answer that succeeded, when a worker kept it.
+    pub response: Option<String>,
     pub usage: Usage,
     pub claim: Option<Uuid>,
     pub job: Option<String>,

@@ -118,6 +118,7 @@ pub fn outcomes(rows: &[pb::ClaimedRow]) -> Vec<pb::RowOutcome> {
                     output_tokens: 40,
                     ..Default::default()
                 }),
+                ..Default::default()
             }
         })
         .collect()

@@ -413,6 +413,7 @@ async fn attempts_stop_at_each_budget_cap() {
             ..Default::default()
         })),
         usage: Some(usage(5, 5)),
+        ..Default::default()
     };
     let r = env.report(&g.claim.name, vec![invalid]).await;
     assert_eq!(r.verdicts[0].verdict(), pb::Verdict::Permanent);
@@ -445,6 +446,7 @@ async fn attempts_stop_at_each_budget_cap() {
             ..Default::default()
         })),
         usage: None,
+        ..Default::default()
     };
     let r = env.report(&g.claim.name, vec![throttled]).await;
     assert_eq!(r.verdicts[0].verdict(), pb::Verdict::Retryable);

@@ -406,6 +406,7 @@ pub fn success(key: &str, input_tokens: i64, output_tokens: i64) -> pb::RowOutco
             r#"{{"answer": "{key}"}}"#
         ))),
         usage: Some(usage(input_tokens, output_tokens)),
+        ..Default::default()
     }
 }
 
@@ -420,6 +421,7 @@ pub fn failure(key: &str, http_code: i32) -> pb::RowOutcome {
             ..Default::default()
         })),
         usage: Some(usage(10, 0)),
+        ..Default::default()
     }
 }
 

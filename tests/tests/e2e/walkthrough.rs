@@ -87,6 +87,7 @@ async fn readme_grpcurl_session() {
                     r#"{"label": "praise"}"#.into(),
                 )),
                 usage: Some(usage(120, 8)),
+                ..Default::default()
             }],
         )
         .await;

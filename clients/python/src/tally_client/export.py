@@ -114,6 +114,7 @@ def tally_record(row: ledger_pb2.Row) -> dict[str, Any]:
         "update_time": when("update_time"),
         "payload": embedded_json(row.payload),
         "result": embedded_json(row.result),
+        "response": embedded_json(row.response),
     }
 
 
@@ -127,6 +128,18 @@ def _answer_text(result: str) -> str:
     return value if isinstance(value, str) else result
 
 
+def _kept_response(text: str) -> dict[str, Any] | None:
+    """The provider's response kept with a result, when it is a JSON
+    object (as `tallyctl export` reads it)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def openai_record(row: ledger_pb2.Row) -> dict[str, Any]:
     """A line of an OpenAI batch output file, the same as `tallyctl export
     --format openai` writes: a SUCCEEDED row answers 200 with a
@@ -134,7 +147,9 @@ def openai_record(row: ledger_pb2.Row) -> dict[str, Any]:
     with thinking counted as completion tokens, as OpenAI does); any other
     row has no response and an `error` whose code is the rule (or the
     status when no rule decided). Ids are `batch_req_<h>`/`chatcmpl-<h>`,
-    `<h>` the first 32 hex digits of the natural key of (ledger, key)."""
+    `<h>` the first 32 hex digits of the natural key of (ledger, key).
+    A row whose worker kept the provider's own response (an OpenAI batch's
+    output line) has that response written as the provider wrote it."""
     ledger = row.name.split("/")[1] if row.name.startswith("ledgers/") else ""
     h = derive_key(ledger, row.key)[:32]
     record: dict[str, Any] = {"id": f"batch_req_{h}", "custom_id": row.key}
@@ -144,6 +159,11 @@ def openai_record(row: ledger_pb2.Row) -> dict[str, Any]:
             "code": row.rule or status_name(row.status).lower(),
             "message": row.last_error or f"row is {status_name(row.status)}",
         }
+        return record
+    kept = _kept_response(row.response)
+    if kept is not None:
+        record["response"] = kept
+        record["error"] = None
         return record
     u = row.usage
     completion = u.output_tokens + u.thinking_tokens

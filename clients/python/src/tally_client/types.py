@@ -358,12 +358,15 @@ class Row:
     """A row of a ledger. `payload` and `result` are the decoded JSON (None
     in the basic view, which `rows(..., full=False)` lists, and `result`
     None until the row SUCCEEDED); `payload_text`/`result_text` are the
-    stored text, byte for byte."""
+    stored text, byte for byte. `response` is the provider's own answer the
+    result came from, decoded, when the worker kept it (an OpenAI worker
+    keeps each output line's `response`), else None."""
 
     key: str
     status: RowStatus
     payload: Any
     result: Any
+    response: Any
     depends_on: tuple[str, ...]
     prompt: PromptRef | None
     model: str
@@ -394,6 +397,7 @@ class Row:
             status=RowStatus.from_number(r.status),
             payload=decode_json(r.payload),
             result=decode_json(r.result),
+            response=decode_json(r.response),
             depends_on=tuple(r.depends_on),
             prompt=PromptRef.from_pb(r.prompt, r.HasField("prompt")),
             model=r.model,

@@ -1,7 +1,13 @@
 //! `--format openai`: the OpenAI batch *output* format, one line per row,
 //! so tools that read OpenAI batch results read tally's.
 //!
-//! A SUCCEEDED row:
+//! A SUCCEEDED row whose worker kept the provider's response (an OpenAI
+//! batch's output line): `{"id": "batch_req_<h>", "custom_id": key,
+//! "response": <that response as the provider wrote it: status_code,
+//! request_id, body>, "error": null}`.
+//!
+//! Any other SUCCEEDED row (run at another provider, or before responses
+//! were kept) gets a body built from the stored result:
 //! `{"id": "batch_req_<h>", "custom_id": key, "response": {"status_code": 200,
 //! "request_id": <the row's latest tally job>, "body": <chat.completion>},
 //! "error": null}` where the body is `{"id": "chatcmpl-<h>", "object":
@@ -50,6 +56,17 @@ fn content(result: &str) -> String {
     }
 }
 
+/// The provider's own response kept with the row's result (an OpenAI
+/// worker keeps the output line's `response`), when it is a JSON object.
+fn kept_response(r: &pb::Row) -> Option<Value> {
+    if r.response.is_empty() {
+        return None;
+    }
+    serde_json::from_str::<Value>(&r.response)
+        .ok()
+        .filter(Value::is_object)
+}
+
 /// One row's output line.
 pub fn row_line(ledger: &str, r: &pb::Row) -> Value {
     let h = &derive_key(&[ledger, r.key.as_str()])[..32];
@@ -72,6 +89,9 @@ pub fn row_line(ledger: &str, r: &pb::Row) -> Value {
             "response": null,
             "error": {"code": code, "message": message},
         });
+    }
+    if let Some(response) = kept_response(r) {
+        return json!({"id": id, "custom_id": r.key, "response": response, "error": null});
     }
     let u = r.usage.unwrap_or_default();
     let completion = u.output_tokens + u.thinking_tokens;
@@ -192,6 +212,24 @@ mod tests {
             v["response"]["body"]["choices"][0]["message"]["content"],
             r#"{"answer":"yes"}"#
         );
+    }
+
+    /// Invariant: the provider's own response, when the row kept one, is
+    /// written as it came (its request id and body, not ones built from
+    /// the result); anything but a JSON object falls back to the built one.
+    #[test]
+    fn a_kept_response_is_written_as_the_provider_wrote_it() {
+        let mut r = row(pb::RowStatus::Succeeded, r#""hi""#);
+        r.response = r#"{"status_code": 200, "request_id": "req_9", "body": {"id": "chatcmpl-real", "system_fingerprint": "fp_1"}}"#.into();
+        let v = row_line("l", &r);
+        assert_eq!(v["response"]["request_id"], "req_9");
+        assert_eq!(v["response"]["body"]["id"], "chatcmpl-real");
+        assert_eq!(v["response"]["body"]["system_fingerprint"], "fp_1");
+        assert_eq!(v["custom_id"], "req-1");
+        assert!(v["id"].as_str().unwrap().starts_with("batch_req_"));
+        r.response = "[1]".into();
+        let v = row_line("l", &r);
+        assert_eq!(v["response"]["body"]["object"], "chat.completion");
     }
 
     /// Rows that did not succeed carry an error (rule and last error, or

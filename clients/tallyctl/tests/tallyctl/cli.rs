@@ -177,6 +177,7 @@ async fn work(env: &Env, ledger: &str, outcome: impl Fn(&str) -> Result<String, 
                     ..Default::default()
                 }),
             }),
+            ..Default::default()
         })
         .collect();
     client

@@ -334,6 +334,7 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> pb::RowOutcome {
             Err(failure) => pb::row_outcome::Outcome::Failure(failure),
         }),
         usage,
+        ..Default::default()
     }
 }
 

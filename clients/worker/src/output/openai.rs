@@ -16,6 +16,10 @@
 //!   → the answer is incomplete; otherwise the text is judged like every
 //!   provider's ([`super::judge_text`]).
 //!
+//! A result carries the line's `response` object as the provider wrote it
+//! (`RowOutcome.response`, at most 1 MiB), which `tallyctl export --format
+//! openai` writes back.
+//!
 //! Usage from the body: `prompt_tokens` (cached ones included, as
 //! `prompt_tokens_details.cached_tokens`), `completion_tokens` less its
 //! `reasoning_tokens`, which are the thinking tokens.
@@ -24,6 +28,9 @@ use serde_json::Value;
 use tally_proto::v1 as pb;
 
 use super::{Expect, judge_text, str_at, truncate};
+
+/// The largest provider response kept with a result (the server's bound).
+const MAX_RESPONSE: usize = 1 << 20;
 
 /// Error codes of requests the batch ended before running.
 const NEVER_RAN: [&str; 2] = ["batch_expired", "batch_cancelled"];
@@ -61,6 +68,12 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> Option<pb::RowOu
             }
         }
     };
+    // The provider's own answer goes with a result, so an export writes
+    // the body it returned; one over the server's bound is left out.
+    let kept = match (&result, response) {
+        (Ok(_), Some(r)) => Some(r.to_string()).filter(|r| r.len() <= MAX_RESPONSE),
+        _ => None,
+    };
     Some(pb::RowOutcome {
         key: key.to_owned(),
         outcome: Some(match result {
@@ -68,6 +81,7 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> Option<pb::RowOu
             Err(failure) => pb::row_outcome::Outcome::Failure(failure),
         }),
         usage,
+        response: kept.unwrap_or_default(),
     })
 }
 
@@ -231,6 +245,24 @@ mod tests {
             failure(&not_json).kind,
             pb::FailureKind::InvalidOutput as i32
         );
+    }
+
+    // Invariant: a result carries the line's `response` object as written
+    // (for an export of the real body); a failure, or a response over the
+    // server's bound, carries none.
+    #[test]
+    fn a_result_keeps_the_providers_response() {
+        let line = ok("hello", "stop");
+        let got = outcome("k", &line, &TEXT).unwrap();
+        let kept: Value = serde_json::from_str(&got.response).unwrap();
+        assert_eq!(kept, line["response"]);
+        let failed = outcome("k", &ok("hello", "length"), &TEXT).unwrap();
+        assert!(failed.response.is_empty());
+        let mut huge = ok(&"x".repeat(MAX_RESPONSE), "stop");
+        huge["custom_id"] = json!("k");
+        let got = outcome("k", &huge, &TEXT).unwrap();
+        assert!(matches!(got.outcome, Some(Outcome::Result(_))));
+        assert!(got.response.is_empty());
     }
 
     // Invariant: every way a request can fail has its kind and the

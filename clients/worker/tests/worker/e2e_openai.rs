@@ -339,6 +339,40 @@ fn kinds() -> Vec<Kind> {
     kinds
 }
 
+/// Every SUCCEEDED row keeps the output line's `response` as the provider
+/// wrote it (its request id, a chat.completion whose content is the stored
+/// result), so an export writes the real body; no other row keeps one.
+fn check_responses_kept(rows: &[pb::Row]) {
+    for r in rows {
+        if r.status != pb::RowStatus::Succeeded as i32 {
+            assert!(
+                r.response.is_empty(),
+                "{}: a response without a result",
+                r.key
+            );
+            continue;
+        }
+        let kept: serde_json::Value = serde_json::from_str(&r.response)
+            .unwrap_or_else(|e| panic!("{}: no response kept ({e}): {:?}", r.key, r.response));
+        assert_eq!(kept["status_code"], 200, "{}", r.key);
+        assert!(
+            kept["request_id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("req_")),
+            "{}: the provider's request id: {kept}",
+            r.key
+        );
+        let body = &kept["body"];
+        assert_eq!(body["object"], "chat.completion", "{}", r.key);
+        let content = body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default();
+        let answered: serde_json::Value = serde_json::from_str(content).expect("JSON content");
+        let stored: serde_json::Value = serde_json::from_str(&r.result).expect("JSON result");
+        assert_eq!(answered, stored, "{}: the body the result came from", r.key);
+    }
+}
+
 /// 1,000 rows with every row fault, batches that expire part-way or go
 /// over the enqueued-token limit, rate-limited and lost creates, 404s,
 /// a lagging oldest-first list, every webhook twice, and two workers, one
@@ -410,6 +444,7 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
         })
         .collect();
     let by_status = common::check_kinds(&rows, &expected);
+    check_responses_kept(&rows);
     let jobs = list_jobs(&w.c, LEDGER).await;
     let killed = jobs
         .iter()

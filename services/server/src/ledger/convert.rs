@@ -532,6 +532,7 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
         rule: r.rule.clone(),
         last_error: r.last_error.clone(),
         result: r.result.clone().unwrap_or_default(),
+        response: r.response.clone().unwrap_or_default(),
         usage: Some(usage_to_proto(&r.usage)),
         claim: r
             .claim

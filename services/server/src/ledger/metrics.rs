@@ -201,6 +201,7 @@ mod tests {
             key: key.into(),
             outcome: tally_core::transition::Outcome::Success,
             result: None,
+            response: None,
             usage: tally_store::types::Usage {
                 input,
                 output,

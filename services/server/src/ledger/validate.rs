@@ -318,10 +318,19 @@ pub fn report(
                 (Outcome::Success, None)
             }
         };
+        let response = (!o.response.is_empty()).then_some(o.response);
+        if let Some(r) = &response {
+            if result.is_none() {
+                v.add(at("response"), "a response is kept with a result only");
+            } else {
+                v.check(at("response"), payload::validate_object(r));
+            }
+        }
         items.push(ReportItem {
             key: o.key,
             outcome,
             result,
+            response,
             usage,
         });
         if v.is_full() {
@@ -646,6 +655,7 @@ mod tests {
                     key: "a".into(),
                     outcome: None,
                     usage: None,
+                    response: String::new(),
                 },
                 pb::RowOutcome {
                     key: "b".into(),
@@ -654,6 +664,7 @@ mod tests {
                         input_tokens: -1,
                         ..Default::default()
                     }),
+                    response: String::new(),
                 },
             ],
         };
@@ -665,5 +676,51 @@ mod tests {
                 "outcomes[1].result"
             ]
         );
+    }
+
+    // Invariant: a provider response is kept with a result only, and only
+    // a JSON object of at most 1 MiB; an empty one is none.
+    #[test]
+    fn a_response_goes_with_a_result_and_is_a_bounded_object() {
+        let outcome = |result: Option<&str>, response: String| pb::RowOutcome {
+            key: "k".into(),
+            outcome: Some(match result {
+                Some(r) => pb::row_outcome::Outcome::Result(r.into()),
+                None => pb::row_outcome::Outcome::Failure(pb::Failure {
+                    kind: pb::FailureKind::ProviderError as i32,
+                    ..Default::default()
+                }),
+            }),
+            usage: None,
+            response,
+        };
+        let req = |outcomes| pb::ReportOutcomesRequest {
+            claim: format!("ledgers/l/claims/{}", Uuid::new_v4()),
+            outcomes,
+        };
+        let big = format!(r#"{{"body": "{}"}}"#, "x".repeat(1 << 20));
+        let bad = req(vec![
+            outcome(None, r#"{"status_code": 500}"#.into()),
+            outcome(Some("1"), "[1]".into()),
+            outcome(Some("1"), big),
+        ]);
+        assert_eq!(
+            fields(&report(bad, &Limits::default()).unwrap_err()),
+            [
+                "outcomes[0].response",
+                "outcomes[1].response",
+                "outcomes[2].response"
+            ]
+        );
+        let good = req(vec![
+            outcome(Some("1"), r#"{"status_code": 200, "body": {}}"#.into()),
+            outcome(Some("2"), String::new()),
+        ]);
+        let (_, _, items) = report(good, &Limits::default()).unwrap();
+        assert_eq!(
+            items[0].response.as_deref(),
+            Some(r#"{"status_code": 200, "body": {}}"#)
+        );
+        assert_eq!(items[1].response, None);
     }
 }

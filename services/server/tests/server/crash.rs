@@ -95,6 +95,7 @@ fn success(key: &str, claim: &str) -> pb::RowOutcome {
         key: key.into(),
         outcome: Some(pb::row_outcome::Outcome::Result(result_for(key, claim))),
         usage: None,
+        ..Default::default()
     }
 }
 

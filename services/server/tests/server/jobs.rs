@@ -112,6 +112,7 @@ fn ok(key: &str) -> pb::RowOutcome {
         key: key.into(),
         outcome: Some(pb::row_outcome::Outcome::Result("{\"ok\": true}".into())),
         usage: None,
+        ..Default::default()
     }
 }
 
@@ -125,6 +126,7 @@ fn bad_request(key: &str) -> pb::RowOutcome {
             ..Default::default()
         })),
         usage: None,
+        ..Default::default()
     }
 }
 

@@ -84,6 +84,7 @@ async fn calls_and_rows_are_counted_on_the_metrics_endpoint() {
             key: r.key.clone(),
             outcome: Some(pb::row_outcome::Outcome::Result("{\"ok\": true}".into())),
             usage: None,
+            ..Default::default()
         })
         .collect();
     let report = ledgers

@@ -186,6 +186,7 @@ async fn a_paused_ledger_claims_nothing_finishes_what_is_out_and_resumes() {
                     key: row.key.clone(),
                     outcome: Some(pb::row_outcome::Outcome::Result("{}".into())),
                     usage: None,
+                    ..Default::default()
                 })
                 .collect(),
         })

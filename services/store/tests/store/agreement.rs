@@ -326,6 +326,7 @@ async fn report(store: &Store, ledger: &str, token: Uuid, key: &str, outcome: &O
         key: key.into(),
         outcome: outcome.clone(),
         result: matches!(outcome, Outcome::Success).then(|| format!("{{\"ok\": \"{key}\"}}")),
+        response: None,
         usage: Usage::default(),
     };
     let summary = store.report(ledger, token, &[item], "w").await.unwrap();

@@ -81,6 +81,7 @@ pub fn success(key: &str, tokens: i64) -> ReportItem {
         key: key.into(),
         outcome: Outcome::Success,
         result: Some(format!("{{\"ok\": \"{key}\"}}")),
+        response: None,
         usage: Usage {
             input: tokens,
             output: tokens / 2,
@@ -100,6 +101,7 @@ pub fn failure(key: &str, http_code: u32) -> ReportItem {
             ..Failure::default()
         }),
         result: None,
+        response: None,
         usage: Usage {
             input: 10,
             output: 0,

@@ -278,6 +278,7 @@ async fn safety_blocks_are_permanent_and_retry_delays_are_honoured() {
             ..Failure::default()
         }),
         result: None,
+        response: None,
         usage: Usage::default(),
     };
     let slow = ReportItem {
@@ -288,6 +289,7 @@ async fn safety_blocks_are_permanent_and_retry_delays_are_honoured() {
             ..Failure::default()
         }),
         result: None,
+        response: None,
         usage: Usage::default(),
     };
     let r = env

@@ -268,3 +268,40 @@ async fn a_retryable_answer_names_the_rows_next_attempt_time() {
         assert_eq!(v.next_attempt_time, row.next_attempt_time, "{key}");
     }
 }
+
+/// The provider's own response is kept with a success only, on both report
+/// paths (this process's claim and another replica's).
+#[tokio::test]
+async fn a_provider_response_is_kept_with_its_result_only() {
+    let env = env().await;
+    ledger(&env).await;
+    let rows: Vec<_> = ["a", "b", "c"].iter().map(|k| row(k, &[])).collect();
+    env.store.enroll("l", &rows).await.unwrap();
+    let other = Store::from_pool(env.store.pool().clone());
+    let body = |k: &str| format!(r#"{{"status_code": 200, "request_id": "req_{k}"}}"#);
+    let with_body = |mut item: ReportItem| {
+        item.response = Some(body(&item.key));
+        item
+    };
+    let g = claim(&env.store, "l", 10).await.unwrap();
+    let items = [with_body(success("a", 1)), with_body(failure("b", 400))];
+    env.store
+        .report("l", g.claim.token, &items, "w")
+        .await
+        .unwrap();
+    other
+        .report("l", g.claim.token, &[with_body(success("c", 1))], "w")
+        .await
+        .unwrap();
+    let response = |k: &'static str| {
+        let store = env.store.clone();
+        async move { store.get_row("l", k).await.unwrap().response }
+    };
+    assert_eq!(response("a").await, Some(body("a")));
+    assert_eq!(response("b").await, None, "a failure keeps no response");
+    assert_eq!(
+        response("c").await,
+        Some(body("c")),
+        "the locked path keeps it"
+    );
+}

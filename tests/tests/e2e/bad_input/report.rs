@@ -12,6 +12,7 @@ fn with_failure(key: &str, f: pb::Failure) -> pb::RowOutcome {
         key: key.into(),
         outcome: Some(Outcome::Failure(f)),
         usage: None,
+        ..Default::default()
     }
 }
 
@@ -71,6 +72,7 @@ async fn report_outcomes() {
         key: "k1".into(),
         outcome: None,
         usage: Some(usage(1, 1)),
+        ..Default::default()
     };
     let s = env
         .rejected(report(&claim, vec![success("k0", 1, 1), neither]))
@@ -82,6 +84,7 @@ async fn report_outcomes() {
             key: "k1".into(),
             outcome: Some(Outcome::Result(result.into())),
             usage: None,
+            ..Default::default()
         };
         let s = env
             .rejected(report(&claim, vec![success("k0", 1, 1), bad]))
@@ -166,6 +169,7 @@ async fn report_outcomes() {
                     key: "bad key".into(),
                     outcome: None,
                     usage: Some(usage(-1, 0)),
+                    ..Default::default()
                 },
                 success("k1", 1, 1),
             ],

@@ -20,6 +20,7 @@ fn success(key: String, tokens: i64) -> pb::RowOutcome {
             cached_tokens: tokens,
             cache_write_tokens: 0,
         }),
+        ..Default::default()
     }
 }
 

@@ -191,6 +191,7 @@ pub async fn one_reported_row(operator: As, worker: As, id: &str) -> pb::Row {
                 key: "k1".into(),
                 outcome: Some(pb::row_outcome::Outcome::Result(r#"{"ok": true}"#.into())),
                 usage: None,
+                ..Default::default()
             }],
         },
         work_token,

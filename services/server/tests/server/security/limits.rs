@@ -170,6 +170,7 @@ async fn oversized_messages_and_row_counts_are_refused_naming_the_limit() {
             key: format!("k{i}"),
             outcome: Some(pb::row_outcome::Outcome::Result("1".into())),
             usage: None,
+            ..Default::default()
         })
         .collect();
     let report = ledgers

@@ -292,6 +292,7 @@ async fn a_refused_alert_is_given_up_at_once_with_its_reason() {
                         ..Default::default()
                     })),
                     usage: None,
+                    ..Default::default()
                 }],
             },
             Some(WORKER),

@@ -319,6 +319,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                     key: "k2".into(),
                     outcome: Some(pb::row_outcome::Outcome::Result("{}".into())),
                     usage: None,
+                    ..Default::default()
                 }],
             }),
         ),
@@ -821,6 +822,7 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
                     key: "k2".into(),
                     outcome: Some(pb::row_outcome::Outcome::Result("{}".into())),
                     usage: None,
+                    ..Default::default()
                 }],
             }
             .encode_to_vec(),

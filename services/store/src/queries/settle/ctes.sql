@@ -8,14 +8,15 @@
 --   $8 attempt counts, $9 rules, $10 errors, $11 results,
 --   $12..$15 usage deltas (input, output, thinking, cached tokens),
 --   $16 retry delays (ms), $17 whether an attempt is recorded, $18 its budget,
---   $19 whether rows remember the claim as their last, $20 the actor.
+--   $19 whether rows remember the claim as their last, $20 the actor,
+--   $21 the provider's responses (kept with results).
 w AS (
     SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
                          $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
                          $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::bool[],
-                         $18::int2[])
+                         $18::int2[], $21::text[])
         AS w(id, status, pf, cf, inf, attempts, rule, err, result, d_in, d_out,
-             d_think, d_cached, delay_ms, recorded, a_budget)
+             d_think, d_cached, delay_ms, recorded, a_budget, response)
 ),
 upd AS (
     UPDATE rows r SET
@@ -27,6 +28,7 @@ upd AS (
         rule = coalesce(w.rule, r.rule),
         last_error = coalesce(w.err, r.last_error),
         result = coalesce(w.result, r.result),
+        response = coalesce(w.response, r.response),
         -- running totals saturate at the int8 maximum, never overflow
         input_tokens = least(r.input_tokens::numeric + coalesce(w.d_in, 0), 9223372036854775807)::int8,
         output_tokens = least(r.output_tokens::numeric + coalesce(w.d_out, 0), 9223372036854775807)::int8,
