@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import subprocess
+from typing import Any
 
 import pytest
 from conftest import workspace_binary
@@ -119,6 +120,16 @@ def test_filters_select_rows_and_a_bad_format_writes_nothing(tally: Client, ledg
     assert out.getvalue() == ""
 
 
+def _succeeded_row(**fields: Any) -> pb.ledger_pb2.Row:
+    """`ledgers/l/rows/req-1`, SUCCEEDED, with `fields`."""
+    return pb.ledger_pb2.Row(
+        name="ledgers/l/rows/req-1",
+        key="req-1",
+        status=pb.common_pb2.ROW_STATUS_SUCCEEDED,
+        **fields,
+    )
+
+
 def test_openai_lines_are_the_ones_tallyctl_writes() -> None:
     # Invariant: the same row gives the same OpenAI output line as tallyctl's
     # (clients/tallyctl/src/export/openai_out.rs, test
@@ -128,10 +139,7 @@ def test_openai_lines_are_the_ones_tallyctl_writes() -> None:
 
     from tally_client.export import openai_record
 
-    row = pb.ledger_pb2.Row(
-        name="ledgers/l/rows/req-1",
-        key="req-1",
-        status=pb.common_pb2.ROW_STATUS_SUCCEEDED,
+    row = _succeeded_row(
         result='"Hello there"',
         model="gemini-2.5-flash",
         job="ledgers/l/jobs/j1",
@@ -179,10 +187,7 @@ def test_a_kept_provider_response_is_written_as_it_came() -> None:
     # line's response as is; anything but a JSON object falls back to the built body.
     from tally_client.export import openai_record
 
-    row = pb.ledger_pb2.Row(
-        name="ledgers/l/rows/req-1",
-        key="req-1",
-        status=pb.common_pb2.ROW_STATUS_SUCCEEDED,
+    row = _succeeded_row(
         result='"hi"',
         response='{"status_code": 200, "request_id": "req_9", "body": {"id": "chatcmpl-real"}}',
     )
