@@ -4,6 +4,7 @@
 //! reconciliation ([`crate::reconcile`]) and refused batches
 //! ([`crate::refused`]), none of which needs the others for it.
 
+use prost::Message;
 use tally_client::with_retry;
 use tally_core::names::claim_for_logs;
 use tally_proto::v1 as pb;
@@ -11,15 +12,22 @@ use tonic::Status;
 
 use crate::ctx::Ctx;
 
-/// Reports outcomes in chunks of the configured size. False when the claim
-/// no longer holds the rows (every verdict STALE).
+/// The most encoded bytes of outcomes in one ReportOutcomes call: half the
+/// server's default message limit (16 MiB), so a chunk of large answers (a
+/// result and the provider's response, up to 1 MiB each) is never refused
+/// whole for its size.
+const MAX_REPORT_BYTES: usize = 8 << 20;
+
+/// Reports outcomes in chunks of the configured size (and at most
+/// [`MAX_REPORT_BYTES`]). False when the claim no longer holds the rows
+/// (every verdict STALE).
 pub(crate) async fn report(
     ctx: &Ctx,
     claim: &str,
     outcomes: Vec<pb::RowOutcome>,
 ) -> Result<bool, Status> {
     let mut all_stale = !outcomes.is_empty();
-    for chunk in outcomes.chunks(ctx.args.max_rows_per_report) {
+    for chunk in chunks(&outcomes, ctx.args.max_rows_per_report, MAX_REPORT_BYTES) {
         let req = pb::ReportOutcomesRequest {
             claim: claim.to_string(),
             outcomes: chunk.to_vec(),
@@ -80,5 +88,73 @@ pub(crate) fn invalid_input(key: &str, why: &str) -> pb::RowOutcome {
         })),
         usage: None,
         ..Default::default()
+    }
+}
+
+/// `outcomes` cut, in order, into calls of at most `max_rows` outcomes and
+/// at most `max_bytes` encoded bytes (an outcome larger than that goes
+/// alone).
+fn chunks(
+    outcomes: &[pb::RowOutcome],
+    max_rows: usize,
+    max_bytes: usize,
+) -> Vec<&[pb::RowOutcome]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, o) in outcomes.iter().enumerate() {
+        // The outcome, its field tag and its length prefix.
+        let len = o.encoded_len() + 6;
+        if i > start && (i - start == max_rows || bytes + len > max_bytes) {
+            out.push(&outcomes[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += len;
+    }
+    if start < outcomes.len() {
+        out.push(&outcomes[start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(key: &str, result_bytes: usize) -> pb::RowOutcome {
+        pb::RowOutcome {
+            key: key.into(),
+            outcome: Some(pb::row_outcome::Outcome::Result("1".repeat(result_bytes))),
+            ..Default::default()
+        }
+    }
+
+    // Invariant: every outcome is reported once, in order, in calls of at
+    // most `max_rows` outcomes and `max_bytes` bytes, one too large alone.
+    #[test]
+    fn reports_are_cut_by_rows_and_by_bytes() {
+        let keys = |cs: &[&[pb::RowOutcome]]| -> Vec<Vec<String>> {
+            cs.iter()
+                .map(|c| c.iter().map(|o| o.key.clone()).collect())
+                .collect()
+        };
+        let small: Vec<_> = (0..5).map(|i| answered(&i.to_string(), 10)).collect();
+        assert_eq!(
+            keys(&chunks(&small, 2, MAX_REPORT_BYTES)),
+            [vec!["0", "1"], vec!["2", "3"], vec!["4"]]
+        );
+        let big = vec![
+            answered("a", 600),
+            answered("b", 600),
+            answered("huge", 5000),
+            answered("c", 10),
+        ];
+        let cut = chunks(&big, 100, 1300);
+        assert_eq!(keys(&cut), [vec!["a", "b"], vec!["huge"], vec!["c"]]);
+        assert!(
+            cut.iter()
+                .all(|c| c.len() == 1
+                    || c.iter().map(|o| o.encoded_len() + 6).sum::<usize>() <= 1300)
+        );
+        assert!(chunks(&[], 10, 10).is_empty());
     }
 }
