@@ -29,8 +29,9 @@ use tally_proto::v1 as pb;
 
 use super::{Expect, judge_text, str_at, truncate};
 
-/// The largest provider response kept with a result (the server's bound).
-const MAX_RESPONSE: usize = 1 << 20;
+/// The largest provider response kept with a result: the server's bound
+/// on it, the one on payloads.
+const MAX_RESPONSE: usize = tally_core::payload::MAX_PAYLOAD_BYTES;
 
 /// Error codes of requests the batch ended before running.
 const NEVER_RAN: [&str; 2] = ["batch_expired", "batch_cancelled"];
