@@ -173,6 +173,14 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_PROVIDER_CLOCK_SKEW", default_value = "1m", value_parser = parse_duration)]
     pub provider_clock_skew: Duration,
 
+    /// How long a model cools down (for every worker of the account) after
+    /// the provider refused a batch for capacity without naming a delay: a
+    /// 429 with no `retry-after`, OpenAI's enqueued-token limit (a batch
+    /// `failed` with `token_limit_exceeded`). The rows go back with no
+    /// attempt and wait this long.
+    #[arg(long, env = "TALLY_WORKER_REFUSAL_COOLDOWN", default_value = "60s", value_parser = parse_duration)]
+    pub refusal_cooldown: Duration,
+
     /// A batch whose job was reconciled this long ago is deleted at the
     /// provider (with its output file), so the batch list every search
     /// reads stays short; 0 keeps every batch.

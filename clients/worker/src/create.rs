@@ -120,7 +120,8 @@ pub async fn create(
     let reason = format!("the create was refused: {e}");
     let mut not = Refusal::default();
     match refusal {
-        Kind::Wait(wait) => {
+        Kind::Wait(named) => {
+            let wait = named.unwrap_or(ctx.args.refusal_cooldown);
             // The project's quota (enqueued tokens, rate): the model cools
             // down for every worker of the account, and this worker's next
             // batch of it is smaller in case its size was the problem.
@@ -152,8 +153,8 @@ pub async fn create(
     mark_not_created(ctx, job, claim, &reason, not).await?;
     crate::settle::delete_input(ctx, job).await;
     match refusal {
-        Kind::Wait(wait) => {
-            ctx.hold_claims(wait);
+        Kind::Wait(named) => {
+            ctx.hold_claims(named.unwrap_or(ctx.args.refusal_cooldown));
             Ok(CreateEnd::NeverMade)
         }
         Kind::TooLarge => Ok(CreateEnd::NeverMade),

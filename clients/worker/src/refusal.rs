@@ -48,15 +48,14 @@ use tally_proto::v1 as pb;
 
 use crate::provider::ProviderError;
 
-/// The cool-down after a 429 at create that named no delay.
-pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
-
 /// What to do about a refused create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// Nothing is wrong with the request: the model cools down this long
-    /// for every worker of the account (and the next batch is smaller).
-    Wait(Duration),
+    /// Nothing is wrong with the request: the model cools down for every
+    /// worker of the account (and the next batch is smaller), as long as
+    /// the provider said (`retry-after`) or, when it named no delay,
+    /// `--refusal-cooldown`.
+    Wait(Option<Duration>),
     /// The batch is too large: send fewer rows.
     TooLarge,
     /// The request at this index of the batch is at fault (the row at
@@ -84,7 +83,7 @@ pub fn classify(e: &ProviderError) -> Option<Refusal> {
         429 if quota_ids.iter().any(|id| id.contains("PerDay")) => {
             Refusal::Stop(pb::ProviderRefusal::Quota)
         }
-        429 => Refusal::Wait(retry_after.unwrap_or(DEFAULT_COOLDOWN)),
+        429 => Refusal::Wait(*retry_after),
         413 => Refusal::TooLarge,
         400 if too_large(message) => Refusal::TooLarge,
         400 if status == "FAILED_PRECONDITION"
@@ -121,7 +120,7 @@ pub fn classify_anthropic(e: &ProviderError) -> Option<Refusal> {
         return None;
     };
     let refusal = match code {
-        429 | 529 => Refusal::Wait(retry_after.unwrap_or(DEFAULT_COOLDOWN)),
+        429 | 529 => Refusal::Wait(*retry_after),
         408 | 500..=599 => return None,
         413 => Refusal::TooLarge,
         400 if too_large(message) => Refusal::TooLarge,
@@ -161,7 +160,7 @@ pub fn classify_openai(e: &ProviderError) -> Option<Refusal> {
     let refusal = match code {
         408 | 500..=599 => return None,
         429 if is_billing(status) => Refusal::Stop(pb::ProviderRefusal::Billing),
-        429 => Refusal::Wait(retry_after.unwrap_or(DEFAULT_COOLDOWN)),
+        429 => Refusal::Wait(*retry_after),
         413 => Refusal::TooLarge,
         400 if too_large(message) => Refusal::TooLarge,
         400..=499 => Refusal::Stop(pb::ProviderRefusal::Request),
@@ -181,8 +180,9 @@ fn is_billing(status: &str) -> bool {
 /// no row is charged, so none spends an attempt unless it is at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Validation {
-    /// Every row goes back with no attempt; the model cools down this long.
-    Wait(Duration),
+    /// Every row goes back with no attempt; the model cools down for
+    /// `--refusal-cooldown` (a failed batch names no delay).
+    Wait,
     /// Every row goes back with no attempt; the next batch is smaller.
     TooLarge,
     /// The rows at these lines (1-based, of the input file) are invalid
@@ -212,7 +212,7 @@ pub fn validation(resource: &Value) -> Option<Validation> {
         )
     };
     if errors.iter().any(|e| code(e) == "token_limit_exceeded") {
-        return Some(Validation::Wait(DEFAULT_COOLDOWN));
+        return Some(Validation::Wait);
     }
     if errors
         .iter()
@@ -280,7 +280,7 @@ mod tests {
         use pb::ProviderRefusal as P;
         assert_eq!(
             classify_openai(&openai(429, "rate_limit_exceeded")),
-            Some(Refusal::Wait(DEFAULT_COOLDOWN))
+            Some(Refusal::Wait(None))
         );
         assert_eq!(
             classify_openai(&openai(429, "insufficient_quota")),
@@ -314,7 +314,7 @@ mod tests {
             of(
                 json!([{"code": "token_limit_exceeded", "line": null, "message": "Enqueued token limit reached"}])
             ),
-            Some(Validation::Wait(DEFAULT_COOLDOWN))
+            Some(Validation::Wait)
         );
         assert_eq!(
             of(json!([{"code": "too_many_tasks", "message": "x"}])),
@@ -355,13 +355,10 @@ mod tests {
             quota_ids: Vec::new(),
         };
         let a = |code, kind, message| classify_for(Api::Anthropic, &e(code, kind, message));
-        assert_eq!(
-            a(429, "rate_limit_error", ""),
-            Some(Refusal::Wait(DEFAULT_COOLDOWN))
-        );
+        assert_eq!(a(429, "rate_limit_error", ""), Some(Refusal::Wait(None)));
         assert_eq!(
             a(529, "overloaded_error", "Overloaded"),
-            Some(Refusal::Wait(DEFAULT_COOLDOWN))
+            Some(Refusal::Wait(None))
         );
         assert_eq!(a(413, "request_too_large", ""), Some(Refusal::TooLarge));
         assert_eq!(
@@ -429,14 +426,14 @@ mod tests {
             "quota",
             &["BatchEnqueuedTokensPerModelPerTier"],
         );
-        assert_eq!(classify(&tokens), Some(Refusal::Wait(DEFAULT_COOLDOWN)));
+        assert_eq!(classify(&tokens), Some(Refusal::Wait(None)));
         let mut timed = tokens;
         if let ProviderError::Http { retry_after, .. } = &mut timed {
             *retry_after = Some(Duration::from_secs(7));
         }
         assert_eq!(
             classify(&timed),
-            Some(Refusal::Wait(Duration::from_secs(7)))
+            Some(Refusal::Wait(Some(Duration::from_secs(7))))
         );
         assert_eq!(classify(&http(413, "", "", &[])), Some(Refusal::TooLarge));
         assert_eq!(

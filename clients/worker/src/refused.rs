@@ -41,7 +41,8 @@ pub(crate) async fn give_back(
         ..Refusal::default()
     };
     let reason = match validation {
-        Validation::Wait(wait) => {
+        Validation::Wait => {
+            let wait = ctx.args.refusal_cooldown;
             shrink(ctx, job).await;
             ctx.hold_claims(wait);
             not.cooldown = Some(wait);

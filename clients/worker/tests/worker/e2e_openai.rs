@@ -413,6 +413,11 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
         "4s",
         "--http-timeout",
         "3s",
+        // The enqueued-token refusal names no delay: the model cools down
+        // this long (60s by default, most of the deadline below under
+        // load).
+        "--refusal-cooldown",
+        "2s",
     ];
     let mut a = w.worker(
         LEDGER,
