@@ -177,7 +177,7 @@ pub struct WorkerArgs {
     /// the provider refused a batch for capacity without naming a delay: a
     /// 429 with no `retry-after`, OpenAI's enqueued-token limit (a batch
     /// `failed` with `token_limit_exceeded`). The rows go back with no
-    /// attempt and wait this long.
+    /// attempt and wait this long (1s to 10m).
     #[arg(long, env = "TALLY_WORKER_REFUSAL_COOLDOWN", default_value = "60s", value_parser = parse_duration)]
     pub refusal_cooldown: Duration,
 
@@ -523,6 +523,13 @@ impl WorkerArgs {
         {
             return Err("--lease must be longer than --heartbeat-interval".into());
         }
+        let (least, most) = (tally_core::job::MIN_COOLDOWN, tally_core::job::MAX_COOLDOWN);
+        if !(least..=most).contains(&self.refusal_cooldown) {
+            return Err(format!(
+                "--refusal-cooldown {:?}: must be from {least:?} to {most:?} (the cool-down tally keeps for a model)",
+                self.refusal_cooldown
+            ));
+        }
         tally_telemetry::http_listener::check(&self.http)
     }
 }
@@ -572,6 +579,13 @@ mod tests {
             ..a.clone()
         };
         assert!(bad.validate().is_err());
+        for (cooldown, ok) in [(0, false), (1, true), (600, true), (601, false)] {
+            let c = WorkerArgs {
+                refusal_cooldown: Duration::from_secs(cooldown),
+                ..a.clone()
+            };
+            assert_eq!(c.validate().is_ok(), ok, "--refusal-cooldown {cooldown}s");
+        }
     }
 
     /// Invariant: Debug of the flags shows neither tally's token nor the
