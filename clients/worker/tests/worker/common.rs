@@ -246,8 +246,15 @@ pub async fn register_prompt(c: &Clients) {
         .expect("register prompt");
 }
 
-/// Creates `ledgers/{ledger}` for `model` (at most 4 jobs at once).
+/// Creates `ledgers/{ledger}` for `model` (at most 4 jobs at once). A
+/// retryable row waits one second, not the default 30 (jittered): what the
+/// tests check is that it comes back, and half a minute per retry was most
+/// of the suite's time.
 pub async fn create_ledger(c: &Clients, ledger: &str, model: &str, budgets: pb::AttemptBudgets) {
+    let second = prost_types::Duration {
+        seconds: 1,
+        nanos: 0,
+    };
     c.ledgers
         .clone()
         .create_ledger(pb::CreateLedgerRequest {
@@ -255,6 +262,12 @@ pub async fn create_ledger(c: &Clients, ledger: &str, model: &str, budgets: pb::
             policy: Some(pb::LedgerPolicy {
                 model: model.into(),
                 max_active_jobs: 4,
+                backoff: Some(pb::Backoff {
+                    initial: Some(second),
+                    max: Some(second),
+                    multiplier: 1.0,
+                    jitter: 0.0,
+                }),
                 budgets: Some(budgets),
                 ..Default::default()
             }),
@@ -404,12 +417,16 @@ pub async fn dies_at(mut worker: Child, point: &str) {
     assert!(!status.success(), "the worker died at {point}: {status:?}");
 }
 
-/// Waits (two minutes at most) for a worker that must exit 0.
+/// Waits (five minutes at most) for a worker that must exit 0. The bound
+/// only guards against a hang (a worker that never exits fails the test,
+/// and is killed): the longest of these runs takes about a minute alone,
+/// more on a loaded CI machine.
 pub async fn exits_ok(mut worker: Child, what: &str) {
-    let status = tokio::time::timeout(Duration::from_secs(120), worker.wait())
-        .await
-        .unwrap_or_else(|_| panic!("{what} finishes within 120s"))
-        .expect("worker reaped");
+    let Ok(status) = tokio::time::timeout(Duration::from_secs(300), worker.wait()).await else {
+        let _ = worker.start_kill();
+        panic!("{what} finishes within 300s");
+    };
+    let status = status.expect("worker reaped");
     assert!(status.success(), "{what} exits 0: {status:?}");
 }
 
