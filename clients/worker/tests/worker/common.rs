@@ -525,6 +525,15 @@ impl World {
             name,
             extra,
         );
+        // In-process workers log where their subprocess siblings do (to
+        // stderr, at WORKER_LOG) when it is set; the test process installs
+        // no subscriber otherwise.
+        if let Ok(filter) = std::env::var("WORKER_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
         let stop = tokio_util::sync::CancellationToken::new();
         let stopped = stop.clone();
         let handle = tokio::spawn(tally_worker::run_until(
@@ -537,6 +546,11 @@ impl World {
 }
 
 impl InProcess {
+    /// Whether the worker's task has ended (it should not before `stop`).
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
     /// Stops the worker; it must stop cleanly.
     pub async fn stop(self) -> tally_worker::RunReport {
         self.stop.cancel();

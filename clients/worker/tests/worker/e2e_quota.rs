@@ -259,10 +259,22 @@ pub(crate) async fn a_lasting_refusal_pauses(
     // same worker finishes.
     w.emulator.set_faults(FaultPlan::default()).unwrap();
     resume(&w.c, LEDGER).await;
-    until(Duration::from_secs(120), "every row succeeds", || async {
-        summary(&w.c, LEDGER).await.succeeded == ROWS as i64
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while summary(&w.c, LEDGER).await.succeeded != ROWS as i64 {
+        if Instant::now() > deadline {
+            let jobs: Vec<_> = list_jobs(&w.c, LEDGER)
+                .await
+                .into_iter()
+                .map(|j| (j.state(), j.final_state(), j.end_time.is_some(), j.error))
+                .collect();
+            panic!(
+                "every row succeeds within 120s after the resume: {:?}; jobs {jobs:?}; worker finished: {}",
+                summary(&w.c, LEDGER).await,
+                worker.is_finished()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(summary(&w.c, LEDGER).await.attempts_total, ROWS as i64);
     worker.stop().await;
     w.stop().await;
