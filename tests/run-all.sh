@@ -91,10 +91,11 @@ python_suites=$!
 # The Rust tests wait mostly on servers, emulators and leases: more test
 # threads than the 2 cores of the CI machine (libtest's default) cut their
 # time there by about a third. Their result waits for the Python suites'
-# (which are bounded): every failure is reported, not just the first.
+# (which are bounded), and every test executable runs (--no-fail-fast):
+# every failure is reported, not just the first.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-$(($(nproc) > 4 ? $(nproc) : 4))}"
 rust=0
-cargo test --workspace || rust=$?
+cargo test --workspace --no-fail-fast || rust=$?
 wait "$sdk_suites" "$python_suites" || true
 
 failed=()
