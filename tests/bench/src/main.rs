@@ -8,6 +8,7 @@
 mod child;
 mod db;
 mod delete;
+mod disk;
 mod grpc;
 mod ingest;
 mod raw;
@@ -51,6 +52,9 @@ struct Cli {
     /// Rows enrolled ahead of each claim+report phase.
     #[arg(long, default_value_t = 600_000)]
     backlog: u64,
+    /// Rows of the disk phase (bytes on disk per row).
+    #[arg(long, default_value_t = 200_000)]
+    disk_rows: u64,
     /// Ledger sizes for the claim-latency scale test.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     scale: Vec<u64>,
@@ -86,6 +90,9 @@ enum Phase {
     Watch,
     /// Claim latency and server RSS as the ledger grows.
     Scale,
+    /// Bytes on disk per row against the payload and result bytes (runs
+    /// first, on the empty database).
+    Disk,
 }
 
 #[derive(Subcommand)]
@@ -143,6 +150,7 @@ async fn main() -> anyhow::Result<()> {
         cli.enroll_rows = 50_000;
         cli.backlog = 80_000;
         cli.scale = vec![10_000, 100_000];
+        cli.disk_rows = 20_000;
     }
     let scratch = db::Scratch::acquire(cli.database_url.clone(), cli.admin_url.clone()).await?;
     let result = match &cli.command {
@@ -193,6 +201,14 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
     let mut lines = Vec::new();
     let phase = Duration::from_secs(cli.seconds);
     let runs = |p: Phase| cli.only.is_empty() || cli.only.contains(&p);
+
+    if runs(Phase::Disk) {
+        eprintln!(
+            "disk: {} rows run to their end, then vacuumed",
+            cli.disk_rows
+        );
+        lines.extend(disk::run(&server.addr, &pool, cli.disk_rows, cli.clients).await?);
+    }
 
     if runs(Phase::Enroll) {
         eprintln!(

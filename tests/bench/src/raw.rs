@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// The bare table of one workload: a key, a payload, a status, a result,
 /// and the partial index of runnable rows a team would add.
-fn table(ledger: &str) -> String {
+pub fn table(ledger: &str) -> String {
     let safe: String = ledger
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
