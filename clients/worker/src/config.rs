@@ -525,9 +525,12 @@ impl WorkerArgs {
         }
         let (least, most) = (tally_core::job::MIN_COOLDOWN, tally_core::job::MAX_COOLDOWN);
         if !(least..=most).contains(&self.refusal_cooldown) {
+            let show = |d: Duration| humantime::format_duration(d).to_string();
             return Err(format!(
-                "--refusal-cooldown {:?}: must be from {least:?} to {most:?} (the cool-down tally keeps for a model)",
-                self.refusal_cooldown
+                "--refusal-cooldown {}: must be from {} to {} (the cool-down tally keeps for a model)",
+                show(self.refusal_cooldown),
+                show(least),
+                show(most)
             ));
         }
         tally_telemetry::http_listener::check(&self.http)
