@@ -121,12 +121,11 @@ pub async fn create(
     let mut not = Refusal::default();
     match refusal {
         Kind::Wait(named) => {
-            let wait = named.unwrap_or(ctx.args.refusal_cooldown);
             // The project's quota (enqueued tokens, rate): the model cools
             // down for every worker of the account, and this worker's next
             // batch of it is smaller in case its size was the problem.
             ctx.create_refused(model, sent.tokens);
-            not.cooldown = Some(wait);
+            not.cooldown = Some(ctx.cooldown(named));
         }
         Kind::TooLarge => {
             ctx.create_refused(model, sent.tokens);
@@ -154,7 +153,7 @@ pub async fn create(
     crate::settle::delete_input(ctx, job).await;
     match refusal {
         Kind::Wait(named) => {
-            ctx.hold_claims(named.unwrap_or(ctx.args.refusal_cooldown));
+            ctx.hold_claims(ctx.cooldown(named));
             Ok(CreateEnd::NeverMade)
         }
         Kind::TooLarge => Ok(CreateEnd::NeverMade),

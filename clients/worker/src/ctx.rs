@@ -81,6 +81,12 @@ impl Ctx {
         }
     }
 
+    /// How long a model cools down after a capacity refusal: the delay
+    /// the provider named, else `--refusal-cooldown`.
+    pub fn cooldown(&self, named: Option<Duration>) -> Duration {
+        named.unwrap_or(self.args.refusal_cooldown)
+    }
+
     /// Makes no claim for `wait` (capped at an hour), or until a later
     /// hold already set.
     pub fn hold_claims(&self, wait: Duration) {

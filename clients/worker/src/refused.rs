@@ -42,7 +42,7 @@ pub(crate) async fn give_back(
     };
     let reason = match validation {
         Validation::Wait => {
-            let wait = ctx.args.refusal_cooldown;
+            let wait = ctx.cooldown(None);
             shrink(ctx, job).await;
             ctx.hold_claims(wait);
             not.cooldown = Some(wait);
