@@ -119,8 +119,11 @@ pub(crate) async fn lock_held_rows(
 }
 
 /// FAILED_PRECONDITION unless the claim is active and within its lease.
+/// The message names the claim as logs show it: callers log these
+/// refusals, and the whole id authorizes the claim's reports.
 pub(crate) fn check_live(claim: &LockedClaim, ledger: &str) -> Result<()> {
-    let name = format!("ledgers/{ledger}/claims/{}", claim.token);
+    let name =
+        tally_core::names::claim_for_logs(&format!("ledgers/{ledger}/claims/{}", claim.token));
     match (ClaimState::from_code(claim.state), claim.live) {
         (ClaimState::Active, true) => Ok(()),
         (ClaimState::Done, _) => Err(StoreError::precondition(
