@@ -332,11 +332,26 @@ impl Store {
         actor: &str,
     ) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
+        let message = format!("the provider refused a batch create: {}", not.reason);
+        let pausing = not.pause.map(|reason| pause::PauseLedger {
+            ledger,
+            reason,
+            message: &message,
+            actor,
+            etag: None,
+        });
         let mut tx = self.begin().await?;
         let out = async {
+            // The pause commits with the close: one seen without the other
+            // would let an operator resume between them, and the refusal,
+            // older than the resume, pause the ledger again (as a repeated
+            // call for the closed job would).
+            if pausing.is_some() {
+                pause::lock_first(&mut tx, ledger).await?;
+            }
             let (_, job) = lock_fenced(&mut tx, record.id, ledger, public_id, token).await?;
             if job.closed && job.state()? == JobState::Cancelled {
-                return load_job(&mut *tx, job.id).await;
+                return Ok((load_job(&mut *tx, job.id).await?, None));
             }
             // A cool-down or a pause speaks for the provider: only a job
             // that sent its create may ask for one (one team's worker
@@ -385,24 +400,18 @@ impl Store {
             }
             let out = load_job(&mut *tx, job.id).await?;
             events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            let paused = match &pausing {
+                Some(req) => Some(pause::pause_in(&mut tx, req).await?),
+                None => None,
+            };
             tracing::info!(ledger = %ledger, job = %public_id, rows = n, reason = not.reason, "batch never created; rows released");
-            Ok(out)
+            Ok((out, paused))
         }
         .await;
         self.claim_cache.forget(token);
-        let out = crate::end_tx(tx, out).await?;
-        // After the rows are back: a crash in between leaves the ledger
-        // running, and its next create meets the same refusal and pauses it.
-        if let Some(reason) = not.pause {
-            let message = format!("the provider refused a batch create: {}", not.reason);
-            self.pause_ledger(&pause::PauseLedger {
-                ledger,
-                reason,
-                message: &message,
-                actor,
-                etag: None,
-            })
-            .await?;
+        let (out, paused) = crate::end_tx(tx, out).await?;
+        if let (Some(req), Some((ledger, changed))) = (&pausing, paused) {
+            self.paused_now(req, &ledger, changed);
         }
         Ok(out)
     }

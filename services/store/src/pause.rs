@@ -106,6 +106,42 @@ pub(crate) fn paused(ledger: &str, pause: Pause) -> StoreError {
     }
 }
 
+/// Pauses the ledger inside `tx` (see [`Store::pause_ledger`]); true when
+/// it was not paused before. A caller whose transaction locks more than the
+/// ledger calls [`lock_first`] before anything else, so every pause takes
+/// the ledger's row before the rows it guards, as ResumeLedger and
+/// DeleteLedger do.
+pub(crate) async fn pause_in(
+    tx: &mut Transaction<'static, Postgres>,
+    req: &PauseLedger<'_>,
+) -> Result<(LedgerRecord, bool)> {
+    let current = lock(tx, req.ledger, req.etag).await?;
+    let paused = current.pause.as_ref().map(|p| p.reason);
+    match pause::pause(paused) {
+        Change::Unchanged => Ok((current, false)),
+        Change::Apply => {
+            let record = write(tx, current.id, Some((req.reason, req.message, req.actor))).await?;
+            events::append_ledger(
+                tx,
+                record.id,
+                JobEventKind::LedgerPaused,
+                Some((req.reason, req.message)),
+                req.actor,
+            )
+            .await?;
+            Ok((record, true))
+        }
+    }
+}
+
+/// Locks the live ledger's row for a [`pause_in`] later in `tx`.
+pub(crate) async fn lock_first(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger: &str,
+) -> Result<()> {
+    lock(tx, ledger, None).await.map(drop)
+}
+
 impl Store {
     /// Pauses a ledger with a reason: from now on it hands out no claims
     /// and makes no jobs. Pausing a paused ledger changes nothing (the
@@ -121,37 +157,19 @@ impl Store {
     )]
     pub async fn pause_ledger(&self, req: &PauseLedger<'_>) -> Result<LedgerRecord> {
         let mut tx = self.begin().await?;
-        let out = async {
-            let current = lock(&mut tx, req.ledger, req.etag).await?;
-            let paused = current.pause.as_ref().map(|p| p.reason);
-            match pause::pause(paused) {
-                Change::Unchanged => Ok((current, false)),
-                Change::Apply => {
-                    let record = write(
-                        &mut tx,
-                        current.id,
-                        Some((req.reason, req.message, req.actor)),
-                    )
-                    .await?;
-                    events::append_ledger(
-                        &mut tx,
-                        record.id,
-                        JobEventKind::LedgerPaused,
-                        Some((req.reason, req.message)),
-                        req.actor,
-                    )
-                    .await?;
-                    Ok((record, true))
-                }
-            }
-        }
-        .await;
+        let out = pause_in(&mut tx, req).await;
         let (record, changed) = crate::end_tx(tx, out).await?;
-        self.ledgers.put(&record);
+        self.paused_now(req, &record, changed);
+        Ok(record)
+    }
+
+    /// What a committed pause changes outside the database: the cached
+    /// ledger, and a log line when it was paused now.
+    pub(crate) fn paused_now(&self, req: &PauseLedger<'_>, record: &LedgerRecord, changed: bool) {
+        self.ledgers.put(record);
         if changed {
             tracing::info!(ledger = %req.ledger, reason = %req.reason, actor = %req.actor, message = %req.message, "ledger paused");
         }
-        Ok(record)
     }
 
     /// Resumes a paused ledger: it hands out claims again. Resuming an

@@ -568,6 +568,75 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
     assert_queue_consistent(&env.store).await;
 }
 
+/// Invariant: a refusal's pause commits with the job it closes, so it is
+/// never older than a resume that came after the close. Seen from outside
+/// (a worker, an operator), the ledger is paused as soon as the job is
+/// closed, and the same MarkNotCreated repeated (an answer lost and
+/// retried) after the operator resumed changes nothing. Until the pause had
+/// its own transaction after the close, the repeat (or a resume between the
+/// two) left the ledger paused again by a refusal the operator had dealt
+/// with.
+#[tokio::test]
+async fn a_refusals_pause_commits_with_the_close_and_a_repeat_does_not_pause_again() {
+    use tally_core::pause::PauseReason;
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a", "b"]).await;
+    let (g, job) = new_job(&env, "l", 10).await;
+    let t = g.claim.token;
+    env.store
+        .mark_creating("l", &job.public_id, t, "files/in", &Default::default(), "w")
+        .await
+        .unwrap();
+    let refused = NotCreated {
+        reason: "the provider answered 403: billing is not enabled",
+        pause: Some(PauseReason::Billing),
+        ..Default::default()
+    };
+    let closed = env
+        .store
+        .mark_not_created("l", &job.public_id, t, &refused, "w")
+        .await
+        .unwrap();
+    assert_eq!(closed.state, JobState::Cancelled);
+    let pause = env
+        .store
+        .get_ledger("l")
+        .await
+        .unwrap()
+        .pause
+        .expect("paused with the close");
+    assert_eq!(pause.reason, PauseReason::Billing);
+    assert!(
+        pause.message.contains("billing is not enabled"),
+        "{}",
+        pause.message
+    );
+
+    let resumed = env.store.resume_ledger("l", None, "ops").await.unwrap();
+    assert!(resumed.pause.is_none());
+    let repeat = env
+        .store
+        .mark_not_created("l", &job.public_id, t, &refused, "w")
+        .await
+        .unwrap();
+    assert_eq!(repeat.state, JobState::Cancelled);
+    let after = env.store.get_ledger("l").await.unwrap().pause;
+    assert!(
+        after.is_none(),
+        "a repeated refusal, older than the resume, pauses nothing: {after:?}"
+    );
+    for key in ["a", "b"] {
+        let row = env.store.get_row("l", key).await.unwrap();
+        assert_eq!((row.status, row.total), (RowStatus::Pending, 0), "{key}");
+    }
+    assert!(
+        claim(&env.store, "l", 10).await.is_some(),
+        "claimable again"
+    );
+    assert_queue_consistent(&env.store).await;
+}
+
 /// A CREATING job whose batch is found is recorded from CREATING as from
 /// PREPARING, and then behaves as any submitted job.
 #[tokio::test]
