@@ -58,18 +58,18 @@ impl Store {
         };
 
         let mut cas_conflicts = 0;
-        let decision = loop {
+        let (decision, held) = loop {
             let current = read_snapshot(&mut tx, name).await?;
             let decision = reduce(current.as_ref(), &event.event, seen);
             let Decision::Applied { next, .. } = decision else {
-                break decision;
+                break (decision, current);
             };
             let written = match current {
                 None => insert_operation(&mut tx, event, &next).await?,
                 Some(current) => update_operation(&mut tx, event, &next, current.version).await?,
             };
             if written {
-                break decision;
+                break (decision, current);
             }
             cas_conflicts += 1;
             if cas_conflicts >= MAX_CAS_ATTEMPTS {
@@ -79,11 +79,17 @@ impl Store {
             }
         };
 
-        let job = match decision {
-            Decision::Applied { next, .. } => {
+        let job = match (decision, held) {
+            (Decision::Applied { next, .. }, _) => {
                 job_link::move_linked_job(&mut tx, name, next.state, event.source).await?
             }
-            Decision::Dropped(_) | Decision::Recorded => None,
+            // The operation is already where this event would take it, or
+            // further: its job may not be (see `job_link::catch_up`), so
+            // any later word on the batch catches the job up.
+            (Decision::Dropped(_), Some(current)) => {
+                job_link::move_linked_job(&mut tx, name, current.state, event.source).await?
+            }
+            (Decision::Dropped(_) | Decision::Recorded, _) => None,
         };
         let mut operation = load_operation(&mut tx, name).await?;
         if let (Some(op), Some(reason)) = (operation.as_mut(), decision.reason()) {

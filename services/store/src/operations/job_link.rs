@@ -73,6 +73,15 @@ pub(super) async fn move_linked_job(
 /// commits, so it never waits for this job's locks. With the row locked,
 /// an ingest either committed before (its state is read here) or waits and
 /// then finds the job linked and moves it itself.
+///
+/// One order escapes the lock: the batch's first event, whose ingest
+/// creates the operation row while this transaction is open. Neither sees
+/// the other (no row to lock here; no link visible there), and the job
+/// stays behind its operation. Every later event of that batch (the
+/// owner's next poll, a repeated webhook) is then dropped as stale or
+/// duplicate, and a drop catches the linked job up with the operation's
+/// state ([`move_linked_job`]): the job moves a poll late instead of
+/// never.
 pub(crate) async fn catch_up(
     tx: &mut Transaction<'static, Postgres>,
     batch: &str,
@@ -137,18 +146,27 @@ pub async fn follow_provider(
     actor: &str,
 ) -> Result<Option<ProviderMove>> {
     for _ in 0..3 {
-        let found: Option<(i64, Uuid)> =
+        let found: Option<(i64, Uuid, i16, bool)> =
             // A deleting ledger's jobs no longer move (they are purged).
             sqlx::query_as(
-                "SELECT j.id, j.claim_token FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
+                "SELECT j.id, j.claim_token, j.state, j.end_time IS NOT NULL
+                 FROM jobs j JOIN ledgers l ON l.id = j.ledger_id
                  WHERE j.batch = $1 AND l.delete_time IS NULL",
             )
                 .bind(batch)
                 .fetch_optional(&mut **tx)
                 .await?;
-        let Some((job_id, token)) = found else {
+        let Some((job_id, token, state, closed)) = found else {
             return Ok(None);
         };
+        // Without a lock first: a job that would not move as it was last
+        // committed never will (its states only go forward, and a closed
+        // job stays closed), which spares the locks on every repeated poll.
+        let moves = JobState::from_code(state)
+            .and_then(|from| job::step(from, closed, event).ok().map(|t| t.state != from));
+        if moves == Some(false) {
+            return Ok(None);
+        }
         sqlx::query("SELECT 1 FROM claims WHERE token = $1 FOR UPDATE")
             .bind(token)
             .execute(&mut **tx)

@@ -637,6 +637,96 @@ async fn a_refusals_pause_commits_with_the_close_and_a_repeat_does_not_pause_aga
     assert_queue_consistent(&env.store).await;
 }
 
+/// Invariant: a job never stays behind its batch. The batch's first event
+/// can be ingested while the MarkSubmitted that links job and batch is
+/// still open: the ingest creates the operation and finds no job, and
+/// MarkSubmitted finds no operation to catch up with. Here a transaction
+/// holds the link uncommitted (as MarkSubmitted does) while the
+/// `completed` webhook is ingested, then commits. The next poll of the
+/// batch (the same state, so dropped as stale) moves the job to SUCCEEDED;
+/// until it did, the job stayed SUBMITTED for good and its rows were held
+/// until the batch deadline.
+#[tokio::test]
+async fn a_first_event_that_races_mark_submitted_moves_the_job_at_the_next_poll() {
+    use tally_core::operation::{OpEvent, OpState};
+    use tally_store::operations::{EventSource, IncomingEvent};
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a", "b"]).await;
+    let (g, job) = new_job(&env, "l", 10).await;
+    env.store
+        .mark_creating(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            "files/in",
+            &Default::default(),
+            "w",
+        )
+        .await
+        .unwrap();
+    let event = |source, event_id: Option<&str>| IncomingEvent {
+        operation: "batches/batch_r".into(),
+        source,
+        event_id: event_id.map(Into::into),
+        raw_state: "completed".into(),
+        event: OpEvent {
+            state: OpState::Succeeded,
+            update_time: Some(1_000_000),
+        },
+        output_file: Some("file-out".into()),
+        error_code: None,
+        error_message: None,
+    };
+
+    let mut submitting = env.store.pool().begin().await.unwrap();
+    sqlx::query(
+        "UPDATE jobs SET batch = 'batches/batch_r', state = $2, submit_time = now()
+         WHERE public_id = $1",
+    )
+    .bind(&job.public_id)
+    .bind(JobState::Submitted.code())
+    .execute(&mut *submitting)
+    .await
+    .unwrap();
+    let first = env
+        .store
+        .ingest_event(&event(EventSource::Webhook, Some("wh_1")))
+        .await
+        .unwrap();
+    assert!(first.decision.is_applied());
+    assert_eq!(first.job, None, "the link is not committed yet");
+    submitting.commit().await.unwrap();
+    assert_eq!(
+        env.store.get_job("l", &job.public_id).await.unwrap().state,
+        JobState::Submitted,
+        "behind its batch, which is completed"
+    );
+
+    let poll = env
+        .store
+        .ingest_event(&event(EventSource::Poller, None))
+        .await
+        .unwrap();
+    assert!(!poll.decision.is_applied(), "the same state: dropped");
+    let moved = poll.job.expect("the poll catches the job up");
+    assert_eq!(
+        (moved.from, moved.to),
+        (JobState::Submitted, JobState::Succeeded)
+    );
+    assert_eq!(
+        env.store.get_job("l", &job.public_id).await.unwrap().state,
+        JobState::Succeeded
+    );
+    // Caught up once: a further poll or webhook moves nothing.
+    let again = env
+        .store
+        .ingest_event(&event(EventSource::Webhook, Some("wh_1")))
+        .await
+        .unwrap();
+    assert_eq!(again.job, None);
+}
+
 /// A CREATING job whose batch is found is recorded from CREATING as from
 /// PREPARING, and then behaves as any submitted job.
 #[tokio::test]
