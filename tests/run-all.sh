@@ -88,12 +88,15 @@ run_suites 0 1 2 &
 sdk_suites=$!
 run_suites 3 &
 python_suites=$!
-# The Rust tests' result waits for the Python suites' (which are bounded),
-# and every test executable runs (--no-fail-fast): every failure is
-# reported, not just the first. Their threads stay libtest's default, one
-# per core: at 4 on the 2-core CI machine, beside the Python suites, worker
-# end-to-end tests have stalled (a worker silent for minutes with jobs open:
-# the OpenAI 1,000-row run, the quota and refusal tests), cause not found.
+# The Rust tests wait mostly on servers, emulators and leases: more test
+# threads than the 2 cores of the CI machine (libtest's default) cut their
+# time there by about a third. Their result waits for the Python suites'
+# (which are bounded), and every test executable runs (--no-fail-fast):
+# every failure is reported, not just the first. (The load once made worker
+# end-to-end tests stall; what it exposed were two races in the store, a
+# batch's first webhook racing MarkSubmitted and a refusal's pause committed
+# apart from its job, both fixed: the worker suite passes at 8 threads.)
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-$(($(nproc) > 4 ? $(nproc) : 4))}"
 rust=0
 cargo test --workspace --no-fail-fast || rust=$?
 wait "$sdk_suites" "$python_suites" || true
