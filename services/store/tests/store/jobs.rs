@@ -48,6 +48,34 @@ async fn new_job(env: &Env, ledger: &str, max_rows: i64) -> (ClaimGrant, JobReco
     (g, job)
 }
 
+/// A ledger `l` of `keys`, and one job of them whose create was attempted
+/// (CREATING, input file `files/in`).
+async fn creating_job(env: &Env, keys: &[&str]) -> (ClaimGrant, JobRecord) {
+    ledger_with(env, "l", fast_policy()).await;
+    enroll_keys(env, "l", keys).await;
+    let (g, job) = new_job(env, "l", 10).await;
+    mark_creating(env, &g, &job).await.unwrap();
+    (g, job)
+}
+
+/// MarkCreating of `job` under `g`'s claim, input file `files/in`.
+async fn mark_creating(
+    env: &Env,
+    g: &ClaimGrant,
+    job: &JobRecord,
+) -> Result<JobRecord, StoreError> {
+    env.store
+        .mark_creating(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            "files/in",
+            &Default::default(),
+            "w",
+        )
+        .await
+}
+
 fn precondition_reason(e: &StoreError) -> &'static str {
     match e {
         StoreError::FailedPrecondition { reason, .. } => reason,
@@ -580,14 +608,8 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
 async fn a_refusals_pause_commits_with_the_close_and_a_repeat_does_not_pause_again() {
     use tally_core::pause::PauseReason;
     let env = env().await;
-    ledger_with(&env, "l", fast_policy()).await;
-    enroll_keys(&env, "l", &["a", "b"]).await;
-    let (g, job) = new_job(&env, "l", 10).await;
+    let (g, job) = creating_job(&env, &["a", "b"]).await;
     let t = g.claim.token;
-    env.store
-        .mark_creating("l", &job.public_id, t, "files/in", &Default::default(), "w")
-        .await
-        .unwrap();
     let refused = NotCreated {
         reason: "the provider answered 403: billing is not enabled",
         pause: Some(PauseReason::Billing),
@@ -651,20 +673,7 @@ async fn a_first_event_that_races_mark_submitted_moves_the_job_at_the_next_poll(
     use tally_core::operation::{OpEvent, OpState};
     use tally_store::operations::{EventSource, IncomingEvent};
     let env = env().await;
-    ledger_with(&env, "l", fast_policy()).await;
-    enroll_keys(&env, "l", &["a", "b"]).await;
-    let (g, job) = new_job(&env, "l", 10).await;
-    env.store
-        .mark_creating(
-            "l",
-            &job.public_id,
-            g.claim.token,
-            "files/in",
-            &Default::default(),
-            "w",
-        )
-        .await
-        .unwrap();
+    let (_, job) = creating_job(&env, &["a", "b"]).await;
     let event = |source, event_id: Option<&str>| IncomingEvent {
         operation: "batches/batch_r".into(),
         source,
@@ -732,20 +741,7 @@ async fn a_first_event_that_races_mark_submitted_moves_the_job_at_the_next_poll(
 #[tokio::test]
 async fn a_creating_job_whose_batch_is_found_is_submitted() {
     let env = env().await;
-    ledger_with(&env, "l", fast_policy()).await;
-    enroll_keys(&env, "l", &["a"]).await;
-    let (g, job) = new_job(&env, "l", 10).await;
-    env.store
-        .mark_creating(
-            "l",
-            &job.public_id,
-            g.claim.token,
-            "files/in",
-            &Default::default(),
-            "w",
-        )
-        .await
-        .unwrap();
+    let (g, job) = creating_job(&env, &["a"]).await;
     let j = env
         .store
         .mark_submitted(
@@ -777,18 +773,7 @@ async fn a_creating_job_whose_batch_is_found_is_submitted() {
         .await
         .unwrap_err();
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");
-    let e = env
-        .store
-        .mark_creating(
-            "l",
-            &job.public_id,
-            g.claim.token,
-            "files/in",
-            &Default::default(),
-            "w",
-        )
-        .await
-        .unwrap_err();
+    let e = mark_creating(&env, &g, &job).await.unwrap_err();
     assert_eq!(precondition_reason(&e), "JOB_ALREADY_SUBMITTED");
 }
 
