@@ -167,11 +167,22 @@ struct LedgerSeries {
     golden: HashSet<GoldenLabels>,
 }
 
+/// Ledgers forgotten (deleted) lately, so that a backlog refresh that read
+/// a ledger before its delete does not bring its series back.
+#[derive(Default)]
+struct Forgotten {
+    /// Counts the forgets.
+    generation: u64,
+    /// Each ledger forgotten, with the generation its forget made.
+    at: HashMap<String, u64>,
+}
+
 struct Inner {
     registry: Registry,
     families: Families,
     /// Ledgers whose label sets were created at zero.
     seen: Mutex<HashSet<String>>,
+    forgotten: Mutex<Forgotten>,
     /// Each ledger's open-ended label sets.
     series: Mutex<HashMap<String, LedgerSeries>>,
     /// The registered families, name and type.
@@ -569,6 +580,7 @@ impl Metrics {
             registry: r,
             families,
             seen: Mutex::new(HashSet::new()),
+            forgotten: Mutex::new(Forgotten::default()),
             series: Mutex::new(HashMap::new()),
             listed,
         }));
@@ -658,12 +670,42 @@ impl Metrics {
         });
     }
 
+    fn forgotten(&self) -> std::sync::MutexGuard<'_, Forgotten> {
+        self.0.forgotten.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A mark taken before reading what will be published (the backlog):
+    /// [`Metrics::forgotten_since`] then tells which ledgers were deleted
+    /// after it.
+    pub fn forget_mark(&self) -> u64 {
+        self.forgotten().generation
+    }
+
+    /// Whether `ledger` was forgotten after `mark`: what was read about it
+    /// before is stale, and publishing it would bring its series back.
+    pub fn forgotten_since(&self, ledger: &str, mark: u64) -> bool {
+        self.forgotten().at.get(ledger).is_some_and(|g| *g > mark)
+    }
+
+    /// Drops the forgets at or before `mark` (no read still to publish
+    /// began before them), so the record stays as small as the deletes
+    /// between two refreshes.
+    pub fn prune_forgotten(&self, mark: u64) {
+        self.forgotten().at.retain(|_, g| *g > mark);
+    }
+
     /// Removes every series of a deleted ledger (its counters and its
     /// backlog gauges), so that a ledger made again under its name starts
     /// from nothing instead of adding to the old one's counts. Called when
     /// the ledger is deleted through this replica, when this replica's
     /// refresher sees it DELETING, and when its purge finishes here.
     pub fn forget_ledger(&self, ledger: &str) {
+        {
+            let mut f = self.forgotten();
+            f.generation += 1;
+            let generation = f.generation;
+            f.at.insert(ledger.to_string(), generation);
+        }
         self.0
             .seen
             .lock()

@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 /// Runs until `stop` fires; the first refresh is immediate.
 pub async fn run(store: Store, every: Duration, metrics: Metrics, stop: CancellationToken) {
     loop {
+        let mark = metrics.forget_mark();
         match store.backlog().await {
-            Ok(b) => publish(&metrics, &b),
+            Ok(b) => publish(&metrics, &b, mark),
             Err(e) => tracing::warn!(error = %e, "reading the backlog for /metrics failed"),
         }
         if !crate::tasks::every::wait(every, &stop).await {
@@ -32,8 +33,10 @@ pub async fn run(store: Store, every: Duration, metrics: Metrics, stop: Cancella
     }
 }
 
-/// Replaces the backlog gauges with `b`.
-pub fn publish(metrics: &Metrics, b: &Backlog) {
+/// Replaces the backlog gauges with `b`, read after `mark`
+/// ([`Metrics::forget_mark`]): a ledger deleted through this replica since
+/// (its series forgotten) is left out, not brought back at zero.
+pub fn publish(metrics: &Metrics, b: &Backlog, mark: u64) {
     metrics.ledger_rows.clear();
     metrics.ledger_rows_held.clear();
     metrics.oldest_runnable_age.clear();
@@ -47,6 +50,9 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
             // its series stays, so a ledger made again under its name
             // starts from nothing.
             metrics.forget_ledger(&l.name);
+            continue;
+        }
+        if metrics.forgotten_since(&l.name, mark) {
             continue;
         }
         let ledger = || l.name.clone();
@@ -105,6 +111,7 @@ pub fn publish(metrics: &Metrics, b: &Backlog) {
         }
     }
     publish_provider(metrics, b);
+    metrics.prune_forgotten(mark);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -220,7 +227,7 @@ mod tests {
             now: Some(now),
             ..Default::default()
         };
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         let rows = |l: &str, status| {
             m.ledger_rows
                 .get(&LedgerStatus {
@@ -238,7 +245,7 @@ mod tests {
             .map(|g| g.get());
         assert_eq!(age, Some(30.0));
         b.ledgers.pop();
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         assert_eq!(rows("b", "PENDING"), None);
         assert!(m.ledger_rows_held.get(&LedgerLabels::of("b")).is_none());
         assert!(m.ledger_rows_held.get(&LedgerLabels::of("a")).is_some());
@@ -286,6 +293,7 @@ mod tests {
                 ledgers: vec![ledger(false)],
                 ..Default::default()
             },
+            m.forget_mark(),
         );
         assert!(m.ledger_rows_held.get(&LedgerLabels::of("d")).is_some());
         publish(
@@ -294,10 +302,44 @@ mod tests {
                 ledgers: vec![ledger(true)],
                 ..Default::default()
             },
+            m.forget_mark(),
         );
         assert!(m.ledger_rows_held.get(&LedgerLabels::of("d")).is_none());
         assert!(m.rows_enrolled.get(&LedgerLabels::of("d")).is_none());
         assert!(!m.render().contains("ledger=\"d\""), "{}", m.render());
+    }
+
+    /// A ledger deleted through this replica while a refresh was reading
+    /// the backlog (read live, published after the delete) stays gone: the
+    /// refresh leaves it out instead of bringing its series back at zero
+    /// until the next one. A ledger made again under the name later, and
+    /// read after that, is published as any other.
+    #[test]
+    fn a_ledger_deleted_during_a_read_does_not_come_back() {
+        let m = Metrics::new();
+        m.rows_enrolled_in("d", 3);
+        let b = Backlog {
+            ledgers: vec![LedgerBacklog {
+                name: "d".into(),
+                estimated: vec![(RowStatus::Pending, 3)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mark = m.forget_mark();
+        // DeleteLedger through this replica, between the read and the
+        // publish.
+        m.forget_ledger("d");
+        publish(&m, &b, mark);
+        assert!(!m.render().contains("ledger=\"d\""), "{}", m.render());
+
+        publish(&m, &b, m.forget_mark());
+        assert!(m.ledger_rows_held.get(&LedgerLabels::of("d")).is_some());
+        assert_eq!(
+            m.rows_enrolled.get(&LedgerLabels::of("d")).map(|c| c.get()),
+            Some(0),
+            "a new ledger under the name starts from nothing"
+        );
     }
 
     /// `tally_ledger_paused{ledger,reason}` is 1 for a paused ledger and
@@ -323,11 +365,11 @@ mod tests {
             ledgers: vec![ledger("a", Some(PauseReason::Operator)), ledger("b", None)],
             ..Default::default()
         };
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         assert_eq!(paused("a", "operator"), Some(1));
         assert_eq!(paused("b", "operator"), None);
         b.ledgers[0].paused = None;
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         assert_eq!(paused("a", "operator"), None);
     }
 
@@ -363,7 +405,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         let usd = |kind| {
             m.ledger_spend_usd
                 .get(&SpendLabels {
@@ -388,7 +430,7 @@ mod tests {
         assert_eq!(tokens("input", "cap"), None, "no input limit");
         assert_eq!(tokens("input", "spent"), Some(700));
         b.ledgers[0].spend = None;
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         assert_eq!(usd("spent"), None);
     }
 
@@ -417,7 +459,7 @@ mod tests {
             max_batches: 100,
             ..Default::default()
         };
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         let of = |model: &str| ProviderModel {
             model: model.into(),
         };
@@ -444,7 +486,7 @@ mod tests {
         );
         assert_eq!(m.provider_max_batches.get(), 100);
         b.models.clear();
-        publish(&m, &b);
+        publish(&m, &b, m.forget_mark());
         assert!(m.provider_batches.get(&of("flash")).is_none());
         assert!(m.model_cooldown.get(&of("pro")).is_none());
     }
