@@ -105,7 +105,15 @@ pub fn refused(
 pub fn from_store(e: StoreError) -> Status {
     match e {
         StoreError::NotFound { kind, name } => {
-            let message = format!("{kind} {name} not found");
+            // A claim's whole id authorizes reports for it, and callers log
+            // messages: the message names a claim as logs do; ResourceInfo
+            // keeps the name the caller sent.
+            let shown = if kind == "claim" {
+                tally_core::names::claim_for_logs(&name)
+            } else {
+                name.clone()
+            };
+            let message = format!("{kind} {shown} not found");
             Status::with_error_details(
                 Code::NotFound,
                 message.clone(),
@@ -236,6 +244,32 @@ mod tests {
         let bad = details.bad_request().expect("bad request detail");
         assert_eq!(bad.field_violations.len(), 2);
         assert_eq!(bad.field_violations[1].field, "rows[1].payload");
+    }
+
+    /// A claim's NOT_FOUND message shows its id as logs do (callers log
+    /// messages; the whole id authorizes reports), while its ResourceInfo
+    /// names the claim whole, as the caller sent it.
+    #[test]
+    fn a_missing_claim_is_named_in_full_only_in_its_resource_info() {
+        use tonic_types::StatusExt;
+        let id = uuid::Uuid::new_v4().to_string();
+        let name = format!("ledgers/l/claims/{id}");
+        let s = from_store(StoreError::not_found("claim", name.clone()));
+        assert_eq!(s.code(), Code::NotFound);
+        assert!(!s.message().contains(&id), "{}", s.message());
+        assert!(s.message().contains(&id[..8]), "{}", s.message());
+        let info = s
+            .get_error_details()
+            .resource_info()
+            .cloned()
+            .expect("ResourceInfo");
+        assert_eq!(
+            (info.resource_type.as_str(), info.resource_name.as_str()),
+            ("claim", name.as_str())
+        );
+        assert!(!info.description.contains(&id), "{}", info.description);
+        let ledger = from_store(StoreError::not_found("ledger", "ledgers/x"));
+        assert_eq!(ledger.message(), "ledger ledgers/x not found");
     }
 
     #[test]
