@@ -52,12 +52,25 @@ pub async fn enroll(
     clients: usize,
     batch: usize,
 ) -> anyhow::Result<(u64, Duration)> {
+    enroll_with(addr, ledger, keys, clients, batch, None).await
+}
+
+/// [`enroll`], every row on `prompt` when one is given.
+pub async fn enroll_with(
+    addr: &str,
+    ledger: &str,
+    keys: Arc<Vec<String>>,
+    clients: usize,
+    batch: usize,
+    prompt: Option<pb::PromptRef>,
+) -> anyhow::Result<(u64, Duration)> {
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..clients {
         let mut client = connect(addr).await?;
         let (keys, next, parent) = (keys.clone(), next.clone(), format!("ledgers/{ledger}"));
+        let prompt = prompt.clone();
         tasks.push(tokio::spawn(async move {
             let mut done = 0u64;
             loop {
@@ -70,6 +83,7 @@ pub async fn enroll(
                     .map(|k| pb::RowInput {
                         key: k.clone(),
                         payload: workload::payload(k),
+                        prompt: prompt.clone(),
                         ..Default::default()
                     })
                     .collect();

@@ -11,6 +11,7 @@ mod delete;
 mod disk;
 mod grpc;
 mod ingest;
+mod pipeline;
 mod raw;
 mod stats;
 mod sustained;
@@ -52,6 +53,9 @@ struct Cli {
     /// Rows enrolled ahead of each claim+report phase.
     #[arg(long, default_value_t = 600_000)]
     backlog: u64,
+    /// Rows of the pipeline phase.
+    #[arg(long, default_value_t = 100_000)]
+    pipeline_rows: u64,
     /// Rows of the disk phase (bytes on disk per row).
     #[arg(long, default_value_t = 200_000)]
     disk_rows: u64,
@@ -71,7 +75,7 @@ struct Cli {
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Phase>,
     /// Worker counts of the claim+report phases (default: 1, 2 and 4 at
-    /// batch 500; 1 and 4 at batch 1).
+    /// batch 500; 1 and 4 at batch 1) and of the pipeline (1 and 2).
     #[arg(long, value_delimiter = ',')]
     workers: Vec<usize>,
 }
@@ -93,6 +97,9 @@ enum Phase {
     /// Bytes on disk per row against the payload and result bytes (runs
     /// first, on the empty database).
     Disk,
+    /// The whole pipeline (server, tally-workers, the Gemini emulator at
+    /// zero latency) against the raw claim+report loop, 1 and 2 workers.
+    Pipeline,
 }
 
 #[derive(Subcommand)]
@@ -151,6 +158,7 @@ async fn main() -> anyhow::Result<()> {
         cli.backlog = 80_000;
         cli.scale = vec![10_000, 100_000];
         cli.disk_rows = 20_000;
+        cli.pipeline_rows = 20_000;
     }
     let scratch = db::Scratch::acquire(cli.database_url.clone(), cli.admin_url.clone()).await?;
     let result = match &cli.command {
@@ -271,6 +279,23 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
             rate(n, t),
             rate(raw_n, raw_t),
         ));
+    }
+
+    if runs(Phase::Pipeline) {
+        for workers in [1, 2].into_iter().filter(|w| counted(*w)) {
+            eprintln!(
+                "pipeline: {} rows, {workers} worker(s), the emulator at zero latency; raw loop first",
+                cli.pipeline_rows
+            );
+            checkpoint(&pool).await;
+            let m =
+                pipeline::run(&server.addr, &pool, cli.pipeline_rows, workers, cli.clients).await?;
+            lines.push(line(
+                format!("pipeline (server, emulator, batches of 500), {workers} worker(s)"),
+                rate(m.rows, m.tally),
+                rate(m.rows, m.raw),
+            ));
+        }
     }
 
     if runs(Phase::Ingest) {

@@ -1,0 +1,167 @@
+//! The whole pipeline (issue 35, item 4): the server under test, `workers`
+//! tally-workers (in this process) and the Gemini emulator answering every
+//! batch at once (zero latency, no faults), over a ledger of `rows` rows on
+//! a prompt, from the first claim until every worker has exited idle
+//! (every row SUCCEEDED). Against it, the raw claim+report loop (batches of
+//! 500, as many workers) over the same number of rows, until none is left.
+//!
+//! What it measures is the control plane's share of a batch night: the
+//! worker's rendering, JSONL, upload, create, poll, download, parsing and
+//! reports, and the server's claims and settlements, with the provider's
+//! own time taken out.
+
+use crate::grpc::{self, Client};
+use crate::raw;
+use crate::workload;
+use sqlx::PgPool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tally_proto::v1 as pb;
+
+const API_KEY: &str = "bench-key";
+const MODEL: &str = "gemini-2.5-flash";
+/// Rows per claim and per provider batch.
+const BATCH: i32 = 500;
+
+pub struct Measured {
+    pub rows: u64,
+    pub tally: Duration,
+    pub raw: Duration,
+}
+
+pub async fn run(
+    addr: &str,
+    pool: &PgPool,
+    rows: u64,
+    workers: usize,
+    clients: usize,
+) -> anyhow::Result<Measured> {
+    let ledger = format!("pipeline-{workers}");
+    let keys = Arc::new(workload::keys(&ledger, 0..rows));
+
+    raw::setup(pool, &ledger).await?;
+    raw::enroll(pool, &ledger, keys.clone(), clients, 1000).await?;
+    let (_, raw_t) = raw::claim_report(
+        pool,
+        &ledger,
+        workers,
+        i64::from(BATCH),
+        Duration::from_secs(3600),
+    )
+    .await?;
+
+    let mut client = grpc::connect(addr).await?;
+    prepare(&mut client, &ledger, workers).await?;
+    let prompt = pb::PromptRef {
+        name: "summarize".into(),
+        version: "v1".into(),
+    };
+    grpc::enroll_with(addr, &ledger, keys, clients, 1000, Some(prompt)).await?;
+    let emulator = gemini_emulator::Emulator::start(
+        "127.0.0.1:0".parse()?,
+        gemini_emulator::EmulatorConfig {
+            api_key: API_KEY.into(),
+            timing: gemini_emulator::Timing {
+                pending: Duration::ZERO,
+                running: Duration::ZERO,
+            },
+            ..Default::default()
+        },
+    )
+    .await?;
+    let start = Instant::now();
+    let mut running = Vec::new();
+    for w in 0..workers {
+        let args = worker_args(addr, &emulator.base_url(), &ledger, w)?;
+        running.push(tokio::spawn(tally_worker::run_until(
+            args,
+            tally_worker::ApiKey::new(API_KEY.into()),
+            std::future::pending(),
+        )));
+    }
+    for r in running {
+        r.await?
+            .map_err(|e| anyhow::anyhow!("a worker failed: {e}"))?;
+    }
+    let tally = start.elapsed();
+    emulator.shutdown().await;
+
+    let summary = client
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: format!("ledgers/{ledger}"),
+        })
+        .await?
+        .into_inner();
+    anyhow::ensure!(
+        summary.succeeded == rows as i64,
+        "the workers exited with {} of {rows} rows succeeded: {}",
+        summary.succeeded,
+        summary.summary_line
+    );
+    Ok(Measured {
+        rows,
+        tally,
+        raw: raw_t,
+    })
+}
+
+/// The ledger (as many open jobs as four a worker) and its prompt.
+async fn prepare(client: &mut Client, ledger: &str, workers: usize) -> anyhow::Result<()> {
+    client
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: ledger.into(),
+            policy: Some(pb::LedgerPolicy {
+                model: MODEL.into(),
+                max_active_jobs: i32::try_from(4 * workers)?,
+                ..Default::default()
+            }),
+        })
+        .await?;
+    let registered = client
+        .register_prompt(pb::RegisterPromptRequest {
+            prompt_id: "summarize".into(),
+            version: "v1".into(),
+            template: "Summarize {{ text }} in one line.".into(),
+            ..Default::default()
+        })
+        .await;
+    match registered {
+        // Registered by an earlier phase of this run: the same version.
+        Err(s) if s.code() == tonic::Code::AlreadyExists => Ok(()),
+        other => other.map(drop).map_err(Into::into),
+    }
+}
+
+fn worker_args(
+    server: &str,
+    gemini: &str,
+    ledger: &str,
+    n: usize,
+) -> anyhow::Result<tally_worker::WorkerArgs> {
+    use clap::Parser as _;
+    let name = format!("bench-{n}");
+    let batch = BATCH.to_string();
+    let argv = [
+        "tally-worker",
+        "--server",
+        server,
+        "--ledger",
+        ledger,
+        "--gemini-base-url",
+        gemini,
+        "--worker-name",
+        &name,
+        "--claim-size",
+        &batch,
+        "--max-rows-per-batch",
+        &batch,
+        // The emulator answers at once: the worker's own poll and
+        // heartbeat pace the run, as a provider's latency would.
+        "--poll-interval",
+        "50ms",
+        "--heartbeat-interval",
+        "5s",
+        "--exit-when-idle",
+    ];
+    Ok(tally_worker::WorkerArgs::try_parse_from(argv)?)
+}
