@@ -287,7 +287,6 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
                 "pipeline: {} rows, {workers} worker(s), the emulator at zero latency; raw loop first",
                 cli.pipeline_rows
             );
-            checkpoint(&pool).await;
             let m =
                 pipeline::run(&server.addr, &pool, cli.pipeline_rows, workers, cli.clients).await?;
             lines.push(line(
