@@ -29,13 +29,19 @@ pub struct PauseLedger<'a> {
 
 /// The ledger row locked for a pause or resume: NOT_FOUND when there is no
 /// live ledger (a ledger being deleted included), ABORTED on a stale etag.
+/// FOR NO KEY UPDATE, the lock the pause's own write takes: pauses, resumes,
+/// updates and DeleteLedger (FOR UPDATE) take turns, while enrollments'
+/// holds and the foreign-key checks of the ledger's cold tables (FOR KEY
+/// SHARE) neither wait for a pause nor make one wait, though MarkNotCreated
+/// holds it across the close of a job.
 async fn lock(
     tx: &mut Transaction<'static, Postgres>,
     ledger: &str,
     etag: Option<i64>,
 ) -> Result<LedgerRecord> {
-    let sql =
-        format!("SELECT {COLUMNS} FROM ledgers WHERE name = $1 AND delete_time IS NULL FOR UPDATE");
+    let sql = format!(
+        "SELECT {COLUMNS} FROM ledgers WHERE name = $1 AND delete_time IS NULL FOR NO KEY UPDATE"
+    );
     let record: LedgerRecord = sqlx::query_as::<_, LedgerRow>(sqlx::AssertSqlSafe(sql))
         .bind(ledger)
         .fetch_optional(&mut **tx)
