@@ -135,6 +135,70 @@ async fn concurrent_claims_never_share_a_row() {
     assert_eq!(seen.len(), 2000);
 }
 
+/// Invariant 3 for single-row claims, which share claim statements when
+/// they overlap (`claim_group`): many claimers of one row at a time never
+/// receive the same row, each claim is its own (one row, its own token and
+/// worker), every row is claimed once, and each report through the claim
+/// it was given settles its row once. An expired claim found on the way is
+/// rescued first. Claims made by one statement share its `create_time`:
+/// with sixteen claimers at once, some statement served several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlapping_single_row_claims_share_statements_and_never_a_row() {
+    let env = env().await;
+    ledger(&env, "l").await;
+    let rows: Vec<_> = (0..600).map(|i| row(&format!("k{i:03}"), &[])).collect();
+    env.store.enroll("l", &rows).await.unwrap();
+    let stale = claim(&env.store, "l", 1).await.unwrap();
+    expire(&env.store, &stale).await;
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let store = env.store.clone();
+        tasks.push(tokio::spawn(async move {
+            let worker = format!("w{t}");
+            let mut got = Vec::new();
+            let req = ClaimRequest {
+                worker: worker.clone(),
+                ..claim_req(1)
+            };
+            while let Some(g) = store.claim_rows("l", &req).await.unwrap() {
+                assert_eq!(g.rows.len(), 1, "a claim of one row");
+                assert_eq!(g.claim.worker, worker, "the claim is its caller's");
+                let key = g.rows[0].key.clone();
+                let done = store
+                    .report("l", g.claim.token, &[success(&key, 4)], &worker)
+                    .await
+                    .unwrap();
+                assert_eq!(done.verdicts[0].verdict, Verdict::Succeeded, "{key}");
+                got.push((g.claim.token, key));
+            }
+            got
+        }));
+    }
+    let (mut keys, mut tokens) = (HashSet::new(), HashSet::new());
+    for t in tasks {
+        for (token, key) in t.await.unwrap() {
+            assert!(keys.insert(key.clone()), "{key} was claimed twice");
+            assert!(tokens.insert(token), "claim {token} was handed out twice");
+        }
+    }
+    assert_eq!(keys.len(), 600, "every row claimed once");
+    let summary = env.store.summarize("l").await.unwrap();
+    assert_eq!(summary.counts.succeeded, 600, "{summary:?}");
+    assert_eq!(
+        summary.attempts_total,
+        600 + 1,
+        "one attempt a row, and the rescue's"
+    );
+    let shared: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT create_time FROM claims
+                               GROUP BY create_time HAVING count(*) > 1) s",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap();
+    assert!(shared > 0, "no statement served two claims");
+}
+
 /// Invariant 3: a claim that expires is rescued (an infra attempt counted)
 /// and its late report is answered STALE and changes nothing.
 #[tokio::test]
