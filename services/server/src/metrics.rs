@@ -121,6 +121,7 @@ pub struct Families {
     pub alert_deliveries: Family<ResultLabels, Counter>,
     pub queue_dead_entries: Gauge,
     pub queue_vacuums: Counter,
+    pub table_analyzes: Family<TableLabels, Counter>,
     pub rows_released: Counter,
     pub rows_rescued: Counter,
     pub jobs_abandoned: Counter,
@@ -261,6 +262,7 @@ impl Metrics {
             alert_deliveries: Default::default(),
             queue_dead_entries: Default::default(),
             queue_vacuums: Default::default(),
+            table_analyzes: Default::default(),
             rows_released: Default::default(),
             rows_rescued: Default::default(),
             jobs_abandoned: Default::default(),
@@ -431,6 +433,13 @@ impl Metrics {
             "tally_queue_vacuums",
             "vacuums of the runnable queue",
             f.queue_vacuums.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_table_analyzes",
+            "ANALYZEs of a fast-growing table whose statistics went stale, by this replica",
+            f.table_analyzes.clone(),
         );
         register(
             &mut r,

@@ -1,4 +1,5 @@
-//! Keeping the runnable queue's head clean.
+//! Keeping the runnable queue's head clean, and the planner's statistics of
+//! the tables that grow fastest current.
 //!
 //! Every claim deletes entries at the head of `runnable_order`. Until VACUUM
 //! removes them, each claim walks past the dead index entries of everything
@@ -9,10 +10,53 @@
 //! seconds is cheap; the server does it when the statistics say the dead
 //! entries are piling up.
 
+//!
+//! Statistics: the planner sizes a table from its last ANALYZE. Tables that
+//! grow by a row a claim, a report or an enrollment (`rows`, `claims`,
+//! `attempts`, `jobs`) can be many times larger than their statistics say
+//! for the minute autovacuum takes to come by (longer on a busy database),
+//! and a plan made for a table of a few pages reads all of it: on a fresh
+//! deployment, every report's claim lookup scanned the whole `claims` table
+//! and each report of 500 rows read all of `rows` (60–220 ms) until
+//! autovacuum analyzed them. So the server analyzes a hot table once it
+//! changed by a fifth since its last ANALYZE (and by at least
+//! [`MIN_MODIFIED`] rows): a few analyses while a table is young, rarely
+//! once it is large. ANALYZE also replans the statements cached for it.
+
 use crate::{Result, Store};
 
 /// Advisory lock id: one replica vacuums at a time, the others skip.
 const VACUUM_LOCK: i64 = 0x7461_6c6c_7976_6163; // "tallyvac"
+
+/// Advisory lock id: one replica analyzes at a time, the others skip.
+const ANALYZE_LOCK: i64 = 0x7461_6c6c_7961_6e6c; // "tallyanl"
+
+/// The tables whose statistics are kept current, as `pg_stat_user_tables`
+/// names them.
+pub const HOT_TABLES: [&str; 4] = ["rows", "claims", "attempts", "jobs"];
+
+/// Changed rows below which a table is not analyzed (its plans are cheap
+/// whatever the planner thinks).
+pub const MIN_MODIFIED: i64 = 1_000;
+
+/// A hot table as the statistics collector sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableStats {
+    /// One of [`HOT_TABLES`].
+    pub table: &'static str,
+    /// Rows at its last ANALYZE or VACUUM (0: never, or empty then).
+    pub estimated: i64,
+    /// Rows inserted, updated or deleted since its last ANALYZE.
+    pub modified: i64,
+}
+
+impl TableStats {
+    /// Worth analyzing: changed by at least [`MIN_MODIFIED`] rows and by a
+    /// fifth of what the planner believes it holds.
+    pub fn stale(&self) -> bool {
+        self.modified >= MIN_MODIFIED && self.modified * 5 >= self.estimated.max(0)
+    }
+}
 
 /// What the queue looks like to the statistics collector.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,9 +110,79 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The hot tables' sizes as the planner believes them, and their
+    /// changes since their last ANALYZE.
+    pub async fn hot_table_stats(&self) -> Result<Vec<TableStats>> {
+        let found: Vec<(String, f32, i64)> = sqlx::query_as(
+            "SELECT s.relname::text, c.reltuples, s.n_mod_since_analyze
+             FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+             WHERE s.schemaname = current_schema() AND s.relname = ANY($1)",
+        )
+        .bind(&HOT_TABLES[..])
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(found
+            .into_iter()
+            .filter_map(|(name, estimated, modified)| {
+                let table = HOT_TABLES.into_iter().find(|t| *t == name)?;
+                Some(TableStats {
+                    table,
+                    estimated: estimated as i64,
+                    modified,
+                })
+            })
+            .collect())
+    }
+
+    /// Analyzes `table` (one of [`HOT_TABLES`]) unless another replica is
+    /// analyzing, or something else holds the table's ANALYZE lock (an
+    /// autovacuum). Returns whether this call analyzed.
+    pub async fn analyze(&self, table: &'static str) -> Result<bool> {
+        let Some(table) = HOT_TABLES.into_iter().find(|t| *t == table) else {
+            return Err(crate::StoreError::Internal(format!(
+                "{table} is not a table tally analyzes"
+            )));
+        };
+        let mut conn = self.pool.acquire().await?;
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(ANALYZE_LOCK)
+            .fetch_one(&mut *conn)
+            .await?;
+        if !got {
+            return Ok(false);
+        }
+        let analyzed = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ANALYZE (SKIP_LOCKED) {table}"
+        )))
+        .execute(&mut *conn)
+        .await;
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(ANALYZE_LOCK)
+            .execute(&mut *conn)
+            .await?;
+        analyzed?;
+        Ok(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::QueueStats;
+    use super::{QueueStats, TableStats};
+
+    #[test]
+    fn analyzes_once_a_table_changed_by_a_fifth() {
+        let t = |estimated, modified| TableStats {
+            table: "claims",
+            estimated,
+            modified,
+        };
+        assert!(!t(0, 999).stale(), "too few changes to matter");
+        assert!(t(0, 1_000).stale(), "analyzed empty, now a thousand rows");
+        assert!(t(-1, 5_000).stale(), "never analyzed");
+        assert!(!t(1_000_000, 199_999).stale());
+        assert!(t(1_000_000, 200_000).stale());
+    }
 
     #[test]
     fn vacuums_only_when_dead_entries_matter() {

@@ -55,7 +55,7 @@ pub fn spawn(
             metrics.clone(),
             stop.clone(),
         )),
-        tokio::spawn(crate::tasks::maintenance::vacuum_queue(
+        tokio::spawn(crate::tasks::maintenance::run(
             store.clone(),
             args.queue_vacuum_interval,
             metrics.clone(),

@@ -536,6 +536,61 @@ fn documented_families(readme: &str) -> Vec<(String, Option<String>)> {
 /// Issue 34: `deploy/README.md` lists exactly the families the server's
 /// `/metrics` serves, each with its type: a family added without a line
 /// there, or a line for a family the server lost, fails here.
+/// A table that grew by more than a fifth since its statistics were taken
+/// is analyzed by the server without waiting for autovacuum (so the planner
+/// does not plan for a table of a few pages), counted by table; once
+/// analyzed, its statistics are current and it is left alone.
+#[tokio::test]
+async fn a_table_grown_past_its_statistics_is_analyzed() {
+    let db = TestDb::new().await;
+    let mut args = ServeArgs::for_tests(db.url().to_string());
+    args.queue_vacuum_interval = std::time::Duration::from_millis(100);
+    let running = server::start(args).await.expect("server starts");
+    let mut ledgers = LedgerServiceClient::connect(format!("http://{}", running.grpc_addr))
+        .await
+        .unwrap();
+    ledgers
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: "grow".into(),
+            policy: Some(pb::LedgerPolicy::default()),
+        })
+        .await
+        .unwrap();
+    let rows = (0..3_000)
+        .map(|i| pb::RowInput {
+            key: format!("k{i}"),
+            payload: "{}".into(),
+            ..Default::default()
+        })
+        .collect();
+    ledgers
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: "ledgers/grow".into(),
+            rows,
+        })
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = scrape(running.metrics_addr).await;
+        let s = parse(&text).unwrap();
+        if s.sample("tally_table_analyzes_total", &[("table", "rows")]) >= Some(1.0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rows was not analyzed: {text}"
+        );
+        tokio::task::yield_now().await;
+    }
+    let stats = running.store.hot_table_stats().await.unwrap();
+    let rows = stats.iter().find(|t| t.table == "rows").expect("rows");
+    assert!(
+        rows.estimated >= 3_000 && !rows.stale(),
+        "the planner's estimate is the table's: {rows:?}"
+    );
+}
+
 #[tokio::test]
 async fn deploy_readme_lists_exactly_the_families_metrics_serves() {
     let readme = include_str!("../../../../deploy/README.md");
