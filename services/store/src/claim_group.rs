@@ -10,12 +10,13 @@
 //! only when calls overlap, under load, where one statement for each call
 //! is what the database would pay for.
 //!
+//! A claim finding [`MAX_GROUP`] claims already waiting claims alone.
+//!
 //! Nothing here knows SQL: the statement is the `take` the caller passes,
 //! which answers one result per member, in order. A member whose caller has
-//! gone is left out of the next statement; one that cannot be told its turn
-//! (its caller gone meanwhile) passes the turn on. When the statement
-//! fails, or the caller leading it goes away, the others are told to claim
-//! alone.
+//! gone is left out of the next statement; one told to run it that went
+//! away before it looked passes the turn on. When the statement fails, or
+//! the caller leading it goes away, the others are told to claim alone.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -94,11 +95,12 @@ impl<K: Hash + Eq + Clone, M: Clone, T> Groups<K, M, T> {
         Fut: Future<Output = Result<Vec<T>, E>>,
     {
         let others = match self.join(&key, member.clone()) {
-            None => Vec::new(),
-            Some(told) => match told.await {
-                Ok(Turn::Done(taken)) => return Ok(Grouped::Taken(taken)),
-                Ok(Turn::Lead(others)) => others,
-                Ok(Turn::Alone) | Err(_) => return Ok(Grouped::Alone),
+            Joined::Lead => Vec::new(),
+            Joined::Full => return Ok(Grouped::Alone),
+            Joined::Wait(mut told) => match told.turn().await {
+                Some(Turn::Done(taken)) => return Ok(Grouped::Taken(taken)),
+                Some(Turn::Lead(others)) => others,
+                Some(Turn::Alone) | None => return Ok(Grouped::Alone),
             },
         };
         // From here this call runs its group's statement; whatever becomes
@@ -126,19 +128,25 @@ impl<K: Hash + Eq + Clone, M: Clone, T> Groups<K, M, T> {
         }
     }
 
-    /// Runs at once (`None`: no statement of the group is running; one is
-    /// now) or waits for the turn it is told.
-    fn join(&self, key: &K, member: M) -> Option<oneshot::Receiver<Turn<M, T>>> {
+    /// Runs at once (no statement of the group is running; one is now),
+    /// waits for the turn it is told, or, with the next statement full
+    /// already, claims alone.
+    fn join(&self, key: &K, member: M) -> Joined<'_, K, M, T> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         match open.get_mut(key) {
             None => {
                 open.insert(key.clone(), VecDeque::new());
-                None
+                Joined::Lead
             }
+            Some(waiting) if waiting.len() >= MAX_GROUP => Joined::Full,
             Some(waiting) => {
                 let (turn, told) = oneshot::channel();
                 waiting.push_back(Waiting { member, turn });
-                Some(told)
+                Joined::Wait(Told {
+                    groups: self,
+                    key: key.clone(),
+                    told: Some(told),
+                })
             }
         }
     }
@@ -158,15 +166,23 @@ impl<K: Hash + Eq + Clone, M: Clone, T> Groups<K, M, T> {
             match next.turn.send(Turn::Lead(others)) {
                 Ok(()) => return,
                 // Gone since: the others wait for the next one.
-                Err(Turn::Lead(others)) => {
-                    for w in others.into_iter().rev() {
-                        waiting.push_front(w);
-                    }
-                }
+                Err(Turn::Lead(others)) => requeue(waiting, others),
                 Err(_) => unreachable!("the turn sent was Lead"),
             }
         }
         open.remove(key);
+    }
+
+    /// A claim told to lead went away before it looked: the claims it was
+    /// to take rows for wait again, first, and the turn passes on.
+    fn lead_refused(&self, key: &K, others: Vec<Waiting<M, T>>) {
+        {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(waiting) = open.get_mut(key) {
+                requeue(waiting, others);
+            }
+        }
+        self.hand_over(key);
     }
 
     /// How many claims wait for `key`'s next statement (tests).
@@ -174,6 +190,56 @@ impl<K: Hash + Eq + Clone, M: Clone, T> Groups<K, M, T> {
     fn waiting(&self, key: &K) -> usize {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.get(key).map_or(0, VecDeque::len)
+    }
+}
+
+/// Puts `others` back at the head of `waiting`, in their order.
+fn requeue<M, T>(waiting: &mut VecDeque<Waiting<M, T>>, others: Vec<Waiting<M, T>>) {
+    for w in others.into_iter().rev() {
+        waiting.push_front(w);
+    }
+}
+
+/// How a claim joined its group.
+enum Joined<'a, K: Hash + Eq + Clone, M: Clone, T> {
+    /// It runs the group's statement now.
+    Lead,
+    /// It waits for its turn.
+    Wait(Told<'a, K, M, T>),
+    /// The next statement is full: it claims alone.
+    Full,
+}
+
+/// A claim waiting for its turn. Dropped before it was told (its call
+/// cancelled), or told to lead and dropped before it looked, it passes the
+/// turn on: the group is never left without a statement running for the
+/// claims waiting in it.
+struct Told<'a, K: Hash + Eq + Clone, M: Clone, T> {
+    groups: &'a Groups<K, M, T>,
+    key: K,
+    /// `None` once the turn was taken.
+    told: Option<oneshot::Receiver<Turn<M, T>>>,
+}
+
+impl<K: Hash + Eq + Clone, M: Clone, T> Told<'_, K, M, T> {
+    /// The turn; `None` when nobody can tell it any more.
+    async fn turn(&mut self) -> Option<Turn<M, T>> {
+        let turn = self.told.as_mut()?.await.ok();
+        self.told = None;
+        turn
+    }
+}
+
+impl<K: Hash + Eq + Clone, M: Clone, T> Drop for Told<'_, K, M, T> {
+    fn drop(&mut self) {
+        let Some(mut told) = self.told.take() else {
+            return;
+        };
+        // From here no turn can be sent; one sent before is still here.
+        told.close();
+        if let Ok(Turn::Lead(others)) = told.try_recv() {
+            self.groups.lead_refused(&self.key, others);
+        }
     }
 }
 
@@ -339,6 +405,39 @@ mod tests {
         }
         assert_eq!(ran.load(Ordering::SeqCst), 1, "one statement for both");
         assert!(g.open.lock().unwrap().is_empty(), "the group closed");
+    }
+
+    /// A claim told to lead that went away before it looked (its call
+    /// cancelled between the telling and its next poll) passes the turn on:
+    /// the claim it was to take rows for leads instead, nobody is stranded.
+    #[tokio::test]
+    async fn a_claim_gone_before_it_looked_at_its_turn_passes_it_on() {
+        let g = G::default();
+        assert!(matches!(g.join(&"k", 0), Joined::Lead));
+        let Joined::Wait(gone) = g.join(&"k", 1) else {
+            panic!("1 waits")
+        };
+        let Joined::Wait(mut next) = g.join(&"k", 2) else {
+            panic!("2 waits")
+        };
+        // The running statement ends: 1 is told to lead, for itself and 2.
+        g.hand_over(&"k");
+        drop(gone);
+        assert!(matches!(next.turn().await, Some(Turn::Lead(others)) if others.is_empty()));
+        g.hand_over(&"k");
+        assert!(g.open.lock().unwrap().is_empty(), "the group closed");
+    }
+
+    /// A claim finding the next statement full claims alone at once.
+    #[tokio::test]
+    async fn a_claim_finding_the_next_statement_full_claims_alone() {
+        let g = G::default();
+        assert!(matches!(g.join(&"k", 0), Joined::Lead));
+        let waiting: Vec<_> = (1..=MAX_GROUP as u32).map(|m| g.join(&"k", m)).collect();
+        assert!(waiting.iter().all(|j| matches!(j, Joined::Wait(_))));
+        let out = g.claim("k", 999, |_| async { Ok::<_, ()>(vec![0]) }).await;
+        assert!(matches!(out, Ok(Grouped::Alone)));
+        assert_eq!(g.waiting(&"k"), MAX_GROUP);
     }
 
     /// Waits until a statement of "k" runs.

@@ -112,58 +112,84 @@ impl Store {
 
 impl Store {
     /// The hot tables' sizes as the planner believes them, and their
-    /// changes since their last ANALYZE.
+    /// changes since their last ANALYZE; only tables this role owns (the
+    /// ones it may analyze).
     pub async fn hot_table_stats(&self) -> Result<Vec<TableStats>> {
-        let found: Vec<(String, f32, i64)> = sqlx::query_as(
-            "SELECT s.relname::text, c.reltuples, s.n_mod_since_analyze
-             FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-             WHERE s.schemaname = current_schema() AND s.relname = ANY($1)",
-        )
-        .bind(&HOT_TABLES[..])
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(found
-            .into_iter()
-            .filter_map(|(name, estimated, modified)| {
-                let table = HOT_TABLES.into_iter().find(|t| *t == name)?;
-                Some(TableStats {
-                    table,
-                    estimated: estimated as i64,
-                    modified,
-                })
-            })
-            .collect())
+        hot_table_stats(&self.pool, &HOT_TABLES[..]).await
     }
 
-    /// Analyzes `table` (one of [`HOT_TABLES`]) unless another replica is
-    /// analyzing, or something else holds the table's ANALYZE lock (an
-    /// autovacuum). Returns whether this call analyzed.
+    /// Analyzes `table` (one of [`HOT_TABLES`]) if its statistics are still
+    /// stale, unless another replica is analyzing or something else holds
+    /// the table's ANALYZE lock (an autovacuum). Returns whether this call
+    /// analyzed it.
     pub async fn analyze(&self, table: &'static str) -> Result<bool> {
         let Some(table) = HOT_TABLES.into_iter().find(|t| *t == table) else {
             return Err(crate::StoreError::Internal(format!(
                 "{table} is not a table tally analyzes"
             )));
         };
-        let mut conn = self.pool.acquire().await?;
-        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        let mut tx = self.pool.begin().await?;
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
             .bind(ANALYZE_LOCK)
-            .fetch_one(&mut *conn)
+            .fetch_one(&mut *tx)
             .await?;
-        if !got {
+        // Read again under the lock: another replica may have just done it.
+        let before = hot_table_stats(&mut *tx, &[table]).await?;
+        if !got || !before.iter().any(TableStats::stale) {
             return Ok(false);
         }
-        let analyzed = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let analyzed_before = analyze_count(&mut *tx, table).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "ANALYZE (SKIP_LOCKED) {table}"
         )))
-        .execute(&mut *conn)
-        .await;
-        sqlx::query("SELECT pg_advisory_unlock($1)")
-            .bind(ANALYZE_LOCK)
-            .execute(&mut *conn)
-            .await?;
-        analyzed?;
-        Ok(true)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        // SKIP_LOCKED skips with a warning, not an error: count it.
+        Ok(analyze_count(&self.pool, table).await? > analyzed_before)
     }
+}
+
+/// [`Store::hot_table_stats`] of `tables`.
+async fn hot_table_stats<'e, E: sqlx::Executor<'e, Database = sqlx::Postgres>>(
+    exec: E,
+    tables: &[&'static str],
+) -> Result<Vec<TableStats>> {
+    let found: Vec<(String, f32, i64)> = sqlx::query_as(
+        "SELECT s.relname::text, c.reltuples, s.n_mod_since_analyze
+         FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+         WHERE s.schemaname = current_schema() AND s.relname = ANY($1)
+           AND pg_has_role(c.relowner, 'USAGE')",
+    )
+    .bind(tables)
+    .fetch_all(exec)
+    .await?;
+    Ok(found
+        .into_iter()
+        .filter_map(|(name, estimated, modified)| {
+            let table = tables.iter().copied().find(|t| *t == name)?;
+            Some(TableStats {
+                table,
+                estimated: estimated as i64,
+                modified,
+            })
+        })
+        .collect())
+}
+
+/// How many times `table` was analyzed by hand (not by autovacuum).
+async fn analyze_count<'e, E: sqlx::Executor<'e, Database = sqlx::Postgres>>(
+    exec: E,
+    table: &str,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT analyze_count FROM pg_stat_user_tables
+         WHERE schemaname = current_schema() AND relname = $1",
+    )
+    .bind(table)
+    .fetch_optional(exec)
+    .await?
+    .unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -140,8 +140,10 @@ async fn concurrent_claims_never_share_a_row() {
 /// receive the same row, each claim is its own (one row, its own token and
 /// worker), every row is claimed once, and each report through the claim
 /// it was given settles its row once. An expired claim found on the way is
-/// rescued first. Claims made by one statement share its `create_time`:
-/// with sixteen claimers at once, some statement served several.
+/// rescued first. Claims made by one statement share its `create_time`
+/// (the transaction's start, to the microsecond; a report rewrites the
+/// claim, so not its `xmin`): with sixteen claimers at once, some statement
+/// served several.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overlapping_single_row_claims_share_statements_and_never_a_row() {
     let env = env().await;

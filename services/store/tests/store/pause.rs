@@ -55,7 +55,8 @@ async fn a_paused_ledger_hands_out_no_claims_until_resumed() {
     assert_eq!((p.reason, p.actor.as_str()), (PauseReason::Operator, "ops"));
 
     assert_paused(s.claim_rows("l", &claim_req(10)).await.unwrap_err());
-    // Single-row claims at once (sharing statements): every one refused.
+    // Single-row claims at once (the kind that share a statement when they
+    // overlap): every one refused.
     let single = claim_req(1);
     let refused = tokio::join!(
         s.claim_rows("l", &single),
