@@ -9,7 +9,6 @@
 //! RUNNING while an ACTIVE claim's `row_ids` holds it.
 
 use crate::claim_cache::CachedClaim;
-use crate::claim_group::{GroupKey, Grouped};
 use crate::codes::PgQueryAs;
 use crate::fence::{RowSnapshot, check_live, lease_ms, lock_claim, lock_held_rows};
 use crate::rescue::RESCUE_DUE;
@@ -210,7 +209,7 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     static SQL: LazyLock<String> = LazyLock::new(|| {
         codes::render_with(
             include_str!("queries/claims/take.sql"),
-            &[("CHOOSE", &choose("$1", "$8", "$2", "$11"))],
+            &[("RESCUE_DUE", &RESCUE_DUE)],
         )
     });
     let take = Take {
@@ -228,71 +227,6 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     };
     let query = sqlx::query_as::<_, Taken>(sqlx::AssertSqlSafe(SQL.as_str()));
     Ok(take.bind(query).fetch_one(exec).await?)
-}
-
-/// The `due` and `chosen` CTEs both claim statements start with
-/// (`queries/claims/choose.sql`), with the statement's parameters for the
-/// ledger, whether to look for expired claims, the model and the provider.
-fn choose(ledger: &str, check_due: &str, model: &str, provider: &str) -> String {
-    codes::render_with(
-        include_str!("queries/claims/choose.sql"),
-        &[
-            ("RESCUE_DUE", &RESCUE_DUE),
-            ("LEDGER", &ledger),
-            ("CHECK_DUE", &check_due),
-            ("MODEL", &model),
-            ("PROVIDER", &provider),
-        ],
-    )
-}
-
-/// One caller of a group of single-row claims (`claim_group`).
-#[derive(Debug, Clone)]
-pub(crate) struct Member {
-    /// Its new claim's token.
-    token: Uuid,
-    worker: String,
-    lease_ms: i64,
-}
-
-/// The claim statement of a group of single-row claims
-/// (`queries/claims/take_group.sql`): one row at most for each member, one
-/// [`Taken`] each, in their order.
-async fn take_group<'e, E: sqlx::Executor<'e, Database = Postgres>>(
-    exec: E,
-    key: &GroupKey,
-    members: &[Member],
-    check_due: bool,
-) -> Result<Vec<Taken>> {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        codes::render_with(
-            include_str!("queries/claims/take_group.sql"),
-            &[("CHOOSE", &choose("$1", "$6", "$2", "$7"))],
-        )
-    });
-    let taken = sqlx::query_as::<_, Taken>(sqlx::AssertSqlSafe(SQL.as_str()))
-        .bind(key.ledger_id)
-        .bind(key.model.as_deref())
-        .bind(members.iter().map(|m| m.token).collect::<Vec<_>>())
-        .bind(
-            members
-                .iter()
-                .map(|m| m.worker.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(members.iter().map(|m| m.lease_ms).collect::<Vec<_>>())
-        .bind(check_due)
-        .bind(key.provider.as_deref())
-        .fetch_all(exec)
-        .await?;
-    if taken.len() != members.len() {
-        return Err(StoreError::Internal(format!(
-            "a group claim of {} answered {} results",
-            members.len(),
-            taken.len()
-        )));
-    }
-    Ok(taken)
 }
 
 /// The claim statement's parameters, one field each, in the order
@@ -459,17 +393,6 @@ impl Store {
         if let Some(grant) = self.replay_claim(record.id, req).await? {
             return Ok(Some(grant));
         }
-        if req.max_rows == 1 && req.request_id.is_none() {
-            let token = Uuid::new_v4();
-            if let Some(taken) = self.take_grouped(&record, req, token).await? {
-                if taken.paused {
-                    return Err(self.paused(ledger).await);
-                }
-                return self.granted(&record, req, token, taken);
-            }
-            // No statement ran for it, or one whose leader went away may
-            // still have made its claim: claiming alone takes a new token.
-        }
         let token = Uuid::new_v4();
         // The first statement also looks for expired claims of the ledger;
         // finding some, it takes nothing, they are rescued, and the claim
@@ -525,56 +448,6 @@ impl Store {
         let taken = take_rows(&mut *tx, record, req, token, check_due).await?;
         tx.commit().await?;
         Ok(Once::Taken(taken))
-    }
-
-    /// A single-row claim's statement, shared with the single-row claims of
-    /// the same ledger, model and provider running meanwhile
-    /// (`claim_group`); `None` when none ran for it (it claims alone). The
-    /// call running a statement rescues expired claims first when the
-    /// statement finds some, as a lone claim does. A byte budget does not
-    /// matter here: the first row is always taken.
-    async fn take_grouped(
-        &self,
-        record: &LedgerRecord,
-        req: &ClaimRequest,
-        token: Uuid,
-    ) -> Result<Option<Taken>> {
-        let key = GroupKey {
-            ledger_id: record.id,
-            model: req.model.clone(),
-            provider: req.provider.clone(),
-        };
-        let member = Member {
-            token,
-            worker: req.worker.clone(),
-            lease_ms: lease_ms(req.lease, record.policy.lease),
-        };
-        let grouped = self
-            .claim_groups
-            .claim::<StoreError, _, _>(key.clone(), member, |members| async move {
-                let mut check_due = true;
-                loop {
-                    // Alone, the plain claim statement (the group's costs
-                    // a little more for one).
-                    let taken = match &members[..] {
-                        [one] => {
-                            vec![take_rows(&self.pool, record, req, one.token, check_due).await?]
-                        }
-                        _ => take_group(&self.pool, &key, &members, check_due).await?,
-                    };
-                    if taken.first().is_some_and(|t| t.due) {
-                        self.rescue_expired(Some(key.ledger_id)).await?;
-                        check_due = false;
-                        continue;
-                    }
-                    return Ok(taken);
-                }
-            })
-            .await?;
-        Ok(match grouped {
-            Grouped::Taken(taken) => Some(taken),
-            Grouped::Alone => None,
-        })
     }
 
     /// The LEDGER_PAUSED answer to a claim on a paused ledger, with the

@@ -43,8 +43,7 @@
 //!      claim statement's).
 //!    - [`claims`]: the claim statement, extending, releasing;
 //!      `claim_cache`: what this process's claims hold, so a report can
-//!      skip reading it; `claim_group`: concurrent single-row claims
-//!      sharing one statement; `capped`: the claim of a capped ledger.
+//!      skip reading it; `capped`: the claim of a capped ledger.
 //!    - [`report`]: one pipeline: load the rows named (from the claim
 //!      cache, or read under the claim's lock) → judge (one pure core
 //!      function, `tally_core::report::judge`) → write (the guarded
@@ -72,7 +71,6 @@ pub mod alerts;
 pub mod backlog;
 mod capped;
 mod claim_cache;
-mod claim_group;
 pub mod claims;
 mod codes;
 pub mod enroll;
@@ -117,13 +115,8 @@ pub struct Store {
     ledgers: ledgers::Cache,
     models: models::KnownModels,
     claim_cache: claim_cache::ClaimCache,
-    /// Single-row claims sharing a statement (`claim_group`).
-    claim_groups: std::sync::Arc<ClaimGroups>,
     quotas: std::sync::Arc<tally_core::quota::ProviderQuotas>,
 }
-
-/// The groups single-row claims share statements in.
-type ClaimGroups = claim_group::Groups<claim_group::GroupKey, claims::Member, claims::Taken>;
 
 /// How to connect.
 #[derive(Debug, Clone)]
@@ -170,7 +163,6 @@ impl Store {
             ledgers: ledgers::Cache::default(),
             models: models::KnownModels::default(),
             claim_cache: claim_cache::ClaimCache::default(),
-            claim_groups: Default::default(),
             quotas: Default::default(),
         }
     }

@@ -8,7 +8,34 @@
 -- $7 lease (ms); $8 whether to look for expired claims first; $9 byte budget
 -- (NULL: none); $10 bytes counted per row on top of its own; $11 provider
 -- (NULL: any): only models of the ledger listed with it.
-WITH {{CHOOSE}},
+WITH due AS (
+    SELECT $8 AND EXISTS (
+        SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {{RESCUE_DUE}}) AS due,
+           coalesce((SELECT l.pause_reason IS NOT NULL FROM ledgers l
+                     WHERE l.id = $1), false) AS paused
+),
+chosen AS (
+    SELECT CASE WHEN (SELECT due OR paused FROM due) THEN NULL
+        WHEN $11::text IS NULL THEN coalesce($2::text, (
+            SELECT m.model FROM ledger_models m
+            CROSS JOIN LATERAL (
+                SELECT r.ready_time FROM runnable r
+                WHERE r.ledger_id = m.ledger_id AND r.model = m.model
+                  AND r.ready_time <= now()
+                ORDER BY r.ready_time LIMIT 1) first
+            WHERE m.ledger_id = $1
+            ORDER BY first.ready_time LIMIT 1))
+        ELSE (
+            SELECT m.model FROM ledger_models m
+            CROSS JOIN LATERAL (
+                SELECT r.ready_time FROM runnable r
+                WHERE r.ledger_id = m.ledger_id AND r.model = m.model
+                  AND r.ready_time <= now()
+                ORDER BY r.ready_time LIMIT 1) first
+            WHERE m.ledger_id = $1 AND m.provider = $11
+              AND ($2::text IS NULL OR m.model = $2)
+            ORDER BY first.ready_time LIMIT 1) END AS model
+),
 upd AS (
     SELECT * FROM tally_claim_runnable($1, (SELECT model FROM chosen), $3::int4, $4,
                                        $9::int8, $10::int4)
