@@ -21,6 +21,35 @@ async fn scrape(addr: SocketAddr) -> String {
     response.text().await.unwrap()
 }
 
+/// Creates ledger `id` with `n` rows of empty payloads (`k0`, `k1`, …).
+async fn ledger_of_empty_rows(
+    ledgers: &mut LedgerServiceClient<tonic::transport::Channel>,
+    id: &str,
+    n: usize,
+) {
+    ledgers
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: id.into(),
+            policy: Some(pb::LedgerPolicy::default()),
+        })
+        .await
+        .unwrap();
+    let rows = (0..n)
+        .map(|i| pb::RowInput {
+            key: format!("k{i}"),
+            payload: "{}".into(),
+            ..Default::default()
+        })
+        .collect();
+    ledgers
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: format!("ledgers/{id}"),
+            rows,
+        })
+        .await
+        .unwrap();
+}
+
 /// One OK call and one NOT_FOUND call are counted by method and code and
 /// timed; health checks are not; enrolled, claimed and reported rows are
 /// counted by ledger (and verdict and rule), unreported verdicts sit at
@@ -250,27 +279,7 @@ async fn backlog_gauges_follow_the_ledger() {
     let mut ledgers = LedgerServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await
         .unwrap();
-    ledgers
-        .create_ledger(pb::CreateLedgerRequest {
-            ledger_id: "b".into(),
-            policy: Some(pb::LedgerPolicy::default()),
-        })
-        .await
-        .unwrap();
-    let rows = (0..5)
-        .map(|i| pb::RowInput {
-            key: format!("k{i}"),
-            payload: "{}".into(),
-            ..Default::default()
-        })
-        .collect();
-    ledgers
-        .enroll_rows(pb::EnrollRowsRequest {
-            parent: "ledgers/b".into(),
-            rows,
-        })
-        .await
-        .unwrap();
+    ledger_of_empty_rows(&mut ledgers, "b", 5).await;
     ledgers
         .claim_rows(pb::ClaimRowsRequest {
             parent: "ledgers/b".into(),
@@ -546,32 +555,12 @@ async fn a_table_grown_past_its_statistics_is_analyzed() {
     let mut ledgers = LedgerServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await
         .unwrap();
-    ledgers
-        .create_ledger(pb::CreateLedgerRequest {
-            ledger_id: "grow".into(),
-            policy: Some(pb::LedgerPolicy::default()),
-        })
-        .await
-        .unwrap();
     // Autovacuum analyzing it first would leave the server nothing to do.
     sqlx::query("ALTER TABLE rows SET (autovacuum_enabled = false)")
         .execute(running.store.pool())
         .await
         .unwrap();
-    let rows = (0..3_000)
-        .map(|i| pb::RowInput {
-            key: format!("k{i}"),
-            payload: "{}".into(),
-            ..Default::default()
-        })
-        .collect();
-    ledgers
-        .enroll_rows(pb::EnrollRowsRequest {
-            parent: "ledgers/grow".into(),
-            rows,
-        })
-        .await
-        .unwrap();
+    ledger_of_empty_rows(&mut ledgers, "grow", 3_000).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let text = scrape(running.metrics_addr).await;
