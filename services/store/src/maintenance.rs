@@ -9,7 +9,6 @@
 //! (DESIGN.md section 10). The table is narrow, so vacuuming it every few
 //! seconds is cheap; the server does it when the statistics say the dead
 //! entries are piling up.
-
 //!
 //! Statistics: the planner sizes a table from its last ANALYZE. Tables that
 //! grow by a row a claim, a report or an enrollment (`rows`, `claims`,
@@ -108,9 +107,7 @@ impl Store {
         vacuumed?;
         Ok(true)
     }
-}
 
-impl Store {
     /// The hot tables' sizes as the planner believes them, and their
     /// changes since their last ANALYZE; only tables this role owns (the
     /// ones it may analyze).
