@@ -58,6 +58,29 @@ def test_the_async_client_enrolls_claims_reports_and_lists(address: str) -> None
     asyncio.run(scenario())
 
 
+def test_the_async_claim_next_claims_with_the_last_report(address: str) -> None:
+    # Invariant: as the sync client's: each row is handed out once and
+    # reported once, the loop ends with an empty session.
+    async def scenario() -> None:
+        ledger = f"py-aio-{uuid.uuid4().hex[:10]}"
+        async with AsyncClient(f"http://{address}") as tally:
+            await tally.create_ledger(ledger)
+            await tally.enroll(ledger, rows_of(5))
+            seen: list[str] = []
+            session = await tally.claim(ledger, 2)
+            while session:
+                async with session:
+                    for row in session:
+                        seen.append(row.key)
+                        await session.succeed(row.key, {})
+                    session = await session.claim_next()
+            assert len(seen) == 5 and len(set(seen)) == 5
+            summary = await tally.summarize(ledger)
+            assert (summary.succeeded, summary.attempts_total) == (5, 5)
+
+    asyncio.run(scenario())
+
+
 def test_the_async_heartbeat_failure_reaches_the_caller(address: str) -> None:
     async def scenario() -> None:
         ledger = f"py-aio-{uuid.uuid4().hex[:10]}"

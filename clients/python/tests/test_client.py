@@ -190,6 +190,46 @@ def test_reports_go_in_batches_with_usage_and_unreported_rows_go_back(
             again.succeed(rows[0].key, {})
 
 
+def test_claim_next_reports_and_claims_in_one_call_until_nothing_is_left(
+    tally: Client, ledger: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Invariant: a worker looping on `session.claim_next()` sees every row
+    # exactly once, each reported once (one attempt a row), and ends with
+    # an empty session, with one ClaimRows in all (every later claim rides
+    # on the report of the outcomes still queued); rows it did not report
+    # go back without an attempt.
+    tally.enroll(ledger, generated_rows(10))
+    claim_rows = tally.ledgers.ClaimRows
+    claims: list[object] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        claims.append(args)
+        return claim_rows(*args, **kwargs)
+
+    monkeypatch.setattr(tally.ledgers, "ClaimRows", counted)
+    seen: list[str] = []
+    session = tally.claim(ledger, 3, report_batch=10)
+    while session:
+        for row in session.rows:
+            seen.append(row.key)
+            session.succeed(row.key, {"n": row.payload["n"]})
+        session = session.claim_next(4 if len(seen) == 3 else None)
+    assert len(seen) == 10 and len(set(seen)) == 10
+    assert len(claims) == 1
+    summary = tally.summarize(ledger)
+    assert (summary.succeeded, summary.running, summary.attempts_total) == (10, 0, 10)
+
+    tally.enroll(ledger, ({"key": f"more-{i}", "payload": {"n": i}} for i in range(2)))
+    first = tally.claim(ledger, 2)
+    first.succeed(first.rows[0].key, {})
+    nothing_left = first.claim_next()
+    assert not nothing_left, "the unreported row is given back after the next claim"
+    again = nothing_left.claim_next()
+    assert [r.key for r in again.rows] == [first.rows[1].key]
+    again.close()
+    assert tally.summarize(ledger).attempts_total == 11
+
+
 def test_a_failed_heartbeat_is_raised_by_the_sessions_next_call(tally: Client, ledger: str) -> None:
     # Invariant (issue 34): the heartbeat never stops silently: once the
     # claim is lost, the worker is told at its next report and at the end

@@ -31,6 +31,7 @@ pub(crate) async fn report(
         let req = pb::ReportOutcomesRequest {
             claim: claim.to_string(),
             outcomes: chunk.to_vec(),
+            claim_next: None,
         };
         let r = with_retry(ctx.retry, "ReportOutcomes", || {
             let mut c = ctx.clients.ledgers.clone();

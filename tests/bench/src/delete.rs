@@ -155,6 +155,7 @@ async fn claim_loop(
             .report_outcomes(pb::ReportOutcomesRequest {
                 claim: claim.name,
                 outcomes: grpc::outcomes(&grant.rows),
+                claim_next: None,
             })
             .await?;
     }

@@ -69,7 +69,7 @@ pub async fn run(
     grpc::enroll(addr, LEDGER, keys.clone(), clients, 1000).await?;
     // Until nothing is claimable: retries are claimable at once.
     let forever = Duration::from_secs(24 * 3600);
-    grpc::claim_report(addr, LEDGER, 2, 500, forever).await?;
+    grpc::claim_report(addr, LEDGER, 2, 500, forever, false).await?;
     sqlx::query("VACUUM ANALYZE").execute(pool).await?;
     let tally: Vec<Relation> = relations(pool).await?;
     let tally_content = content_bytes(pool, "rows").await?;

@@ -139,66 +139,88 @@ pub fn outcomes(rows: &[pb::ClaimedRow]) -> Vec<pb::RowOutcome> {
 }
 
 /// ClaimRows of `batch`, then ReportOutcomes of the same rows, by `workers`
-/// loops for `duration`. Returns rows reported.
+/// loops for `duration`. Returns rows reported. `chained`: each report also
+/// claims the next rows (`claim_next`), one call a batch after the first.
 pub async fn claim_report(
     addr: &str,
     ledger: &str,
     workers: usize,
     batch: i32,
     duration: Duration,
+    chained: bool,
 ) -> anyhow::Result<(u64, Duration)> {
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
     for w in 0..workers {
         let mut client = connect(addr).await?;
-        let parent = format!("ledgers/{ledger}");
+        let claim = pb::ClaimRowsRequest {
+            parent: format!("ledgers/{ledger}"),
+            max_rows: batch,
+            worker: format!("bench-{w}"),
+            ..Default::default()
+        };
         tasks.push(tokio::spawn(async move {
             let mut reported = 0u64;
             let (mut claims, mut reports) = (Vec::new(), Vec::new());
+            let mut next: Option<pb::ClaimRowsResponse> = None;
             while Instant::now() < deadline {
-                let t = Instant::now();
-                let grant = client
-                    .claim_rows(pb::ClaimRowsRequest {
-                        parent: parent.clone(),
-                        max_rows: batch,
-                        worker: format!("bench-{w}"),
-                        ..Default::default()
-                    })
-                    .await?
-                    .into_inner();
-                let Some(claim) = grant.claim else { break };
-                claims.push(t.elapsed());
+                let grant = match next.take() {
+                    Some(grant) => grant,
+                    None => {
+                        let t = Instant::now();
+                        let grant = client.claim_rows(claim.clone()).await?.into_inner();
+                        claims.push(t.elapsed());
+                        grant
+                    }
+                };
+                let Some(granted) = grant.claim else { break };
                 let n = grant.rows.len() as u64;
                 let req = pb::ReportOutcomesRequest {
-                    claim: claim.name,
+                    claim: granted.name,
                     outcomes: outcomes(&grant.rows),
+                    claim_next: chained.then(|| claim.clone()),
                 };
                 let t = Instant::now();
-                client.report_outcomes(req).await?;
+                next = client.report_outcomes(req).await?.into_inner().next_claim;
                 reports.push(t.elapsed());
                 reported += n;
             }
-            Ok::<_, anyhow::Error>((reported, claims, reports))
+            let elapsed = start.elapsed();
+            // A claim taken by the last report is given back for the next
+            // round, outside the time measured.
+            if let Some(left) = next.and_then(|n| n.claim) {
+                client
+                    .release_claim(pb::ReleaseClaimRequest {
+                        name: left.name,
+                        keys: vec![],
+                    })
+                    .await?;
+            }
+            Ok::<_, anyhow::Error>((reported, claims, reports, elapsed))
         }));
     }
     let (mut total, mut claims, mut reports) = (0, Vec::new(), Vec::new());
+    let mut elapsed = Duration::ZERO;
     for t in tasks {
-        let (n, c, r) = t.await??;
+        let (n, c, r, e) = t.await??;
         total += n;
         claims.extend(c);
         reports.extend(r);
+        elapsed = elapsed.max(e);
     }
     claims.sort();
     reports.sort();
     // Where a round's time went, for profiling.
     eprintln!(
-        "    tally: {} calls a side, ClaimRows p50 {}, ReportOutcomes p50 {}",
+        "    tally: {} ClaimRows p50 {}, {} ReportOutcomes{} p50 {}",
         claims.len(),
         crate::stats::ms(crate::stats::percentile(&claims, 0.5)),
+        reports.len(),
+        if chained { " (with claim_next)" } else { "" },
         crate::stats::ms(crate::stats::percentile(&reports, 0.5)),
     );
-    Ok((total, start.elapsed()))
+    Ok((total, elapsed))
 }
 
 /// Latencies of `samples` ClaimRows calls of `batch` rows (each followed by
@@ -229,6 +251,7 @@ pub async fn claim_latencies(
             .report_outcomes(pb::ReportOutcomesRequest {
                 claim: claim.name,
                 outcomes: outcomes(&grant.rows),
+                claim_next: None,
             })
             .await?;
     }

@@ -74,6 +74,11 @@ struct Cli {
     /// Which phases to run (default: all of them).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Phase>,
+    /// In the claim+report phases, tally's workers report and claim the
+    /// next rows in one call (ReportOutcomes with `claim_next`) instead of
+    /// a ClaimRows and a ReportOutcomes a batch.
+    #[arg(long)]
+    chained: bool,
     /// Worker counts of the claim+report phases (default: 1, 2 and 4 at
     /// batch 500; 1 and 4 at batch 1) and of the pipeline (1 and 2).
     #[arg(long, value_delimiter = ',')]
@@ -271,11 +276,24 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         let ((raw_n, raw_t), (n, t)) = alternate(
             ROUNDS,
             async |_| raw::claim_report(&pool, &ledger, workers, batch, round).await,
-            async |_| grpc::claim_report(&server.addr, &ledger, workers, batch as i32, round).await,
+            async |_| {
+                grpc::claim_report(
+                    &server.addr,
+                    &ledger,
+                    workers,
+                    batch as i32,
+                    round,
+                    cli.chained,
+                )
+                .await
+            },
         )
         .await?;
         lines.push(line(
-            format!("claim+report, batch {batch}, {workers} worker(s)"),
+            format!(
+                "claim+report{}, batch {batch}, {workers} worker(s)",
+                if cli.chained { " (one call)" } else { "" }
+            ),
             rate(n, t),
             rate(raw_n, raw_t),
         ));

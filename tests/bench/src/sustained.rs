@@ -154,6 +154,7 @@ async fn worker(addr: &str, ledger: &str, w: usize, c: Arc<Counters>) -> anyhow:
             .report_outcomes(pb::ReportOutcomesRequest {
                 claim: claim.name,
                 outcomes: grpc::outcomes(&grant.rows),
+                claim_next: None,
             })
             .await?;
         c.reported.fetch_add(n, Ordering::Relaxed);

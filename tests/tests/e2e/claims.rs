@@ -47,6 +47,7 @@ async fn concurrent_claimers_never_share_a_row() {
                     .report_outcomes(pb::ReportOutcomesRequest {
                         claim: claim.name,
                         outcomes: keys.iter().map(|k| success(k, 2, 1)).collect(),
+                        claim_next: None,
                     })
                     .await
                     .unwrap()

@@ -228,6 +228,7 @@ impl Env {
             .report_outcomes(pb::ReportOutcomesRequest {
                 claim: claim.into(),
                 outcomes,
+                claim_next: None,
             })
             .await
             .expect("report outcomes")

@@ -17,6 +17,7 @@ heartbeat is a task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
@@ -313,7 +314,7 @@ class AsyncClient:
         runnable); use it with `async with`."""
         req = claim_request(ledger, max_rows, lease=lease, worker=worker, model=model)
         r: ledger_pb2.ClaimRowsResponse = await self.call(self.ledgers.ClaimRows, req)
-        return AsyncClaimSession(self, r, lease, report_batch)
+        return AsyncClaimSession(self, r, lease, report_batch, req)
 
     # ----- jobs -----
 
@@ -369,9 +370,10 @@ class AsyncClaimSession:
         response: ledger_pb2.ClaimRowsResponse,
         lease: float,
         report_batch: int,
+        request: ledger_pb2.ClaimRowsRequest,
     ) -> None:
         self.client = client
-        self._core = SessionCore(response, lease, report_batch)
+        self._core = SessionCore(response, lease, report_batch, request)
         self._heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -426,6 +428,29 @@ class AsyncClaimSession:
 
     async def close(self, error: BaseException | None = None) -> None:
         """As `ClaimSession.close`."""
+        await self._end(error, None)
+
+    async def claim_next(self, max_rows: int | None = None) -> AsyncClaimSession:
+        """As `ClaimSession.claim_next`."""
+        req = self._core.next_request(max_rows)
+        try:
+            await self._end(None, req)
+        except TallyError:
+            # Nothing more is claimed: give back a claim the report took.
+            taken = self._core.next_claim
+            if taken is not None and taken.HasField("claim"):
+                release = ledger_pb2.ReleaseClaimRequest(name=taken.claim.name)
+                with contextlib.suppress(TallyError):
+                    await self.client.call(self.client.ledgers.ReleaseClaim, release)
+            raise
+        r = self._core.next_claim
+        if r is None:
+            r = await self.client.call(self.client.ledgers.ClaimRows, req)
+        return AsyncClaimSession(self.client, r, self._core.lease, self._core.report_batch, req)
+
+    async def _end(
+        self, error: BaseException | None, claim_next: ledger_pb2.ClaimRowsRequest | None
+    ) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             try:
@@ -437,7 +462,7 @@ class AsyncClaimSession:
         self._core.closed = True
         failure: TallyError | None = None
         try:
-            await self._send(self._core.take_queue())
+            await self._send(self._core.last_reports(claim_next))
         except TallyError as e:
             failure = e
         held = self._core.held()

@@ -8,6 +8,7 @@ client for asyncio."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -525,7 +526,7 @@ class Client:
         gives back every row not reported (no attempt counted)."""
         req = claim_request(ledger, max_rows, lease=lease, worker=worker, model=model)
         r: ledger_pb2.ClaimRowsResponse = self.call(self.ledgers.ClaimRows, req)
-        return ClaimSession(self, r, lease, report_batch)
+        return ClaimSession(self, r, lease, report_batch, req)
 
     # ----- jobs -----
 
@@ -587,9 +588,10 @@ class ClaimSession:
         response: ledger_pb2.ClaimRowsResponse,
         lease: float,
         report_batch: int,
+        request: ledger_pb2.ClaimRowsRequest,
     ) -> None:
         self.client = client
-        self._core = SessionCore(response, lease, report_batch)
+        self._core = SessionCore(response, lease, report_batch, request)
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -658,6 +660,35 @@ class ClaimSession:
         the queued reports, gives back the rows not reported. Raises the
         heartbeat's error, or one of these calls', unless `error` (the
         exception ending the block) is already on its way."""
+        self._end(error, None)
+
+    def claim_next(self, max_rows: int | None = None) -> ClaimSession:
+        """Ends this session as `close` does and claims the next rows as
+        `Client.claim` did for this one (`max_rows` to change how many):
+        the last report also claims them (ReportOutcomes with
+        `claim_next`, one call instead of two); with nothing left to
+        report, a ClaimRows does. Returns the next session, empty when
+        nothing is runnable; raises what `close` would (then nothing more
+        is claimed)."""
+        req = self._core.next_request(max_rows)
+        try:
+            self._end(None, req)
+        except TallyError:
+            # Nothing more is claimed: give back a claim the report took.
+            taken = self._core.next_claim
+            if taken is not None and taken.HasField("claim"):
+                release = ledger_pb2.ReleaseClaimRequest(name=taken.claim.name)
+                with contextlib.suppress(TallyError):
+                    self.client.call(self.client.ledgers.ReleaseClaim, release)
+            raise
+        r = self._core.next_claim
+        if r is None:
+            r = self.client.call(self.client.ledgers.ClaimRows, req)
+        return ClaimSession(self.client, r, self._core.lease, self._core.report_batch, req)
+
+    def _end(
+        self, error: BaseException | None, claim_next: ledger_pb2.ClaimRowsRequest | None
+    ) -> None:
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join()
@@ -666,7 +697,7 @@ class ClaimSession:
         self._core.closed = True
         failure: TallyError | None = None
         try:
-            self._send(self._core.take_queue())
+            self._send(self._core.last_reports(claim_next))
         except TallyError as e:
             failure = e
         held = self._core.held()

@@ -5,6 +5,7 @@ error that ended the heartbeat (pure: the clients make the calls)."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 from tally_client._calls import DEFAULT_CHUNK, Outcome
 from tally_client._proto.tally.v1 import ledger_pb2
@@ -14,7 +15,11 @@ from tally_client.types import ClaimedRow, Pause, ReportResult
 
 class SessionCore:
     def __init__(
-        self, response: ledger_pb2.ClaimRowsResponse, lease: float, report_batch: int
+        self,
+        response: ledger_pb2.ClaimRowsResponse,
+        lease: float,
+        report_batch: int,
+        request: ledger_pb2.ClaimRowsRequest,
     ) -> None:
         if not 1 <= report_batch <= DEFAULT_CHUNK:
             raise ValueError(f"report_batch must be between 1 and {DEFAULT_CHUNK}")
@@ -32,6 +37,9 @@ class SessionCore:
         self.results = ReportResult()
         self.lost: TallyError | None = None
         self.closed = False
+        self.request = request
+        # The answer to the `claim_next` of the session's last report.
+        self.next_claim: ledger_pb2.ClaimRowsResponse | None = None
 
     def check(self) -> None:
         """Raises the heartbeat's error, once the lease is lost."""
@@ -64,12 +72,36 @@ class SessionCore:
             for i in range(0, len(queued), DEFAULT_CHUNK)
         ]
 
+    def next_request(self, max_rows: int | None) -> ledger_pb2.ClaimRowsRequest:
+        """The claim request of the next session: this one's, with a new
+        request id (and `max_rows` when given)."""
+        if max_rows is not None and max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+        req = ledger_pb2.ClaimRowsRequest()
+        req.CopyFrom(self.request)
+        req.request_id = str(uuid.uuid4())
+        if max_rows is not None:
+            req.max_rows = max_rows
+        return req
+
+    def last_reports(
+        self, claim_next: ledger_pb2.ClaimRowsRequest | None
+    ) -> list[ledger_pb2.ReportOutcomesRequest]:
+        """The queued outcomes as requests (`take_queue`), the last one also
+        claiming the next rows when `claim_next` is given."""
+        batches = self.take_queue()
+        if claim_next is not None and batches:
+            batches[-1].claim_next.CopyFrom(claim_next)
+        return batches
+
     def reported(
         self,
         request: ledger_pb2.ReportOutcomesRequest,
         response: ledger_pb2.ReportOutcomesResponse,
     ) -> ReportResult:
         self.reported_keys.update(o.key for o in request.outcomes)
+        if response.HasField("next_claim"):
+            self.next_claim = response.next_claim
         result = ReportResult.from_pb(response)
         self.results += result
         return result

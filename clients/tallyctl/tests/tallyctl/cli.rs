@@ -184,6 +184,7 @@ async fn work(env: &Env, ledger: &str, outcome: impl Fn(&str) -> Result<String, 
         .report_outcomes(pb::ReportOutcomesRequest {
             claim: claim.name,
             outcomes,
+            claim_next: None,
         })
         .await
         .unwrap();
@@ -901,6 +902,7 @@ async fn ledgers_delete_refuses_active_work_then_forces_and_waits() {
                 outcome: Some(pb::row_outcome::Outcome::Result("{}".into())),
                 ..Default::default()
             }],
+            claim_next: None,
         })
         .await
         .unwrap_err();

@@ -110,6 +110,35 @@ pub fn cut_page<T: Message>(mut items: Vec<T>, budget: usize) -> (Vec<T>, bool) 
     (items, cut)
 }
 
+/// The most one `RowVerdict` encodes to beyond its key's bytes (the longest
+/// rule, an override's, a timestamp and the largest counters), with its tag
+/// and length in the response. Checked by a test.
+pub const VERDICT_OVERHEAD: usize = 192;
+
+/// The bytes of rows a ReportOutcomes' `claim_next` may return: the claim's
+/// `budget` less the most the verdicts of keys of `key_lens` bytes can take
+/// in the same answer. `Err` with the reason when one largest row would no
+/// longer fit beside them.
+pub fn claim_next_budget(
+    budget: ByteBudget,
+    key_lens: impl Iterator<Item = usize>,
+) -> Result<ByteBudget, String> {
+    let verdicts: usize = key_lens.map(|k| k + VERDICT_OVERHEAD).sum();
+    let left = budget.max_bytes - i64::try_from(verdicts).unwrap_or(i64::MAX);
+    if left < MAX_CLAIMED_ROW as i64 {
+        return Err(format!(
+            "leaves {} bytes beside the report's verdicts (up to {verdicts} bytes), less than one \
+             largest row ({MAX_CLAIMED_ROW}): raise it, report fewer outcomes, or claim with \
+             ClaimRows",
+            left.max(0)
+        ));
+    }
+    Ok(ByteBudget {
+        max_bytes: left,
+        ..budget
+    })
+}
+
 /// Refuses a response limit that could not hold a default list page or one
 /// largest claimed row.
 pub fn check(limits: &Limits) -> Result<(), String> {
@@ -225,6 +254,52 @@ mod tests {
         assert!(claim_budget(-1, &limits).is_err());
         assert!(claim_budget(MIN_CLAIM_RESPONSE as i64 - 1, &limits).is_err());
         assert!(claim_budget(MIN_CLAIM_RESPONSE as i64, &limits).is_ok());
+    }
+
+    /// Invariant: a verdict never encodes to more than its key's bytes plus
+    /// VERDICT_OVERHEAD, with the longest rule (an override's) and the
+    /// largest timestamp and counters.
+    #[test]
+    fn the_verdict_overhead_is_an_upper_bound() {
+        let verdict = pb::RowVerdict {
+            key: text(MAX_KEY_LEN),
+            verdict: pb::Verdict::Duplicate as i32,
+            rule: format!("override:{}", text(63)),
+            budget: pb::Budget::Provider as i32,
+            next_attempt_time: Some(prost_types::Timestamp {
+                seconds: i64::MIN,
+                nanos: i32::MIN,
+            }),
+            attempts: Some(pb::AttemptCounts {
+                provider: -1,
+                content: -1,
+                infra: -1,
+                total: -1,
+            }),
+        };
+        let response = pb::ReportOutcomesResponse {
+            verdicts: vec![verdict],
+            ..Default::default()
+        };
+        assert!(
+            response.encoded_len() <= MAX_KEY_LEN + VERDICT_OVERHEAD,
+            "{} bytes",
+            response.encoded_len()
+        );
+    }
+
+    #[test]
+    fn claim_next_budgets_leave_room_for_the_verdicts() {
+        let limits = Limits::default();
+        let b = claim_budget(0, &limits).unwrap();
+        let next = claim_next_budget(b, [10, 20].into_iter()).unwrap();
+        assert_eq!(
+            next.max_bytes,
+            b.max_bytes - 30 - 2 * VERDICT_OVERHEAD as i64
+        );
+        let tight = claim_budget(MIN_CLAIM_RESPONSE as i64, &limits).unwrap();
+        let err = claim_next_budget(tight, [10].into_iter()).unwrap_err();
+        assert!(err.contains("less than one largest row"), "{err}");
     }
 
     /// Pages stop before the entry that would pass the budget, keep at

@@ -582,6 +582,39 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
     }
 }
 
+/// A report's answer: each verdict in request order, the counts, and the
+/// next claim when the report asked for one.
+pub fn report_to_proto(
+    summary: st::ReportSummary,
+    next_claim: Option<pb::ClaimRowsResponse>,
+) -> pb::ReportOutcomesResponse {
+    let mut resp = pb::ReportOutcomesResponse {
+        held: summary.held,
+        next_claim,
+        ..Default::default()
+    };
+    for v in summary.verdicts {
+        let verdict = verdict_to_proto(v.verdict);
+        match verdict {
+            pb::Verdict::Succeeded => resp.succeeded += 1,
+            pb::Verdict::Retryable => resp.retryable += 1,
+            pb::Verdict::Permanent => resp.permanent += 1,
+            pb::Verdict::Stale => resp.stale += 1,
+            pb::Verdict::Duplicate => resp.duplicate += 1,
+            pb::Verdict::Unspecified => {}
+        }
+        resp.verdicts.push(pb::RowVerdict {
+            key: v.key,
+            verdict: verdict as i32,
+            rule: v.rule,
+            budget: budget_to_proto(v.budget),
+            next_attempt_time: opt_timestamp(v.next_attempt_time),
+            attempts: Some(attempts(v.failures, v.total)),
+        });
+    }
+    resp
+}
+
 pub fn verdict_to_proto(v: st::Verdict) -> pb::Verdict {
     match v {
         st::Verdict::Succeeded => pb::Verdict::Succeeded,

@@ -18,7 +18,7 @@ use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_server::LedgerService;
 use tally_store::pause::PauseLedger;
 use tally_store::purge::DeleteLedger;
-use tally_store::types::EnrollOutcome;
+use tally_store::types::{ClaimRequest, EnrollOutcome};
 use tally_store::{Store, StoreError};
 use tonic::{Request, Response, Status};
 
@@ -51,6 +51,84 @@ impl Ledgers {
 }
 
 type Reply<T> = Result<Response<T>, Status>;
+
+impl Ledgers {
+    /// ClaimRows' work once the request is valid and allowed.
+    async fn claim(
+        &self,
+        ledger: &str,
+        claim: &ClaimRequest,
+    ) -> Result<pb::ClaimRowsResponse, Status> {
+        let grant = match self
+            .metrics
+            .timed("claim", self.store.claim_rows(ledger, claim))
+            .await
+        {
+            // A paused ledger answers the empty claim of "nothing runnable",
+            // saying why: clients back off as they would anyway.
+            Err(StoreError::LedgerPaused { pause, .. }) => {
+                return Ok(pb::ClaimRowsResponse {
+                    pause: Some(convert::pause_to_proto(&pause)),
+                    ..Default::default()
+                });
+            }
+            other => other.map_err(from_store)?,
+        };
+        let claimed = grant.as_ref().map_or(0, |g| g.rows.len());
+        self.metrics.rows_claimed_in(ledger, claimed as u64);
+        Ok(match grant {
+            None => pb::ClaimRowsResponse::default(),
+            Some(g) => pb::ClaimRowsResponse {
+                claim: Some(convert::claim_to_proto(&g.claim)),
+                truncated: g.held_back > 0,
+                rows: g
+                    .rows
+                    .into_iter()
+                    .map(convert::claimed_row_to_proto)
+                    .collect(),
+                pause: None,
+            },
+        })
+    }
+
+    /// Gives back the rows of a `claim_next` whose report failed: the
+    /// caller sees only the report's error. Should that fail too, the
+    /// claim's lease runs out and its rows are rescued as any other's.
+    async fn give_back(
+        &self,
+        ledger: &str,
+        next: Result<pb::ClaimRowsResponse, Status>,
+        actor: &str,
+    ) {
+        let Some(claim) = next.ok().and_then(|n| n.claim) else {
+            return;
+        };
+        let released = match validate::claim("claim", &claim.name) {
+            Ok((_, token)) => self
+                .store
+                .release_claim(ledger, token, None, actor)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.message().to_owned()),
+        };
+        if let Err(e) = released {
+            tracing::warn!(claim = %claim.name, error = %e, "could not give back the next claim of a failed report; its lease will run out");
+        }
+    }
+}
+
+/// The error of a `claim_next` whose report went through: said so, as the
+/// client would otherwise retry outcomes that are already recorded.
+fn recorded_anyway(s: Status) -> Status {
+    Status::with_details(
+        s.code(),
+        format!(
+            "the outcomes were recorded; claiming the next rows failed: {}",
+            s.message()
+        ),
+        s.details().to_vec().into(),
+    )
+}
 
 #[tonic::async_trait]
 impl LedgerService for Ledgers {
@@ -190,36 +268,7 @@ impl LedgerService for Ledgers {
     async fn claim_rows(&self, req: Request<pb::ClaimRowsRequest>) -> Reply<pb::ClaimRowsResponse> {
         let (ledger, claim) = validate::claim_rows(req.get_ref(), &self.limits)?;
         access(&req).ledger(&ledger)?;
-        let grant = match self
-            .metrics
-            .timed("claim", self.store.claim_rows(&ledger, &claim))
-            .await
-        {
-            // A paused ledger answers the empty claim of "nothing runnable",
-            // saying why: clients back off as they would anyway.
-            Err(StoreError::LedgerPaused { pause, .. }) => {
-                return Ok(Response::new(pb::ClaimRowsResponse {
-                    pause: Some(convert::pause_to_proto(&pause)),
-                    ..Default::default()
-                }));
-            }
-            other => other.map_err(from_store)?,
-        };
-        let claimed = grant.as_ref().map_or(0, |g| g.rows.len());
-        self.metrics.rows_claimed_in(&ledger, claimed as u64);
-        Ok(Response::new(match grant {
-            None => pb::ClaimRowsResponse::default(),
-            Some(g) => pb::ClaimRowsResponse {
-                claim: Some(convert::claim_to_proto(&g.claim)),
-                truncated: g.held_back > 0,
-                rows: g
-                    .rows
-                    .into_iter()
-                    .map(convert::claimed_row_to_proto)
-                    .collect(),
-                pause: None,
-            },
-        }))
+        Ok(Response::new(self.claim(&ledger, &claim).await?))
     }
 
     async fn extend_claim(&self, req: Request<pb::ExtendClaimRequest>) -> Reply<pb::Claim> {
@@ -265,40 +314,34 @@ impl LedgerService for Ledgers {
         req: Request<pb::ReportOutcomesRequest>,
     ) -> Reply<pb::ReportOutcomesResponse> {
         let access = access(&req);
-        let (ledger, token, items) = validate::report(req.into_inner(), &self.limits)?;
+        let mut req = req.into_inner();
+        let next = req.claim_next.take();
+        let (ledger, token, items) = validate::report(req, &self.limits)?;
+        let next = next
+            .map(|n| validate::claim_next(&n, &ledger, &items, &self.limits))
+            .transpose()?;
         access.ledger(&ledger)?;
         let actor = access.name;
-        let summary = self
+        let report = self
             .metrics
-            .timed("report", self.store.report(&ledger, token, &items, &actor))
-            .await
-            .map_err(from_store)?;
+            .timed("report", self.store.report(&ledger, token, &items, &actor));
+        let (summary, next_claim) = match next {
+            None => (report.await.map_err(from_store)?, None),
+            // The next rows are claimed while the outcomes are written.
+            Some(claim) => {
+                let (summary, next) = tokio::join!(report, self.claim(&ledger, &claim));
+                match summary {
+                    Ok(summary) => (summary, Some(next.map_err(recorded_anyway)?)),
+                    Err(e) => {
+                        self.give_back(&ledger, next, &actor).await;
+                        return Err(from_store(e));
+                    }
+                }
+            }
+        };
         self.metrics.report_verdicts(&ledger, &summary.verdicts);
         self.metrics.report_usage(&ledger, &items, &summary);
-        let mut resp = pb::ReportOutcomesResponse {
-            held: summary.held,
-            ..Default::default()
-        };
-        for v in summary.verdicts {
-            let verdict = convert::verdict_to_proto(v.verdict);
-            match verdict {
-                pb::Verdict::Succeeded => resp.succeeded += 1,
-                pb::Verdict::Retryable => resp.retryable += 1,
-                pb::Verdict::Permanent => resp.permanent += 1,
-                pb::Verdict::Stale => resp.stale += 1,
-                pb::Verdict::Duplicate => resp.duplicate += 1,
-                pb::Verdict::Unspecified => {}
-            }
-            resp.verdicts.push(pb::RowVerdict {
-                key: v.key,
-                verdict: verdict as i32,
-                rule: v.rule,
-                budget: convert::budget_to_proto(v.budget),
-                next_attempt_time: crate::edge::wire_convert::opt_timestamp(v.next_attempt_time),
-                attempts: Some(convert::attempts(v.failures, v.total)),
-            });
-        }
-        Ok(Response::new(resp))
+        Ok(Response::new(convert::report_to_proto(summary, next_claim)))
     }
 
     async fn get_row(&self, req: Request<pb::GetRowRequest>) -> Reply<pb::Row> {

@@ -223,23 +223,59 @@ pub fn claim_rows(
     limits: &Limits,
 ) -> Result<(String, ClaimRequest), Status> {
     let ledger = ledger("parent", &req.parent)?;
+    Ok((ledger, claim_request(req, "", limits)?))
+}
+
+/// A ReportOutcomes' `claim_next`, for a claim of `ledger` reporting
+/// `outcomes`: a ClaimRows request whose `parent` is empty or that ledger,
+/// its rows' bytes less what the verdicts may take of the same answer.
+pub fn claim_next(
+    req: &pb::ClaimRowsRequest,
+    ledger_name: &str,
+    outcomes: &[ReportItem],
+    limits: &Limits,
+) -> Result<ClaimRequest, Status> {
+    const FIELD: &str = "claim_next.parent";
+    if !req.parent.is_empty() && ledger(FIELD, &req.parent)? != ledger_name {
+        return Err(invalid_field(
+            FIELD,
+            format!("must be empty or the claim's ledger (ledgers/{ledger_name})"),
+        ));
+    }
+    let mut claim = claim_request(req, "claim_next.", limits)?;
+    if let Some(bytes) = claim.bytes {
+        let keys = outcomes.iter().map(|o| o.key.len());
+        let left = crate::edge::responses::claim_next_budget(bytes, keys)
+            .map_err(|why| invalid_field("claim_next.max_response_bytes", why))?;
+        claim.bytes = Some(left);
+    }
+    Ok(claim)
+}
+
+/// The fields of a ClaimRows request but its parent, named with `prefix`.
+fn claim_request(
+    req: &pb::ClaimRowsRequest,
+    prefix: &str,
+    limits: &Limits,
+) -> Result<ClaimRequest, Status> {
+    let f = |name: &str| format!("{prefix}{name}");
     let mut v = Violations::new();
     if req.max_rows < 1 || req.max_rows > limits.max_claim_rows {
         v.add(
-            "max_rows",
+            f("max_rows"),
             format!(
                 "must be between 1 and {} (max_claim_rows)",
                 limits.max_claim_rows
             ),
         );
     }
-    let lease = lease("lease", req.lease.as_ref(), &mut v);
-    short_text("worker", &req.worker, &mut v);
-    short_text("request_id", &req.request_id, &mut v);
-    short_text("model", &req.model, &mut v);
+    let lease = lease(&f("lease"), req.lease.as_ref(), &mut v);
+    short_text(&f("worker"), &req.worker, &mut v);
+    short_text(&f("request_id"), &req.request_id, &mut v);
+    short_text(&f("model"), &req.model, &mut v);
     if !req.provider.is_empty() && !tally_core::provider::is_provider_name(&req.provider) {
         v.add(
-            "provider",
+            f("provider"),
             format!(
                 "must be a provider name (lowercase letters, digits and `-`, at most {} characters), like `gemini` or `openai`",
                 tally_core::provider::MAX_PROVIDER
@@ -247,21 +283,18 @@ pub fn claim_rows(
         );
     }
     let bytes = crate::edge::responses::claim_budget(req.max_response_bytes, limits)
-        .map_err(|e| v.add("max_response_bytes", e))
+        .map_err(|e| v.add(f("max_response_bytes"), e))
         .ok();
     finish(v)?;
-    Ok((
-        ledger,
-        ClaimRequest {
-            bytes,
-            max_rows: i64::from(req.max_rows),
-            lease,
-            worker: req.worker.clone(),
-            request_id: (!req.request_id.is_empty()).then(|| req.request_id.clone()),
-            model: (!req.model.is_empty()).then(|| req.model.clone()),
-            provider: (!req.provider.is_empty()).then(|| req.provider.clone()),
-        },
-    ))
+    Ok(ClaimRequest {
+        bytes,
+        max_rows: i64::from(req.max_rows),
+        lease,
+        worker: req.worker.clone(),
+        request_id: (!req.request_id.is_empty()).then(|| req.request_id.clone()),
+        model: (!req.model.is_empty()).then(|| req.model.clone()),
+        provider: (!req.provider.is_empty()).then(|| req.provider.clone()),
+    })
 }
 
 /// Keys to act on: each valid, at most the per-call limit.
@@ -667,6 +700,7 @@ mod tests {
                     response: String::new(),
                 },
             ],
+            claim_next: None,
         };
         assert_eq!(
             fields(&report(req, &Limits::default()).unwrap_err()),
@@ -697,6 +731,7 @@ mod tests {
         let req = |outcomes| pb::ReportOutcomesRequest {
             claim: format!("ledgers/l/claims/{}", Uuid::new_v4()),
             outcomes,
+            claim_next: None,
         };
         let big = format!(r#"{{"body": "{}"}}"#, "x".repeat(1 << 20));
         let bad = req(vec![

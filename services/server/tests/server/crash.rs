@@ -130,6 +130,7 @@ fn report_request(claim: &str, keys: &[String]) -> pb::ReportOutcomesRequest {
     pb::ReportOutcomesRequest {
         claim: claim.into(),
         outcomes: keys.iter().map(|k| success(k, claim)).collect(),
+        claim_next: None,
     }
 }
 

@@ -232,6 +232,7 @@ async fn refusals_force_and_invisibility() {
                         outcome: Some(pb::row_outcome::Outcome::Result("{}".into())),
                         ..Default::default()
                     }],
+                    claim_next: None,
                 })
                 .await,
             ),

@@ -138,6 +138,7 @@ async fn report(
     l.report_outcomes(pb::ReportOutcomesRequest {
         claim: claim.into(),
         outcomes,
+        claim_next: None,
     })
     .await
     .unwrap()

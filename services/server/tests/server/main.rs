@@ -13,4 +13,5 @@ mod metrics;
 mod operations;
 mod pause;
 mod process;
+mod report_claim;
 mod security;

@@ -120,6 +120,7 @@ async fn calls_and_rows_are_counted_on_the_metrics_endpoint() {
         .report_outcomes(pb::ReportOutcomesRequest {
             claim: claim_name,
             outcomes,
+            claim_next: None,
         })
         .await
         .unwrap()

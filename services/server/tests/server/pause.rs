@@ -16,17 +16,17 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
-type Ledgers = LedgerServiceClient<Channel>;
-type Jobs = JobServiceClient<Channel>;
+pub(crate) type Ledgers = LedgerServiceClient<Channel>;
+pub(crate) type Jobs = JobServiceClient<Channel>;
 
-struct Env {
-    _db: TestDb,
-    server: Running,
-    l: Ledgers,
-    j: Jobs,
+pub(crate) struct Env {
+    pub(crate) _db: TestDb,
+    pub(crate) server: Running,
+    pub(crate) l: Ledgers,
+    pub(crate) j: Jobs,
 }
 
-async fn env() -> Env {
+pub(crate) async fn env() -> Env {
     let db = TestDb::new().await;
     let server = server::start(ServeArgs::for_tests(db.url().to_string()))
         .await
@@ -44,7 +44,7 @@ async fn env() -> Env {
     }
 }
 
-async fn ledger_with_rows(l: &mut Ledgers, id: &str, rows: usize) -> pb::Ledger {
+pub(crate) async fn ledger_with_rows(l: &mut Ledgers, id: &str, rows: usize) -> pb::Ledger {
     let created = l
         .create_ledger(pb::CreateLedgerRequest {
             ledger_id: id.into(),
@@ -73,7 +73,7 @@ async fn enroll(l: &mut Ledgers, id: &str, keys: std::ops::Range<usize>) {
     .unwrap();
 }
 
-async fn claim(l: &mut Ledgers, id: &str, n: i32) -> pb::ClaimRowsResponse {
+pub(crate) async fn claim(l: &mut Ledgers, id: &str, n: i32) -> pb::ClaimRowsResponse {
     l.claim_rows(pb::ClaimRowsRequest {
         parent: format!("ledgers/{id}"),
         max_rows: n,
@@ -85,7 +85,7 @@ async fn claim(l: &mut Ledgers, id: &str, n: i32) -> pb::ClaimRowsResponse {
     .into_inner()
 }
 
-fn pause(id: &str, message: &str, etag: &str) -> pb::PauseLedgerRequest {
+pub(crate) fn pause(id: &str, message: &str, etag: &str) -> pb::PauseLedgerRequest {
     pb::PauseLedgerRequest {
         name: format!("ledgers/{id}"),
         message: message.into(),
@@ -100,7 +100,7 @@ fn resume(id: &str, etag: &str) -> pb::ResumeLedgerRequest {
     }
 }
 
-fn refused<T: std::fmt::Debug>(r: Result<tonic::Response<T>, Status>) -> Status {
+pub(crate) fn refused<T: std::fmt::Debug>(r: Result<tonic::Response<T>, Status>) -> Status {
     match r {
         Ok(v) => panic!("expected an error, got {v:?}"),
         Err(s) => s,
@@ -116,7 +116,7 @@ async fn get(l: &mut Ledgers, id: &str) -> pb::Ledger {
     .into_inner()
 }
 
-async fn summary(l: &mut Ledgers, id: &str) -> pb::LedgerSummary {
+pub(crate) async fn summary(l: &mut Ledgers, id: &str) -> pb::LedgerSummary {
     l.summarize_ledger(pb::SummarizeLedgerRequest {
         name: format!("ledgers/{id}"),
     })
@@ -189,6 +189,7 @@ async fn a_paused_ledger_claims_nothing_finishes_what_is_out_and_resumes() {
                     ..Default::default()
                 })
                 .collect(),
+            claim_next: None,
         })
         .await
         .unwrap()

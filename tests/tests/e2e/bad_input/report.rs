@@ -36,6 +36,7 @@ async fn report_outcomes() {
         let req = pb::ReportOutcomesRequest {
             claim: claim.into(),
             outcomes,
+            claim_next: None,
         };
         async move { client.report_outcomes(req).await }
     };

@@ -52,6 +52,7 @@ async fn token_counts_above_the_bound_are_refused_and_nothing_is_written() {
                     success("k0".into(), i64::MAX),
                     success("k1".into(), MAX_TOKENS_PER_ATTEMPT + 1),
                 ],
+                claim_next: None,
             },
             Some(WORKER),
         ))
@@ -82,6 +83,7 @@ async fn token_counts_above_the_bound_are_refused_and_nothing_is_written() {
                     success("k0".into(), MAX_TOKENS_PER_ATTEMPT),
                     success("k1".into(), MAX_TOKENS_PER_ATTEMPT),
                 ],
+                claim_next: None,
             },
             Some(WORKER),
         ))
@@ -114,6 +116,7 @@ async fn summaries_over_huge_totals_saturate_instead_of_failing() {
                 outcomes: (0..n)
                     .map(|i| success(format!("k{i}"), MAX_TOKENS_PER_ATTEMPT))
                     .collect(),
+                claim_next: None,
             },
             Some(WORKER),
         ))
@@ -160,6 +163,7 @@ async fn spend_sums_saturate_and_prices_are_bounded() {
     let report = |key: &str| pb::ReportOutcomesRequest {
         claim: claim.clone(),
         outcomes: vec![success(key.into(), MAX_TOKENS_PER_ATTEMPT)],
+        claim_next: None,
     };
     ledgers
         .report_outcomes(authed(report("k0"), Some(WORKER)))

@@ -193,6 +193,7 @@ pub async fn one_reported_row(operator: As, worker: As, id: &str) -> pb::Row {
                 usage: None,
                 ..Default::default()
             }],
+            claim_next: None,
         },
         work_token,
     ))

@@ -178,6 +178,7 @@ async fn oversized_messages_and_row_counts_are_refused_naming_the_limit() {
             pb::ReportOutcomesRequest {
                 claim: format!("ledgers/small/claims/{}", uuid::Uuid::new_v4()),
                 outcomes,
+                claim_next: None,
             },
             Some(OPERATOR),
         ))

@@ -294,6 +294,7 @@ async fn a_refused_alert_is_given_up_at_once_with_its_reason() {
                     usage: None,
                     ..Default::default()
                 }],
+                claim_next: None,
             },
             Some(WORKER),
         ))

@@ -321,6 +321,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                     usage: None,
                     ..Default::default()
                 }],
+                claim_next: None,
             }),
         ),
         (
@@ -824,6 +825,7 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
                     usage: None,
                     ..Default::default()
                 }],
+                claim_next: None,
             }
             .encode_to_vec(),
         ),

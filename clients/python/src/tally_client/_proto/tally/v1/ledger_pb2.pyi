@@ -538,12 +538,14 @@ class RowOutcome(_message.Message):
     def __init__(self, key: _Optional[str] = ..., result: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., response: _Optional[str] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
-    __slots__ = ("claim", "outcomes")
+    __slots__ = ("claim", "outcomes", "claim_next")
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_NEXT_FIELD_NUMBER: _ClassVar[int]
     claim: str
     outcomes: _containers.RepeatedCompositeFieldContainer[RowOutcome]
-    def __init__(self, claim: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[RowOutcome, _Mapping]]] = ...) -> None: ...
+    claim_next: ClaimRowsRequest
+    def __init__(self, claim: _Optional[str] = ..., outcomes: _Optional[_Iterable[_Union[RowOutcome, _Mapping]]] = ..., claim_next: _Optional[_Union[ClaimRowsRequest, _Mapping]] = ...) -> None: ...
 
 class RowVerdict(_message.Message):
     __slots__ = ("key", "verdict", "rule", "budget", "next_attempt_time", "attempts")
@@ -562,7 +564,7 @@ class RowVerdict(_message.Message):
     def __init__(self, key: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ...) -> None: ...
 
 class ReportOutcomesResponse(_message.Message):
-    __slots__ = ("verdicts", "succeeded", "retryable", "permanent", "stale", "duplicate", "held")
+    __slots__ = ("verdicts", "succeeded", "retryable", "permanent", "stale", "duplicate", "held", "next_claim")
     VERDICTS_FIELD_NUMBER: _ClassVar[int]
     SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
@@ -570,6 +572,7 @@ class ReportOutcomesResponse(_message.Message):
     STALE_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CLAIM_FIELD_NUMBER: _ClassVar[int]
     verdicts: _containers.RepeatedCompositeFieldContainer[RowVerdict]
     succeeded: int
     retryable: int
@@ -577,7 +580,8 @@ class ReportOutcomesResponse(_message.Message):
     stale: int
     duplicate: int
     held: int
-    def __init__(self, verdicts: _Optional[_Iterable[_Union[RowVerdict, _Mapping]]] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., stale: _Optional[int] = ..., duplicate: _Optional[int] = ..., held: _Optional[int] = ...) -> None: ...
+    next_claim: ClaimRowsResponse
+    def __init__(self, verdicts: _Optional[_Iterable[_Union[RowVerdict, _Mapping]]] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., stale: _Optional[int] = ..., duplicate: _Optional[int] = ..., held: _Optional[int] = ..., next_claim: _Optional[_Union[ClaimRowsResponse, _Mapping]] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("number", "claim", "job", "batch", "model", "prompt", "vars_hash", "outcome", "rule", "budget", "usage", "error", "actor", "time")

@@ -218,7 +218,7 @@ class LedgerServiceServicer:
 
     def ReportOutcomes(self, request, context):
         """Reports per-row outcomes for a claim; answers a per-row verdict with the
-        rule that decided it.
+        rule that decided it. With `claim_next`, also claims the next rows.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
