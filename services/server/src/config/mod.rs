@@ -151,7 +151,7 @@ pub struct ServeArgs {
 
     /// How often the runnable queue's dead entries are checked (and the
     /// queue vacuumed when they pile up), and the statistics of the
-    /// fastest-growing tables (each analyzed once it changed by a fifth).
+    /// fastest-growing tables (each analyzed once it doubled).
     #[arg(long, env = "TALLY_QUEUE_VACUUM_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub queue_vacuum_interval: Duration,
 

@@ -61,7 +61,7 @@ async fn analyze_stale(store: &Store, metrics: &Metrics) {
                     .table_analyzes
                     .get_or_create(&TableLabels { table: stats.table })
                     .inc();
-                tracing::debug!(table = stats.table, estimated = stats.estimated, modified = stats.modified, took = ?started.elapsed(), "analyzed a table whose statistics went stale");
+                tracing::debug!(table = stats.table, estimated = stats.estimated, live = stats.live, took = ?started.elapsed(), "analyzed a table whose statistics went stale");
             }
             Ok(false) => {}
             Err(e) => tracing::warn!(table = stats.table, error = %e, "analyzing a table failed"),
