@@ -330,13 +330,23 @@ impl LedgerService for Ledgers {
             // The next rows are claimed while the outcomes are written.
             Some(claim) => {
                 let (summary, next) = tokio::join!(report, self.claim(&ledger, &claim));
-                match summary {
-                    Ok(summary) => (summary, Some(next.map_err(recorded_anyway)?)),
+                let summary = match summary {
+                    Ok(summary) => summary,
                     Err(e) => {
                         self.give_back(&ledger, next, &actor).await;
                         return Err(from_store(e));
                     }
-                }
+                };
+                // Found nothing: again now that the outcomes are written,
+                // which may have freed rows (dependants, retries due at
+                // once). No next claim then means none is runnable.
+                let next = match next {
+                    Ok(n) if n.claim.is_none() && n.pause.is_none() => {
+                        self.claim(&ledger, &claim).await
+                    }
+                    other => other,
+                };
+                (summary, Some(next.map_err(recorded_anyway)?))
             }
         };
         self.metrics.report_verdicts(&ledger, &summary.verdicts);

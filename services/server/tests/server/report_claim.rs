@@ -86,6 +86,45 @@ async fn a_report_claims_the_next_rows_until_none_is_left() {
     server.stop().await.unwrap();
 }
 
+/// A row the report frees (a dependant of the row it reports) is in the
+/// next claim: a claim that found nothing while the outcomes were being
+/// written is tried again once they are, so no next claim means nothing is
+/// runnable after the report.
+#[tokio::test]
+async fn a_dependant_freed_by_the_report_is_in_the_next_claim() {
+    let Env {
+        _db, server, mut l, ..
+    } = env().await;
+    l.create_ledger(pb::CreateLedgerRequest {
+        ledger_id: "deps".into(),
+        policy: None,
+    })
+    .await
+    .unwrap();
+    let row = |key: &str, deps: &[&str]| pb::RowInput {
+        key: key.into(),
+        payload: "{}".into(),
+        depends_on: deps.iter().map(|d| d.to_string()).collect(),
+        ..Default::default()
+    };
+    l.enroll_rows(pb::EnrollRowsRequest {
+        parent: "ledgers/deps".into(),
+        rows: vec![row("r1", &[]), row("r2", &["r1"])],
+    })
+    .await
+    .unwrap();
+    let first = claim(&mut l, "deps", 10).await;
+    assert_eq!(first.rows.len(), 1, "r2 waits for r1");
+    let r = report_and_claim(&mut l, &first, next(10)).await.unwrap();
+    assert_eq!(r.succeeded, 1);
+    let n = r.next_claim.expect("the next claim's answer");
+    let keys: Vec<&str> = n.rows.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["r2"]);
+    let last = report_and_claim(&mut l, &n, next(10)).await.unwrap();
+    assert!(last.next_claim.expect("answered").claim.is_none());
+    server.stop().await.unwrap();
+}
+
 /// A report that fails gives back the claim it took beside it: the call
 /// answers the report's error, and every row is runnable again at once
 /// (a plain ClaimRows takes them all), with no attempt counted.
