@@ -326,7 +326,7 @@ impl LedgerService for Ledgers {
             .metrics
             .timed("report", self.store.report(&ledger, token, &items, &actor));
         let (summary, next_claim) = match next {
-            None => (report.await.map_err(from_store)?, None),
+            None => (report.await.map_err(from_store)?, Ok(None)),
             // The next rows are claimed while the outcomes are written.
             Some(claim) => {
                 let (summary, next) = tokio::join!(report, self.claim(&ledger, &claim));
@@ -346,11 +346,13 @@ impl LedgerService for Ledgers {
                     }
                     other => other,
                 };
-                (summary, Some(next.map_err(recorded_anyway)?))
+                (summary, next.map(Some))
             }
         };
+        // Counted even when only the next claim failed: they are recorded.
         self.metrics.report_verdicts(&ledger, &summary.verdicts);
         self.metrics.report_usage(&ledger, &items, &summary);
+        let next_claim = next_claim.map_err(recorded_anyway)?;
         Ok(Response::new(convert::report_to_proto(summary, next_claim)))
     }
 
