@@ -437,9 +437,8 @@ class AsyncClaimSession:
             await self._end(None, req)
         except TallyError:
             # Nothing more is claimed: give back a claim the report took.
-            taken = self._core.next_claim
-            if taken is not None and taken.HasField("claim"):
-                release = ledger_pb2.ReleaseClaimRequest(name=taken.claim.name)
+            release = self._core.untaken()
+            if release is not None:
                 with contextlib.suppress(TallyError):
                     await self.client.call(self.client.ledgers.ReleaseClaim, release)
             raise

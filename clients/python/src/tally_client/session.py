@@ -94,6 +94,14 @@ class SessionCore:
             batches[-1].claim_next.CopyFrom(claim_next)
         return batches
 
+    def untaken(self) -> ledger_pb2.ReleaseClaimRequest | None:
+        """Gives back the claim the session's last report took, for a
+        `claim_next` that fails after it (None when it took none)."""
+        taken = self.next_claim
+        if taken is None or not taken.HasField("claim"):
+            return None
+        return ledger_pb2.ReleaseClaimRequest(name=taken.claim.name)
+
     def reported(
         self,
         request: ledger_pb2.ReportOutcomesRequest,
