@@ -6,6 +6,8 @@
 //! share-locked here, so a concurrent report cannot settle them between our
 //! read and our commit) or at rows of the same call.
 
+mod copy;
+
 use crate::codes::PgQueryAs;
 use crate::settle::unless_all;
 use crate::types::{EnrollOutcome, LedgerRecord, NewRow};
@@ -74,7 +76,7 @@ impl Store {
             let columns = Columns::new(&ledger, rows, &plan, &HashMap::new(), &unknown);
             let mut tx = self.begin().await?;
             crate::ledgers::hold(&mut tx, &ledger).await?;
-            let inserted = insert(&mut *tx, columns).await?;
+            let inserted = insert(&mut tx, columns).await?;
             tx.commit().await?;
             self.models.remember(ledger.id, &unknown);
             // ON CONFLICT waited for any concurrent insert of our keys to
@@ -136,7 +138,7 @@ async fn enroll_once(
 
     let plan = plan_statuses(rows, &batch, &existing);
     let columns = Columns::new(ledger, rows, &plan, &existing, unknown_models);
-    let inserted = insert(&mut **tx, columns).await?;
+    let inserted = insert(tx, columns).await?;
 
     // A same-call dependency we took for new must have been inserted by us;
     // if a concurrent enrollment inserted it first, our counts are wrong.
@@ -441,13 +443,23 @@ impl<'a> Columns<'a> {
         c
     }
 
-    /// Binds `$1`…`$17`, columns of defaults sent empty.
-    fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
-        let providers: Vec<String> = self
-            .unknown_models
+    /// The provider of each model not yet listed for the ledger.
+    fn providers(&self) -> Vec<String> {
+        self.unknown_models
             .iter()
             .map(|&m| tally_core::provider::provider_of(m).to_owned())
-            .collect();
+            .collect()
+    }
+
+    /// The rows' models, empty when every one is the ledger's.
+    fn models_unless_default(&self) -> Vec<&'a str> {
+        unless_all(self.models.clone(), &self.default_model)
+    }
+
+    /// Binds `$1`…`$17`, columns of defaults sent empty.
+    fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
+        let providers = self.providers();
+        let models = self.models_unless_default();
         q.bind(self.ledger_id)
             .bind(self.keys)
             .bind(self.payloads)
@@ -455,7 +467,7 @@ impl<'a> Columns<'a> {
             .bind(unless_all(self.deps_csv, &String::new()))
             .bind(unless_all(self.prompt_names, &""))
             .bind(unless_all(self.prompt_versions, &""))
-            .bind(unless_all(self.models, &self.default_model))
+            .bind(models)
             .bind(unless_all(self.statuses, &RowStatus::Pending.code()))
             .bind(unless_all(self.unmet, &0))
             .bind(self.edge_children)
@@ -468,21 +480,23 @@ impl<'a> Columns<'a> {
     }
 }
 
-/// The one enrollment statement: rows, their dependency edges, their queue
-/// chunks and the models not yet in the ledger's model list. Returns the
-/// keys actually inserted; the statement ships them back only when it did
-/// not insert them all (its `CASE` evaluates the `array_agg` subquery only
+/// Inserts the rows, their dependency edges, their queue chunks and the
+/// models not yet in the ledger's model list: by `COPY` when the call is
+/// all new rows that [`copy::fits`], and otherwise (or when a key was
+/// already there) by the one enrollment statement. Returns the keys
+/// actually inserted; the statement ships them back only when it did not
+/// insert them all (its `CASE` evaluates the `array_agg` subquery only
 /// then).
-async fn insert<'e, E: sqlx::Executor<'e, Database = Postgres>>(
-    exec: E,
-    columns: Columns<'_>,
-) -> Result<Inserted> {
+async fn insert(tx: &mut Transaction<'static, Postgres>, columns: Columns<'_>) -> Result<Inserted> {
+    if copy::fits(&columns) && copy::insert(tx, &columns).await? {
+        return Ok(Inserted::All);
+    }
     static SQL: LazyLock<String> =
         LazyLock::new(|| codes::render(include_str!("queries/enroll/insert.sql")));
     let given = columns.given;
     let query = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()));
     let (count, keys_back): (i64, Option<Vec<String>>) =
-        columns.bind(query).fetch_one(exec).await?;
+        columns.bind(query).fetch_one(&mut **tx).await?;
     Ok(if count == given {
         Inserted::All
     } else {

@@ -18,6 +18,7 @@
 //!      holds a bare number (a test reads every statement to keep it so).
 //!      Long statements live in `queries/…/*.sql`, each loaded next to
 //!      the one function that binds it and filled in by `codes::render`.
+//!    - `copy_binary`: the stream a binary `COPY … FROM STDIN` reads.
 //!    - `fence`: locking and fencing: a claim, the rows it holds, a job
 //!      (claim first, then job, then rows) and the checks that a writer's
 //!      claim is live and is its job's.
@@ -38,7 +39,8 @@
 //!    - [`admission`]: whether a job may go to the provider now (rules in
 //!      `tally_core::quota`).
 //! 3. LedgerService, one module per job:
-//!    - [`prompts`], [`enroll`], [`rows`], [`redrive`].
+//!    - [`prompts`], [`enroll`] (with `enroll::copy`, its rows by `COPY`),
+//!      [`rows`], [`redrive`].
 //!    - `rescue`: claims whose lease ran out (its condition is also the
 //!      claim statement's).
 //!    - [`claims`]: the claim statement, extending, releasing;
@@ -73,6 +75,7 @@ mod capped;
 mod claim_cache;
 pub mod claims;
 mod codes;
+mod copy_binary;
 pub mod enroll;
 pub mod error;
 pub mod event_log;
