@@ -12,6 +12,7 @@ mod disk;
 mod grpc;
 mod ingest;
 mod pipeline;
+mod quiet;
 mod raw;
 mod stats;
 mod sustained;
@@ -236,11 +237,20 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         grpc::create_ledger(&mut client, "enroll").await?;
         raw::setup(&pool, "enroll").await?;
         checkpoint(&pool).await;
+        let mut analyzing = Duration::ZERO;
         let ((raw_n, raw_t), (n, t)) = alternate(
             slices.len(),
-            async |r| raw::enroll(&pool, "enroll", slices[r].clone(), cli.clients, 1000).await,
             async |r| {
-                grpc::enroll(&server.addr, "enroll", slices[r].clone(), cli.clients, 1000).await
+                let done = raw::enroll(&pool, "enroll", slices[r].clone(), cli.clients, 1000).await;
+                quiet::analyzes_done(&pool).await?;
+                done
+            },
+            async |r| {
+                let done =
+                    grpc::enroll(&server.addr, "enroll", slices[r].clone(), cli.clients, 1000)
+                        .await;
+                analyzing += quiet::analyzes_done(&pool).await?;
+                done
             },
         )
         .await?;
@@ -249,6 +259,12 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
             rate(n, t),
             rate(raw_n, raw_t),
         ));
+        lines.push(Line {
+            workload: "the server's ANALYZEs after its enroll rounds (not in the rates)".into(),
+            tally: format!("{:.1} s", analyzing.as_secs_f64()),
+            baseline: "-".into(),
+            ratio: None,
+        });
     }
 
     let claim_phases = [
