@@ -13,7 +13,9 @@ use std::sync::LazyLock;
 use tally_core::pause::PauseReason;
 
 /// Appends events for jobs changed in `tx`, in order, as of their current
-/// state in `tx`. Call it as the last statement before committing.
+/// state in `tx`. Call it as the last statement before committing. The
+/// jobs' snapshots are read first; the ordering lock is then held for the
+/// insert and the commit only (every job event waits for it).
 pub(crate) async fn append(
     tx: &mut Transaction<'static, Postgres>,
     events: &[(i64, JobEventKind)],
@@ -23,20 +25,41 @@ pub(crate) async fn append(
         return Ok(());
     }
     let ids: Vec<i64> = events.iter().map(|(id, _)| *id).collect();
-    let kinds: Vec<i16> = events.iter().map(|(_, k)| k.code()).collect();
+    static RENDER: LazyLock<String> = LazyLock::new(|| {
+        codes::render_with(
+            include_str!("queries/events/render.sql"),
+            &[("JOB_SELECT", &JOB_SELECT)],
+        )
+    });
+    let rendered: Vec<(i64, i64, i64, String)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(RENDER.as_str()))
+            .bind(&ids)
+            .fetch_all(&mut **tx)
+            .await?;
+    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (n, ledger_id, job_id, job) in rendered {
+        let kind = usize::try_from(n - 1)
+            .ok()
+            .and_then(|i| events.get(i))
+            .map(|(_, kind)| kind.code())
+            .ok_or_else(|| StoreError::Internal(format!("job event {n} of {}", events.len())))?;
+        columns.0.push(ledger_id);
+        columns.1.push(job_id);
+        columns.2.push(kind);
+        columns.3.push(job);
+    }
     event_log::order(tx, Log::Jobs).await?;
     static SQL: LazyLock<String> = LazyLock::new(|| {
         codes::render_with(
             include_str!("queries/events/append.sql"),
-            &[
-                ("JOB_SELECT", &JOB_SELECT),
-                ("CHANNEL", &Log::Jobs.channel()),
-            ],
+            &[("CHANNEL", &Log::Jobs.channel())],
         )
     });
     sqlx::query(sqlx::AssertSqlSafe(SQL.as_str()))
-        .bind(&ids)
-        .bind(&kinds)
+        .bind(columns.0)
+        .bind(columns.1)
+        .bind(columns.2)
+        .bind(columns.3)
         .bind(actor)
         .execute(&mut **tx)
         .await?;

@@ -1,16 +1,15 @@
 -- Appends job events in commit order (see `append` in events.rs; the caller
--- holds the event sequence lock): one per (job, type), each with a snapshot of
--- its job as the job read model shows it, then wakes watchers.
+-- holds the event sequence lock): one per (job, type), each with the
+-- snapshot of its job render.sql read, then wakes watchers.
 --
--- Parameters: $1 job ids; $2 event types (JobEventKind codes), in order;
--- $3 actor.
-WITH e AS (
-    SELECT * FROM unnest($1::int8[], $2::int2[]) WITH ORDINALITY AS e(job_id, type, n)
-),
-ins AS (
+-- Parameters: $1 ledger ids, $2 job ids, $3 event types (JobEventKind
+-- codes), $4 snapshots (jsonb as text), one element per event, in order;
+-- $5 actor.
+WITH ins AS (
     INSERT INTO job_events (ledger_id, job_id, type, actor, job)
-    SELECT x.ledger_id, x.id, e.type, $3, to_jsonb(x)
-    FROM e JOIN ({{JOB_SELECT}}) x ON x.id = e.job_id
+    SELECT e.ledger_id, e.job_id, e.type, $5, e.job::jsonb
+    FROM unnest($1::int8[], $2::int8[], $3::int2[], $4::text[])
+        WITH ORDINALITY AS e(ledger_id, job_id, type, job, n)
     ORDER BY e.n
     RETURNING seq
 )
