@@ -5,7 +5,7 @@
 //! model version and pauses the ledger when the set says so.
 
 use crate::fence;
-use crate::pause::PauseLedger;
+use crate::pause::{self, PauseLedger};
 use crate::types::LedgerRecord;
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, Transaction};
@@ -50,6 +50,17 @@ pub struct Recorded {
 
 /// Who pauses a ledger for drift.
 const ACTOR: &str = "tally (golden rows)";
+
+/// The pause a drift asks for.
+fn drift_pause<'a>(ledger: &'a str, message: &'a str) -> PauseLedger<'a> {
+    PauseLedger {
+        ledger,
+        reason: PauseReason::ModelDrift,
+        message,
+        actor: ACTOR,
+        etag: None,
+    }
+}
 
 type SetRow = (sqlx::types::Json<Vec<GoldenRow>>, i32, i32, f64, bool);
 
@@ -217,6 +228,11 @@ impl Store {
         let record = self.ledger(ledger).await?;
         let mut tx = self.begin().await?;
         let out = async {
+            // The pause the drift may ask for commits with the results and
+            // the alert mark that say so: once the mark is set, no later
+            // report would pause for this model version again. A pause
+            // takes the ledger's row before anything it guards.
+            pause::lock_first(&mut tx, ledger).await?;
             let job = fence::lock_fenced_job(&mut tx, record.id, ledger, public_id, token).await?;
             let sql = format!("{SET_SELECT} FOR UPDATE");
             let row: Option<SetRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
@@ -272,28 +288,24 @@ impl Store {
             }
             let view = read_drift(&mut *tx, record.id, &set.policy).await?;
             let newly = view.drift.drifted && self.note_alert(&mut tx, &record, &view).await?;
-            Ok((
-                Recorded {
-                    matched,
-                    mismatched,
-                    drift: view,
-                },
-                newly && set.policy.pause_on_drift,
-            ))
+            let paused = if newly && set.policy.pause_on_drift {
+                let message = golden::drift_message(&view.model, &view.model_version, &view.drift);
+                let (now, changed) = pause::pause_in(&mut tx, &drift_pause(ledger, &message)).await?;
+                Some((now, changed, message))
+            } else {
+                None
+            };
+            let recorded = Recorded {
+                matched,
+                mismatched,
+                drift: view,
+            };
+            Ok((recorded, paused))
         }
         .await;
-        let (recorded, pause) = crate::end_tx(tx, out).await?;
-        if pause {
-            let v = &recorded.drift;
-            let message = golden::drift_message(&v.model, &v.model_version, &v.drift);
-            self.pause_ledger(&PauseLedger {
-                ledger,
-                reason: PauseReason::ModelDrift,
-                message: &message,
-                actor: ACTOR,
-                etag: None,
-            })
-            .await?;
+        let (recorded, paused) = crate::end_tx(tx, out).await?;
+        if let Some((now, changed, message)) = paused {
+            self.paused_now(&drift_pause(ledger, &message), &now, changed);
         }
         Ok(recorded)
     }

@@ -166,3 +166,60 @@ async fn golden_results_are_trimmed_to_twice_the_window() {
     let (_, drift) = s.get_golden("l").await.unwrap().unwrap();
     assert_eq!(drift.drift.results, 4);
 }
+
+/// Invariant: the pause a drift asks for commits with the results and the
+/// alert mark that found it. When the pause cannot be written, the report
+/// keeps nothing, and the same report again records the drift and pauses
+/// (were the results kept without the pause, no later report would pause
+/// for that model version: its alert mark would be set already).
+#[tokio::test]
+async fn a_drift_pause_commits_with_the_results_that_found_it() {
+    let env = env().await;
+    let s = &env.store;
+    let mut p = fast_policy();
+    p.max_active_jobs = 10;
+    s.create_ledger("l", &p).await.unwrap();
+    let rows: Vec<_> = (0..4).map(|i| row(&format!("r{i}"), &[])).collect();
+    s.enroll("l", &rows).await.unwrap();
+    s.set_golden("l", &set(1, true)).await.unwrap();
+    let (id1, token1, _) = job(s).await;
+    let (id2, token2, _) = job(s).await;
+    let wrong = [
+        answer("g1", r#"{"label": "neg"}"#, "m-2"),
+        answer("g2", r#"{"label": "pos"}"#, "m-2"),
+    ];
+    s.report_golden("l", &id1, token1, &wrong).await.unwrap();
+    assert!(s.get_ledger("l").await.unwrap().pause.is_none());
+
+    // The second job's answers fill the window (4 of 4 wrong): drift. The
+    // pause's write is refused from outside.
+    for sql in [
+        "CREATE FUNCTION refuse_pause() RETURNS trigger LANGUAGE plpgsql AS
+         $$ BEGIN RAISE EXCEPTION 'pause refused by the test'; END $$",
+        "CREATE TRIGGER refuse_pause BEFORE UPDATE OF pause_reason ON ledgers
+         FOR EACH ROW EXECUTE FUNCTION refuse_pause()",
+    ] {
+        sqlx::query(sql).execute(s.pool()).await.unwrap();
+    }
+    s.report_golden("l", &id2, token2, &wrong)
+        .await
+        .expect_err("the pause could not be written");
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM golden_results")
+        .fetch_one(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(kept, 2, "only the first job's results are kept");
+    let (_, drift) = s.get_golden("l").await.unwrap().unwrap();
+    assert!(!drift.drift.drifted);
+    assert!(s.get_ledger("l").await.unwrap().pause.is_none());
+
+    sqlx::query("DROP TRIGGER refuse_pause ON ledgers")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    let r = s.report_golden("l", &id2, token2, &wrong).await.unwrap();
+    assert_eq!((r.matched, r.mismatched), (0, 2));
+    assert!(r.drift.drift.drifted);
+    let pause = s.get_ledger("l").await.unwrap().pause.expect("paused");
+    assert_eq!(pause.reason, tally_core::pause::PauseReason::ModelDrift);
+}
