@@ -247,7 +247,13 @@ fn bare_codes(text: &str) -> Vec<String> {
         let rest = &lower[at + 5..];
         let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
         let tail = rest[digits..].trim_start_matches("::int2").trim_start();
-        if digits > 0 && tail.starts_with("else") && tail[4..].trim_start().contains("status") {
+        // The ELSE branch only (to its END or its line's end), not the rest
+        // of the file.
+        let otherwise = tail.strip_prefix("else").map(str::trim_start).map(|t| {
+            let end = t.find(" end").into_iter().chain(t.find('\n')).min();
+            &t[..end.unwrap_or(t.len())]
+        });
+        if digits > 0 && otherwise.is_some_and(|e| e.contains("status")) {
             let line = lower[..at].matches('\n').count() + 1;
             found.push(format!(
                 "line {line}: {}",
@@ -270,6 +276,8 @@ mod no_bare_codes {
         assert_eq!(bare_codes("AND c.state = 1 AND").len(), 1);
         assert_eq!(bare_codes("verdict <> 1").len(), 1);
         assert_eq!(bare_codes("THEN 6 ELSE r.status END").len(), 1);
+        assert_eq!(bare_codes("THEN 6\n ELSE r.status END").len(), 1);
+        assert!(bare_codes("THEN 9 ELSE r.tokens END,\n status = w.status").is_empty());
         assert!(
             bare_codes("WHERE r.status IN ({{CLAIMABLE}}) AND state = {CLAIM_ACTIVE}").is_empty()
         );
