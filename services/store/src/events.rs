@@ -24,30 +24,26 @@ pub(crate) async fn append(
     if events.is_empty() {
         return Ok(());
     }
-    let ids: Vec<i64> = events.iter().map(|(id, _)| *id).collect();
+    let (ids, kinds): (Vec<i64>, Vec<i16>) =
+        events.iter().map(|(id, kind)| (*id, kind.code())).unzip();
     static RENDER: LazyLock<String> = LazyLock::new(|| {
         codes::render_with(
             include_str!("queries/events/render.sql"),
             &[("JOB_SELECT", &JOB_SELECT)],
         )
     });
-    let rendered: Vec<(i64, i64, i64, String)> =
+    type Columns = (
+        Option<Vec<i64>>,
+        Option<Vec<i64>>,
+        Option<Vec<i16>>,
+        Option<Vec<String>>,
+    );
+    let (ledger_ids, job_ids, types, jobs): Columns =
         sqlx::query_as(sqlx::AssertSqlSafe(RENDER.as_str()))
             .bind(&ids)
-            .fetch_all(&mut **tx)
+            .bind(&kinds)
+            .fetch_one(&mut **tx)
             .await?;
-    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (n, ledger_id, job_id, job) in rendered {
-        let kind = usize::try_from(n - 1)
-            .ok()
-            .and_then(|i| events.get(i))
-            .map(|(_, kind)| kind.code())
-            .ok_or_else(|| StoreError::Internal(format!("job event {n} of {}", events.len())))?;
-        columns.0.push(ledger_id);
-        columns.1.push(job_id);
-        columns.2.push(kind);
-        columns.3.push(job);
-    }
     event_log::order(tx, Log::Jobs).await?;
     static SQL: LazyLock<String> = LazyLock::new(|| {
         codes::render_with(
@@ -56,10 +52,10 @@ pub(crate) async fn append(
         )
     });
     sqlx::query(sqlx::AssertSqlSafe(SQL.as_str()))
-        .bind(columns.0)
-        .bind(columns.1)
-        .bind(columns.2)
-        .bind(columns.3)
+        .bind(ledger_ids.unwrap_or_default())
+        .bind(job_ids.unwrap_or_default())
+        .bind(types.unwrap_or_default())
+        .bind(jobs.unwrap_or_default())
         .bind(actor)
         .execute(&mut **tx)
         .await?;

@@ -3,9 +3,11 @@
 -- transaction. Read before the event sequence lock is taken, so that the
 -- lock is held for the insert and the commit only.
 --
--- Parameters: $1 job ids, in event order. Returns each event's place in
--- that order (from 1), its job's ledger id and id, and the snapshot.
-SELECT e.n, x.ledger_id, x.id, to_jsonb(x)::text
-FROM unnest($1::int8[]) WITH ORDINALITY AS e(job_id, n)
+-- Parameters: $1 job ids, $2 event types (JobEventKind codes), one element
+-- per event, in order. Returns one row of arrays, in that order, as
+-- append.sql takes them: ledger ids, job ids, types, snapshots (NULL when
+-- there is no event).
+SELECT array_agg(x.ledger_id ORDER BY e.n), array_agg(x.id ORDER BY e.n),
+       array_agg(e.type ORDER BY e.n), array_agg(to_jsonb(x)::text ORDER BY e.n)
+FROM unnest($1::int8[], $2::int2[]) WITH ORDINALITY AS e(job_id, type, n)
 JOIN ({{JOB_SELECT}}) x ON x.id = e.job_id
-ORDER BY e.n
