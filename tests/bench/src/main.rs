@@ -84,6 +84,14 @@ struct Cli {
     /// batch 500; 1 and 4 at batch 1) and of the pipeline (1 and 2).
     #[arg(long, value_delimiter = ',')]
     workers: Vec<usize>,
+    /// The providers the pipeline phase runs at, each through its emulator.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "gemini,openai,anthropic"
+    )]
+    providers: Vec<pipeline::Provider>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -103,8 +111,9 @@ enum Phase {
     /// Bytes on disk per row against the payload and result bytes (runs
     /// first, on the empty database).
     Disk,
-    /// The whole pipeline (server, tally-workers, the Gemini emulator at
-    /// zero latency) against the raw claim+report loop, 1 and 2 workers.
+    /// The whole pipeline (server, tally-workers, a provider's emulator at
+    /// zero latency) against the raw claim+report loop, 1 and 2 workers,
+    /// for each of --providers.
     Pipeline,
 }
 
@@ -316,18 +325,30 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
     }
 
     if runs(Phase::Pipeline) {
-        for workers in [1, 2].into_iter().filter(|w| counted(*w)) {
-            eprintln!(
-                "pipeline: {} rows, {workers} worker(s), the emulator at zero latency; raw loop first",
-                cli.pipeline_rows
-            );
-            let m =
-                pipeline::run(&server.addr, &pool, cli.pipeline_rows, workers, cli.clients).await?;
-            lines.push(line(
-                format!("pipeline (server, emulator, batches of 500), {workers} worker(s)"),
-                rate(m.rows, m.tally),
-                rate(m.rows, m.raw),
-            ));
+        for provider in cli.providers.iter().copied() {
+            for workers in [1, 2].into_iter().filter(|w| counted(*w)) {
+                let name = provider.name();
+                eprintln!(
+                    "pipeline: {} rows at {name}, {workers} worker(s), the emulator at zero latency; raw loop first",
+                    cli.pipeline_rows
+                );
+                let m = pipeline::run(
+                    &server.addr,
+                    &pool,
+                    provider,
+                    cli.pipeline_rows,
+                    workers,
+                    cli.clients,
+                )
+                .await?;
+                lines.push(line(
+                    format!(
+                        "pipeline at {name} (server, emulator, batches of 500), {workers} worker(s)"
+                    ),
+                    rate(m.rows, m.tally),
+                    rate(m.rows, m.raw),
+                ));
+            }
         }
     }
 
