@@ -130,7 +130,13 @@ impl Store {
             Ok(job)
         }
         .await;
-        crate::end_tx(tx, out).await
+        let job = crate::end_tx(tx, out).await?;
+        // A claim with a job is reported under its lock (the job's counts
+        // and events move with the rows): what the claim cache remembers of
+        // it could only send its reports to the guarded statement, which
+        // refuses every claim with a job, and back.
+        self.claim_cache.forget(token);
+        Ok(job)
     }
 
     pub async fn get_job(&self, ledger: &str, public_id: &str) -> Result<JobRecord> {
