@@ -285,7 +285,7 @@ impl<'e, 'v> Matcher<'e, 'v> {
                 Format::OpenAi | Format::Anthropic => {
                     let got = match self.format {
                         Format::Anthropic => anthropic::outcome(key, &line, expect),
-                        _ => openai::outcome(key, &line, expect),
+                        _ => openai::outcome(key, &line, &raw, expect),
                     };
                     match got {
                         Some(o) => self.out.outcomes.push(o),

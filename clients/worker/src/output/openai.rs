@@ -36,8 +36,9 @@ const MAX_RESPONSE: usize = tally_core::payload::MAX_PAYLOAD_BYTES;
 /// Error codes of requests the batch ended before running.
 const NEVER_RAN: [&str; 2] = ["batch_expired", "batch_cancelled"];
 
-/// The outcome of one line; `None` for a request that never ran.
-pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> Option<pb::RowOutcome> {
+/// The outcome of one line (`line`, parsed from `raw`); `None` for a request
+/// that never ran.
+pub fn outcome(key: &str, line: &Value, raw: &str, expect: &Expect<'_>) -> Option<pb::RowOutcome> {
     let response = line.get("response").filter(|r| !r.is_null());
     let error = line.get("error").filter(|e| !e.is_null());
     let body = response.and_then(|r| r.get("body"));
@@ -69,10 +70,11 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> Option<pb::RowOu
             }
         }
     };
-    // The provider's own answer goes with a result, so an export writes
-    // the body it returned; one over the server's bound is left out.
+    // The provider's own answer goes with a result, as it wrote it (its
+    // keys in its order), so an export writes the body it returned; one over
+    // the server's bound is left out.
     let kept = match (&result, response) {
-        (Ok(_), Some(r)) => Some(r.to_string()).filter(|r| r.len() <= MAX_RESPONSE),
+        (Ok(_), Some(_)) => written_response(raw).filter(|r| r.len() <= MAX_RESPONSE),
         _ => None,
     };
     Some(pb::RowOutcome {
@@ -82,8 +84,21 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> Option<pb::RowOu
             Err(failure) => pb::row_outcome::Outcome::Failure(failure),
         }),
         usage,
-        response: kept.unwrap_or_default(),
+        response: kept.map(str::to_owned).unwrap_or_default(),
     })
+}
+
+/// The text of a line's `response` object, as the provider wrote it.
+fn written_response(raw: &str) -> Option<&str> {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(borrow)]
+        response: Option<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_str::<Line<'_>>(raw)
+        .ok()?
+        .response
+        .map(serde_json::value::RawValue::get)
 }
 
 /// A request the API answered with an error status.
@@ -216,6 +231,11 @@ mod tests {
                              "completion_tokens_details": {"reasoning_tokens": 5}}}}})
     }
 
+    /// The outcome of `line` as key `k`, read from its compact text.
+    fn judged(line: &Value, expect: &Expect<'_>) -> Option<pb::RowOutcome> {
+        outcome("k", line, &line.to_string(), expect)
+    }
+
     fn failure(o: &pb::RowOutcome) -> &pb::Failure {
         match &o.outcome {
             Some(Outcome::Failure(f)) => f,
@@ -227,7 +247,7 @@ mod tests {
     // tally prices it (reasoning tokens are thinking, not output).
     #[test]
     fn an_answer_is_the_result_with_its_usage() {
-        let o = outcome("k", &ok(r#"{"a": 1}"#, "stop"), &JSON).unwrap();
+        let o = judged(&ok(r#"{"a": 1}"#, "stop"), &JSON).unwrap();
         assert_eq!(o.outcome, Some(Outcome::Result(r#"{"a":1}"#.into())));
         assert_eq!(
             o.usage,
@@ -239,9 +259,9 @@ mod tests {
                 cache_write_tokens: 0,
             })
         );
-        let text = outcome("k", &ok("hello", "stop"), &TEXT).unwrap();
+        let text = judged(&ok("hello", "stop"), &TEXT).unwrap();
         assert_eq!(text.outcome, Some(Outcome::Result(r#""hello""#.into())));
-        let not_json = outcome("k", &ok("hello", "stop"), &JSON).unwrap();
+        let not_json = judged(&ok("hello", "stop"), &JSON).unwrap();
         assert_eq!(
             failure(&not_json).kind,
             pb::FailureKind::InvalidOutput as i32
@@ -254,40 +274,55 @@ mod tests {
     #[test]
     fn a_result_keeps_the_providers_response() {
         let line = ok("hello", "stop");
-        let got = outcome("k", &line, &TEXT).unwrap();
+        let got = judged(&line, &TEXT).unwrap();
         let kept: Value = serde_json::from_str(&got.response).unwrap();
         assert_eq!(kept, line["response"]);
-        let failed = outcome("k", &ok("hello", "length"), &TEXT).unwrap();
+        let failed = judged(&ok("hello", "length"), &TEXT).unwrap();
         assert!(failed.response.is_empty());
         let mut huge = ok(&"x".repeat(MAX_RESPONSE), "stop");
         huge["custom_id"] = json!("k");
-        let got = outcome("k", &huge, &TEXT).unwrap();
+        let got = judged(&huge, &TEXT).unwrap();
         assert!(matches!(got.outcome, Some(Outcome::Result(_))));
         assert!(got.response.is_empty());
+    }
+
+    // Invariant: the response kept is the provider's own text of it, its
+    // keys in the provider's order (an export writes back what it sent),
+    // not a re-serialization of it.
+    #[test]
+    fn the_response_is_kept_as_the_provider_wrote_it() {
+        let response = r#"{"status_code": 200, "request_id": "req_1", "body": {"id": "chatcmpl-1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}}"#;
+        let raw = format!(
+            r#"{{"id": "batch_req_1", "custom_id": "k", "response": {response}, "error": null}}"#
+        );
+        let line: Value = serde_json::from_str(&raw).unwrap();
+        let got = outcome("k", &line, &raw, &TEXT).unwrap();
+        assert_eq!(got.outcome, Some(Outcome::Result(r#""hi""#.into())));
+        assert_eq!(got.response, response);
     }
 
     // Invariant: every way a request can fail has its kind and the
     // provider's words; requests that never ran are no outcome at all.
     #[test]
     fn failures_keep_the_providers_words() {
-        let cut = outcome("k", &ok(r#"{"a": "#, "length"), &JSON).unwrap();
+        let cut = judged(&ok(r#"{"a": "#, "length"), &JSON).unwrap();
         let f = failure(&cut);
         assert_eq!(
             (f.kind, f.finish_reason.as_str()),
             (pb::FailureKind::InvalidOutput as i32, "length")
         );
-        let filtered = outcome("k", &ok("", "content_filter"), &JSON).unwrap();
+        let filtered = judged(&ok("", "content_filter"), &JSON).unwrap();
         assert_eq!(failure(&filtered).kind, pb::FailureKind::Blocked as i32);
         let mut refused = ok("", "stop");
         refused["response"]["body"]["choices"][0]["message"]["refusal"] = json!("I can't help");
         refused["response"]["body"]["choices"][0]["message"]["content"] = Value::Null;
-        let f = outcome("k", &refused, &JSON).unwrap();
+        let f = judged(&refused, &JSON).unwrap();
         assert_eq!(failure(&f).kind, pb::FailureKind::Blocked as i32);
         assert!(failure(&f).message.contains("I can't help"));
         let http = json!({"custom_id": "k", "error": null, "response": {"status_code": 400,
             "request_id": "r", "body": {"error": {"message": "maximum context length is 128000",
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}}});
-        let f = outcome("k", &http, &JSON).unwrap();
+        let f = judged(&http, &JSON).unwrap();
         let f = failure(&f);
         assert_eq!(
             (f.http_code, f.status.as_str()),
@@ -296,14 +331,14 @@ mod tests {
         assert!(f.message.contains("128000"));
         let timeout = json!({"custom_id": "k", "response": null,
             "error": {"code": "request_timeout", "message": "timed out"}});
-        let f = outcome("k", &timeout, &JSON).unwrap();
+        let f = judged(&timeout, &JSON).unwrap();
         assert_eq!(failure(&f).status, "request_timeout");
         for code in NEVER_RAN {
             let line = json!({"custom_id": "k", "response": null,
                 "error": {"code": code, "message": "This request could not be executed"}});
-            assert!(outcome("k", &line, &JSON).is_none(), "{code}");
+            assert!(judged(&line, &JSON).is_none(), "{code}");
         }
-        let empty = outcome("k", &json!({"custom_id": "k"}), &JSON).unwrap();
+        let empty = judged(&json!({"custom_id": "k"}), &JSON).unwrap();
         assert_eq!(failure(&empty).kind, pb::FailureKind::EmptyResponse as i32);
     }
 
