@@ -308,7 +308,7 @@ async fn a_provider_response_is_kept_with_its_result_only() {
 
 /// Replaces `tally_assert` in this test's database with one that also
 /// counts its refusals in sequence `refusals` (a sequence moves even when
-/// the refused statement rolls back); answers how many there were.
+/// the refused statement rolls back), which [`refusals`] reads.
 async fn count_refusals(store: &Store) {
     for sql in [
         "CREATE SEQUENCE refusals",
@@ -327,6 +327,7 @@ async fn count_refusals(store: &Store) {
     }
 }
 
+/// How many times `tally_assert` refused since [`count_refusals`].
 async fn refusals(store: &Store) -> i64 {
     sqlx::query_scalar("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM refusals")
         .fetch_one(store.pool())
