@@ -20,3 +20,4 @@ mod providers;
 mod purge;
 mod report_paths;
 mod spend;
+mod statistics;
