@@ -194,9 +194,12 @@ impl Store {
             .bind(ANALYZE_LOCK)
             .fetch_one(&mut *tx)
             .await?;
+        if !got {
+            return Ok(false);
+        }
         // Read again under the lock: another replica may have just done it.
         let before = hot_table_stats(&mut *tx, &[table]).await?;
-        let Some(stale) = before.iter().find(|t| t.stale()).filter(|_| got) else {
+        let Some(stale) = before.iter().find(|t| t.stale()) else {
             return Ok(false);
         };
         let analyzed_before = analyze_count(&mut *tx, table).await?;

@@ -63,12 +63,18 @@ async fn status_list_built(env: &Env) -> bool {
     .unwrap()
 }
 
-async fn without_autovacuum(env: &Env) {
+/// A database whose `rows` grew by `n` rows and that the store then
+/// analyzed.
+async fn grown_and_analyzed(name: &str, n: usize) -> Env {
+    let env = env().await;
     // Autovacuum analyzing first would leave the store nothing to do.
     sqlx::query("ALTER TABLE rows SET (autovacuum_enabled = false)")
         .execute(env.store.pool())
         .await
         .unwrap();
+    grow(&env, name, n).await;
+    assert!(env.store.analyze("rows").await.unwrap(), "analyzed");
+    env
 }
 
 /// A `rows` table grown past 4,096 pages (10,000 rows of 1.2 kB) is
@@ -77,10 +83,7 @@ async fn without_autovacuum(env: &Env) {
 /// 300,000 rows for), and the planner's size of it is current afterwards.
 #[tokio::test]
 async fn a_large_rows_table_is_analyzed_for_its_plans_only() {
-    let env = env().await;
-    without_autovacuum(&env).await;
-    grow(&env, "big", 10_000).await;
-    assert!(env.store.analyze("rows").await.unwrap(), "analyzed");
+    let env = grown_and_analyzed("big", 10_000).await;
     let stats = env.store.hot_table_stats().await.unwrap();
     let rows = stats.iter().find(|t| t.table == "rows").unwrap();
     assert!(
@@ -95,10 +98,7 @@ async fn a_large_rows_table_is_analyzed_for_its_plans_only() {
 /// while the table is small enough to read in a few tenths of a second.
 #[tokio::test]
 async fn a_young_rows_table_is_analyzed_whole() {
-    let env = env().await;
-    without_autovacuum(&env).await;
-    grow(&env, "small", 2_000).await;
-    assert!(env.store.analyze("rows").await.unwrap(), "analyzed");
+    let env = grown_and_analyzed("small", 2_000).await;
     let columns = analyzed_columns(&env).await;
     assert!(columns.iter().any(|c| c == "payload"), "{columns:?}");
     assert!(status_list_built(&env).await);
