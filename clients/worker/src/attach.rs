@@ -1,37 +1,34 @@
 //! A row's media, sent the way the provider takes it: each `{"media": …}`
-//! part of a request becomes the provider's part for the file's bytes.
+//! part of a request becomes the provider's part for the file's bytes
+//! (its wire's [`inline_part`](crate::provider::Wire::inline_part), or
+//! a reference to an upload).
 //!
-//! Gemini takes a file two ways: inline (`inlineData`: base64 in the
-//! request, counted against its size) or uploaded through the Files API and
-//! referenced (`fileData`: the file's URI; 2 GB a file, 20 GiB a project,
-//! deleted after 48 hours). A file up to `--media-inline-max` bytes goes
-//! inline; a larger one is uploaded once and referenced by every attempt
-//! and every row that sends the same bytes while it lives: tally's media
-//! register (LookupMediaUploads / RecordMediaUpload, by provider account
-//! and SHA-256) says which uploads exist, and one is reused only while it
-//! has `--media-min-life` left (a batch may take a day). A new upload is
-//! made only while the account's uploads stay under
-//! `--provider-storage-bytes`; otherwise the row waits (released, no
-//! attempt) for the janitor to free room.
-//!
-//! OpenAI takes media inline only: an image as an `image_url` part holding
-//! a `data:` URL, a PDF as a `file` part with its `file_data` (its batch
-//! file may hold 200 MB); other types are refused for the row.
+//! A provider that takes uploads ([`uploads_media`](crate::provider::Wire::uploads_media):
+//! Gemini's Files API, 2 GB a file, 20 GiB a project, deleted after 48
+//! hours) gets a file up to `--media-inline-max` bytes inline and a larger
+//! one uploaded once and referenced by every attempt and every row that
+//! sends the same bytes while it lives: tally's media register
+//! (LookupMediaUploads / RecordMediaUpload, by provider account and
+//! SHA-256) says which uploads exist, and one is reused only while it has
+//! `--media-min-life` left (a batch may take a day). A new upload is made
+//! only while the account's uploads stay under `--provider-storage-bytes`;
+//! otherwise the row waits (released, no attempt) for the janitor to free
+//! room. The others take media inline only, and refuse the types they do
+//! not take for the row.
 //!
 //! Within one job each file is read once ([`JobMedia`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
-use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tally_client::with_retry;
 use tally_core::media::MediaRef;
-use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 
 use crate::ctx::Ctx;
 use crate::media::MediaFail;
+use crate::provider::types::Upload;
 
 /// Why a row's media could not be attached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,23 +51,20 @@ pub struct JobMedia {
     pub uploads: BTreeSet<String>,
 }
 
-/// Replaces every `{"media": …}` part of `request` (Gemini's
-/// `contents[].parts`, OpenAI's `messages[].content`) with the provider's
-/// part for its bytes.
+/// Replaces every `{"media": …}` part of `request` (in the turns and
+/// parts its provider's wire names) with the provider's part for its
+/// bytes.
 pub async fn attach(
     ctx: &Ctx,
     request: &mut Value,
     media: &mut JobMedia,
 ) -> Result<(), AttachFail> {
-    let (turns, field) = match ctx.provider.api() {
-        Api::OpenAi | Api::Anthropic => ("messages", "content"),
-        Api::Gemini => ("contents", "parts"),
-    };
-    let Some(contents) = request.get_mut(turns).and_then(Value::as_array_mut) else {
+    let slots = ctx.provider.wire().media_slots();
+    let Some(contents) = request.get_mut(slots.turns).and_then(Value::as_array_mut) else {
         return Ok(());
     };
     for content in contents {
-        let Some(parts) = content.get_mut(field).and_then(Value::as_array_mut) else {
+        let Some(parts) = content.get_mut(slots.parts).and_then(Value::as_array_mut) else {
             continue;
         };
         for part in parts.iter_mut() {
@@ -85,16 +79,16 @@ pub async fn attach(
     Ok(())
 }
 
-/// The provider's part for `r`: Gemini's inline, or a reference to its
-/// upload (an upload of the same bytes with life left, or a new one);
-/// OpenAI's inline.
+/// The provider's part for `r`: inline, or (where the provider takes
+/// uploads and the file is larger than `--media-inline-max`) a reference
+/// to its upload: an upload of the same bytes with life left, or a new one.
 async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<Value, AttachFail> {
     if let Some(p) = media.parts.get(&r.sha256) {
         return Ok(p.clone());
     }
-    let api = ctx.provider.api();
-    if api != Api::Gemini {
-        inline_accepts(api, r)?;
+    let wire = ctx.provider.wire();
+    if let Some(why) = wire.refuses_media(r) {
+        return Err(AttachFail::Unreadable(why));
     }
     // Read (and checked against its hash) first: a small file goes inline
     // without asking the register.
@@ -102,15 +96,8 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
         MediaFail::Permanent(m) => AttachFail::Unreadable(m),
         MediaFail::Transient(m) => AttachFail::Unavailable(m),
     })?;
-    let part = if api == Api::OpenAi {
-        openai_part(r, &bytes)
-    } else if api == Api::Anthropic {
-        anthropic_part(r, &bytes)
-    } else if bytes.len() as u64 <= ctx.args.media_inline_max {
-        json!({"inlineData": {
-            "mimeType": r.mime_type,
-            "data": base64::engine::general_purpose::STANDARD.encode(&bytes),
-        }})
+    let part = if !wire.uploads_media() || bytes.len() as u64 <= ctx.args.media_inline_max {
+        wire.inline_part(r, &bytes)
     } else {
         let found = lookup(ctx, &r.sha256).await?;
         let uri = match reusable(ctx, r, &found) {
@@ -118,59 +105,10 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
             None => upload(ctx, r, bytes, found.stored_bytes.max(0) as u64).await?,
         };
         media.uploads.insert(r.sha256.clone());
-        file_part(&r.mime_type, &uri)
+        wire.file_part(r, &uri)
     };
     media.parts.insert(r.sha256.clone(), part.clone());
     Ok(part)
-}
-
-/// Whether `api` takes `r` inline in a request (images and PDFs).
-fn inline_accepts(api: Api, r: &MediaRef) -> Result<(), AttachFail> {
-    if r.mime_type.starts_with("image/") || r.mime_type == "application/pdf" {
-        return Ok(());
-    }
-    let (who, request) = match api {
-        Api::Anthropic => ("Anthropic", "a message"),
-        Api::OpenAi | Api::Gemini => ("OpenAI", "a chat completion"),
-    };
-    Err(AttachFail::Unreadable(format!(
-        "{}: {who} takes images and PDFs in {request}, not {}",
-        r.uri, r.mime_type
-    )))
-}
-
-/// Anthropic's content block for `r`'s bytes: an image, or a PDF
-/// document, inline as base64.
-fn anthropic_part(r: &MediaRef, bytes: &[u8]) -> Value {
-    let kind = if r.mime_type == "application/pdf" {
-        "document"
-    } else {
-        "image"
-    };
-    json!({"type": kind, "source": {
-        "type": "base64",
-        "media_type": r.mime_type,
-        "data": base64::engine::general_purpose::STANDARD.encode(bytes),
-    }})
-}
-
-/// OpenAI's inline part for `r`'s bytes.
-fn openai_part(r: &MediaRef, bytes: &[u8]) -> Value {
-    let data = format!(
-        "data:{};base64,{}",
-        r.mime_type,
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    );
-    if r.mime_type == "application/pdf" {
-        let name = r.uri.rsplit('/').next().unwrap_or("document.pdf");
-        json!({"type": "file", "file": {"filename": name, "file_data": data}})
-    } else {
-        json!({"type": "image_url", "image_url": {"url": data}})
-    }
-}
-
-fn file_part(mime: &str, uri: &str) -> Value {
-    json!({"fileData": {"mimeType": mime, "fileUri": uri}})
 }
 
 /// The URI of a live upload of `r`'s bytes with enough life left, if the
@@ -220,43 +158,23 @@ async fn upload(
         )));
     }
     let display = format!("tally-media/{}", r.sha256);
-    let Some(gemini) = ctx.provider.gemini() else {
-        return Err(AttachFail::Unavailable(format!(
-            "{}: this provider takes no media uploads",
-            r.uri
-        )));
-    };
-    let mut file = gemini
+    let file = match ctx
+        .provider
         .upload_media(&display, &r.mime_type, &bytes)
         .await
-        .map_err(|e| gemini_fail(&r.uri, &e))?;
-    // Large media (video) are PROCESSING a while before they can be used.
-    for _ in 0..60 {
-        if file["state"].as_str() != Some("PROCESSING") {
-            break;
+        .map_err(|e| upload_fail(&r.uri, &e))?
+    {
+        Upload::Ready(file) => file,
+        Upload::Unusable(why) => {
+            return Err(AttachFail::Unreadable(format!(
+                "{}: the provider could not process the file: {why}",
+                r.uri
+            )));
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let name = file["name"].as_str().unwrap_or_default().to_owned();
-        file = gemini
-            .get_file(&name)
-            .await
-            .map_err(|e| gemini_fail(&r.uri, &e))?;
-    }
-    if file["state"].as_str() == Some("FAILED") {
-        return Err(AttachFail::Unreadable(format!(
-            "{}: the provider could not process the file: {}",
-            r.uri, file["error"]
-        )));
-    }
-    let (Some(name), Some(uri)) = (file["name"].as_str(), file["uri"].as_str()) else {
-        return Err(AttachFail::Unavailable(format!(
-            "{}: the upload answered no file name and URI: {file}",
-            r.uri
-        )));
     };
-    let expire = file["expirationTime"]
-        .as_str()
-        .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+    let (name, uri) = (file.name.as_str(), file.uri.as_str());
+    let expire = file
+        .expire
         .unwrap_or_else(|| SystemTime::now() + DEFAULT_FILE_LIFE);
     let record = pb::RecordMediaUploadRequest {
         parent: ctx.ledger.clone(),
@@ -286,10 +204,10 @@ async fn upload(
 }
 
 /// How long the provider keeps a file when its answer does not say
-/// (Gemini: 48 hours).
+/// (48 hours, as the Files API documents).
 const DEFAULT_FILE_LIFE: Duration = Duration::from_secs(48 * 3600);
 
-fn gemini_fail(uri: &str, e: &crate::provider::ProviderError) -> AttachFail {
+fn upload_fail(uri: &str, e: &crate::provider::ProviderError) -> AttachFail {
     use crate::provider::ProviderError::Http;
     let why = format!("{uri}: the upload failed: {e}");
     match e {

@@ -1,9 +1,9 @@
-//! The worker's flags: each also reads a `TALLY_*` (or `GEMINI_*`,
-//! `OPENAI_*`) environment variable; durations in human form (`30s`,
-//! `5m`). The provider's API key is read from `GEMINI_API_KEY` or
-//! `OPENAI_API_KEY` (by the provider's API), or the file
-//! `--gemini-api-key-file` / `--openai-api-key-file` names: never a flag
-//! value (it would show in `ps`), never printed. tally's token
+//! The worker's flags: each also reads a `TALLY_*` (or the provider's own)
+//! environment variable; durations in human form (`30s`, `5m`). Each
+//! provider's base URL and key file are its folder's flags
+//! (`crate::provider::ProviderFlags`). The provider's API key is read from
+//! its variable (`GEMINI_API_KEY`, …) or the file its key-file flag names:
+//! never a flag value (it would show in `ps`), never printed. tally's token
 //! likewise comes from `TALLY_TOKEN` or `--token-file`. `Debug` of the flags
 //! shows neither the token nor a URL's credentials.
 
@@ -32,18 +32,9 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_TOKEN_FILE", conflicts_with = "token")]
     pub token_file: Option<PathBuf>,
 
-    /// File holding the Gemini API key, instead of `GEMINI_API_KEY`.
-    #[arg(long, env = "GEMINI_API_KEY_FILE")]
-    pub gemini_api_key_file: Option<PathBuf>,
-
-    /// File holding the OpenAI (or OpenAI-compatible server's) API key,
-    /// instead of `OPENAI_API_KEY`.
-    #[arg(long, env = "OPENAI_API_KEY_FILE")]
-    pub openai_api_key_file: Option<PathBuf>,
-
-    /// File holding the Anthropic API key, instead of `ANTHROPIC_API_KEY`.
-    #[arg(long, env = "ANTHROPIC_API_KEY_FILE")]
-    pub anthropic_api_key_file: Option<PathBuf>,
+    /// Each provider's base URL and key file.
+    #[command(flatten)]
+    pub providers: crate::provider::ProviderFlags,
 
     /// The provider this worker runs rows at: it claims only rows whose
     /// model runs there (`gemini`, `openai`, `anthropic`, or the name of an
@@ -78,32 +69,6 @@ pub struct WorkerArgs {
     /// The ledger to work on (its id, or `ledgers/{id}`).
     #[arg(long, env = "TALLY_LEDGER")]
     pub ledger: String,
-
-    /// Gemini API base URL (point it at the emulator for tests and demos).
-    #[arg(
-        long,
-        env = "GEMINI_BASE_URL",
-        default_value = "https://generativelanguage.googleapis.com"
-    )]
-    pub gemini_base_url: UrlArg,
-
-    /// OpenAI API base URL, version included (an OpenAI-compatible
-    /// server's, or the emulator's `http://host:port/v1`).
-    #[arg(
-        long,
-        env = "OPENAI_BASE_URL",
-        default_value = "https://api.openai.com/v1"
-    )]
-    pub openai_base_url: UrlArg,
-
-    /// Anthropic API base URL, without the version (as the official SDK's
-    /// `base_url`: the emulator's `http://host:port`).
-    #[arg(
-        long,
-        env = "ANTHROPIC_BASE_URL",
-        default_value = "https://api.anthropic.com"
-    )]
-    pub anthropic_base_url: UrlArg,
 
     /// Only claim rows for this model; empty takes the model of the oldest
     /// ready row.
@@ -371,6 +336,12 @@ pub enum Failpoint {
     AfterCreate,
 }
 
+/// The APIs tally speaks, for an error.
+fn spoken() -> String {
+    let names: Vec<&str> = Api::ALL.iter().map(|a| a.as_str()).collect();
+    names.join(", ")
+}
+
 impl WorkerArgs {
     /// The flags with the token read from --token-file, if given.
     pub fn with_secret_files(mut self) -> Result<Self, String> {
@@ -383,27 +354,26 @@ impl WorkerArgs {
     /// The provider's API key: from its key file flag, else `env_key` (the
     /// variable [`WorkerArgs::api_key_env`] names).
     pub fn api_key(&self, env_key: Option<String>) -> Result<crate::ApiKey, String> {
-        let (file, flag) = match self.api()? {
-            Api::OpenAi => (&self.openai_api_key_file, "--openai-api-key-file"),
-            Api::Anthropic => (&self.anthropic_api_key_file, "--anthropic-api-key-file"),
-            Api::Gemini => (&self.gemini_api_key_file, "--gemini-api-key-file"),
-        };
-        let key = match file {
-            Some(path) => read_secret_file(flag, path)?,
+        let at = self.providers.endpoint(self.api()?);
+        let key = match at.key_file {
+            Some(path) => read_secret_file(at.key_file_flag, path)?,
             None => env_key
                 .filter(|k| !k.is_empty())
-                .ok_or_else(|| format!("{} is not set (nor {flag})", self.api_key_env()))?,
+                .ok_or_else(|| format!("{} is not set (nor {})", at.key_env, at.key_file_flag))?,
         };
         Ok(crate::ApiKey::new(key))
     }
 
-    /// The variable holding the provider's API key.
+    /// The variable holding the provider's API key (the default
+    /// provider's when the API is not known).
     pub fn api_key_env(&self) -> &'static str {
-        match self.api() {
-            Ok(Api::OpenAi) => "OPENAI_API_KEY",
-            Ok(Api::Anthropic) => "ANTHROPIC_API_KEY",
-            Ok(Api::Gemini) | Err(_) => "GEMINI_API_KEY",
-        }
+        let api = self.api().unwrap_or_default();
+        self.providers.endpoint(api).key_env
+    }
+
+    /// The base URL of the provider's API.
+    pub fn base_url(&self) -> Result<&UrlArg, String> {
+        Ok(self.providers.endpoint(self.api()?).base_url)
     }
 
     /// The API the provider speaks: `--provider-api`, else the provider's
@@ -412,13 +382,15 @@ impl WorkerArgs {
         match &self.provider_api {
             Some(name) => Api::parse(name).ok_or_else(|| {
                 format!(
-                    "--provider-api {name:?}: not an API tally speaks (gemini, openai or anthropic)"
+                    "--provider-api {name:?}: not an API tally speaks ({})",
+                    spoken()
                 )
             }),
             None => Api::parse(&self.provider).ok_or_else(|| {
                 format!(
-                    "--provider {:?} names no API: say which one it speaks with --provider-api (gemini, openai or anthropic)",
-                    self.provider
+                    "--provider {:?} names no API: say which one it speaks with --provider-api ({})",
+                    self.provider,
+                    spoken()
                 )
             }),
         }
@@ -480,22 +452,14 @@ impl WorkerArgs {
                 tally_core::provider::MAX_PROVIDER
             ));
         }
-        let limits = match self.api()? {
-            Api::OpenAi => Some((
-                "an OpenAI batch file",
-                OPENAI_MAX_REQUESTS,
-                OPENAI_MAX_FILE_BYTES,
-                "200 MB",
-            )),
-            Api::Anthropic => Some((
-                "an Anthropic batch",
-                ANTHROPIC_MAX_REQUESTS,
-                ANTHROPIC_MAX_BYTES,
-                "256 MB",
-            )),
-            Api::Gemini => None,
-        };
-        if let Some((what, requests, bytes, shown)) = limits {
+        let limits = crate::provider::wire_of(self.api()?).batch_limits();
+        if let Some(crate::provider::wire::BatchLimits {
+            what,
+            requests,
+            bytes,
+            shown,
+        }) = limits
+        {
             if self.max_rows_per_batch > requests {
                 return Err(format!(
                     "--max-rows-per-batch {}: {what} holds at most {requests} requests",
@@ -536,15 +500,6 @@ impl WorkerArgs {
         tally_telemetry::http_listener::check(&self.http)
     }
 }
-
-/// Most requests in one OpenAI batch file.
-pub const OPENAI_MAX_REQUESTS: usize = 50_000;
-/// Largest OpenAI batch input file (200 MB).
-pub const OPENAI_MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
-/// Most requests in one Anthropic Message Batch.
-pub const ANTHROPIC_MAX_REQUESTS: usize = 100_000;
-/// Largest Anthropic batch create (256 MB).
-pub const ANTHROPIC_MAX_BYTES: usize = 256 * 1024 * 1024;
 
 /// Parses `30s`, `5m`, `250ms`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {

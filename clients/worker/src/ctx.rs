@@ -203,13 +203,13 @@ pub(crate) struct Answer {
 
 impl Answer {
     pub(crate) fn of(
-        api: tally_core::provider::Api,
+        wire: &dyn crate::provider::Wire,
         payload: &str,
         prompt: Option<&pb::PromptRef>,
     ) -> Answer {
         Answer {
             prompt: prompt.map(prompt_name),
-            json: crate::prompt::asks_for_json_for(api, payload, prompt.is_some()),
+            json: wire.asks_for_json(payload, prompt.is_some()),
         }
     }
 }

@@ -1,69 +1,39 @@
-//! The batch input file: one JSONL line per row (`{"key", "request"}`),
-//! and packing lines into a batch bounded by rows, bytes and estimated
-//! tokens. Pure.
+//! JSONL, whatever the provider: reading a file as a stream of lines
+//! ([`LineSplitter`] into a [`LineSink`]), and packing a batch's input
+//! lines under its bounds of rows, bytes and estimated tokens ([`Packer`]).
+//! Each provider names its lines' fields ([`LineShape`]). Pure.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// One input line, newline included.
-pub fn line(key: &str, request: &Value) -> String {
-    let mut s = json!({"key": key, "request": request}).to_string();
-    s.push('\n');
-    s
+/// The fields of one provider's batch input line:
+/// `{"<id>": …, <fixed> "<request>": …}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineShape {
+    /// The field naming the request (`key`, `custom_id`).
+    pub id: &'static str,
+    /// Members written as they are between the id and the request, each
+    /// followed by a comma (`"method":"POST",`), or empty.
+    pub fixed: &'static str,
+    /// The field holding the request (`request`, `body`, `params`).
+    pub request: &'static str,
 }
 
-/// Appends one input line (newline included) to `body`, written straight
-/// into it (no copy of the request); answers its length.
-pub fn write_line(body: &mut Vec<u8>, key: &str, request: &Value) -> usize {
+/// Appends one input line of `shape` (newline included) to `body`, written
+/// straight into it (no copy of the request); answers its length.
+pub fn write_line(body: &mut Vec<u8>, shape: &LineShape, id: &str, request: &Value) -> usize {
     let start = body.len();
-    // What `line` writes (`{"key":…,"request":…}`); writing a str and a
-    // Value into a Vec cannot fail.
-    body.extend_from_slice(b"{\"key\":");
-    let _ = serde_json::to_writer(&mut *body, key);
-    body.extend_from_slice(b",\"request\":");
+    // Writing a str and a Value into a Vec cannot fail.
+    body.push(b'{');
+    let _ = serde_json::to_writer(&mut *body, shape.id);
+    body.push(b':');
+    let _ = serde_json::to_writer(&mut *body, id);
+    body.push(b',');
+    body.extend_from_slice(shape.fixed.as_bytes());
+    let _ = serde_json::to_writer(&mut *body, shape.request);
+    body.push(b':');
     let _ = serde_json::to_writer(&mut *body, request);
     body.extend_from_slice(b"}\n");
     body.len() - start
-}
-
-/// The only OpenAI endpoint tally runs (every line's `url`).
-pub const OPENAI_ENDPOINT: &str = "/v1/chat/completions";
-
-/// Appends one OpenAI batch input line (`{"custom_id", "method": "POST",
-/// "url": "/v1/chat/completions", "body"}`), newline included, written
-/// straight into `body`; answers its length.
-pub fn write_openai_line(body: &mut Vec<u8>, key: &str, request: &Value) -> usize {
-    let start = body.len();
-    body.extend_from_slice(b"{\"custom_id\":");
-    let _ = serde_json::to_writer(&mut *body, key);
-    body.extend_from_slice(b",\"method\":\"POST\",\"url\":");
-    let _ = serde_json::to_writer(&mut *body, OPENAI_ENDPOINT);
-    body.extend_from_slice(b",\"body\":");
-    let _ = serde_json::to_writer(&mut *body, request);
-    body.extend_from_slice(b"}\n");
-    body.len() - start
-}
-
-/// Appends one input line in `api`'s shape; answers its length.
-/// (Anthropic's requests are `{"custom_id", "params"}`.)
-pub fn write_line_for(
-    api: tally_core::provider::Api,
-    body: &mut Vec<u8>,
-    key: &str,
-    request: &Value,
-) -> usize {
-    match api {
-        tally_core::provider::Api::Gemini => write_line(body, key, request),
-        tally_core::provider::Api::OpenAi => write_openai_line(body, key, request),
-        tally_core::provider::Api::Anthropic => {
-            let start = body.len();
-            body.extend_from_slice(b"{\"custom_id\":");
-            let _ = serde_json::to_writer(&mut *body, key);
-            body.extend_from_slice(b",\"params\":");
-            let _ = serde_json::to_writer(&mut *body, request);
-            body.extend_from_slice(b"}\n");
-            body.len() - start
-        }
-    }
 }
 
 /// Where the lines of a file read as a stream go (a batch's output): each
@@ -275,59 +245,6 @@ mod tests {
         split.finish(&mut sink);
         assert_eq!(sink.0, ["ok", "ok2"]);
         assert_eq!(sink.1, 1);
-    }
-
-    /// Every provider's line is one JSON object holding the key and the
-    /// request, in that provider's field names.
-    #[test]
-    fn every_providers_line_holds_the_key_and_the_request() {
-        use tally_core::provider::Api;
-        let req = json!({"messages": [{"role": "user", "content": "x\ny"}]});
-        for (api, key, field) in [
-            (Api::Gemini, "key", "request"),
-            (Api::OpenAi, "custom_id", "body"),
-            (Api::Anthropic, "custom_id", "params"),
-        ] {
-            let mut body = b"x".to_vec();
-            let n = write_line_for(api, &mut body, "k\"1", &req);
-            assert_eq!(n, body.len() - 1);
-            assert!(body.ends_with(b"\n") && !body[1..body.len() - 1].contains(&b'\n'));
-            let line: Value = serde_json::from_slice(&body[1..]).unwrap();
-            assert_eq!(line[key], "k\"1", "{api}");
-            assert_eq!(line[field], req, "{api}");
-        }
-        let mut body = Vec::new();
-        write_openai_line(&mut body, "k", &req);
-        let line: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(
-            (line["method"].as_str(), line["url"].as_str()),
-            (Some("POST"), Some("/v1/chat/completions"))
-        );
-    }
-
-    /// write_line writes the same bytes as line, appended.
-    #[test]
-    fn write_line_appends_the_same_line() {
-        let req = json!({"contents": [{"parts": [{"text": "a\nb \u{e9}"}]}]});
-        let mut body = b"x\n".to_vec();
-        let n = write_line(&mut body, "k1", &req);
-        assert_eq!(&body[2..], line("k1", &req).as_bytes());
-        assert_eq!(n, body.len() - 2);
-    }
-
-    /// A line is one JSON object with the key and the request, ending in a
-    /// newline, with no newline inside.
-    #[test]
-    fn a_line_holds_key_and_request() {
-        let l = line("k1", &json!({"contents": [{"parts": [{"text": "a\nb"}]}]}));
-        assert!(l.ends_with('\n'));
-        assert_eq!(l.matches('\n').count(), 1);
-        let v: Value = serde_json::from_str(l.trim_end()).unwrap();
-        assert_eq!(v["key"], json!("k1"));
-        assert_eq!(
-            v["request"]["contents"][0]["parts"][0]["text"],
-            json!("a\nb")
-        );
     }
 
     fn limits(rows: usize, bytes: usize) -> Limits {

@@ -1,30 +1,32 @@
 //! tally-worker: claims rows from a tally ledger, runs them as batch jobs at
-//! one provider (Gemini, OpenAI or an OpenAI-compatible server: see
-//! [`provider`]), and reports what became of every row. It holds no state that
-//! matters: what it learns is written to tally before it acts on it, so a
-//! worker killed at any line leaves nothing another cannot finish.
+//! one provider (Gemini, OpenAI or an OpenAI-compatible server, Anthropic:
+//! see [`provider`]), and reports what became of every row. It holds no
+//! state that matters: what it learns is written to tally before it acts on
+//! it, so a worker killed at any line leaves nothing another cannot finish.
 //!
-//! Layout — pure modules (unit-tested, no I/O):
-//! - [`prompt`]: rendering a row's prompt (Jinja) into a provider request
-//!   (Gemini's, or OpenAI's in [`prompt::openai`]);
-//! - [`jsonl`]: input lines and packing them under row and byte bounds;
-//! - [`output`]: matching output lines to rows by key and turning each
-//!   into an outcome for ReportOutcomes (OpenAI's in [`output::openai`]);
+//! Layout, from the bottom up — pure modules (unit-tested, no I/O):
+//! - [`prompt`]: a row's prompt rendered (Jinja), whatever the provider;
+//! - [`jsonl`]: batch lines written in a provider's shape, read as a
+//!   stream, and packed under row, byte and token bounds;
+//! - [`output`]: output lines matched to rows by request id, each turned
+//!   into an outcome by the provider's decoder, answer text judged alike;
+//! - `refusal`: what a refused call asks of tally (wait, fix, stop);
 //! - [`lookup`]: what a search of the provider's batch list proves (a
 //!   batch made, or never made), whatever the list's order and lag;
-//! - `tags`: the names tally gives its files and batches; `gone`: when
-//!   404s mean a batch is gone; `end`: how a job task ends;
+//! - `tags`: the names tally gives its files, batches and requests;
+//!   `bounds`: the sizes the worker refuses past;
 //! - [`config`]: flags and environment.
 //!
-//! [`metrics`]: the worker's `/metrics`, `/livez` and `/healthz`.
+//! [`provider`]: each provider in its folder (client, request, output,
+//! refusal, flags) behind one dispatch: the only place a provider is
+//! chosen. [`metrics`]: `/metrics`, `/livez`, `/healthz`. [`media`]: a
+//! row's files read from `--media-root` or allowed hosts; `attach` turns
+//! them into the provider's parts.
 //!
-//! I/O: [`provider`] the one interface to every provider's Batch API over
-//! REST (upload, create, get, list, delete, download, with the retries each
-//! needs); `ctx` what the tasks
-//! share; `create` a batch made without ever paying twice; [`job`] one
-//! job's life from claim to its batch's end, `reconcile` from there to
-//! FinishJob, `heartbeat` its claim's lease; `janitor` what tally leaves at
-//! the provider; [`worker`] the loop ([`run_until`]).
+//! I/O above them: `ctx` what the tasks share; [`job`] one job's life from
+//! claim to FinishJob (its create, reconcile, refused, settle, heartbeat,
+//! golden, gone, end steps); `janitor` what tally leaves at the provider;
+//! [`worker`] the loop ([`run_until`]).
 //!
 //! Not here: classification (the server classifies the facts the worker
 //! reports), retry scheduling of rows (the ledger's backoff).
@@ -32,12 +34,7 @@
 mod attach;
 mod bounds;
 pub mod config;
-mod create;
 mod ctx;
-mod end;
-mod golden;
-mod gone;
-mod heartbeat;
 mod janitor;
 pub mod job;
 pub mod jsonl;
@@ -47,10 +44,7 @@ pub mod metrics;
 pub mod output;
 pub mod prompt;
 pub mod provider;
-mod reconcile;
 mod refusal;
-mod refused;
-mod settle;
 mod tags;
 pub mod worker;
 

@@ -38,16 +38,18 @@ pub fn probe_prefix(ledger: &str) -> String {
     format!("tally-probe/{}/", ledger.trim_start_matches("ledgers/"))
 }
 
-/// How a job's requests are named at its provider: by their keys, or
-/// (Anthropic) by custom_ids made from the job's mark and the keys.
+/// How a job's requests are named at its provider: by their keys, or by
+/// ids made from the job's mark and the keys (where the provider
+/// restricts ids: [`crate::provider::Wire::derives_request_ids`]).
 #[derive(Debug, Clone)]
 pub struct RequestIds {
     mark: Option<String>,
 }
 
 impl RequestIds {
-    pub fn of(api: tally_core::provider::Api, job_id: &str) -> Self {
-        let derived = api == tally_core::provider::Api::Anthropic;
+    /// The ids of `job_id`'s requests: derived from its mark and the keys
+    /// when `derived` (the provider restricts ids), else the keys.
+    pub fn of(derived: bool, job_id: &str) -> Self {
         Self {
             mark: derived.then(|| job_mark(job_id)),
         }
@@ -205,7 +207,7 @@ mod tests {
         assert_eq!(mark_of("tally-probe"), None);
         assert_eq!(mark_of("row-1"), None);
         assert_eq!(mark_of(&format!("{m}-")), None);
-        let ids = RequestIds::of(tally_core::provider::Api::Anthropic, "j");
+        let ids = RequestIds::of(true, "j");
         let back = ids.back(["a/b", "c"]).unwrap();
         assert_eq!(back[ids.id("a/b").as_ref()], "a/b");
         assert_eq!(back[ids.id("c").as_ref()], "c");
@@ -217,7 +219,7 @@ mod tests {
         assert_eq!(golden_key(ids.id("gold").as_ref()), None);
         let long = format!("#golden/{}", ".".repeat(20));
         assert!(ok(&ids.id(&long)) && golden_key(&ids.id(&long)).is_none());
-        let plain = RequestIds::of(tally_core::provider::Api::OpenAi, "j");
+        let plain = RequestIds::of(false, "j");
         assert_eq!(plain.id("a/b"), "a/b");
         assert!(plain.back(["a/b"]).is_none());
     }

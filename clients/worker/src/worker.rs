@@ -19,11 +19,7 @@ use crate::ctx::Ctx;
 use crate::janitor;
 use crate::job::{self, JobEnd};
 use crate::metrics::{InFlight, WorkerMetrics};
-use crate::provider::anthropic::Anthropic;
-use crate::provider::gemini::Gemini;
-use crate::provider::openai::OpenAi;
 use crate::provider::{ApiKey, Provider, ProviderError};
-use tally_core::provider::Api;
 
 /// How long shutdown waits for job tasks (a batch being created is
 /// recorded before its task ends).
@@ -98,23 +94,8 @@ pub async fn run_serving(
     let clients = args.target().connect()?;
     let metrics = WorkerMetrics::new();
     let api = args.api().map_err(WorkerError::Config)?;
-    let mut provider = match api {
-        Api::OpenAi => Provider::OpenAi(OpenAi::new(
-            &args.openai_base_url,
-            api_key,
-            args.http_timeout,
-        )?),
-        Api::Anthropic => Provider::Anthropic(Anthropic::new(
-            &args.anthropic_base_url,
-            api_key,
-            args.http_timeout,
-        )?),
-        Api::Gemini => Provider::Gemini(Gemini::new(
-            &args.gemini_base_url,
-            api_key,
-            args.http_timeout,
-        )?),
-    };
+    let base_url = args.base_url().map_err(WorkerError::Config)?;
+    let mut provider = Provider::new(api, base_url, api_key, args.http_timeout)?;
     provider.set_errors(metrics.provider_errors());
     metrics.set_provider(&args.provider, api.as_str());
     let stop = CancellationToken::new();

@@ -303,6 +303,23 @@ const REPEATING_FINISH_REASONS: [&str; 3] = ["MAX_TOKENS", "LENGTH", "LANGUAGE"]
 /// The repeating finish reasons that are the output budget.
 const BUDGET_FINISH_REASONS: [&str; 2] = ["MAX_TOKENS", "LENGTH"];
 
+/// Whether a finish reason withholds the answer for what it (or the
+/// prompt) is, at any provider (case-insensitive). The one list: workers
+/// report such an answer as blocked, and the classifier makes it PERMANENT.
+pub fn withholds_answer(finish: &str) -> bool {
+    BLOCKING_FINISH_REASONS
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(finish.trim()))
+}
+
+/// Whether a finish reason says the answer ended normally (or says
+/// nothing), at any provider (case-insensitive).
+pub fn ends_normally(finish: &str) -> bool {
+    COMPLETE_FINISH_REASONS
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(finish.trim()))
+}
+
 /// Classifies one failure. Overrides first, in order; then the built-in
 /// rules: blocking signals, unusable content, missing rows, codes, message
 /// words, and finally unknown (retryable).
@@ -316,10 +333,7 @@ pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
         return Classification::new(severity, budget, Rule::Override(o.name.clone()));
     }
     let finish = failure.finish_reason.trim();
-    if BLOCKING_FINISH_REASONS
-        .iter()
-        .any(|r| r.eq_ignore_ascii_case(finish))
-    {
+    if withholds_answer(finish) {
         return Classification::new(Permanent, Budget::Content, Rule::FinishReasonBlocked);
     }
     if REPEATING_FINISH_REASONS
@@ -336,11 +350,7 @@ pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
         };
         return Classification::new(Permanent, Budget::Content, rule);
     }
-    if !COMPLETE_FINISH_REASONS
-        .iter()
-        .any(|r| r.eq_ignore_ascii_case(finish))
-        && failure.kind != Some(FailureKind::ProviderError)
-    {
+    if !ends_normally(finish) && failure.kind != Some(FailureKind::ProviderError) {
         // OTHER, MALFORMED_FUNCTION_CALL, …: unusual, may pass.
         return Classification::new(Retryable, Budget::Content, Rule::FinishReasonOther);
     }

@@ -19,10 +19,12 @@
 
 use std::fmt;
 
-/// The API a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The API a provider speaks (by default Gemini's, the worker's default
+/// provider).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Api {
     /// The Gemini Batch API (files, `batchGenerateContent`, operations).
+    #[default]
     Gemini,
     /// The OpenAI Batch API (`/v1/files`, `/v1/batches`), spoken by OpenAI
     /// and by OpenAI-compatible servers.

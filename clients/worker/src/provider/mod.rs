@@ -14,76 +14,75 @@
 //! - [`anthropic`]: Anthropic's Message Batches (requests inline in the
 //!   create, results as one stream at the end); a batch has no tag: its
 //!   results' custom_ids say whose it is.
-//! - [`http`]: the key, the retries and the error every client shares.
+//! - [`http`]: the key, the retries and the error every client shares;
+//!   [`types`]: what a list or a GET answers, whatever the provider;
+//!   [`wire`]: what differs between providers in the pure work.
+//!
+//! This is the one place a provider is chosen: [`wire_of`] for its shapes
+//! and rules, [`Provider`] for its client, [`ProviderFlags`] for its flags.
+//! Adding a provider = one folder, one arm in each `match` here.
 
 pub mod anthropic;
 pub mod gemini;
 pub mod http;
 pub mod openai;
+pub mod types;
+pub mod wire;
 
-use std::time::SystemTime;
+use std::path::Path;
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::Value;
-use tally_core::operation::BatchObservation;
 use tally_core::provider::Api;
 
 pub use http::{ApiKey, Patience, ProviderError};
+pub use types::{Listed, ListedFile, Observed, Owner, Page, Upload, Uploaded};
+pub use wire::Wire;
 
+use crate::config::UrlArg;
 use crate::jsonl::LineSink;
 
-/// One batch as a provider's list shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Listed {
-    /// The provider's name of the batch (`batches/…`).
-    pub name: String,
-    /// The tag tally gave it (a display name or a metadata value), if any.
-    pub tag: Option<String>,
-    pub create_time: Option<SystemTime>,
-    /// Whether it has ended.
-    pub done: bool,
+/// The shapes and rules of `api`'s provider.
+pub fn wire_of(api: Api) -> &'static dyn Wire {
+    match api {
+        Api::Gemini => &gemini::GeminiWire,
+        Api::OpenAi => &openai::OpenAiWire,
+        Api::Anthropic => &anthropic::AnthropicWire,
+    }
 }
 
-/// Whose an untagged batch is, as its results say.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner {
-    /// It has not ended: nothing says yet.
-    Unknown,
-    /// The job of this mark ([`crate::tags::job_mark`]).
-    Job(String),
-    /// Not a job's of tally (another client's, or a probe).
-    Other,
+/// Where one provider's API is and where its key is kept, as its flags
+/// say.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoint<'a> {
+    pub base_url: &'a UrlArg,
+    pub key_file: Option<&'a Path>,
+    /// The flag naming `key_file` (`--gemini-api-key-file`).
+    pub key_file_flag: &'static str,
+    /// The variable holding the key when no file is named.
+    pub key_env: &'static str,
 }
 
-/// One file as a provider's list shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ListedFile {
-    pub name: String,
-    /// Its display name or file name (tally's tag), if any.
-    pub tag: Option<String>,
-    pub create_time: Option<SystemTime>,
+/// Every provider's own flags (flattened into the worker's).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProviderFlags {
+    #[command(flatten)]
+    pub gemini: gemini::flags::GeminiFlags,
+    #[command(flatten)]
+    pub openai: openai::flags::OpenAiFlags,
+    #[command(flatten)]
+    pub anthropic: anthropic::flags::AnthropicFlags,
 }
 
-/// One page of a list, and where the next starts (`None`: the last page).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Page<T> {
-    pub items: Vec<T>,
-    pub next: Option<String>,
-}
-
-/// A batch as GET answers it: decoded for the reducer, and as sent.
-#[derive(Debug, Clone)]
-pub struct Observed {
-    pub observation: BatchObservation,
-    pub resource: Value,
-}
-
-impl Observed {
-    /// The files holding the batch's answers (its responses file; OpenAI's
-    /// output and error files), those it names.
-    pub fn answer_files(&self) -> Vec<String> {
-        let o = &self.observation;
-        o.output_file.iter().chain(&o.error_file).cloned().collect()
+impl ProviderFlags {
+    /// The endpoint of `api`'s provider.
+    pub fn endpoint(&self, api: Api) -> Endpoint<'_> {
+        match api {
+            Api::Gemini => self.gemini.endpoint(),
+            Api::OpenAi => self.openai.endpoint(),
+            Api::Anthropic => self.anthropic.endpoint(),
+        }
     }
 }
 
@@ -96,6 +95,27 @@ pub enum Provider {
 }
 
 impl Provider {
+    /// The client of `api`'s provider at `base_url`.
+    pub fn new(
+        api: Api,
+        base_url: &UrlArg,
+        key: ApiKey,
+        timeout: Duration,
+    ) -> Result<Self, ProviderError> {
+        Ok(match api {
+            Api::Gemini => Provider::Gemini(gemini::Gemini::new(base_url, key, timeout)?),
+            Api::OpenAi => Provider::OpenAi(openai::OpenAi::new(base_url, key, timeout)?),
+            Api::Anthropic => {
+                Provider::Anthropic(anthropic::Anthropic::new(base_url, key, timeout)?)
+            }
+        })
+    }
+
+    /// Its shapes and rules.
+    pub fn wire(&self) -> &'static dyn Wire {
+        wire_of(self.api())
+    }
+
     pub fn api(&self) -> Api {
         match self {
             Provider::Gemini(_) => Api::Gemini,
@@ -297,12 +317,20 @@ impl Provider {
         }
     }
 
-    /// The Gemini client, where rows' media are uploaded (other providers
-    /// take media inline).
-    pub fn gemini(&self) -> Option<&gemini::Gemini> {
+    /// Uploads a medium file (`display` its tag) for requests to
+    /// reference, once the provider has processed it. Asked only of a
+    /// provider whose wire [uploads media](Wire::uploads_media).
+    pub async fn upload_media(
+        &self,
+        display: &str,
+        mime_type: &str,
+        bytes: &Bytes,
+    ) -> Result<types::Upload, ProviderError> {
         match self {
-            Provider::Gemini(g) => Some(g),
-            Provider::OpenAi(_) | Provider::Anthropic(_) => None,
+            Provider::Gemini(g) => g.upload_media_ready(display, mime_type, bytes).await,
+            Provider::OpenAi(_) | Provider::Anthropic(_) => Err(ProviderError::Protocol(
+                "this provider takes no media uploads".into(),
+            )),
         }
     }
 }
@@ -313,4 +341,37 @@ fn batch_name(op: &Value) -> Result<String, ProviderError> {
         .as_str()
         .map(str::to_owned)
         .ok_or_else(|| ProviderError::Protocol(format!("a batch without a name: {op}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    // Invariant: every provider's batch line is one JSON object on one
+    // line, holding the request id and the request in that provider's
+    // field names, and its length is what the writer answers.
+    #[test]
+    fn every_providers_line_holds_the_id_and_the_request() {
+        let req = json!({"messages": [{"role": "user", "content": "x\ny"}]});
+        for api in Api::ALL {
+            let wire = wire_of(api);
+            assert_eq!(wire.api(), api);
+            let shape = wire.line_shape();
+            let mut body = b"x".to_vec();
+            let n = crate::jsonl::write_line(&mut body, &shape, "k\"1", &req);
+            assert_eq!(n, body.len() - 1);
+            assert!(body.ends_with(b"\n") && !body[1..body.len() - 1].contains(&b'\n'));
+            let line: Value = serde_json::from_slice(&body[1..]).unwrap();
+            assert_eq!(line[shape.id], "k\"1", "{api}");
+            assert_eq!(line[shape.request], req, "{api}");
+            assert_eq!(wire.id_field(), shape.id, "{api}: output read by its id");
+        }
+        let mut body = Vec::new();
+        crate::jsonl::write_line(&mut body, &openai::request::LINE, "k", &req);
+        let line: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(line["method"], "POST");
+        assert_eq!(line["url"], openai::request::ENDPOINT);
+    }
 }

@@ -22,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Failpoint;
 use crate::ctx::Ctx;
-use crate::end::JobError;
+use crate::job::end::JobError;
 use crate::lookup::{self, Bounds, Listing, Proof};
 use crate::provider::{Owner, ProviderError};
-use crate::refusal::{self, Refusal as Kind};
+use crate::refusal::Refusal as Kind;
 
 /// How a create ended.
 #[derive(Debug)]
@@ -111,7 +111,7 @@ pub async fn create(
         }
         Err(e) => e,
     };
-    let Some(refusal) = refusal::classify_for(ctx.provider.api(), &e) else {
+    let Some(refusal) = ctx.provider.wire().classify(&e) else {
         tracing::warn!(job = %job.job_id, error = %e, "batch create unresolved; searching the provider for it");
         return resolve(ctx, job, claim, stop).await;
     };
@@ -132,8 +132,8 @@ pub async fn create(
             if let [key] = sent.keys.as_slice() {
                 // One row alone is too large: that row can never be sent.
                 let why = format!("a batch of this row alone was refused as too large: {e}");
-                let outcome = crate::settle::invalid_input(key, &why);
-                crate::settle::report(ctx, claim, vec![outcome]).await?;
+                let outcome = crate::job::settle::invalid_input(key, &why);
+                crate::job::settle::report(ctx, claim, vec![outcome]).await?;
             }
         }
         Kind::Invalid(index) => {
@@ -141,8 +141,8 @@ pub async fn create(
             // others go back as they are.
             if let Some(key) = sent.keys.get(index) {
                 let why = format!("the provider refused this row's request: {e}");
-                let outcome = crate::settle::invalid_input(key, &why);
-                crate::settle::report(ctx, claim, vec![outcome]).await?;
+                let outcome = crate::job::settle::invalid_input(key, &why);
+                crate::job::settle::report(ctx, claim, vec![outcome]).await?;
             } else {
                 not.lasting = Some(tally_proto::v1::ProviderRefusal::Request);
             }
@@ -150,7 +150,7 @@ pub async fn create(
         Kind::Stop(r) => not.lasting = Some(r),
     }
     mark_not_created(ctx, job, claim, &reason, not).await?;
-    crate::settle::delete_input(ctx, job).await;
+    crate::job::settle::delete_input(ctx, job).await;
     match refusal {
         Kind::Wait(named) => {
             ctx.hold_claims(ctx.cooldown(named));
@@ -207,7 +207,7 @@ pub async fn resolve(
                         names[0], listing.listed
                     );
                     mark_not_created(ctx, job, claim, &reason, Refusal::default()).await?;
-                    crate::settle::delete_input(ctx, job).await;
+                    crate::job::settle::delete_input(ctx, job).await;
                     tracing::info!(job = %job.job_id, listed = listing.listed, "batch was never created; rows released without an attempt");
                     return Ok(CreateEnd::NeverMade);
                 }

@@ -8,7 +8,6 @@
 use crate::ctx::{Ctx, prompt_name};
 use crate::jsonl;
 use crate::output::GOLDEN_PREFIX;
-use crate::prompt;
 use tally_client::with_retry;
 use tally_proto::v1 as pb;
 
@@ -16,9 +15,9 @@ use tally_proto::v1 as pb;
 /// the provider's shape.
 pub async fn lines(ctx: &Ctx, job: &pb::Job) -> Vec<u8> {
     let mut body = Vec::new();
-    let api = ctx.provider.api();
+    let wire = ctx.provider.wire();
     let model = tally_core::provider::route(&job.model).model;
-    let ids = crate::tags::RequestIds::of(api, &job.job_id);
+    let ids = crate::tags::RequestIds::of(wire.derives_request_ids(), &job.job_id);
     for g in &job.golden_rows {
         let compiled = match &g.prompt {
             None => None,
@@ -34,10 +33,10 @@ pub async fn lines(ctx: &Ctx, job: &pb::Job) -> Vec<u8> {
                 }
             },
         };
-        match prompt::build_for(api, &g.payload, compiled.as_ref().map(|c| &c.spec), model) {
+        match wire.build_request(&g.payload, compiled.as_ref().map(|c| &c.spec), model) {
             Ok(req) => {
                 let key = format!("{GOLDEN_PREFIX}{}", g.key);
-                jsonl::write_line_for(api, &mut body, &ids.id(&key), &req);
+                jsonl::write_line(&mut body, &wire.line_shape(), &ids.id(&key), &req);
             }
             Err(e) => {
                 tracing::warn!(job = %job.job_id, golden = %g.key, error = %e, "golden row cannot be sent")

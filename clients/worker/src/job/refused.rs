@@ -19,12 +19,12 @@ use std::collections::HashMap;
 use serde_json::Value;
 use tally_proto::v1 as pb;
 
-use crate::create::{Refusal, mark_not_created};
 use crate::ctx::Ctx;
-use crate::end::{JobEnd, JobError};
+use crate::job::create::{Refusal, mark_not_created};
+use crate::job::end::{JobEnd, JobError};
+use crate::job::settle::{invalid_input, report};
 use crate::jsonl::LineSink;
 use crate::refusal::Validation;
-use crate::settle::{invalid_input, report};
 
 /// Gives back the rows of `job`, whose batch the provider refused as
 /// `validation` says; `held` are the keys the job holds.
@@ -79,7 +79,7 @@ pub(crate) async fn give_back(
     tracing::warn!(job = %job.job_id, batch = %job.batch, model, reason, "the provider refused the batch before it ran; its rows go back without an attempt");
     match mark_not_created(ctx, job, claim, &reason, not).await {
         Ok(_) => {
-            crate::settle::delete_input(ctx, job).await;
+            crate::job::settle::delete_input(ctx, job).await;
             Ok(JobEnd::Released)
         }
         Err(s) if s.code() == tonic::Code::FailedPrecondition => {
@@ -107,6 +107,7 @@ async fn keys_at(
     lines: &[(u64, String)],
 ) -> Option<Vec<(String, String)>> {
     let mut sink = KeysAt {
+        id_field: ctx.provider.wire().line_shape().id,
         wanted: lines.iter().cloned().collect(),
         line: 0,
         found: Vec::new(),
@@ -120,8 +121,10 @@ async fn keys_at(
     }
 }
 
-/// Collects the `custom_id` of wanted lines of an input file.
+/// Collects the request id (the field `id_field`) of wanted lines of an
+/// input file.
 struct KeysAt {
+    id_field: &'static str,
     wanted: HashMap<u64, String>,
     line: u64,
     found: Vec<(String, String)>,
@@ -140,7 +143,7 @@ impl LineSink for KeysAt {
         };
         let key = serde_json::from_slice::<Value>(line)
             .ok()
-            .and_then(|v| v["custom_id"].as_str().map(str::to_owned));
+            .and_then(|v| v[self.id_field].as_str().map(str::to_owned));
         if let Some(key) = key {
             self.found
                 .push((key, format!("the provider refused its line: {why}")));
@@ -161,6 +164,7 @@ mod tests {
     #[test]
     fn the_lines_named_are_read_back_to_their_keys() {
         let mut sink = KeysAt {
+            id_field: "custom_id",
             wanted: [(2, "invalid_request: bad".to_string())]
                 .into_iter()
                 .collect(),

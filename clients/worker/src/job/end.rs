@@ -24,5 +24,5 @@ pub enum JobError {
     #[error("tally: {0}")]
     Rpc(#[from] Status),
     #[error(transparent)]
-    Gemini(#[from] ProviderError),
+    Provider(#[from] ProviderError),
 }

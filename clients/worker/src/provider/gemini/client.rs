@@ -21,13 +21,13 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::http::{self, ApiKey, Patience};
-use super::{Listed, ListedFile, Page};
 use crate::jsonl::LineSink;
+use crate::provider::http::{self, ApiKey, Patience};
+use crate::provider::{Listed, ListedFile, Page, Upload, Uploaded};
 
-/// The Gemini flavour of [`super::ProviderError`] (every client answers
+/// The Gemini flavour of [`crate::provider::ProviderError`] (every client answers
 /// the same error).
-pub use super::http::ProviderError as GeminiError;
+pub use crate::provider::http::ProviderError as GeminiError;
 
 /// A Gemini API client.
 #[derive(Debug, Clone)]
@@ -88,7 +88,7 @@ impl Gemini {
         // proxy may add a Retry-After header. The longer one wins.
         let from_body = parsed
             .as_ref()
-            .and_then(|v| crate::output::retry_delay(&v["error"]))
+            .and_then(|v| super::output::retry_delay(&v["error"]))
             .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32));
         let retry_after = header.max(from_body);
         let error = parsed.as_ref().map(|v| &v["error"]);
@@ -96,7 +96,7 @@ impl Gemini {
             .and_then(|e| e["status"].as_str())
             .unwrap_or_default()
             .to_string();
-        let quota_ids = error.map(crate::output::quota_ids).unwrap_or_default();
+        let quota_ids = error.map(super::output::quota_ids).unwrap_or_default();
         let message = error
             .and_then(|e| e["message"].as_str().map(str::to_owned))
             .unwrap_or(body);
@@ -184,6 +184,40 @@ impl Gemini {
     }
 
     /// `GET files/{id}`: the file resource.
+    /// [`Gemini::upload_media`], then waits while the file is
+    /// `PROCESSING` (large media, video, are a while), up to a minute.
+    pub async fn upload_media_ready(
+        &self,
+        display_name: &str,
+        mime: &str,
+        bytes: &Bytes,
+    ) -> Result<Upload, GeminiError> {
+        let mut file = self.upload_media(display_name, mime, bytes).await?;
+        for _ in 0..60 {
+            if file["state"].as_str() != Some("PROCESSING") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let name = file["name"].as_str().unwrap_or_default().to_owned();
+            file = self.get_file(&name).await?;
+        }
+        if file["state"].as_str() == Some("FAILED") {
+            return Ok(Upload::Unusable(file["error"].to_string()));
+        }
+        let (Some(name), Some(uri)) = (file["name"].as_str(), file["uri"].as_str()) else {
+            return Err(GeminiError::Protocol(format!(
+                "the upload answered no file name and URI: {file}"
+            )));
+        };
+        Ok(Upload::Ready(Uploaded {
+            name: name.to_owned(),
+            uri: uri.to_owned(),
+            expire: file["expirationTime"]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339_weak(t).ok()),
+        }))
+    }
+
     pub async fn get_file(&self, name: &str) -> Result<Value, GeminiError> {
         let id = name.trim_start_matches("files/");
         let url = self.url(&format!("/v1beta/files/{id}"));

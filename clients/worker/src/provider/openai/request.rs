@@ -14,10 +14,13 @@
 //! `model` is always the job's (each batch file holds one model).
 
 use serde_json::{Value, json};
+use tally_core::media::MediaRef;
 use tally_core::provider::Api;
 
-use super::chat::{self, Turn};
-use super::{InputError, PromptSpec};
+use crate::jsonl::LineShape;
+use crate::prompt::chat::{self, Turn};
+use crate::prompt::{InputError, PromptSpec};
+use crate::provider::wire::{base64, images_and_pdfs_only};
 
 /// The request body for one row.
 pub fn build_request(
@@ -71,6 +74,34 @@ pub fn asks_for_json(payload: &str, has_prompt: bool) -> bool {
             Some("json_object" | "json_schema")
         )
     })
+}
+
+/// The only OpenAI endpoint tally runs (every line's `url`).
+pub const ENDPOINT: &str = "/v1/chat/completions";
+
+/// OpenAI's batch input line: `{"custom_id", "method": "POST", "url":
+/// "/v1/chat/completions", "body"}`.
+pub const LINE: LineShape = LineShape {
+    id: "custom_id",
+    fixed: r#""method":"POST","url":"/v1/chat/completions","#,
+    request: "body",
+};
+
+/// Why OpenAI will not take `r` inline (it takes images and PDFs).
+pub fn refuses_media(r: &MediaRef) -> Option<String> {
+    images_and_pdfs_only(r, "OpenAI", "a chat completion")
+}
+
+/// OpenAI's inline part for `r`'s bytes: an image as an `image_url` part
+/// holding a `data:` URL, a PDF as a `file` part with its `file_data`.
+pub fn inline_part(r: &MediaRef, bytes: &[u8]) -> Value {
+    let data = format!("data:{};base64,{}", r.mime_type, base64(bytes));
+    if r.mime_type == "application/pdf" {
+        let name = r.uri.rsplit('/').next().unwrap_or("document.pdf");
+        json!({"type": "file", "file": {"filename": name, "file_data": data}})
+    } else {
+        json!({"type": "image_url", "image_url": {"url": data}})
+    }
 }
 
 #[cfg(test)]

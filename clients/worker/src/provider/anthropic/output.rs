@@ -12,7 +12,7 @@
 //! - `succeeded` with a Message: `stop_reason` `refusal` → BLOCKED;
 //!   `end_turn` and `stop_sequence` are complete, any other (`max_tokens`,
 //!   `tool_use`, `pause_turn`) leaves the answer incomplete; the text
-//!   blocks are judged like every provider's ([`super::judge_text`]).
+//!   blocks are judged like every provider's ([`judge_text`]).
 //!
 //! Usage from the message: `input_tokens` counts only the prompt tokens
 //! neither read from nor written to the cache, so tally's input is the sum
@@ -22,7 +22,7 @@
 use serde_json::Value;
 use tally_proto::v1 as pb;
 
-use super::{Expect, judge_text, str_at, truncate};
+use crate::output::{Expect, judge_text, str_at, truncate};
 
 /// Result types of requests that never ran.
 const NEVER_RAN: [&str; 2] = ["canceled", "expired"];
@@ -105,12 +105,7 @@ fn answer(message: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> {
             ..Default::default()
         });
     }
-    judge_text(
-        text,
-        stop,
-        matches!(stop, "end_turn" | "stop_sequence"),
-        expect,
-    )
+    judge_text(text, stop, expect)
 }
 
 /// The message's text blocks, joined.

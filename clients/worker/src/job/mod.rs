@@ -6,20 +6,29 @@
 //!    invalid input; rows that did not fit are released, no attempt);
 //! 3. upload, MarkCreating, create the batch (display name = the job id),
 //!    and MarkSubmitted at once — before anything else happens to the
-//!    batch (see [`crate::create`]: a create whose outcome is unknown is
+//!    batch (see [`crate::job::create`]: a create whose outcome is unknown is
 //!    resolved by searching the provider, never by releasing the rows);
 //! 4. wait until the job reaches a terminal state: woken by the
 //!    WatchOperations stream (webhooks) and by a slow poller that feeds the
 //!    provider's view through IngestEvent; GetJob says what is true;
 //! 5. whatever state it ended in, read the batch, download and report
 //!    whatever its responses file answered, then FinishJob (the server
-//!    settles unreported rows): [`crate::reconcile`]. A batch past
+//!    settles unreported rows): [`crate::job::reconcile`]. A batch past
 //!    `--batch-deadline` is cancelled and followed to its end like any
 //!    other.
 //!
 //! Shutdown: before MarkCreating the claim is released (no attempt); once
 //! the batch may exist, the create runs to its answer and is recorded;
 //! after that the job is left for adoption.
+
+mod create;
+mod end;
+mod golden;
+mod gone;
+mod heartbeat;
+mod reconcile;
+mod refused;
+mod settle;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -34,17 +43,17 @@ use tonic::{Code, Status};
 
 use crate::attach::{self, AttachFail};
 use crate::config::Failpoint;
-use crate::create::{self, CreateEnd};
 use crate::ctx::{Answer, Ctx, PromptResult, prompt_name};
-use crate::gone::GoneWatch;
-use crate::heartbeat::Heartbeat;
 use crate::jsonl;
-use crate::prompt::{self, InputError};
+use crate::prompt::InputError;
 use crate::provider::ProviderError;
-use crate::reconcile::{self, finish};
-use crate::settle::{invalid_input, report};
+use create::CreateEnd;
+use gone::GoneWatch;
+use heartbeat::Heartbeat;
+use reconcile::finish;
+use settle::{invalid_input, report};
 
-pub use crate::end::{JobEnd, JobError};
+pub use end::{JobEnd, JobError};
 
 /// CreateJob's answer on a paused ledger.
 fn is_paused(s: &Status) -> bool {
@@ -139,7 +148,7 @@ pub async fn run_claim(
         claim.model.clone()
     };
     let token_limit = job.provider_token_limit.max(0) as u64;
-    let api = ctx.provider.api();
+    let wire = ctx.provider.wire();
     let at_provider = tally_core::provider::route(&model).model.to_owned();
     let mut packer = jsonl::Packer::new(jsonl::Limits {
         rows: ctx.args.max_rows_per_batch,
@@ -153,7 +162,7 @@ pub async fn run_claim(
     let mut sent_keys: Vec<String> = Vec::new();
     let mut expect: HashMap<String, Answer> = HashMap::new();
     let mut job_media = attach::JobMedia::default();
-    let ids = crate::tags::RequestIds::of(api, &job.job_id);
+    let ids = crate::tags::RequestIds::of(wire.derives_request_ids(), &job.job_id);
     // Rows whose media could not be read: reported (an attempt each).
     let mut failed: Vec<pb::RowOutcome> = Vec::new();
     for row in &mut rows {
@@ -167,7 +176,7 @@ pub async fn run_claim(
             None => None,
         };
         let spec = compiled.as_ref().map(|c| &c.spec);
-        let mut request = match prompt::build_for(api, &payload, spec, &at_provider) {
+        let mut request = match wire.build_request(&payload, spec, &at_provider) {
             Ok(req) => req,
             Err(e) => {
                 invalid.push((row.key.clone(), e.to_string()));
@@ -199,12 +208,12 @@ pub async fn run_claim(
             }
         }
         let start = body.len();
-        let size = jsonl::write_line_for(api, &mut body, &ids.id(&row.key), &request);
+        let size = jsonl::write_line(&mut body, &wire.line_shape(), &ids.id(&row.key), &request);
         match packer.offer(size) {
             jsonl::Fit::Batch => {
                 expect.insert(
                     row.key.clone(),
-                    Answer::of(api, &payload, row.prompt.as_ref()),
+                    Answer::of(wire, &payload, row.prompt.as_ref()),
                 );
                 sent_keys.push(row.key.clone());
             }
@@ -255,7 +264,7 @@ pub async fn run_claim(
         .await?;
         return Ok(JobEnd::Reconciled);
     }
-    body.extend_from_slice(&crate::golden::lines(&ctx, &job).await);
+    body.extend_from_slice(&crate::job::golden::lines(&ctx, &job).await);
     let body = bytes::Bytes::from(body);
 
     if stop.is_cancelled() {
@@ -358,7 +367,7 @@ pub async fn run_adopted(
         .into_inner();
         for row in page.rows {
             if held.contains(&row.key) {
-                let answer = Answer::of(ctx.provider.api(), &row.payload, row.prompt.as_ref());
+                let answer = Answer::of(ctx.provider.wire(), &row.payload, row.prompt.as_ref());
                 expect.insert(row.key, answer);
             }
         }

@@ -25,9 +25,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::http::{self, ApiKey, Patience, ProviderError};
-use super::{Listed, Owner, Page};
 use crate::jsonl::LineSink;
+use crate::provider::http::{self, ApiKey, Patience, ProviderError};
+use crate::provider::{Listed, Owner, Page};
 
 /// The API version tally speaks (the one the official SDK sends).
 pub const VERSION: &str = "2023-06-01";

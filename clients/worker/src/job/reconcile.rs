@@ -8,7 +8,7 @@
 //! downloaded, matched to the job's rows and reported; only then does
 //! FinishJob return the rows they did not answer. A batch the provider
 //! refused before it ran (OpenAI: `failed` at validation) fails no row:
-//! [`crate::refused`].
+//! [`crate::job::refused`].
 //! A GET that fails is asked again (the rows wait); a batch that answers
 //! 404 is taken for gone only after `--gone-after` of 404s ([`GoneWatch`]).
 
@@ -16,17 +16,16 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use tally_client::with_retry;
-use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 use crate::ctx::{Answer, Ctx, PromptResult};
-use crate::end::{JobEnd, JobError};
-use crate::gone::GoneWatch;
+use crate::job::end::{JobEnd, JobError};
+use crate::job::gone::GoneWatch;
+use crate::job::settle::{delete_input, report};
 use crate::output::{self, Expect};
 use crate::provider::{Observed, ProviderError};
-use crate::settle::{delete_input, report};
 
 /// Reconciles a job whose batch ended (`done`, as tally has it): reads the
 /// batch, reports what its responses file answered, and finishes the job.
@@ -55,7 +54,7 @@ pub(crate) async fn reconcile(
             files
         }
         Ended::Refused(validation) => {
-            return crate::refused::give_back(ctx, &done, claim, validation, &expect).await;
+            return crate::job::refused::give_back(ctx, &done, claim, validation, &expect).await;
         }
         Ended::NoOutput if state == pb::JobState::Succeeded => {
             return Err(ProviderError::Protocol(format!(
@@ -97,19 +96,19 @@ pub(crate) async fn reconcile(
             (key.clone(), Expect { schema, json })
         })
         .collect();
-    let api = ctx.provider.api();
+    let wire = ctx.provider.wire();
     let golden: Vec<String> = done
         .golden_rows
         .iter()
         .map(|g| format!("{}{}", output::GOLDEN_PREFIX, g.key))
         .collect();
-    let keys = crate::tags::RequestIds::of(api, &done.job_id).back(
+    let keys = crate::tags::RequestIds::of(wire.derives_request_ids(), &done.job_id).back(
         expect
             .keys()
             .map(String::as_str)
             .chain(golden.iter().map(String::as_str)),
     );
-    let mut matcher = output::Matcher::of(&expectations, output::Format::of(api)).with_keys(keys);
+    let mut matcher = output::Matcher::of(&expectations, wire).with_keys(keys);
     for file in &files {
         match download_output(ctx, &done, file, &mut matcher, stop).await? {
             Downloaded::Done => matcher.file_done(),
@@ -128,12 +127,13 @@ pub(crate) async fn reconcile(
     }
     if let Some(expected) = resource
         .as_ref()
-        .and_then(|r| expected_mismatch(r, state, matched.lines()))
+        .and_then(|r| wire.expected_lines(r))
+        .filter(|expected| *expected != matched.lines())
     {
         ctx.metrics.batch_stats_mismatch();
         tracing::warn!(job = %done.job_id, batch = %done.batch, expected, found = matched.lines(), "the batch's batchStats do not match the lines in its output");
     }
-    crate::golden::report(ctx, &done, claim, matched.golden).await;
+    crate::job::golden::report(ctx, &done, claim, matched.golden).await;
     let reported = matched.outcomes.len();
     if !report(ctx, claim, matched.outcomes).await? {
         return Ok(JobEnd::Lost);
@@ -156,22 +156,6 @@ pub(crate) async fn reconcile(
     .await
 }
 
-/// Whether the lines found differ from what the batch's counts say it
-/// answered (`Some(expected)` then): Gemini's `batchStats`; OpenAI's
-/// `request_counts` of a completed batch.
-fn expected_mismatch(observed: &Observed, state: pb::JobState, lines: u64) -> Option<u64> {
-    if observed.resource.get("request_counts").is_some() {
-        if state != pb::JobState::Succeeded {
-            return None;
-        }
-        let s = &observed.observation.stats;
-        let expected =
-            u64::try_from(s.successful_request_count + s.failed_request_count).unwrap_or(0);
-        return (expected != lines).then_some(expected);
-    }
-    output::stats_mismatch(&observed.resource, lines)
-}
-
 /// What reading an ended batch found.
 enum Ended {
     /// The files of its answers (all of them, or those it gave before it
@@ -181,9 +165,9 @@ enum Ended {
     Refused(crate::refusal::Validation),
     /// It has none.
     NoOutput,
-    /// It completed without answering any of its requests (OpenAI: no
-    /// output file, no error file, no request counted completed or
-    /// failed): every row is missing from its output.
+    /// It completed without answering any of its requests
+    /// ([`crate::provider::Wire::answered_nothing`]): every row is missing
+    /// from its output.
     NothingAnswered,
     /// It answered 404 for `--gone-after`: why.
     Gone(String),
@@ -200,9 +184,10 @@ async fn read_ended(
     job: &pb::Job,
     stop: &CancellationToken,
 ) -> Result<(Ended, Option<Observed>), JobError> {
-    // OpenAI's batches keep failed lines in a second file no event names:
-    // always read with GET.
-    if ctx.provider.api() == Api::Gemini {
+    // Where the operation does not name every answer file (OpenAI keeps
+    // failed lines in a second file no event names), always read with GET.
+    let wire = ctx.provider.wire();
+    if wire.operation_names_output() {
         let operation = if job.operation.is_empty() {
             format!("operations/{}", job.batch)
         } else {
@@ -233,13 +218,12 @@ async fn read_ended(
             Ok(observed) => {
                 let files = observed.answer_files();
                 let refused = (files.is_empty()
-                    && ctx.provider.api() == Api::OpenAi
                     && observed.observation.state == tally_core::operation::OpState::Failed)
-                    .then(|| crate::refusal::validation(&observed.resource))
+                    .then(|| wire.validation(&observed.resource))
                     .flatten();
                 let ended = match refused {
                     Some(v) => Ended::Refused(v),
-                    None if files.is_empty() && answered_nothing(ctx, &observed) => {
+                    None if files.is_empty() && wire.answered_nothing(&observed) => {
                         Ended::NothingAnswered
                     }
                     None if files.is_empty() => Ended::NoOutput,
@@ -265,18 +249,6 @@ async fn read_ended(
             () = stop.cancelled() => return Ok((Ended::Stopped, None)),
         }
     }
-}
-
-/// An OpenAI batch that completed with no request counted completed or
-/// failed: it has no file to wait for (one whose counts say it answered
-/// something but whose files are not named yet is asked again).
-fn answered_nothing(ctx: &Ctx, observed: &Observed) -> bool {
-    let counts = &observed.resource["request_counts"];
-    let count = |k: &str| counts[k].as_i64().unwrap_or(0);
-    ctx.provider.api() == Api::OpenAi
-        && observed.observation.state == tally_core::operation::OpState::Succeeded
-        && count("completed") == 0
-        && count("failed") == 0
 }
 
 /// Why a job failed because its batch stayed 404.

@@ -22,12 +22,12 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::http::{self, ApiKey, Patience, ProviderError};
-use super::{Listed, ListedFile, Page};
 use crate::jsonl::LineSink;
+use crate::provider::http::{self, ApiKey, Patience, ProviderError};
+use crate::provider::{Listed, ListedFile, Page};
 
 /// The only endpoint tally runs.
-pub use crate::jsonl::OPENAI_ENDPOINT as ENDPOINT;
+pub use super::request::ENDPOINT;
 
 /// The metadata key holding tally's tag.
 pub const TAG_KEY: &str = "tally";

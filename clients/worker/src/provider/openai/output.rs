@@ -14,7 +14,7 @@
 //! - a 2xx `ChatCompletion`: `message.refusal` → BLOCKED; finish reason
 //!   `content_filter` → BLOCKED; `length` and any other reason but `stop`
 //!   → the answer is incomplete; otherwise the text is judged like every
-//!   provider's ([`super::judge_text`]).
+//!   provider's ([`judge_text`]).
 //!
 //! A result carries the line's `response` object as the provider wrote it
 //! (`RowOutcome.response`, at most 1 MiB), which `tallyctl export --format
@@ -27,7 +27,7 @@
 use serde_json::Value;
 use tally_proto::v1 as pb;
 
-use super::{Expect, judge_text, str_at, truncate};
+use crate::output::{Expect, judge_text, str_at, truncate};
 
 /// The largest provider response kept with a result: the server's bound
 /// on it, the one on payloads.
@@ -160,7 +160,7 @@ fn answer(body: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    judge_text(text, finish, matches!(finish, "" | "stop"), expect)
+    judge_text(text, finish, expect)
 }
 
 /// A body's `usage`.
@@ -352,7 +352,7 @@ mod tests {
             .iter()
             .map(|k| (k.to_string(), JSON))
             .collect();
-        let mut m = super::super::Matcher::of(&expected, super::super::Format::OpenAi);
+        let mut m = crate::output::Matcher::of(&expected, &super::super::OpenAiWire);
         let mut a = ok(r#"{"x": 1}"#, "stop");
         a["custom_id"] = json!("a");
         m.line(a.to_string().as_bytes());

@@ -1,8 +1,8 @@
 //! What the worker tells tally about rows outside the reducer's path:
 //! outcomes reported in chunks, a row that can never be sent, and a closed
-//! job's input file let go. Shared by the create path ([`crate::create`]),
-//! reconciliation ([`crate::reconcile`]) and refused batches
-//! ([`crate::refused`]), none of which needs the others for it.
+//! job's input file let go. Shared by the create path ([`crate::job::create`]),
+//! reconciliation ([`crate::job::reconcile`]) and refused batches
+//! ([`crate::job::refused`]), none of which needs the others for it.
 
 use prost::Message;
 use tally_client::with_retry;

@@ -16,10 +16,13 @@
 //! [`DEFAULT_MAX_TOKENS`] where the row does not set it.
 
 use serde_json::{Value, json};
+use tally_core::media::MediaRef;
 use tally_core::provider::Api;
 
-use super::chat::{self, Turn};
-use super::{InputError, PromptSpec};
+use crate::jsonl::LineShape;
+use crate::prompt::chat::{self, Turn};
+use crate::prompt::{InputError, PromptSpec};
+use crate::provider::wire::{base64, images_and_pdfs_only};
 
 /// The output budget of a request that names none (the API requires one;
 /// every current Claude model allows at least this many).
@@ -85,6 +88,33 @@ pub fn asks_for_json(payload: &str, has_prompt: bool) -> bool {
             .and_then(Value::as_str)
             == Some("json_schema")
     })
+}
+
+/// Anthropic's batch request: `{"custom_id", "params"}`.
+pub const LINE: LineShape = LineShape {
+    id: "custom_id",
+    fixed: "",
+    request: "params",
+};
+
+/// Why Anthropic will not take `r` inline (it takes images and PDFs).
+pub fn refuses_media(r: &MediaRef) -> Option<String> {
+    images_and_pdfs_only(r, "Anthropic", "a message")
+}
+
+/// Anthropic's content block for `r`'s bytes: an image, or a PDF
+/// document, inline as base64.
+pub fn inline_part(r: &MediaRef, bytes: &[u8]) -> Value {
+    let kind = if r.mime_type == "application/pdf" {
+        "document"
+    } else {
+        "image"
+    };
+    json!({"type": kind, "source": {
+        "type": "base64",
+        "media_type": r.mime_type,
+        "data": base64(bytes),
+    }})
 }
 
 #[cfg(test)]

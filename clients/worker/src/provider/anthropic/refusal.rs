@@ -1,0 +1,115 @@
+//! How Anthropic's answers to a refused create read as tally's refusals
+//! (a batch is refused whole or made; its requests' own errors come in
+//! its results). Pure.
+//!
+//! | answer | kind |
+//! | --- | --- |
+//! | 429 `rate_limit_error`, 529 `overloaded_error` | wait, for its `retry-after` (60s when none) |
+//! | 413 `request_too_large`, or a 400 saying the request is too large | fix: a smaller batch |
+//! | 400 `invalid_request_error` naming a request (`requests.3.…`) | fix: that row is invalid input (PERMANENT), the others go back |
+//! | 402 `billing_error` | stop (`billing`) |
+//! | 404 `not_found_error` | stop (`model`) |
+//! | 401, 403, any other 4xx | stop (`refused`) |
+//! | 500 `api_error`, other 5xx, no answer | not a refusal: searched for |
+
+use tally_proto::v1 as pb;
+
+use crate::provider::ProviderError;
+use crate::refusal::{Refusal, too_large};
+
+/// The kind of a failed call at Anthropic's Message Batches; `None` when
+/// it may have made the batch.
+pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
+    let ProviderError::Http {
+        code,
+        message,
+        retry_after,
+        ..
+    } = e
+    else {
+        return None;
+    };
+    let refusal = match code {
+        429 | 529 => Refusal::Wait(*retry_after),
+        408 | 500..=599 => return None,
+        413 => Refusal::TooLarge,
+        400 if too_large(message) => Refusal::TooLarge,
+        400 => match request_index(message) {
+            Some(i) => Refusal::Invalid(i),
+            None => Refusal::Stop(pb::ProviderRefusal::Request),
+        },
+        402 => Refusal::Stop(pb::ProviderRefusal::Billing),
+        404 => Refusal::Stop(pb::ProviderRefusal::Model),
+        400..=499 => Refusal::Stop(pb::ProviderRefusal::Request),
+        _ => return None,
+    };
+    Some(refusal)
+}
+
+/// The index of the request an error message names (`requests.3.params…`,
+/// `requests[3]`), if it names one.
+fn request_index(message: &str) -> Option<usize> {
+    let rest = &message[message.find("requests")? + "requests".len()..];
+    let rest = rest.strip_prefix('.').or_else(|| rest.strip_prefix('['))?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Invariant: Anthropic's refusals wait (429, 529), fix (too large, or
+    // the one request a 400 names) or stop; a 5xx or no answer may have
+    // made the batch and is searched for.
+    #[test]
+    fn anthropic_refusals_wait_fix_or_stop() {
+        use pb::ProviderRefusal as P;
+        let e = |code: u16, kind: &str, message: &str| ProviderError::Http {
+            code,
+            message: message.into(),
+            retry_after: None,
+            status: kind.into(),
+            quota_ids: Vec::new(),
+        };
+        let a = |code, kind, message| classify(&e(code, kind, message));
+        assert_eq!(a(429, "rate_limit_error", ""), Some(Refusal::Wait(None)));
+        assert_eq!(
+            a(529, "overloaded_error", "Overloaded"),
+            Some(Refusal::Wait(None))
+        );
+        assert_eq!(a(413, "request_too_large", ""), Some(Refusal::TooLarge));
+        assert_eq!(
+            a(
+                400,
+                "invalid_request_error",
+                "requests.17.custom_id: String should match pattern"
+            ),
+            Some(Refusal::Invalid(17))
+        );
+        assert_eq!(
+            a(
+                400,
+                "invalid_request_error",
+                "requests[3]: duplicate custom_id"
+            ),
+            Some(Refusal::Invalid(3))
+        );
+        assert_eq!(
+            a(400, "invalid_request_error", "requests: too many"),
+            Some(Refusal::Stop(P::Request))
+        );
+        assert_eq!(a(402, "billing_error", ""), Some(Refusal::Stop(P::Billing)));
+        assert_eq!(
+            a(401, "authentication_error", ""),
+            Some(Refusal::Stop(P::Request))
+        );
+        assert_eq!(
+            a(403, "permission_error", ""),
+            Some(Refusal::Stop(P::Request))
+        );
+        assert_eq!(a(404, "not_found_error", ""), Some(Refusal::Stop(P::Model)));
+        assert_eq!(a(500, "api_error", ""), None);
+        assert_eq!(classify(&ProviderError::Transport("reset".into())), None);
+    }
+}

@@ -1,0 +1,36 @@
+//! OpenAI's own flags: where its API (or an OpenAI-compatible server's)
+//! is and where its key is kept.
+
+use std::path::PathBuf;
+
+use crate::config::UrlArg;
+use crate::provider::Endpoint;
+
+/// OpenAI's flags (flattened into the worker's).
+#[derive(Debug, Clone, clap::Args)]
+pub struct OpenAiFlags {
+    /// OpenAI API base URL, version included (an OpenAI-compatible
+    /// server's, or the emulator's `http://host:port/v1`).
+    #[arg(
+        long,
+        env = "OPENAI_BASE_URL",
+        default_value = "https://api.openai.com/v1"
+    )]
+    pub openai_base_url: UrlArg,
+
+    /// File holding the OpenAI (or OpenAI-compatible server's) API key,
+    /// instead of `OPENAI_API_KEY`.
+    #[arg(long, env = "OPENAI_API_KEY_FILE")]
+    pub openai_api_key_file: Option<PathBuf>,
+}
+
+impl OpenAiFlags {
+    pub fn endpoint(&self) -> Endpoint<'_> {
+        Endpoint {
+            base_url: &self.openai_base_url,
+            key_file: self.openai_api_key_file.as_deref(),
+            key_file_flag: "--openai-api-key-file",
+            key_env: "OPENAI_API_KEY",
+        }
+    }
+}
