@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Import circles per crate and Python package.
 
-Rust: the module graph from `crate::a::b…` and `crate::{a::b, c}` paths in
-code (comments blanked), at two levels: the crate's top-level modules (its
+Rust: the module graph from `crate::a::b…`, `super::…`, `self::…` and
+`crate::{a::b, c}` paths in code (comments and the trailing
+`#[cfg(test)] mod` blanked), at two levels: the crate's top-level modules (its
 rooms must layer) and every file's module (no circle inside a room
 either; an edge between a module and its own parent or child is not
 counted). Python: `from pkg.a import …` and `import pkg.a` between a
@@ -39,9 +40,20 @@ def without_comments(text: str) -> str:
     return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
 
 
-def crate_paths(code: str) -> set[tuple[str, ...]]:
-    """Every path named by `crate::a::b…` and `crate::{a::b…, c}` (nested
-    groups included), as tuples of identifiers."""
+def without_tests(text: str) -> str:
+    """Rust source without its test module (by convention the file's end):
+    a `super::` inside it names the file's own module, not its parent."""
+    m = re.search(r"#\[cfg\(test\)\]\s*(?:pub(?:\([\w:]+\))?\s+)?mod\s+\w+\s*\{", text)
+    return text[: m.start()] if m else text
+
+
+RELATIVE = re.compile(r"(?<![\w:])(crate::|self::|(?:super::)+)")
+
+
+def crate_paths(code: str, module: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Every path named by `crate::a::b…`, `super::…`, `self::…` (from
+    `module`) and `crate::{a::b…, c}` (nested groups included), as tuples of
+    identifiers from the crate root."""
     found: set[tuple[str, ...]] = set()
 
     def walk(prefix: tuple[str, ...], text: str) -> None:
@@ -64,6 +76,9 @@ def crate_paths(code: str) -> set[tuple[str, ...]]:
                 else:
                     item += ch
             return
+        if text.startswith("*"):
+            found.add(prefix)
+            return
         m = re.match(r"[A-Za-z_][A-Za-z0-9_]*", text)
         if not m:
             return
@@ -80,8 +95,16 @@ def crate_paths(code: str) -> set[tuple[str, ...]]:
         elif prefix:
             found.add(prefix)
 
-    for m in re.finditer(r"\bcrate::", code):
-        walk((), code[m.end() :])
+    for m in RELATIVE.finditer(code):
+        lead = m.group(1)
+        if lead == "crate::":
+            base: tuple[str, ...] = ()
+        elif lead == "self::":
+            base = module
+        else:
+            up = lead.count("super::")
+            base = module[: max(len(module) - up, 0)]
+        walk(base, code[m.end() :])
     return found
 
 
@@ -108,8 +131,8 @@ def rust_graphs() -> dict[str, dict[str, set[str]]]:
         for module, file in files.items():
             if not module:
                 continue
-            code = without_comments(file.read_text(encoding="utf-8"))
-            for path in crate_paths(code):
+            code = without_tests(without_comments(file.read_text(encoding="utf-8")))
+            for path in crate_paths(code, module):
                 target = next(
                     (path[:n] for n in range(len(path), 0, -1) if path[:n] in files), None
                 )
@@ -190,7 +213,26 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def check_reader() -> None:
+    """The reader's own invariant, checked on every run: a circle spelled
+    with `super::` (the one `crate::`-only reading missed in
+    services/server's job::media and job::validate) is counted, and a
+    test module's `super::` names its own file."""
+    media = crate_paths("fn f() { super::validate::MAX_ACCOUNT }", ("job", "media"))
+    validate = crate_paths("use super::media::{self, creating_media};", ("job", "validate"))
+    assert ("job", "validate", "MAX_ACCOUNT") in media, media
+    assert ("job", "media") in validate and ("job", "media", "creating_media") in validate
+    graph = {"job::media": {"job::validate"}, "job::validate": {"job::media"}}
+    assert circles(graph) == [["job::media", "job::validate"]]
+    assert crate_paths("use self::a::B; use super::super::c;", ("x", "y")) == {
+        ("x", "y", "a", "B"),
+        ("c",),
+    }
+    assert "super" not in without_tests("fn a() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n")
+
+
 def main() -> int:
+    check_reader()
     count_only = "--count" in sys.argv[1:]
     total = 0
     for name, graph in sorted({**rust_graphs(), **python_graphs()}.items()):

@@ -15,7 +15,8 @@
 //!   batch made, or never made), whatever the list's order and lag;
 //! - `tags`: the names tally gives its files, batches and requests;
 //!   `bounds`: the sizes the worker refuses past;
-//! - [`config`]: flags and environment.
+//! - [`config`]: flags and environment; `arg`: flag values that never
+//!   print as given.
 //!
 //! [`provider`]: each provider in its folder (client, request, output,
 //! refusal, flags) behind one dispatch: the only place a provider is
@@ -31,6 +32,7 @@
 //! Not here: classification (the server classifies the facts the worker
 //! reports), retry scheduling of rows (the ledger's backoff).
 
+mod arg;
 mod attach;
 mod bounds;
 pub mod config;

@@ -63,6 +63,17 @@ impl fmt::Display for Api {
 /// Longest provider name.
 pub const MAX_PROVIDER: usize = 32;
 
+/// Most characters of a provider account name.
+pub const MAX_ACCOUNT: usize = 128;
+
+/// Why `account` is not a provider account name (an opaque name, never a
+/// key: at most [`MAX_ACCOUNT`] printable ASCII characters); `None` when
+/// it is one. The one check, wherever an account is named.
+pub fn account_problem(account: &str) -> Option<String> {
+    (account.len() > MAX_ACCOUNT || !account.bytes().all(|b| b.is_ascii_graphic()))
+        .then(|| format!("must be at most {MAX_ACCOUNT} printable ASCII characters without spaces"))
+}
+
 /// Where a model runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route<'a> {

@@ -40,7 +40,7 @@ pub use http::{ApiKey, Patience, ProviderError};
 pub use types::{Listed, ListedFile, Observed, Owner, Page, Upload, Uploaded};
 pub use wire::Wire;
 
-use crate::config::UrlArg;
+use crate::arg::UrlArg;
 use crate::jsonl::LineSink;
 
 /// The shapes and rules of `api`'s provider.

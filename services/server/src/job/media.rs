@@ -18,14 +18,8 @@ const MAX_URI: usize = 2048;
 const MAX_SIZE: i64 = 1 << 40;
 
 fn account(field: &str, a: &str, v: &mut Violations) {
-    if a.len() > super::validate::MAX_ACCOUNT || !a.bytes().all(|b| b.is_ascii_graphic()) {
-        v.add(
-            field,
-            format!(
-                "must be at most {} printable ASCII characters without spaces",
-                super::validate::MAX_ACCOUNT
-            ),
-        );
+    if let Some(why) = tally_core::provider::account_problem(a) {
+        v.add(field, why);
     }
 }
 

@@ -100,19 +100,12 @@ pub fn creating(
     Ok((req.input_file.clone(), tokens, media))
 }
 
-/// Most characters of a provider account name.
-pub const MAX_ACCOUNT: usize = 128;
-
-/// CreateJob's provider account: at most [`MAX_ACCOUNT`] printable ASCII
-/// characters (an opaque name, never a key).
+/// CreateJob's provider account ([`tally_core::provider::account_problem`]).
 pub fn provider_account(account: &str) -> Result<&str, Status> {
-    if account.len() > MAX_ACCOUNT || !account.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(invalid_field(
-            "provider_account",
-            format!("must be at most {MAX_ACCOUNT} printable ASCII characters without spaces"),
-        ));
+    match tally_core::provider::account_problem(account) {
+        Some(why) => Err(invalid_field("provider_account", why)),
+        None => Ok(account),
     }
-    Ok(account)
 }
 
 /// MarkNotCreated's reason (bounded).

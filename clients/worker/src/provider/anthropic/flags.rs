@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::UrlArg;
+use crate::arg::UrlArg;
 use crate::provider::Endpoint;
 
 /// Anthropic's flags (flattened into the worker's).

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::UrlArg;
+use crate::arg::UrlArg;
 use crate::provider::Endpoint;
 
 /// Gemini's flags (flattened into the worker's).

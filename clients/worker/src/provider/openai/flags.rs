@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::UrlArg;
+use crate::arg::UrlArg;
 use crate::provider::Endpoint;
 
 /// OpenAI's flags (flattened into the worker's).
