@@ -115,21 +115,54 @@ pub async fn create(
         tracing::warn!(job = %job.job_id, error = %e, "batch create unresolved; searching the provider for it");
         return resolve(ctx, job, claim, stop).await;
     };
+    refused(
+        ctx,
+        job,
+        claim,
+        model,
+        &sent.keys,
+        sent.tokens,
+        "create",
+        e,
+        refusal,
+    )
+    .await?;
+    Ok(CreateEnd::NeverMade)
+}
+
+/// What a definite refusal of the job's upload or create (`call`) asks
+/// of tally, done before the rows go back so the same rows never go out
+/// the same way again: the model cools down for every worker of the
+/// account (and the next batch is smaller), a smaller batch, the row at
+/// fault failed, or the ledger paused (answered as the error). The job
+/// closes without a batch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn refused(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    model: &str,
+    keys: &[String],
+    tokens: u64,
+    call: &str,
+    e: ProviderError,
+    refusal: Kind,
+) -> Result<(), JobError> {
     // The provider answered and made nothing.
-    tracing::warn!(job = %job.job_id, error = %e, ?refusal, rows = sent.keys.len(), tokens = sent.tokens, "batch create refused");
-    let reason = format!("the create was refused: {e}");
+    tracing::warn!(job = %job.job_id, error = %e, ?refusal, rows = keys.len(), tokens, "batch {call} refused");
+    let reason = format!("the {call} was refused: {e}");
     let mut not = Refusal::default();
     match refusal {
         Kind::Wait(named) => {
             // The project's quota (enqueued tokens, rate): the model cools
             // down for every worker of the account, and this worker's next
             // batch of it is smaller in case its size was the problem.
-            ctx.create_refused(model, sent.tokens);
+            ctx.create_refused(model, tokens);
             not.cooldown = Some(ctx.cooldown(named));
         }
         Kind::TooLarge => {
-            ctx.create_refused(model, sent.tokens);
-            if let [key] = sent.keys.as_slice() {
+            ctx.create_refused(model, tokens);
+            if let [key] = keys {
                 // One row alone is too large: that row can never be sent.
                 let why = format!("a batch of this row alone was refused as too large: {e}");
                 let outcome = crate::job::settle::invalid_input(key, &why);
@@ -139,7 +172,7 @@ pub async fn create(
         Kind::Invalid(index) => {
             // The request the provider named is that row's fault; the
             // others go back as they are.
-            if let Some(key) = sent.keys.get(index) {
+            if let Some(key) = keys.get(index) {
                 let why = format!("the provider refused this row's request: {e}");
                 let outcome = crate::job::settle::invalid_input(key, &why);
                 crate::job::settle::report(ctx, claim, vec![outcome]).await?;
@@ -154,10 +187,10 @@ pub async fn create(
     match refusal {
         Kind::Wait(named) => {
             ctx.hold_claims(ctx.cooldown(named));
-            Ok(CreateEnd::NeverMade)
+            Ok(())
         }
-        Kind::TooLarge => Ok(CreateEnd::NeverMade),
-        Kind::Invalid(index) if index < sent.keys.len() => Ok(CreateEnd::NeverMade),
+        Kind::TooLarge => Ok(()),
+        Kind::Invalid(index) if index < keys.len() => Ok(()),
         Kind::Invalid(_) | Kind::Stop(_) => Err(e.into()),
     }
 }

@@ -271,14 +271,17 @@ pub async fn run_claim(
         release(&ctx, &claim.name, &[]).await;
         return Ok(JobEnd::Released);
     }
+    let mut sent = create::Sent {
+        keys: sent_keys,
+        tokens: packer.tokens(),
+        token_limit,
+        media: job_media.uploads.into_iter().collect(),
+        lines: bytes::Bytes::new(),
+    };
     let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
     let file = match ctx.provider.upload_input(&display_name, &body).await {
         Ok(f) => f,
-        Err(e) => {
-            tracing::warn!(job = %job.job_id, error = %e, "upload failed; releasing the claim");
-            release(&ctx, &claim.name, &[]).await;
-            return Err(e.into());
-        }
+        Err(e) => return upload_failed(&ctx, &job, &claim.name, &model, &sent, e).await,
     };
     if stop.is_cancelled() {
         release(&ctx, &claim.name, &[]).await;
@@ -286,19 +289,11 @@ pub async fn run_claim(
     }
     ctx.args.failpoint(Failpoint::AfterUpload);
     // Kept only where the requests go inline in the create.
-    let lines = if ctx.provider.takes_requests_inline() {
-        body
+    if ctx.provider.takes_requests_inline() {
+        sent.lines = body;
     } else {
         drop(body);
-        bytes::Bytes::new()
-    };
-    let sent = create::Sent {
-        keys: sent_keys,
-        tokens: packer.tokens(),
-        token_limit,
-        media: job_media.uploads.into_iter().collect(),
-        lines,
-    };
+    }
     // Recorded before the create goes out: from here the batch may exist,
     // and the rows are never released until the provider was searched.
     let job = match create::mark_creating(&ctx, &job, &claim.name, &file, &sent).await {
@@ -317,6 +312,41 @@ pub async fn run_claim(
     };
     tracing::info!(job = %job.job_id, rows = expect.len(), batch = %job.batch, input_file = %file, "job submitted");
     follow(&ctx, job, &claim.name, expect, &stop).await
+}
+
+/// A failed upload of the job's input file. A definite refusal is what
+/// a refused create is (the cool-down, a smaller batch, or the ledger
+/// paused: [`create::refused`]), recorded on the job made CREATING first
+/// (tally takes a provider's refusal only from a job that went to the
+/// provider; no batch can exist: no create was sent); anything else (no
+/// answer, a 5xx) gives the rows back and this worker claims nothing for
+/// `--refusal-cooldown`, so a provider that keeps failing is never asked
+/// again at once.
+async fn upload_failed(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    model: &str,
+    sent: &create::Sent,
+    e: ProviderError,
+) -> Result<JobEnd, JobError> {
+    let Some(refusal) = ctx.provider.wire().classify(&e) else {
+        tracing::warn!(job = %job.job_id, error = %e, "upload failed; releasing the claim and waiting before the next claim");
+        release(ctx, claim, &[]).await;
+        ctx.hold_claims(ctx.cooldown(None));
+        return Err(e.into());
+    };
+    let job = match create::mark_creating(ctx, job, claim, "", sent).await {
+        Ok(j) => j,
+        Err(s) => {
+            tracing::warn!(job = %job.job_id, error = %s, "MarkCreating failed; releasing the claim");
+            release(ctx, claim, &[]).await;
+            return Err(s.into());
+        }
+    };
+    let (keys, tokens) = (&sent.keys, sent.tokens);
+    create::refused(ctx, &job, claim, model, keys, tokens, "upload", e, refusal).await?;
+    Ok(JobEnd::Released)
 }
 
 /// Takes over a job whose owner died after a create was attempted or after

@@ -22,7 +22,7 @@
 
 use crate::common;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::{
     API_KEY, PROBE_KEY, SECRET, Stack, all_rows, assert_batches_recorded, create_ledger,
@@ -487,5 +487,71 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
             .filter(|s| ran(s.outcome))
             .count(),
     );
+    w.stop().await;
+}
+
+/// A key the provider refuses (401 `invalid_api_key` at the input file's
+/// upload, before any batch): issue 51's loop, where every refused upload
+/// gave the rows back and the worker claimed them again at once (1,003
+/// jobs in 20 s). Invariants: the first refused upload pauses the ledger
+/// (REFUSED, the provider's words); only the jobs already past CreateJob
+/// when the pause came met the refusal; no row spent an attempt; nothing
+/// reached the provider's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_upload_pauses_the_ledger_instead_of_looping() {
+    const LEDGER: &str = "oai-upload-refused";
+    const ROWS: usize = 40;
+    let w = OpenAiWorld::start(LEDGER, ROWS, FaultPlan::default()).await;
+    // The emulator knows only another key: the worker's is refused.
+    let w = OpenAiWorld {
+        emulator: {
+            w.emulator.shutdown().await;
+            Emulator::start(
+                "127.0.0.1:0".parse().unwrap(),
+                EmulatorConfig {
+                    api_keys: vec!["sk-another-key".into()],
+                    timing: Timing::fast(),
+                    ..EmulatorConfig::default()
+                },
+            )
+            .await
+            .expect("emulator starts")
+        },
+        ..w
+    };
+    let mut worker = create_worker(&w, LEDGER, "refused-upload", &[]);
+    common::until(Duration::from_secs(60), "the ledger pauses", || async {
+        common::summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    common::until(Duration::from_secs(30), "the jobs out close", || async {
+        common::summary(&w.c, LEDGER).await.active_jobs == 0
+    })
+    .await;
+    let s = common::summary(&w.c, LEDGER).await;
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    let pause = s.pause.clone().expect("a pause");
+    println!(
+        "paused ({}): {:?}; {} jobs, {} uploads",
+        pause.reason,
+        pause.message,
+        jobs.len(),
+        w.emulator.stats().uploads
+    );
+    assert_eq!(pause.reason, pb::LedgerPauseReason::Refused as i32);
+    assert!(
+        pause.message.contains("upload was refused") && pause.message.contains("401"),
+        "{}",
+        pause.message
+    );
+    assert!(
+        (1..=4).contains(&jobs.len()),
+        "only the jobs out when the pause came: {}",
+        jobs.len()
+    );
+    assert_eq!(s.attempts_total, 0, "no attempt spent on a refused upload");
+    assert_eq!(s.pending, ROWS as i64, "every row waits, unattempted");
+    assert_eq!(w.emulator.stats().uploads, 0);
+    worker.kill().await.ok();
     w.stop().await;
 }
