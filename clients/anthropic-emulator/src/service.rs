@@ -10,16 +10,17 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use emulator_kit::mix::{hash_str, shuffled};
+use emulator_kit::serve::Created;
 use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::answer::{Cache, answer, cache_prefix, not_run};
+use crate::answer::{Cache, answer, cache_prefix, not_run, prompt_text};
 use crate::batches::{Batch, Counts, Status};
 use crate::config::{EmulatorConfig, Models, Timing};
 use crate::error::{ApiError, ErrorType};
-use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, LostMode, Refusal, share_of};
+use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, Refusal, share_of};
 use crate::ids::{batch_id, message_id, request_id};
 use crate::page::Page;
 use crate::requests::{BatchRequest, check_params, parse_create};
@@ -52,13 +53,6 @@ struct State {
     faults: Faults,
     stats: Stats,
     next_seq: u64,
-}
-
-/// The answer to a create.
-pub enum Created {
-    Batch(Value),
-    /// The batch was made; its answer is lost this way.
-    Lost(LostMode),
 }
 
 /// How a batch ends; `None` finished counts come from the plan's shares.
@@ -138,7 +132,7 @@ impl Shared {
 
     // ---- operations ----
 
-    pub fn create_batch(self: &Arc<Self>, body: &[u8]) -> Result<Created, ApiError> {
+    pub fn create_batch(self: &Arc<Self>, body: &[u8]) -> Result<Created<Value>, ApiError> {
         let parsed = parse_create(body);
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -333,7 +327,9 @@ impl Shared {
             let answered = if i < finished {
                 state.next_seq += 1;
                 let problem = check_params(&request.params, &self.models).err();
-                let fault = state.faults.decide_row(&request.custom_id);
+                let fault = state
+                    .faults
+                    .decide_row(&request.custom_id, &prompt_text(&request.params));
                 let cache = match (&problem, cache_prefix(&request.params)) {
                     (None, Some((hash, tokens))) if state.cached.insert(hash) => {
                         Cache::Write(tokens)

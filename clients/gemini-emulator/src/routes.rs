@@ -290,26 +290,25 @@ async fn model_method(
     match segment.rsplit_once(':') {
         Some((model, "batchGenerateContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
-            Ok(json_response(shared.create_batch(
-                &version,
-                model,
-                &body,
-                BatchKind::Generate,
-            )?))
+            shared
+                .create_batch(&version, model, &body, BatchKind::Generate)?
+                .respond(json_response, lost_answer)
         }
         Some((model, "asyncBatchEmbedContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
-            Ok(json_response(shared.create_batch(
-                &version,
-                model,
-                &body,
-                BatchKind::Embed,
-            )?))
+            shared
+                .create_batch(&version, model, &body, BatchKind::Embed)?
+                .respond(json_response, lost_answer)
         }
         _ => Err(ApiError::not_found(format!(
             "models/{segment} is not supported by the emulator"
         ))),
     }
+}
+
+/// A create whose answer the fault lost: the provider's 500.
+fn lost_answer() -> ApiError {
+    ApiError::new(500, "Internal error encountered.")
 }
 
 /// `GET /{version}/batches/{id}`.

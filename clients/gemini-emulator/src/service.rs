@@ -23,6 +23,7 @@ use crate::output::{Style, build_output, parse_inline, parse_input};
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
 use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
+use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
 
@@ -379,7 +380,7 @@ impl Shared {
         model: &str,
         body: &Value,
         kind: BatchKind,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Created<Value>, ApiError> {
         let model = model.trim_start_matches("models/");
         if !self.models.allows(model, kind == BatchKind::Embed) {
             let method = match kind {
@@ -582,22 +583,19 @@ impl Shared {
                 events,
             },
         );
-        let lost = state
-            .faults
-            .as_mut()
-            .is_some_and(Faults::take_create_answer_lost);
-        if lost {
+        let lost = state.faults.as_mut().and_then(Faults::take_lost_answer);
+        if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
         drop(state);
         let shared = Arc::clone(self);
         self.tasks
             .spawn(async move { run_batch(shared, id, fault, cancel).await });
-        if lost {
-            tracing::info!(batch = %name, "fault: the batch was made, its create answers 500");
-            return Err(ApiError::new(500, "Internal error encountered."));
+        if let Some(mode) = lost {
+            tracing::info!(batch = %name, ?mode, "fault: the batch was made, its answer is lost");
+            return Ok(Created::Lost(mode));
         }
-        Ok(operation)
+        Ok(Created::Batch(operation))
     }
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {

@@ -31,7 +31,6 @@ pub mod faults;
 pub mod files;
 pub mod ids;
 pub mod input;
-pub mod order;
 mod routes;
 mod service;
 pub mod stats;

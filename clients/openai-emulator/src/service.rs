@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
 use emulator_kit::mix::hash_str;
+use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
@@ -20,7 +21,7 @@ use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, token
 use crate::batches::{Batch, Counts, Status, Usage};
 use crate::config::{EmulatorConfig, ListOrder, Models, Timing};
 use crate::error::ApiError;
-use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Faults, LostMode};
+use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Faults};
 use crate::files::{StoredFile, UPLOAD_PURPOSES};
 use crate::ids::{completion_id, file_id, hex_id};
 use crate::input::{InputRow, LineError, parse};
@@ -63,13 +64,6 @@ struct State {
 struct Runtime {
     cancel: CancellationToken,
     events: Option<EventQueue>,
-}
-
-/// The answer to a create.
-pub enum Created {
-    Batch(Value),
-    /// The batch was made; its answer is lost this way.
-    Lost(LostMode),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -249,7 +243,7 @@ impl Shared {
 
     // ---- batches ----
 
-    pub fn create_batch(self: &Arc<Self>, body: &Value) -> Result<Created, ApiError> {
+    pub fn create_batch(self: &Arc<Self>, body: &Value) -> Result<Created<Value>, ApiError> {
         let request = check_create(body)?;
         let mut state = self.lock();
         let refusal = if state.faults.take_insufficient_quota() {
