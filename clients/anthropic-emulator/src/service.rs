@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::{hash_str, shuffled};
 use emulator_kit::serve::Created;
 use emulator_kit::submissions::SubmissionLog;
@@ -46,8 +47,8 @@ struct State {
     requests: HashMap<String, Vec<BatchRequest>>,
     /// Each ended batch's results, as JSONL.
     results: HashMap<String, String>,
-    /// Lifecycle tasks of batches in progress, to stop on cancel.
-    running: HashMap<String, CancellationToken>,
+    /// Batches in progress, to stop on cancel.
+    running: Lives,
     /// Hashes of the cached prompt prefixes seen.
     cached: HashSet<u64>,
     faults: Faults,
@@ -90,7 +91,7 @@ impl Shared {
                 by_id: HashMap::new(),
                 requests: HashMap::new(),
                 results: HashMap::new(),
-                running: HashMap::new(),
+                running: Lives::default(),
                 cached: HashSet::new(),
                 faults,
                 stats: Stats::default(),
@@ -175,8 +176,7 @@ impl Shared {
         state.batches.insert(seq, batch);
         state.by_id.insert(id.clone(), seq);
         state.requests.insert(id.clone(), requests);
-        let stop = self.shutdown.child_token();
-        state.running.insert(id.clone(), stop.clone());
+        let stop = state.running.start(&id, &self.shutdown, None);
         let lost = state.faults.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
@@ -241,18 +241,17 @@ impl Shared {
         batch.status = Status::Canceling;
         batch.cancel_initiated_at = Some(Utc::now());
         let json = batch.to_json(&self.base_url);
-        if let Some(stop) = state.running.remove(id) {
-            stop.cancel();
-        }
+        state.running.stop(id);
         drop(guard);
-        let (shared, id, delay) = (Arc::clone(self), id.to_owned(), self.timing.canceling);
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(delay) => shared.finish(&id, Ending::Canceled(None)),
-                () = shutdown.cancelled() => {}
-            }
-        });
+        let (shared, id) = (Arc::clone(self), id.to_owned());
+        end_after(
+            &self.tasks,
+            &self.shutdown,
+            self.timing.canceling,
+            move || {
+                shared.finish(&id, Ending::Canceled(None));
+            },
+        );
         Ok(json)
     }
 
@@ -372,7 +371,7 @@ impl Shared {
             Ending::Canceled(_) => state.stats.batches_canceled += 1,
         }
         state.stats.submissions.settle(id, outcomes);
-        state.running.remove(id);
+        state.running.end(id);
     }
 }
 
@@ -442,8 +441,7 @@ async fn run_batch(
         Some(ending) if in_progress < expires_after => (in_progress, ending),
         _ => (expires_after, Ending::Expired(None)),
     };
-    tokio::select! {
-        () = tokio::time::sleep(wait) => shared.finish(&id, ending),
-        () = stop.cancelled() => {}
+    if dwell(wait, &stop).await {
+        shared.finish(&id, ending);
     }
 }

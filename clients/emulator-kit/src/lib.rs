@@ -13,13 +13,15 @@
 //! per-key submission log tests check; [`signing`] the Standard Webhooks
 //! signer; [`delivery`] signed webhook delivery with retries, duplicates
 //! and late redeliveries; [`serve`] the listener, the served router and
-//! its ordered shutdown; [`startup`] what the binaries do around their
+//! its ordered shutdown; [`lifecycle`] a batch's dwell times, cancel
+//! and stop tokens; [`startup`] what the binaries do around their
 //! flags; [`testing`] polling helpers for the emulators' tests. `mix`,
 //! `times`, `rules`, `models`, `schema_instance`, `text`, `submissions` and
 //! `signing` are pure.
 
 pub mod delivery;
 pub mod ids;
+pub mod lifecycle;
 pub mod mix;
 pub mod models;
 pub mod rules;

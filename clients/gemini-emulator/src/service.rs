@@ -22,7 +22,8 @@ use crate::ids::{hash_str, resource_id};
 use crate::output::{Style, build_output, parse_inline, parse_input};
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
-use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
+use emulator_kit::delivery::{self, Attempt, Outbox};
+use emulator_kit::lifecycle::{Lives, dwell};
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
@@ -56,16 +57,10 @@ struct State {
     /// In creation order: `batches[seq - 1]`.
     batches: Vec<Batch>,
     by_id: HashMap<String, usize>,
-    runtime: HashMap<String, BatchRuntime>,
+    runtime: Lives,
     faults: Option<Faults>,
     stats: Stats,
     next_id: u64,
-}
-
-/// What a live batch needs besides its data.
-struct BatchRuntime {
-    cancel: CancellationToken,
-    events: Option<EventQueue>,
 }
 
 /// The outcome of one upload call on an existing session.
@@ -574,15 +569,8 @@ impl Shared {
         let index = state.batches.len();
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
-        let cancel = self.shutdown.child_token();
         let events = self.webhook.as_ref().map(|(outbox, _)| outbox.queue());
-        state.runtime.insert(
-            id.clone(),
-            BatchRuntime {
-                cancel: cancel.clone(),
-                events,
-            },
-        );
+        let cancel = state.runtime.start(&id, &self.shutdown, events);
         let lost = state.faults.as_mut().and_then(Faults::take_lost_answer);
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
@@ -734,15 +722,12 @@ impl Shared {
         batch.transition(to, Utc::now());
         tracing::info!(batch = %name, state = to.wire(), "batch finished");
         stats.submissions.settle(&name, outcomes);
-        if let Some(rt) = runtime.get_mut(id) {
-            if let Some(queue) = rt.events.take() {
-                let payload = self
-                    .webhook
-                    .as_ref()
-                    .map_or(WebhookPayload::Documented, |(_, payload)| *payload);
-                let _ = queue.send(event_for(batch, to, payload));
-            }
-            rt.cancel.cancel();
+        if let Some(queue) = runtime.end(id) {
+            let payload = self
+                .webhook
+                .as_ref()
+                .map_or(WebhookPayload::Documented, |(_, payload)| *payload);
+            let _ = queue.send(event_for(batch, to, payload));
         }
     }
 
@@ -923,15 +908,7 @@ async fn run_batch(
     cancel: CancellationToken,
 ) {
     let Timing { pending, running } = shared.timing;
-    let wait = |d: Duration| {
-        let cancel = cancel.clone();
-        async move {
-            tokio::select! {
-                () = tokio::time::sleep(d) => true,
-                () = cancel.cancelled() => false,
-            }
-        }
-    };
+    let wait = |d: Duration| dwell(d, &cancel);
     match fault {
         Some(JobFault::StaysPending) => {
             // Only a cancel (or shutdown) ends it.

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use chrono::Utc;
-use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
+use emulator_kit::delivery::{self, Attempt, Outbox};
+use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::hash_str;
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
@@ -55,15 +56,10 @@ struct State {
     batches: Vec<Batch>,
     by_id: HashMap<String, usize>,
     rows: HashMap<String, Vec<InputRow>>,
-    runtime: HashMap<String, Runtime>,
+    runtime: Lives,
     faults: Faults,
     stats: Stats,
     next_seq: u64,
-}
-
-struct Runtime {
-    cancel: CancellationToken,
-    events: Option<EventQueue>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +122,7 @@ impl Shared {
                     batches: Vec::new(),
                     by_id: HashMap::new(),
                     rows: HashMap::new(),
-                    runtime: HashMap::new(),
+                    runtime: Lives::default(),
                     faults,
                     stats: Stats::default(),
                     next_seq: 0,
@@ -314,14 +310,10 @@ impl Shared {
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
         state.stats.batches_created += 1;
-        let cancel = self.shutdown.child_token();
-        state.runtime.insert(
-            id.clone(),
-            Runtime {
-                cancel: cancel.clone(),
-                events: self.outbox.as_ref().map(Outbox::queue),
-            },
-        );
+        let cancel =
+            state
+                .runtime
+                .start(&id, &self.shutdown, self.outbox.as_ref().map(Outbox::queue));
         let lost = state.faults.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
@@ -387,9 +379,7 @@ impl Shared {
             }
         }
         state.batches[index].transition(Status::Cancelling, now_secs());
-        if let Some(rt) = state.runtime.get(id) {
-            rt.cancel.cancel();
-        }
+        state.runtime.stop(id);
         let json = state.batches[index].to_json();
         let answered = if status == Status::InProgress && state.faults.plan().partial_on_cancel {
             state.rows.get(id).map_or(0, |r| r.len() / 2)
@@ -397,14 +387,15 @@ impl Shared {
             0
         };
         drop(state);
-        let (shared, id, delay) = (Arc::clone(self), id.to_owned(), self.timing.cancelling);
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(delay) => shared.finish(&id, Status::Cancelled, answered),
-                () = shutdown.cancelled() => {}
-            }
-        });
+        let (shared, id) = (Arc::clone(self), id.to_owned());
+        end_after(
+            &self.tasks,
+            &self.shutdown,
+            self.timing.cancelling,
+            move || {
+                shared.finish(&id, Status::Cancelled, answered);
+            },
+        );
         Ok(json)
     }
 
@@ -678,11 +669,8 @@ impl Shared {
         let now = now_secs();
         let batch = &mut state.batches[index];
         batch.transition(to, now);
-        if let Some(rt) = state.runtime.get_mut(&batch.id) {
-            if let (Some(queue), Some(event)) = (rt.events.take(), event_for(batch, now)) {
-                let _ = queue.send(event);
-            }
-            rt.cancel.cancel();
+        if let (Some(queue), Some(event)) = (state.runtime.end(&batch.id), event_for(batch, now)) {
+            let _ = queue.send(event);
         }
     }
 }
@@ -830,15 +818,7 @@ fn find<'a>(state: &'a State, id: &str) -> Result<&'a Batch, ApiError> {
 /// Walks one batch through its states. Ends early when it is cancelled or
 /// the emulator shuts down.
 async fn run_batch(shared: Arc<Shared>, id: String, cancel: CancellationToken) {
-    let wait = |d: Duration| {
-        let cancel = cancel.clone();
-        async move {
-            tokio::select! {
-                () = tokio::time::sleep(d) => true,
-                () = cancel.cancelled() => false,
-            }
-        }
-    };
+    let wait = |d: Duration| dwell(d, &cancel);
     let timing = shared.timing;
     if !wait(timing.validating).await {
         return;
