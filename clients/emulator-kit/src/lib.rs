@@ -15,11 +15,12 @@
 //! and late redeliveries; [`serve`] the listener, the served router and
 //! its ordered shutdown; [`lifecycle`] a batch's dwell times, cancel
 //! and stop tokens; [`startup`] what the binaries do around their
-//! flags; [`testing`] polling helpers for the emulators' tests. `mix`,
+//! flags; [`emulator`] the handle over an emulator's served state; [`testing`] polling helpers for the emulators' tests. `mix`,
 //! `times`, `rules`, `models`, `schema_instance`, `text`, `submissions` and
 //! `signing` are pure.
 
 pub mod delivery;
+pub mod emulator;
 pub mod ids;
 pub mod lifecycle;
 pub mod mix;

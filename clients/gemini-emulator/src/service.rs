@@ -23,6 +23,7 @@ use crate::output::{Style, build_output, parse_inline, parse_input};
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
 use emulator_kit::delivery::{self, Attempt, Outbox};
+use emulator_kit::emulator::Service;
 use emulator_kit::lifecycle::{Lives, dwell};
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
@@ -85,6 +86,40 @@ pub enum ConfigError {
     Http(#[from] reqwest::Error),
     #[error("the api key must not be empty")]
     EmptyApiKey,
+}
+
+impl Service for Shared {
+    const NAME: &'static str = "gemini emulator";
+    type Config = EmulatorConfig;
+    type Stats = Stats;
+    type Plan = FaultPlan;
+    type PlanError = FaultPlanError;
+    type ConfigError = ConfigError;
+
+    fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+        Shared::new(config, base_url)
+    }
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
+    }
+    fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+    fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+    fn base_url(&self) -> &str {
+        &self.base_url
+    }
+    fn api_key(&self) -> &str {
+        &self.api_key
+    }
+    fn stats(&self) -> Stats {
+        Shared::stats(self)
+    }
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        Shared::set_faults(self, plan)
+    }
 }
 
 impl Shared {

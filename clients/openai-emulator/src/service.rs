@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use emulator_kit::delivery::{self, Attempt, Outbox};
+use emulator_kit::emulator::Service;
 use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::hash_str;
 use emulator_kit::serve::Created;
@@ -80,6 +81,40 @@ fn now_secs() -> i64 {
 
 fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
+}
+
+impl Service for Shared {
+    const NAME: &'static str = "openai emulator";
+    type Config = EmulatorConfig;
+    type Stats = Stats;
+    type Plan = FaultPlan;
+    type PlanError = FaultPlanError;
+    type ConfigError = ConfigError;
+
+    fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+        Shared::new(config, base_url)
+    }
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
+    }
+    fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+    fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+    fn base_url(&self) -> &str {
+        &self.base_url
+    }
+    fn api_key(&self) -> &str {
+        &self.api_keys[0]
+    }
+    fn stats(&self) -> Stats {
+        Shared::stats(self)
+    }
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        Shared::set_faults(self, plan)
+    }
 }
 
 impl Shared {
