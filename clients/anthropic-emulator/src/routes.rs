@@ -21,6 +21,7 @@ use crate::faults::FaultPlan;
 use crate::page::Page;
 use crate::requests::MAX_BODY_BYTES;
 use crate::service::Shared;
+use emulator_kit::emulator::Service as _;
 
 type AppState = State<Arc<Shared>>;
 

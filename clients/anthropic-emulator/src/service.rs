@@ -9,14 +9,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use emulator_kit::emulator::Service;
+use emulator_kit::emulator::{Served, Service};
 use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::{hash_str, shuffled};
 use emulator_kit::serve::Created;
 use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::answer::{Cache, answer, cache_prefix, not_run, prompt_text};
 use crate::batches::{Batch, Counts, Status};
@@ -34,11 +33,9 @@ pub struct Shared {
     models: Models,
     seed: u64,
     nonce: u64,
-    pub base_url: String,
     requests_named: AtomicU64,
     state: Mutex<State>,
-    pub shutdown: CancellationToken,
-    pub tasks: TaskTracker,
+    pub served: Served,
 }
 
 struct State {
@@ -82,33 +79,6 @@ impl Service for Shared {
     type ConfigError = ConfigError;
 
     fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
-        Shared::new(config, base_url)
-    }
-    fn router(self: Arc<Self>) -> axum::Router {
-        crate::routes::router(self)
-    }
-    fn shutdown_token(&self) -> &CancellationToken {
-        &self.shutdown
-    }
-    fn tasks(&self) -> &TaskTracker {
-        &self.tasks
-    }
-    fn base_url(&self) -> &str {
-        &self.base_url
-    }
-    fn api_key(&self) -> &str {
-        &self.api_keys[0]
-    }
-    fn stats(&self) -> Stats {
-        Shared::stats(self)
-    }
-    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        Shared::set_faults(self, plan)
-    }
-}
-
-impl Shared {
-    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
         if config.api_keys.is_empty() || config.api_keys.iter().any(String::is_empty) {
             return Err(ConfigError::NoApiKey);
         }
@@ -119,7 +89,7 @@ impl Shared {
             models: config.models,
             seed: config.seed,
             nonce: emulator_kit::ids::run_nonce(config.seed),
-            base_url,
+            served: Served::new(base_url),
             requests_named: AtomicU64::new(0),
             state: Mutex::new(State {
                 batches: BTreeMap::new(),
@@ -132,22 +102,29 @@ impl Shared {
                 stats: Stats::default(),
                 next_seq: 0,
             }),
-            shutdown: CancellationToken::new(),
-            tasks: TaskTracker::new(),
         }))
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
     }
-
-    pub fn stats(&self) -> Stats {
+    fn served(&self) -> &Served {
+        &self.served
+    }
+    fn api_key(&self) -> &str {
+        &self.api_keys[0]
+    }
+    fn stats(&self) -> Stats {
         self.lock().stats.clone()
     }
-
-    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         self.lock().faults = Faults::compile(plan)?;
         Ok(())
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn faults(&self) -> FaultPlan {
@@ -193,7 +170,7 @@ impl Shared {
             later(now, self.timing.expires_after),
             later(now, lag),
         );
-        let json = batch.to_json(&self.base_url);
+        let json = batch.to_json(&self.served.base_url);
         state.stats.batches_created += 1;
         let fault = state.faults.decide_batch(state.stats.batches_created);
         for request in &requests {
@@ -211,13 +188,14 @@ impl Shared {
         state.batches.insert(seq, batch);
         state.by_id.insert(id.clone(), seq);
         state.requests.insert(id.clone(), requests);
-        let stop = state.running.start(&id, &self.shutdown, None);
+        let stop = state.running.start(&id, &self.served.shutdown, None);
         let lost = state.faults.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
         drop(guard);
-        self.tasks
+        self.served
+            .tasks
             .spawn(run_batch(Arc::clone(self), id, fault, stop));
         Ok(match lost {
             Some(mode) => Created::Lost(mode),
@@ -227,7 +205,7 @@ impl Shared {
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
-        let json = find(&state, id)?.to_json(&self.base_url);
+        let json = find(&state, id)?.to_json(&self.served.base_url);
         if state.faults.take_get_not_found() {
             state.stats.gets_not_found += 1;
             return Err(no_batch(id));
@@ -249,7 +227,7 @@ impl Shared {
         let w = page.window(&ids)?;
         let data: Vec<Value> = listed[w.start..w.end]
             .iter()
-            .map(|b| b.to_json(&self.base_url))
+            .map(|b| b.to_json(&self.served.base_url))
             .collect();
         Ok(json!({
             "data": data,
@@ -266,7 +244,7 @@ impl Shared {
         let batch = state.batches.get_mut(&seq).ok_or_else(|| no_batch(id))?;
         match batch.status {
             Status::InProgress => {}
-            Status::Canceling => return Ok(batch.to_json(&self.base_url)),
+            Status::Canceling => return Ok(batch.to_json(&self.served.base_url)),
             Status::Ended => {
                 return Err(ApiError::invalid(format!(
                     "Message batch {id} has already ended and cannot be canceled."
@@ -275,13 +253,13 @@ impl Shared {
         }
         batch.status = Status::Canceling;
         batch.cancel_initiated_at = Some(Utc::now());
-        let json = batch.to_json(&self.base_url);
+        let json = batch.to_json(&self.served.base_url);
         state.running.stop(id);
         drop(guard);
         let (shared, id) = (Arc::clone(self), id.to_owned());
         end_after(
-            &self.tasks,
-            &self.shutdown,
+            &self.served.tasks,
+            &self.served.shutdown,
             self.timing.canceling,
             move || {
                 shared.finish(&id, Ending::Canceled(None));

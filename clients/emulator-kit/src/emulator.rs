@@ -27,15 +27,32 @@ pub trait Service: Send + Sync + Sized + 'static {
     fn new(config: Self::Config, base_url: String) -> Result<Arc<Self>, Self::ConfigError>;
     /// Its routes and layers.
     fn router(self: Arc<Self>) -> axum::Router;
-    /// Cancelled at shutdown; every batch's stop token is a child of it.
-    fn shutdown_token(&self) -> &CancellationToken;
-    /// Its background work (batch lifecycles, webhook deliveries).
-    fn tasks(&self) -> &TaskTracker;
-    fn base_url(&self) -> &str;
+    fn served(&self) -> &Served;
     /// The (first) API key it accepts.
     fn api_key(&self) -> &str;
     fn stats(&self) -> Self::Stats;
     fn set_faults(&self, plan: Self::Plan) -> Result<(), Self::PlanError>;
+}
+
+/// What every emulator's state holds for its handle.
+#[derive(Debug)]
+pub struct Served {
+    /// `http://127.0.0.1:PORT`, without an API version.
+    pub base_url: String,
+    /// Cancelled at shutdown; every batch's stop token is a child of it.
+    pub shutdown: CancellationToken,
+    /// Its background work (batch lifecycles, webhook deliveries).
+    pub tasks: TaskTracker,
+}
+
+impl Served {
+    pub fn new(base_url: String) -> Self {
+        Self {
+            base_url,
+            shutdown: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        }
+    }
 }
 
 /// A running emulator. Dropping it stops its background work; prefer
@@ -56,8 +73,8 @@ impl<S: Service> Emulator<S> {
             S::NAME,
             listener,
             app,
-            shared.shutdown_token().clone(),
-            shared.tasks().clone(),
+            shared.served().shutdown.clone(),
+            shared.served().tasks.clone(),
         );
         Ok(Emulator { shared, server })
     }
@@ -70,7 +87,7 @@ impl<S: Service> Emulator<S> {
     /// `http://127.0.0.1:PORT`, without an API version: the SDKs' base URL;
     /// the emulator's own endpoints live under `{base_url}/_emulator`.
     pub fn base_url(&self) -> String {
-        self.shared.base_url().to_owned()
+        self.shared.served().base_url.clone()
     }
 
     /// The (first) API key it accepts.
@@ -110,9 +127,7 @@ mod tests {
 
     /// A service that counts in its stats how often its plan was set.
     struct Counter {
-        base_url: String,
-        shutdown: CancellationToken,
-        tasks: TaskTracker,
+        served: Served,
         plans: Mutex<u32>,
     }
 
@@ -131,9 +146,7 @@ mod tests {
         fn new(ok: bool, base_url: String) -> Result<Arc<Self>, Refused> {
             ok.then(|| {
                 Arc::new(Counter {
-                    base_url,
-                    shutdown: CancellationToken::new(),
-                    tasks: TaskTracker::new(),
+                    served: Served::new(base_url),
                     plans: Mutex::new(0),
                 })
             })
@@ -142,14 +155,8 @@ mod tests {
         fn router(self: Arc<Self>) -> axum::Router {
             axum::Router::new().route("/", axum::routing::get(|| async { "hello" }))
         }
-        fn shutdown_token(&self) -> &CancellationToken {
-            &self.shutdown
-        }
-        fn tasks(&self) -> &TaskTracker {
-            &self.tasks
-        }
-        fn base_url(&self) -> &str {
-            &self.base_url
+        fn served(&self) -> &Served {
+            &self.served
         }
         fn api_key(&self) -> &str {
             "key"
@@ -186,7 +193,7 @@ mod tests {
         assert!(emu.set_faults(0).is_err());
         emu.set_faults(3).unwrap();
         assert_eq!(emu.stats(), 1);
-        let token = emu.shared.shutdown_token().clone();
+        let token = emu.shared.served().shutdown.clone();
         emu.shutdown().await;
         assert!(token.is_cancelled());
     }

@@ -21,6 +21,7 @@ use crate::batches::BatchKind;
 use crate::error::ApiError;
 use crate::faults::FaultPlan;
 use crate::service::{Shared, UploadStep};
+use emulator_kit::emulator::Service as _;
 
 /// Uploads may be large JSONL files.
 const MAX_BODY: usize = 1 << 30;
@@ -98,7 +99,7 @@ fn base_url(shared: &Shared, headers: &HeaderMap) -> String {
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(|host| format!("http://{host}"))
-        .unwrap_or_else(|| shared.base_url.clone())
+        .unwrap_or_else(|| shared.served.base_url.clone())
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

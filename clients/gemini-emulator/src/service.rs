@@ -11,7 +11,6 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::batches::{self, Batch, BatchError, BatchKind, BatchState, Responses};
 use crate::config::{EmulatorConfig, MAX_FILE_BYTES, Models, Timing, WebhookPayload};
@@ -23,7 +22,7 @@ use crate::output::{Style, build_output, parse_inline, parse_input};
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
 use emulator_kit::delivery::{self, Attempt, Outbox};
-use emulator_kit::emulator::Service;
+use emulator_kit::emulator::{Served, Service};
 use emulator_kit::lifecycle::{Lives, dwell};
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
@@ -45,10 +44,8 @@ pub struct Shared {
     /// Mixed into resource ids so two emulator runs never hand out the
     /// same batch or file name (a persistent client would confuse them).
     nonce: u64,
-    pub base_url: String,
     state: Mutex<State>,
-    pub shutdown: CancellationToken,
-    pub tasks: TaskTracker,
+    pub served: Served,
 }
 
 #[derive(Default)]
@@ -97,33 +94,6 @@ impl Service for Shared {
     type ConfigError = ConfigError;
 
     fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
-        Shared::new(config, base_url)
-    }
-    fn router(self: Arc<Self>) -> axum::Router {
-        crate::routes::router(self)
-    }
-    fn shutdown_token(&self) -> &CancellationToken {
-        &self.shutdown
-    }
-    fn tasks(&self) -> &TaskTracker {
-        &self.tasks
-    }
-    fn base_url(&self) -> &str {
-        &self.base_url
-    }
-    fn api_key(&self) -> &str {
-        &self.api_key
-    }
-    fn stats(&self) -> Stats {
-        Shared::stats(self)
-    }
-    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        Shared::set_faults(self, plan)
-    }
-}
-
-impl Shared {
-    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
         if config.api_key.is_empty() {
             return Err(ConfigError::EmptyApiKey);
         }
@@ -137,8 +107,7 @@ impl Shared {
             None => None,
         };
         let http = delivery::http_client()?;
-        let shutdown = CancellationToken::new();
-        let tasks = TaskTracker::new();
+        let served = Served::new(base_url);
         Ok(Arc::new_cyclic(|me: &Weak<Shared>| Self {
             api_key: config.api_key,
             timing: config.timing,
@@ -148,8 +117,8 @@ impl Shared {
                     delivery,
                     secret,
                     http.clone(),
-                    tasks.clone(),
-                    shutdown.clone(),
+                    served.tasks.clone(),
+                    served.shutdown.clone(),
                     report,
                 );
                 (outbox, payload)
@@ -158,16 +127,33 @@ impl Shared {
             file_storage_bytes: config.file_storage_bytes,
             seed: config.seed,
             nonce: emulator_kit::ids::run_nonce(config.seed),
-            base_url,
             state: Mutex::new(State {
                 faults: Some(faults),
                 ..State::default()
             }),
-            shutdown,
-            tasks,
+            served,
         }))
     }
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
+    }
+    fn served(&self) -> &Served {
+        &self.served
+    }
+    fn api_key(&self) -> &str {
+        &self.api_key
+    }
+    fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        let faults = Faults::compile(plan)?;
+        self.lock().faults = Some(faults);
+        Ok(())
+    }
+}
 
+impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves consistent-enough data for
         // an emulator; keep serving.
@@ -178,21 +164,11 @@ impl Shared {
         f(&mut self.lock().stats);
     }
 
-    pub fn stats(&self) -> Stats {
-        self.lock().stats.clone()
-    }
-
     fn count_webhook(&self, attempt: Attempt) {
         self.with_stats(|s| {
             let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
             attempt.count(sent, failed, &mut s.webhooks_abandoned);
         });
-    }
-
-    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        let faults = Faults::compile(plan)?;
-        self.lock().faults = Some(faults);
-        Ok(())
     }
 
     pub fn faults(&self) -> FaultPlan {
@@ -605,14 +581,15 @@ impl Shared {
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
         let events = self.webhook.as_ref().map(|(outbox, _)| outbox.queue());
-        let cancel = state.runtime.start(&id, &self.shutdown, events);
+        let cancel = state.runtime.start(&id, &self.served.shutdown, events);
         let lost = state.faults.as_mut().and_then(Faults::take_lost_answer);
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
         drop(state);
         let shared = Arc::clone(self);
-        self.tasks
+        self.served
+            .tasks
             .spawn(async move { run_batch(shared, id, fault, cancel).await });
         if let Some(mode) = lost {
             tracing::info!(batch = %name, ?mode, "fault: the batch was made, its answer is lost");

@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::faults::FaultPlan;
 use crate::service::{Page, Shared};
+use emulator_kit::emulator::Service as _;
 
 /// Uploads may be up to 512 MB.
 const MAX_BODY: usize = 512 * 1024 * 1024;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use emulator_kit::delivery::{self, Attempt, Outbox};
-use emulator_kit::emulator::Service;
+use emulator_kit::emulator::{Served, Service};
 use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::hash_str;
 use emulator_kit::serve::Created;
@@ -17,7 +17,6 @@ use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, tokens};
 use crate::batches::{Batch, Counts, Status, Usage};
@@ -45,11 +44,9 @@ pub struct Shared {
     list_order: ListOrder,
     seed: u64,
     nonce: u64,
-    pub base_url: String,
     outbox: Option<Outbox>,
     state: Mutex<State>,
-    pub shutdown: CancellationToken,
-    pub tasks: TaskTracker,
+    pub served: Served,
 }
 
 struct State {
@@ -92,33 +89,6 @@ impl Service for Shared {
     type ConfigError = ConfigError;
 
     fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
-        Shared::new(config, base_url)
-    }
-    fn router(self: Arc<Self>) -> axum::Router {
-        crate::routes::router(self)
-    }
-    fn shutdown_token(&self) -> &CancellationToken {
-        &self.shutdown
-    }
-    fn tasks(&self) -> &TaskTracker {
-        &self.tasks
-    }
-    fn base_url(&self) -> &str {
-        &self.base_url
-    }
-    fn api_key(&self) -> &str {
-        &self.api_keys[0]
-    }
-    fn stats(&self) -> Stats {
-        Shared::stats(self)
-    }
-    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        Shared::set_faults(self, plan)
-    }
-}
-
-impl Shared {
-    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
         if config.api_keys.is_empty() || config.api_keys.iter().any(String::is_empty) {
             return Err(ConfigError::NoApiKey);
         }
@@ -129,8 +99,7 @@ impl Shared {
             .map(|t| t.parse_secret())
             .transpose()?;
         let http = delivery::http_client()?;
-        let shutdown = CancellationToken::new();
-        let tasks = TaskTracker::new();
+        let served = Served::new(base_url);
         Ok(Arc::new_cyclic(|me: &Weak<Shared>| {
             let outbox = config.webhook.zip(secret).map(|(target, secret)| {
                 let report = delivery::report_to(me.clone(), Shared::count_webhook);
@@ -138,8 +107,8 @@ impl Shared {
                     target,
                     secret,
                     http,
-                    tasks.clone(),
-                    shutdown.clone(),
+                    served.tasks.clone(),
+                    served.shutdown.clone(),
                     report,
                 )
             });
@@ -150,7 +119,6 @@ impl Shared {
                 list_order: config.list_order,
                 seed: config.seed,
                 nonce: emulator_kit::ids::run_nonce(config.seed),
-                base_url,
                 outbox,
                 state: Mutex::new(State {
                     files: HashMap::new(),
@@ -162,12 +130,29 @@ impl Shared {
                     stats: Stats::default(),
                     next_seq: 0,
                 }),
-                shutdown,
-                tasks,
+                served,
             }
         }))
     }
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
+    }
+    fn served(&self) -> &Served {
+        &self.served
+    }
+    fn api_key(&self) -> &str {
+        &self.api_keys[0]
+    }
+    fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        self.lock().faults = Faults::compile(plan)?;
+        Ok(())
+    }
+}
 
+impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -176,20 +161,11 @@ impl Shared {
         f(&mut self.lock().stats);
     }
 
-    pub fn stats(&self) -> Stats {
-        self.lock().stats.clone()
-    }
-
     fn count_webhook(&self, attempt: Attempt) {
         self.with_stats(|s| {
             let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
             attempt.count(sent, failed, &mut s.webhooks_abandoned);
         });
-    }
-
-    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        self.lock().faults = Faults::compile(plan)?;
-        Ok(())
     }
 
     pub fn faults(&self) -> FaultPlan {
@@ -345,16 +321,19 @@ impl Shared {
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
         state.stats.batches_created += 1;
-        let cancel =
-            state
-                .runtime
-                .start(&id, &self.shutdown, self.outbox.as_ref().map(Outbox::queue));
+        let cancel = state.runtime.start(
+            &id,
+            &self.served.shutdown,
+            self.outbox.as_ref().map(Outbox::queue),
+        );
         let lost = state.faults.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
         drop(state);
-        self.tasks.spawn(run_batch(Arc::clone(self), id, cancel));
+        self.served
+            .tasks
+            .spawn(run_batch(Arc::clone(self), id, cancel));
         Ok(match lost {
             Some(mode) => Created::Lost(mode),
             None => Created::Batch(json),
@@ -424,8 +403,8 @@ impl Shared {
         drop(state);
         let (shared, id) = (Arc::clone(self), id.to_owned());
         end_after(
-            &self.tasks,
-            &self.shutdown,
+            &self.served.tasks,
+            &self.served.shutdown,
             self.timing.cancelling,
             move || {
                 shared.finish(&id, Status::Cancelled, answered);
