@@ -1,23 +1,17 @@
-//! The fault plan (serde JSON) and its pure, deterministic matching.
+//! Anthropic's fault plan: its row and batch fault kinds and its create
+//! refusals, on the shared vocabulary and engine of `emulator_kit::rules`
+//! (see that crate's README). Pure; `faults.example.json` beside the
+//! manifest shows every section.
 //!
-//! [`FaultPlan`] is what users write; [`Faults`] is the plan compiled
-//! (regexes) with its counters. Replacing the plan starts the counters
-//! afresh. Nothing here does I/O or reads a clock. Every section is
-//! optional; `faults.example.json` beside the manifest shows each one.
-//!
-//! Row rules: the first rule matching a request's custom_id decides; with
-//! `times`, it applies to the first `times` times that custom_id is
-//! *processed* (its batch ended with it run, not canceled or expired),
-//! across batches. Batch rules: `nth` counts every batch created (1-based);
-//! the first matching rule with uses left (`times`, default 1) applies and
-//! uses one up. Create refusals and the other counted faults apply to the
-//! next `times` calls, or to every call without `times`.
+//! A row rule's `times` counts the processings of a request (its batch
+//! ended with it run, not canceled or expired), across batches. Create
+//! refusals and the other counted faults apply to the next `times` calls,
+//! or to every call without `times`.
 
-use std::collections::HashMap;
-
+use emulator_kit::rules::{self, BatchRules, NthMatch, RowRules, RuleError, check_share};
+pub use emulator_kit::rules::{LostAnswer, LostMode, RowMatch, share_of};
 use emulator_kit::times::Fired;
 pub use emulator_kit::times::Times;
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorType;
@@ -39,7 +33,6 @@ pub struct FaultPlan {
     pub rate_limit: Option<RateLimit>,
     /// Creates answer 529 `overloaded_error`.
     pub overloaded: Option<Times>,
-    /// The next `times` creates make the batch, then lose the answer.
     pub create_answer_lost: Option<LostAnswer>,
     /// The next `times` GETs of an existing batch answer 404.
     pub get_not_found: Option<Times>,
@@ -65,48 +58,8 @@ pub struct RateLimit {
     pub requests_limit: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LostAnswer {
-    #[serde(default = "one_u32")]
-    pub times: u32,
-    #[serde(default)]
-    pub mode: LostMode,
-}
-
-/// How a create's answer is lost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LostMode {
-    /// 500 `api_error` (the SDK retries it: a second batch is made).
-    #[default]
-    Status500,
-    /// The connection is cut before the body (headers of a 200 may arrive).
-    Drop,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RowRule {
-    #[serde(rename = "match")]
-    pub matches: RowMatch,
-    pub fault: RowFault,
-    /// Applies to the first `times` processings of each matching request:
-    /// of each custom_id, or, when `custom_id_regex` has a capture group,
-    /// of each text its first group captures (a client that derives
-    /// custom_ids per batch sends one request under several).
-    #[serde(default)]
-    pub times: Option<u32>,
-}
-
-/// Which requests a rule is for; every given field must match.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RowMatch {
-    pub custom_id: Option<String>,
-    pub custom_id_contains: Option<String>,
-    pub custom_id_regex: Option<String>,
-}
+/// A row rule with Anthropic's row faults.
+pub type RowRule = rules::Row<RowFault>;
 
 /// What happens to one request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,23 +83,11 @@ pub enum RowFault {
     EmptyContent,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BatchRule {
-    #[serde(rename = "match")]
-    pub matches: BatchMatch,
-    pub fault: BatchFault,
-    #[serde(default = "one_u32")]
-    pub times: u32,
-}
+/// Anthropic batches carry nothing to match but their `nth`.
+pub type BatchMatch = NthMatch;
 
-/// Which batches a rule is for.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct BatchMatch {
-    /// The nth batch created (1-based); absent, any batch.
-    pub nth: Option<u64>,
-}
+/// A batch rule with Anthropic's batch faults.
+pub type BatchRule = rules::BatchRule<BatchMatch, BatchFault>;
 
 /// What happens to one batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,18 +115,9 @@ fn one() -> u64 {
 fn fifty() -> u64 {
     50
 }
-fn one_u32() -> u32 {
-    1
-}
 
 /// Why a plan does not compile.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FaultPlanError {
-    #[error("row rule {index}: bad custom_id_regex: {message}")]
-    BadRegex { index: usize, message: String },
-    #[error("{field} must be a share from 0 to 1")]
-    BadShare { field: &'static str },
-}
+pub type FaultPlanError = RuleError;
 
 impl FaultPlan {
     /// Parses the JSON form (the bin's `--faults` file).
@@ -208,9 +140,8 @@ pub enum Refusal {
 #[derive(Debug)]
 pub struct Faults {
     plan: FaultPlan,
-    regexes: Vec<Option<Regex>>,
-    processed: HashMap<String, u32>,
-    batch_uses: Vec<u32>,
+    rows: RowRules<RowRule>,
+    batches: BatchRules<BatchMatch, BatchFault>,
     unauthorized: Fired,
     billing: Fired,
     forbidden: Fired,
@@ -222,30 +153,12 @@ pub struct Faults {
 
 impl Faults {
     pub fn compile(plan: FaultPlan) -> Result<Self, FaultPlanError> {
-        for (field, share) in [
-            ("finished_on_cancel", plan.finished_on_cancel),
-            ("finished_on_expiry", plan.finished_on_expiry),
-        ] {
-            if !(0.0..=1.0).contains(&share) {
-                return Err(FaultPlanError::BadShare { field });
-            }
-        }
-        let mut regexes = Vec::with_capacity(plan.rows.len());
-        for (index, rule) in plan.rows.iter().enumerate() {
-            let regex = match &rule.matches.custom_id_regex {
-                Some(r) => Some(Regex::new(r).map_err(|e| FaultPlanError::BadRegex {
-                    index,
-                    message: e.to_string(),
-                })?),
-                None => None,
-            };
-            regexes.push(regex);
-        }
+        check_share("finished_on_cancel", plan.finished_on_cancel)?;
+        check_share("finished_on_expiry", plan.finished_on_expiry)?;
         Ok(Self {
-            batch_uses: vec![0; plan.batches.len()],
+            rows: RowRules::compile(plan.rows.clone())?,
+            batches: BatchRules::compile(plan.batches.clone())?,
             plan,
-            regexes,
-            processed: HashMap::new(),
             unauthorized: Fired::default(),
             billing: Fired::default(),
             forbidden: Fired::default(),
@@ -262,48 +175,28 @@ impl Faults {
 
     /// The fault of one request being processed now (counts the
     /// processing).
-    pub fn decide_row(&mut self, custom_id: &str) -> Option<RowFault> {
-        let (rule, regex) = self
-            .plan
-            .rows
-            .iter()
-            .zip(&self.regexes)
-            .find(|(rule, regex)| row_matches(&rule.matches, regex.as_ref(), custom_id))?;
-        let counted = regex
-            .as_ref()
-            .and_then(|r| r.captures(custom_id)?.get(1))
-            .map_or(custom_id, |g| g.as_str());
-        let seen = self.processed.entry(counted.to_owned()).or_insert(0);
-        let nth = *seen;
-        *seen += 1;
-        rule.times
-            .is_none_or(|t| nth < t)
-            .then(|| rule.fault.clone())
+    pub fn decide_row(&mut self, custom_id: &str, prompt: &str) -> Option<RowFault> {
+        self.rows
+            .decide(custom_id, prompt)
+            .map(|rule| rule.fault.clone())
     }
 
     /// The fault of the `nth` batch created (uses one of the rule's uses).
     pub fn decide_batch(&mut self, nth: u64) -> Option<BatchFault> {
-        let index = self.plan.batches.iter().enumerate().position(|(i, rule)| {
-            self.batch_uses[i] < rule.times && rule.matches.nth.is_none_or(|n| n == nth)
-        })?;
-        self.batch_uses[index] += 1;
-        Some(self.plan.batches[index].fault.clone())
+        self.batches.decide(nth, &()).cloned()
     }
 
     /// The refusal of this create, if one is due (the first due in the
     /// order 401, 402, 403, 429, 529).
     pub fn take_refusal(&mut self) -> Option<Refusal> {
         let plan = &self.plan;
-        if plan
-            .unauthorized
-            .is_some_and(|t| self.unauthorized.take(t.times))
-        {
+        if self.unauthorized.take_section(plan.unauthorized) {
             return Some(Refusal::Unauthorized);
         }
-        if plan.billing.is_some_and(|t| self.billing.take(t.times)) {
+        if self.billing.take_section(plan.billing) {
             return Some(Refusal::Billing);
         }
-        if plan.forbidden.is_some_and(|t| self.forbidden.take(t.times)) {
+        if self.forbidden.take_section(plan.forbidden) {
             return Some(Refusal::Forbidden);
         }
         if let Some(rl) = plan.rate_limit
@@ -311,10 +204,7 @@ impl Faults {
         {
             return Some(Refusal::RateLimited(rl));
         }
-        if plan
-            .overloaded
-            .is_some_and(|t| self.overloaded.take(t.times))
-        {
+        if self.overloaded.take_section(plan.overloaded) {
             return Some(Refusal::Overloaded);
         }
         None
@@ -326,23 +216,8 @@ impl Faults {
     }
 
     pub fn take_get_not_found(&mut self) -> bool {
-        self.plan
-            .get_not_found
-            .is_some_and(|t| self.not_found.take(t.times))
+        self.not_found.take_section(self.plan.get_not_found)
     }
-}
-
-fn row_matches(m: &RowMatch, regex: Option<&Regex>, custom_id: &str) -> bool {
-    m.custom_id.as_deref().is_none_or(|c| c == custom_id)
-        && m.custom_id_contains
-            .as_deref()
-            .is_none_or(|s| custom_id.contains(s))
-        && regex.is_none_or(|r| r.is_match(custom_id))
-}
-
-/// How many of `n` requests a share finishes (rounded down).
-pub fn share_of(share: f64, n: usize) -> usize {
-    ((share * n as f64).floor() as usize).min(n)
 }
 
 #[cfg(test)]
@@ -364,35 +239,17 @@ mod tests {
             {"match": {"custom_id": "cut"}, "fault": {"kind": "max_tokens"}}
         ]}));
         assert_eq!(
-            f.decide_row("a-flaky-1"),
+            f.decide_row("a-flaky-1", ""),
             Some(RowFault::Errored {
                 error: ErrorType::Api,
                 message: None
             })
         );
-        assert_eq!(f.decide_row("a-flaky-1"), None);
-        assert_eq!(f.decide_row("r1"), Some(RowFault::Refusal));
-        assert_eq!(f.decide_row("r1"), Some(RowFault::Refusal));
-        assert_eq!(f.decide_row("cut"), Some(RowFault::MaxTokens));
-        assert_eq!(f.decide_row("fine"), None);
-    }
-
-    // Invariant: with a capture group in its regex, a rule's `times`
-    // counts the captured text, whichever custom_id carries it.
-    #[test]
-    fn times_count_the_captured_request_across_custom_ids() {
-        let plan: FaultPlan = serde_json::from_value(serde_json::json!({"rows": [
-            {"match": {"custom_id_regex": "^[0-9a-f]{4}-(flaky-.*)$"},
-             "fault": {"kind": "errored", "error": "api_error"}, "times": 1}]}))
-        .unwrap();
-        let mut f = Faults::compile(plan).unwrap();
-        assert!(f.decide_row("aaaa-flaky-1").is_some());
-        assert!(
-            f.decide_row("bbbb-flaky-1").is_none(),
-            "the same request again"
-        );
-        assert!(f.decide_row("bbbb-flaky-2").is_some());
-        assert!(f.decide_row("bbbb-steady-1").is_none());
+        assert_eq!(f.decide_row("a-flaky-1", ""), None);
+        assert_eq!(f.decide_row("r1", ""), Some(RowFault::Refusal));
+        assert_eq!(f.decide_row("r1", ""), Some(RowFault::Refusal));
+        assert_eq!(f.decide_row("cut", ""), Some(RowFault::MaxTokens));
+        assert_eq!(f.decide_row("fine", ""), None);
     }
 
     // Invariant: a batch rule applies to its nth batch only, `times` times.
@@ -466,13 +323,5 @@ mod tests {
             )
             .is_err()
         );
-    }
-
-    // Invariant: a share never finishes more requests than it says.
-    #[test]
-    fn shares_round_down() {
-        assert_eq!(share_of(0.5, 5), 2);
-        assert_eq!(share_of(1.0, 5), 5);
-        assert_eq!(share_of(0.0, 5), 0);
     }
 }

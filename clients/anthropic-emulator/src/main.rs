@@ -66,7 +66,6 @@ async fn main() -> anyhow::Result<()> {
     let emulator = Emulator::start(args.listen, config)
         .await
         .with_context(|| format!("starting on {}", args.listen))?;
-    startup::serve_until_signal(&emulator.base_url()).await;
-    emulator.shutdown().await;
+    emulator.serve_until_signal().await;
     Ok(())
 }

@@ -17,10 +17,11 @@ use serde_json::Value;
 
 use crate::config::API_VERSIONS;
 use crate::error::{ApiError, ErrorType};
-use crate::faults::{FaultPlan, LostMode};
+use crate::faults::FaultPlan;
 use crate::page::Page;
 use crate::requests::MAX_BODY_BYTES;
-use crate::service::{Created, Shared};
+use crate::service::Shared;
+use emulator_kit::emulator::Service as _;
 
 type AppState = State<Arc<Shared>>;
 
@@ -119,11 +120,9 @@ async fn create(
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| shared.too_large())?;
-    match shared.create_batch(&bytes)? {
-        Created::Batch(batch) => Ok(json(batch)),
-        Created::Lost(LostMode::Status500) => Err(ApiError::of(ErrorType::Api)),
-        Created::Lost(LostMode::Drop) => Ok(emulator_kit::serve::cut_answer()),
-    }
+    shared
+        .create_batch(&bytes)?
+        .respond(json, || ApiError::of(ErrorType::Api))
 }
 
 async fn retrieve(State(shared): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {

@@ -9,17 +9,19 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use emulator_kit::emulator::{Served, Service};
+use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::{hash_str, shuffled};
+use emulator_kit::serve::Created;
 use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::answer::{Cache, answer, cache_prefix, not_run};
+use crate::answer::{Cache, answer, cache_prefix, not_run, prompt_text};
 use crate::batches::{Batch, Counts, Status};
 use crate::config::{EmulatorConfig, Models, Timing};
 use crate::error::{ApiError, ErrorType};
-use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, LostMode, Refusal, share_of};
+use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, Refusal, share_of};
 use crate::ids::{batch_id, message_id, request_id};
 use crate::page::Page;
 use crate::requests::{BatchRequest, check_params, parse_create};
@@ -31,11 +33,9 @@ pub struct Shared {
     models: Models,
     seed: u64,
     nonce: u64,
-    pub base_url: String,
     requests_named: AtomicU64,
     state: Mutex<State>,
-    pub shutdown: CancellationToken,
-    pub tasks: TaskTracker,
+    pub served: Served,
 }
 
 struct State {
@@ -45,20 +45,13 @@ struct State {
     requests: HashMap<String, Vec<BatchRequest>>,
     /// Each ended batch's results, as JSONL.
     results: HashMap<String, String>,
-    /// Lifecycle tasks of batches in progress, to stop on cancel.
-    running: HashMap<String, CancellationToken>,
+    /// Batches in progress, to stop on cancel.
+    running: Lives,
     /// Hashes of the cached prompt prefixes seen.
     cached: HashSet<u64>,
     faults: Faults,
     stats: Stats,
     next_seq: u64,
-}
-
-/// The answer to a create.
-pub enum Created {
-    Batch(Value),
-    /// The batch was made; its answer is lost this way.
-    Lost(LostMode),
 }
 
 /// How a batch ends; `None` finished counts come from the plan's shares.
@@ -77,8 +70,15 @@ pub enum ConfigError {
     NoApiKey,
 }
 
-impl Shared {
-    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+impl Service for Shared {
+    const NAME: &'static str = "anthropic emulator";
+    type Config = EmulatorConfig;
+    type Stats = Stats;
+    type Plan = FaultPlan;
+    type PlanError = FaultPlanError;
+    type ConfigError = ConfigError;
+
+    fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
         if config.api_keys.is_empty() || config.api_keys.iter().any(String::is_empty) {
             return Err(ConfigError::NoApiKey);
         }
@@ -89,35 +89,42 @@ impl Shared {
             models: config.models,
             seed: config.seed,
             nonce: emulator_kit::ids::run_nonce(config.seed),
-            base_url,
+            served: Served::new(base_url),
             requests_named: AtomicU64::new(0),
             state: Mutex::new(State {
                 batches: BTreeMap::new(),
                 by_id: HashMap::new(),
                 requests: HashMap::new(),
                 results: HashMap::new(),
-                running: HashMap::new(),
+                running: Lives::default(),
                 cached: HashSet::new(),
                 faults,
                 stats: Stats::default(),
                 next_seq: 0,
             }),
-            shutdown: CancellationToken::new(),
-            tasks: TaskTracker::new(),
         }))
     }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
     }
-
-    pub fn stats(&self) -> Stats {
+    fn served(&self) -> &Served {
+        &self.served
+    }
+    fn api_key(&self) -> &str {
+        &self.api_keys[0]
+    }
+    fn stats(&self) -> Stats {
         self.lock().stats.clone()
     }
-
-    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         self.lock().faults = Faults::compile(plan)?;
         Ok(())
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn faults(&self) -> FaultPlan {
@@ -138,7 +145,7 @@ impl Shared {
 
     // ---- operations ----
 
-    pub fn create_batch(self: &Arc<Self>, body: &[u8]) -> Result<Created, ApiError> {
+    pub fn create_batch(self: &Arc<Self>, body: &[u8]) -> Result<Created<Value>, ApiError> {
         let parsed = parse_create(body);
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -163,7 +170,7 @@ impl Shared {
             later(now, self.timing.expires_after),
             later(now, lag),
         );
-        let json = batch.to_json(&self.base_url);
+        let json = batch.to_json(&self.served.base_url);
         state.stats.batches_created += 1;
         let fault = state.faults.decide_batch(state.stats.batches_created);
         for request in &requests {
@@ -181,14 +188,14 @@ impl Shared {
         state.batches.insert(seq, batch);
         state.by_id.insert(id.clone(), seq);
         state.requests.insert(id.clone(), requests);
-        let stop = self.shutdown.child_token();
-        state.running.insert(id.clone(), stop.clone());
+        let stop = state.running.start(&id, &self.served.shutdown, None);
         let lost = state.faults.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
         drop(guard);
-        self.tasks
+        self.served
+            .tasks
             .spawn(run_batch(Arc::clone(self), id, fault, stop));
         Ok(match lost {
             Some(mode) => Created::Lost(mode),
@@ -198,7 +205,7 @@ impl Shared {
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
-        let json = find(&state, id)?.to_json(&self.base_url);
+        let json = find(&state, id)?.to_json(&self.served.base_url);
         if state.faults.take_get_not_found() {
             state.stats.gets_not_found += 1;
             return Err(no_batch(id));
@@ -220,7 +227,7 @@ impl Shared {
         let w = page.window(&ids)?;
         let data: Vec<Value> = listed[w.start..w.end]
             .iter()
-            .map(|b| b.to_json(&self.base_url))
+            .map(|b| b.to_json(&self.served.base_url))
             .collect();
         Ok(json!({
             "data": data,
@@ -237,7 +244,7 @@ impl Shared {
         let batch = state.batches.get_mut(&seq).ok_or_else(|| no_batch(id))?;
         match batch.status {
             Status::InProgress => {}
-            Status::Canceling => return Ok(batch.to_json(&self.base_url)),
+            Status::Canceling => return Ok(batch.to_json(&self.served.base_url)),
             Status::Ended => {
                 return Err(ApiError::invalid(format!(
                     "Message batch {id} has already ended and cannot be canceled."
@@ -246,19 +253,18 @@ impl Shared {
         }
         batch.status = Status::Canceling;
         batch.cancel_initiated_at = Some(Utc::now());
-        let json = batch.to_json(&self.base_url);
-        if let Some(stop) = state.running.remove(id) {
-            stop.cancel();
-        }
+        let json = batch.to_json(&self.served.base_url);
+        state.running.stop(id);
         drop(guard);
-        let (shared, id, delay) = (Arc::clone(self), id.to_owned(), self.timing.canceling);
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(delay) => shared.finish(&id, Ending::Canceled(None)),
-                () = shutdown.cancelled() => {}
-            }
-        });
+        let (shared, id) = (Arc::clone(self), id.to_owned());
+        end_after(
+            &self.served.tasks,
+            &self.served.shutdown,
+            self.timing.canceling,
+            move || {
+                shared.finish(&id, Ending::Canceled(None));
+            },
+        );
         Ok(json)
     }
 
@@ -333,7 +339,9 @@ impl Shared {
             let answered = if i < finished {
                 state.next_seq += 1;
                 let problem = check_params(&request.params, &self.models).err();
-                let fault = state.faults.decide_row(&request.custom_id);
+                let fault = state
+                    .faults
+                    .decide_row(&request.custom_id, &prompt_text(&request.params));
                 let cache = match (&problem, cache_prefix(&request.params)) {
                     (None, Some((hash, tokens))) if state.cached.insert(hash) => {
                         Cache::Write(tokens)
@@ -376,7 +384,7 @@ impl Shared {
             Ending::Canceled(_) => state.stats.batches_canceled += 1,
         }
         state.stats.submissions.settle(id, outcomes);
-        state.running.remove(id);
+        state.running.end(id);
     }
 }
 
@@ -446,8 +454,7 @@ async fn run_batch(
         Some(ending) if in_progress < expires_after => (in_progress, ending),
         _ => (expires_after, Ending::Expired(None)),
     };
-    tokio::select! {
-        () = tokio::time::sleep(wait) => shared.finish(&id, ending),
-        () = stop.cancelled() => {}
+    if dwell(wait, &stop).await {
+        shared.finish(&id, ending);
     }
 }

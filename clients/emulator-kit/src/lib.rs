@@ -4,22 +4,28 @@
 //!
 //! Layout, foundations first: [`mix`] deterministic randomness and hashing;
 //! [`ids`] resource ids from a per-run nonce; [`times`] counted faults
-//! (`{"times": n}`); [`models`] the models batches may name;
+//! (`{"times": n}`); [`rules`] the shared fault-plan vocabulary (row
+//! matches, row and batch rules) and its engine; [`models`] the models
+//! batches may name;
 //! [`schema_instance`] a JSON value that validates against a response
 //! schema (JSON Schema or Gemini's OpenAPI subset); [`text`] a request's
 //! prompt text, token estimate and seeded answer; [`submissions`] the
 //! per-key submission log tests check; [`signing`] the Standard Webhooks
 //! signer; [`delivery`] signed webhook delivery with retries, duplicates
 //! and late redeliveries; [`serve`] the listener, the served router and
-//! its ordered shutdown; [`startup`] what the binaries do around their
-//! flags; [`testing`] polling helpers for the emulators' tests. `mix`,
-//! `times`, `models`, `schema_instance`, `text`, `submissions` and
+//! its ordered shutdown; [`lifecycle`] a batch's dwell times, cancel
+//! and stop tokens; [`startup`] what the binaries do around their
+//! flags; [`emulator`] the handle over an emulator's served state; [`testing`] polling helpers for the emulators' tests. `mix`,
+//! `times`, `rules`, `models`, `schema_instance`, `text`, `submissions` and
 //! `signing` are pure.
 
 pub mod delivery;
+pub mod emulator;
 pub mod ids;
+pub mod lifecycle;
 pub mod mix;
 pub mod models;
+pub mod rules;
 pub mod schema_instance;
 pub mod serve;
 pub mod signing;

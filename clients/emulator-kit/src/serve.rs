@@ -14,6 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::rules::LostMode;
+
 /// How long shutdown waits for connections, and then for background tasks.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -25,6 +27,29 @@ pub fn cut_answer() -> axum::response::Response {
         Err::<axum::body::Bytes, io::Error>(io::Error::other("answer lost"))
     });
     axum::response::Response::new(axum::body::Body::from_stream(broken))
+}
+
+/// A create's outcome: the batch made, or made with its answer lost.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created<T> {
+    Batch(T),
+    Lost(LostMode),
+}
+
+impl<T> Created<T> {
+    /// The create's response: `ok` of the batch, the provider's 500 error,
+    /// or an answer cut off.
+    pub fn respond<E>(
+        self,
+        ok: impl FnOnce(T) -> axum::response::Response,
+        status500: impl FnOnce() -> E,
+    ) -> Result<axum::response::Response, E> {
+        match self {
+            Created::Batch(batch) => Ok(ok(batch)),
+            Created::Lost(LostMode::Status500) => Err(status500()),
+            Created::Lost(LostMode::Drop) => Ok(cut_answer()),
+        }
+    }
 }
 
 /// A bound listener, before the router that needs its address exists.

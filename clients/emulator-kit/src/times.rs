@@ -24,6 +24,11 @@ impl Fired {
         }
         due
     }
+
+    /// Whether a plan's optional `{"times": n}` section fires now.
+    pub fn take_section(&mut self, section: Option<Times>) -> bool {
+        section.is_some_and(|t| self.take(t.times))
+    }
 }
 
 #[cfg(test)]
@@ -40,5 +45,9 @@ mod tests {
         let mut always = Fired::default();
         assert!((0..10).all(|_| always.take(None)));
         assert!(!Fired::default().take(Some(0)));
+        let mut section = Fired::default();
+        assert!(!section.take_section(None));
+        assert!(section.take_section(Some(Times { times: Some(1) })));
+        assert!(!section.take_section(Some(Times { times: Some(1) })));
     }
 }

@@ -1,12 +1,9 @@
-//! The fault plan (serde JSON) and its pure, deterministic matching.
-//!
-//! A [`FaultPlan`] is what users write; [`Faults`] is the plan compiled
-//! (regexes) plus its counters (how often each counted fault has fired, how
-//! often each key has been processed). Replacing the plan starts its counters
-//! afresh. Nothing here does I/O or reads a clock.
-//!
-//! The JSON form (every section optional; `times` of a job rule defaults to
-//! 1); `faults.example.json` beside the manifest holds this example:
+//! Gemini's fault plan: its row and batch ("job") fault kinds, create
+//! refusals and file faults, on the shared vocabulary and engine of
+//! `emulator_kit::rules` (see that crate's README). Pure; nothing here
+//! reads a clock. `faults.example.json` beside the manifest holds this
+//! example (`jobs` and `create_429` are the older names of `batches` and
+//! `rate_limit`, and still parse):
 //!
 //! ```json
 //! {
@@ -19,12 +16,12 @@
 //!     {"match": {"key": "row-6"},              "fault": {"kind": "missing"}},
 //!     {"match": {"key": "row-7"},              "fault": {"kind": "permanent_error", "code": 400}}
 //!   ],
-//!   "jobs": [
+//!   "batches": [
 //!     {"match": {"nth": 1},                           "fault": {"kind": "failed", "message": "boom"}},
 //!     {"match": {"display_name_contains": "nightly"}, "fault": {"kind": "expired"}, "times": 2},
 //!     {"match": {"display_name_contains": "hold"},    "fault": {"kind": "stays_pending"}}
 //!   ],
-//!   "create_429": {"times": 2, "retry_after_secs": 5},
+//!   "rate_limit": {"times": 2, "retry_after_secs": 5},
 //!   "enqueued_tokens": {"limit": 200, "retry_after_secs": 1},
 //!   "daily_quota": {"creates": 10, "retry_after_secs": 30},
 //!   "billing": {"code": 403},
@@ -43,16 +40,14 @@
 //! }
 //! ```
 //!
-//! Row rules: the first matching rule decides. A transient fault errors the
-//! first `times` times a key is *processed* (its batch ran, under this plan),
-//! across batches; a row of a batch that failed, expired or was cancelled
-//! was not processed and does not count. Job rules: `nth` counts every
-//! batch the emulator created (1-based); the first matching rule with uses
-//! left applies and uses one up.
+//! A `transient` row fault errs the first `times` times a key is
+//! *processed* (its batch ran, under this plan), across batches; a row of
+//! a batch that failed, expired or was cancelled was not processed.
 
-use std::collections::HashMap;
-
-use regex::Regex;
+use emulator_kit::rules::{self, BatchRules, RowRules, RuleError};
+pub use emulator_kit::rules::{ListOrder, LostAnswer, LostMode, RowMatch};
+use emulator_kit::times::Fired;
+pub use emulator_kit::times::Times;
 use serde::{Deserialize, Serialize};
 
 /// Faults to inject, as written in JSON. Every section is optional.
@@ -63,8 +58,10 @@ pub struct FaultPlan {
     pub rows: Vec<RowRule>,
     /// Per-batch rules; the first rule that matches and still has uses left
     /// decides the batch's fate.
+    #[serde(rename = "batches", alias = "jobs")]
     pub jobs: Vec<JobRule>,
     /// The next `times` `batchGenerateContent` calls answer HTTP 429.
+    #[serde(rename = "rate_limit", alias = "create_429")]
     pub create_429: Option<Create429>,
     /// The project's enqueued-token quota per model, as the provider keeps
     /// it by tier: a create whose input tokens, with those of the model's
@@ -88,9 +85,9 @@ pub struct FaultPlan {
     pub finalize_error_body: Option<FinalizeErrorBody>,
     /// How per-line errors are written (default: as the provider does).
     pub row_errors: RowErrorFormat,
-    /// The next `times` creates make the batch, then answer 500: the
+    /// The next `times` creates make the batch, then lose the answer: the
     /// client never learns the batch's name.
-    pub create_answer_lost: Option<Times>,
+    pub create_answer_lost: Option<LostAnswer>,
     /// A batch is left out of list results for this long after its
     /// creation (GET by name finds it at once).
     pub list_lag_ms: u64,
@@ -116,19 +113,6 @@ pub struct FaultPlan {
     /// exists (what a key of another project, or a replica that has not
     /// seen the batch yet, answers).
     pub get_not_found: Option<Times>,
-}
-
-/// The order of `batches.list`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ListOrder {
-    /// Newest first (what the emulator did before the order was an option;
-    /// not documented by the provider).
-    #[default]
-    NewestFirst,
-    OldestFirst,
-    /// A fixed random order (seeded), stable across pages.
-    Shuffled,
 }
 
 /// A create refusal with any status.
@@ -161,13 +145,6 @@ fn default_unavailable_code() -> u16 {
     404
 }
 
-/// A counted fault with nothing else to say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Times {
-    pub times: u32,
-}
-
 /// The shape of an output line's `error`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -180,7 +157,8 @@ pub enum RowErrorFormat {
     Http,
 }
 
-/// One per-row rule.
+/// One per-row rule. Its counted fault (`transient`) carries its own
+/// `times`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RowRule {
@@ -189,19 +167,24 @@ pub struct RowRule {
     pub fault: RowFault,
 }
 
-/// Which rows a rule applies to. Every field given must match; a matcher
-/// with no fields matches every row.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RowMatch {
-    /// The row key, exactly.
-    pub key: Option<String>,
-    /// A prefix of the row key.
-    pub key_prefix: Option<String>,
-    /// A regex searched in the row key (anchor it with `^…$` for a full match).
-    pub key_regex: Option<String>,
-    /// A substring of the prompt text (all text parts, system instruction included).
-    pub prompt_contains: Option<String>,
+impl rules::RowRule for RowRule {
+    fn matcher(&self) -> &RowMatch {
+        &self.matcher
+    }
+    fn times(&self) -> Option<u32> {
+        match self.fault {
+            RowFault::Transient { times, .. } => Some(times),
+            RowFault::Safety
+            | RowFault::PromptBlocked
+            | RowFault::EmptyText
+            | RowFault::InvalidJson
+            | RowFault::Missing
+            | RowFault::MaxTokens
+            | RowFault::Recitation
+            | RowFault::OtherFinish
+            | RowFault::PermanentError { .. } => None,
+        }
+    }
 }
 
 /// What happens to a matching row.
@@ -240,22 +223,8 @@ fn default_permanent_code() -> u16 {
     400
 }
 
-/// One per-batch rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JobRule {
-    #[serde(rename = "match")]
-    pub matcher: JobMatch,
-    pub fault: JobFault,
-    /// How many matching batches this rule applies to (default 1, so a
-    /// retried job succeeds); use a large number for "always".
-    #[serde(default = "one")]
-    pub times: u32,
-}
-
-fn one() -> u32 {
-    1
-}
+/// One per-batch rule; `times` defaults to 1, so a retried job succeeds.
+pub type JobRule = rules::BatchRule<JobMatch, JobFault>;
 
 /// Which batches a job rule applies to. Every field given must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,6 +234,19 @@ pub struct JobMatch {
     pub nth: Option<u64>,
     /// A substring of the batch's displayName.
     pub display_name_contains: Option<String>,
+}
+
+impl rules::BatchMatch for JobMatch {
+    /// The batch's displayName.
+    type Batch<'a> = &'a str;
+    fn nth(&self) -> Option<u64> {
+        self.nth
+    }
+    fn holds(&self, display_name: &&str) -> bool {
+        self.display_name_contains
+            .as_deref()
+            .is_none_or(|s| display_name.contains(s))
+    }
 }
 
 /// What happens to a matching batch.
@@ -376,12 +358,10 @@ fn default_finalize_code() -> u16 {
 /// A plan that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FaultPlanError {
-    #[error("row rule {index}: invalid key_regex: {message}")]
-    BadRegex { index: usize, message: String },
+    #[error(transparent)]
+    Rules(#[from] RuleError),
     #[error("row rule {index}: error code {code} is not an HTTP error code (400..=599)")]
     BadCode { index: usize, code: u16 },
-    #[error("job rule {index}: nth is 1-based, 0 never matches")]
-    ZeroNth { index: usize },
     #[error("create_refusal: code {code} is not an HTTP error code (400..=599)")]
     BadRefusalCode { code: u16 },
 }
@@ -414,32 +394,22 @@ pub enum RowVerdict {
 #[derive(Debug)]
 pub struct Faults {
     plan: FaultPlan,
-    regexes: Vec<Option<Regex>>,
-    job_uses: Vec<u32>,
-    create_429_used: u32,
+    rows: RowRules<RowRule>,
+    jobs: BatchRules<JobMatch, JobFault>,
+    create_429: Fired,
     /// Batches made under this plan (the daily quota counts them).
     created: u64,
-    finalize_used: u32,
-    answers_lost: u32,
-    downloads_refused: u32,
-    mime_refused: u32,
-    refusals: u32,
-    gets_not_found: u32,
-    processed: HashMap<String, u32>,
+    finalize_errors: Fired,
+    answers_lost: Fired,
+    downloads_refused: Fired,
+    mime_refused: Fired,
+    refusals: Fired,
+    gets_not_found: Fired,
 }
 
 impl Faults {
     pub fn compile(plan: FaultPlan) -> Result<Self, FaultPlanError> {
-        let mut regexes = Vec::with_capacity(plan.rows.len());
         for (index, rule) in plan.rows.iter().enumerate() {
-            let regex = match &rule.matcher.key_regex {
-                Some(text) => Some(Regex::new(text).map_err(|e| FaultPlanError::BadRegex {
-                    index,
-                    message: e.to_string(),
-                })?),
-                None => None,
-            };
-            regexes.push(regex);
             let code = match rule.fault {
                 RowFault::Transient { code, .. } | RowFault::PermanentError { code } => Some(code),
                 RowFault::Safety
@@ -457,29 +427,23 @@ impl Faults {
                 return Err(FaultPlanError::BadCode { index, code });
             }
         }
-        for (index, rule) in plan.jobs.iter().enumerate() {
-            if rule.matcher.nth == Some(0) {
-                return Err(FaultPlanError::ZeroNth { index });
-            }
-        }
         if let Some(refusal) = &plan.create_refusal
             && !(400..=599).contains(&refusal.code)
         {
             return Err(FaultPlanError::BadRefusalCode { code: refusal.code });
         }
         Ok(Self {
-            job_uses: vec![0; plan.jobs.len()],
-            regexes,
+            rows: RowRules::compile(plan.rows.clone())?,
+            jobs: BatchRules::compile(plan.jobs.clone())?,
             plan,
-            create_429_used: 0,
+            create_429: Fired::default(),
             created: 0,
-            answers_lost: 0,
-            downloads_refused: 0,
-            mime_refused: 0,
-            refusals: 0,
-            gets_not_found: 0,
-            finalize_used: 0,
-            processed: HashMap::new(),
+            finalize_errors: Fired::default(),
+            answers_lost: Fired::default(),
+            downloads_refused: Fired::default(),
+            mime_refused: Fired::default(),
+            refusals: Fired::default(),
+            gets_not_found: Fired::default(),
         })
     }
 
@@ -490,16 +454,7 @@ impl Faults {
     /// Decides the fate of one row being processed, and counts the
     /// processing (transient faults count processings per key).
     pub fn decide_row(&mut self, key: &str, prompt: &str) -> RowVerdict {
-        let seen = self.processed.entry(key.to_owned()).or_insert(0);
-        let before = *seen;
-        *seen += 1;
-        let rule = self
-            .plan
-            .rows
-            .iter()
-            .zip(&self.regexes)
-            .find(|(rule, regex)| row_matches(&rule.matcher, regex.as_ref(), key, prompt));
-        let Some((rule, _)) = rule else {
+        let Some(rule) = self.rows.decide(key, prompt) else {
             return RowVerdict::Answer;
         };
         match rule.fault {
@@ -508,67 +463,39 @@ impl Faults {
             RowFault::Recitation => RowVerdict::Recitation,
             RowFault::OtherFinish => RowVerdict::OtherFinish,
             RowFault::PromptBlocked => RowVerdict::PromptBlocked,
-            RowFault::Transient { code, times } => {
-                if before < times {
-                    RowVerdict::Error(code)
-                } else {
-                    RowVerdict::Answer
-                }
+            RowFault::Transient { code, .. } | RowFault::PermanentError { code } => {
+                RowVerdict::Error(code)
             }
             RowFault::EmptyText => RowVerdict::EmptyText,
             RowFault::InvalidJson => RowVerdict::InvalidJson,
             RowFault::Missing => RowVerdict::Missing,
-            RowFault::PermanentError { code } => RowVerdict::Error(code),
         }
     }
 
     /// Decides the fate of the `nth` batch (1-based), using up one of the
     /// matching rule's `times`.
     pub fn decide_job(&mut self, nth: u64, display_name: &str) -> Option<JobFault> {
-        let index = self.plan.jobs.iter().enumerate().position(|(i, rule)| {
-            self.job_uses[i] < rule.times
-                && rule.matcher.nth.is_none_or(|n| n == nth)
-                && rule
-                    .matcher
-                    .display_name_contains
-                    .as_deref()
-                    .is_none_or(|s| display_name.contains(s))
-        })?;
-        self.job_uses[index] += 1;
-        Some(self.plan.jobs[index].fault.clone())
+        self.jobs.decide(nth, &display_name).cloned()
     }
 
     /// If a create should be rejected with 429, the fault (its delay and
     /// whether a `Retry-After` header goes with the body).
     pub fn take_create_429(&mut self) -> Option<Create429> {
         let fault = self.plan.create_429.as_ref()?;
-        if self.create_429_used < fault.times {
-            self.create_429_used += 1;
-            Some(fault.clone())
-        } else {
-            None
-        }
+        self.create_429
+            .take(Some(fault.times))
+            .then(|| fault.clone())
     }
 
     /// The refusal this create meets, if any (and counts it).
     pub fn take_create_refusal(&mut self) -> Option<CreateRefusal> {
         let refusal = self.plan.create_refusal.as_ref()?;
-        if refusal.times.is_some_and(|t| self.refusals >= t) {
-            return None;
-        }
-        self.refusals += 1;
-        Some(refusal.clone())
+        self.refusals.take(refusal.times).then(|| refusal.clone())
     }
 
     /// Whether this GET of a batch answers 404 although it exists.
     pub fn take_get_not_found(&mut self) -> bool {
-        match self.plan.get_not_found {
-            Some(Times { times }) if self.gets_not_found < times => {
-                self.gets_not_found += 1;
-                true
-            }
-            _ => false,
-        }
+        self.gets_not_found.take_section(self.plan.get_not_found)
     }
 
     /// The order of batch lists.
@@ -611,35 +538,26 @@ impl Faults {
         self.plan.billing
     }
 
-    /// Whether this create's answer is lost (the batch is made anyway).
-    pub fn take_create_answer_lost(&mut self) -> bool {
-        match self.plan.create_answer_lost {
-            Some(Times { times }) if self.answers_lost < times => {
-                self.answers_lost += 1;
-                true
-            }
-            _ => false,
-        }
+    /// How this create's answer is lost, if it is (the batch is made
+    /// anyway).
+    pub fn take_lost_answer(&mut self) -> Option<LostMode> {
+        let lost = self.plan.create_answer_lost?;
+        self.answers_lost
+            .take(Some(lost.times))
+            .then_some(lost.mode)
     }
 
     /// If this download of a generated file is refused, the code.
     pub fn take_output_unavailable(&mut self) -> Option<u16> {
         let fault = self.plan.output_unavailable?;
-        (self.downloads_refused < fault.times).then(|| {
-            self.downloads_refused += 1;
-            fault.code
-        })
+        self.downloads_refused
+            .take(Some(fault.times))
+            .then_some(fault.code)
     }
 
     /// Whether this finalize of an `application/jsonl` upload is refused.
     pub fn take_mime_refusal(&mut self) -> bool {
-        match self.plan.mime_refusal {
-            Some(Times { times }) if self.mime_refused < times => {
-                self.mime_refused += 1;
-                true
-            }
-            _ => false,
-        }
+        self.mime_refused.take_section(self.plan.mime_refusal)
     }
 
     /// How long files live, if they expire.
@@ -657,22 +575,10 @@ impl Faults {
     /// If a finalize should answer 200 with an error body, the error code.
     pub fn take_finalize_error(&mut self) -> Option<u16> {
         let fault = self.plan.finalize_error_body.as_ref()?;
-        if self.finalize_used < fault.times {
-            self.finalize_used += 1;
-            Some(fault.code)
-        } else {
-            None
-        }
+        self.finalize_errors
+            .take(Some(fault.times))
+            .then_some(fault.code)
     }
-}
-
-fn row_matches(m: &RowMatch, regex: Option<&Regex>, key: &str, prompt: &str) -> bool {
-    m.key.as_deref().is_none_or(|k| k == key)
-        && m.key_prefix.as_deref().is_none_or(|p| key.starts_with(p))
-        && regex.is_none_or(|r| r.is_match(key))
-        && m.prompt_contains
-            .as_deref()
-            .is_none_or(|s| prompt.contains(s))
 }
 
 #[cfg(test)]
@@ -766,8 +672,8 @@ mod tests {
         assert_eq!(f.take_finalize_error(), Some(500));
         assert_eq!(f.take_finalize_error(), None);
         let mut lost = plan(r#"{"create_answer_lost": {"times": 1}, "list_lag_ms": 1500}"#);
-        assert!(lost.take_create_answer_lost());
-        assert!(!lost.take_create_answer_lost());
+        assert_eq!(lost.take_lost_answer(), Some(LostMode::Status500));
+        assert_eq!(lost.take_lost_answer(), None);
         assert_eq!(lost.list_lag(), chrono::Duration::milliseconds(1500));
         let mut gone = plan(r#"{"output_unavailable": {"times": 2, "code": 403}}"#);
         assert_eq!(gone.take_output_unavailable(), Some(403));
@@ -799,6 +705,26 @@ mod tests {
         assert_eq!(f.decide_row("e-12", ""), RowVerdict::EmptyText);
     }
 
+    // Invariant: the older section names parse to the same plan as the
+    // shared ones, and a plan is written back with the shared names.
+    #[test]
+    fn older_section_names_still_parse() {
+        let old = FaultPlan::from_json(
+            r#"{"jobs": [{"match": {"nth": 1}, "fault": {"kind": "expired"}}],
+                "create_429": {"times": 1}}"#,
+        )
+        .unwrap();
+        let new = FaultPlan::from_json(
+            r#"{"batches": [{"match": {"nth": 1}, "fault": {"kind": "expired"}}],
+                "rate_limit": {"times": 1}}"#,
+        )
+        .unwrap();
+        assert_eq!(old, new);
+        let written = serde_json::to_value(&new).unwrap();
+        assert!(written.get("batches").is_some() && written.get("rate_limit").is_some());
+        assert_eq!(FaultPlan::from_json(&written.to_string()).unwrap(), new);
+    }
+
     #[test]
     fn bad_plans_are_refused() {
         let bad_regex: FaultPlan = serde_json::from_str(
@@ -807,7 +733,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             Faults::compile(bad_regex),
-            Err(FaultPlanError::BadRegex { index: 0, .. })
+            Err(FaultPlanError::Rules(RuleError::BadRegex { index: 0, .. }))
         ));
         assert!(
             FaultPlan::from_json(

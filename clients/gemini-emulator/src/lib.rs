@@ -48,12 +48,6 @@ pub mod webhooks;
 
 pub use emulator_kit::{schema_instance, signing};
 
-use std::io;
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use emulator_kit::serve::{Listener, Server};
-
 pub use config::{EmulatorConfig, Models, Timing, WebhookPayload, WebhookTarget};
 pub use faults::{
     CreateRefusal, FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, ListOrder,
@@ -61,60 +55,5 @@ pub use faults::{
 };
 pub use stats::{Outcome, Stats, Submission};
 
-use service::Shared;
-
-/// A running emulator. Dropping it stops its background work; prefer
-/// [`Emulator::shutdown`], which also waits for it.
-pub struct Emulator {
-    shared: Arc<Shared>,
-    server: Server,
-}
-
-impl Emulator {
-    /// Binds `addr` (port 0 picks a free port) and starts serving.
-    pub async fn start(addr: SocketAddr, config: EmulatorConfig) -> io::Result<Emulator> {
-        let listener = Listener::bind(addr).await?;
-        let shared = Shared::new(config, listener.base_url())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let app = routes::router(Arc::clone(&shared));
-        let server = Server::spawn(
-            "gemini emulator",
-            listener,
-            app,
-            shared.shutdown.clone(),
-            shared.tasks.clone(),
-        );
-        Ok(Emulator { shared, server })
-    }
-
-    /// The address it listens on (loopback if bound to an unspecified one).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.server.local_addr()
-    }
-
-    /// `http://127.0.0.1:PORT`.
-    pub fn base_url(&self) -> String {
-        self.shared.base_url.clone()
-    }
-
-    /// The API key it accepts.
-    pub fn api_key(&self) -> &str {
-        &self.shared.api_key
-    }
-
-    /// A snapshot of the counters and submission history.
-    pub fn stats(&self) -> Stats {
-        self.shared.stats()
-    }
-
-    /// Replaces the fault plan; its counters start afresh.
-    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        self.shared.set_faults(plan)
-    }
-
-    /// Stops accepting, ends batch lifecycles and webhook deliveries, and
-    /// waits (a few seconds at most) for them to finish.
-    pub async fn shutdown(self) {
-        self.server.shutdown().await;
-    }
-}
+/// A running emulator: the kit's handle over this crate's state.
+pub type Emulator = emulator_kit::emulator::Emulator<service::Shared>;

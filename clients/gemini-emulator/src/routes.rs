@@ -21,6 +21,7 @@ use crate::batches::BatchKind;
 use crate::error::ApiError;
 use crate::faults::FaultPlan;
 use crate::service::{Shared, UploadStep};
+use emulator_kit::emulator::Service as _;
 
 /// Uploads may be large JSONL files.
 const MAX_BODY: usize = 1 << 30;
@@ -98,7 +99,7 @@ fn base_url(shared: &Shared, headers: &HeaderMap) -> String {
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(|host| format!("http://{host}"))
-        .unwrap_or_else(|| shared.base_url.clone())
+        .unwrap_or_else(|| shared.served.base_url.clone())
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -290,26 +291,25 @@ async fn model_method(
     match segment.rsplit_once(':') {
         Some((model, "batchGenerateContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
-            Ok(json_response(shared.create_batch(
-                &version,
-                model,
-                &body,
-                BatchKind::Generate,
-            )?))
+            shared
+                .create_batch(&version, model, &body, BatchKind::Generate)?
+                .respond(json_response, lost_answer)
         }
         Some((model, "asyncBatchEmbedContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
-            Ok(json_response(shared.create_batch(
-                &version,
-                model,
-                &body,
-                BatchKind::Embed,
-            )?))
+            shared
+                .create_batch(&version, model, &body, BatchKind::Embed)?
+                .respond(json_response, lost_answer)
         }
         _ => Err(ApiError::not_found(format!(
             "models/{segment} is not supported by the emulator"
         ))),
     }
+}
+
+/// A create whose answer the fault lost: the provider's 500.
+fn lost_answer() -> ApiError {
+    ApiError::new(500, "Internal error encountered.")
 }
 
 /// `GET /{version}/batches/{id}`.

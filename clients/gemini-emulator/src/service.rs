@@ -11,7 +11,6 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::batches::{self, Batch, BatchError, BatchKind, BatchState, Responses};
 use crate::config::{EmulatorConfig, MAX_FILE_BYTES, Models, Timing, WebhookPayload};
@@ -22,7 +21,10 @@ use crate::ids::{hash_str, resource_id};
 use crate::output::{Style, build_output, parse_inline, parse_input};
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
-use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
+use emulator_kit::delivery::{self, Attempt, Outbox};
+use emulator_kit::emulator::{Served, Service};
+use emulator_kit::lifecycle::{Lives, dwell};
+use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
 
@@ -42,10 +44,8 @@ pub struct Shared {
     /// Mixed into resource ids so two emulator runs never hand out the
     /// same batch or file name (a persistent client would confuse them).
     nonce: u64,
-    pub base_url: String,
     state: Mutex<State>,
-    pub shutdown: CancellationToken,
-    pub tasks: TaskTracker,
+    pub served: Served,
 }
 
 #[derive(Default)]
@@ -55,16 +55,10 @@ struct State {
     /// In creation order: `batches[seq - 1]`.
     batches: Vec<Batch>,
     by_id: HashMap<String, usize>,
-    runtime: HashMap<String, BatchRuntime>,
+    runtime: Lives,
     faults: Option<Faults>,
     stats: Stats,
     next_id: u64,
-}
-
-/// What a live batch needs besides its data.
-struct BatchRuntime {
-    cancel: CancellationToken,
-    events: Option<EventQueue>,
 }
 
 /// The outcome of one upload call on an existing session.
@@ -91,8 +85,15 @@ pub enum ConfigError {
     EmptyApiKey,
 }
 
-impl Shared {
-    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+impl Service for Shared {
+    const NAME: &'static str = "gemini emulator";
+    type Config = EmulatorConfig;
+    type Stats = Stats;
+    type Plan = FaultPlan;
+    type PlanError = FaultPlanError;
+    type ConfigError = ConfigError;
+
+    fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
         if config.api_key.is_empty() {
             return Err(ConfigError::EmptyApiKey);
         }
@@ -106,8 +107,7 @@ impl Shared {
             None => None,
         };
         let http = delivery::http_client()?;
-        let shutdown = CancellationToken::new();
-        let tasks = TaskTracker::new();
+        let served = Served::new(base_url);
         Ok(Arc::new_cyclic(|me: &Weak<Shared>| Self {
             api_key: config.api_key,
             timing: config.timing,
@@ -117,8 +117,8 @@ impl Shared {
                     delivery,
                     secret,
                     http.clone(),
-                    tasks.clone(),
-                    shutdown.clone(),
+                    served.tasks.clone(),
+                    served.shutdown.clone(),
                     report,
                 );
                 (outbox, payload)
@@ -127,16 +127,33 @@ impl Shared {
             file_storage_bytes: config.file_storage_bytes,
             seed: config.seed,
             nonce: emulator_kit::ids::run_nonce(config.seed),
-            base_url,
             state: Mutex::new(State {
                 faults: Some(faults),
                 ..State::default()
             }),
-            shutdown,
-            tasks,
+            served,
         }))
     }
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
+    }
+    fn served(&self) -> &Served {
+        &self.served
+    }
+    fn api_key(&self) -> &str {
+        &self.api_key
+    }
+    fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        let faults = Faults::compile(plan)?;
+        self.lock().faults = Some(faults);
+        Ok(())
+    }
+}
 
+impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves consistent-enough data for
         // an emulator; keep serving.
@@ -147,21 +164,11 @@ impl Shared {
         f(&mut self.lock().stats);
     }
 
-    pub fn stats(&self) -> Stats {
-        self.lock().stats.clone()
-    }
-
     fn count_webhook(&self, attempt: Attempt) {
         self.with_stats(|s| {
             let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
             attempt.count(sent, failed, &mut s.webhooks_abandoned);
         });
-    }
-
-    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        let faults = Faults::compile(plan)?;
-        self.lock().faults = Some(faults);
-        Ok(())
     }
 
     pub fn faults(&self) -> FaultPlan {
@@ -379,7 +386,7 @@ impl Shared {
         model: &str,
         body: &Value,
         kind: BatchKind,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Created<Value>, ApiError> {
         let model = model.trim_start_matches("models/");
         if !self.models.allows(model, kind == BatchKind::Embed) {
             let method = match kind {
@@ -573,31 +580,22 @@ impl Shared {
         let index = state.batches.len();
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
-        let cancel = self.shutdown.child_token();
         let events = self.webhook.as_ref().map(|(outbox, _)| outbox.queue());
-        state.runtime.insert(
-            id.clone(),
-            BatchRuntime {
-                cancel: cancel.clone(),
-                events,
-            },
-        );
-        let lost = state
-            .faults
-            .as_mut()
-            .is_some_and(Faults::take_create_answer_lost);
-        if lost {
+        let cancel = state.runtime.start(&id, &self.served.shutdown, events);
+        let lost = state.faults.as_mut().and_then(Faults::take_lost_answer);
+        if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
         drop(state);
         let shared = Arc::clone(self);
-        self.tasks
+        self.served
+            .tasks
             .spawn(async move { run_batch(shared, id, fault, cancel).await });
-        if lost {
-            tracing::info!(batch = %name, "fault: the batch was made, its create answers 500");
-            return Err(ApiError::new(500, "Internal error encountered."));
+        if let Some(mode) = lost {
+            tracing::info!(batch = %name, ?mode, "fault: the batch was made, its answer is lost");
+            return Ok(Created::Lost(mode));
         }
-        Ok(operation)
+        Ok(Created::Batch(operation))
     }
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
@@ -736,15 +734,12 @@ impl Shared {
         batch.transition(to, Utc::now());
         tracing::info!(batch = %name, state = to.wire(), "batch finished");
         stats.submissions.settle(&name, outcomes);
-        if let Some(rt) = runtime.get_mut(id) {
-            if let Some(queue) = rt.events.take() {
-                let payload = self
-                    .webhook
-                    .as_ref()
-                    .map_or(WebhookPayload::Documented, |(_, payload)| *payload);
-                let _ = queue.send(event_for(batch, to, payload));
-            }
-            rt.cancel.cancel();
+        if let Some(queue) = runtime.end(id) {
+            let payload = self
+                .webhook
+                .as_ref()
+                .map_or(WebhookPayload::Documented, |(_, payload)| *payload);
+            let _ = queue.send(event_for(batch, to, payload));
         }
     }
 
@@ -925,15 +920,7 @@ async fn run_batch(
     cancel: CancellationToken,
 ) {
     let Timing { pending, running } = shared.timing;
-    let wait = |d: Duration| {
-        let cancel = cancel.clone();
-        async move {
-            tokio::select! {
-                () = tokio::time::sleep(d) => true,
-                () = cancel.cancelled() => false,
-            }
-        }
-    };
+    let wait = |d: Duration| dwell(d, &cancel);
     match fault {
         Some(JobFault::StaysPending) => {
             // Only a cancel (or shutdown) ends it.

@@ -73,7 +73,7 @@ pub fn known_models() -> Models {
     Models::only(KNOWN_MODELS)
 }
 
-pub use crate::order::ListOrder;
+pub use emulator_kit::rules::ListOrder;
 
 /// Dwell times of a batch in each state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

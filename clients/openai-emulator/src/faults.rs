@@ -1,24 +1,19 @@
-//! The fault plan (serde JSON) and its pure, deterministic matching.
+//! OpenAI's fault plan: its row and batch fault kinds and its create
+//! refusals, on the shared vocabulary and engine of `emulator_kit::rules`
+//! (see that crate's README). Pure; `faults.example.json` beside the
+//! manifest shows every section.
 //!
-//! [`FaultPlan`] is what users write; [`Faults`] is the plan compiled
-//! (regexes) with its counters. Replacing the plan starts the counters
-//! afresh. Nothing here does I/O or reads a clock. Every section is
-//! optional; `faults.example.json` beside the manifest shows each one.
-//!
-//! Row rules: the first rule matching a row decides; with `times`, it
-//! applies to the first `times` times that custom_id is *processed* (its
-//! batch ran under this plan), across batches. Batch rules: `nth` counts
-//! every batch created (1-based); the first matching rule with uses left
-//! (`times`, default 1) applies and uses one up.
+//! A row rule's `times` counts the processings of a custom_id (its batch
+//! ran under this plan), across batches. A batch rule matches `nth`, the
+//! batch's metadata and its lines' model.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
+use emulator_kit::rules::{self, BatchRules, RowRules, RuleError};
+pub use emulator_kit::rules::{ListOrder, LostAnswer, LostMode, RowMatch};
 use emulator_kit::times::Fired;
 pub use emulator_kit::times::Times;
-use regex::Regex;
 use serde::{Deserialize, Serialize};
-
-use crate::order::ListOrder;
 
 /// Faults to inject, as written in JSON.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,26 +54,6 @@ pub struct RateLimit {
     pub retry_after_secs: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LostAnswer {
-    #[serde(default = "one_u32")]
-    pub times: u32,
-    #[serde(default)]
-    pub mode: LostMode,
-}
-
-/// How a create's answer is lost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LostMode {
-    /// 500 `server_error`.
-    #[default]
-    Status500,
-    /// The connection is cut before the body (headers of a 200 may arrive).
-    Drop,
-}
-
 /// What `POST /v1/batches/{id}/cancel` answers for a batch that finished
 /// (the API reference does not say).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,26 +68,8 @@ pub enum CancelFinished {
     Unchanged,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RowRule {
-    #[serde(rename = "match")]
-    pub matches: RowMatch,
-    pub fault: RowFault,
-    /// Applies to the first `times` processings of each matching row.
-    #[serde(default)]
-    pub times: Option<u32>,
-}
-
-/// Which rows a rule is for; every given field must match.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RowMatch {
-    pub custom_id: Option<String>,
-    pub custom_id_prefix: Option<String>,
-    pub custom_id_regex: Option<String>,
-    pub prompt_contains: Option<String>,
-}
+/// A row rule with OpenAI's row faults.
+pub type RowRule = rules::Row<RowFault>;
 
 /// What happens to one row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,15 +103,8 @@ pub enum RowFault {
     Missing,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BatchRule {
-    #[serde(rename = "match")]
-    pub matches: BatchMatch,
-    pub fault: BatchFault,
-    #[serde(default = "one_u32")]
-    pub times: u32,
-}
+/// A batch rule with OpenAI's batch faults.
+pub type BatchRule = rules::BatchRule<BatchMatch, BatchFault>;
 
 /// Which batches a rule is for; every given field must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +116,27 @@ pub struct BatchMatch {
     pub metadata_contains: BTreeMap<String, String>,
     /// The model of the batch's lines.
     pub model: Option<String>,
+}
+
+/// What a batch rule's match fields are checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchFacts<'a> {
+    pub metadata: &'a BTreeMap<String, String>,
+    pub model: &'a str,
+}
+
+impl rules::BatchMatch for BatchMatch {
+    type Batch<'a> = BatchFacts<'a>;
+    fn nth(&self) -> Option<u64> {
+        self.nth
+    }
+    fn holds(&self, batch: &BatchFacts<'_>) -> bool {
+        self.model.as_deref().is_none_or(|want| want == batch.model)
+            && self
+                .metadata_contains
+                .iter()
+                .all(|(k, v)| batch.metadata.get(k) == Some(v))
+    }
 }
 
 /// What happens to one batch.
@@ -204,9 +175,6 @@ pub struct LineErrorSpec {
 fn one() -> u64 {
     1
 }
-fn one_u32() -> u32 {
-    1
-}
 fn server_error() -> String {
     "server_error".into()
 }
@@ -220,8 +188,8 @@ fn line_error_message() -> String {
 /// Why a plan does not compile.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FaultPlanError {
-    #[error("row rule {index}: bad custom_id_regex: {message}")]
-    BadRegex { index: usize, message: String },
+    #[error(transparent)]
+    Rules(#[from] RuleError),
     #[error("row rule {index}: http_error status must be 400..=599, got {status}")]
     BadStatus { index: usize, status: u16 },
 }
@@ -237,9 +205,8 @@ impl FaultPlan {
 #[derive(Debug)]
 pub struct Faults {
     plan: FaultPlan,
-    regexes: Vec<Option<Regex>>,
-    processed: HashMap<String, u32>,
-    batch_uses: Vec<u32>,
+    rows: RowRules<RowRule>,
+    batches: BatchRules<BatchMatch, BatchFault>,
     rate_limits: Fired,
     quota_refusals: Fired,
     lost: Fired,
@@ -248,27 +215,17 @@ pub struct Faults {
 
 impl Faults {
     pub fn compile(plan: FaultPlan) -> Result<Self, FaultPlanError> {
-        let mut regexes = Vec::with_capacity(plan.rows.len());
         for (index, rule) in plan.rows.iter().enumerate() {
             if let RowFault::HttpError { status, .. } = rule.fault
                 && !(400..=599).contains(&status)
             {
                 return Err(FaultPlanError::BadStatus { index, status });
             }
-            let regex = match &rule.matches.custom_id_regex {
-                Some(r) => Some(Regex::new(r).map_err(|e| FaultPlanError::BadRegex {
-                    index,
-                    message: e.to_string(),
-                })?),
-                None => None,
-            };
-            regexes.push(regex);
         }
         Ok(Self {
-            batch_uses: vec![0; plan.batches.len()],
+            rows: RowRules::compile(plan.rows.clone())?,
+            batches: BatchRules::compile(plan.batches.clone())?,
             plan,
-            regexes,
-            processed: HashMap::new(),
             rate_limits: Fired::default(),
             quota_refusals: Fired::default(),
             lost: Fired::default(),
@@ -282,16 +239,9 @@ impl Faults {
 
     /// The fault of one row being processed now (counts the processing).
     pub fn decide_row(&mut self, custom_id: &str, prompt: &str) -> Option<RowFault> {
-        let seen = self.processed.entry(custom_id.to_owned()).or_insert(0);
-        let nth = *seen;
-        *seen += 1;
-        self.plan
-            .rows
-            .iter()
-            .zip(&self.regexes)
-            .find(|(rule, regex)| row_matches(&rule.matches, regex.as_ref(), custom_id, prompt))
-            .filter(|(rule, _)| rule.times.is_none_or(|t| nth < t))
-            .map(|(rule, _)| rule.fault.clone())
+        self.rows
+            .decide(custom_id, prompt)
+            .map(|rule| rule.fault.clone())
     }
 
     /// The fault of the `nth` batch created (uses one of the rule's uses).
@@ -301,17 +251,9 @@ impl Faults {
         metadata: &BTreeMap<String, String>,
         model: &str,
     ) -> Option<BatchFault> {
-        let index = self.plan.batches.iter().enumerate().position(|(i, rule)| {
-            let m = &rule.matches;
-            self.batch_uses[i] < rule.times
-                && m.nth.is_none_or(|n| n == nth)
-                && m.model.as_deref().is_none_or(|want| want == model)
-                && m.metadata_contains
-                    .iter()
-                    .all(|(k, v)| metadata.get(k) == Some(v))
-        })?;
-        self.batch_uses[index] += 1;
-        Some(self.plan.batches[index].fault.clone())
+        self.batches
+            .decide(nth, &BatchFacts { metadata, model })
+            .cloned()
     }
 
     /// A rate-limit refusal for this create, if one is due.
@@ -323,9 +265,8 @@ impl Faults {
     }
 
     pub fn take_insufficient_quota(&mut self) -> bool {
-        self.plan
-            .insufficient_quota
-            .is_some_and(|t| self.quota_refusals.take(t.times))
+        self.quota_refusals
+            .take_section(self.plan.insufficient_quota)
     }
 
     pub fn take_lost_answer(&mut self) -> Option<LostMode> {
@@ -334,21 +275,8 @@ impl Faults {
     }
 
     pub fn take_get_not_found(&mut self) -> bool {
-        self.plan
-            .get_not_found
-            .is_some_and(|t| self.not_found.take(t.times))
+        self.not_found.take_section(self.plan.get_not_found)
     }
-}
-
-fn row_matches(m: &RowMatch, regex: Option<&Regex>, custom_id: &str, prompt: &str) -> bool {
-    m.custom_id.as_deref().is_none_or(|c| c == custom_id)
-        && m.custom_id_prefix
-            .as_deref()
-            .is_none_or(|p| custom_id.starts_with(p))
-        && regex.is_none_or(|r| r.is_match(custom_id))
-        && m.prompt_contains
-            .as_deref()
-            .is_none_or(|s| prompt.contains(s))
 }
 
 #[cfg(test)]
@@ -432,7 +360,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             Faults::compile(bad),
-            Err(FaultPlanError::BadRegex { .. })
+            Err(FaultPlanError::Rules(RuleError::BadRegex { .. }))
         ));
         assert!(FaultPlan::from_json(r#"{"nope": 1}"#).is_err());
     }

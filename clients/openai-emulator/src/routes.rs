@@ -14,8 +14,9 @@ use axum::routing::{get, post};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::faults::{FaultPlan, LostMode};
-use crate::service::{Created, Page, Shared};
+use crate::faults::FaultPlan;
+use crate::service::{Page, Shared};
+use emulator_kit::emulator::Service as _;
 
 /// Uploads may be up to 512 MB.
 const MAX_BODY: usize = 512 * 1024 * 1024;
@@ -145,15 +146,13 @@ async fn create_batch(State(shared): AppState, body: Bytes) -> Result<Response, 
             "We could not parse the JSON body of your request. ({e})"
         ))
     })?;
-    match shared.create_batch(&body)? {
-        Created::Batch(batch) => Ok(json(batch)),
-        Created::Lost(LostMode::Status500) => Err(ApiError::new(
+    shared.create_batch(&body)?.respond(json, || {
+        ApiError::new(
             500,
             "server_error",
             "The server had an error while processing your request. Sorry about that!",
-        )),
-        Created::Lost(LostMode::Drop) => Ok(emulator_kit::serve::cut_answer()),
-    }
+        )
+    })
 }
 
 async fn get_batch(State(shared): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {

@@ -8,19 +8,21 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use chrono::Utc;
-use emulator_kit::delivery::{self, Attempt, EventQueue, Outbox};
+use emulator_kit::delivery::{self, Attempt, Outbox};
+use emulator_kit::emulator::{Served, Service};
+use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::hash_str;
+use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, tokens};
 use crate::batches::{Batch, Counts, Status, Usage};
 use crate::config::{EmulatorConfig, ListOrder, Models, Timing};
 use crate::error::ApiError;
-use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Faults, LostMode};
+use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Faults};
 use crate::files::{StoredFile, UPLOAD_PURPOSES};
 use crate::ids::{completion_id, file_id, hex_id};
 use crate::input::{InputRow, LineError, parse};
@@ -42,11 +44,9 @@ pub struct Shared {
     list_order: ListOrder,
     seed: u64,
     nonce: u64,
-    pub base_url: String,
     outbox: Option<Outbox>,
     state: Mutex<State>,
-    pub shutdown: CancellationToken,
-    pub tasks: TaskTracker,
+    pub served: Served,
 }
 
 struct State {
@@ -54,22 +54,10 @@ struct State {
     batches: Vec<Batch>,
     by_id: HashMap<String, usize>,
     rows: HashMap<String, Vec<InputRow>>,
-    runtime: HashMap<String, Runtime>,
+    runtime: Lives,
     faults: Faults,
     stats: Stats,
     next_seq: u64,
-}
-
-struct Runtime {
-    cancel: CancellationToken,
-    events: Option<EventQueue>,
-}
-
-/// The answer to a create.
-pub enum Created {
-    Batch(Value),
-    /// The batch was made; its answer is lost this way.
-    Lost(LostMode),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,8 +80,15 @@ fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
-impl Shared {
-    pub fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+impl Service for Shared {
+    const NAME: &'static str = "openai emulator";
+    type Config = EmulatorConfig;
+    type Stats = Stats;
+    type Plan = FaultPlan;
+    type PlanError = FaultPlanError;
+    type ConfigError = ConfigError;
+
+    fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
         if config.api_keys.is_empty() || config.api_keys.iter().any(String::is_empty) {
             return Err(ConfigError::NoApiKey);
         }
@@ -104,8 +99,7 @@ impl Shared {
             .map(|t| t.parse_secret())
             .transpose()?;
         let http = delivery::http_client()?;
-        let shutdown = CancellationToken::new();
-        let tasks = TaskTracker::new();
+        let served = Served::new(base_url);
         Ok(Arc::new_cyclic(|me: &Weak<Shared>| {
             let outbox = config.webhook.zip(secret).map(|(target, secret)| {
                 let report = delivery::report_to(me.clone(), Shared::count_webhook);
@@ -113,8 +107,8 @@ impl Shared {
                     target,
                     secret,
                     http,
-                    tasks.clone(),
-                    shutdown.clone(),
+                    served.tasks.clone(),
+                    served.shutdown.clone(),
                     report,
                 )
             });
@@ -125,24 +119,40 @@ impl Shared {
                 list_order: config.list_order,
                 seed: config.seed,
                 nonce: emulator_kit::ids::run_nonce(config.seed),
-                base_url,
                 outbox,
                 state: Mutex::new(State {
                     files: HashMap::new(),
                     batches: Vec::new(),
                     by_id: HashMap::new(),
                     rows: HashMap::new(),
-                    runtime: HashMap::new(),
+                    runtime: Lives::default(),
                     faults,
                     stats: Stats::default(),
                     next_seq: 0,
                 }),
-                shutdown,
-                tasks,
+                served,
             }
         }))
     }
+    fn router(self: Arc<Self>) -> axum::Router {
+        crate::routes::router(self)
+    }
+    fn served(&self) -> &Served {
+        &self.served
+    }
+    fn api_key(&self) -> &str {
+        &self.api_keys[0]
+    }
+    fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+        self.lock().faults = Faults::compile(plan)?;
+        Ok(())
+    }
+}
 
+impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -151,20 +161,11 @@ impl Shared {
         f(&mut self.lock().stats);
     }
 
-    pub fn stats(&self) -> Stats {
-        self.lock().stats.clone()
-    }
-
     fn count_webhook(&self, attempt: Attempt) {
         self.with_stats(|s| {
             let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
             attempt.count(sent, failed, &mut s.webhooks_abandoned);
         });
-    }
-
-    pub fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        self.lock().faults = Faults::compile(plan)?;
-        Ok(())
     }
 
     pub fn faults(&self) -> FaultPlan {
@@ -249,7 +250,7 @@ impl Shared {
 
     // ---- batches ----
 
-    pub fn create_batch(self: &Arc<Self>, body: &Value) -> Result<Created, ApiError> {
+    pub fn create_batch(self: &Arc<Self>, body: &Value) -> Result<Created<Value>, ApiError> {
         let request = check_create(body)?;
         let mut state = self.lock();
         let refusal = if state.faults.take_insufficient_quota() {
@@ -320,20 +321,19 @@ impl Shared {
         state.by_id.insert(id.clone(), index);
         state.batches.push(batch);
         state.stats.batches_created += 1;
-        let cancel = self.shutdown.child_token();
-        state.runtime.insert(
-            id.clone(),
-            Runtime {
-                cancel: cancel.clone(),
-                events: self.outbox.as_ref().map(Outbox::queue),
-            },
+        let cancel = state.runtime.start(
+            &id,
+            &self.served.shutdown,
+            self.outbox.as_ref().map(Outbox::queue),
         );
         let lost = state.faults.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
         drop(state);
-        self.tasks.spawn(run_batch(Arc::clone(self), id, cancel));
+        self.served
+            .tasks
+            .spawn(run_batch(Arc::clone(self), id, cancel));
         Ok(match lost {
             Some(mode) => Created::Lost(mode),
             None => Created::Batch(json),
@@ -393,9 +393,7 @@ impl Shared {
             }
         }
         state.batches[index].transition(Status::Cancelling, now_secs());
-        if let Some(rt) = state.runtime.get(id) {
-            rt.cancel.cancel();
-        }
+        state.runtime.stop(id);
         let json = state.batches[index].to_json();
         let answered = if status == Status::InProgress && state.faults.plan().partial_on_cancel {
             state.rows.get(id).map_or(0, |r| r.len() / 2)
@@ -403,14 +401,15 @@ impl Shared {
             0
         };
         drop(state);
-        let (shared, id, delay) = (Arc::clone(self), id.to_owned(), self.timing.cancelling);
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(delay) => shared.finish(&id, Status::Cancelled, answered),
-                () = shutdown.cancelled() => {}
-            }
-        });
+        let (shared, id) = (Arc::clone(self), id.to_owned());
+        end_after(
+            &self.served.tasks,
+            &self.served.shutdown,
+            self.timing.cancelling,
+            move || {
+                shared.finish(&id, Status::Cancelled, answered);
+            },
+        );
         Ok(json)
     }
 
@@ -684,11 +683,8 @@ impl Shared {
         let now = now_secs();
         let batch = &mut state.batches[index];
         batch.transition(to, now);
-        if let Some(rt) = state.runtime.get_mut(&batch.id) {
-            if let (Some(queue), Some(event)) = (rt.events.take(), event_for(batch, now)) {
-                let _ = queue.send(event);
-            }
-            rt.cancel.cancel();
+        if let (Some(queue), Some(event)) = (state.runtime.end(&batch.id), event_for(batch, now)) {
+            let _ = queue.send(event);
         }
     }
 }
@@ -836,15 +832,7 @@ fn find<'a>(state: &'a State, id: &str) -> Result<&'a Batch, ApiError> {
 /// Walks one batch through its states. Ends early when it is cancelled or
 /// the emulator shuts down.
 async fn run_batch(shared: Arc<Shared>, id: String, cancel: CancellationToken) {
-    let wait = |d: Duration| {
-        let cancel = cancel.clone();
-        async move {
-            tokio::select! {
-                () = tokio::time::sleep(d) => true,
-                () = cancel.cancelled() => false,
-            }
-        }
-    };
+    let wait = |d: Duration| dwell(d, &cancel);
     let timing = shared.timing;
     if !wait(timing.validating).await {
         return;
