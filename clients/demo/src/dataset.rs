@@ -195,14 +195,14 @@ mod tests {
                 openai
                     .rows
                     .iter()
-                    .any(|r| r.matches.custom_id_prefix.as_deref() == Some(prefix)),
+                    .any(|r| r.matcher.key_prefix.as_deref() == Some(prefix)),
                 "no OpenAI fault rule for {prefix}"
             );
             let captured = format!("-({prefix}.*)$");
             assert!(
                 anthropic.rows.iter().any(|r| r
-                    .matches
-                    .custom_id_regex
+                    .matcher
+                    .key_regex
                     .as_deref()
                     .is_some_and(|re| re.ends_with(&captured))),
                 "no Anthropic fault rule for {prefix}"
