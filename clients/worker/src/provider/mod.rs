@@ -170,7 +170,7 @@ impl Provider {
     /// Creates the batch of `input_file` for `model`, tagged `tag` (where
     /// the provider keeps tags); `lines` are the input itself, for a
     /// provider that takes requests inline. Answers the batch's name.
-    /// Never retried (see `create.rs`).
+    /// Never retried (see `job/create.rs`).
     pub async fn create_batch(
         &self,
         model: &str,

@@ -11,7 +11,7 @@
 //!   shows only in its results' custom_ids ([`crate::tags::custom_id`]),
 //!   and results exist only once it ended ([`Anthropic::owner`]).
 //! - Create is not idempotent: a create whose answer was lost is never
-//!   sent again; the caller searches (`create.rs`).
+//!   sent again; the caller searches (`job/create.rs`).
 //! - The list is newest first (`after_id` pages to older batches);
 //!   an ended batch can be deleted.
 //! - The results (`results_url`, an absolute URL) are one JSONL stream, in

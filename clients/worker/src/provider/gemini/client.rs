@@ -6,11 +6,11 @@
 //!   is started again;
 //! - a create answered 429 is not retried here: the rows go back and the
 //!   model cools down for every worker (the body's `RetryInfo`, or a
-//!   `Retry-After` header, says how long; see `create.rs`);
+//!   `Retry-After` header, says how long; see `job/create.rs`);
 //! - a create whose answer was lost (timeout, connection reset, 5xx after
 //!   the request went out) may have made the batch: it is never sent again;
 //!   the caller searches for the batch by its display name (the tally job
-//!   id, unique) over the provider's list lag (`create.rs`).
+//!   id, unique) over the provider's list lag (`job/create.rs`).
 //!
 //! The API key travels in the `x-goog-api-key` header and is never logged.
 
@@ -275,7 +275,7 @@ impl Gemini {
     /// caller, which gives the rows back and, for a 429, puts the model in
     /// the cool-down tally shares with every worker; any other failure may
     /// have made the batch: the caller resolves it by searching (see
-    /// `create.rs`), never by creating again.
+    /// `job/create.rs`), never by creating again.
     pub async fn create_batch(
         &self,
         model: &str,

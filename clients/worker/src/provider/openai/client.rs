@@ -9,7 +9,7 @@
 //!   the tag in its `metadata` (`{"tally": "tally/{ledger}/{job}"}`).
 //! - Create is not idempotent (the SDK sends no idempotency key, and the
 //!   API takes none): a create whose answer was lost is never sent again;
-//!   the caller searches the batch list for the tag (`create.rs`).
+//!   the caller searches the batch list for the tag (`job/create.rs`).
 //! - An ended batch names an output file (the lines that succeeded) and an
 //!   error file (the lines that failed, expired or were cancelled); either
 //!   may be absent.
