@@ -25,6 +25,7 @@
 //! signature checks (`webhook`); fetching batches (the worker).
 
 mod anthropic;
+mod gemini;
 mod name;
 mod openai;
 mod payload;
@@ -34,11 +35,9 @@ mod reducer;
 mod state;
 
 pub use anthropic::{anthropic_batch_name, anthropic_state, event_from_anthropic_batch};
+pub use gemini::{event_from_batch_resource, parse_gemini_webhook};
 pub use name::{MAX_ID_LEN, NameError, normalize_name};
 pub use openai::{event_from_openai_batch, openai_batch_name, openai_state, parse_openai_webhook};
-pub use payload::{
-    BatchObservation, BatchStats, PayloadError, WebhookEvent, event_from_batch_resource,
-    parse_gemini_webhook,
-};
+pub use payload::{BatchObservation, BatchStats, PayloadError, WebhookEvent};
 pub use reducer::{Decision, DropReason, EPOCH, OpEvent, OpSnapshot, reduce};
 pub use state::OpState;
