@@ -18,7 +18,7 @@
 //! requests and their checks; [`page`] cursor pages; [`stats`] what tests
 //! check; [`batches`] a batch as data; [`answer`] one request's result;
 //! `service` the shared state and batch lifecycle; `routes` the layers and
-//! thin handlers. From `emulator_kit`: ids, counted faults, models, prompt
+//! thin handlers; `handle` the kit's view of both. From `emulator_kit`: ids, counted faults, models, prompt
 //! text, schema instances, serving. Everything but `service` and `routes`
 //! is pure.
 //!
@@ -31,6 +31,7 @@ pub mod batches;
 pub mod config;
 pub mod error;
 pub mod faults;
+mod handle;
 pub mod ids;
 pub mod page;
 pub mod requests;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use emulator_kit::emulator::{Served, Service};
+use emulator_kit::emulator::Served;
 use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::{hash_str, shuffled};
 use emulator_kit::serve::Created;
@@ -70,15 +70,12 @@ pub enum ConfigError {
     NoApiKey,
 }
 
-impl Service for Shared {
-    const NAME: &'static str = "anthropic emulator";
-    type Config = EmulatorConfig;
-    type Stats = Stats;
-    type Plan = FaultPlan;
-    type PlanError = FaultPlanError;
-    type ConfigError = ConfigError;
-
-    fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+impl Shared {
+    /// The state for `config`, answering at `base_url`.
+    pub(crate) fn build(
+        config: EmulatorConfig,
+        base_url: String,
+    ) -> Result<Arc<Self>, ConfigError> {
         if config.api_keys.is_empty() || config.api_keys.iter().any(String::is_empty) {
             return Err(ConfigError::NoApiKey);
         }
@@ -104,19 +101,16 @@ impl Service for Shared {
             }),
         }))
     }
-    fn router(self: Arc<Self>) -> axum::Router {
-        crate::routes::router(self)
-    }
-    fn served(&self) -> &Served {
+    pub(crate) fn served_state(&self) -> &Served {
         &self.served
     }
-    fn api_key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         &self.api_keys[0]
     }
-    fn stats(&self) -> Stats {
+    pub(crate) fn stats_now(&self) -> Stats {
         self.lock().stats.clone()
     }
-    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+    pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         self.lock().faults = Faults::compile(plan)?;
         Ok(())
     }

@@ -18,7 +18,8 @@
 //! and its matching; [`output`] answering rows and building output files;
 //! [`files`] and [`batches`] files, uploads and batches as data;
 //! [`webhooks`] event payloads; [`stats`] what tests check; `service` the
-//! shared state and batch lifecycle; `routes` the thin HTTP handlers.
+//! shared state and batch lifecycle; `routes` the thin HTTP handlers;
+//! `handle` the kit's view of both.
 //! From `emulator_kit` (shared with the OpenAI emulator): [`schema_instance`]
 //! minimal JSON values for response schemas, [`signing`] the Standard
 //! Webhooks signer, and the webhook delivery. Everything but `service`,
@@ -37,6 +38,7 @@ pub mod config;
 pub mod error;
 pub mod faults;
 pub mod files;
+mod handle;
 pub mod ids;
 pub mod kind;
 pub mod media;

@@ -22,7 +22,7 @@ use crate::output::{Style, build_output, parse_inline, parse_input};
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
 use emulator_kit::delivery::{self, Attempt, Outbox};
-use emulator_kit::emulator::{Served, Service};
+use emulator_kit::emulator::Served;
 use emulator_kit::lifecycle::{Lives, dwell};
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
@@ -85,15 +85,12 @@ pub enum ConfigError {
     EmptyApiKey,
 }
 
-impl Service for Shared {
-    const NAME: &'static str = "gemini emulator";
-    type Config = EmulatorConfig;
-    type Stats = Stats;
-    type Plan = FaultPlan;
-    type PlanError = FaultPlanError;
-    type ConfigError = ConfigError;
-
-    fn new(config: EmulatorConfig, base_url: String) -> Result<Arc<Self>, ConfigError> {
+impl Shared {
+    /// The state for `config`, answering at `base_url`.
+    pub(crate) fn build(
+        config: EmulatorConfig,
+        base_url: String,
+    ) -> Result<Arc<Self>, ConfigError> {
         if config.api_key.is_empty() {
             return Err(ConfigError::EmptyApiKey);
         }
@@ -134,19 +131,16 @@ impl Service for Shared {
             served,
         }))
     }
-    fn router(self: Arc<Self>) -> axum::Router {
-        crate::routes::router(self)
-    }
-    fn served(&self) -> &Served {
+    pub(crate) fn served_state(&self) -> &Served {
         &self.served
     }
-    fn api_key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         &self.api_key
     }
-    fn stats(&self) -> Stats {
+    pub(crate) fn stats_now(&self) -> Stats {
         self.lock().stats.clone()
     }
-    fn set_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
+    pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         let faults = Faults::compile(plan)?;
         self.lock().faults = Some(faults);
         Ok(())

@@ -15,7 +15,8 @@
 //! fault plan and its matching; [`input`] validating input files;
 //! [`answer`] answering one line; [`files`] and [`batches`] resources as
 //! data; [`webhooks`] event payloads; [`stats`] what tests check; `service`
-//! the shared state and batch lifecycle; `routes` the thin handlers. From
+//! the shared state and batch lifecycle; `routes` the thin handlers; `handle`
+//! the kit's view of both. From
 //! `emulator_kit`: schema instances, signing and delivery. Everything but
 //! `service` and `routes` is pure.
 //!
@@ -29,6 +30,7 @@ pub mod config;
 pub mod error;
 pub mod faults;
 pub mod files;
+mod handle;
 pub mod ids;
 pub mod input;
 mod routes;
