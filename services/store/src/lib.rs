@@ -61,7 +61,8 @@
 //!      (`records`: what goes in and out; `ingest`: the write path; `read`:
 //!      the readers; `job_link`: the job each operation moves on).
 //!    - [`jobs`]: jobs made from claims, their submission, adoption and
-//!      close.
+//!      close; [`holders`]: the process behind each worker name, taking
+//!      over a gone holder's claims, the jobs a worker would wait for.
 //!    - [`locks`]: named run locks.
 //!    - [`media`]: the media uploads register (files uploaded for rows'
 //!      media, and the jobs that reference them).
@@ -82,6 +83,7 @@ pub mod event_log;
 pub mod events;
 mod fence;
 pub mod golden;
+pub mod holders;
 mod job_view;
 pub mod jobs;
 pub mod ledgers;

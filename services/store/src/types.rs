@@ -422,6 +422,25 @@ pub struct AdoptedJob {
     pub keys: Vec<String>,
 }
 
+/// One worker process as the worker reads it (see `holders`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerProcess {
+    pub host: String,
+    pub boot_id: String,
+    pub pid: i64,
+    pub start_ticks: i64,
+}
+
+/// An open job whose holder's lease still runs.
+#[derive(Debug, Clone)]
+pub struct HeldJob {
+    pub public_id: String,
+    pub state: tally_core::job::JobState,
+    pub owner: String,
+    pub process: Option<WorkerProcess>,
+    pub lease_expire_time: Time,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct AdoptResult {
     pub adopted: Vec<AdoptedJob>,

@@ -90,6 +90,7 @@ pub fn bound(limits: &Limits, message: &str, field: &str) -> Option<usize> {
         ("tally.v1.LookupMediaUploadsRequest", "sha256") => tally_core::media::MAX_LOOKUP,
         ("tally.v1.MarkCreatingRequest", "media_sha256") => tally_core::media::MAX_BATCH_MEDIA,
         ("tally.v1.ReportGoldenResultsRequest", "answers") => golden::MAX_GOLDEN_ROWS,
+        ("tally.v1.AdoptJobsRequest", "gone") => tally_store::holders::MAX_HOLDERS,
         ("tally.v1.GoldenSet", "rows") => golden::MAX_GOLDEN_ROWS,
         ("tally.v1.GoldenRow", "fields") => golden::MAX_FIELDS,
         // Output only (a set's drift), bounded like what it reports.
@@ -115,6 +116,7 @@ fn size(message: &str) -> Option<usize> {
         "tally.v1.GoldenFieldCount" => size_of::<pb::GoldenFieldCount>(),
         "tally.v1.ClassifierOverride" => size_of::<pb::ClassifierOverride>(),
         "tally.v1.ModelPrice" => size_of::<pb::ModelPrice>(),
+        "tally.v1.WorkerProcess" => size_of::<pb::WorkerProcess>(),
         _ => return None,
     })
 }

@@ -8,7 +8,7 @@ use crate::edge::wire_convert::timestamp;
 use tally_core::job::JobState;
 use tally_core::names;
 use tally_proto::v1 as pb;
-use tally_store::types::{JobEventKind, JobEventRecord, JobRecord, LockRecord};
+use tally_store::types::{HeldJob, JobEventKind, JobEventRecord, JobRecord, LockRecord};
 
 pub fn job_state_to_proto(s: JobState) -> pb::JobState {
     match s {
@@ -27,6 +27,22 @@ pub fn job_state_to_proto(s: JobState) -> pb::JobState {
 /// A known, specified job state.
 pub fn job_state_from_proto(code: i32) -> Option<JobState> {
     JobState::from_code(i16::try_from(code).ok()?)
+}
+
+/// A job another holder's lease still covers, as AdoptJobs lists it.
+pub fn held_to_proto(ledger: &str, h: &HeldJob) -> pb::HeldJob {
+    pb::HeldJob {
+        job: names::job_name(ledger, &h.public_id),
+        state: job_state_to_proto(h.state) as i32,
+        owner: h.owner.clone(),
+        process: h.process.as_ref().map(|p| pb::WorkerProcess {
+            host: p.host.clone(),
+            boot_id: p.boot_id.clone(),
+            pid: p.pid,
+            start_ticks: p.start_ticks,
+        }),
+        lease_expire_time: Some(timestamp(h.lease_expire_time)),
+    }
 }
 
 pub fn job_to_proto(j: &JobRecord) -> pb::Job {

@@ -2,7 +2,7 @@
 //! [`super::validate`]), makes one store call and encodes the answer
 //! ([`super::convert`]). WatchJobs hands the stream to [`super::watch`].
 
-use super::convert::{job_to_proto, lock_to_proto};
+use super::convert::{held_to_proto, job_to_proto, lock_to_proto};
 use super::media;
 use super::validate;
 use super::watch::{JobEvents, Open};
@@ -19,6 +19,7 @@ use tally_core::names;
 use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_server::JobService;
 use tally_store::Store;
+use tally_store::holders::MAX_HOLDERS;
 use tally_store::types::{CreateAttempt, JobOrigin, NotCreated};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
@@ -250,11 +251,35 @@ impl JobService for Jobs {
     async fn adopt_jobs(&self, req: Request<pb::AdoptJobsRequest>) -> Reply<pb::AdoptJobsResponse> {
         let access = access(&req);
         let req = req.into_inner();
-        let (ledger, max, lease) = validate::adopt(&req)?;
-        access.ledger(&ledger)?;
+        let adopt = validate::adopt(&req)?;
+        access.ledger(&adopt.ledger)?;
+        let worker = if req.worker.is_empty() {
+            &access.name
+        } else {
+            &req.worker
+        };
+        let taken_over = match &adopt.process {
+            Some(process) => self
+                .store
+                .take_over(&adopt.ledger, worker, process, adopt.starting, &adopt.gone)
+                .await
+                .map_err(from_store)?,
+            None => 0,
+        };
         let r = self
             .store
-            .adopt_jobs(&ledger, &req.worker, max, lease, &access.name)
+            .adopt_jobs(
+                &adopt.ledger,
+                &req.worker,
+                adopt.max,
+                adopt.lease,
+                &access.name,
+            )
+            .await
+            .map_err(from_store)?;
+        let held = self
+            .store
+            .held_jobs(&adopt.ledger, worker, MAX_HOLDERS as i64)
             .await
             .map_err(from_store)?;
         self.metrics.jobs_adopted.inc_by(r.adopted.len() as u64);
@@ -269,7 +294,25 @@ impl JobService for Jobs {
                 })
                 .collect(),
             released_jobs: r.released_jobs as i32,
+            held: held
+                .iter()
+                .map(|h| held_to_proto(&adopt.ledger, h))
+                .collect(),
+            taken_over: taken_over.min(i64::from(i32::MAX)) as i32,
         }))
+    }
+
+    async fn hand_over_job(&self, req: Request<pb::HandOverJobRequest>) -> Reply<pb::Job> {
+        let access = access(&req);
+        let req = req.into_inner();
+        let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
+        access.ledger(&ledger)?;
+        let job = self
+            .store
+            .hand_over_job(&ledger, &job, token, &access.name)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
     }
 
     async fn finish_job(&self, req: Request<pb::FinishJobRequest>) -> Reply<pb::Job> {

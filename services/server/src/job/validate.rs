@@ -14,7 +14,8 @@ use tally_core::operation::normalize_name;
 use tally_core::pause::PauseReason;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
-use tally_store::types::FinishRequest;
+use tally_store::holders::MAX_HOLDERS;
+use tally_store::types::{FinishRequest, WorkerProcess};
 use tonic::Status;
 use uuid::Uuid;
 
@@ -181,8 +182,24 @@ pub fn finish(req: &pb::FinishJobRequest) -> Result<FinishRequest, Status> {
     })
 }
 
-/// AdoptJobs' (ledger, worker, max jobs, lease).
-pub fn adopt(req: &pb::AdoptJobsRequest) -> Result<(String, i64, Option<Duration>), Status> {
+/// AdoptJobs, checked.
+#[derive(Debug)]
+pub struct Adopt {
+    pub ledger: String,
+    pub max: i64,
+    pub lease: Option<Duration>,
+    /// The caller's process, when it named one.
+    pub process: Option<WorkerProcess>,
+    pub starting: bool,
+    pub gone: Vec<WorkerProcess>,
+}
+
+/// The longest host name (RFC 1035) and boot id a process may name.
+const MAX_HOST: usize = 253;
+const MAX_BOOT_ID: usize = 64;
+
+/// AdoptJobs' ledger, bounds and processes.
+pub fn adopt(req: &pb::AdoptJobsRequest) -> Result<Adopt, Status> {
     let ledger = ledger_validate::ledger("parent", &req.parent)?;
     let mut v = Violations::new();
     text("worker", &req.worker, MAX_NAME, &mut v);
@@ -198,8 +215,52 @@ pub fn adopt(req: &pb::AdoptJobsRequest) -> Result<(String, i64, Option<Duration
         }
     };
     let lease = ledger_validate::lease("lease", req.lease.as_ref(), &mut v);
+    let process = req
+        .process
+        .as_ref()
+        .map(|p| worker_process("process", p, &mut v));
+    if req.starting && process.is_none() {
+        v.add("starting", "needs `process`: the process that is starting");
+    }
+    if req.gone.len() > MAX_HOLDERS {
+        v.add("gone", format!("must name at most {MAX_HOLDERS} processes"));
+    }
+    let gone = req
+        .gone
+        .iter()
+        .take(MAX_HOLDERS)
+        .enumerate()
+        .map(|(i, p)| worker_process(&format!("gone[{i}]"), p, &mut v))
+        .collect();
     v.finish().map_err(invalid)?;
-    Ok((ledger, max, lease))
+    Ok(Adopt {
+        ledger,
+        max,
+        lease,
+        process,
+        starting: req.starting,
+        gone,
+    })
+}
+
+fn worker_process(field: &str, p: &pb::WorkerProcess, v: &mut Violations) -> WorkerProcess {
+    if p.host.is_empty() {
+        v.add(format!("{field}.host"), "is required");
+    }
+    text(&format!("{field}.host"), &p.host, MAX_HOST, v);
+    text(&format!("{field}.boot_id"), &p.boot_id, MAX_BOOT_ID, v);
+    if p.pid <= 0 {
+        v.add(format!("{field}.pid"), "must be positive");
+    }
+    if p.start_ticks < 0 {
+        v.add(format!("{field}.start_ticks"), "must not be negative");
+    }
+    WorkerProcess {
+        host: p.host.clone(),
+        boot_id: p.boot_id.clone(),
+        pid: p.pid,
+        start_ticks: p.start_ticks,
+    }
 }
 
 /// ListJobs' state filter.
@@ -312,12 +373,64 @@ mod tests {
             parent: "ledgers/a".into(),
             ..Default::default()
         };
-        assert_eq!(adopt(&req).unwrap().1, DEFAULT_ADOPT);
+        assert_eq!(adopt(&req).unwrap().max, DEFAULT_ADOPT);
         let req = pb::AdoptJobsRequest {
             parent: "ledgers/a".into(),
             max_jobs: 101,
             ..Default::default()
         };
         assert!(adopt(&req).is_err());
+    }
+
+    // Invariant: a take-over names well-formed processes, a starting caller
+    // names its own, and a call names at most MAX_HOLDERS gone ones.
+    #[test]
+    fn adopt_processes_are_bounded() {
+        let p = pb::WorkerProcess {
+            host: "h".into(),
+            boot_id: "b".into(),
+            pid: 7,
+            start_ticks: 1,
+        };
+        let ok = pb::AdoptJobsRequest {
+            parent: "ledgers/a".into(),
+            process: Some(p.clone()),
+            starting: true,
+            gone: vec![p.clone()],
+            ..Default::default()
+        };
+        let a = adopt(&ok).unwrap();
+        assert!(a.starting && a.process.is_some() && a.gone.len() == 1);
+        let bad = [
+            pb::AdoptJobsRequest {
+                starting: true,
+                process: None,
+                ..ok.clone()
+            },
+            pb::AdoptJobsRequest {
+                gone: vec![p.clone(); MAX_HOLDERS + 1],
+                ..ok.clone()
+            },
+            pb::AdoptJobsRequest {
+                process: Some(pb::WorkerProcess {
+                    host: "h".repeat(254),
+                    ..p.clone()
+                }),
+                ..ok.clone()
+            },
+            pb::AdoptJobsRequest {
+                gone: vec![pb::WorkerProcess {
+                    pid: 0,
+                    ..p.clone()
+                }],
+                ..ok.clone()
+            },
+        ];
+        for req in bad {
+            assert_eq!(
+                adopt(&req).unwrap_err().code(),
+                tonic::Code::InvalidArgument
+            );
+        }
     }
 }

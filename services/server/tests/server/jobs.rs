@@ -26,8 +26,8 @@ const DEADLINE: Duration = Duration::from_secs(20);
 use crate::process;
 use process::spawn_server_process;
 
-type Jobs = JobServiceClient<Channel>;
-type Ledgers = LedgerServiceClient<Channel>;
+pub(crate) type Jobs = JobServiceClient<Channel>;
+pub(crate) type Ledgers = LedgerServiceClient<Channel>;
 
 async fn channel(addr: SocketAddr) -> Channel {
     Channel::from_shared(format!("http://{addr}"))
@@ -37,7 +37,7 @@ async fn channel(addr: SocketAddr) -> Channel {
         .expect("connect to the server")
 }
 
-async fn clients(addr: SocketAddr) -> (Ledgers, Jobs) {
+pub(crate) async fn clients(addr: SocketAddr) -> (Ledgers, Jobs) {
     let ch = channel(addr).await;
     (
         LedgerServiceClient::new(ch.clone()),
@@ -45,20 +45,20 @@ async fn clients(addr: SocketAddr) -> (Ledgers, Jobs) {
     )
 }
 
-async fn serve(db: &TestDb) -> Running {
+pub(crate) async fn serve(db: &TestDb) -> Running {
     server::start(ServeArgs::for_tests(db.url().to_string()))
         .await
         .expect("server starts")
 }
 
-fn secs(s: i64) -> prost_types::Duration {
+pub(crate) fn secs(s: i64) -> prost_types::Duration {
     prost_types::Duration {
         seconds: s,
         nanos: 0,
     }
 }
 
-async fn create_ledger(l: &mut Ledgers, id: &str, policy: pb::LedgerPolicy) {
+pub(crate) async fn create_ledger(l: &mut Ledgers, id: &str, policy: pb::LedgerPolicy) {
     l.create_ledger(pb::CreateLedgerRequest {
         ledger_id: id.into(),
         policy: Some(policy),
@@ -67,7 +67,7 @@ async fn create_ledger(l: &mut Ledgers, id: &str, policy: pb::LedgerPolicy) {
     .unwrap();
 }
 
-fn fast_policy() -> pb::LedgerPolicy {
+pub(crate) fn fast_policy() -> pb::LedgerPolicy {
     pb::LedgerPolicy {
         backoff: Some(pb::Backoff {
             initial: Some(secs(0)),
@@ -78,7 +78,7 @@ fn fast_policy() -> pb::LedgerPolicy {
     }
 }
 
-async fn enroll(l: &mut Ledgers, ledger: &str, keys: &[&str]) {
+pub(crate) async fn enroll(l: &mut Ledgers, ledger: &str, keys: &[&str]) {
     let rows = keys
         .iter()
         .map(|k| pb::RowInput {
@@ -95,7 +95,12 @@ async fn enroll(l: &mut Ledgers, ledger: &str, keys: &[&str]) {
     .unwrap();
 }
 
-async fn claim(l: &mut Ledgers, ledger: &str, worker: &str, max: i32) -> pb::ClaimRowsResponse {
+pub(crate) async fn claim(
+    l: &mut Ledgers,
+    ledger: &str,
+    worker: &str,
+    max: i32,
+) -> pb::ClaimRowsResponse {
     l.claim_rows(pb::ClaimRowsRequest {
         parent: format!("ledgers/{ledger}"),
         max_rows: max,
@@ -107,7 +112,7 @@ async fn claim(l: &mut Ledgers, ledger: &str, worker: &str, max: i32) -> pb::Cla
     .into_inner()
 }
 
-fn ok(key: &str) -> pb::RowOutcome {
+pub(crate) fn ok(key: &str) -> pb::RowOutcome {
     pb::RowOutcome {
         key: key.into(),
         outcome: Some(pb::row_outcome::Outcome::Result("{\"ok\": true}".into())),
@@ -130,7 +135,7 @@ fn bad_request(key: &str) -> pb::RowOutcome {
     }
 }
 
-async fn report(
+pub(crate) async fn report(
     l: &mut Ledgers,
     claim: &str,
     outcomes: Vec<pb::RowOutcome>,
@@ -145,7 +150,7 @@ async fn report(
     .into_inner()
 }
 
-async fn create_job(j: &mut Jobs, claim: &str) -> Result<pb::Job, Status> {
+pub(crate) async fn create_job(j: &mut Jobs, claim: &str) -> Result<pb::Job, Status> {
     j.create_job(pb::CreateJobRequest {
         claim: claim.into(),
         ..Default::default()
@@ -154,7 +159,7 @@ async fn create_job(j: &mut Jobs, claim: &str) -> Result<pb::Job, Status> {
     .map(|r| r.into_inner())
 }
 
-async fn mark_submitted(
+pub(crate) async fn mark_submitted(
     j: &mut Jobs,
     job: &pb::Job,
     claim: &str,
@@ -170,7 +175,12 @@ async fn mark_submitted(
     .map(|r| r.into_inner())
 }
 
-async fn finish(j: &mut Jobs, job: &pb::Job, claim: &str, state: pb::JobState) -> pb::Job {
+pub(crate) async fn finish(
+    j: &mut Jobs,
+    job: &pb::Job,
+    claim: &str,
+    state: pb::JobState,
+) -> pb::Job {
     j.finish_job(pb::FinishJobRequest {
         name: job.name.clone(),
         claim: claim.into(),
@@ -184,7 +194,7 @@ async fn finish(j: &mut Jobs, job: &pb::Job, claim: &str, state: pb::JobState) -
     .into_inner()
 }
 
-async fn get_row(l: &mut Ledgers, ledger: &str, key: &str) -> pb::Row {
+pub(crate) async fn get_row(l: &mut Ledgers, ledger: &str, key: &str) -> pb::Row {
     l.get_row(pb::GetRowRequest {
         name: format!("ledgers/{ledger}/rows/{key}"),
     })
@@ -206,7 +216,7 @@ async fn expire_claim(r: &Running, claim: &str) {
         .unwrap();
 }
 
-fn reason(s: &Status) -> String {
+pub(crate) fn reason(s: &Status) -> String {
     s.get_error_details()
         .error_info()
         .map(|i| i.reason.clone())
@@ -270,6 +280,7 @@ async fn two_workers_one_killed_after_submission_the_other_adopts() {
             worker: "worker-b".into(),
             max_jobs: 5,
             lease: Some(secs(600)),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -15,3 +15,4 @@ mod pause;
 mod process;
 mod report_claim;
 mod security;
+mod takeover;

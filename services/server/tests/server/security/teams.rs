@@ -483,6 +483,14 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             }),
         ),
         (
+            "/tally.v1.JobService/HandOverJob",
+            false,
+            e(&pb::HandOverJobRequest {
+                name: t.job.clone(),
+                claim: t.job_claim.clone(),
+            }),
+        ),
+        (
             "/tally.v1.JobService/FinishJob",
             false,
             e(&pb::FinishJobRequest {
@@ -889,13 +897,13 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
     for line in &table {
         println!("  {line}");
     }
-    // 39 RPCs named by a resource (42 less ListLedgers, ListOperations and
+    // 40 RPCs named by a resource (43 less ListLedgers, ListOperations and
     // WatchOperations) × 4 columns, and the 4 filtered views, × 3 roles.
     let mut paths: Vec<&str> = requests(&acme).iter().map(|r| r.0).collect();
     paths.sort();
     paths.dedup();
-    assert_eq!(paths.len(), 39, "every RPC once");
-    assert_eq!(table.len(), (39 * 4 + 4) * 3);
+    assert_eq!(paths.len(), 40, "every RPC once");
+    assert_eq!(table.len(), (40 * 4 + 4) * 3);
     server.stop().await;
 }
 

@@ -325,16 +325,48 @@ class MarkNotCreatedRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ..., provider_cooldown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_refusal: _Optional[_Union[ProviderRefusal, str]] = ..., batch_refused: _Optional[bool] = ...) -> None: ...
 
 class AdoptJobsRequest(_message.Message):
-    __slots__ = ("parent", "worker", "max_jobs", "lease")
+    __slots__ = ("parent", "worker", "max_jobs", "lease", "process", "starting", "gone")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MAX_JOBS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    STARTING_FIELD_NUMBER: _ClassVar[int]
+    GONE_FIELD_NUMBER: _ClassVar[int]
     parent: str
     worker: str
     max_jobs: int
     lease: _duration_pb2.Duration
-    def __init__(self, parent: _Optional[str] = ..., worker: _Optional[str] = ..., max_jobs: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    process: WorkerProcess
+    starting: bool
+    gone: _containers.RepeatedCompositeFieldContainer[WorkerProcess]
+    def __init__(self, parent: _Optional[str] = ..., worker: _Optional[str] = ..., max_jobs: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., process: _Optional[_Union[WorkerProcess, _Mapping]] = ..., starting: _Optional[bool] = ..., gone: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ...) -> None: ...
+
+class WorkerProcess(_message.Message):
+    __slots__ = ("host", "boot_id", "pid", "start_ticks")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    BOOT_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    START_TICKS_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    boot_id: str
+    pid: int
+    start_ticks: int
+    def __init__(self, host: _Optional[str] = ..., boot_id: _Optional[str] = ..., pid: _Optional[int] = ..., start_ticks: _Optional[int] = ...) -> None: ...
+
+class HeldJob(_message.Message):
+    __slots__ = ("job", "state", "owner", "process", "lease_expire_time")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    state: JobState
+    owner: str
+    process: WorkerProcess
+    lease_expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, job: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., owner: _Optional[str] = ..., process: _Optional[_Union[WorkerProcess, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AdoptedJob(_message.Message):
     __slots__ = ("job", "claim", "keys")
@@ -347,12 +379,24 @@ class AdoptedJob(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., claim: _Optional[_Union[_ledger_pb2.Claim, _Mapping]] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AdoptJobsResponse(_message.Message):
-    __slots__ = ("jobs", "released_jobs")
+    __slots__ = ("jobs", "released_jobs", "held", "taken_over")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     RELEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_OVER_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[AdoptedJob]
     released_jobs: int
-    def __init__(self, jobs: _Optional[_Iterable[_Union[AdoptedJob, _Mapping]]] = ..., released_jobs: _Optional[int] = ...) -> None: ...
+    held: _containers.RepeatedCompositeFieldContainer[HeldJob]
+    taken_over: int
+    def __init__(self, jobs: _Optional[_Iterable[_Union[AdoptedJob, _Mapping]]] = ..., released_jobs: _Optional[int] = ..., held: _Optional[_Iterable[_Union[HeldJob, _Mapping]]] = ..., taken_over: _Optional[int] = ...) -> None: ...
+
+class HandOverJobRequest(_message.Message):
+    __slots__ = ("name", "claim")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    claim: str
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ...) -> None: ...
 
 class FinishJobRequest(_message.Message):
     __slots__ = ("name", "claim", "final_state", "output_file", "error", "not_run")

@@ -76,6 +76,11 @@ class JobServiceStub:
                 request_serializer=tally_dot_v1_dot_job__pb2.AdoptJobsRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_job__pb2.AdoptJobsResponse.FromString,
                 _registered_method=True)
+        self.HandOverJob = channel.unary_unary(
+                '/tally.v1.JobService/HandOverJob',
+                request_serializer=tally_dot_v1_dot_job__pb2.HandOverJobRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_job__pb2.Job.FromString,
+                _registered_method=True)
         self.FinishJob = channel.unary_unary(
                 '/tally.v1.JobService/FinishJob',
                 request_serializer=tally_dot_v1_dot_job__pb2.FinishJobRequest.SerializeToString,
@@ -196,6 +201,23 @@ class JobServiceServicer:
         after submission to this worker, with a new claim (fencing token). Jobs
         that expired while PREPARING have their rows released instead (no
         attempt counted).
+
+        A worker that names its process (`process`) may also take over at once
+        what a gone process held: on its first call (`starting`) the claims of
+        its own worker name, and any holder it has shown to be gone (`gone`:
+        a process on its own host that no longer runs). The old holder, if it
+        still runs, is fenced (its reports are STALE) and loses nothing. Jobs
+        it still has to wait for are listed in `held`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HandOverJob(self, request, context):
+        """Ends a job's lease now, so that any worker adopts the job on its next
+        AdoptJobs: a worker stopping with batches still at the provider, or an
+        operator handing a job over (`claim` is the job's current claim, as
+        GetJob shows it). A claim that no longer fences the job: FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -321,6 +343,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.AdoptJobs,
                     request_deserializer=tally_dot_v1_dot_job__pb2.AdoptJobsRequest.FromString,
                     response_serializer=tally_dot_v1_dot_job__pb2.AdoptJobsResponse.SerializeToString,
+            ),
+            'HandOverJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.HandOverJob,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.HandOverJobRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_job__pb2.Job.SerializeToString,
             ),
             'FinishJob': grpc.unary_unary_rpc_method_handler(
                     servicer.FinishJob,
@@ -568,6 +595,33 @@ class JobService:
             '/tally.v1.JobService/AdoptJobs',
             tally_dot_v1_dot_job__pb2.AdoptJobsRequest.SerializeToString,
             tally_dot_v1_dot_job__pb2.AdoptJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandOverJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/HandOverJob',
+            tally_dot_v1_dot_job__pb2.HandOverJobRequest.SerializeToString,
+            tally_dot_v1_dot_job__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,
