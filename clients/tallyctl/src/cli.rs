@@ -173,7 +173,7 @@ impl Command {
             Command::Row(a) => Some(a.out),
             Command::Jobs(j) => Some(match &j.verb {
                 Some(JobsVerb::List(a)) => a.out,
-                Some(JobsVerb::Get(a)) => a.out,
+                Some(JobsVerb::Get(a) | JobsVerb::HandOver(a)) => a.out,
                 None => j.legacy.out,
             }),
             Command::Job(a) => Some(a.out),
@@ -302,6 +302,10 @@ pub enum JobsVerb {
     List(JobsArgs),
     /// One job.
     Get(JobArgs),
+    /// End a job's lease now, so the next worker adopts it at once (a job
+    /// whose worker died; a worker that still runs is fenced and loses
+    /// nothing).
+    HandOver(JobArgs),
 }
 
 /// `operations list|get`; bare `operations [--state …]` (the old

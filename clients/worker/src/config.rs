@@ -116,7 +116,9 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_MAX_JOBS", default_value_t = 0)]
     pub max_jobs: usize,
 
-    /// Name recorded with claims and attempts; default `tally-worker-<pid>`.
+    /// Name recorded with claims and attempts; default
+    /// `tally-worker-<host>-<pid>`. A worker that starts under a name takes
+    /// over at once what an earlier process of that name still holds.
     #[arg(long, env = "TALLY_WORKER_NAME")]
     pub worker_name: Option<String>,
 
@@ -355,7 +357,14 @@ impl WorkerArgs {
         self.worker_name
             .clone()
             .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| format!("tally-worker-{}", std::process::id()))
+            .unwrap_or_else(|| {
+                let host = crate::holders::host_name().unwrap_or_default();
+                let host: String = host.chars().take(96).collect();
+                match host.as_str() {
+                    "" => format!("tally-worker-{}", std::process::id()),
+                    h => format!("tally-worker-{h}-{}", std::process::id()),
+                }
+            })
     }
 
     /// Rows asked for in one claim.

@@ -37,6 +37,7 @@ mod attach;
 mod bounds;
 pub mod config;
 mod ctx;
+mod holders;
 mod janitor;
 pub mod job;
 pub mod jsonl;

@@ -16,6 +16,7 @@ use tracing::Instrument as _;
 
 use crate::config::WorkerArgs;
 use crate::ctx::Ctx;
+use crate::holders;
 use crate::janitor;
 use crate::job::{self, JobEnd};
 use crate::metrics::{InFlight, WorkerMetrics};
@@ -141,6 +142,7 @@ pub async fn run_serving(
     let mut report = RunReport::default();
     let mut next_sweep = tokio::time::Instant::now();
     let mut paused = PauseLog::default();
+    let mut adopter = Adopter::new();
     tokio::pin!(shutdown);
     loop {
         while let Some(done) = jobs.try_join_next() {
@@ -152,7 +154,7 @@ pub async fn run_serving(
         }
         let mut worked = false;
         if jobs.len() < max_local {
-            match adopt(&ctx, max_local - jobs.len()).await {
+            match adopter.adopt(&ctx, max_local - jobs.len()).await {
                 Ok(adopted) => {
                     ctx.metrics.tally_answered();
                     for a in adopted {
@@ -222,6 +224,11 @@ pub async fn run_serving(
         tracing::warn!(jobs = jobs.len(), "job tasks did not end in time");
         jobs.abort_all();
     }
+    // What is still at the provider is adopted by the next worker at once.
+    let handed = holders::hand_over_own(&ctx).await;
+    if handed > 0 {
+        tracing::info!(jobs = handed, "handed over the jobs still at the provider");
+    }
     watcher.abort();
     listener_stop.cancel();
     if let Some(listener) = listener {
@@ -288,20 +295,72 @@ fn serve_metrics(
     ))
 }
 
-async fn adopt(ctx: &Ctx, max: usize) -> Result<Vec<pb::AdoptedJob>, Status> {
-    let req = pb::AdoptJobsRequest {
-        parent: ctx.ledger.clone(),
-        worker: ctx.worker.clone(),
-        max_jobs: max.min(100) as i32,
-        lease: ctx.lease(),
-    };
+/// What this worker knows of the ledger's holders between AdoptJobs calls.
+struct Adopter {
+    process: Option<pb::WorkerProcess>,
+    /// No AdoptJobs has answered since this process started.
+    starting: bool,
+    waiting: holders::Waiting,
+}
+
+impl Adopter {
+    fn new() -> Self {
+        Adopter {
+            process: holders::this_process(),
+            starting: true,
+            waiting: holders::Waiting::default(),
+        }
+    }
+
+    /// Adopts up to `max` jobs: those whose lease ran out, and (when this
+    /// worker can name its process) those of a previous process of its name
+    /// and of holders on this host it finds gone, asked for again at once.
+    async fn adopt(&mut self, ctx: &Ctx, max: usize) -> Result<Vec<pb::AdoptedJob>, Status> {
+        let mut req = pb::AdoptJobsRequest {
+            parent: ctx.ledger.clone(),
+            worker: ctx.worker.clone(),
+            max_jobs: max.min(100) as i32,
+            lease: ctx.lease(),
+            process: self.process.clone(),
+            starting: self.starting && self.process.is_some(),
+            gone: Vec::new(),
+        };
+        let mut r = adopt_call(ctx, &req).await?;
+        self.starting = false;
+        if r.taken_over > 0 {
+            tracing::info!(
+                claims = r.taken_over,
+                "took over the claims of this worker's previous process"
+            );
+        }
+        if let Some(me) = &self.process {
+            let gone = holders::gone_holders(me, &r.held);
+            if !gone.is_empty() && r.jobs.len() < max {
+                tracing::info!(holders = ?gone.iter().map(|g| g.pid).collect::<Vec<_>>(), "holders on this host are gone; taking over their jobs");
+                req.starting = false;
+                req.max_jobs = (max - r.jobs.len()).min(100) as i32;
+                req.gone = gone;
+                let again = adopt_call(ctx, &req).await?;
+                r.jobs.extend(again.jobs);
+                r.held = again.held;
+            }
+        }
+        self.waiting.note(&r.held);
+        Ok(r.jobs)
+    }
+}
+
+async fn adopt_call(
+    ctx: &Ctx,
+    req: &pb::AdoptJobsRequest,
+) -> Result<pb::AdoptJobsResponse, Status> {
     let r = with_retry(ctx.retry, "AdoptJobs", || {
         let mut c = ctx.clients.jobs.clone();
         let req = req.clone();
         async move { c.adopt_jobs(req).await }
     })
     .await?;
-    Ok(r.into_inner().jobs)
+    Ok(r.into_inner())
 }
 
 /// Whether the ledger has fewer open jobs than its limit (a hint: CreateJob

@@ -1,4 +1,4 @@
-//! `tallyctl jobs list|get` and `tallyctl locks` over JobService.
+//! `tallyctl jobs list|get|hand-over` and `tallyctl locks` over JobService.
 
 use super::pages;
 use crate::cli::{JobArgs, JobsArgs, LocksCmd};
@@ -164,6 +164,38 @@ pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
             ("updated", render::time(j.update_time.as_ref())),
             ("lease expires", render::time(j.lease_expire_time.as_ref())),
         ])
+    );
+    Ok(ExitCode::Ok)
+}
+
+/// `jobs hand-over`: ends the job's lease with the claim GetJob shows.
+pub async fn hand_over(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
+    let name = job_name(&args.name)?;
+    let j = ctx
+        .clients
+        .jobs
+        .get_job(pb::GetJobRequest { name: name.clone() })
+        .await
+        .map_err(|s| CliError::server(format!("get {name}"), s))?
+        .into_inner();
+    let handed = ctx
+        .clients
+        .jobs
+        .hand_over_job(pb::HandOverJobRequest {
+            name: name.clone(),
+            claim: j.claim.clone(),
+        })
+        .await
+        .map_err(|s| CliError::server(format!("hand over {name}"), s))?
+        .into_inner();
+    if ctx.json {
+        ctx.print_json(&render::job_json(&handed));
+        return Ok(ExitCode::Ok);
+    }
+    println!(
+        "{name}: lease ended (owner {}, lease was until {}); the next worker's AdoptJobs takes it",
+        j.owner,
+        render::time(j.lease_expire_time.as_ref())
     );
     Ok(ExitCode::Ok)
 }

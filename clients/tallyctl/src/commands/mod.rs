@@ -40,10 +40,11 @@ pub async fn dispatch(ctx: &mut Ctx, command: Command) -> Result<ExitCode, CliEr
         Command::Jobs(cmd) => match cmd.verb {
             Some(JobsVerb::List(args)) => jobs::list(ctx, args).await,
             Some(JobsVerb::Get(args)) => jobs::get(ctx, args).await,
+            Some(JobsVerb::HandOver(args)) => jobs::hand_over(ctx, args).await,
             None => match cmd.legacy.into_list() {
                 Some(args) => jobs::list(ctx, args).await,
                 None => Err(CliError::usage(
-                    "say what: tallyctl jobs list LEDGER, tallyctl jobs get LEDGER/JOB",
+                    "say what: tallyctl jobs list LEDGER, tallyctl jobs get LEDGER/JOB, tallyctl jobs hand-over LEDGER/JOB",
                 )),
             },
         },

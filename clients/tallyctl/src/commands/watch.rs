@@ -422,6 +422,9 @@ mod tests {
         ) -> Unary<pb::AdoptJobsResponse> {
             Err(Status::unimplemented(""))
         }
+        async fn hand_over_job(&self, _: Request<pb::HandOverJobRequest>) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
         async fn finish_job(&self, _: Request<pb::FinishJobRequest>) -> Unary<pb::Job> {
             Err(Status::unimplemented(""))
         }

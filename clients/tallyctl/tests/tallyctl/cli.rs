@@ -844,6 +844,81 @@ async fn prompts_jobs_operations_and_locks() {
     env.stop().await;
 }
 
+// Invariant: `jobs hand-over` ends a submitted job's lease at once (any
+// worker adopts it on its next AdoptJobs, long before the hour's lease
+// ends), and a name that is no job exits 2 with NOT_FOUND.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_hand_over_makes_a_job_adoptable_at_once() {
+    use tally_proto::v1::job_service_client::JobServiceClient;
+    let env = Env::start().await;
+    env.ok(&["ledgers", "create", "h"]).await;
+    let mut l = env.client().await;
+    l.enroll_rows(pb::EnrollRowsRequest {
+        parent: "ledgers/h".into(),
+        rows: vec![pb::RowInput {
+            key: "a".into(),
+            payload: "{}".into(),
+            ..Default::default()
+        }],
+    })
+    .await
+    .unwrap();
+    let claim = l
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: "ledgers/h".into(),
+            max_rows: 10,
+            worker: "gone-worker".into(),
+            lease: Some(prost_types::Duration {
+                seconds: 3600,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .claim
+        .unwrap()
+        .name;
+    let mut j = JobServiceClient::connect(env.url.clone()).await.unwrap();
+    let job = j
+        .create_job(pb::CreateJobRequest {
+            claim: claim.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    j.mark_submitted(pb::MarkSubmittedRequest {
+        name: job.name.clone(),
+        claim,
+        batch: "batches/h-1".into(),
+        input_file: "files/in".into(),
+    })
+    .await
+    .unwrap();
+    let adopt = pb::AdoptJobsRequest {
+        parent: "ledgers/h".into(),
+        worker: "next".into(),
+        ..Default::default()
+    };
+    let before = j.adopt_jobs(adopt.clone()).await.unwrap().into_inner();
+    assert!(before.jobs.is_empty(), "the lease still runs");
+
+    let r = env
+        .ok(&["jobs", "hand-over", &format!("h/{}", job.job_id)])
+        .await;
+    assert!(r.stdout.contains("lease ended"), "{}", r.stdout);
+    assert!(r.stdout.contains("gone-worker"), "{}", r.stdout);
+    let after = j.adopt_jobs(adopt).await.unwrap().into_inner();
+    assert_eq!(after.jobs.len(), 1, "adoptable at once");
+
+    let missing = env.run(&["jobs", "hand-over", "h/nope"]).await;
+    assert_eq!(missing.code, 2);
+    assert!(missing.stderr.contains("NOT_FOUND"), "{}", missing.stderr);
+    env.stop().await;
+}
+
 // Invariant: `ledgers delete` refuses a ledger with a live claim (exit 2,
 // FAILED_PRECONDITION, reason LEDGER_ACTIVE, nothing deleted); with
 // --force --wait it returns only once the purge has finished (the ledger

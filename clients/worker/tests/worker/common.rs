@@ -83,8 +83,21 @@ pub fn worker_command(
     name: &str,
     extra: &[&str],
 ) -> Command {
+    worker_command_leased(grpc, gemini, ledger, name, Some(TEST_LEASE), extra)
+}
+
+/// [`worker_command`] with the lease `lease` (`None`: the ledger's, 30
+/// minutes unless it says otherwise).
+pub fn worker_command_leased(
+    grpc: &str,
+    gemini: &str,
+    ledger: &str,
+    name: &str,
+    lease: Option<&str>,
+    extra: &[&str],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tally-worker"));
-    cmd.args(worker_flags(grpc, gemini, ledger, name))
+    cmd.args(worker_flags(grpc, gemini, ledger, name, lease))
         .args(extra)
         .env("GEMINI_API_KEY", API_KEY)
         .env(
@@ -96,14 +109,19 @@ pub fn worker_command(
     cmd
 }
 
-/// The flags every test worker gets: fast polls, a short lease (3 s).
+/// The lease test workers take: short, so that tests of a dead worker's
+/// lease running out are quick.
+const TEST_LEASE: &str = "3s";
+
+/// The flags every test worker gets: fast polls, and `lease` when given.
 fn worker_flags<'a>(
     grpc: &'a str,
     gemini: &'a str,
     ledger: &'a str,
     name: &'a str,
-) -> [&'a str; 14] {
-    [
+    lease: Option<&'a str>,
+) -> Vec<&'a str> {
+    let mut flags = vec![
         "--server",
         grpc,
         "--ledger",
@@ -116,9 +134,11 @@ fn worker_flags<'a>(
         "1s",
         "--heartbeat-interval",
         "500ms",
-        "--lease",
-        "3s",
-    ]
+    ];
+    if let Some(lease) = lease {
+        flags.extend(["--lease", lease]);
+    }
+    flags
 }
 
 /// A worker running rows at the OpenAI emulator (`openai`: its base URL,
@@ -163,7 +183,7 @@ pub fn worker_args(
     extra: &[&str],
 ) -> tally_worker::WorkerArgs {
     use clap::Parser as _;
-    let flags = worker_flags(grpc, gemini, ledger, name);
+    let flags = worker_flags(grpc, gemini, ledger, name, Some(TEST_LEASE));
     let argv = std::iter::once("tally-worker")
         .chain(flags)
         .chain(extra.iter().copied());

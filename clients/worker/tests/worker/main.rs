@@ -18,6 +18,7 @@ mod e2e_pause;
 mod e2e_providers;
 mod e2e_quota;
 mod e2e_refusals;
+mod e2e_restart;
 mod e2e_spend;
 mod e2e_stuck;
 mod e2e_trace;
