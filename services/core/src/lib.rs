@@ -11,7 +11,7 @@
 //! - [`job`]: the job state machine (submit, provider states, finish,
 //!   abandon, adopt).
 //! - [`backoff`], [`policy`]: a ledger's retry policy with its defaults and
-//!   validation.
+//!   validation; [`fill`]: whether a partial batch waits for more rows.
 //! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks;
 //!   [`media`]: the files a row references (images, documents).
 //! - [`operation`]: the monotonic reducer for provider operations.
@@ -30,6 +30,7 @@ pub mod alert;
 pub mod backoff;
 pub mod classify;
 pub mod deps;
+pub mod fill;
 pub mod golden;
 pub mod job;
 pub mod keys;

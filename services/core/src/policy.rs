@@ -1,9 +1,10 @@
 //! A ledger's policy: attempt caps, lease, backoff, classifier overrides,
-//! alerting, job limit and prices, with the documented defaults and the
+//! alerting, job limit, prices and batch filling, with the documented defaults and the
 //! validation that keeps absurd values out. Stored as JSON beside the ledger.
 
 use crate::backoff::Backoff;
 use crate::classify::{FailureKind, Override, Severity};
+use crate::fill::BatchFill;
 use crate::millis;
 use crate::outbound::Reach;
 pub use crate::price::{MAX_PRICE_PER_MILLION, Price};
@@ -123,6 +124,9 @@ pub struct Policy {
     /// Limits on what the ledger may spend (none when unset).
     #[serde(default)]
     pub spend_cap: Option<SpendCap>,
+    /// How long a partial batch waits for more rows (see [`crate::fill`]).
+    #[serde(default)]
+    pub batch_fill: BatchFill,
 }
 
 /// Attempt caps per budget (serializable mirror of [`PerBudget`]).
@@ -162,6 +166,7 @@ impl Default for Policy {
             max_active_jobs: 4,
             prices: Vec::new(),
             spend_cap: None,
+            batch_fill: BatchFill::default(),
         }
     }
 }
@@ -255,6 +260,9 @@ impl Policy {
                 f("prices"),
                 format!("must have at most {MAX_PRICES} entries"),
             );
+        }
+        for (name, why) in self.batch_fill.problems() {
+            v.add(format!("{prefix}.batch_fill.{name}"), why);
         }
         if let Some(cap) = &self.spend_cap {
             for (name, why) in cap.problems() {

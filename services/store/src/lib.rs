@@ -45,7 +45,8 @@
 //!      claim statement's).
 //!    - [`claims`]: the claim statement, extending, releasing;
 //!      `claim_cache`: what this process's claims hold, so a report can
-//!      skip reading it; `capped`: the claim of a capped ledger.
+//!      skip reading it; `capped`: the claim of a capped ledger;
+//!      [`fill`]: the claim of a whole batch, which may wait for more rows.
 //!    - [`report`]: one pipeline: load the rows named (from the claim
 //!      cache, or read under the claim's lock) → judge (one pure core
 //!      function, `tally_core::report::judge`) → write (the guarded
@@ -82,6 +83,7 @@ pub mod error;
 pub mod event_log;
 pub mod events;
 mod fence;
+pub mod fill;
 pub mod golden;
 pub mod holders;
 mod job_view;

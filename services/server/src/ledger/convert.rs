@@ -8,6 +8,7 @@
 use crate::edge::wire_convert::{duration, duration_to_proto, opt_timestamp, timestamp};
 use std::time::Duration;
 use tally_core::classify::{self, Failure, FailureKind};
+use tally_core::fill::BatchFill;
 use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
@@ -136,6 +137,39 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
             })
             .collect(),
         spend_cap: p.spend_cap.as_ref().map(spend_cap_to_proto),
+        batch_fill: Some(pb::BatchFill {
+            max_wait: Some(duration_to_proto(p.batch_fill.max_wait)),
+            quiet: Some(duration_to_proto(p.batch_fill.quiet)),
+            min_rows: p.batch_fill.min_rows.min(i32::MAX as u32) as i32,
+        }),
+    }
+}
+
+/// A batch-fill policy as given: an unset duration takes its default, a
+/// zero one is zero (a zero `max_wait` turns filling off).
+fn batch_fill_from_proto(f: Option<&pb::BatchFill>, v: &mut Violations) -> BatchFill {
+    let d = BatchFill::default();
+    let Some(f) = f else { return d };
+    let mut take =
+        |name: &str, given: Option<&prost_types::Duration>, default: Duration| match given {
+            None => default,
+            Some(x) => duration(x).unwrap_or_else(|| {
+                v.add(
+                    format!("policy.batch_fill.{name}"),
+                    "must be a non-negative duration",
+                );
+                default
+            }),
+        };
+    let max_wait = take("max_wait", f.max_wait.as_ref(), d.max_wait);
+    let quiet = take("quiet", f.quiet.as_ref(), d.quiet);
+    if f.min_rows < 0 {
+        v.add("policy.batch_fill.min_rows", "must not be negative");
+    }
+    BatchFill {
+        max_wait,
+        quiet,
+        min_rows: f.min_rows.max(0) as u32,
     }
 }
 
@@ -239,7 +273,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
 }
 
 /// Every updatable policy path (the `update_mask` vocabulary).
-pub const POLICY_PATHS: [&str; 13] = [
+pub const POLICY_PATHS: [&str; 20] = [
     "policy.model",
     "policy.budgets",
     "policy.budgets.provider",
@@ -247,12 +281,19 @@ pub const POLICY_PATHS: [&str; 13] = [
     "policy.budgets.infra",
     "policy.lease",
     "policy.backoff",
+    "policy.backoff.initial",
+    "policy.backoff.max",
+    "policy.backoff.multiplier",
+    "policy.backoff.jitter",
     "policy.overrides",
     "policy.review_threshold",
     "policy.alert_url",
     "policy.max_active_jobs",
     "policy.prices",
     "policy.spend_cap",
+    "policy.batch_fill",
+    "policy.batch_fill.max_wait",
+    "policy.batch_fill.quiet",
 ];
 
 /// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
@@ -316,25 +357,37 @@ fn apply_path(
             },
         },
         "policy.backoff" => {
+            for p in [
+                "policy.backoff.initial",
+                "policy.backoff.max",
+                "policy.backoff.multiplier",
+                "policy.backoff.jitter",
+            ] {
+                apply_path(dst, src, p, skip_zero, v);
+            }
+        }
+        "policy.backoff.initial" | "policy.backoff.max" => {
             let b = src.backoff.unwrap_or_default();
-            let mut set =
-                |name: &str, d: Option<&prost_types::Duration>, target: &mut Duration| match d
-                    .map(duration)
-                {
-                    None => {}
-                    Some(Some(x)) if skip_zero && x.is_zero() => {}
-                    Some(Some(x)) => *target = x,
-                    Some(None) => v.add(field(name), "must be a non-negative duration"),
-                };
-            set(
-                "backoff.initial",
-                b.initial.as_ref(),
-                &mut dst.backoff.initial,
-            );
-            set("backoff.max", b.max.as_ref(), &mut dst.backoff.max);
+            let (name, d, target) = if path.ends_with("initial") {
+                ("backoff.initial", b.initial, &mut dst.backoff.initial)
+            } else {
+                ("backoff.max", b.max, &mut dst.backoff.max)
+            };
+            match d.as_ref().map(duration) {
+                None => {}
+                Some(Some(x)) if skip_zero && x.is_zero() => {}
+                Some(Some(x)) => *target = x,
+                Some(None) => v.add(field(name), "must be a non-negative duration"),
+            }
+        }
+        "policy.backoff.multiplier" => {
+            let b = src.backoff.unwrap_or_default();
             if !(skip_zero && b.multiplier == 0.0) {
                 dst.backoff.multiplier = b.multiplier;
             }
+        }
+        "policy.backoff.jitter" => {
+            let b = src.backoff.unwrap_or_default();
             if !(skip_zero && b.jitter == 0.0) {
                 dst.backoff.jitter = b.jitter;
             }
@@ -358,6 +411,18 @@ fn apply_path(
         "policy.max_active_jobs" => {
             if let Some(x) = cap(src.max_active_jobs, "max_active_jobs", v) {
                 dst.max_active_jobs = x;
+            }
+        }
+        "policy.batch_fill" => {
+            // Unset takes the defaults, on create and on update alike.
+            dst.batch_fill = batch_fill_from_proto(src.batch_fill.as_ref(), v);
+        }
+        "policy.batch_fill.max_wait" | "policy.batch_fill.quiet" => {
+            let given = batch_fill_from_proto(src.batch_fill.as_ref(), v);
+            if path.ends_with("max_wait") {
+                dst.batch_fill.max_wait = given.max_wait;
+            } else {
+                dst.batch_fill.quiet = given.quiet;
             }
         }
         "policy.spend_cap" => {

@@ -7,6 +7,7 @@ use super::{golden, validate};
 use crate::config::Limits;
 use crate::edge::caller::{access, actor};
 use crate::edge::status::{from_store, invalid, invalid_field};
+use crate::edge::wire_convert::duration_to_proto;
 use crate::metrics::Metrics;
 use crate::{edge::paging, tasks::purger};
 use tally_core::names;
@@ -16,9 +17,10 @@ use tally_core::summary::ledger_state_line;
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_proto::v1::ledger_service_server::LedgerService;
+use tally_store::fill::Filled;
 use tally_store::pause::PauseLedger;
 use tally_store::purge::DeleteLedger;
-use tally_store::types::{ClaimRequest, EnrollOutcome};
+use tally_store::types::{ClaimGrant, ClaimRequest, EnrollOutcome};
 use tally_store::{Store, StoreError};
 use tonic::{Request, Response, Status};
 
@@ -74,9 +76,14 @@ impl Ledgers {
             }
             other => other.map_err(from_store)?,
         };
+        Ok(self.answer_claim(ledger, grant))
+    }
+
+    /// The answer to what a claim took (counted in the ledger's metrics).
+    fn answer_claim(&self, ledger: &str, grant: Option<ClaimGrant>) -> pb::ClaimRowsResponse {
         let claimed = grant.as_ref().map_or(0, |g| g.rows.len());
         self.metrics.rows_claimed_in(ledger, claimed as u64);
-        Ok(match grant {
+        match grant {
             None => pb::ClaimRowsResponse::default(),
             Some(g) => pb::ClaimRowsResponse {
                 claim: Some(convert::claim_to_proto(&g.claim)),
@@ -87,8 +94,38 @@ impl Ledgers {
                     .map(convert::claimed_row_to_proto)
                     .collect(),
                 pause: None,
+                filling: None,
             },
-        })
+        }
+    }
+
+    /// A claim for one provider batch (`fill_batch`): held back while the
+    /// batch would not be full and more rows can become runnable soon.
+    async fn claim_batch(
+        &self,
+        ledger: &str,
+        claim: &ClaimRequest,
+    ) -> Result<pb::ClaimRowsResponse, Status> {
+        match self
+            .metrics
+            .timed("claim", self.store.claim_batch(ledger, claim))
+            .await
+        {
+            Ok(Filled::Waiting(w)) => Ok(pb::ClaimRowsResponse {
+                filling: Some(pb::FillWait {
+                    runnable_rows: w.runnable.min(i64::MAX as u64) as i64,
+                    reason: w.for_.code().to_string(),
+                    retry_after: Some(duration_to_proto(w.within)),
+                }),
+                ..Default::default()
+            }),
+            Ok(Filled::Claimed(grant)) => Ok(self.answer_claim(ledger, grant)),
+            Err(StoreError::LedgerPaused { pause, .. }) => Ok(pb::ClaimRowsResponse {
+                pause: Some(convert::pause_to_proto(&pause)),
+                ..Default::default()
+            }),
+            Err(e) => Err(from_store(e)),
+        }
     }
 
     /// Gives back the rows of a `claim_next` whose report failed: the
@@ -268,6 +305,9 @@ impl LedgerService for Ledgers {
     async fn claim_rows(&self, req: Request<pb::ClaimRowsRequest>) -> Reply<pb::ClaimRowsResponse> {
         let (ledger, claim) = validate::claim_rows(req.get_ref(), &self.limits)?;
         access(&req).ledger(&ledger)?;
+        if req.get_ref().fill_batch {
+            return Ok(Response::new(self.claim_batch(&ledger, &claim).await?));
+        }
         Ok(Response::new(self.claim(&ledger, &claim).await?))
     }
 

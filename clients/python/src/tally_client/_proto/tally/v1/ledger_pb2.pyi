@@ -206,7 +206,7 @@ class LedgerPurge(_message.Message):
     def __init__(self, rows_total: _Optional[int] = ..., rows_purged: _Optional[int] = ..., forced: _Optional[bool] = ..., claims_expired: _Optional[int] = ..., jobs_abandoned: _Optional[int] = ...) -> None: ...
 
 class LedgerPolicy(_message.Message):
-    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap")
+    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +217,7 @@ class LedgerPolicy(_message.Message):
     MAX_ACTIVE_JOBS_FIELD_NUMBER: _ClassVar[int]
     PRICES_FIELD_NUMBER: _ClassVar[int]
     SPEND_CAP_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FILL_FIELD_NUMBER: _ClassVar[int]
     model: str
     budgets: AttemptBudgets
     lease: _duration_pb2.Duration
@@ -227,7 +228,18 @@ class LedgerPolicy(_message.Message):
     max_active_jobs: int
     prices: _containers.RepeatedCompositeFieldContainer[ModelPrice]
     spend_cap: SpendCap
-    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ...) -> None: ...
+    batch_fill: BatchFill
+    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ...) -> None: ...
+
+class BatchFill(_message.Message):
+    __slots__ = ("max_wait", "quiet", "min_rows")
+    MAX_WAIT_FIELD_NUMBER: _ClassVar[int]
+    QUIET_FIELD_NUMBER: _ClassVar[int]
+    MIN_ROWS_FIELD_NUMBER: _ClassVar[int]
+    max_wait: _duration_pb2.Duration
+    quiet: _duration_pb2.Duration
+    min_rows: int
+    def __init__(self, max_wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., quiet: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., min_rows: _Optional[int] = ...) -> None: ...
 
 class SpendCap(_message.Message):
     __slots__ = ("max_cost_usd", "max_input_tokens", "max_output_tokens", "warn_fraction", "output_tokens_per_row")
@@ -454,7 +466,7 @@ class Claim(_message.Message):
     def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ...) -> None: ...
 
 class ClaimRowsRequest(_message.Message):
-    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes", "provider")
+    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes", "provider", "fill_batch")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -463,6 +475,7 @@ class ClaimRowsRequest(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    FILL_BATCH_FIELD_NUMBER: _ClassVar[int]
     parent: str
     max_rows: int
     lease: _duration_pb2.Duration
@@ -471,7 +484,18 @@ class ClaimRowsRequest(_message.Message):
     model: str
     max_response_bytes: int
     provider: str
-    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., max_response_bytes: _Optional[int] = ..., provider: _Optional[str] = ...) -> None: ...
+    fill_batch: bool
+    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., max_response_bytes: _Optional[int] = ..., provider: _Optional[str] = ..., fill_batch: _Optional[bool] = ...) -> None: ...
+
+class FillWait(_message.Message):
+    __slots__ = ("runnable_rows", "reason", "retry_after")
+    RUNNABLE_ROWS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    runnable_rows: int
+    reason: str
+    retry_after: _duration_pb2.Duration
+    def __init__(self, runnable_rows: _Optional[int] = ..., reason: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimedRow(_message.Message):
     __slots__ = ("key", "payload", "prompt", "model", "attempts")
@@ -488,16 +512,18 @@ class ClaimedRow(_message.Message):
     def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ...) -> None: ...
 
 class ClaimRowsResponse(_message.Message):
-    __slots__ = ("claim", "rows", "pause", "truncated")
+    __slots__ = ("claim", "rows", "pause", "truncated", "filling")
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     PAUSE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    FILLING_FIELD_NUMBER: _ClassVar[int]
     claim: Claim
     rows: _containers.RepeatedCompositeFieldContainer[ClaimedRow]
     pause: LedgerPause
     truncated: bool
-    def __init__(self, claim: _Optional[_Union[Claim, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[ClaimedRow, _Mapping]]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    filling: FillWait
+    def __init__(self, claim: _Optional[_Union[Claim, _Mapping]] = ..., rows: _Optional[_Iterable[_Union[ClaimedRow, _Mapping]]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., truncated: _Optional[bool] = ..., filling: _Optional[_Union[FillWait, _Mapping]] = ...) -> None: ...
 
 class ExtendClaimRequest(_message.Message):
     __slots__ = ("name", "lease")
