@@ -470,6 +470,25 @@ pub struct PolicyArgs {
     /// Default claim lease (e.g. 30m).
     #[arg(long)]
     pub lease: Option<String>,
+    /// Delay before a failed row's first retry (e.g. 30s; default 30s).
+    #[arg(long)]
+    pub backoff_initial: Option<String>,
+    /// Longest delay between retries (e.g. 1h; default 1h).
+    #[arg(long)]
+    pub backoff_max: Option<String>,
+    /// Growth of the delay per retry (1 to 10; default 2).
+    #[arg(long)]
+    pub backoff_multiplier: Option<f64>,
+    /// Spread of each delay, a fraction (0 to 1; default 0.2).
+    #[arg(long)]
+    pub backoff_jitter: Option<f64>,
+    /// Longest a partial batch waits for more rows (e.g. 10m, the default;
+    /// 0s: claims take what is runnable at once).
+    #[arg(long)]
+    pub batch_fill_wait: Option<String>,
+    /// A partial batch waits while rows arrived this recently (default 5s).
+    #[arg(long)]
+    pub batch_fill_quiet: Option<String>,
     /// Concurrently active jobs allowed.
     #[arg(long)]
     pub max_active_jobs: Option<i32>,

@@ -1,15 +1,11 @@
 //! Who holds the ledger's jobs, as this worker can tell: its own process
 //! identity (sent with AdoptJobs), whether another holder's process on this
 //! host is gone (so its claims are taken over now rather than when their
-//! lease runs out), what it still waits for (said once per job and lease),
-//! and handing its own jobs over when it stops.
+//! lease runs out), and what it still waits for.
 
 use std::collections::HashMap;
 
-use tally_client::with_retry;
 use tally_proto::v1 as pb;
-
-use crate::ctx::Ctx;
 
 /// This process as AdoptJobs records it, where the system tells (Linux:
 /// `/proc`); `None` elsewhere, and then nothing is taken over early.
@@ -126,63 +122,6 @@ impl Waiting {
             self.said.insert(h.job.clone(), h.owner.clone());
         }
     }
-}
-
-/// At a stop: ends the lease of every open job this worker still owns
-/// (batches still at the provider), so the next worker adopts them at once
-/// instead of waiting out the lease. Returns how many it handed over.
-pub async fn hand_over_own(ctx: &Ctx) -> usize {
-    let req = pb::ListJobsRequest {
-        parent: ctx.ledger.clone(),
-        states: [
-            pb::JobState::Creating,
-            pb::JobState::Submitted,
-            pb::JobState::Running,
-            pb::JobState::Succeeded,
-            pb::JobState::Failed,
-            pb::JobState::Cancelled,
-            pb::JobState::Expired,
-        ]
-        .iter()
-        .map(|s| *s as i32)
-        .collect(),
-        page_size: 1000,
-        page_token: String::new(),
-    };
-    let jobs = match with_retry(ctx.retry, "ListJobs", || {
-        let mut c = ctx.clients.jobs.clone();
-        let req = req.clone();
-        async move { c.list_jobs(req).await }
-    })
-    .await
-    {
-        Ok(r) => r.into_inner().jobs,
-        Err(s) => {
-            tracing::warn!(error = %s, "ListJobs failed; jobs left to their lease");
-            return 0;
-        }
-    };
-    let mut handed = 0;
-    for job in jobs
-        .into_iter()
-        .filter(|j| j.end_time.is_none() && j.owner == ctx.worker)
-    {
-        let req = pb::HandOverJobRequest {
-            name: job.name.clone(),
-            claim: job.claim.clone(),
-        };
-        let mut c = ctx.clients.jobs.clone();
-        match c.hand_over_job(req).await {
-            Ok(_) => {
-                handed += 1;
-                tracing::info!(job = %job.job_id, batch = %job.batch, "job handed over: the next worker adopts it at once");
-            }
-            Err(s) => {
-                tracing::warn!(job = %job.job_id, error = %s, "HandOverJob failed; the job waits out its lease")
-            }
-        }
-    }
-    handed
 }
 
 #[cfg(test)]

@@ -143,6 +143,7 @@ pub async fn run_serving(
     let mut next_sweep = tokio::time::Instant::now();
     let mut paused = PauseLog::default();
     let mut adopter = Adopter::new();
+    let mut filling = FillLog::default();
     tokio::pin!(shutdown);
     loop {
         while let Some(done) = jobs.try_join_next() {
@@ -181,6 +182,7 @@ pub async fn run_serving(
             match claimed {
                 Ok(Claimed::Rows(c, rows)) => {
                     paused.update(None);
+                    filling.update(None);
                     worked = true;
                     report.jobs_started += 1;
                     span.record(
@@ -190,8 +192,15 @@ pub async fn run_serving(
                     let task = job::run_claim(Arc::clone(&ctx), c, rows, stop.clone());
                     jobs.spawn(in_flight(ctx.metrics.job_started(), task).instrument(span));
                 }
-                Ok(Claimed::Nothing) => paused.update(None),
+                Ok(Claimed::Nothing) => {
+                    paused.update(None);
+                    filling.update(None);
+                }
                 Ok(Claimed::Paused(p)) => paused.update(Some(p)),
+                Ok(Claimed::Filling(f)) => {
+                    paused.update(None);
+                    filling.update(Some(&f));
+                }
                 Err(s) => tracing::warn!(error = %s, "ClaimRows failed"),
             }
         }
@@ -225,7 +234,7 @@ pub async fn run_serving(
         jobs.abort_all();
     }
     // What is still at the provider is adopted by the next worker at once.
-    let handed = holders::hand_over_own(&ctx).await;
+    let handed = hand_over_own(&ctx).await;
     if handed > 0 {
         tracing::info!(jobs = handed, "handed over the jobs still at the provider");
     }
@@ -363,6 +372,63 @@ async fn adopt_call(
     Ok(r.into_inner())
 }
 
+/// At a stop: ends the lease of every open job this worker still owns
+/// (batches still at the provider), so the next worker adopts them at once
+/// instead of waiting out the lease. Returns how many it handed over.
+pub async fn hand_over_own(ctx: &Ctx) -> usize {
+    let req = pb::ListJobsRequest {
+        parent: ctx.ledger.clone(),
+        states: [
+            pb::JobState::Creating,
+            pb::JobState::Submitted,
+            pb::JobState::Running,
+            pb::JobState::Succeeded,
+            pb::JobState::Failed,
+            pb::JobState::Cancelled,
+            pb::JobState::Expired,
+        ]
+        .iter()
+        .map(|s| *s as i32)
+        .collect(),
+        page_size: 1000,
+        page_token: String::new(),
+    };
+    let jobs = match with_retry(ctx.retry, "ListJobs", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.list_jobs(req).await }
+    })
+    .await
+    {
+        Ok(r) => r.into_inner().jobs,
+        Err(s) => {
+            tracing::warn!(error = %s, "ListJobs failed; jobs left to their lease");
+            return 0;
+        }
+    };
+    let mut handed = 0;
+    for job in jobs
+        .into_iter()
+        .filter(|j| j.end_time.is_none() && j.owner == ctx.worker)
+    {
+        let req = pb::HandOverJobRequest {
+            name: job.name.clone(),
+            claim: job.claim.clone(),
+        };
+        let mut c = ctx.clients.jobs.clone();
+        match c.hand_over_job(req).await {
+            Ok(_) => {
+                handed += 1;
+                tracing::info!(job = %job.job_id, batch = %job.batch, "job handed over: the next worker adopts it at once");
+            }
+            Err(s) => {
+                tracing::warn!(job = %job.job_id, error = %s, "HandOverJob failed; the job waits out its lease")
+            }
+        }
+    }
+    handed
+}
+
 /// Whether the ledger has fewer open jobs than its limit (a hint: CreateJob
 /// enforces the limit; this only avoids claiming rows it would refuse).
 async fn room(ctx: &Ctx, max: usize) -> bool {
@@ -412,6 +478,31 @@ enum Claimed {
     Nothing,
     /// The ledger is paused: nothing is handed out until it is resumed.
     Paused(pb::LedgerPause),
+    /// Held back so that the batch fills.
+    Filling(pb::FillWait),
+}
+
+/// Says once why a partial batch waits (and again when the reason
+/// changes), however many polls see it.
+#[derive(Default)]
+struct FillLog {
+    reason: Option<String>,
+}
+
+impl FillLog {
+    fn update(&mut self, now: Option<&pb::FillWait>) {
+        let reason = now.map(|f| f.reason.clone());
+        if reason == self.reason {
+            return;
+        }
+        if let Some(f) = now {
+            let within = f.retry_after.as_ref().map_or(0, |d| d.seconds.max(0));
+            tracing::info!(runnable = f.runnable_rows, within_s = within, reason = %f.reason,
+                "batch filling: waiting for more rows before the next batch ({}; the ledger's batch_fill bounds the wait)",
+                tally_core::fill::WaitFor::describe(&f.reason));
+        }
+        self.reason = reason;
+    }
 }
 
 /// Says once that the ledger is paused, and once that it was resumed,
@@ -454,6 +545,8 @@ async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
         // than an answer we could not receive (the rest stay runnable).
         max_response_bytes: tally_client::MAX_MESSAGE_BYTES as i64,
         provider: ctx.args.provider.clone(),
+        // One claim is one provider batch: let it fill.
+        fill_batch: true,
     };
     let r = with_retry(ctx.retry, "ClaimRows", || {
         let mut c = ctx.clients.ledgers.clone();
@@ -462,10 +555,11 @@ async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
     })
     .await?
     .into_inner();
-    Ok(match (r.claim, r.pause) {
-        (Some(c), _) => Claimed::Rows(c, r.rows),
-        (None, Some(p)) => Claimed::Paused(p),
-        (None, None) => Claimed::Nothing,
+    Ok(match (r.claim, r.pause, r.filling) {
+        (Some(c), _, _) => Claimed::Rows(c, r.rows),
+        (None, Some(p), _) => Claimed::Paused(p),
+        (None, None, Some(f)) => Claimed::Filling(f),
+        (None, None, None) => Claimed::Nothing,
     })
 }
 

@@ -396,6 +396,41 @@ pub fn policy_from(a: &PolicyArgs) -> Result<(pb::LedgerPolicy, Vec<String>), Cl
             Some(render::parse_duration(l).map_err(|e| CliError::usage(format!("--lease: {e}")))?);
         paths.push("policy.lease".to_string());
     }
+    let duration = |flag: &str, text: &str| {
+        render::parse_duration(text).map_err(|e| CliError::usage(format!("--{flag}: {e}")))
+    };
+    let mut backoff = pb::Backoff::default();
+    if let Some(t) = &a.backoff_initial {
+        backoff.initial = Some(duration("backoff-initial", t)?);
+        paths.push("policy.backoff.initial".to_string());
+    }
+    if let Some(t) = &a.backoff_max {
+        backoff.max = Some(duration("backoff-max", t)?);
+        paths.push("policy.backoff.max".to_string());
+    }
+    if let Some(x) = a.backoff_multiplier {
+        backoff.multiplier = x;
+        paths.push("policy.backoff.multiplier".to_string());
+    }
+    if let Some(x) = a.backoff_jitter {
+        backoff.jitter = x;
+        paths.push("policy.backoff.jitter".to_string());
+    }
+    if backoff != pb::Backoff::default() || paths.iter().any(|p| p.starts_with("policy.backoff")) {
+        p.backoff = Some(backoff);
+    }
+    let mut fill = pb::BatchFill::default();
+    if let Some(t) = &a.batch_fill_wait {
+        fill.max_wait = Some(duration("batch-fill-wait", t)?);
+        paths.push("policy.batch_fill.max_wait".to_string());
+    }
+    if let Some(t) = &a.batch_fill_quiet {
+        fill.quiet = Some(duration("batch-fill-quiet", t)?);
+        paths.push("policy.batch_fill.quiet".to_string());
+    }
+    if a.batch_fill_wait.is_some() || a.batch_fill_quiet.is_some() {
+        p.batch_fill = Some(fill);
+    }
     if let Some(n) = a.max_active_jobs {
         p.max_active_jobs = n;
         paths.push("policy.max_active_jobs".to_string());

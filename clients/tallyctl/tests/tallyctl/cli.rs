@@ -844,6 +844,47 @@ async fn prompts_jobs_operations_and_locks() {
     env.stop().await;
 }
 
+// Invariant: the backoff and batch-fill flags set the policy on create, and
+// on update change only the fields named (the rest keep their values).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledgers_set_backoff_and_batch_fill() {
+    let env = Env::start().await;
+    let created = env
+        .json(&[
+            "ledgers",
+            "create",
+            "night",
+            "--backoff-initial",
+            "5s",
+            "--batch-fill-wait",
+            "0s",
+        ])
+        .await;
+    let policy = &created["policy"];
+    assert_eq!(policy["backoff"]["initial"], "5s", "{policy}");
+    assert_eq!(
+        policy["backoff"]["multiplier"], 2.0,
+        "default kept: {policy}"
+    );
+    assert_eq!(policy["batch_fill"]["max_wait"], "0s", "{policy}");
+    let updated = env
+        .json(&["ledgers", "update", "night", "--backoff-jitter", "0.5"])
+        .await;
+    let policy = &updated["policy"];
+    assert_eq!(policy["backoff"]["jitter"], 0.5, "{policy}");
+    assert_eq!(
+        policy["backoff"]["initial"], "5s",
+        "only the named field: {policy}"
+    );
+    assert_eq!(policy["batch_fill"]["max_wait"], "0s", "{policy}");
+    let bad = env
+        .run(&["ledgers", "update", "night", "--backoff-multiplier", "50"])
+        .await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("backoff.multiplier"), "{}", bad.stderr);
+    env.stop().await;
+}
+
 // Invariant: `jobs hand-over` ends a submitted job's lease at once (any
 // worker adopts it on its next AdoptJobs, long before the hour's lease
 // ends), and a name that is no job exits 2 with NOT_FOUND.

@@ -271,26 +271,42 @@ pub async fn register_prompt(c: &Clients) {
 /// tests check is that it comes back, and half a minute per retry was most
 /// of the suite's time.
 pub async fn create_ledger(c: &Clients, ledger: &str, model: &str, budgets: pb::AttemptBudgets) {
+    create_ledger_with(c, ledger, test_policy(model, budgets)).await;
+}
+
+/// The policy of the tests' ledgers: 1 s backoffs, and partial batches that
+/// wait for more rows only briefly (the emulator's batches take a second;
+/// the defaults are fit for a real provider's turnaround).
+pub fn test_policy(model: &str, budgets: pb::AttemptBudgets) -> pb::LedgerPolicy {
     let second = prost_types::Duration {
         seconds: 1,
         nanos: 0,
     };
+    pb::LedgerPolicy {
+        model: model.into(),
+        max_active_jobs: 4,
+        backoff: Some(pb::Backoff {
+            initial: Some(second),
+            max: Some(second),
+            multiplier: 1.0,
+            jitter: 0.0,
+        }),
+        budgets: Some(budgets),
+        batch_fill: Some(pb::BatchFill {
+            max_wait: Some(secs_f(Duration::from_secs(3))),
+            quiet: Some(secs_f(Duration::from_millis(300))),
+            min_rows: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+pub async fn create_ledger_with(c: &Clients, ledger: &str, policy: pb::LedgerPolicy) {
     c.ledgers
         .clone()
         .create_ledger(pb::CreateLedgerRequest {
             ledger_id: ledger.into(),
-            policy: Some(pb::LedgerPolicy {
-                model: model.into(),
-                max_active_jobs: 4,
-                backoff: Some(pb::Backoff {
-                    initial: Some(second),
-                    max: Some(second),
-                    multiplier: 1.0,
-                    jitter: 0.0,
-                }),
-                budgets: Some(budgets),
-                ..Default::default()
-            }),
+            policy: Some(policy),
         })
         .await
         .expect("create ledger");
@@ -365,6 +381,19 @@ impl World {
         timing: Timing,
         server: impl FnOnce(&mut ServeArgs),
     ) -> World {
+        let policy = test_policy("gemini-2.5-flash", budgets);
+        World::start_policy(ledger, rows, faults, timing, policy, server).await
+    }
+
+    /// The world with its ledger under `policy`.
+    pub async fn start_policy(
+        ledger: &str,
+        rows: usize,
+        faults: FaultPlan,
+        timing: Timing,
+        policy: pb::LedgerPolicy,
+        server: impl FnOnce(&mut ServeArgs),
+    ) -> World {
         let stack = start_server_with(100, server).await;
         let mut target = WebhookTarget::new(stack.hook.clone(), SECRET);
         target.duplicate = true;
@@ -382,9 +411,11 @@ impl World {
         .await
         .expect("emulator starts");
         let c = tally_client::connect(&stack.grpc, None).expect("connect");
-        create_ledger(&c, ledger, "gemini-2.5-flash", budgets).await;
+        create_ledger_with(&c, ledger, policy).await;
         register_prompt(&c).await;
-        enroll_documents(&c, ledger, "row-", rows, "").await;
+        if rows > 0 {
+            enroll_documents(&c, ledger, "row-", rows, "").await;
+        }
         World { stack, emulator, c }
     }
 

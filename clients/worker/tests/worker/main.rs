@@ -7,6 +7,7 @@ mod common;
 mod e2e_anthropic;
 mod e2e_create;
 mod e2e_faults;
+mod e2e_fill;
 mod e2e_golden;
 mod e2e_logs;
 mod e2e_media;
