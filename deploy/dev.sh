@@ -93,7 +93,10 @@ GEMINI_API_KEY="$key" GEMINI_EMULATOR_WEBHOOK_SECRET="$secret" "$emulator_bin" \
 pids+=($!)
 
 export TALLY_SERVER="http://$grpc"
-"$tallyctl_bin" ledgers get "$ledger" > /dev/null 2>&1 || "$tallyctl_bin" ledgers create "$ledger" > /dev/null
+# The emulator's batches take a second: partial batches wait for more rows
+# briefly (a real provider's defaults are 10m and 5s).
+"$tallyctl_bin" ledgers get "$ledger" > /dev/null 2>&1 \
+    || "$tallyctl_bin" ledgers create "$ledger" --batch-fill-wait 10s --batch-fill-quiet 1s > /dev/null
 
 # --poll-interval 2s: the fallback when a webhook does not come, and how
 # often an idle worker looks for work (the default, 30s, suits the real

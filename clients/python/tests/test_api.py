@@ -23,7 +23,12 @@ from tally_client import (
     parse_address,
     pb,
 )
-from tally_client._calls import existing_ledger, policy_differences, policy_message
+from tally_client._calls import (
+    existing_ledger,
+    policy_differences,
+    policy_message,
+    update_request,
+)
 from tally_client.errors import error_class
 
 
@@ -126,6 +131,21 @@ def test_policy_from_json_form_and_its_differences() -> None:
     with pytest.raises(ValueError, match="budgetz"):
         policy_message({"budgetz": {}})
     assert issubclass(AlreadyExists, TallyError)
+
+
+def test_an_update_names_only_the_nested_fields_given() -> None:
+    # Invariant: an update of one backoff or batch-fill field sends that
+    # field's path alone, so the server keeps the others.
+    req = update_request(
+        "night",
+        {"backoff": {"initial": "5s"}, "batchFill": {"maxWait": "0s"}, "lease": "60s"},
+        "",
+    )
+    assert sorted(req.update_mask.paths) == [
+        "policy.backoff.initial",
+        "policy.batch_fill.max_wait",
+        "policy.lease",
+    ]
 
 
 def test_get_or_create_refuses_a_ledger_being_deleted() -> None:

@@ -123,13 +123,17 @@ def existing_ledger(ledger_id: str, found: Ledger, asked: ledger_pb2.LedgerPolic
     return found
 
 
+_NESTED_PATHS = ("budgets", "backoff", "batch_fill")
+
+
 def _set_paths(message: Any, prefix: str) -> list[str]:
     """The field paths a message sets, as an update mask names them (the
-    server takes nested paths of `budgets` only)."""
+    server takes nested paths of `budgets`, `backoff` and `batch_fill`, so
+    an update changes only the fields given)."""
     out = []
     for descriptor, value in message.ListFields():
-        if descriptor.name == "budgets":
-            out += _set_paths(value, prefix + "budgets.")
+        if descriptor.name in _NESTED_PATHS:
+            out += _set_paths(value, f"{prefix}{descriptor.name}.")
         else:
             out.append(prefix + descriptor.name)
     return out

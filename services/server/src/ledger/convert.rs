@@ -273,7 +273,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
 }
 
 /// Every updatable policy path (the `update_mask` vocabulary).
-pub const POLICY_PATHS: [&str; 20] = [
+pub const POLICY_PATHS: [&str; 21] = [
     "policy.model",
     "policy.budgets",
     "policy.budgets.provider",
@@ -294,6 +294,7 @@ pub const POLICY_PATHS: [&str; 20] = [
     "policy.batch_fill",
     "policy.batch_fill.max_wait",
     "policy.batch_fill.quiet",
+    "policy.batch_fill.min_rows",
 ];
 
 /// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
@@ -417,12 +418,12 @@ fn apply_path(
             // Unset takes the defaults, on create and on update alike.
             dst.batch_fill = batch_fill_from_proto(src.batch_fill.as_ref(), v);
         }
-        "policy.batch_fill.max_wait" | "policy.batch_fill.quiet" => {
+        "policy.batch_fill.max_wait" | "policy.batch_fill.quiet" | "policy.batch_fill.min_rows" => {
             let given = batch_fill_from_proto(src.batch_fill.as_ref(), v);
-            if path.ends_with("max_wait") {
-                dst.batch_fill.max_wait = given.max_wait;
-            } else {
-                dst.batch_fill.quiet = given.quiet;
+            match path.rsplit('.').next() {
+                Some("max_wait") => dst.batch_fill.max_wait = given.max_wait,
+                Some("quiet") => dst.batch_fill.quiet = given.quiet,
+                _ => dst.batch_fill.min_rows = given.min_rows,
             }
         }
         "policy.spend_cap" => {
