@@ -5,7 +5,7 @@
 //! fifteen batches costs fifteen windows; sent as one, one.
 //!
 //! A partial batch waits while more rows can become runnable soon: rows
-//! still arriving (the newest runnable row is younger than `quiet`), retries
+//! still arriving (the newest enrolled row is younger than `quiet`), retries
 //! whose backoff ends within the bound, or rows of the ledger still at the
 //! provider (their failures come back as retries). It goes once it is full,
 //! once its oldest row has waited `max_wait`, or once nothing more can come.
@@ -24,8 +24,8 @@ pub struct BatchFill {
     /// turns filling off (a claim takes what is runnable at once).
     #[serde(with = "millis")]
     pub max_wait: Duration,
-    /// A batch waits while its newest row became runnable less than this
-    /// long ago (rows enrolled a few seconds apart share one batch).
+    /// A batch waits while its newest row was enrolled less than this long
+    /// ago (rows enrolled a few seconds apart share one batch).
     #[serde(with = "millis")]
     pub quiet: Duration,
     /// A batch of at least this many rows goes at once, full or not (0: only
@@ -72,7 +72,9 @@ pub struct Queue {
     pub runnable: u64,
     /// How long the oldest runnable row has been runnable.
     pub oldest_age: Duration,
-    /// How long the newest runnable row has been runnable.
+    /// How long ago the newest runnable row was enrolled (`Duration::MAX`
+    /// when every runnable row is a retry or a freed dependant: nothing
+    /// more arrives with those).
     pub newest_age: Duration,
     /// When the first retry not yet runnable becomes runnable, if one does
     /// within the bound.

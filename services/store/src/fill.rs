@@ -30,7 +30,7 @@ pub enum Filled {
 struct QueueRow {
     runnable: i64,
     oldest_ms: i64,
-    newest_ms: i64,
+    newest_ms: Option<i64>,
     next_ms: Option<i64>,
     at_provider: bool,
 }
@@ -64,7 +64,7 @@ impl Store {
             let queue = Queue {
                 runnable: row.runnable.max(0) as u64,
                 oldest_age: ms(row.oldest_ms),
-                newest_age: ms(row.newest_ms),
+                newest_age: row.newest_ms.map_or(Duration::MAX, ms),
                 next_retry_in: row.next_ms.map(ms),
                 at_provider: row.at_provider,
             };
