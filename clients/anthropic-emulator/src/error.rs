@@ -103,6 +103,8 @@ pub struct ApiError {
     pub message: String,
     /// Extra response headers (`retry-after`, rate-limit headers).
     pub headers: Vec<(&'static str, String)>,
+    /// `error.details.error_code`, when the error names one (a spend cap).
+    pub error_code: Option<String>,
 }
 
 impl ApiError {
@@ -111,6 +113,7 @@ impl ApiError {
             kind,
             message: message.into(),
             headers: Vec::new(),
+            error_code: None,
         }
     }
 
@@ -129,6 +132,11 @@ impl ApiError {
         Self::new(ErrorType::NotFound, message)
     }
 
+    pub fn with_error_code(mut self, code: impl Into<String>) -> Self {
+        self.error_code = Some(code.into());
+        self
+    }
+
     pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
         self.headers.push((name, value.into()));
         self
@@ -136,9 +144,13 @@ impl ApiError {
 
     /// The body, with the id of the request it answers.
     pub fn body(&self, request_id: Option<&str>) -> Value {
+        let mut error = self.kind.object(&self.message);
+        if let Some(code) = &self.error_code {
+            error["details"] = json!({"error_code": code});
+        }
         json!({
             "type": "error",
-            "error": self.kind.object(&self.message),
+            "error": error,
             "request_id": request_id,
         })
     }

@@ -31,6 +31,10 @@ pub struct FaultPlan {
     /// The next `times` creates answer 429 `rate_limit_error` with
     /// `retry-after` and the `anthropic-ratelimit-requests-*` headers.
     pub rate_limit: Option<RateLimit>,
+    /// The next `times` creates answer as an account over its monthly spend
+    /// cap (or on hold): 429 `rate_limit_error` with
+    /// `error.details.error_code` and no `retry-after`.
+    pub spend_limit: Option<SpendLimit>,
     /// Creates answer 529 `overloaded_error`.
     pub overloaded: Option<Times>,
     pub create_answer_lost: Option<LostAnswer>,
@@ -56,6 +60,20 @@ pub struct RateLimit {
     /// `anthropic-ratelimit-requests-limit`.
     #[serde(default = "fifty")]
     pub requests_limit: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendLimit {
+    pub times: u32,
+    /// `enforced_spend_limit_reached` (the default),
+    /// `contract_spend_limit_reached` or `organization_on_hold`.
+    #[serde(default = "enforced")]
+    pub error_code: String,
+}
+
+fn enforced() -> String {
+    "enforced_spend_limit_reached".into()
 }
 
 /// A row rule with Anthropic's row faults.
@@ -127,11 +145,13 @@ impl FaultPlan {
 }
 
 /// A create refused by the plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     Unauthorized,
     Billing,
     Forbidden,
+    /// Over the spend cap: the `error_code` it names.
+    SpendLimited(String),
     RateLimited(RateLimit),
     Overloaded,
 }
@@ -145,6 +165,7 @@ pub struct Faults {
     unauthorized: Fired,
     billing: Fired,
     forbidden: Fired,
+    spend_limits: Fired,
     rate_limits: Fired,
     overloaded: Fired,
     lost: Fired,
@@ -162,6 +183,7 @@ impl Faults {
             unauthorized: Fired::default(),
             billing: Fired::default(),
             forbidden: Fired::default(),
+            spend_limits: Fired::default(),
             rate_limits: Fired::default(),
             overloaded: Fired::default(),
             lost: Fired::default(),
@@ -187,7 +209,7 @@ impl Faults {
     }
 
     /// The refusal of this create, if one is due (the first due in the
-    /// order 401, 402, 403, 429, 529).
+    /// order 401, 402, 403, 429 over the spend cap, 429, 529).
     pub fn take_refusal(&mut self) -> Option<Refusal> {
         let plan = &self.plan;
         if self.unauthorized.take_section(plan.unauthorized) {
@@ -198,6 +220,11 @@ impl Faults {
         }
         if self.forbidden.take_section(plan.forbidden) {
             return Some(Refusal::Forbidden);
+        }
+        if let Some(sl) = &plan.spend_limit
+            && self.spend_limits.take(Some(sl.times))
+        {
+            return Some(Refusal::SpendLimited(sl.error_code.clone()));
         }
         if let Some(rl) = plan.rate_limit
             && self.rate_limits.take(Some(rl.times))

@@ -395,6 +395,11 @@ fn refusal_error(refusal: Refusal) -> ApiError {
         Refusal::Billing => ApiError::of(ErrorType::Billing),
         Refusal::Forbidden => ApiError::of(ErrorType::Permission),
         Refusal::Overloaded => ApiError::of(ErrorType::Overloaded),
+        Refusal::SpendLimited(code) => ApiError::new(
+            ErrorType::RateLimit,
+            "This request would exceed your account's monthly spend limit. Please try again later.",
+        )
+        .with_error_code(code),
         Refusal::RateLimited(rl) => {
             let reset = later(Utc::now(), Duration::from_secs(rl.retry_after_secs));
             ApiError::of(ErrorType::RateLimit)

@@ -214,9 +214,9 @@ fn upload_fail(uri: &str, e: &crate::provider::ProviderError) -> AttachFail {
         // The project's file storage is full (quota FileStorageBytesPerProject).
         Http {
             code: 429,
-            quota_ids,
+            error_codes,
             ..
-        } if quota_ids.iter().any(|q| q.contains("FileStorage")) => AttachFail::StorageFull(why),
+        } if error_codes.iter().any(|q| q.contains("FileStorage")) => AttachFail::StorageFull(why),
         Http { code, .. } if (400..500).contains(code) && *code != 408 && *code != 429 => {
             AttachFail::Unreadable(why)
         }

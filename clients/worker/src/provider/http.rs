@@ -37,9 +37,10 @@ pub enum ProviderError {
         /// OpenAI's `code` (`insufficient_quota`, …) or else its `type`;
         /// empty if none.
         status: String,
-        /// The `quotaId`s of a `google.rpc.QuotaFailure` among its details
-        /// (Gemini).
-        quota_ids: Vec<String>,
+        /// Typed codes among its details: the `quotaId`s of a
+        /// `google.rpc.QuotaFailure` (Gemini), `error.details.error_code`
+        /// (Anthropic).
+        error_codes: Vec<String>,
     },
     /// No answer: the request may or may not have been acted on.
     #[error("the provider is unreachable: {0}")]

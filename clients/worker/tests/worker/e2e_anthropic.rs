@@ -563,3 +563,52 @@ async fn one_ledger_runs_each_row_at_its_models_provider_of_three() {
     gemini.shutdown().await;
     w.stop().await;
 }
+
+/// An account over its monthly spend cap answers every create 429
+/// `rate_limit_error` with `error.details.error_code:
+/// enforced_spend_limit_reached` and no `retry-after`, until the cap is
+/// raised: the worker pauses the ledger (billing) after a handful of
+/// creates instead of creating again every minute, and every row waits
+/// without an attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spend_capped_account_pauses_the_ledger_not_a_create_a_minute() {
+    const LEDGER: &str = "anthropic-spend-cap";
+    let w = AnthropicWorld::start(
+        LEDGER,
+        MODEL,
+        12,
+        plan(serde_json::json!({"spend_limit": {"times": 1000}})),
+    )
+    .await;
+    let worker = w.worker(
+        LEDGER,
+        "capped",
+        &["--claim-size", "4", "--max-rows-per-batch", "4"],
+    );
+    common::until(Duration::from_secs(60), "the ledger pauses", || async {
+        common::summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    let s = common::summary(&w.c, LEDGER).await;
+    let stats = w.emulator.stats();
+    let pause = s.pause.clone().expect("a pause");
+    assert_eq!(
+        pause.reason,
+        pb::LedgerPauseReason::Billing as i32,
+        "{pause:?}"
+    );
+    assert!(
+        pause.message.contains("spend limit"),
+        "the provider's words: {}",
+        pause.message
+    );
+    assert!(
+        (1..=4).contains(&stats.create_rejections),
+        "refused creates {}",
+        stats.create_rejections
+    );
+    assert_eq!(stats.batches_created, 0);
+    assert_eq!(s.attempts_total, 0, "no attempt spent on a refusal");
+    drop(worker);
+    w.stop().await;
+}

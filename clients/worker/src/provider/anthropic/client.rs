@@ -306,8 +306,9 @@ fn id_of(body: &Value) -> Result<String, ProviderError> {
 }
 
 /// The error an answer with status `code` and `body` means: the body's
-/// `{"type": "error", "error": {type, message}}`, named by its type
-/// (`rate_limit_error`, `overloaded_error`, …).
+/// `{"type": "error", "error": {type, message, details}}`, named by its
+/// type (`rate_limit_error`, `overloaded_error`, …), with the typed
+/// `details.error_code` when there is one (`enforced_spend_limit_reached`).
 pub fn error_of(code: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
     let parsed = serde_json::from_str::<Value>(body).ok();
     let error = parsed.as_ref().map(|v| &v["error"]);
@@ -317,7 +318,12 @@ pub fn error_of(code: u16, body: &str, retry_after: Option<Duration>) -> Provide
         message: text("message").map_or_else(|| body.chars().take(2048).collect(), str::to_owned),
         retry_after,
         status: text("type").unwrap_or_default().to_owned(),
-        quota_ids: Vec::new(),
+        error_codes: error
+            .and_then(|e| e["details"]["error_code"].as_str())
+            .filter(|c| !c.is_empty() && c.len() <= 128)
+            .map(str::to_owned)
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -414,6 +420,9 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let capped = r#"{"type": "error", "error": {"type": "rate_limit_error", "message": "over", "details": {"error_code": "enforced_spend_limit_reached"}}}"#;
+        assert!(matches!(error_of(429, capped, None),
+            ProviderError::Http { error_codes, .. } if error_codes == ["enforced_spend_limit_reached"]));
         assert!(matches!(error_of(502, "<html>bad gateway</html>", None),
             ProviderError::Http { message, status, .. } if message.contains("bad gateway") && status.is_empty()));
     }

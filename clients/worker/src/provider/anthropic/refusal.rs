@@ -4,6 +4,7 @@
 //!
 //! | answer | kind |
 //! | --- | --- |
+//! | 429 whose `details.error_code` is a spend cap or a hold (`enforced_spend_limit_reached`, `contract_spend_limit_reached`, `organization_on_hold`), or that says "spend limit" | stop (`billing`): no retry helps before the cap is raised or the month ends |
 //! | 429 `rate_limit_error`, 529 `overloaded_error` | wait, for its `retry-after` (60s when none) |
 //! | 413 `request_too_large`, or a 400 saying the request is too large | fix: a smaller batch |
 //! | 400 `invalid_request_error` naming a request (`requests.3.…`) | fix: that row is invalid input (PERMANENT), the others go back |
@@ -24,12 +25,14 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
         code,
         message,
         retry_after,
+        error_codes,
         ..
     } = e
     else {
         return None;
     };
     let refusal = match code {
+        429 if spend_capped(error_codes, message) => Refusal::Stop(pb::ProviderRefusal::Billing),
         429 | 529 => Refusal::Wait(*retry_after),
         408 | 500..=599 => return None,
         413 => Refusal::TooLarge,
@@ -44,6 +47,18 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
         _ => return None,
     };
     Some(refusal)
+}
+
+/// The account's spend cap is reached, or the organization is on hold: a
+/// 429 that lasts until the cap is raised (or the month ends), not a rate.
+fn spend_capped(codes: &[String], message: &str) -> bool {
+    const CODES: [&str; 3] = [
+        "enforced_spend_limit_reached",
+        "contract_spend_limit_reached",
+        "organization_on_hold",
+    ];
+    codes.iter().any(|c| CODES.contains(&c.as_str()))
+        || message.to_ascii_lowercase().contains("spend limit")
 }
 
 /// The index of the request an error message names (`requests.3.params…`,
@@ -70,7 +85,7 @@ mod tests {
             message: message.into(),
             retry_after: None,
             status: kind.into(),
-            quota_ids: Vec::new(),
+            error_codes: Vec::new(),
         };
         let a = |code, kind, message| classify(&e(code, kind, message));
         assert_eq!(a(429, "rate_limit_error", ""), Some(Refusal::Wait(None)));
@@ -110,6 +125,28 @@ mod tests {
         );
         assert_eq!(a(404, "not_found_error", ""), Some(Refusal::Stop(P::Model)));
         assert_eq!(a(500, "api_error", ""), None);
+        for code in [
+            "enforced_spend_limit_reached",
+            "contract_spend_limit_reached",
+            "organization_on_hold",
+        ] {
+            let capped = ProviderError::Http {
+                code: 429,
+                message: "Rate limited".into(),
+                retry_after: None,
+                status: "rate_limit_error".into(),
+                error_codes: vec![code.into()],
+            };
+            assert_eq!(classify(&capped), Some(Refusal::Stop(P::Billing)), "{code}");
+        }
+        assert_eq!(
+            a(
+                429,
+                "rate_limit_error",
+                "This request would exceed your account's monthly spend limit. Please try again later."
+            ),
+            Some(Refusal::Stop(P::Billing))
+        );
         assert_eq!(classify(&ProviderError::Transport("reset".into())), None);
     }
 }

@@ -96,7 +96,7 @@ impl Gemini {
             .and_then(|e| e["status"].as_str())
             .unwrap_or_default()
             .to_string();
-        let quota_ids = error.map(super::output::quota_ids).unwrap_or_default();
+        let error_codes = error.map(super::output::error_codes).unwrap_or_default();
         let message = error
             .and_then(|e| e["message"].as_str().map(str::to_owned))
             .unwrap_or(body);
@@ -105,7 +105,7 @@ impl Gemini {
             message,
             retry_after,
             status,
-            quota_ids,
+            error_codes,
         })
     }
 
@@ -492,7 +492,7 @@ pub fn file_name_of(body: &Value) -> Result<String, GeminiError> {
             ),
             retry_after: None,
             status: error["status"].as_str().unwrap_or_default().to_string(),
-            quota_ids: Vec::new(),
+            error_codes: Vec::new(),
         });
     }
     body["file"]["name"]

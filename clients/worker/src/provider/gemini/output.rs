@@ -126,7 +126,7 @@ pub(crate) fn retry_delay(error: &Value) -> Option<prost_types::Duration> {
 
 /// The `quotaId`s of a `google.rpc.QuotaFailure` among the error's
 /// details (`"violations": [{"quotaId": "…PerDay…"}]`), at most 16.
-pub(crate) fn quota_ids(error: &Value) -> Vec<String> {
+pub(crate) fn error_codes(error: &Value) -> Vec<String> {
     let Some(details) = error.get("details").and_then(Value::as_array) else {
         return Vec::new();
     };

@@ -22,7 +22,7 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
         code,
         message,
         status,
-        quota_ids,
+        error_codes,
         retry_after,
     } = e
     else {
@@ -30,7 +30,7 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
     };
     let refusal = match code {
         408 | 500..=599 => return None,
-        429 if quota_ids.iter().any(|id| id.contains("PerDay")) => {
+        429 if error_codes.iter().any(|id| id.contains("PerDay")) => {
             Refusal::Stop(pb::ProviderRefusal::Quota)
         }
         429 => Refusal::Wait(*retry_after),
@@ -61,7 +61,7 @@ mod tests {
             message: message.into(),
             retry_after: None,
             status: status.into(),
-            quota_ids: ids.iter().map(|s| s.to_string()).collect(),
+            error_codes: ids.iter().map(|s| s.to_string()).collect(),
         }
     }
 

@@ -289,7 +289,7 @@ pub fn error_of(code: u16, body: &str, retry_after: Option<Duration>) -> Provide
             .or_else(|| text("type"))
             .unwrap_or_default()
             .to_owned(),
-        quota_ids: Vec::new(),
+        error_codes: Vec::new(),
     }
 }
 

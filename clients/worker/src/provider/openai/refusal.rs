@@ -105,7 +105,7 @@ mod tests {
             message: "m".into(),
             retry_after: None,
             status: status.into(),
-            quota_ids: Vec::new(),
+            error_codes: Vec::new(),
         }
     }
 
