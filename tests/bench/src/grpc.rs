@@ -56,6 +56,42 @@ pub async fn enroll(
 }
 
 /// [`enroll`], every row on `prompt` when one is given.
+/// Fails unless all `rows` rows of `ledger` SUCCEEDED (the workers exited
+/// idle).
+pub async fn all_succeeded(client: &mut Client, ledger: &str, rows: u64) -> anyhow::Result<()> {
+    let summary = client
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: format!("ledgers/{ledger}"),
+        })
+        .await?
+        .into_inner();
+    anyhow::ensure!(
+        summary.succeeded == rows as i64,
+        "the workers exited with {} of {rows} rows of {ledger} succeeded: {}",
+        summary.succeeded,
+        summary.summary_line
+    );
+    Ok(())
+}
+
+/// Registers the `summarize@v1` prompt the workers' phases render (once a
+/// run: a second phase finds the same version there).
+pub async fn register_summarize(client: &mut Client) -> anyhow::Result<()> {
+    let registered = client
+        .register_prompt(pb::RegisterPromptRequest {
+            prompt_id: "summarize".into(),
+            version: "v1".into(),
+            template: "Summarize {{ text }} in one line.".into(),
+            ..Default::default()
+        })
+        .await;
+    match registered {
+        // Registered by an earlier phase of this run: the same version.
+        Err(s) if s.code() == tonic::Code::AlreadyExists => Ok(()),
+        other => other.map(drop).map_err(Into::into),
+    }
+}
+
 pub async fn enroll_with(
     addr: &str,
     ledger: &str,

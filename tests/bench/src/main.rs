@@ -16,6 +16,7 @@ mod quiet;
 mod raw;
 mod stats;
 mod sustained;
+mod turnarounds;
 mod watch;
 mod workload;
 
@@ -115,6 +116,12 @@ enum Phase {
     /// zero latency) against the raw claim+report loop, 1 and 2 workers,
     /// for each of --providers.
     Pipeline,
+    /// Turnarounds and batches at the Gemini emulator (batches of about a
+    /// second), batch filling on and off: 2,000 independent rows, the same
+    /// with 3% failing once, a chain of 10; then a worker killed (-9) with
+    /// batches at the provider and started again (needs the release
+    /// tally-worker binary beside tally-bench). Only with --only.
+    Turnarounds,
 }
 
 #[derive(Subcommand)]
@@ -350,6 +357,39 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
                 ));
             }
         }
+    }
+
+    if cli.only.contains(&Phase::Turnarounds) {
+        for scenario in turnarounds::Scenario::ALL {
+            for filling in [false, true] {
+                let c = turnarounds::run(&server.addr, scenario, 2000, filling).await?;
+                let (workload, counts) = turnarounds::describe(&c);
+                eprintln!("{workload}: {counts}");
+                lines.push(Line {
+                    workload,
+                    tally: counts,
+                    baseline: String::new(),
+                    ratio: None,
+                });
+            }
+        }
+        let r = turnarounds::restart(&server.addr, 2000).await?;
+        let counts = format!(
+            "adopted {:.1} s after the restart, {} batch(es), {} sends",
+            r.adopted_after.as_secs_f64(),
+            r.batches,
+            r.sends
+        );
+        eprintln!("turnarounds: kill -9 and restart: {counts}");
+        lines.push(Line {
+            workload: format!(
+                "turnarounds: {} rows, kill -9 with batches at the provider, same command again (30m lease)",
+                r.rows
+            ),
+            tally: counts,
+            baseline: String::new(),
+            ratio: None,
+        });
     }
 
     if runs(Phase::Ingest) {

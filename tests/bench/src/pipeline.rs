@@ -188,18 +188,7 @@ pub async fn run(
     let tally = start.elapsed();
     emulator.shutdown().await;
 
-    let summary = client
-        .summarize_ledger(pb::SummarizeLedgerRequest {
-            name: format!("ledgers/{ledger}"),
-        })
-        .await?
-        .into_inner();
-    anyhow::ensure!(
-        summary.succeeded == rows as i64,
-        "the workers exited with {} of {rows} rows succeeded: {}",
-        summary.succeeded,
-        summary.summary_line
-    );
+    grpc::all_succeeded(&mut client, &ledger, rows).await?;
     Ok(Measured {
         rows,
         tally,
@@ -224,19 +213,7 @@ async fn prepare(
             }),
         })
         .await?;
-    let registered = client
-        .register_prompt(pb::RegisterPromptRequest {
-            prompt_id: "summarize".into(),
-            version: "v1".into(),
-            template: "Summarize {{ text }} in one line.".into(),
-            ..Default::default()
-        })
-        .await;
-    match registered {
-        // Registered by an earlier phase of this run: the same version.
-        Err(s) if s.code() == tonic::Code::AlreadyExists => Ok(()),
-        other => other.map(drop).map_err(Into::into),
-    }
+    grpc::register_summarize(client).await
 }
 
 fn worker_args(
@@ -246,9 +223,40 @@ fn worker_args(
     ledger: &str,
     n: usize,
 ) -> anyhow::Result<tally_worker::WorkerArgs> {
-    use clap::Parser as _;
-    let name = format!("bench-{n}");
     let batch = BATCH.to_string();
+    let extra = [
+        "--claim-size",
+        &batch,
+        "--max-rows-per-batch",
+        &batch,
+        // The emulator answers at once: the worker's own poll and
+        // heartbeat pace the run, as a provider's latency would.
+        "--poll-interval",
+        "50ms",
+        "--heartbeat-interval",
+        "5s",
+    ];
+    idle_worker(
+        server,
+        provider,
+        base_url,
+        ledger,
+        &format!("bench-{n}"),
+        &extra,
+    )
+}
+
+/// A worker on `ledger` at `provider`'s emulator that exits once the ledger
+/// is idle, with `extra` flags.
+pub fn idle_worker(
+    server: &str,
+    provider: Provider,
+    base_url: &str,
+    ledger: &str,
+    name: &str,
+    extra: &[&str],
+) -> anyhow::Result<tally_worker::WorkerArgs> {
+    use clap::Parser as _;
     let url_flag = format!("--{}-base-url", provider.name());
     let argv = [
         "tally-worker",
@@ -261,18 +269,9 @@ fn worker_args(
         &url_flag,
         base_url,
         "--worker-name",
-        &name,
-        "--claim-size",
-        &batch,
-        "--max-rows-per-batch",
-        &batch,
-        // The emulator answers at once: the worker's own poll and
-        // heartbeat pace the run, as a provider's latency would.
-        "--poll-interval",
-        "50ms",
-        "--heartbeat-interval",
-        "5s",
+        name,
         "--exit-when-idle",
     ];
+    let argv = argv.iter().chain(extra);
     Ok(tally_worker::WorkerArgs::try_parse_from(argv)?)
 }
