@@ -201,8 +201,9 @@ pub enum JobEvent {
     NotCreated,
     /// MarkNotCreated with `batch_refused`: the provider made the batch,
     /// then refused it before running any request (an OpenAI batch
-    /// `failed` at validation: the enqueued-token limit, a bad line);
-    /// nothing reached the model, nothing was charged.
+    /// `failed` at validation: the enqueued-token limit, a bad line; an
+    /// Anthropic batch that ended with every request `not_found_error` for
+    /// its model); nothing reached the model, nothing was charged.
     Refused,
     /// MarkSubmitted: the provider accepted the batch.
     Submit,
@@ -305,9 +306,9 @@ pub fn step(state: JobState, closed: bool, event: JobEvent) -> Result<JobTransit
         (Preparing | Creating, JobEvent::NotCreated) => close(Cancelled),
         // Nothing ran: the rows go back (their owner reported the ones at
         // fault first).
-        (Failed, JobEvent::Refused) => close(Cancelled),
+        (Failed | Succeeded, JobEvent::Refused) => close(Cancelled),
         (Preparing | Creating, JobEvent::Refused) => Err(JobRefusal::NotSubmitted { state }),
-        (Submitted | Running | Succeeded | Cancelled | Expired, JobEvent::Refused) => {
+        (Submitted | Running | Cancelled | Expired, JobEvent::Refused) => {
             Err(JobRefusal::NotFailed { state })
         }
         (Creating, JobEvent::Adopt) => open(Creating),
@@ -414,22 +415,26 @@ mod tests {
         assert_eq!((t.state, t.closes), (JobState::Reconciled, true));
     }
 
-    // Invariant: only a batch the provider reported FAILED may be taken
-    // back as refused (its rows returned unattempted); a batch that may
-    // still run or has answered never is.
+    // Invariant: only a batch the provider reported ended (FAILED, or
+    // SUCCEEDED with every request refused) may be taken back as refused
+    // (its rows returned unattempted); a batch that may still run, or was
+    // cut short, never is.
     #[test]
-    fn only_a_failed_batch_is_refused() {
-        assert_eq!(
-            step(JobState::Failed, false, JobEvent::Refused),
-            Ok(JobTransition {
-                state: JobState::Cancelled,
-                closes: true
-            })
-        );
+    fn only_an_ended_batch_is_refused() {
+        for s in [JobState::Failed, JobState::Succeeded] {
+            assert_eq!(
+                step(s, false, JobEvent::Refused),
+                Ok(JobTransition {
+                    state: JobState::Cancelled,
+                    closes: true
+                }),
+                "{s}"
+            );
+        }
         for s in [
             JobState::Submitted,
             JobState::Running,
-            JobState::Succeeded,
+            JobState::Cancelled,
             JobState::Expired,
         ] {
             assert_eq!(

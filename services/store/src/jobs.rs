@@ -362,22 +362,23 @@ impl Store {
             // A cool-down or a pause speaks for the provider: only a job
             // that sent its create may ask for one (one team's worker
             // cannot stop every team's work with a job it never sent).
-            // A refused batch is one the provider reported FAILED.
-            let (event, sent) = if not.batch_refused {
-                (JobEvent::Refused, JobState::Failed)
+            // A refused batch is one the provider reported ended: FAILED
+            // (at validation), or SUCCEEDED with every request refused.
+            let (event, sent): (JobEvent, &[JobState]) = if not.batch_refused {
+                (JobEvent::Refused, &[JobState::Failed, JobState::Succeeded])
             } else {
-                (JobEvent::NotCreated, JobState::Creating)
+                (JobEvent::NotCreated, &[JobState::Creating])
             };
-            if not.batch_refused && job.state()? != JobState::Failed {
+            if not.batch_refused && !sent.contains(&job.state()?) {
                 return Err(StoreError::precondition(
                     "JOB_NOT_FAILED",
                     format!(
-                        "ledgers/{ledger}/jobs/{public_id} is {}: only a batch the provider reported FAILED can have been refused before it ran",
+                        "ledgers/{ledger}/jobs/{public_id} is {}: only a batch the provider reported ended (FAILED, or SUCCEEDED with every request refused) can have been refused before it ran",
                         job.state()?
                     ),
                 ));
             }
-            if (not.cooldown.is_some() || not.pause.is_some()) && job.state()? != sent {
+            if (not.cooldown.is_some() || not.pause.is_some()) && !sent.contains(&job.state()?) {
                 return Err(StoreError::precondition(
                     "JOB_NOT_CREATING",
                     format!(

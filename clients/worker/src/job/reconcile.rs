@@ -122,6 +122,9 @@ pub(crate) async fn reconcile(
     }
     let output_file = files.first().cloned().unwrap_or_default();
     let matched = matcher.finish();
+    if let Some(refused) = wire.refused_every_request(&matched.outcomes) {
+        return crate::job::refused::give_back(ctx, &done, claim, refused, &expect).await;
+    }
     if !matched.unexpected.is_empty() || matched.unreadable > 0 {
         tracing::warn!(job = %done.job_id, unexpected = matched.unexpected.len(), unreadable = matched.unreadable, "output lines not matched to the job's rows");
     }

@@ -8,6 +8,7 @@
 use serde_json::Value;
 use tally_core::media::MediaRef;
 use tally_core::provider::Api;
+use tally_proto::v1 as pb;
 
 use super::http::ProviderError;
 use super::types::Observed;
@@ -130,6 +131,15 @@ pub trait Wire: Decode + Send + Sync {
     /// never refuses so).
     fn validation(&self, resource: &Value) -> Option<Validation> {
         let _ = resource;
+        None
+    }
+
+    /// What an ended batch's answers say when none of its requests reached
+    /// the model (Anthropic: every request `not_found_error` for the model,
+    /// which the provider accepts at create and refuses per request):
+    /// refused before it ran, its rows go back; `None` otherwise.
+    fn refused_every_request(&self, outcomes: &[pb::RowOutcome]) -> Option<Validation> {
+        let _ = outcomes;
         None
     }
 

@@ -28,7 +28,9 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anthropic_emulator::{Emulator, EmulatorConfig, FaultPlan, Outcome, Stats, Submission, Timing};
+use anthropic_emulator::{
+    Emulator, EmulatorConfig, FaultPlan, Models, Outcome, Stats, Submission, Timing,
+};
 use common::{
     API_KEY, PROBE_KEY, Stack, all_rows, assert_batches_recorded, create_ledger, enroll_documents,
     exits_ok, first_job, list_jobs, register_prompt, spawn_api_worker, spawn_worker, start_server,
@@ -50,6 +52,17 @@ struct AnthropicWorld {
 
 impl AnthropicWorld {
     async fn start(ledger: &str, model: &str, rows: usize, faults: FaultPlan) -> AnthropicWorld {
+        Self::start_models(ledger, model, rows, faults, Models::Any).await
+    }
+
+    /// [`AnthropicWorld::start`] with the emulator knowing only `models`.
+    async fn start_models(
+        ledger: &str,
+        model: &str,
+        rows: usize,
+        faults: FaultPlan,
+        models: Models,
+    ) -> AnthropicWorld {
         let stack = start_server(100).await;
         let emulator = Emulator::start(
             "127.0.0.1:0".parse().unwrap(),
@@ -61,7 +74,7 @@ impl AnthropicWorld {
                     ..Timing::fast()
                 },
                 seed: 7,
-                ..EmulatorConfig::default()
+                models,
             },
         )
         .await
@@ -609,6 +622,59 @@ async fn a_spend_capped_account_pauses_the_ledger_not_a_create_a_minute() {
     );
     assert_eq!(stats.batches_created, 0);
     assert_eq!(s.attempts_total, 0, "no attempt spent on a refusal");
+    drop(worker);
+    w.stop().await;
+}
+
+/// An unknown or retired model: Anthropic accepts the batch and answers
+/// every request `not_found_error`. The ledger pauses (model) with the
+/// provider's words after that one batch, and its rows go back without an
+/// attempt instead of all ending PERMANENT, batch after batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retired_model_pauses_the_ledger_and_burns_no_row() {
+    const LEDGER: &str = "anthropic-retired";
+    let w = AnthropicWorld::start_models(
+        LEDGER,
+        "claude-3-retired",
+        12,
+        FaultPlan::default(),
+        Models::only(&[MODEL]),
+    )
+    .await;
+    let worker = w.worker(
+        LEDGER,
+        "retired",
+        &["--claim-size", "4", "--max-rows-per-batch", "4"],
+    );
+    common::until(Duration::from_secs(60), "the ledger pauses", || async {
+        common::summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    common::until(Duration::from_secs(60), "the jobs out finish", || async {
+        let s = common::summary(&w.c, LEDGER).await;
+        s.active_jobs == 0 && s.running == 0
+    })
+    .await;
+    let s = common::summary(&w.c, LEDGER).await;
+    let pause = s.pause.clone().expect("a pause");
+    assert_eq!(
+        pause.reason,
+        pb::LedgerPauseReason::Model as i32,
+        "{pause:?}"
+    );
+    assert!(
+        pause.message.contains("not_found_error"),
+        "{}",
+        pause.message
+    );
+    assert_eq!(s.permanent, 0, "no row burnt");
+    assert_eq!(s.attempts_total, 0, "no attempt counted");
+    assert_eq!(s.pending, 12);
+    assert!(
+        w.emulator.stats().batches_created <= 4,
+        "a handful of batches, not one per claim: {}",
+        w.emulator.stats().batches_created
+    );
     drop(worker);
     w.stop().await;
 }

@@ -23,7 +23,7 @@ use crate::prompt::{InputError, PromptSpec};
 use crate::provider::http::ProviderError;
 use crate::provider::types::Observed;
 use crate::provider::wire::{BatchLimits, MediaSlots, Wire, counted_lines};
-use crate::refusal::Refusal;
+use crate::refusal::{Refusal, Validation};
 
 /// Most requests in one Anthropic Message Batch.
 pub const MAX_REQUESTS: usize = 100_000;
@@ -108,6 +108,10 @@ impl Wire for AnthropicWire {
 
     fn classify(&self, e: &ProviderError) -> Option<Refusal> {
         refusal::classify(e)
+    }
+
+    fn refused_every_request(&self, outcomes: &[pb::RowOutcome]) -> Option<Validation> {
+        refusal::unknown_model(outcomes)
     }
 
     fn expected_lines(&self, batch: &Observed) -> Option<u64> {

@@ -16,7 +16,7 @@
 use tally_proto::v1 as pb;
 
 use crate::provider::ProviderError;
-use crate::refusal::{Refusal, too_large};
+use crate::refusal::{Refusal, Validation, too_large};
 
 /// The kind of a failed call at Anthropic's Message Batches; `None` when
 /// it may have made the batch.
@@ -49,6 +49,29 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
     Some(refusal)
 }
 
+/// A batch whose every result is `not_found_error` for the model (an
+/// unknown or retired model: Anthropic accepts the batch and refuses each
+/// request): nothing ran, nothing was charged; the ledger pauses (model)
+/// with the provider's words instead of each row ending PERMANENT.
+pub(crate) fn unknown_model(outcomes: &[pb::RowOutcome]) -> Option<Validation> {
+    let mut words = None;
+    for o in outcomes {
+        let Some(pb::row_outcome::Outcome::Failure(f)) = &o.outcome else {
+            return None;
+        };
+        if f.status != "not_found_error" || !f.message.starts_with("model") {
+            return None;
+        }
+        words.get_or_insert_with(|| f.message.clone());
+    }
+    words.map(|w| {
+        Validation::Stop(
+            pb::ProviderRefusal::Model,
+            format!("every request of the batch answered not_found_error: {w}"),
+        )
+    })
+}
+
 /// The account's spend cap is reached, or the organization is on hold: a
 /// 429 that lasts until the cap is raised (or the month ends), not a rate.
 fn spend_capped(codes: &[String], message: &str) -> bool {
@@ -77,6 +100,35 @@ mod tests {
     // Invariant: Anthropic's refusals wait (429, 529), fix (too large, or
     // the one request a 400 names) or stop; a 5xx or no answer may have
     // made the batch and is searched for.
+    // Invariant: only a batch whose every result is the model's
+    // not_found_error is refused whole; one success, another error, or an
+    // empty output is not.
+    #[test]
+    fn an_unknown_model_in_every_result_is_a_refusal() {
+        let failed = |status: &str, message: &str| pb::RowOutcome {
+            key: "k".into(),
+            outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
+                status: status.into(),
+                message: message.into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let nf = failed("not_found_error", "model: claude-nope");
+        assert!(matches!(
+            unknown_model(&[nf.clone(), nf.clone()]),
+            Some(Validation::Stop(pb::ProviderRefusal::Model, w)) if w.contains("claude-nope")
+        ));
+        let ok = pb::RowOutcome {
+            outcome: Some(pb::row_outcome::Outcome::Result("{}".into())),
+            ..Default::default()
+        };
+        assert!(unknown_model(&[nf.clone(), ok]).is_none());
+        assert!(unknown_model(&[nf.clone(), failed("api_error", "boom")]).is_none());
+        assert!(unknown_model(&[failed("not_found_error", "file: x")]).is_none());
+        assert!(unknown_model(&[]).is_none());
+    }
+
     #[test]
     fn anthropic_refusals_wait_fix_or_stop() {
         use pb::ProviderRefusal as P;
