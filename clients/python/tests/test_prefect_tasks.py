@@ -78,3 +78,32 @@ def test_a_tally_server_block_reads_the_environment_and_keeps_the_token_secret()
     assert block.url == "https://tally.internal:443"
     assert "s3cret" not in repr(block) and block.token is not None
     assert TallyServer.from_env({}).url == "http://127.0.0.1:50051"
+
+
+def test_the_flow_says_once_which_jobs_it_waits_for() -> None:
+    # Invariant: an open job held by another run's worker is named once per
+    # holder, with its lease's end; this run's own jobs and closed ones are
+    # not.
+    from tally_client import Job, pb
+    from tally_prefect.flow import waiting_lines
+
+    def job(job_id: str, owner: str, state: Any, ended: bool = False) -> Job:
+        raw = pb.job_pb2.Job(
+            name=f"ledgers/l/jobs/{job_id}", job_id=job_id, owner=owner, state=state
+        )
+        raw.lease_expire_time.FromSeconds(1_800_000_000)
+        if ended:
+            raw.end_time.FromSeconds(1_700_000_000)
+        return Job.from_pb(raw)
+
+    running = pb.job_pb2.JOB_STATE_RUNNING
+    jobs = [
+        job("a", "old-run-0", running),
+        job("b", "this-run-0", running),
+        job("c", "old-run-0", running, ended=True),
+    ]
+    said: dict[str, str] = {}
+    lines = waiting_lines(jobs, ["this-run-0"], said)
+    assert len(lines) == 1 and "job a (RUNNING), held by old-run-0 until 2027-01-15" in lines[0]
+    assert waiting_lines(jobs, ["this-run-0"], said) == [], "said once"
+    assert len(waiting_lines([job("a", "other", running)], [], said)) == 1, "a new holder"

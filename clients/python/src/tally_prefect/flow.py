@@ -18,6 +18,7 @@ from __future__ import annotations
 import queue
 import shutil
 import threading
+from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from prefect.client.schemas.objects import State
 from prefect.futures import PrefectFuture, wait
 from prefect.states import Failed
 
-from tally_client import Client, TallyError, pb
+from tally_client import Client, Job, TallyError, pb
 from tally_prefect import artifacts
 from tally_prefect.deployment import Deployment
 from tally_prefect.plan import FirstPass, PlanError, plan_rows, read_plan, run_tallyctl_plan
@@ -192,6 +193,7 @@ def follow_run(
     Each job gets a task run; the ledger summary is re-read whenever the
     event stream goes quiet for `poll_interval`."""
     logger = get_run_logger()
+    said: dict[str, str] = {}
     events: queue.Queue[object] = queue.Queue()
     threading.Thread(target=_watch, args=(watcher, ledger, events), daemon=True).start()
     while True:
@@ -215,6 +217,10 @@ def follow_run(
             if not events.empty():
                 continue
         summary = client.summarize(ledger)
+        if summary.running:
+            open_jobs = client.jobs(ledger, states=OPEN_STATES)
+            for line in waiting_lines(open_jobs, pool.names if pool else [], said):
+                logger.info("%s", line)
         if artifacts.all_terminal(summary):
             logger.info("every row is terminal: %s", summary.summary_line)
             return
@@ -223,6 +229,33 @@ def follow_run(
                 f"every tally-worker exited with rows left ({summary.summary_line}): "
                 + ("; ".join(pool.failed()) or "all exited 0")
             )
+
+
+#: Jobs whose rows are out (at the provider, or being sent).
+OPEN_STATES = ["PREPARING", "CREATING", "SUBMITTED", "RUNNING"]
+
+
+def waiting_lines(jobs: Iterable[Job], own: Sequence[str], said: dict[str, str]) -> list[str]:
+    """What the flow waits for, said once per job and holder: each open job
+    held by a worker that is not one of this run's (`own`), with the end of
+    its lease. `said` remembers what was said."""
+    lines = []
+    for job in jobs:
+        owner = job.raw.owner
+        if job.end_time is not None or owner in own or said.get(job.name) == owner:
+            continue
+        said[job.name] = owner
+        until = (
+            job.raw.lease_expire_time.ToDatetime().isoformat(timespec="seconds") + "Z"
+            if job.raw.HasField("lease_expire_time")
+            else "its lease ends"
+        )
+        lines.append(
+            f"waiting for job {job.id} ({job.state.name}), held by {owner} until {until}: "
+            "this run's workers adopt it then, or at once if that worker is shown gone "
+            "(a process of this host that has ended) or hands it over"
+        )
+    return lines
 
 
 @flow(name="tally-pages")

@@ -58,8 +58,11 @@ class WorkerPool:
             args += ["--gemini-base-url", gemini_base_url]
         self.ledger = ledger
         self._workers = []
+        #: The workers' names (`--worker-name`), in start order.
+        self.names: list[str] = []
         for i in range(count):
             name = f"{name_prefix}-{os.getpid()}-{i}"
+            self.names.append(name)
             log = str(log_dir / f"{name}.log") if log_dir is not None else None
             self._workers.append({"argv": [binary, *args, "--worker-name", name], "log": log})
         self._log_dir = log_dir
