@@ -1,6 +1,7 @@
 //! The claim of a whole batch: before rows are taken, whether the batch
 //! should wait for more (the rule is `tally_core::fill::decide`; this reads
-//! the queue it judges, `queries/claims/fill.sql`).
+//! the queue it judges, `queries/claims/fill.sql`, and, before it waits,
+//! whether the rows fill the claim's bytes, `fill_bytes.sql`).
 
 use crate::codes;
 use crate::types::{ClaimGrant, ClaimRequest};
@@ -68,7 +69,9 @@ impl Store {
                 next_retry_in: row.next_ms.map(ms),
                 at_provider: row.at_provider,
             };
-            if let Fill::Wait { for_, within } = decide(&fill, req.max_rows.max(0) as u64, &queue) {
+            if let Fill::Wait { for_, within } = decide(&fill, req.max_rows.max(0) as u64, &queue)
+                && !self.full_by_bytes(record.id, req).await?
+            {
                 return Ok(Filled::Waiting(FillWaiting {
                     runnable: queue.runnable,
                     for_,
@@ -77,5 +80,24 @@ impl Store {
             }
         }
         Ok(Filled::Claimed(self.claim_rows(ledger, req).await?))
+    }
+
+    /// Whether the rows a claim would take fill its byte budget: a batch
+    /// full by bytes goes, however few its rows.
+    async fn full_by_bytes(&self, ledger_id: i64, req: &ClaimRequest) -> Result<bool> {
+        let Some(budget) = req.bytes else {
+            return Ok(false);
+        };
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| codes::render(include_str!("queries/claims/fill_bytes.sql")));
+        let bytes: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(SQL.as_str()))
+            .bind(ledger_id)
+            .bind(req.model.as_deref())
+            .bind(req.provider.as_deref())
+            .bind(req.max_rows)
+            .bind(budget.row_overhead)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(bytes >= budget.max_bytes)
     }
 }

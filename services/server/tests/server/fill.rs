@@ -81,3 +81,44 @@ async fn filling_off_or_a_full_claim_goes_at_once() {
     assert_eq!(got.rows.len(), 10, "a full claim");
     r.stop().await.unwrap();
 }
+
+/// A batch full by bytes goes, however few its rows: four rows of 400 KB
+/// fill a claim's 1.3 MB response, so a claim of up to 10 takes what fits
+/// instead of waiting for six more rows; under a 4 MiB response the same
+/// rows are a partial batch, and wait.
+#[tokio::test]
+async fn a_batch_full_by_bytes_goes() {
+    let db = TestDb::new().await;
+    let r = serve(&db).await;
+    let (mut l, _) = clients(r.grpc_addr).await;
+    let text = "x".repeat(400_000);
+    for ledger in ["big", "wide"] {
+        create_ledger(&mut l, ledger, fast_policy()).await;
+        let rows = (0..4)
+            .map(|i| pb::RowInput {
+                key: format!("big-{i}"),
+                payload: format!("{{\"text\": \"{text}\"}}"),
+                ..Default::default()
+            })
+            .collect();
+        l.enroll_rows(pb::EnrollRowsRequest {
+            parent: format!("ledgers/{ledger}"),
+            rows,
+        })
+        .await
+        .unwrap();
+    }
+    let wide = l.claim_rows(fill_claim("wide")).await.unwrap().into_inner();
+    assert!(wide.claim.is_none() && wide.filling.is_some(), "{wide:?}");
+    let small = pb::ClaimRowsRequest {
+        max_response_bytes: 1_300_000,
+        ..fill_claim("big")
+    };
+    let got = l.claim_rows(small).await.unwrap().into_inner();
+    assert!(got.filling.is_none(), "{:?}", got.filling);
+    assert!(
+        !got.rows.is_empty() && got.truncated,
+        "what fits, the rest left runnable"
+    );
+    r.stop().await.unwrap();
+}
