@@ -847,7 +847,7 @@ pub enum FirstPass {
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Images root: {state}/{school}/{year}/{n}.jpg.
+    /// Images root: {state}/{school}/{year}/{n}.jpg (or .jpeg, .png, .webp).
     #[arg(long, required_unless_present = "from", requires = "results_root")]
     pub images_root: Option<PathBuf>,
     /// First-pass results root holding label_to_curricular/{state}/{school}/{year}/{n}.json

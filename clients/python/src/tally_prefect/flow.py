@@ -273,14 +273,15 @@ def tally_pages(
     poll_interval: float = 5.0,
     max_table_rows: int = 1000,
 ) -> dict[str, int] | State[Any]:
-    """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`
-    allow-listed by `results_root/label_to_curricular/…/{n}.json`) into the
-    immutable `plan_path` (its directory made if missing), enrolls them
-    into `ledger` (created with the default policy if it does not exist),
-    runs `workers` tally-workers as children of the flow (0: workers run
-    elsewhere), and follows the run until every row is final, each provider
-    job a task run with its rows as a table artifact, the ledger summary a
-    markdown artifact.
+    """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`,
+    `.jpeg`, `.png` or `.webp`, allow-listed by
+    `results_root/label_to_curricular/…/{n}.json`) into the immutable
+    `plan_path` (its directory made if missing), enrolls them into `ledger`
+    (created with the default policy if it does not exist), runs `workers`
+    tally-workers as children of the flow (0: workers run elsewhere), and
+    follows the run until every row is final, each provider job a task run
+    with its rows as a table artifact, the ledger summary a markdown
+    artifact.
 
     Where the work goes (tally's address, TLS, the binaries, the workers'
     flags, the provider's base URL) is the deployment's, read from its

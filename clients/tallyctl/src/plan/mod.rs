@@ -12,7 +12,8 @@
 //! - File names that are not `{digits}.json` are ignored with a warning;
 //!   `03.json` is page 3, and `3.json` next to `03.json` is an error (which
 //!   one is page 3?).
-//! - An eligible page needs its image (`{n}.jpg` or `{n}.jpeg`, any case):
+//! - An eligible page needs its image (`{n}.jpg`, `{n}.jpeg`, `{n}.png` or
+//!   `{n}.webp`, any case: the image types every provider reads):
 //!   without one planning fails and lists every such page, unless
 //!   [`MissingImage::Skip`], which leaves the page out of the plan (it is
 //!   then not eligible, so it also breaks the dependency chain, like any
@@ -97,7 +98,7 @@ pub enum PlanError {
         files: String,
     },
     #[error(
-        "{} eligible pages have no image ({}{}); add the images, or pass --skip-missing-images to leave those pages out",
+        "{} eligible pages have no image ({}{}): a page's image is {{page}}.jpg, .jpeg, .png or .webp beside its results file's group; add the images (or name them so), or pass --skip-missing-images to leave those pages out",
         .0.len(),
         .0.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
         if .0.len() > 10 { ", …" } else { "" }
@@ -174,7 +175,7 @@ pub fn page_number(file_name: &str, extensions: &[&str]) -> Option<u64> {
 }
 
 const RESULT_EXTENSIONS: &[&str] = &["json"];
-const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg"];
+const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp"];
 
 /// Plans every group. Warnings (ignored files, skipped pages) come back
 /// with the plan; anything that makes the plan ambiguous is an error.
@@ -228,7 +229,7 @@ pub fn plan(
                     match missing {
                         MissingImage::Error => missing_images.push(format!("{group}/{page}")),
                         MissingImage::Skip => warnings.push(format!(
-                            "skipped {group} page {page}: no image {page}.jpg (its successor, if any, starts a new chain)"
+                            "skipped {group} page {page}: no image {page}.jpg, .jpeg, .png or .webp (its successor, if any, starts a new chain)"
                         )),
                     }
                     previous = None;
@@ -626,6 +627,23 @@ mod tests {
             plan(&groups, MissingImage::Error),
             Err(PlanError::DuplicateImage { page: 3, .. })
         ));
+    }
+
+    // Invariant: a page's image may be any type every provider reads (PNG
+    // and WebP as well as JPEG), in any case.
+    #[test]
+    fn png_and_webp_pages_are_planned() {
+        let mut groups = BTreeMap::new();
+        groups.insert(
+            group("S", "X", "2020"),
+            GroupFiles {
+                results: files("/r", ["1.json", "2.json"].map(String::from)),
+                images: files("/i", ["1.png", "2.WebP"].map(String::from)),
+            },
+        );
+        let (p, _) = plan(&groups, MissingImage::Error).unwrap();
+        let images: Vec<&str> = p.nodes.iter().map(|n| n.image_path.as_str()).collect();
+        assert_eq!(images, ["/i/1.png", "/i/2.WebP"]);
     }
 
     #[test]
