@@ -43,7 +43,7 @@ find_bin() {
         root="$(cd "$(dirname "$0")/.." && pwd)"
         if [ ! -x "$root/target/release/$name" ]; then
             command -v cargo > /dev/null 2>&1 || {
-                echo "dev.sh: no $name on PATH and no cargo to build it: pip install tally-bin" >&2
+                echo "dev.sh: no $name on PATH and no cargo to build it: install the tally-bin wheel (.ci/release builds it into dist/; pip install dist/tally_bin-*.whl), or install Rust" >&2
                 exit 1
             }
             echo "dev.sh: building $name (cargo build --release, once)" >&2
@@ -60,11 +60,28 @@ for b in "$server_bin" "$worker_bin" "$emulator_bin" "$tallyctl_bin"; do
     [ -x "$b" ] || { echo "dev.sh: $b is not an executable" >&2; exit 1; }
 done
 
+# A port another process holds fails its program later with a line in its
+# log only: say which address is taken, and how to move it, before starting.
+taken() { (exec 3<> "/dev/tcp/${1%:*}/${1##*:}") 2> /dev/null; }
+for pair in "tally-server gRPC|$grpc|TALLY_DEV_GRPC_ADDR" \
+    "tally-server webhooks|$http|TALLY_DEV_HTTP_ADDR" \
+    "tally-server metrics|$metrics|TALLY_DEV_METRICS_ADDR" \
+    "gemini-emulator|$emulator_addr|TALLY_DEV_EMULATOR_ADDR"; do
+    IFS='|' read -r what addr var <<< "$pair"
+    if taken "$addr"; then
+        echo "dev.sh: $addr ($what) is taken by another process: stop it, or set $var to a free address" >&2
+        exit 1
+    fi
+done
+
 mkdir -p "$dir/logs"
 chmod 700 "$dir"
 # A fresh signing secret per run: whsec_ and 32 random bytes in base64.
 secret="whsec_$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
 pids=()
+# The name and log of each started process, by its place in pids.
+names=()
+logs=()
 stop() {
     trap - EXIT INT TERM
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
@@ -77,7 +94,7 @@ trap 'exit 143' TERM
 TALLY_WEBHOOK_SECRETS="$secret" "$server_bin" --auth disabled --data-dir "$dir/db" \
     --grpc-addr "$grpc" --http-addr "$http" --metrics-addr "$metrics" \
     > "$dir/logs/server.log" 2>&1 &
-pids+=($!)
+pids+=($!) names+=(tally-server) logs+=("$dir/logs/server.log")
 for _ in $(seq 1 600); do
     "$server_bin" health --grpc-addr "$grpc" > /dev/null 2>&1 && break
     kill -0 "${pids[0]}" 2> /dev/null || { echo "dev.sh: tally-server exited; see $dir/logs/server.log" >&2; tail -5 "$dir/logs/server.log" >&2; exit 1; }
@@ -90,7 +107,13 @@ done
 GEMINI_API_KEY="$key" GEMINI_EMULATOR_WEBHOOK_SECRET="$secret" "$emulator_bin" \
     --addr "$emulator_addr" --webhook-url "http://$http/webhooks/gemini" --running 1s \
     > "$dir/logs/emulator.log" 2>&1 &
-pids+=($!)
+pids+=($!) names+=(gemini-emulator) logs+=("$dir/logs/emulator.log")
+# Serving before anything is sent to it (or it exited: say so).
+for _ in $(seq 1 100); do
+    taken "$emulator_addr" && break
+    kill -0 "${pids[1]}" 2> /dev/null || { echo "dev.sh: gemini-emulator exited; see $dir/logs/emulator.log" >&2; tail -5 "$dir/logs/emulator.log" >&2; exit 1; }
+    sleep 0.1
+done
 
 export TALLY_SERVER="http://$grpc"
 # The emulator's batches take a second: partial batches wait for more rows
@@ -104,7 +127,7 @@ export TALLY_SERVER="http://$grpc"
 GEMINI_API_KEY="$key" "$worker_bin" --server "http://$grpc" --ledger "$ledger" \
     --gemini-base-url "http://$emulator_addr" --poll-interval 2s \
     > "$dir/logs/worker.log" 2>&1 &
-pids+=($!)
+pids+=($!) names+=(tally-worker) logs+=("$dir/logs/worker.log")
 
 cat <<EOF
 tally is running (Ctrl-C stops it):
@@ -119,9 +142,10 @@ Try:
 EOF
 # Until one of them stops (then the rest are stopped) or Ctrl-C.
 while :; do
-    for pid in "${pids[@]}"; do
-        if ! kill -0 "$pid" 2> /dev/null; then
-            echo "dev.sh: a process exited; stopping the others (logs: $dir/logs/)" >&2
+    for i in "${!pids[@]}"; do
+        if ! kill -0 "${pids[$i]}" 2> /dev/null; then
+            echo "dev.sh: ${names[$i]} exited; stopping the others (its log: ${logs[$i]}):" >&2
+            tail -5 "${logs[$i]}" >&2
             exit 1
         fi
     done

@@ -140,7 +140,8 @@ def worker_binary(deployment: Deployment) -> str:
     if found is None:
         raise WorkerError(
             "no tally-worker: set TALLY_WORKER_BIN, or put tally-worker on PATH "
-            "(the tally-bin wheel carries it: pip install tally-bin)"
+            "(the tally-bin wheel carries it: .ci/release builds it into dist/, then "
+            "pip install dist/tally_bin-*.whl; or cargo build -p tally-worker)"
         )
     return found
 
