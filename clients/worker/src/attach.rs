@@ -39,6 +39,9 @@ pub enum AttachFail {
     Unavailable(String),
     /// The provider's file storage is full: the row waits, no attempt.
     StorageFull(String),
+    /// This worker cannot read the file (its flags): the row goes back with
+    /// no attempt and the worker stops (see `Ctx::stop_for_settings`).
+    NotHere(String),
 }
 
 /// What one job's media have become so far: the provider part of each
@@ -95,6 +98,7 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
     let bytes = ctx.media.read(r).await.map_err(|e| match e {
         MediaFail::Permanent(m) => AttachFail::Unreadable(m),
         MediaFail::Transient(m) => AttachFail::Unavailable(m),
+        MediaFail::NotHere(m) => AttachFail::NotHere(m),
     })?;
     let part = if !wire.uploads_media() || bytes.len() as u64 <= ctx.args.media_inline_max {
         wire.inline_part(r, &bytes)

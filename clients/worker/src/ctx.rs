@@ -49,6 +49,9 @@ pub struct Ctx {
     bounds: std::sync::Mutex<TokenBounds>,
     /// Where rows' media are read from.
     pub media: MediaReader,
+    /// Set when the worker's own settings keep it from running a row (its
+    /// media are where it may not read): the worker then stops.
+    settings_problem: std::sync::Mutex<Option<String>>,
 }
 
 impl Ctx {
@@ -64,6 +67,7 @@ impl Ctx {
             media,
             account: provider.account(),
             bounds: std::sync::Mutex::new(TokenBounds::default()),
+            settings_problem: std::sync::Mutex::new(None),
             clients,
             provider,
             ledger: args.ledger_name(),
@@ -85,6 +89,28 @@ impl Ctx {
     /// the provider named, else `--refusal-cooldown`.
     pub fn cooldown(&self, named: Option<Duration>) -> Duration {
         named.unwrap_or(self.args.refusal_cooldown)
+    }
+
+    /// Stops the worker (after its jobs in flight): a row it claimed needs
+    /// what its settings do not give it (`why`, the first such reason,
+    /// names the flag). Claiming again would only give the rows back again.
+    pub fn stop_for_settings(&self, why: String) {
+        let mut p = self
+            .settings_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if p.is_none() {
+            tracing::error!(problem = %why, "this worker cannot run the ledger's rows as it is set up; the rows go back without an attempt and it stops: fix its flags and start it again");
+            *p = Some(why);
+        }
+    }
+
+    /// Why the worker must stop, once [`Ctx::stop_for_settings`] said so.
+    pub fn settings_problem(&self) -> Option<String> {
+        self.settings_problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Makes no claim for `wait` (capped at an hour), or until a later

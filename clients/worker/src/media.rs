@@ -9,9 +9,11 @@
 //! credentials (`GOOGLE_APPLICATION_CREDENTIALS`, `AWS_*`). A file larger
 //! than `--media-max-bytes` is not read.
 //!
-//! A failure is permanent when no retry reads another file (missing, not
-//! allowed, too large, other bytes than enrolled) and transient otherwise
-//! (a network error, a 5xx of the store).
+//! A failure is permanent when no retry reads another file (missing, out of
+//! the root, too large, other bytes than enrolled), the worker's own when its
+//! flags keep it from the file (no `--media-root`, a host not allowed: the
+//! row goes back and the worker stops), and transient otherwise (a network
+//! error, a 5xx of the store).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,11 @@ pub enum MediaFail {
     /// It may read next time.
     #[error("{0}")]
     Transient(String),
+    /// This worker is not set up to read it (no `--media-root`, a host
+    /// not in `--media-allow-host`): the row is not at fault, the worker's
+    /// flags are.
+    #[error("{0}")]
+    NotHere(String),
 }
 
 /// Where media may be read from.
@@ -109,7 +116,7 @@ impl MediaReader {
 
     async fn local(&self, path: &str, uri: &str) -> Result<Bytes, MediaFail> {
         let Some(root) = &self.root else {
-            return Err(MediaFail::Permanent(format!(
+            return Err(MediaFail::NotHere(format!(
                 "{uri}: a local file, and this worker has no --media-root"
             )));
         };
@@ -150,7 +157,7 @@ impl MediaReader {
             .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
             .ok_or_else(|| MediaFail::Permanent(format!("{uri}: not a URL")))?;
         if !self.places.allowed_hosts.iter().any(|h| h == &host) {
-            return Err(MediaFail::Permanent(format!(
+            return Err(MediaFail::NotHere(format!(
                 "{uri}: host {host} is not in --media-allow-host"
             )));
         }
@@ -272,8 +279,8 @@ mod tests {
     // Invariants: a file under the root is read when its bytes are the
     // enrolled ones; other bytes, a missing file, a path out of the root
     // (by `..`, by an absolute path, by a symbolic link), a file over the
-    // size bound, no root at all and a host not allowed are permanent,
-    // each naming the file.
+    // size bound are permanent, each naming the file; no root at all and
+    // a host not allowed are the worker's settings, naming the flag.
     #[tokio::test]
     async fn only_the_enrolled_bytes_from_allowed_places_are_read() {
         let dir = std::env::temp_dir().join(format!("tally-media-{}", std::process::id()));
@@ -328,12 +335,17 @@ mod tests {
             small.read(&reference("book/p1.png", b"page one")).await,
             "--media-max-bytes",
         );
+        // The worker's flags, not the row: not this worker's to read.
+        let not_here = |got: Result<Bytes, MediaFail>, says: &str| match got {
+            Err(MediaFail::NotHere(m)) => assert!(m.contains(says), "{m}"),
+            other => panic!("expected a settings failure naming {says:?}, got {other:?}"),
+        };
         let rootless = reader(None, 100);
-        permanent(
+        not_here(
             rootless.read(&reference("book/p1.png", b"page one")).await,
             "--media-root",
         );
-        permanent(
+        not_here(
             r.read(&reference("https://elsewhere.example/p.png", b"x"))
                 .await,
             "--media-allow-host",

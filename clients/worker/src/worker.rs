@@ -145,9 +145,14 @@ pub async fn run_serving(
     let mut adopter = Adopter::new();
     let mut filling = FillLog::default();
     tokio::pin!(shutdown);
+    let mut stopped_for: Option<String> = None;
     loop {
         while let Some(done) = jobs.try_join_next() {
             tally(&ctx, &mut report, Some(done));
+        }
+        if let Some(why) = ctx.settings_problem() {
+            stopped_for = Some(why);
+            break;
         }
         if tokio::time::Instant::now() >= next_sweep {
             report.swept(janitor::sweep(&ctx).await);
@@ -244,7 +249,12 @@ pub async fn run_serving(
         let _ = listener.await;
     }
     tracing::info!(?report, "worker stopped");
-    Ok(report)
+    match stopped_for {
+        Some(why) => Err(WorkerError::Config(format!(
+            "{why}: the rows that need it went back without an attempt; start the worker with the flag it names"
+        ))),
+        None => Ok(report),
+    }
 }
 
 fn tally(

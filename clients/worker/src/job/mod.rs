@@ -206,6 +206,13 @@ pub async fn run_claim(
                 overflow.push(row.key.clone());
                 continue;
             }
+            Err(AttachFail::NotHere(why)) => {
+                // The worker's flags, not the row: it goes back unattempted,
+                // and the worker stops rather than claim it again.
+                overflow.push(row.key.clone());
+                ctx.stop_for_settings(why);
+                continue;
+            }
         }
         let start = body.len();
         let size = jsonl::write_line(&mut body, &wire.line_shape(), &ids.id(&row.key), &request);

@@ -5,7 +5,8 @@
 //! worker that adopts the job of one killed after its create. A missing
 //! image and one changed on disk after enrollment are PERMANENT
 //! (`media_unreadable`, naming the file); re-enrolling a page whose image
-//! changed is a CONFLICT.
+//! changed is a CONFLICT. A worker without `--media-root` stops instead of
+//! burning rows.
 //!
 //! Run: `cargo test -p tally-worker --test worker e2e_media:: -- --nocapture`.
 
@@ -56,6 +57,70 @@ async fn enroll(w: &World, rows: Vec<pb::RowInput>) -> pb::EnrollRowsResponse {
         .into_inner()
 }
 
+/// The `ocr@v1` prompt, whose `page` variable is the row's image.
+async fn register_ocr(w: &World) {
+    w.c.ledgers
+        .clone()
+        .register_prompt(pb::RegisterPromptRequest {
+            prompt_id: "ocr".into(),
+            version: "v1".into(),
+            template: "Transcribe page {{ n }} of {{ book }}.".into(),
+            response_schema: serde_json::json!({
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"]
+            })
+            .to_string(),
+            media: vec!["page".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("register the prompt");
+}
+
+/// A worker started without `--media-root` on rows whose pages are local
+/// files is a mistake of the worker's, not of the rows: it exits with an
+/// error naming the flag, and every row is still PENDING with no attempt
+/// (nothing PERMANENT, nothing BLOCKED behind it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_without_its_media_root_stops_and_burns_no_row() {
+    let w = World::start(
+        LEDGER,
+        0,
+        FaultPlan::default(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    register_ocr(&w).await;
+    let rows = (0..6)
+        .map(|i| {
+            row(
+                &format!("page-{i}"),
+                i,
+                &format!("book/p{i}.png"),
+                &sha(&png(16, 16, i as u64)),
+            )
+        })
+        .collect();
+    enroll(&w, rows).await;
+    let mut worker = w.worker(
+        LEDGER,
+        "rootless",
+        &["--claim-size", "3", "--max-rows-per-batch", "3"],
+    );
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), worker.wait())
+        .await
+        .expect("the worker stops within 60 s")
+        .expect("reaped");
+    assert!(!status.success(), "a settings error: {status:?}");
+    for r in all_rows(&w.c, LEDGER).await {
+        assert_eq!(r.status(), pb::RowStatus::Pending, "{} ({})", r.key, r.rule);
+        assert_eq!(r.attempts.map_or(0, |a| a.total), 0, "{}", r.key);
+    }
+    assert_eq!(w.emulator.stats().batches_created, 0);
+    w.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_request_carries_its_page_uploaded_once() {
     let root = std::env::temp_dir().join(format!("tally-pages-{}", std::process::id()));
@@ -75,23 +140,7 @@ async fn every_request_carries_its_page_uploaded_once() {
         ..Default::default()
     };
     let w = World::start(LEDGER, 0, faults, pb::AttemptBudgets::default()).await;
-    w.c.ledgers
-        .clone()
-        .register_prompt(pb::RegisterPromptRequest {
-            prompt_id: "ocr".into(),
-            version: "v1".into(),
-            template: "Transcribe page {{ n }} of {{ book }}.".into(),
-            response_schema: serde_json::json!({
-                "type": "object",
-                "properties": {"text": {"type": "string"}},
-                "required": ["text"]
-            })
-            .to_string(),
-            media: vec!["page".into()],
-            ..Default::default()
-        })
-        .await
-        .expect("register the prompt");
+    register_ocr(&w).await;
 
     let mut hashes: HashMap<String, (String, usize)> = HashMap::new();
     let mut rows = Vec::new();
