@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from prefect import flow
 
-from tally_client import Client
+from tally_client import Client, pb
 from tally_prefect import TallyServer, enroll_rows, export_ledger, wait_for_ledger
 
 
@@ -107,3 +107,26 @@ def test_the_flow_says_once_which_jobs_it_waits_for() -> None:
     assert len(lines) == 1 and "job a (RUNNING), held by old-run-0 until 2027-01-15" in lines[0]
     assert waiting_lines(jobs, ["this-run-0"], said) == [], "said once"
     assert len(waiting_lines([job("a", "other", running)], [], said)) == 1, "a new holder"
+
+
+def test_a_media_variable_named_like_a_plan_field_is_refused(address: str, tally: Client) -> None:
+    # Invariant: a prompt that would put the page image where the plan puts
+    # the page number (`page`) is refused, naming the field; another name
+    # is the page image's variable.
+    import uuid
+
+    from tally_prefect.flow import page_media_variable
+    from tally_prefect.plan import PlanError
+
+    server = TallyServer(address=f"http://{address}")
+    name = f"ocr-{uuid.uuid4().hex[:8]}"
+    for version, media in [("v1", "page"), ("v2", "image")]:
+        tally.call(
+            tally.ledgers.RegisterPrompt,
+            pb.ledger_pb2.RegisterPromptRequest(
+                prompt_id=name, version=version, template="OCR page {{ page }}", media=[media]
+            ),
+        )
+    with pytest.raises(PlanError, match="`page`"):
+        page_media_variable(f"{name}@v1", server)
+    assert page_media_variable(f"{name}@v2", server) == "image"

@@ -34,7 +34,14 @@ from prefect.states import Failed
 from tally_client import Client, Job, TallyError, pb
 from tally_prefect import artifacts
 from tally_prefect.deployment import Deployment
-from tally_prefect.plan import FirstPass, PlanError, plan_rows, read_plan, run_tallyctl_plan
+from tally_prefect.plan import (
+    PAYLOAD_FIELDS,
+    FirstPass,
+    PlanError,
+    plan_rows,
+    read_plan,
+    run_tallyctl_plan,
+)
 from tally_prefect.tasks import (
     TallyServer,
     enroll_rows,
@@ -111,6 +118,12 @@ def page_media_variable(prompt: str, server: TallyServer) -> str | None:
     with server.client() as client:
         found = client.call(client.ledgers.GetPrompt, pb.ledger_pb2.GetPromptRequest(name=full))
     media = list(found.media)
+    if len(media) == 1 and media[0] in PAYLOAD_FIELDS:
+        raise PlanError(
+            f"{full} puts the page image in `{media[0]}`, which is also a field of the "
+            f"plan's rows ({', '.join(PAYLOAD_FIELDS)}): the image would replace it; "
+            "register a version with another media variable (e.g. media=['image'])"
+        )
     if len(media) > 1:
         raise PlanError(
             f"{full} declares {len(media)} media variables ({', '.join(media)}); "

@@ -192,6 +192,11 @@ def page_media(path: str) -> dict[str, str]:
     }
 
 
+#: The fields `payload` writes (tallyctl's planner writes the same): a
+#: prompt's media variable may be none of them.
+PAYLOAD_FIELDS = ("state", "school", "year", "page", "image_path", "filter_json", "first_pass")
+
+
 def payload(node: PageNode, first_pass: FirstPass = "content", media_var: str | None = None) -> str:
     """The row payload tallyctl's planner enrolls for `node`: the page's
     identity, both paths, (with `content`) the parsed first-pass JSON and,

@@ -232,6 +232,10 @@ async fn page_media_variable(ctx: &mut Ctx, p: &pb::PromptRef) -> Result<Option<
         .into_inner();
     match prompt.media.as_slice() {
         [] => Ok(None),
+        [one] if plan::PAYLOAD_FIELDS.contains(&one.as_str()) => Err(CliError::usage(format!(
+            "{name} puts the page image in `{one}`, which is also a field of the plan's rows ({}): the image would replace it; register a version that names another media variable (e.g. --media image), so `{{{{ {one} }}}}` keeps its value",
+            plan::PAYLOAD_FIELDS.join(", ")
+        ))),
         [one] => Ok(Some(one.clone())),
         many => Err(CliError::usage(format!(
             "{name} declares {} media variables ({}); a plan fills one, the page image",

@@ -416,6 +416,18 @@ fn topological(nodes: Vec<Node>) -> Result<Vec<Node>, PlanError> {
 /// What the row's payload holds: the page's identity, both paths, and the
 /// first-pass result (its parsed content, or `null` when only paths are
 /// sent).
+/// The fields [`payload`] writes: a prompt's media variable may be none of
+/// them (the image would take the page number's place).
+pub const PAYLOAD_FIELDS: [&str; 7] = [
+    "state",
+    "school",
+    "year",
+    "page",
+    "image_path",
+    "filter_json",
+    "first_pass",
+];
+
 pub fn payload(node: &Node, first_pass: Option<Value>) -> String {
     let mut v = json!({
         "state": node.group.state,

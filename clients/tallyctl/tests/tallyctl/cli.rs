@@ -619,6 +619,37 @@ async fn plan_writes_once_and_enrolls_with_dependencies() {
         .await;
     assert_eq!(from["enroll"]["already_present"], 6);
 
+    // A prompt whose media variable is a field of the plan's rows (the
+    // page number) is refused before anything is enrolled.
+    env.ok(&[
+        "prompts",
+        "register",
+        "page_ocr",
+        "v3",
+        "--template-file",
+        &env.file("t3.j2", "OCR page {{ page }}"),
+        "--media",
+        "page",
+    ])
+    .await;
+    let clash = env
+        .run(&[
+            "plan",
+            "--from",
+            &plan_path,
+            "--enroll",
+            "curricular-ocr",
+            "--prompt",
+            "page_ocr@v3",
+        ])
+        .await;
+    assert_eq!(clash.code, 1, "a usage error: {clash:?}");
+    assert!(
+        clash.stderr.contains("`page`") && clash.stderr.contains("--media image"),
+        "{}",
+        clash.stderr
+    );
+
     // A changed dataset never overwrites the plan.
     std::fs::write(
         Path::new(&results).join("label_to_curricular/California/LincolnHigh/2023/11.json"),
