@@ -159,3 +159,19 @@ def test_get_or_create_refuses_a_ledger_being_deleted() -> None:
         pb.ledger_pb2.Ledger(name="ledgers/x", state=pb.ledger_pb2.LEDGER_STATE_ACTIVE)
     )
     assert existing_ledger("x", active, None) is active
+
+
+def test_a_token_over_plaintext_to_another_machine_warns() -> None:
+    # Invariant: a bearer token that would cross the network unencrypted is
+    # warned about; to this machine, or over TLS, it is not.
+    import warnings
+
+    from tally_client import Client
+
+    with pytest.warns(UserWarning, match="without TLS"):
+        Client("10.1.2.3:50051", token="secret").close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for quiet in ("127.0.0.1:50051", "localhost:50051", "[::1]:50051", "https://tally:443"):
+            Client(quiet, token="secret").close()
+        Client("10.1.2.3:50051").close()

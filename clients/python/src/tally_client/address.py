@@ -5,8 +5,10 @@ Anything else is refused with the forms it could have been."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import warnings
 from dataclasses import dataclass
 
 _HOST_PORT = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(?P<port>[0-9]{1,5})")
@@ -23,6 +25,28 @@ class Address:
     def url(self) -> str:
         """The `http://`/`https://` form, as tallyctl and tally-worker take it."""
         return f"{'https' if self.tls else 'http'}://{self.target}"
+
+    @property
+    def loopback(self) -> bool:
+        """Whether it is this machine (`localhost`, 127.0.0.0/8, `::1`)."""
+        host = self.target.rsplit(":", 1)[0].strip("[]")
+        if host.lower() == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+
+def warn_plaintext_token(target: Address, token: str | None) -> None:
+    """Warns when a bearer token would cross the network unencrypted: to
+    another machine without TLS."""
+    if token and not target.tls and not target.loopback:
+        warnings.warn(
+            f"sending a bearer token to {target.target} without TLS: anyone on the path "
+            "can read it and act as you; use https:// (or tls=True)",
+            stacklevel=3,
+        )
 
 
 def parse_address(address: str, *, tls: bool = False) -> Address:

@@ -47,7 +47,7 @@ from tally_client._calls import (
     update_request,
 )
 from tally_client._proto.tally.v1 import job_pb2, job_pb2_grpc, ledger_pb2, ledger_pb2_grpc
-from tally_client.address import default_address, parse_address
+from tally_client.address import default_address, parse_address, warn_plaintext_token
 from tally_client.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -94,6 +94,7 @@ class AsyncClient:
         )
         self.address = target
         token = token or os.environ.get("TALLY_TOKEN") or None
+        warn_plaintext_token(target, token)
         if target.tls:
             creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
             self._channel = grpc.aio.secure_channel(target.target, creds, options=CHANNEL_OPTIONS)

@@ -45,7 +45,7 @@ from tally_client._proto.tally.v1 import (
     ledger_pb2,
     ledger_pb2_grpc,
 )
-from tally_client.address import default_address, parse_address
+from tally_client.address import default_address, parse_address, warn_plaintext_token
 from tally_client.archive import ArchiveFormat, ArchiveResult, archive_ledger
 from tally_client.errors import (
     AlreadyExists,
@@ -107,6 +107,7 @@ class Client:
             address or default_address(), tls=tls or root_certificates is not None
         )
         token = token or os.environ.get("TALLY_TOKEN") or None
+        warn_plaintext_token(target, token)
         self.address = target
         if target.tls:
             creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
