@@ -196,6 +196,31 @@ impl std::fmt::Debug for Target {
 }
 
 impl Target {
+    /// Why sending the token this way is unsafe, when it is: a token to
+    /// another machine without TLS can be read by anyone on the path.
+    pub fn plaintext_token_warning(&self) -> Option<String> {
+        let token = self
+            .token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        if token.is_none() || self.server.starts_with("https://") {
+            return None;
+        }
+        let uri: tonic::transport::Uri = self.server.parse().ok()?;
+        let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        (!loopback).then(|| {
+            format!(
+                "sending the bearer token to {} without TLS: anyone on the path can read it and act as you; use an https:// --server",
+                self.server
+            )
+        })
+    }
+
     /// The three clients over one lazily connected channel. TLS settings
     /// need an `https://` address; an `https://` address without a CA file
     /// trusts the system's roots.
@@ -260,6 +285,32 @@ pub fn connect(server: &str, token: Option<&str>) -> Result<Clients, ConnectErro
 
 #[cfg(test)]
 mod tests {
+    // Invariant: only a token to another machine without TLS is warned
+    // about.
+    #[test]
+    fn a_plaintext_token_to_another_machine_is_warned_about() {
+        let t = |server: &str, token: Option<&str>| {
+            super::Target {
+                server: server.into(),
+                token: token.map(str::to_owned),
+                ..Default::default()
+            }
+            .plaintext_token_warning()
+        };
+        assert!(t("http://10.1.2.3:50051", Some("s")).is_some());
+        assert!(t("http://tally.internal:50051", Some("s")).is_some());
+        for quiet in [
+            "http://127.0.0.1:50051",
+            "http://localhost:50051",
+            "http://[::1]:50051",
+            "https://tally.example.com:443",
+        ] {
+            assert!(t(quiet, Some("s")).is_none(), "{quiet}");
+        }
+        assert!(t("http://10.1.2.3:50051", None).is_none());
+        assert!(t("http://10.1.2.3:50051", Some(" ")).is_none());
+    }
+
     use super::*;
 
     #[test]

@@ -35,6 +35,9 @@ impl Conn {
     }
 
     pub fn connect(&self) -> Result<Clients, CliError> {
+        if let Some(warning) = self.target.plaintext_token_warning() {
+            eprintln!("tallyctl: warning: {warning}");
+        }
         self.target
             .connect_with_timeout(Some(self.timeout))
             .map_err(|e| {

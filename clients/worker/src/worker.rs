@@ -92,7 +92,11 @@ pub async fn run_serving(
     listener: Option<tokio::net::TcpListener>,
 ) -> Result<RunReport, WorkerError> {
     args.validate().map_err(WorkerError::Config)?;
-    let clients = args.target().connect()?;
+    let target = args.target();
+    if let Some(warning) = target.plaintext_token_warning() {
+        tracing::warn!("{warning}");
+    }
+    let clients = target.connect()?;
     let metrics = WorkerMetrics::new();
     let api = args.api().map_err(WorkerError::Config)?;
     let base_url = args.base_url().map_err(WorkerError::Config)?;
