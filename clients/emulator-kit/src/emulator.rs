@@ -119,6 +119,49 @@ impl<S: Service> Emulator<S> {
     }
 }
 
+/// Implements [`Service`] for an emulator crate's `service::Shared` by
+/// delegating to its inherent methods (`build`, `served_state`, `key`,
+/// `stats_now`, `put_faults`) and its `routes::router`: the state never
+/// names its routes, so the two stay out of an import circle. Invoked from
+/// the crate's `handle` module with the emulator's log name.
+// `crate` is the calling emulator's, on purpose.
+#[allow(clippy::crate_in_macro_def)]
+#[macro_export]
+macro_rules! service_handle {
+    ($name:literal) => {
+        use std::sync::Arc;
+        use $crate::emulator::{Served, Service};
+
+        impl Service for crate::service::Shared {
+            const NAME: &'static str = $name;
+            type Config = crate::config::EmulatorConfig;
+            type Stats = crate::stats::Stats;
+            type Plan = crate::faults::FaultPlan;
+            type PlanError = crate::faults::FaultPlanError;
+            type ConfigError = crate::service::ConfigError;
+
+            fn new(config: Self::Config, base_url: String) -> Result<Arc<Self>, Self::ConfigError> {
+                Self::build(config, base_url)
+            }
+            fn router(self: Arc<Self>) -> axum::Router {
+                crate::routes::router(self)
+            }
+            fn served(&self) -> &Served {
+                self.served_state()
+            }
+            fn api_key(&self) -> &str {
+                self.key()
+            }
+            fn stats(&self) -> Self::Stats {
+                self.stats_now()
+            }
+            fn set_faults(&self, plan: Self::Plan) -> Result<(), Self::PlanError> {
+                self.put_faults(plan)
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
