@@ -13,6 +13,7 @@
 
 use crate::fence::RowSnapshot;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
@@ -40,11 +41,26 @@ struct Inner {
 }
 
 #[derive(Clone, Debug, Default)]
-pub(crate) struct ClaimCache(Arc<Mutex<Inner>>);
+pub(crate) struct ClaimCache {
+    inner: Arc<Mutex<Inner>>,
+    /// Reports whose cached claim had moved on (nothing written; read again
+    /// under the claim's lock).
+    misses: Arc<AtomicU64>,
+}
 
 impl ClaimCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a report that found its cached claim moved on.
+    pub fn missed(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reports that found their cached claim moved on, since start.
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
     }
 
     /// Remembers what claim `token` took.

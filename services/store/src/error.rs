@@ -133,28 +133,21 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// The SQLSTATEs some callers branch on (a unique key taken, a fence that
-/// moved), decoded here and nowhere else.
+/// The SQLSTATEs some callers branch on (a unique key taken), decoded here
+/// and nowhere else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sqlstate {
     /// 23505 unique_violation.
     UniqueViolation,
-    /// [`FENCE_MOVED`]: `tally_assert` found a settled row the claim did not
-    /// hold.
-    FenceMoved,
     /// Anything else (or not a database error).
     Other,
 }
-
-/// SQLSTATE raised by the SQL function `tally_assert`.
-pub(crate) const FENCE_MOVED: &str = "TL001";
 
 /// What `e`'s SQLSTATE says.
 pub(crate) fn sqlstate(e: &sqlx::Error) -> Sqlstate {
     match e {
         sqlx::Error::Database(db) => match db.code().as_deref() {
             Some("23505") => Sqlstate::UniqueViolation,
-            Some(FENCE_MOVED) => Sqlstate::FenceMoved,
             _ => Sqlstate::Other,
         },
         _ => Sqlstate::Other,

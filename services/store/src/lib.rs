@@ -190,6 +190,12 @@ impl Store {
         &self.pool
     }
 
+    /// Reports that tried the rows this process's claim remembered and found
+    /// the claim moved on (nothing written; read again under its lock).
+    pub fn claim_cache_misses(&self) -> u64 {
+        self.claim_cache.misses()
+    }
+
     /// Applies pending migrations; safe to run from several replicas at once
     /// (sqlx takes an advisory lock).
     pub async fn migrate(&self) -> Result<()> {

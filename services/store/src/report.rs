@@ -24,40 +24,13 @@ use crate::types::{
 };
 use crate::{Result, Store, StoreError, events, jitter_sample};
 use chrono::TimeDelta;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Transaction};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tally_core::report::{self, ClaimView, Judgement, RowView, Settle};
 use tally_core::status::RowStatus;
 use uuid::Uuid;
-
-/// The guarded write of rows loaded from the claim cache: locks the claim
-/// (ACTIVE, within its lease, without a job, and still holding as many rows
-/// as this process last saw: no settlement it does not know of happened),
-/// settles the rows and takes them out of the claim, and asserts (with
-/// `tally_assert`) that every row given was written and held, so that it
-/// keeps all or nothing. `$22` is the number of rows, `$23` the claim's
-/// `held` as this process last saw it.
-static GUARDED_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH RECURSIVE c AS (
-             -- By token only (the primary key): a condition on expire_time
-             -- here could send the planner through the index of every
-             -- active claim.
-             SELECT token, row_ids, held, job_id,
-                    state = {} AND expire_time > now() AND job_id IS NULL AND held = $23 AS live
-             FROM claims WHERE token = $2 AND ledger_id = $1
-             FOR UPDATE
-         ),
-         {}
-         SELECT tally_assert({}, 'the claim no longer holds every row reported'),
-                (SELECT held FROM dropped), now()",
-        crate::codes::CLAIM_ACTIVE,
-        settle::settle_ctes(),
-        settle::SETTLED
-    )
-});
 
 /// One ReportOutcomes call.
 struct Report<'a> {
@@ -210,26 +183,23 @@ impl Store {
         judged: &[Judgement],
         writes: &[RowWrite],
     ) -> Result<Option<Written>> {
-        let args = settle::Settlement::new(writes, Settler::report(r.actor));
-        let query = sqlx::query(GUARDED_SQL.as_str())
-            .bind(r.ledger.id)
-            .bind(r.token);
-        let outcome = args
-            .bind(query)
-            .bind(writes.len() as i64)
-            .bind(claim.held)
-            .fetch_one(&self.pool)
-            .await;
-        let row = match outcome {
-            Ok(row) => row,
-            Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
-                self.claim_cache.forget(r.token);
-                return Ok(None);
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let held: i32 = row.try_get(1)?;
-        let now: Time = row.try_get(2)?;
+        // The settle statement with the claim as this process last saw it:
+        // it writes nothing unless the claim is still just so.
+        let done = settle::run(
+            &self.pool,
+            r.ledger.id,
+            r.token,
+            writes,
+            Settler::report(r.actor),
+            Some(claim.held),
+        )
+        .await?;
+        if !done.all {
+            self.claim_cache.forget(r.token);
+            self.claim_cache.missed();
+            return Ok(None);
+        }
+        let (held, now) = (done.held, done.now);
         let model = claim.model.clone();
         // Let go of the entry first, so that the cache can update it in
         // place.

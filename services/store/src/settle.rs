@@ -167,7 +167,7 @@ impl<'a> Settlement<'a> {
         self.ids.len()
     }
 
-    /// Binds `$3`…`$21` of [`settle_ctes`] (after the caller bound `$1`, the
+    /// Binds `$3`…`$21` of [`SETTLE_SQL`] (after the caller bound `$1`, the
     /// ledger id, and `$2`, the claim token).
     pub fn bind<'q>(&'q self, q: PgQuery<'q>) -> PgQuery<'q> {
         q.bind(&self.ids)
@@ -192,54 +192,71 @@ impl<'a> Settlement<'a> {
     }
 }
 
-/// The settling CTEs, to follow `WITH RECURSIVE` (`doomed` walks the
-/// dependency graph) and a CTE `c` that locks the claim (`$2`, of ledger
-/// `$1`) with its `row_ids`, `held` and `job_id`, and says whether it may
-/// settle (`live`). `upd` writes the rows
-/// (the rest of the arguments from [`Settlement::bind`]); `deps` counts down
-/// the unmet dependencies of dependants of rows that SUCCEEDED and BLOCKs
-/// every transitive dependant of rows that became PERMANENT, in one update
-/// of each dependant; `queued` requeues what is claimable again;
-/// `recorded` keeps the attempts (numbered by the rows' new attempt counts,
-/// with the usage and error just written); `dropped` takes the written rows
-/// out of the claim's `row_ids` (the rows it holds) and
-/// closes a claim without a job that holds nothing more. The statement
-/// using them must assert [`SETTLED`].
-///
-/// A held row keeps the status it was claimed with (PENDING or RETRYABLE)
-/// until it is settled here. No dependant is ever a held row (a row is
-/// claimed only once every dependency SUCCEEDED, which never changes), so
-/// `upd` and `deps` never touch the same row.
-pub(crate) fn settle_ctes() -> &'static str {
-    static CTES: LazyLock<String> =
-        LazyLock::new(|| codes::render(include_str!("queries/settle/ctes.sql")));
-    CTES.as_str()
+/// The settle statement (`queries/settle/settle.sql`, its parameters
+/// listed there). It writes all of `writes` or nothing.
+pub(crate) static SETTLE_SQL: LazyLock<String> =
+    LazyLock::new(|| codes::render(include_str!("queries/settle/settle.sql")));
+
+/// What the settle statement did.
+pub(crate) struct Settled {
+    /// Whether it wrote every row given; otherwise it wrote none (the claim
+    /// was not live, or did not hold them all).
+    pub all: bool,
+    /// What the claim holds after (when it wrote them).
+    pub held: i32,
+    /// The writing transaction's time.
+    pub now: crate::types::Time,
 }
 
-/// What a settling statement asserts (with the SQL function `tally_assert`),
-/// given `$22`, the number of rows it was given: it wrote every one of them,
-/// and each was one the claim held. Otherwise it raises SQLSTATE
-/// `crate::error::FENCE_MOVED` and keeps nothing.
-pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $22
-          AND (SELECT c.held - d.held FROM c, dropped d) = $22";
-
-static SETTLE_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH RECURSIVE c AS (
-             SELECT token, row_ids, held, job_id, true AS live FROM claims
-             WHERE token = $2 AND ledger_id = $1 FOR UPDATE
-         ),
-         {}
-         SELECT tally_assert({SETTLED}, 'a settled row was not held by the claim'),
-                (SELECT held FROM dropped)",
-        settle_ctes()
-    )
-});
+/// Runs the settle statement for `writes` of claim `claim_id` on `db`.
+/// `seen_held`: `None` when the caller holds the claim's lock and read what
+/// it holds; otherwise what the caller last saw it hold (the claim cache),
+/// and the claim must still be as it saw it. A row written but not held is
+/// impossible by the statement's own fence (it then writes none): answered
+/// as an internal error.
+pub(crate) async fn run<'e, E: sqlx::PgExecutor<'e>>(
+    db: E,
+    ledger_id: i64,
+    claim_id: Uuid,
+    writes: &[RowWrite],
+    by: Settler<'_>,
+    seen_held: Option<i32>,
+) -> Result<Settled> {
+    let args = Settlement::new(writes, by);
+    let n = args.len() as i64;
+    let query = sqlx::query(sqlx::AssertSqlSafe(SETTLE_SQL.as_str()))
+        .bind(ledger_id)
+        .bind(claim_id);
+    let row = args
+        .bind(query)
+        .bind(n)
+        .bind(seen_held)
+        .fetch_one(db)
+        .await?;
+    let settled: i64 = row.try_get(0)?;
+    let held: Option<i32> = row.try_get(1)?;
+    let now = row.try_get(2)?;
+    match (settled == n, held) {
+        (true, Some(held)) => Ok(Settled {
+            all: true,
+            held,
+            now,
+        }),
+        (false, _) if settled == 0 => Ok(Settled {
+            all: false,
+            held: 0,
+            now,
+        }),
+        _ => Err(StoreError::Internal(format!(
+            "settling {n} rows of claim {claim_id}: {settled} written, some not held"
+        ))),
+    }
+}
 
 /// Writes `writes` for rows held by claim `claim_id` and takes them out of
-/// its `row_ids`; returns how many rows the claim still holds. Fails (and
-/// the caller rolls back) if any row was not held: callers lock the claim
-/// and read what it holds first, so that would be a bug.
+/// its `row_ids`; returns how many rows the claim still holds. Callers
+/// lock the claim and read what it holds first, so a row not held is a bug
+/// (an internal error; the caller rolls back).
 pub(crate) async fn settle(
     tx: &mut Transaction<'static, Postgres>,
     ledger_id: i64,
@@ -255,19 +272,14 @@ pub(crate) async fn settle(
                 .await?,
         );
     }
-    let args = Settlement::new(writes, by);
-    let query = sqlx::query(SETTLE_SQL.as_str())
-        .bind(ledger_id)
-        .bind(claim_id);
-    let n = args.len();
-    match args.bind(query).bind(n as i64).fetch_one(&mut **tx).await {
-        Ok(row) => Ok(row.try_get(1)?),
-        Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
-            Err(StoreError::Internal(format!(
-                "settling {n} rows of claim {claim_id}: a row was not held by the claim under its lock"
-            )))
-        }
-        Err(e) => Err(e.into()),
+    let done = run(&mut **tx, ledger_id, claim_id, writes, by, None).await?;
+    if done.all {
+        Ok(done.held)
+    } else {
+        Err(StoreError::Internal(format!(
+            "settling {} rows of claim {claim_id}: a row was not held by the claim under its lock",
+            writes.len()
+        )))
     }
 }
 

@@ -1,15 +1,35 @@
--- The settling CTEs (see settle.rs, `settle_ctes`), to follow `WITH RECURSIVE`
--- and a CTE `c` that locks the claim. Codes in double braces come from tally-core
--- (codes.rs).
+-- The one statement that settles rows of one claim (settle.rs, `Settlement`):
+-- writes each row's next state, records its attempt, requeues what is claimable
+-- again, counts down or BLOCKs dependants, and takes the rows out of the claim.
+-- It writes every row given or none: only when the claim is live and holds each
+-- of them. Codes in double braces come from tally-core (codes.rs).
 --
--- Parameters (bound by `Settlement::bind`, one array element per row written):
+-- Parameters (one array element per row written, from `$3`):
 --   $1 ledger id, $2 claim token,
 --   $3 ids, $4 new statuses, $5 $6 $7 provider/content/infra failures,
 --   $8 attempt counts, $9 rules, $10 errors, $11 results,
 --   $12..$15 usage deltas (input, output, thinking, cached tokens),
 --   $16 retry delays (ms), $17 whether an attempt is recorded, $18 its budget,
 --   $19 whether rows remember the claim as their last, $20 the actor,
---   $21 the provider's responses (kept with results).
+--   $21 the provider's responses (kept with results),
+--   $22 how many rows are given,
+--   $23 NULL when the caller holds the claim's lock and read what it holds;
+--       otherwise the claim's `held` as the caller last saw it (the claim
+--       cache): the claim must then be ACTIVE, in its lease, without a job
+--       and hold exactly that many rows (no settlement the caller does not
+--       know of happened).
+--
+-- Answers `settled`, the rows written ($22, or 0 when the fence missed), and
+-- `held`, what the claim holds after (NULL when nothing was written).
+WITH RECURSIVE c AS (
+    -- By token only (the primary key): a condition on expire_time in the
+    -- WHERE could send the planner through the index of every active claim.
+    SELECT token, row_ids, held, job_id,
+           ($23::int4 IS NULL OR (state = {{CLAIM_ACTIVE}} AND expire_time > now()
+                                  AND job_id IS NULL AND held = $23)) AS live
+    FROM claims WHERE token = $2 AND ledger_id = $1
+    FOR UPDATE
+),
 w AS (
     SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
                          $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
@@ -17,6 +37,12 @@ w AS (
                          $18::int2[], $21::text[])
         AS w(id, status, pf, cf, inf, attempts, rule, err, result, d_in, d_out,
              d_think, d_cached, delay_ms, recorded, a_budget, response)
+),
+-- The fence: a live claim holding every row given (all or nothing).
+fenced AS (
+    SELECT c.live AND (SELECT count(*) FROM w
+                       WHERE w.id IN (SELECT unnest(c.row_ids))) = $22 AS ok
+    FROM c
 ),
 upd AS (
     UPDATE rows r SET
@@ -47,7 +73,7 @@ upd AS (
         update_time = now()
     FROM w
     WHERE r.id = w.id AND r.status IN ({{CLAIMABLE}})
-      AND coalesce((SELECT live FROM c), false)
+      AND coalesce((SELECT ok FROM fenced), false)
     RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
               r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
               w.d_cached, w.recorded, w.a_budget
@@ -96,7 +122,7 @@ recorded AS (
 ),
 kept AS MATERIALIZED (
     SELECT ARRAY(SELECT x FROM unnest(c.row_ids) x EXCEPT SELECT id FROM upd) AS ids
-    FROM c WHERE c.live
+    FROM c, fenced WHERE fenced.ok AND (SELECT count(*) FROM upd) = $22
 ),
 -- Every claim without a job is DONE once it holds nothing; a claim
 -- with one stays ACTIVE (its lease is the job owner's) until the job
@@ -109,3 +135,4 @@ dropped AS (
     WHERE k.token = $2
     RETURNING k.held
 )
+SELECT (SELECT count(*) FROM upd) AS settled, (SELECT held FROM dropped) AS held, now()
