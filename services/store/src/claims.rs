@@ -324,7 +324,7 @@ impl Taken {
         ledger: &LedgerRecord,
         req: &ClaimRequest,
         token: Uuid,
-    ) -> Result<Option<(ClaimGrant, CachedClaim)>> {
+    ) -> Result<Option<(ClaimGrant, Option<CachedClaim>)>> {
         let Some((create_time, expire_time)) = self.made else {
             return Ok(None);
         };
@@ -346,18 +346,20 @@ impl Taken {
             held: n as i32,
             job: None,
         };
-        let mut held = HashMap::with_capacity(n);
+        let mut held = HashMap::with_capacity(if req.for_job { 0 } else { n });
         let mut rows = Vec::with_capacity(n);
         for TakenRow { id, row } in self.rows {
-            held.insert(row.key.clone(), RowSnapshot::taken(id, &row));
+            if !req.for_job {
+                held.insert(row.key.clone(), RowSnapshot::taken(id, &row));
+            }
             rows.push(row);
         }
-        let held = CachedClaim {
+        let held = (!req.for_job).then(|| CachedClaim {
             ledger_id: ledger.id,
             rows: held,
             held: n as i32,
             model: claim.model.clone(),
-        };
+        });
         Ok(Some((
             ClaimGrant {
                 claim,
@@ -466,7 +468,7 @@ impl Store {
     }
 
     /// The answer to what a claim took; this process remembers the rows
-    /// (see `claim_cache`).
+    /// (see `claim_cache`) unless the claim is for a job.
     pub(crate) fn granted(
         &self,
         ledger: &LedgerRecord,
@@ -477,7 +479,9 @@ impl Store {
         let Some((grant, held)) = taken.into_grant(ledger, req, token)? else {
             return Ok(None);
         };
-        self.claim_cache.insert(token, held);
+        if let Some(held) = held {
+            self.claim_cache.insert(token, held);
+        }
         Ok(Some(grant))
     }
 

@@ -98,6 +98,10 @@ pub struct ClaimRequest {
     pub provider: Option<String>,
     /// `None`: no byte limit (the row count alone).
     pub bytes: Option<ByteBudget>,
+    /// The caller makes a job (a provider batch) of the claim at once, and
+    /// the job's report reads its rows under the claim's lock: the rows are
+    /// not remembered for a report through this process (`claim_cache`).
+    pub for_job: bool,
 }
 
 /// How many bytes of rows one claim may hand out: rows are taken, oldest

@@ -294,6 +294,8 @@ fn claim_request(
         request_id: (!req.request_id.is_empty()).then(|| req.request_id.clone()),
         model: (!req.model.is_empty()).then(|| req.model.clone()),
         provider: (!req.provider.is_empty()).then(|| req.provider.clone()),
+        // A claim of a whole batch is made into a job at once.
+        for_job: req.fill_batch,
     })
 }
 
