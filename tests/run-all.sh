@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: every Rust test of the workspace, the Markdown
-# links (tests/links.py), no import circle (tests/circles.py), then the
+# links (tests/links.py), no import circle (tests/circles.py), every
+# crate's map current (tests/maps.py), then the
 # Python suites (the official Gemini, OpenAI and Anthropic SDKs against their
 # emulators; the Python client and its Prefect flow against a real
 # tally-server, tally-worker and emulator). Extra arguments go to
@@ -30,6 +31,8 @@ static_checks() {
     python3 tests/links.py
     echo "== import circles (tests/circles.py) =="
     python3 tests/circles.py
+    echo "== crate maps (tests/maps.py) =="
+    python3 tests/maps.py
 }
 
 # `cargo test --workspace` builds every binary the Python suites run (a

@@ -4,6 +4,9 @@
 //! mixed in, and one worker; enrolls a generated dataset; shows live
 //! progress; and ends with the ledger summary.
 //!
+//! Layout: `dataset` the rows it enrolls, `provider` the emulator it
+//! starts, `report` the summary it ends with.
+//!
 //! Run it twice: the second run finds every row already enrolled and
 //! terminal, so it enrolls nothing and sends nothing to the provider.
 

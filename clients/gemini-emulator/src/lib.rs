@@ -17,7 +17,9 @@
 //! Layout: [`config`] what it is started with; [`faults`] the fault plan
 //! and its matching; [`output`] answering rows and building output files;
 //! [`files`] and [`batches`] files, uploads and batches as data;
-//! [`webhooks`] event payloads; [`stats`] what tests check; `service` the
+//! [`webhooks`] event payloads; [`stats`] what tests check; [`error`] the
+//! provider's error bodies; `ids` resource names; `kind` what a batch does
+//! (generate or embed); `service` the
 //! shared state and batch lifecycle; `routes` the thin HTTP handlers;
 //! `handle` the kit's view of both.
 //! From `emulator_kit` (shared with the OpenAI emulator): [`schema_instance`]

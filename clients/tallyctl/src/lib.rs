@@ -16,7 +16,8 @@
 //!   walk;
 //! - [`output`]: `-o table|wide|json|jsonl|yaml`, JSON made generically
 //!   from the proto descriptors; [`render`]: enum names, times, durations
-//!   for tables; [`table`]: aligned tables;
+//!   for tables; [`table`]: aligned tables; [`timefmt`]: times and
+//!   durations as tallyctl writes and reads them;
 //! - [`error`]: failures and the exit codes scripts rely on.
 //!
 //! No business logic lives here: the server decides, tallyctl asks and

@@ -25,6 +25,11 @@
 //! - [`text`]: caller-supplied text made safe to show in logs and tables.
 //! - [`usage`]: the bound on reported token counts and saturating sums.
 //! - [`violation`]: how validation reports bad fields.
+//! - [`golden`]: golden rows (which jobs carry them, when answers drift).
+//! - [`price`]: what a model's tokens cost; [`money`]: dollar sums kept
+//!   finite; [`spend`]: spend caps and what a claim may take under one;
+//!   [`quota`]: admission against the provider's quotas.
+//! - [`millis`]: durations as whole milliseconds in serde.
 
 pub mod alert;
 pub mod backoff;

@@ -16,7 +16,8 @@
 //! `process` owns the postmaster process; `datadir` checks a data directory before it is
 //! reused; `role` makes the unprivileged role tally connects as; `embedded` ties them
 //! into start and stop;
-//! `testdb` builds on `embedded`; `error` holds [`PgError`].
+//! `testdb` builds on `embedded`; `conn` connects to a cluster; `error` holds
+//! [`PgError`].
 //!
 //! Not here: tally's schema, migrations and SQL (`tally-store`), and choosing between a
 //! configured URL and the private server (`tally-server`).

@@ -1,60 +1,24 @@
 //! Keeping the runnable queue's head clean, and the planner's statistics of
 //! the tables that grow fastest current.
 //!
-//! Every claim deletes entries at the head of `runnable_order`. Until VACUUM
-//! removes them, each claim walks past the dead index entries of everything
-//! claimed before it; autovacuum visits a database at most once a minute
-//! (`autovacuum_naptime`), and at tens of thousands of claims a second a
-//! minute of dead entries makes every claim read thousands of index pages
-//! (DESIGN.md section 10). The table is narrow, so vacuuming it every few
-//! seconds is cheap; the server does it when the statistics say the dead
-//! entries are piling up.
+//! Every claim deletes entries at the head of `runnable_order`, and each
+//! claim walks past the dead index entries until VACUUM removes them
+//! (DESIGN.md section 10): the server vacuums that narrow table when the
+//! statistics say the dead entries are piling up.
 //!
-//! Statistics: the planner sizes a table from its last ANALYZE. Tables that
-//! grow by a row a claim, a report or an enrollment (`rows`, `claims`,
-//! `attempts`, `jobs`) can be many times larger than their statistics say
-//! for the minute autovacuum takes to come by (longer on a busy database),
-//! and a plan made for a table of a few pages reads all of it: on a fresh
-//! deployment, every report's claim lookup scanned the whole `claims` table
-//! and each report of 500 rows read all of `rows` (60–220 ms) until
-//! autovacuum analyzed them. So the server analyzes a hot table once it
-//! holds twice the live rows its statistics say (and at least
-//! [`MIN_GROWTH`] more): plans change with a table's order of magnitude,
-//! so a table growing from nothing to ten million rows is analyzed about a
-//! dozen times. Growth, not changes: a claim and its report rewrite rows in
-//! place, and counting those (as this task first did) analyzed a `rows`
-//! table of millions every few seconds of steady work, 1.4 to 11.6 s each,
-//! for statistics whose plans did not change; a table that only changes
-//! stays autovacuum's (`rows` at 1% of changes). ANALYZE also replans the
-//! statements cached for it.
-//!
-//! Only young tables: once the statistics say [`LARGE`] rows, the planner
-//! already plans the table as large (it scales the rows it was told by the
-//! pages the table has now), and the table is autovacuum's too. An ANALYZE
-//! of `rows` samples up to 300,000 rows (its statistics target of 1,000,
-//! for `/metrics`), seconds of a core on wide rows: doubling on without a
-//! bound, an enrollment of 1.8 million rows set off ANALYZEs that took more
-//! than a quarter of a two-core machine while it ran.
-//!
-//! And only what plans need, once a table is past a few pages: of a
-//! `rows` table larger than [`WHOLE_PAGES`], only the columns its
-//! statements find rows by ([`ROWS_PLAN_COLUMNS`]). A whole ANALYZE of
-//! `rows` also builds the `(ledger_id, status)` list `/metrics` reads (a
-//! sample of up to 300,000 rows, from as many pages) and the statistics of
-//! the wide payload and result columns: on a fresh deployment's first big
-//! enrollment its one or two ANALYZEs took 1.3 to 3.7 s of a core each
-//! while the enrollment ran (`tally-bench --only enroll`), where the plan
-//! columns' take about 0.2 s at 300,000 rows (a sample of 30,000, their
-//! default target). It still sets the table's size (`reltuples`,
-//! `relpages`), which is what the plans that went wrong on a young table
-//! were missing. The size is the table's on disk now, not the statistics
-//! collector's count of its rows, which lags by a second or more: with a
-//! rule on that count, the bench's enrollment (75,000 rows a second) still
-//! got whole ANALYZEs of 1.5 to 1.9 s. The `/metrics` list and the other columns'
-//! statistics are autovacuum's, as for every table past [`LARGE`];
-//! PostgreSQL logs a WARNING that it could not compute the statistics
-//! object then (kept from the client here), once or twice in a table's
-//! growth.
+//! A table that grows by a row a claim, report or enrollment (`rows`,
+//! `claims`, `attempts`, `jobs`) can be far larger than its last ANALYZE
+//! says, and a plan made for a few pages then reads all of it. So the
+//! server analyzes a hot table once it holds twice the live rows its
+//! statistics say (and at least [`MIN_GROWTH`] more) — growth, not changes
+//! — and only while it is young (under [`LARGE`] rows; past that it is
+//! autovacuum's). Of a `rows` table past [`WHOLE_PAGES`] (by its size on
+//! disk, not the lagging row count) only the columns plans find rows by
+//! ([`ROWS_PLAN_COLUMNS`]) are analyzed: that sets the table's size, which
+//! is what the plans needed, at a fraction of a whole ANALYZE's cost.
+//! PostgreSQL's WARNING that the `/metrics` statistics object could not be
+//! computed then is kept from the client. Measurements and history: the
+//! bench README ("The statistics of fast-growing tables").
 
 use crate::{Result, Store};
 

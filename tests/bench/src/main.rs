@@ -4,6 +4,13 @@
 //! The server under test runs as a child process (this binary in `serve`
 //! mode) so its memory can be sampled on its own. Every tally figure is
 //! printed beside its baseline with the ratio.
+//!
+//! Layout: `child` the server under test; `db` the scratch database;
+//! `grpc` the tally side of each loop and `raw` its baseline; `workload`
+//! the rows; `stats` medians and percentiles; `quiet` waiting for the
+//! server's ANALYZEs. Phases: `ingest`, `watch`, `disk`, `delete`,
+//! `sustained`, `pipeline` (server, workers and emulators) and
+//! `turnarounds` (batches and turnarounds at an emulator).
 
 mod child;
 mod db;
