@@ -24,7 +24,8 @@
 //! row's files read from `--media-root` or allowed hosts; `attach` turns
 //! them into the provider's parts.
 //!
-//! I/O above them: `ctx` what the tasks share; [`job`] one job's life from
+//! I/O above them: `ctx` what the tasks share; `holders` who holds the
+//! ledger's jobs (this process, and whether another holder is gone); [`job`] one job's life from
 //! claim to FinishJob (its create, reconcile, refused, settle, heartbeat,
 //! golden, gone, end steps); `janitor` what tally leaves at the provider;
 //! [`worker`] the loop ([`run_until`]).

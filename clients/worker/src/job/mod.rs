@@ -20,38 +20,43 @@
 //! Shutdown: before MarkCreating the claim is released (no attempt); once
 //! the batch may exist, the create runs to its answer and is recorded;
 //! after that the job is left for adoption.
+//!
+//! Steps: `render` (rows to requests and the batch's input), `create`
+//! (never paying twice for a create) with `refused`, `follow` (waiting for
+//! the batch's end) with `gone`, `reconcile` (its output to outcomes) with
+//! `settle` and `golden`; `heartbeat` keeps the claim; `end` says how a
+//! job ended. Before the batch may exist, rows go back in one place
+//! ([`run_claim`]).
 
 mod create;
 mod end;
+mod follow;
 mod golden;
 mod gone;
 mod heartbeat;
 mod reconcile;
 mod refused;
+mod render;
 mod settle;
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use tally_client::{ingest_observation, with_retry};
+use tally_client::with_retry;
 use tally_core::names::claim_for_logs;
 use tally_proto::v1 as pb;
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
-use crate::attach::{self, AttachFail};
 use crate::config::Failpoint;
-use crate::ctx::{Answer, Ctx, PromptResult, prompt_name};
-use crate::jsonl;
-use crate::prompt::InputError;
+use crate::ctx::{Answer, Ctx};
 use crate::provider::ProviderError;
 use create::CreateEnd;
-use gone::GoneWatch;
+use follow::follow;
 use heartbeat::Heartbeat;
 use reconcile::finish;
-use settle::{invalid_input, report};
+use render::{Prompts, Unsent};
+use settle::report;
 
 pub use end::{JobEnd, JobError};
 
@@ -61,16 +66,146 @@ fn is_paused(s: &Status) -> bool {
         && tally_client::error_reason(s).as_deref() == Some("LEDGER_PAUSED")
 }
 
-/// Runs a fresh claim as a job, end to end.
+/// How a claim's way to its batch ended.
+enum Submit {
+    /// The job's end.
+    Ended(Result<JobEnd, JobError>),
+    /// Give every row still held back unworked (no attempt), then end so.
+    Release(&'static str, Result<JobEnd, JobError>),
+}
+
+/// Runs a fresh claim as a job, end to end. Every step that gives up on the
+/// claim before its batch may exist gives its rows back here, and only here.
 pub async fn run_claim(
     ctx: Arc<Ctx>,
     claim: pb::Claim,
-    mut rows: Vec<pb::ClaimedRow>,
+    rows: Vec<pb::ClaimedRow>,
     stop: CancellationToken,
 ) -> Result<JobEnd, JobError> {
-    // Not `with_retry`: RESOURCE_EXHAUSTED here means the ledger is at its
-    // job limit, and waiting for room while the claim's lease runs out
-    // would cost its rows an attempt. Give them back at once instead.
+    match submit(&ctx, &claim, rows, &stop).await {
+        Submit::Ended(end) => end,
+        Submit::Release(why, end) => {
+            match &end {
+                Err(e) => {
+                    tracing::warn!(claim = %claim_for_logs(&claim.name), error = %e, "{why}; releasing the claim")
+                }
+                Ok(_) => {
+                    tracing::info!(claim = %claim_for_logs(&claim.name), "{why}; releasing the claim")
+                }
+            }
+            release(&ctx, &claim.name, &[]).await;
+            end
+        }
+    }
+}
+
+/// The claim's steps up to its batch: the job, its input, the upload, the
+/// create, then following it.
+async fn submit(
+    ctx: &Arc<Ctx>,
+    claim: &pb::Claim,
+    mut rows: Vec<pb::ClaimedRow>,
+    stop: &CancellationToken,
+) -> Submit {
+    let job = match new_job(ctx, claim).await {
+        Ok(job) => job,
+        Err(end) => return end,
+    };
+    let _heartbeat = Heartbeat::start(ctx, &claim.name);
+    tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim_for_logs(&claim.name), "job created");
+
+    let prompts = match Prompts::fetch(ctx, &rows).await {
+        Ok(p) => p,
+        Err(s) => return Submit::Release("a prompt is unavailable", Err(s.into())),
+    };
+    let model = if claim.model.is_empty() {
+        rows[0].model.clone()
+    } else {
+        claim.model.clone()
+    };
+    let mut unsent = Unsent::default();
+    let batch = render::batch(
+        ctx,
+        &job,
+        &model,
+        std::mem::take(&mut rows),
+        &prompts,
+        &mut unsent,
+    )
+    .await;
+    if let Err(e) = settle_unsent(ctx, &job, &claim.name, &mut unsent).await {
+        return Submit::Ended(Err(e));
+    }
+    if batch.keys.is_empty() {
+        let end = finish(
+            ctx,
+            &job,
+            &claim.name,
+            pb::JobState::Cancelled,
+            "",
+            "no row could be sent",
+        )
+        .await
+        .map(|_| JobEnd::Reconciled);
+        return Submit::Ended(end);
+    }
+    let render::Batch {
+        mut body,
+        keys,
+        expect,
+        tokens,
+        media,
+    } = batch;
+    body.extend_from_slice(&crate::job::golden::lines(ctx, &job).await);
+    let body = bytes::Bytes::from(body);
+
+    if stop.is_cancelled() {
+        return Submit::Release("shutting down", Ok(JobEnd::Released));
+    }
+    let mut sent = create::Sent {
+        keys,
+        tokens,
+        token_limit: job.provider_token_limit.max(0) as u64,
+        media: media.uploads.into_iter().collect(),
+        lines: bytes::Bytes::new(),
+    };
+    let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
+    let file = match ctx.provider.upload_input(&display_name, &body).await {
+        Ok(f) => f,
+        Err(e) => return upload_failed(ctx, &job, &claim.name, &model, &sent, e).await,
+    };
+    if stop.is_cancelled() {
+        return Submit::Release("shutting down", Ok(JobEnd::Released));
+    }
+    ctx.args.failpoint(Failpoint::AfterUpload);
+    // Kept only where the requests go inline in the create.
+    if ctx.provider.takes_requests_inline() {
+        sent.lines = body;
+    } else {
+        drop(body);
+    }
+    // Recorded before the create goes out: from here the batch may exist,
+    // and the rows are never released until the provider was searched.
+    let job = match create::mark_creating(ctx, &job, &claim.name, &file, &sent).await {
+        Ok(j) => j,
+        Err(s) => return Submit::Release("MarkCreating failed", Err(s.into())),
+    };
+    ctx.args.failpoint(Failpoint::AfterMarkCreating);
+    let job = match create::create(ctx, &job, &claim.name, &model, sent, stop).await {
+        Ok(CreateEnd::Submitted(job)) => *job,
+        Ok(CreateEnd::NeverMade) => return Submit::Ended(Ok(JobEnd::Released)),
+        Ok(CreateEnd::LeftForAdoption) => return Submit::Ended(Ok(JobEnd::LeftForAdoption)),
+        Err(e) => return Submit::Ended(Err(e)),
+    };
+    tracing::info!(job = %job.job_id, rows = expect.len(), batch = %job.batch, input_file = %file, "job submitted");
+    Submit::Ended(follow(ctx, job, &claim.name, expect, stop).await)
+}
+
+/// CreateJob from the claim. Not `with_retry`: RESOURCE_EXHAUSTED here
+/// means the ledger is at its job limit, and waiting for room while the
+/// claim's lease runs out would cost its rows an attempt. Refused, the rows
+/// go back at once (claimable again at once, or after the resume).
+async fn new_job(ctx: &Ctx, claim: &pb::Claim) -> Result<pb::Job, Submit> {
     let mut created = Err(Status::unavailable("not tried"));
     for n in 1..=3 {
         let mut c = ctx.clients.jobs.clone();
@@ -87,238 +222,48 @@ pub async fn run_claim(
             Ok(_) | Err(_) => break,
         }
     }
-    let job = match created {
-        Ok(j) => j.into_inner(),
-        Err(s) => {
-            // The ledger is at its job limit, or was paused after the claim
-            // was made (or the server sheds load): give the rows back
-            // unworked, no attempt counted; they are claimable again at
-            // once (after the resume).
-            tracing::info!(claim = %claim_for_logs(&claim.name), error = s.message(), "no job made from the claim; releasing it");
-            release(&ctx, &claim.name, &[]).await;
-            // A provider cool-down or full provider quota says when to come
-            // back: no new claim before then (the ledger's job limit does
-            // not: a job ending frees a place, and `room` sees it).
-            if s.code() == Code::ResourceExhausted
-                && matches!(
-                    tally_client::error_reason(&s).as_deref(),
-                    Some("PROVIDER_COOLDOWN" | "PROVIDER_QUOTA")
-                )
-            {
-                ctx.hold_claims(
-                    tally_client::retry_delay(&s).unwrap_or(std::time::Duration::from_secs(5)),
-                );
-            }
-            return if s.code() == Code::ResourceExhausted || is_paused(&s) {
-                Ok(JobEnd::Released)
-            } else {
-                Err(s.into())
-            };
-        }
+    let s = match created {
+        Ok(j) => return Ok(j.into_inner()),
+        Err(s) => s,
     };
-    let _heartbeat = Heartbeat::start(&ctx, &claim.name);
-    tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim_for_logs(&claim.name), "job created");
-
-    // Prompts, each fetched once.
-    let mut prompts: HashMap<String, PromptResult> = HashMap::new();
-    for row in &rows {
-        if let Some(p) = &row.prompt {
-            let name = prompt_name(p);
-            if let Entry::Vacant(slot) = prompts.entry(name) {
-                match ctx.prompt(slot.key()).await {
-                    Ok(found) => {
-                        slot.insert(found);
-                    }
-                    Err(s) => {
-                        tracing::warn!(job = %job.job_id, prompt = %slot.key(), error = %s, "prompt unavailable; releasing the claim");
-                        release(&ctx, &claim.name, &[]).await;
-                        return Err(s.into());
-                    }
-                }
-            }
-        }
-    }
-
-    // The batch's input file, rendered row by row into one buffer: a line
-    // that does not fit is dropped at once, and each row's payload is let
-    // go once rendered, so the claim and the file are not both held whole.
-    let model = if claim.model.is_empty() {
-        rows[0].model.clone()
-    } else {
-        claim.model.clone()
-    };
-    let token_limit = job.provider_token_limit.max(0) as u64;
-    let wire = ctx.provider.wire();
-    let at_provider = tally_core::provider::route(&model).model.to_owned();
-    let mut packer = jsonl::Packer::new(jsonl::Limits {
-        rows: ctx.args.max_rows_per_batch,
-        bytes: ctx.args.max_bytes_per_batch,
-        tokens: ctx.token_bound(&model, token_limit),
-        hard_tokens: token_limit,
-    });
-    let mut body: Vec<u8> = Vec::new();
-    let mut invalid: Vec<(String, String)> = Vec::new();
-    let mut overflow: Vec<String> = Vec::new();
-    let mut sent_keys: Vec<String> = Vec::new();
-    let mut expect: HashMap<String, Answer> = HashMap::new();
-    let mut job_media = attach::JobMedia::default();
-    let ids = crate::tags::RequestIds::of(wire.derives_request_ids(), &job.job_id);
-    // Rows whose media could not be read: reported (an attempt each).
-    let mut failed: Vec<pb::RowOutcome> = Vec::new();
-    for row in &mut rows {
-        let payload = std::mem::take(&mut row.payload);
-        let compiled = match row.prompt.as_ref().map(|p| &prompts[&prompt_name(p)]) {
-            Some(Err(why)) => {
-                invalid.push((row.key.clone(), why.clone()));
-                continue;
-            }
-            Some(Ok(c)) => Some(Arc::clone(c)),
-            None => None,
-        };
-        let spec = compiled.as_ref().map(|c| &c.spec);
-        let mut request = match wire.build_request(&payload, spec, &at_provider) {
-            Ok(req) => req,
-            Err(e) => {
-                invalid.push((row.key.clone(), e.to_string()));
-                continue;
-            }
-        };
-        match attach::attach(&ctx, &mut request, &mut job_media).await {
-            Ok(()) => {}
-            Err(AttachFail::Unreadable(why)) => {
-                failed.push(media_failure(
-                    &row.key,
-                    pb::FailureKind::MediaUnreadable,
-                    why,
-                ));
-                continue;
-            }
-            Err(AttachFail::Unavailable(why)) => {
-                failed.push(media_failure(
-                    &row.key,
-                    pb::FailureKind::MediaUnavailable,
-                    why,
-                ));
-                continue;
-            }
-            Err(AttachFail::StorageFull(why)) => {
-                tracing::warn!(job = %job.job_id, row = %row.key, "{why}; the row waits");
-                overflow.push(row.key.clone());
-                continue;
-            }
-            Err(AttachFail::NotHere(why)) => {
-                // The worker's flags, not the row: it goes back unattempted,
-                // and the worker stops rather than claim it again.
-                overflow.push(row.key.clone());
-                ctx.stop_for_settings(why);
-                continue;
-            }
-        }
-        let start = body.len();
-        let size = jsonl::write_line(&mut body, &wire.line_shape(), &ids.id(&row.key), &request);
-        match packer.offer(size) {
-            jsonl::Fit::Batch => {
-                expect.insert(
-                    row.key.clone(),
-                    Answer::of(wire, &payload, row.prompt.as_ref()),
-                );
-                sent_keys.push(row.key.clone());
-            }
-            fit => {
-                body.truncate(start);
-                if fit == jsonl::Fit::Overflow {
-                    overflow.push(row.key.clone());
-                } else {
-                    let why = if size > ctx.args.max_bytes_per_batch {
-                        InputError::TooLarge {
-                            size,
-                            limit: ctx.args.max_bytes_per_batch,
-                        }
-                    } else {
-                        InputError::TooManyTokens {
-                            tokens: jsonl::tokens_of(size),
-                            limit: token_limit,
-                        }
-                    };
-                    invalid.push((row.key.clone(), why.to_string()));
-                }
-            }
-        }
-    }
-    drop(rows);
-    if !invalid.is_empty() || !failed.is_empty() {
-        tracing::warn!(job = %job.job_id, invalid = invalid.len(), media = failed.len(), "rows that cannot be sent reported");
-        let outcomes = invalid
-            .iter()
-            .map(|(key, why)| invalid_input(key, why))
-            .chain(failed)
-            .collect();
-        report(&ctx, &claim.name, outcomes).await?;
-    }
-    if !overflow.is_empty() {
-        tracing::info!(job = %job.job_id, rows = overflow.len(), "rows beyond the batch bounds released");
-        release(&ctx, &claim.name, &overflow).await;
-    }
-    if sent_keys.is_empty() {
-        finish(
-            &ctx,
-            &job,
-            &claim.name,
-            pb::JobState::Cancelled,
-            "",
-            "no row could be sent",
+    tracing::info!(claim = %claim_for_logs(&claim.name), error = s.message(), "no job made from the claim");
+    // A provider cool-down or full provider quota says when to come back:
+    // no new claim before then (the ledger's job limit does not: a job
+    // ending frees a place, and `room` sees it).
+    if s.code() == Code::ResourceExhausted
+        && matches!(
+            tally_client::error_reason(&s).as_deref(),
+            Some("PROVIDER_COOLDOWN" | "PROVIDER_QUOTA")
         )
-        .await?;
-        return Ok(JobEnd::Reconciled);
+    {
+        ctx.hold_claims(tally_client::retry_delay(&s).unwrap_or(std::time::Duration::from_secs(5)));
     }
-    body.extend_from_slice(&crate::job::golden::lines(&ctx, &job).await);
-    let body = bytes::Bytes::from(body);
-
-    if stop.is_cancelled() {
-        release(&ctx, &claim.name, &[]).await;
-        return Ok(JobEnd::Released);
-    }
-    let mut sent = create::Sent {
-        keys: sent_keys,
-        tokens: packer.tokens(),
-        token_limit,
-        media: job_media.uploads.into_iter().collect(),
-        lines: bytes::Bytes::new(),
-    };
-    let display_name = crate::tags::display_name(&ctx.ledger, &job.job_id);
-    let file = match ctx.provider.upload_input(&display_name, &body).await {
-        Ok(f) => f,
-        Err(e) => return upload_failed(&ctx, &job, &claim.name, &model, &sent, e).await,
-    };
-    if stop.is_cancelled() {
-        release(&ctx, &claim.name, &[]).await;
-        return Ok(JobEnd::Released);
-    }
-    ctx.args.failpoint(Failpoint::AfterUpload);
-    // Kept only where the requests go inline in the create.
-    if ctx.provider.takes_requests_inline() {
-        sent.lines = body;
+    let end = if s.code() == Code::ResourceExhausted || is_paused(&s) {
+        Ok(JobEnd::Released)
     } else {
-        drop(body);
+        Err(s.into())
+    };
+    Err(Submit::Release("no job made from the claim", end))
+}
+
+/// Reports the rows that can never be sent (or whose media failed) and
+/// gives back the rows that wait.
+async fn settle_unsent(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    unsent: &mut Unsent,
+) -> Result<(), JobError> {
+    let (invalid, media) = (unsent.invalid.len(), unsent.failed.len());
+    if invalid + media > 0 {
+        tracing::warn!(job = %job.job_id, invalid, media, "rows that cannot be sent reported");
+        report(ctx, claim, unsent.outcomes()).await?;
     }
-    // Recorded before the create goes out: from here the batch may exist,
-    // and the rows are never released until the provider was searched.
-    let job = match create::mark_creating(&ctx, &job, &claim.name, &file, &sent).await {
-        Ok(j) => j,
-        Err(s) => {
-            tracing::warn!(job = %job.job_id, error = %s, "MarkCreating failed; releasing the claim");
-            release(&ctx, &claim.name, &[]).await;
-            return Err(s.into());
-        }
-    };
-    ctx.args.failpoint(Failpoint::AfterMarkCreating);
-    let job = match create::create(&ctx, &job, &claim.name, &model, sent, &stop).await? {
-        CreateEnd::Submitted(job) => *job,
-        CreateEnd::NeverMade => return Ok(JobEnd::Released),
-        CreateEnd::LeftForAdoption => return Ok(JobEnd::LeftForAdoption),
-    };
-    tracing::info!(job = %job.job_id, rows = expect.len(), batch = %job.batch, input_file = %file, "job submitted");
-    follow(&ctx, job, &claim.name, expect, &stop).await
+    if !unsent.waiting.is_empty() {
+        tracing::info!(job = %job.job_id, rows = unsent.waiting.len(), "rows beyond the batch bounds released");
+        release(ctx, claim, &unsent.waiting).await;
+    }
+    Ok(())
 }
 
 /// A failed upload of the job's input file. A definite refusal is what
@@ -336,24 +281,22 @@ async fn upload_failed(
     model: &str,
     sent: &create::Sent,
     e: ProviderError,
-) -> Result<JobEnd, JobError> {
+) -> Submit {
     let Some(refusal) = ctx.provider.wire().classify(&e) else {
-        tracing::warn!(job = %job.job_id, error = %e, "upload failed; releasing the claim and waiting before the next claim");
-        release(ctx, claim, &[]).await;
         ctx.hold_claims(ctx.cooldown(None));
-        return Err(e.into());
+        return Submit::Release(
+            "upload failed; waiting before the next claim",
+            Err(e.into()),
+        );
     };
     let job = match create::mark_creating(ctx, job, claim, "", sent).await {
         Ok(j) => j,
-        Err(s) => {
-            tracing::warn!(job = %job.job_id, error = %s, "MarkCreating failed; releasing the claim");
-            release(ctx, claim, &[]).await;
-            return Err(s.into());
-        }
+        Err(s) => return Submit::Release("MarkCreating failed", Err(s.into())),
     };
     let (keys, tokens) = (&sent.keys, sent.tokens);
-    create::refused(ctx, &job, claim, model, keys, tokens, "upload", e, refusal).await?;
-    Ok(JobEnd::Released)
+    let refused =
+        create::refused(ctx, &job, claim, model, keys, tokens, "upload", e, refusal).await;
+    Submit::Ended(refused.map(|()| JobEnd::Released))
 }
 
 /// Takes over a job whose owner died after a create was attempted or after
@@ -416,153 +359,6 @@ pub async fn run_adopted(
     follow(&ctx, job, &claim.name, expect, &stop).await
 }
 
-/// Waits for the job's batch to end, then reconciles it.
-async fn follow(
-    ctx: &Arc<Ctx>,
-    job: pb::Job,
-    claim: &str,
-    expect: HashMap<String, Answer>,
-    stop: &CancellationToken,
-) -> Result<JobEnd, JobError> {
-    let operation = if job.operation.is_empty() {
-        format!("operations/{}", job.batch)
-    } else {
-        job.operation.clone()
-    };
-    let mut wake = ctx.ops.subscribe();
-    let mut next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
-    let mut gone = GoneWatch::default();
-    // Set once this worker cancelled the batch for its deadline: the batch
-    // is still followed to its end, so what it answered before the cancel
-    // is read and reported like any other partial output.
-    let mut cancelled = String::new();
-    let done = loop {
-        let now = get_job(ctx, &job.name).await?;
-        match now.state() {
-            pb::JobState::Succeeded
-            | pb::JobState::Failed
-            | pb::JobState::Cancelled
-            | pb::JobState::Expired => break now,
-            pb::JobState::Reconciled => return Ok(JobEnd::Reconciled),
-            pb::JobState::Unspecified
-            | pb::JobState::Preparing
-            | pb::JobState::Creating
-            | pb::JobState::Submitted
-            | pb::JobState::Running => {}
-        }
-        if now.claim != claim {
-            tracing::warn!(job = %job.job_id, "job is fenced by another claim now; leaving it");
-            return Ok(JobEnd::Lost);
-        }
-        if cancelled.is_empty() && past_deadline(ctx, &now) {
-            cancelled = format!(
-                "the batch did not finish within --batch-deadline ({}); cancelled",
-                humantime::format_duration(ctx.args.batch_deadline)
-            );
-            tracing::warn!(job = %job.job_id, batch = %job.batch, "{cancelled}; following it until it ends");
-            if let Err(e) = ctx.provider.cancel_batch(&job.batch).await {
-                tracing::warn!(job = %job.job_id, batch = %job.batch, error = %e, "cancel failed");
-            }
-            next_poll = tokio::time::Instant::now();
-        }
-        // Until our operation moves, the poll is due, or we are told to stop.
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => {
-                    tracing::info!(job = %job.job_id, batch = %job.batch, "shutting down; job left for adoption");
-                    return Ok(JobEnd::LeftForAdoption);
-                }
-                got = wake.recv() => match got {
-                    Ok(name) if name == operation => break,
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(_)) => break,
-                    Err(RecvError::Closed) => {
-                        tokio::time::sleep_until(next_poll).await;
-                    }
-                },
-                _ = tokio::time::sleep_until(next_poll) => {
-                    match poll(ctx, &job.batch).await {
-                        Polled::Seen => gone.seen(),
-                        Polled::Failed => {}
-                        Polled::NotFound(message) => {
-                            if gone.not_found(std::time::Instant::now(), ctx.args.gone_after) {
-                                let why = reconcile::gone_reason(&job.batch, ctx, &message);
-                                tracing::warn!(job = %job.job_id, batch = %job.batch, "{why}");
-                                return finish(ctx, &now, claim, pb::JobState::Failed, "", &why).await;
-                            }
-                            tracing::info!(job = %job.job_id, batch = %job.batch, "batch answered 404; asking again before taking it for gone");
-                        }
-                    }
-                    next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
-                    break;
-                }
-            }
-        }
-    };
-    reconcile::reconcile(ctx, done, claim, expect, stop, &cancelled).await
-}
-
-async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
-    with_retry(ctx.retry, "GetJob", || {
-        let mut c = ctx.clients.jobs.clone();
-        let req = pb::GetJobRequest {
-            name: name.to_string(),
-        };
-        async move { c.get_job(req).await }
-    })
-    .await
-    .map(tonic::Response::into_inner)
-}
-
-/// The reconciliation poller: the provider's view, through the reducer.
-async fn poll(ctx: &Ctx, batch: &str) -> Polled {
-    match ctx.provider.get_batch(batch).await {
-        Ok(observed) => {
-            ctx.metrics.polled();
-            let mut c = ctx.clients.operations.clone();
-            match ingest_observation(&mut c, &observed.observation).await {
-                Ok(r) => tracing::debug!(batch, verdict = r.verdict, reason = %r.reason, "polled"),
-                Err(e) => tracing::warn!(batch, error = %e, "poll not ingested"),
-            }
-            Polled::Seen
-        }
-        // Deleted at the provider (by an operator, or gone after its
-        // retention), or a 404 that proves nothing (another project's key):
-        // the caller decides over a window.
-        Err(ProviderError::Http {
-            code: 404, message, ..
-        }) => Polled::NotFound(message),
-        Err(e) => {
-            tracing::warn!(batch, error = %e, "poll failed");
-            Polled::Failed
-        }
-    }
-}
-
-/// What a poll learned.
-enum Polled {
-    /// The provider's view went through the reducer.
-    Seen,
-    /// The poll failed for a reason that may pass.
-    Failed,
-    /// The provider answered 404: its message.
-    NotFound(String),
-}
-
-/// Whether a submitted batch has outlived `--batch-deadline`.
-fn past_deadline(ctx: &Ctx, job: &pb::Job) -> bool {
-    let Some(submitted) = job
-        .submit_time
-        .as_ref()
-        .and_then(|t| std::time::SystemTime::try_from(*t).ok())
-    else {
-        return false;
-    };
-    submitted
-        .elapsed()
-        .is_ok_and(|age| age > ctx.args.batch_deadline)
-}
-
 /// Gives rows back unworked (every held row when `keys` is empty). Errors
 /// are logged: the lease runs out and the sweeper does the same anyway.
 async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
@@ -593,20 +389,5 @@ async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
                 return;
             }
         }
-    }
-}
-
-/// A row whose media could not be read, reported as such (`kind`:
-/// MEDIA_UNREADABLE is PERMANENT, MEDIA_UNAVAILABLE RETRYABLE).
-fn media_failure(key: &str, kind: pb::FailureKind, why: String) -> pb::RowOutcome {
-    pb::RowOutcome {
-        key: key.to_string(),
-        outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
-            kind: kind as i32,
-            message: why,
-            ..Default::default()
-        })),
-        usage: None,
-        ..Default::default()
     }
 }

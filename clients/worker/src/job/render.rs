@@ -1,0 +1,228 @@
+//! A claim's rows turned into the provider's requests: each row's prompt
+//! (fetched once a job), its request built by the provider's wire, its
+//! media attached; then, for a batch, its line packed into the input file
+//! under the row, byte and token bounds. What cannot be sent is said per
+//! row: invalid input (reported, PERMANENT), media that could not be read
+//! (reported), or a row that waits (released, no attempt).
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tally_proto::v1 as pb;
+use tonic::Status;
+
+use crate::attach::{self, AttachFail, JobMedia};
+use crate::ctx::{Answer, Ctx, PromptResult, prompt_name};
+use crate::jsonl;
+use crate::prompt::InputError;
+
+/// The prompts a claim's rows use, each fetched once.
+pub(crate) struct Prompts(HashMap<String, PromptResult>);
+
+impl Prompts {
+    /// Fetches every prompt `rows` name. A prompt tally cannot answer for
+    /// now fails the whole claim (its rows go back unworked).
+    pub async fn fetch(ctx: &Ctx, rows: &[pb::ClaimedRow]) -> Result<Self, Status> {
+        let mut prompts: HashMap<String, PromptResult> = HashMap::new();
+        for p in rows.iter().filter_map(|r| r.prompt.as_ref()) {
+            if let Entry::Vacant(slot) = prompts.entry(prompt_name(p)) {
+                let found = ctx.prompt(slot.key()).await?;
+                slot.insert(found);
+            }
+        }
+        Ok(Prompts(prompts))
+    }
+}
+
+/// What became of one row's request.
+pub(crate) enum Prepared {
+    /// Ready to send: the request, and what its answer must be.
+    Ready(Value, Answer),
+    /// It can never be sent as it is (reported as invalid input).
+    Invalid(String),
+    /// Its media could not be read: the outcome to report.
+    Failed(pb::RowOutcome),
+    /// Not now: it goes back unattempted.
+    Waits,
+}
+
+/// Builds `row`'s request for `model` (as the provider names it), with its
+/// media attached. The row's payload is taken (let go once rendered).
+pub(crate) async fn prepare(
+    ctx: &Ctx,
+    row: &mut pb::ClaimedRow,
+    prompts: &Prompts,
+    model: &str,
+    media: &mut JobMedia,
+) -> Prepared {
+    let wire = ctx.provider.wire();
+    let payload = std::mem::take(&mut row.payload);
+    let compiled = match row.prompt.as_ref().map(|p| &prompts.0[&prompt_name(p)]) {
+        Some(Err(why)) => return Prepared::Invalid(why.clone()),
+        Some(Ok(c)) => Some(Arc::clone(c)),
+        None => None,
+    };
+    let spec = compiled.as_ref().map(|c| &c.spec);
+    let mut request = match wire.build_request(&payload, spec, model) {
+        Ok(req) => req,
+        Err(e) => return Prepared::Invalid(e.to_string()),
+    };
+    match attach::attach(ctx, &mut request, media).await {
+        Ok(()) => Prepared::Ready(request, Answer::of(wire, &payload, row.prompt.as_ref())),
+        Err(AttachFail::Unreadable(why)) => Prepared::Failed(media_failure(
+            &row.key,
+            pb::FailureKind::MediaUnreadable,
+            why,
+        )),
+        Err(AttachFail::Unavailable(why)) => Prepared::Failed(media_failure(
+            &row.key,
+            pb::FailureKind::MediaUnavailable,
+            why,
+        )),
+        Err(AttachFail::StorageFull(why)) => {
+            tracing::warn!(row = %row.key, "{why}; the row waits");
+            Prepared::Waits
+        }
+        Err(AttachFail::NotHere(why)) => {
+            // The worker's flags, not the row: it goes back unattempted,
+            // and the worker stops rather than claim it again.
+            ctx.stop_for_settings(why);
+            Prepared::Waits
+        }
+    }
+}
+
+/// The rows of a claim that were not sent, by why.
+#[derive(Default)]
+pub(crate) struct Unsent {
+    /// Reported as invalid input: key and why.
+    pub invalid: Vec<(String, String)>,
+    /// Reported as they are (media failures).
+    pub failed: Vec<pb::RowOutcome>,
+    /// Given back unattempted.
+    pub waiting: Vec<String>,
+}
+
+impl Unsent {
+    /// Notes `prepared` for `key` unless it is ready: answers the ready
+    /// request.
+    pub fn sort(&mut self, key: &str, prepared: Prepared) -> Option<(Value, Answer)> {
+        match prepared {
+            Prepared::Ready(request, answer) => return Some((request, answer)),
+            Prepared::Invalid(why) => self.invalid.push((key.to_string(), why)),
+            Prepared::Failed(outcome) => self.failed.push(outcome),
+            Prepared::Waits => self.waiting.push(key.to_string()),
+        }
+        None
+    }
+
+    /// The outcomes to report (invalid input and media failures).
+    pub fn outcomes(&mut self) -> Vec<pb::RowOutcome> {
+        let invalid = std::mem::take(&mut self.invalid);
+        invalid
+            .iter()
+            .map(|(key, why)| crate::job::settle::invalid_input(key, why))
+            .chain(std::mem::take(&mut self.failed))
+            .collect()
+    }
+}
+
+/// A batch's input file, rendered.
+pub(crate) struct Batch {
+    pub body: Vec<u8>,
+    /// The rows in it, in order.
+    pub keys: Vec<String>,
+    /// What each row's answer must be.
+    pub expect: HashMap<String, Answer>,
+    /// Their estimated input tokens.
+    pub tokens: u64,
+    pub media: JobMedia,
+}
+
+/// Renders `rows` into one batch input file for `job`, row by row into one
+/// buffer: a line that does not fit is dropped at once, and each row's
+/// payload is let go once rendered, so the claim and the file are not both
+/// held whole. Rows that are not in it are noted in `unsent`.
+pub(crate) async fn batch(
+    ctx: &Ctx,
+    job: &pb::Job,
+    model: &str,
+    mut rows: Vec<pb::ClaimedRow>,
+    prompts: &Prompts,
+    unsent: &mut Unsent,
+) -> Batch {
+    let token_limit = job.provider_token_limit.max(0) as u64;
+    let wire = ctx.provider.wire();
+    let at_provider = tally_core::provider::route(model).model.to_owned();
+    let mut packer = jsonl::Packer::new(jsonl::Limits {
+        rows: ctx.args.max_rows_per_batch,
+        bytes: ctx.args.max_bytes_per_batch,
+        tokens: ctx.token_bound(model, token_limit),
+        hard_tokens: token_limit,
+    });
+    let ids = crate::tags::RequestIds::of(wire.derives_request_ids(), &job.job_id);
+    let mut out = Batch {
+        body: Vec::new(),
+        keys: Vec::new(),
+        expect: HashMap::new(),
+        tokens: 0,
+        media: JobMedia::default(),
+    };
+    for row in &mut rows {
+        let prepared = prepare(ctx, row, prompts, &at_provider, &mut out.media).await;
+        let Some((request, answer)) = unsent.sort(&row.key, prepared) else {
+            continue;
+        };
+        let start = out.body.len();
+        let size = jsonl::write_line(
+            &mut out.body,
+            &wire.line_shape(),
+            &ids.id(&row.key),
+            &request,
+        );
+        match packer.offer(size) {
+            jsonl::Fit::Batch => {
+                out.expect.insert(row.key.clone(), answer);
+                out.keys.push(row.key.clone());
+            }
+            jsonl::Fit::Overflow => {
+                out.body.truncate(start);
+                unsent.waiting.push(row.key.clone());
+            }
+            jsonl::Fit::Oversized => {
+                out.body.truncate(start);
+                let why = if size > ctx.args.max_bytes_per_batch {
+                    InputError::TooLarge {
+                        size,
+                        limit: ctx.args.max_bytes_per_batch,
+                    }
+                } else {
+                    InputError::TooManyTokens {
+                        tokens: jsonl::tokens_of(size),
+                        limit: token_limit,
+                    }
+                };
+                unsent.invalid.push((row.key.clone(), why.to_string()));
+            }
+        }
+    }
+    out.tokens = packer.tokens();
+    out
+}
+
+/// A row whose media could not be read, reported as such (`kind`:
+/// MEDIA_UNREADABLE is PERMANENT, MEDIA_UNAVAILABLE RETRYABLE).
+fn media_failure(key: &str, kind: pb::FailureKind, why: String) -> pb::RowOutcome {
+    pb::RowOutcome {
+        key: key.to_string(),
+        outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
+            kind: kind as i32,
+            message: why,
+            ..Default::default()
+        })),
+        usage: None,
+        ..Default::default()
+    }
+}
