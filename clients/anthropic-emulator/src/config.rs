@@ -26,7 +26,11 @@ pub struct EmulatorConfig {
     pub seed: u64,
     /// The models requests may name.
     pub models: Models,
+    /// The synchronous endpoint's limits and latency.
+    pub online: OnlineConfig,
 }
+
+pub use emulator_kit::online::{Latency, OnlineConfig};
 
 /// The key the binary accepts unless told otherwise.
 pub const DEFAULT_API_KEY: &str = "sk-ant-emulator";
@@ -43,6 +47,7 @@ impl Default for EmulatorConfig {
             timing: Timing::default(),
             seed: 0,
             models: Models::Any,
+            online: OnlineConfig::default(),
         }
     }
 }

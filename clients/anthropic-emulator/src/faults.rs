@@ -49,6 +49,8 @@ pub struct FaultPlan {
     /// The share (0 to 1) of an expired batch's requests, first in request
     /// order, that finished before the horizon; the rest are `expired`.
     pub finished_on_expiry: f64,
+    /// The synchronous endpoint's faults (the kit's `online` section).
+    pub online: emulator_kit::online::OnlineFaults,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

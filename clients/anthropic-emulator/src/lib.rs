@@ -9,7 +9,8 @@
 //! (or `Authorization: Bearer <key>`) and `anthropic-version`:
 //! `POST|GET /messages/batches`, `GET|DELETE /messages/batches/{id}`,
 //! `POST /messages/batches/{id}/cancel`, `GET /messages/batches/{id}/results`
-//! (JSONL); every response names a `request-id`; `GET /_emulator/stats`,
+//! (JSONL); `POST /messages` (synchronous, within the account's per-minute
+//! limits: [`online`]); every response names a `request-id`; `GET /_emulator/stats`,
 //! `GET|POST /_emulator/faults` (no key).
 //!
 //! Layout, foundations first: [`error`] the one error shape and its types;
@@ -33,13 +34,16 @@ pub mod error;
 pub mod faults;
 mod handle;
 pub mod ids;
+pub mod online;
 pub mod page;
 pub mod requests;
 mod routes;
 mod service;
 pub mod stats;
 
-pub use config::{API_VERSIONS, DEFAULT_API_KEY, EmulatorConfig, Models, Timing};
+pub use config::{
+    API_VERSIONS, DEFAULT_API_KEY, EmulatorConfig, Latency, Models, OnlineConfig, Timing,
+};
 pub use error::ErrorType;
 pub use faults::{
     BatchFault, BatchMatch, BatchRule, FaultPlan, FaultPlanError, LostAnswer, LostMode, RateLimit,

@@ -42,6 +42,8 @@ struct Args {
     /// Models requests may name, comma-separated, or `*` for any.
     #[arg(long, env = "ANTHROPIC_EMULATOR_MODELS", default_value = "*", value_parser = Models::parse)]
     models: Models,
+    #[command(flatten)]
+    online: startup::OnlineArgs,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "ANTHROPIC_EMULATOR_LOG_JSON")]
     log_json: bool,
@@ -62,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
         },
         seed: args.seed,
         models: args.models,
+        online: args.online.config(),
     };
     let emulator = Emulator::start(args.listen, config)
         .await

@@ -27,6 +27,7 @@ type AppState = State<Arc<Shared>>;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     let api = Router::new()
+        .route("/v1/messages", post(messages))
         .route("/v1/messages/batches", post(create).get(list))
         .route("/v1/messages/batches/{id}", get(retrieve).delete(delete))
         .route("/v1/messages/batches/{id}/cancel", post(cancel))
@@ -98,6 +99,13 @@ async fn require_version(request: Request, next: Next) -> Response {
         }
         Some(_) => next.run(request).await,
     }
+}
+
+/// `POST /v1/messages`: one synchronous request.
+async fn messages(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
+    let params: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
+    Ok(shared.online(params).await)
 }
 
 fn json(value: Value) -> Response {

@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
 use emulator_kit::emulator::Served;
 use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::{hash_str, shuffled};
+use emulator_kit::online::{Online, Tier, prompt_key};
 use emulator_kit::serve::Created;
 use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
@@ -23,6 +25,7 @@ use crate::config::{EmulatorConfig, Models, Timing};
 use crate::error::{ApiError, ErrorType};
 use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, Refusal, share_of};
 use crate::ids::{batch_id, message_id, request_id};
+use crate::online;
 use crate::page::Page;
 use crate::requests::{BatchRequest, check_params, parse_create};
 use crate::stats::{Outcome, Stats};
@@ -50,6 +53,7 @@ struct State {
     /// Hashes of the cached prompt prefixes seen.
     cached: HashSet<u64>,
     faults: Faults,
+    online: Online,
     stats: Stats,
     next_seq: u64,
 }
@@ -95,6 +99,7 @@ impl Shared {
                 results: HashMap::new(),
                 running: Lives::default(),
                 cached: HashSet::new(),
+                online: Online::configured(config.online, faults.plan().online.clone()),
                 faults,
                 stats: Stats::default(),
                 next_seq: 0,
@@ -108,10 +113,17 @@ impl Shared {
         &self.api_keys[0]
     }
     pub(crate) fn stats_now(&self) -> Stats {
-        self.lock().stats.clone()
+        let state = self.lock();
+        Stats {
+            online: state.online.stats().clone(),
+            ..state.stats.clone()
+        }
     }
     pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        self.lock().faults = Faults::compile(plan)?;
+        let faults = Faults::compile(plan)?;
+        let mut state = self.lock();
+        state.online.set_faults(faults.plan().online.clone());
+        state.faults = faults;
         Ok(())
     }
 }
@@ -119,6 +131,68 @@ impl Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `POST /v1/messages`: one synchronous request, answered as a batch
+    /// request of it would be (the same checks and row faults), within the
+    /// account's per-minute limits.
+    pub(crate) async fn online(&self, params: Value) -> Response {
+        let checked = check_params(&params, &self.models)
+            .map_err(|(kind, message)| ApiError::new(kind, message))
+            .and_then(|()| online::tier_of(&params));
+        let tier = match checked {
+            Ok(tier) => tier,
+            Err(e) => return e.into_response(),
+        };
+        let prompt = prompt_text(&params);
+        let (gate, limits) = {
+            let mut state = self.lock();
+            let tokens = emulator_kit::text::tokens(&prompt) + online::max_output(&params);
+            let gate = state.online.gate(std::time::Instant::now(), tier, tokens);
+            (gate, state.online.limits())
+        };
+        emulator_kit::serve::online_answer(
+            gate,
+            |refused| online::refusal(refused, limits).into_response(),
+            |lost| self.answer_online(&params, &prompt, tier, lost),
+            || ApiError::of(ErrorType::Api).into_response(),
+        )
+        .await
+    }
+
+    /// The model's answer to a synchronous request, counted as answered.
+    fn answer_online(&self, params: &Value, prompt: &str, tier: Tier, lost: bool) -> Response {
+        let mut state = self.lock();
+        state.next_seq += 1;
+        let seq = state.next_seq;
+        let fault = state.faults.decide_row(&prompt_key(prompt), prompt);
+        let cache = match cache_prefix(params) {
+            Some((hash, tokens)) if state.cached.insert(hash) => Cache::Write(tokens),
+            Some((_, tokens)) => Cache::Read(tokens),
+            None => Cache::None,
+        };
+        state.online.answered(prompt, tier, lost);
+        drop(state);
+        let answered = answer(
+            params,
+            None,
+            fault.as_ref(),
+            self.seed,
+            &message_id(self.nonce, seq),
+            cache,
+        );
+        match answered.result["type"].as_str() {
+            Some("succeeded") => {
+                let mut message = answered.result["message"].clone();
+                message["usage"]["service_tier"] = json!("standard");
+                axum::Json(message).into_response()
+            }
+            _ => {
+                let error = &answered.result["error"]["error"];
+                let kind = serde_json::from_value(error["type"].clone()).unwrap_or(ErrorType::Api);
+                ApiError::new(kind, error["message"].as_str().unwrap_or_default()).into_response()
+            }
+        }
     }
 
     pub fn faults(&self) -> FaultPlan {

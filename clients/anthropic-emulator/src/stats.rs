@@ -32,6 +32,8 @@ pub struct Stats {
     pub models: BTreeMap<String, String>,
     /// Every submission of each custom_id, in batch creation order.
     pub submissions: Submissions<Outcome>,
+    /// The synchronous endpoint's counters.
+    pub online: emulator_kit::online::OnlineStats,
 }
 
 /// One custom_id sent in one batch, and what became of it.

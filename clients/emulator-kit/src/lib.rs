@@ -13,11 +13,13 @@
 //! per-key submission log tests check; [`signing`] the Standard Webhooks
 //! signer; [`delivery`] signed webhook delivery with retries, duplicates
 //! and late redeliveries; [`serve`] the listener, the served router and
-//! its ordered shutdown; [`lifecycle`] a batch's dwell times, cancel
+//! its ordered shutdown; [`online`] the synchronous endpoints' tiers,
+//! per-minute limits, shedding, lost answers and counters; [`lifecycle`] a
+//! batch's dwell times, cancel
 //! and stop tokens; [`startup`] what the binaries do around their
 //! flags; [`emulator`] the handle over an emulator's served state; [`testing`] polling helpers for the emulators' tests. `mix`,
-//! `times`, `rules`, `models`, `schema_instance`, `text`, `submissions` and
-//! `signing` are pure.
+//! `times`, `rules`, `models`, `online`, `schema_instance`, `text`,
+//! `submissions` and `signing` are pure.
 
 pub mod delivery;
 pub mod emulator;
@@ -25,6 +27,7 @@ pub mod ids;
 pub mod lifecycle;
 pub mod mix;
 pub mod models;
+pub mod online;
 pub mod rules;
 pub mod schema_instance;
 pub mod serve;

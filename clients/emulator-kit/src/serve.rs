@@ -29,6 +29,31 @@ pub fn cut_answer() -> axum::response::Response {
     axum::response::Response::new(axum::body::Body::from_stream(broken))
 }
 
+/// Answers a synchronous request as the engine's `gate` says
+/// ([`crate::online::Online::gate`]): a refusal at once (`refuse`), else
+/// the model's answer after its latency (`answer`, told whether it will be
+/// lost), lost the way the plan says (a 500 from `status500`, or a cut
+/// connection).
+pub async fn online_answer(
+    gate: crate::online::Gate,
+    refuse: impl FnOnce(crate::online::Gate) -> axum::response::Response,
+    answer: impl FnOnce(bool) -> axum::response::Response,
+    status500: impl FnOnce() -> axum::response::Response,
+) -> axum::response::Response {
+    match gate {
+        crate::online::Gate::Answer { latency, lost } => {
+            tokio::time::sleep(latency).await;
+            let answered = answer(lost.is_some());
+            match lost {
+                None => answered,
+                Some(LostMode::Status500) => status500(),
+                Some(LostMode::Drop) => cut_answer(),
+            }
+        }
+        refused => refuse(refused),
+    }
+}
+
 /// A create's outcome: the batch made, or made with its answer lost.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Created<T> {

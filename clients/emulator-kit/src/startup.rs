@@ -1,10 +1,56 @@
-//! What both emulator binaries do around their own flags: tracing set up,
+//! What the emulator binaries do around their own flags: tracing set up,
 //! the fault plan file read, the webhook flags paired (never unsigned), and
-//! a clean stop on Ctrl-C or SIGTERM. Errors are typed; `main` wraps them.
+//! a clean stop on Ctrl-C or SIGTERM, the synchronous endpoints' flags.
+//! Errors are typed; `main` wraps them.
 
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use crate::delivery::WebhookTarget;
+use crate::online::{Latency, Limits, OnlineConfig};
+
+/// The flags of the synchronous endpoints, the same in every emulator.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OnlineArgs {
+    /// Requests per minute the account may send to the synchronous
+    /// endpoints (a sliding minute; 429 past it); 0: no limit.
+    #[arg(long, default_value_t = 0)]
+    pub rpm: u32,
+    /// Tokens per minute (input, plus the output a request asks for at
+    /// most); 0: no limit.
+    #[arg(long, default_value_t = 0)]
+    pub tpm: u64,
+    /// How long a standard or priority answer takes.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    pub latency: Duration,
+    /// How long a flex answer takes.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub flex_latency: Duration,
+}
+
+impl OnlineArgs {
+    pub fn config(&self) -> OnlineConfig {
+        OnlineConfig {
+            limits: self.limits(),
+            latency: self.latency(),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            rpm: self.rpm,
+            tpm: self.tpm,
+        }
+    }
+
+    pub fn latency(&self) -> Latency {
+        Latency {
+            standard: self.latency,
+            flex: self.flex_latency,
+        }
+    }
+}
 
 /// Why a binary refuses to start.
 #[derive(Debug, thiserror::Error)]

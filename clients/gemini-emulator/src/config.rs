@@ -26,7 +26,11 @@ pub struct EmulatorConfig {
     /// live uploaded files past it answers 429 (quota
     /// `FileStorageBytesPerProject`). Default 20 GiB, the documented limit.
     pub file_storage_bytes: u64,
+    /// The synchronous endpoint's limits and latency.
+    pub online: OnlineConfig,
 }
+
+pub use emulator_kit::online::{Latency, OnlineConfig};
 
 /// The Files API's storage quota per project (20 GiB).
 pub const FILE_STORAGE_BYTES: u64 = 20 * 1024 * 1024 * 1024;
@@ -43,6 +47,7 @@ impl Default for EmulatorConfig {
             seed: 0,
             models: Models::default(),
             file_storage_bytes: FILE_STORAGE_BYTES,
+            online: OnlineConfig::default(),
         }
     }
 }

@@ -113,6 +113,8 @@ pub struct FaultPlan {
     /// exists (what a key of another project, or a replica that has not
     /// seen the batch yet, answers).
     pub get_not_found: Option<Times>,
+    /// The synchronous endpoint's faults (the kit's `online` section).
+    pub online: emulator_kit::online::OnlineFaults,
 }
 
 /// A create refusal with any status.

@@ -11,6 +11,9 @@
 //! - `POST /v1beta/models/{model}:batchGenerateContent` — create a batch from a
 //!   JSONL input file; `GET /v1beta/batches/{id}`, `GET /v1beta/batches`,
 //!   `POST /v1beta/batches/{id}:cancel`;
+//! - `POST /v1beta/models/{model}:generateContent` — one synchronous request
+//!   with `serviceTier` (flex, priority), within the account's per-minute
+//!   limits ([`online`]: its tiers and refusals);
 //! - signed Standard Webhooks deliveries of batch state changes;
 //! - `GET /_emulator/stats`, `GET|POST /_emulator/faults` (no key) for demos.
 //!
@@ -32,8 +35,7 @@
 //! project may batch (`Models`), list order, refusals of any status, 404s
 //! for batches that exist (the fault plan).
 //!
-//! Not emulated: synchronous `generateContent` and dynamic (per-request)
-//! webhooks.
+//! Not emulated: streaming, and dynamic (per-request) webhooks.
 
 pub mod batches;
 pub mod config;
@@ -44,6 +46,7 @@ mod handle;
 pub mod ids;
 pub mod kind;
 pub mod media;
+pub mod online;
 pub mod output;
 mod routes;
 mod service;
@@ -52,7 +55,9 @@ pub mod webhooks;
 
 pub use emulator_kit::{schema_instance, signing};
 
-pub use config::{EmulatorConfig, Models, Timing, WebhookPayload, WebhookTarget};
+pub use config::{
+    EmulatorConfig, Latency, Models, OnlineConfig, Timing, WebhookPayload, WebhookTarget,
+};
 pub use faults::{
     CreateRefusal, FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, ListOrder,
     RowErrorFormat, RowFault, RowMatch, RowRule,

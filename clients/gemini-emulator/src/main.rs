@@ -66,6 +66,8 @@ struct Args {
     /// 429); default 20 GiB, the documented limit.
     #[arg(long, env = "GEMINI_EMULATOR_FILE_STORAGE_BYTES", default_value_t = gemini_emulator::config::FILE_STORAGE_BYTES)]
     file_storage_bytes: u64,
+    #[command(flatten)]
+    online: startup::OnlineArgs,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "GEMINI_EMULATOR_LOG_JSON")]
     log_json: bool,
@@ -95,6 +97,7 @@ async fn main() -> anyhow::Result<()> {
         seed: args.seed,
         models: args.models.unwrap_or_default(),
         file_storage_bytes: args.file_storage_bytes,
+        online: args.online.config(),
     };
     let emulator = Emulator::start(args.addr, config)
         .await

@@ -295,6 +295,10 @@ async fn model_method(
                 .create_batch(&version, model, &body, BatchKind::Generate)?
                 .respond(json_response, lost_answer)
         }
+        Some((model, "generateContent")) if !model.is_empty() => {
+            let body = parse_json(&body)?;
+            Ok(shared.online(&version, model, body).await)
+        }
         Some((model, "asyncBatchEmbedContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
             shared

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -18,12 +20,16 @@ use crate::error::ApiError;
 use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, ListOrder, RowErrorFormat};
 use crate::files::{Source, StoredFile, UploadError, UploadSession};
 use crate::ids::{hash_str, resource_id};
-use crate::output::{Style, build_output, parse_inline, parse_input};
+use crate::online;
+use crate::output::{
+    InputRow, Style, answer_row, build_output, parse_inline, parse_input, prompt_text, token_count,
+};
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
 use emulator_kit::delivery::{self, Attempt, Outbox};
 use emulator_kit::emulator::Served;
 use emulator_kit::lifecycle::{Lives, dwell};
+use emulator_kit::online::{Online, Tier, prompt_key};
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
@@ -57,6 +63,7 @@ struct State {
     by_id: HashMap<String, usize>,
     runtime: Lives,
     faults: Option<Faults>,
+    online: Online,
     stats: Stats,
     next_id: u64,
 }
@@ -125,6 +132,7 @@ impl Shared {
             seed: config.seed,
             nonce: emulator_kit::ids::run_nonce(config.seed),
             state: Mutex::new(State {
+                online: Online::configured(config.online, faults.plan().online.clone()),
                 faults: Some(faults),
                 ..State::default()
             }),
@@ -138,11 +146,17 @@ impl Shared {
         &self.api_key
     }
     pub(crate) fn stats_now(&self) -> Stats {
-        self.lock().stats.clone()
+        let state = self.lock();
+        Stats {
+            online: state.online.stats().clone(),
+            ..state.stats.clone()
+        }
     }
     pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         let faults = Faults::compile(plan)?;
-        self.lock().faults = Some(faults);
+        let mut state = self.lock();
+        state.online.set_faults(faults.plan().online.clone());
+        state.faults = Some(faults);
         Ok(())
     }
 }
@@ -371,6 +385,98 @@ impl Shared {
     }
 
     // ----- batches -----
+
+    /// `models/{model}:generateContent`: one synchronous request, answered
+    /// as a batch line of it would be (the same row faults), in the tier it
+    /// asks for, within the account's per-minute limits.
+    pub(crate) async fn online(&self, version: &str, model: &str, body: Value) -> Response {
+        let model = model.trim_start_matches("models/").to_owned();
+        if !self.models.allows(&model, false) {
+            return ApiError::not_found(format!(
+                "models/{model} is not found for API version {version}, or is not supported for generateContent. Call ListModels to see the list of available models and their supported methods."
+            ))
+            .into_response();
+        }
+        let tier = match online::tier_of(&body) {
+            Ok(tier) => tier,
+            Err(e) => return e.into_response(),
+        };
+        let prompt = prompt_text(&body);
+        let (gate, limits) = {
+            let mut state = self.lock();
+            let tokens = token_count(&prompt) + online::max_output(&body);
+            let gate = state.online.gate(std::time::Instant::now(), tier, tokens);
+            (gate, state.online.limits())
+        };
+        emulator_kit::serve::online_answer(
+            gate,
+            |refused| online::refusal(refused, limits, &model).into_response(),
+            |lost| self.answer_online(&model, body.clone(), &prompt, tier, lost),
+            || ApiError::new(500, "Internal error encountered.").into_response(),
+        )
+        .await
+    }
+
+    /// The model's answer to a synchronous request (its row faults as a
+    /// batch line's), counted as answered.
+    fn answer_online(
+        &self,
+        model: &str,
+        mut request: Value,
+        prompt: &str,
+        tier: Tier,
+        lost: bool,
+    ) -> Response {
+        let mut state = self.lock();
+        state.next_id += 1;
+        let seq = state.next_id;
+        let key = prompt_key(prompt);
+        let verdict = state
+            .faults
+            .as_mut()
+            .map_or(crate::faults::RowVerdict::Answer, |f| {
+                f.decide_row(&key, prompt)
+            });
+        let changed = state
+            .faults
+            .as_ref()
+            .and_then(|f| f.model_changed(model, Utc::now().timestamp_millis()))
+            .map(str::to_owned);
+        state.online.answered(prompt, tier, lost);
+        drop(state);
+        if let Value::Object(fields) = &mut request {
+            fields.remove("serviceTier");
+            fields.remove("service_tier");
+        }
+        let row = InputRow {
+            key,
+            request,
+            inline: None,
+        };
+        let style = Style {
+            kind: BatchKind::Generate,
+            grpc_errors: false,
+            changed_model: changed.is_some(),
+        };
+        let version = changed.as_deref().unwrap_or(model);
+        let Some((mut line, _)) = answer_row(&row, verdict, version, style) else {
+            return ApiError::new(500, "Internal error encountered.").into_response();
+        };
+        if let Some(error) = line.get_mut("error").map(Value::take) {
+            let code = error["code"].as_u64().unwrap_or(500) as u16;
+            let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return (status, axum::Json(json!({"error": error}))).into_response();
+        }
+        let mut answer = line["response"].take();
+        answer["responseId"] = json!(resource_id(self.nonce ^ 3, seq));
+        answer["usageMetadata"]["serviceTier"] = json!(online::tier_name(tier));
+        let mut response = axum::Json(answer).into_response();
+        response.headers_mut().insert(
+            "x-gemini-service-tier",
+            HeaderValue::from_static(online::tier_name(tier)),
+        );
+        response
+    }
 
     /// `models/{model}:batchGenerateContent` (or `:asyncBatchEmbedContent`),
     /// from an uploaded file or inline requests.

@@ -47,6 +47,8 @@ pub struct Stats {
     pub webhooks_failed: u64,
     /// Webhook deliveries given up after the last retry.
     pub webhooks_abandoned: u64,
+    /// The synchronous endpoint's counters.
+    pub online: emulator_kit::online::OnlineStats,
 }
 
 /// One row key sent in one batch, and what became of it.

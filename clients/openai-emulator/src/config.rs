@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::faults::FaultPlan;
+pub use emulator_kit::online::{Latency, OnlineConfig};
 
 /// A receiver of Standard Webhooks deliveries and how to deliver to it
 /// (OpenAI's events offer no payload choice).
@@ -27,6 +28,8 @@ pub struct EmulatorConfig {
     pub models: Models,
     /// The order `GET /v1/batches` pages in (a fault plan may override it).
     pub list_order: ListOrder,
+    /// The synchronous endpoints' limits and latency.
+    pub online: OnlineConfig,
 }
 
 /// The key the binary accepts unless told otherwise.
@@ -42,6 +45,7 @@ impl Default for EmulatorConfig {
             seed: 0,
             models: known_models(),
             list_order: ListOrder::default(),
+            online: OnlineConfig::default(),
         }
     }
 }

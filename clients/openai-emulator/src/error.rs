@@ -13,8 +13,9 @@ pub struct ApiError {
     pub kind: String,
     pub param: Option<String>,
     pub code: Option<String>,
-    /// Seconds for a `retry-after` header.
-    pub retry_after: Option<u64>,
+    /// The wait a `retry-after` header (whole seconds, rounded up) and a
+    /// `retry-after-ms` header name.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ApiError {
@@ -47,6 +48,15 @@ impl ApiError {
     /// 404 `invalid_request_error`, as the API answers unknown ids and paths.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(404, "invalid_request_error", message)
+    }
+
+    /// 500 `server_error`, in the API's words.
+    pub fn server_error() -> Self {
+        Self::new(
+            500,
+            "server_error",
+            "The server had an error while processing your request. Sorry about that!",
+        )
     }
 
     /// 401 for a request without a key (the API's words, `code` null).
@@ -84,10 +94,16 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (status, axum::Json(self.body())).into_response();
-        if let Some(secs) = self.retry_after
-            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
-        {
-            response.headers_mut().insert("retry-after", v);
+        if let Some(wait) = self.retry_after {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            for (name, value) in [
+                ("retry-after", secs.to_string()),
+                ("retry-after-ms", wait.as_millis().to_string()),
+            ] {
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    response.headers_mut().insert(name, v);
+                }
+            }
         }
         response
     }

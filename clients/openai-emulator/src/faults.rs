@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use emulator_kit::online::OnlineFaults;
 use emulator_kit::rules::{self, BatchRules, RowRules, RuleError};
 pub use emulator_kit::rules::{ListOrder, LostAnswer, LostMode, RowMatch};
 use emulator_kit::times::Fired;
@@ -44,6 +45,8 @@ pub struct FaultPlan {
     /// A batch cancelled while in progress has answered its first half of
     /// rows (its output file holds them); otherwise none ran.
     pub partial_on_cancel: bool,
+    /// The synchronous endpoints' faults (the kit's `online` section).
+    pub online: OnlineFaults,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,13 +7,16 @@
 //! The surface, under `{base_url}/v1`, every call with `Authorization:
 //! Bearer <key>`: `POST|GET /files`, `GET|DELETE /files/{id}`,
 //! `GET /files/{id}/content`, `POST|GET /batches`, `GET /batches/{id}`,
-//! `POST /batches/{id}/cancel`; signed Standard Webhooks `batch.*` events;
+//! `POST /batches/{id}/cancel`; `POST /chat/completions` and
+//! `POST /responses` (synchronous, with `service_tier`); signed Standard
+//! Webhooks `batch.*` events;
 //! `GET /_emulator/stats`, `GET|POST /_emulator/faults` (no key).
 //!
 //! Layout, foundations first: [`error`] the one error shape; [`ids`]
 //! OpenAI-shaped ids; [`config`] what it is started with; [`faults`] the
 //! fault plan and its matching; [`input`] validating input files;
-//! [`answer`] answering one line; [`files`] and [`batches`] resources as
+//! [`answer`] answering one line; [`online`] the synchronous endpoints'
+//! tiers, refusals and headers; [`files`] and [`batches`] resources as
 //! data; [`webhooks`] event payloads; [`stats`] what tests check; `service`
 //! the shared state and batch lifecycle; `routes` the thin handlers; `handle`
 //! the kit's view of both. From
@@ -33,12 +36,16 @@ pub mod files;
 mod handle;
 pub mod ids;
 pub mod input;
+pub mod online;
 mod routes;
 mod service;
 pub mod stats;
 pub mod webhooks;
 
-pub use config::{DEFAULT_API_KEY, EmulatorConfig, ListOrder, Models, Timing, WebhookTarget};
+pub use config::{
+    DEFAULT_API_KEY, EmulatorConfig, Latency, ListOrder, Models, OnlineConfig, Timing,
+    WebhookTarget,
+};
 pub use faults::{
     BatchFault, BatchMatch, BatchRule, CancelFinished, FaultPlan, FaultPlanError, LineErrorSpec,
     LostAnswer, LostMode, RateLimit, RowFault, RowMatch, RowRule, Times,

@@ -55,6 +55,8 @@ struct Args {
     /// Deliver every webhook event once more this long after the first time.
     #[arg(long, value_parser = humantime::parse_duration)]
     webhook_redeliver_after: Option<Duration>,
+    #[command(flatten)]
+    online: startup::OnlineArgs,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, env = "OPENAI_EMULATOR_LOG_JSON")]
     log_json: bool,
@@ -87,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
             .models
             .unwrap_or_else(openai_emulator::config::known_models),
         list_order: ListOrder::default(),
+        online: args.online.config(),
     };
     let emulator = Emulator::start(args.listen, config)
         .await

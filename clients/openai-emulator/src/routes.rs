@@ -32,6 +32,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/batches", post(create_batch).get(list_batches))
         .route("/v1/batches/{id}", get(get_batch))
         .route("/v1/batches/{id}/cancel", post(cancel_batch))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses))
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
     Router::new()
         .merge(api)
@@ -141,18 +143,29 @@ async fn file_content(
 }
 
 async fn create_batch(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
-    let body: Value = serde_json::from_slice(&body).map_err(|e| {
+    let body = body_json(&body)?;
+    shared
+        .create_batch(&body)?
+        .respond(json, ApiError::server_error)
+}
+
+/// A request body as JSON, or the API's 400.
+fn body_json(body: &Bytes) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid(format!(
             "We could not parse the JSON body of your request. ({e})"
         ))
-    })?;
-    shared.create_batch(&body)?.respond(json, || {
-        ApiError::new(
-            500,
-            "server_error",
-            "The server had an error while processing your request. Sorry about that!",
-        )
     })
+}
+
+async fn chat_completions(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
+    Ok(shared
+        .online("/v1/chat/completions", body_json(&body)?)
+        .await)
+}
+
+async fn responses(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
+    Ok(shared.online("/v1/responses", body_json(&body)?).await)
 }
 
 async fn get_batch(State(shared): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {

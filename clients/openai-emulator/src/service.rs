@@ -7,11 +7,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use emulator_kit::delivery::{self, Attempt, Outbox};
 use emulator_kit::emulator::Served;
 use emulator_kit::lifecycle::{Lives, dwell, end_after};
 use emulator_kit::mix::hash_str;
+use emulator_kit::online::{Online, Tier, prompt_key};
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
 use emulator_kit::submissions::SubmissionLog;
@@ -26,6 +28,7 @@ use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Fault
 use crate::files::{StoredFile, UPLOAD_PURPOSES};
 use crate::ids::{completion_id, file_id, hex_id};
 use crate::input::{InputRow, LineError, parse};
+use crate::online;
 use crate::stats::{Outcome, Stats};
 use crate::webhooks::event_for;
 
@@ -56,6 +59,7 @@ struct State {
     rows: HashMap<String, Vec<InputRow>>,
     runtime: Lives,
     faults: Faults,
+    online: Online,
     stats: Stats,
     next_seq: u64,
 }
@@ -123,6 +127,7 @@ impl Shared {
                     by_id: HashMap::new(),
                     rows: HashMap::new(),
                     runtime: Lives::default(),
+                    online: Online::configured(config.online, faults.plan().online.clone()),
                     faults,
                     stats: Stats::default(),
                     next_seq: 0,
@@ -138,10 +143,17 @@ impl Shared {
         &self.api_keys[0]
     }
     pub(crate) fn stats_now(&self) -> Stats {
-        self.lock().stats.clone()
+        let state = self.lock();
+        Stats {
+            online: state.online.stats().clone(),
+            ..state.stats.clone()
+        }
     }
     pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        self.lock().faults = Faults::compile(plan)?;
+        let faults = Faults::compile(plan)?;
+        let mut state = self.lock();
+        state.online.set_faults(faults.plan().online.clone());
+        state.faults = faults;
         Ok(())
     }
 }
@@ -164,6 +176,78 @@ impl Shared {
 
     pub fn faults(&self) -> FaultPlan {
         self.lock().faults.plan().clone()
+    }
+
+    // ---- synchronous endpoints ----
+
+    /// Answers one synchronous request of `endpoint`
+    /// (`/v1/chat/completions` or `/v1/responses`).
+    pub(crate) async fn online(&self, endpoint: &str, body: Value) -> Response {
+        let started = std::time::Instant::now();
+        let checked =
+            online::validate(endpoint, &body, &self.models).and_then(|()| online::tier_of(&body));
+        let tier = match checked {
+            Ok(tier) => tier,
+            Err(e) => return e.into_response(),
+        };
+        let prompt = prompt_text(&body);
+        let model = body["model"].as_str().unwrap_or_default().to_owned();
+        let (gate, limits) = {
+            let mut state = self.lock();
+            let tokens = tokens(&prompt) + online::max_output(&body);
+            let gate = state.online.gate(std::time::Instant::now(), tier, tokens);
+            (gate, state.online.limits())
+        };
+        emulator_kit::serve::online_answer(
+            gate,
+            |refused| online::refusal(refused, limits, &model).into_response(),
+            |lost| {
+                let mut answered = self.answer_online(endpoint, &body, &prompt, tier, lost);
+                online::headers(&mut answered.1, &answered.0, started.elapsed(), limits);
+                answered.1
+            },
+            || ApiError::server_error().into_response(),
+        )
+        .await
+    }
+
+    /// The model's answer to a synchronous request (its row faults as a
+    /// batch line's), counted as answered; with its request id.
+    fn answer_online(
+        &self,
+        endpoint: &str,
+        body: &Value,
+        prompt: &str,
+        tier: Tier,
+        lost: bool,
+    ) -> (String, Response) {
+        let mut state = self.lock();
+        state.next_seq += 1;
+        let seq = state.next_seq;
+        let fault = state.faults.decide_row(&prompt_key(prompt), prompt);
+        state.online.answered(prompt, tier, lost);
+        drop(state);
+        let ids = LineIds {
+            request: hex_id("req_", self.nonce ^ 2, seq),
+            completion: completion_id(self.nonce, seq),
+            request_id: hex_id("req_", self.nonce ^ 1, seq),
+            created: now_secs(),
+        };
+        let request_id = ids.request_id.clone();
+        let line = answer("", endpoint, body, fault.as_ref(), self.seed, &ids).map(|a| a.line);
+        let Some(mut response) = line
+            .map(|mut l| l["response"].take())
+            .filter(|r| !r.is_null())
+        else {
+            return (request_id, ApiError::server_error().into_response());
+        };
+        let status = response["status_code"].as_u64().unwrap_or(500) as u16;
+        let mut out = response["body"].take();
+        if status == 200 {
+            out["service_tier"] = json!(online::tier_name(tier));
+        }
+        let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK);
+        (request_id, (status, axum::Json(out)).into_response())
     }
 
     // ---- files ----
@@ -258,7 +342,7 @@ impl Shared {
             )
         } else {
             state.faults.take_rate_limit().map(|secs| ApiError {
-                retry_after: Some(secs),
+                retry_after: Some(Duration::from_secs(secs)),
                 ..ApiError::new(
                     429,
                     "requests",

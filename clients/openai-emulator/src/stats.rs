@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use emulator_kit::online::OnlineStats;
 use emulator_kit::submissions::{SubmissionLog, Submissions};
 use serde::Serialize;
 
@@ -36,6 +37,8 @@ pub struct Stats {
     pub media: BTreeMap<String, Vec<String>>,
     /// Every submission of each custom_id, in batch creation order.
     pub submissions: Submissions<Outcome>,
+    /// The synchronous endpoints' counters.
+    pub online: OnlineStats,
 }
 
 /// One custom_id sent in one batch, and what became of it.

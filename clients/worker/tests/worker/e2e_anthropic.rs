@@ -75,6 +75,7 @@ impl AnthropicWorld {
                 },
                 seed: 7,
                 models,
+                ..Default::default()
             },
         )
         .await
