@@ -499,11 +499,16 @@ pub struct PolicyArgs {
     #[arg(long)]
     pub alert_url: Option<String>,
     /// Price of a model in USD per million tokens,
-    /// `MODEL=INPUT,OUTPUT[,CACHED_INPUT[,THINKING]]` (cached input defaults
-    /// to the input price, thinking to the output price; repeatable; on
-    /// update it replaces the whole table).
-    #[arg(long = "price", value_name = "MODEL=IN,OUT[,CACHED[,THINK]]")]
+    /// `MODEL[@LANE]=INPUT,OUTPUT[,CACHED_INPUT[,THINKING]]` (cached input
+    /// defaults to the input price, thinking to the output price; without
+    /// `@LANE` the batch price; repeatable; on update it replaces the whole
+    /// table).
+    #[arg(long = "price", value_name = "MODEL[@LANE]=IN,OUT[,CACHED[,THINK]]")]
     pub prices: Vec<String>,
+    /// The lanes the ledger's rows may take, comma-separated: `batch`,
+    /// `flex`, `standard`, `priority` (default batch alone).
+    #[arg(long, value_delimiter = ',', value_name = "LANE,…")]
+    pub lanes: Vec<String>,
     /// Spend cap in USD (needs a --price for every model the rows use).
     /// Any spend-cap flag sets the whole cap: limits not given are none.
     #[arg(long)]

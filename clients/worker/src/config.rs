@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 
 pub use crate::arg::{SecretArg, UrlArg, read_secret_file};
+use tally_core::lane::Lane;
 use tally_core::provider::Api;
 
 /// tally-worker: claims rows from a tally ledger, runs them as batch jobs
@@ -76,6 +77,23 @@ pub struct WorkerArgs {
     /// ready row.
     #[arg(long, env = "TALLY_WORKER_MODEL", default_value = "")]
     pub model: String,
+
+    /// The lane this worker sends rows in: `batch` (provider batches), or a
+    /// synchronous tier: `flex` (OpenAI, Gemini), `standard`, `priority`
+    /// (OpenAI, Gemini). The ledger must allow the lane.
+    #[arg(long, env = "TALLY_WORKER_LANE", default_value = "batch", value_parser = parse_lane)]
+    pub lane: Lane,
+
+    /// Synchronous lanes: most calls in flight at once (each row one call;
+    /// the account's requests and tokens per minute, shared through tally,
+    /// bound them too).
+    #[arg(long, env = "TALLY_WORKER_CALLS", default_value_t = 16)]
+    pub calls: usize,
+
+    /// Synchronous lanes: the longest one call may take before its answer
+    /// counts as lost (flex may take minutes: the providers advise 10m).
+    #[arg(long, env = "TALLY_WORKER_CALL_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub call_timeout: Duration,
 
     /// Rows asked for in one claim (capped by --max-rows-per-batch).
     #[arg(long, env = "TALLY_WORKER_CLAIM_SIZE", default_value_t = 1000)]
@@ -369,6 +387,10 @@ impl WorkerArgs {
 
     /// Rows asked for in one claim.
     pub fn rows_per_claim(&self) -> i32 {
+        if self.lane.is_sync() {
+            // A synchronous claim is one wave of calls.
+            return i32::try_from(self.calls).unwrap_or(i32::MAX).max(1);
+        }
         let cap = i32::try_from(self.max_rows_per_batch).unwrap_or(i32::MAX);
         self.claim_size.clamp(1, cap.max(1))
     }
@@ -415,6 +437,25 @@ impl WorkerArgs {
         if self.poll_interval.is_zero() || self.heartbeat_interval.is_zero() {
             return Err("--poll-interval and --heartbeat-interval must be positive".into());
         }
+        let api = self.api()?;
+        if !self.lane.offered_by(api) {
+            return Err(format!(
+                "--lane {}: the {api} API has no such lane (it offers {})",
+                self.lane,
+                Lane::ALL
+                    .iter()
+                    .filter(|l| l.offered_by(api))
+                    .map(|l| l.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if self.lane.is_sync() && !(1..=1000).contains(&self.calls) {
+            return Err(format!("--calls {}: from 1 to 1000", self.calls));
+        }
+        if self.call_timeout.is_zero() {
+            return Err("--call-timeout must be positive".into());
+        }
         if let Some(lease) = self.lease
             && lease <= self.heartbeat_interval
         {
@@ -432,6 +473,16 @@ impl WorkerArgs {
         }
         tally_telemetry::http_listener::check(&self.http)
     }
+}
+
+/// A lane by name.
+fn parse_lane(text: &str) -> Result<Lane, String> {
+    Lane::parse(text).ok_or_else(|| {
+        format!(
+            "{text:?} is not a lane: {}",
+            Lane::ALL.map(Lane::name).join(", ")
+        )
+    })
 }
 
 /// Parses `30s`, `5m`, `250ms`.

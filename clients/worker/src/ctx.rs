@@ -162,9 +162,17 @@ impl Ctx {
             .created(model, limit);
     }
 
-    /// The lease asked for on claims and heartbeats.
+    /// The lease asked for on claims and heartbeats: `--lease`, else the
+    /// ledger's for a batch (it runs for hours), and for a synchronous lane
+    /// one call's time and two heartbeats (a worker that dies mid-call
+    /// leaves its rows to another soon).
     pub fn lease(&self) -> Option<prost_types::Duration> {
-        self.args.lease.map(|d| prost_types::Duration {
+        let sync = self
+            .args
+            .lane
+            .is_sync()
+            .then(|| self.args.call_timeout + self.args.heartbeat_interval.saturating_mul(2));
+        self.args.lease.or(sync).map(|d| prost_types::Duration {
             seconds: d.as_secs() as i64,
             nanos: d.subsec_nanos() as i32,
         })

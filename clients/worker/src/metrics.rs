@@ -119,6 +119,8 @@ struct Inner {
     jobs_adopted: Counter,
     jobs_finished: Family<EndLabels, Counter>,
     batch_stats_mismatches: Counter,
+    online_reported: Counter,
+    online_released: Counter,
     provider_errors: ProviderErrors,
     provider_info: Family<ProviderLabels, Gauge>,
     last_poll: F64Gauge,
@@ -148,6 +150,8 @@ impl WorkerMetrics {
             jobs_adopted: Counter::default(),
             jobs_finished: Family::default(),
             batch_stats_mismatches: Counter::default(),
+            online_reported: Counter::default(),
+            online_released: Counter::default(),
             provider_errors: ProviderErrors::default(),
             provider_info: Family::default(),
             last_poll: F64Gauge::default(),
@@ -186,6 +190,16 @@ impl WorkerMetrics {
             inner.batch_stats_mismatches.clone(),
         );
         r.register(
+            "tally_worker_online_calls_reported",
+            "synchronous calls whose outcome this worker reported (answered, refused for the row, or answer lost: each an attempt)",
+            inner.online_reported.clone(),
+        );
+        r.register(
+            "tally_worker_online_calls_released",
+            "rows of synchronous calls given back unattempted (shed, or never connected)",
+            inner.online_released.clone(),
+        );
+        r.register(
             "tally_worker_provider_errors",
             "failed provider HTTP calls by status code (unreachable: no answer)",
             inner.provider_errors.0.clone(),
@@ -213,6 +227,13 @@ impl WorkerMetrics {
             let _ = inner.jobs_finished.get_or_create(&EndLabels { end });
         }
         Self(Arc::new(inner))
+    }
+
+    /// Counts a wave of synchronous calls: outcomes reported, rows given
+    /// back unattempted.
+    pub fn online_calls(&self, reported: &[tally_proto::v1::RowOutcome], released: usize) {
+        self.0.online_reported.inc_by(reported.len() as u64);
+        self.0.online_released.inc_by(released as u64);
     }
 
     /// Says which provider this worker runs rows at

@@ -133,13 +133,18 @@ pub async fn run_serving(
         .policy
         .as_ref()
         .map_or(4, |p| p.max_active_jobs.max(1) as usize);
-    let max_local = if ctx.args.max_jobs > 0 {
+    let sync = ctx.args.lane.is_sync();
+    let max_local = if sync {
+        // A synchronous claim is one wave of calls: one being sent, the
+        // next being prepared.
+        2
+    } else if ctx.args.max_jobs > 0 {
         ctx.args.max_jobs
     } else {
         ledger_max
     };
     let idle_pause = ctx.args.poll_interval.min(Duration::from_secs(5));
-    tracing::info!(ledger = %ctx.ledger, worker = %ctx.worker, provider = %ctx.args.provider, api = %ctx.provider.api(), max_jobs = max_local, ledger_max_active_jobs = ledger_max, "worker started");
+    tracing::info!(ledger = %ctx.ledger, worker = %ctx.worker, provider = %ctx.args.provider, api = %ctx.provider.api(), lane = %ctx.args.lane, max_jobs = max_local, ledger_max_active_jobs = ledger_max, "worker started");
 
     let watcher = tokio::spawn(watch_operations(Arc::clone(&ctx), stop.clone()));
     let mut jobs: JoinSet<Result<JobEnd, job::JobError>> = JoinSet::new();
@@ -163,7 +168,9 @@ pub async fn run_serving(
             next_sweep = tokio::time::Instant::now() + ctx.args.janitor_interval;
         }
         let mut worked = false;
-        if jobs.len() < max_local {
+        // A synchronous lane makes no jobs: it asks once, at start, to take
+        // over what a previous process of its name held.
+        if (!sync || adopter.starting) && jobs.len() < max_local {
             match adopter.adopt(&ctx, max_local - jobs.len()).await {
                 Ok(adopted) => {
                     ctx.metrics.tally_answered();
@@ -179,7 +186,9 @@ pub async fn run_serving(
                 Err(s) => tracing::warn!(error = %s, "AdoptJobs failed"),
             }
         }
-        if jobs.len() < max_local && ctx.claims_held_for().is_zero() && room(&ctx, ledger_max).await
+        if jobs.len() < max_local
+            && ctx.claims_held_for().is_zero()
+            && (sync || room(&ctx, ledger_max).await)
         {
             // One span (one trace, when traces are exported) from the claim
             // to the job's FinishJob.
@@ -198,8 +207,14 @@ pub async fn run_serving(
                         "claim",
                         tally_core::names::claim_for_logs(&c.name).to_string(),
                     );
-                    let task = job::run_claim(Arc::clone(&ctx), c, rows, stop.clone());
-                    jobs.spawn(in_flight(ctx.metrics.job_started(), task).instrument(span));
+                    let guard = ctx.metrics.job_started();
+                    if sync {
+                        let task = job::run_online(Arc::clone(&ctx), c, rows, stop.clone());
+                        jobs.spawn(in_flight(guard, task).instrument(span));
+                    } else {
+                        let task = job::run_claim(Arc::clone(&ctx), c, rows, stop.clone());
+                        jobs.spawn(in_flight(guard, task).instrument(span));
+                    }
                 }
                 Ok(Claimed::Nothing) => {
                     paused.update(None);
@@ -559,8 +574,10 @@ async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
         // than an answer we could not receive (the rest stay runnable).
         max_response_bytes: tally_client::MAX_MESSAGE_BYTES as i64,
         provider: ctx.args.provider.clone(),
-        // One claim is one provider batch: let it fill.
-        fill_batch: true,
+        // One batch claim is one provider batch: let it fill. A synchronous
+        // claim goes at once.
+        fill_batch: !ctx.args.lane.is_sync(),
+        lane: i32::from(ctx.args.lane.code()),
     };
     let r = with_retry(ctx.retry, "ClaimRows", || {
         let mut c = ctx.clients.ledgers.clone();

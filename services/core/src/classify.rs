@@ -27,6 +27,10 @@ pub enum FailureKind {
     /// A file the row references could not be read this time (a network
     /// error, a 5xx of its store): the worker never sent the row.
     MediaUnavailable,
+    /// A synchronous call went out and its answer was lost (timeout, cut
+    /// connection, a 5xx after the provider may have done the work): no
+    /// provider can say what it answered, so the attempt is counted.
+    AnswerLost,
 }
 
 /// The facts of one failure. Strings may be empty.
@@ -70,6 +74,7 @@ pub enum Rule {
     MissingFromOutput,
     MediaUnreadable,
     MediaUnavailable,
+    AnswerLost,
     JobFailed,
     LeaseExpired,
     UnknownRetryable,
@@ -95,6 +100,7 @@ impl Rule {
             Rule::MissingFromOutput => "missing_from_output".into(),
             Rule::MediaUnreadable => "media_unreadable".into(),
             Rule::MediaUnavailable => "media_unavailable".into(),
+            Rule::AnswerLost => "answer_lost".into(),
             Rule::JobFailed => "job_failed".into(),
             Rule::LeaseExpired => "lease_expired".into(),
             Rule::UnknownRetryable => "unknown_retryable".into(),
@@ -122,6 +128,7 @@ impl Rule {
             (Retryable, Rule::MissingFromOutput),
             (Permanent, Rule::MediaUnreadable),
             (Retryable, Rule::MediaUnavailable),
+            (Retryable, Rule::AnswerLost),
             (Retryable, Rule::HttpTransient),
             (Permanent, Rule::HttpPermanent),
             (Retryable, Rule::StatusTransient),
@@ -378,6 +385,11 @@ pub fn classify(failure: &Failure, overrides: &[Override]) -> Classification {
         // Our side (the media store): an infra attempt, retried.
         Some(FailureKind::MediaUnavailable) => {
             return Classification::new(Retryable, Budget::Infra, Rule::MediaUnavailable);
+        }
+        // The provider may have done (and billed) the work: a provider
+        // attempt, retried within its budget.
+        Some(FailureKind::AnswerLost) => {
+            return Classification::new(Retryable, Budget::Provider, Rule::AnswerLost);
         }
         Some(FailureKind::ProviderError) | None => {}
     }

@@ -15,7 +15,9 @@
 //! - [`keys`], [`names`], [`payload`], [`deps`]: what enrollment checks;
 //!   [`media`]: the files a row references (images, documents).
 //! - [`operation`]: the monotonic reducer for provider operations.
-//! - [`provider`]: which provider runs a model.
+//! - [`provider`]: which provider runs a model; [`lane`]: the ways a row
+//!   can be sent (batch, flex, standard, priority) and what each costs;
+//!   [`capacity`]: the account's requests and tokens per minute, shared.
 //! - [`webhook`]: Standard Webhooks signing and verification.
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says;
 //!   [`outbound`]: which addresses alerts may reach.
@@ -33,12 +35,14 @@
 
 pub mod alert;
 pub mod backoff;
+pub mod capacity;
 pub mod classify;
 pub mod deps;
 pub mod fill;
 pub mod golden;
 pub mod job;
 pub mod keys;
+pub mod lane;
 pub mod media;
 pub mod millis;
 pub mod money;

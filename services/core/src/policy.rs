@@ -5,6 +5,7 @@
 use crate::backoff::Backoff;
 use crate::classify::{FailureKind, Override, Severity};
 use crate::fill::BatchFill;
+use crate::lane::{Lane, Lanes};
 use crate::millis;
 use crate::outbound::Reach;
 pub use crate::price::{MAX_PRICE_PER_MILLION, Price};
@@ -92,6 +93,7 @@ pub fn failure_kind_code(kind: FailureKind) -> i16 {
         FailureKind::MissingFromOutput => 5,
         FailureKind::MediaUnreadable => 6,
         FailureKind::MediaUnavailable => 7,
+        FailureKind::AnswerLost => 8,
     }
 }
 
@@ -104,6 +106,7 @@ pub fn failure_kind_from_code(code: i16) -> Option<FailureKind> {
         5 => Some(FailureKind::MissingFromOutput),
         6 => Some(FailureKind::MediaUnreadable),
         7 => Some(FailureKind::MediaUnavailable),
+        8 => Some(FailureKind::AnswerLost),
         _ => None,
     }
 }
@@ -127,6 +130,9 @@ pub struct Policy {
     /// How long a partial batch waits for more rows (see [`crate::fill`]).
     #[serde(default)]
     pub batch_fill: BatchFill,
+    /// The lanes the ledger's rows may take (see [`crate::lane`]).
+    #[serde(default)]
+    pub lanes: Lanes,
 }
 
 /// Attempt caps per budget (serializable mirror of [`PerBudget`]).
@@ -167,6 +173,7 @@ impl Default for Policy {
             prices: Vec::new(),
             spend_cap: None,
             batch_fill: BatchFill::default(),
+            lanes: Lanes::default(),
         }
     }
 }
@@ -299,23 +306,44 @@ impl Policy {
         self.spend_cap.as_ref().filter(|c| c.limits_anything())
     }
 
-    /// The price of one model, if the table has it.
+    /// The batch price of one model, if the table has it.
     pub fn price(&self, model: &str) -> Option<&Price> {
-        self.prices.iter().find(|p| p.model == model)
+        self.prices
+            .iter()
+            .find(|p| p.model == model && p.lane == Lane::Batch)
     }
 
-    /// The estimated cost of `usage` split by model, at this policy's prices.
+    /// The price of `model` in `lane`: the table's entry for the lane, else
+    /// the batch price times the lane's factor ([`Lane::batch_factor`]).
+    pub fn price_in(&self, model: &str, lane: Lane) -> Option<Price> {
+        match self
+            .prices
+            .iter()
+            .find(|p| p.model == model && p.lane == lane)
+        {
+            Some(p) => Some(p.clone()),
+            None => self
+                .price(model)
+                .map(|p| p.scaled(lane.batch_factor(), lane)),
+        }
+    }
+
+    /// The estimated cost of `usage` split by model and lane, at this
+    /// policy's prices.
     pub fn estimate_cost<'a>(
         &self,
-        by_model: impl IntoIterator<Item = (&'a str, &'a Usage)>,
+        by_model: impl IntoIterator<Item = (&'a str, Lane, &'a Usage)>,
     ) -> CostEstimate {
         let mut estimate = CostEstimate::default();
-        for (model, usage) in by_model {
-            match self.price(model) {
+        for (model, lane, usage) in by_model {
+            match self.price_in(model, lane) {
                 Some(p) => {
                     estimate.cost_usd = crate::money::usd(estimate.cost_usd + p.cost_of(usage));
                 }
-                None => estimate.unpriced_models.push(model.to_owned()),
+                None if !estimate.unpriced_models.iter().any(|m| m == model) => {
+                    estimate.unpriced_models.push(model.to_owned())
+                }
+                None => {}
             }
         }
         estimate
@@ -390,6 +418,7 @@ mod tests {
             output_per_million: 1.0,
             cached_input_per_million: 0.0,
             thinking_per_million: 0.0,
+            lane: Lane::Batch,
         };
         let fields = |p: &Policy| -> Vec<String> {
             let mut v = Violations::new();
@@ -456,6 +485,7 @@ mod tests {
             output_per_million: 4.0,
             cached_input_per_million: 0.25,
             thinking_per_million: 3.0,
+            lane: Lane::Batch,
         };
         // 1M input of which 0.5M cached, 1M output, 1M thinking.
         let cost = p.cost(1_000_000, 1_000_000, 1_000_000, 500_000);
@@ -481,6 +511,7 @@ mod tests {
             output_per_million: 4.0,
             cached_input_per_million: 0.1,
             thinking_per_million: 0.0,
+            lane: Lane::Batch,
         };
         // 1M input: 0.5M fresh, 0.25M read from the cache, 0.25M written.
         let u = Usage {
@@ -507,7 +538,41 @@ mod tests {
             output_per_million: output,
             cached_input_per_million: 0.0,
             thinking_per_million: 0.0,
+            lane: Lane::Batch,
         }
+    }
+
+    // Invariant: a lane's own price wins; a lane without one costs the
+    // batch price times its factor; the estimate sums each lane at its
+    // price.
+    #[test]
+    fn each_lane_costs_its_own_price_or_the_batch_price_times_its_factor() {
+        let flex = Price {
+            lane: Lane::Flex,
+            ..price("m", 0.5, 1.0)
+        };
+        let p = Policy {
+            prices: vec![price("m", 1.0, 2.0), flex.clone()],
+            ..Policy::default()
+        };
+        assert_eq!(p.price_in("m", Lane::Flex), Some(flex));
+        assert_eq!(p.price("m"), Some(&price("m", 1.0, 2.0)));
+        let standard = p.price_in("m", Lane::Standard).unwrap();
+        assert_eq!(
+            (
+                standard.input_per_million,
+                standard.output_per_million,
+                standard.lane
+            ),
+            (2.0, 4.0, Lane::Standard)
+        );
+        assert_eq!(p.price_in("other", Lane::Flex), None);
+        let u = Usage {
+            input: 1_000_000,
+            ..Usage::default()
+        };
+        let e = p.estimate_cost([("m", Lane::Batch, &u), ("m", Lane::Standard, &u)]);
+        assert!((e.cost_usd - 3.0).abs() < 1e-9, "{e:?}");
     }
 
     #[test]
@@ -531,7 +596,11 @@ mod tests {
             output: 7,
             ..Usage::default()
         };
-        let e = p.estimate_cost([("flash", &flash), ("mystery", &other), ("pro", &pro)]);
+        let e = p.estimate_cost([
+            ("flash", Lane::Batch, &flash),
+            ("mystery", Lane::Batch, &other),
+            ("pro", Lane::Batch, &pro),
+        ]);
         // flash: 1 + 0.5 * 2 + 0.25 * 2 (thinking at the output price); pro: 0.1 * 10.
         assert!((e.cost_usd - (1.0 + 1.0 + 0.5 + 1.0)).abs() < 1e-9, "{e:?}");
         assert_eq!(e.unpriced_models, vec!["mystery".to_string()]);
@@ -552,7 +621,8 @@ mod tests {
             input: 5,
             ..Usage::default()
         };
-        let e = Policy::default().estimate_cost([("flash", &u), ("pro", &u)]);
+        let e =
+            Policy::default().estimate_cost([("flash", Lane::Batch, &u), ("pro", Lane::Batch, &u)]);
         assert_eq!(e.cost_usd, 0.0);
         assert_eq!(
             e.unpriced_models,

@@ -1,6 +1,7 @@
 //! What a model's tokens cost: a price per million tokens, bounded so no
 //! cost is infinite or NaN.
 
+use crate::lane::Lane;
 use crate::money::usd;
 use crate::usage::Usage;
 use serde::{Deserialize, Serialize};
@@ -26,9 +27,25 @@ pub struct Price {
     /// Thinking tokens; 0 prices them as output (as Gemini bills them).
     #[serde(default)]
     pub thinking_per_million: f64,
+    /// The lane this price is for (batch when the table says none).
+    #[serde(default)]
+    pub lane: Lane,
 }
 
 impl Price {
+    /// This price times `factor`, for `lane` (a lane priced from batch).
+    pub fn scaled(&self, factor: f64, lane: Lane) -> Price {
+        let x = |p: f64| (p * factor).min(MAX_PRICE_PER_MILLION);
+        Price {
+            model: self.model.clone(),
+            input_per_million: x(self.input_per_million),
+            output_per_million: x(self.output_per_million),
+            cached_input_per_million: x(self.cached_input_per_million),
+            thinking_per_million: x(self.thinking_per_million),
+            lane,
+        }
+    }
+
     /// The estimated cost in USD of tokens as the provider counts them:
     /// `input` includes `cached` (Gemini's `promptTokenCount` does), and
     /// `output` excludes `thinking` (`candidatesTokenCount` does).

@@ -302,6 +302,7 @@ fn describe_failure(f: &Failure) -> String {
             FailureKind::MissingFromOutput => Some("missing from output"),
             FailureKind::MediaUnreadable => Some("media unreadable"),
             FailureKind::MediaUnavailable => Some("media unavailable"),
+            FailureKind::AnswerLost => Some("answer lost"),
         };
         parts.extend(what.map(String::from));
     }

@@ -299,6 +299,7 @@ mod tests {
             output_per_million: crate::price::MAX_PRICE_PER_MILLION,
             cached_input_per_million: 0.0,
             thinking_per_million: 0.0,
+            lane: crate::lane::Lane::Batch,
         };
         let most = i64::MAX;
         let one = p.cost(most, most, most, 0);
@@ -334,6 +335,7 @@ mod tests {
             output_per_million: 4.0,
             cached_input_per_million: 0.0,
             thinking_per_million: 0.0,
+            lane: crate::lane::Lane::Batch,
         }
     }
 

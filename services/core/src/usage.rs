@@ -23,6 +23,15 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Adds `other`'s counts (each saturating, [`add`]).
+    pub fn add(&mut self, other: &Usage) {
+        self.input = add(self.input, other.input);
+        self.output = add(self.output, other.output);
+        self.thinking = add(self.thinking, other.thinking);
+        self.cached = add(self.cached, other.cached);
+        self.cache_write = add(self.cache_write, other.cache_write);
+    }
+
     pub fn is_zero(&self) -> bool {
         *self == Usage::default()
     }

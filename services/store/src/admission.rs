@@ -8,6 +8,7 @@
 //! project's, across ledgers), so two creators cannot both see room for
 //! one job. CreateJob is one call per batch, so the queue is short.
 
+use crate::codes::COOL_BATCH;
 use crate::types::JobOrigin;
 use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
@@ -33,13 +34,14 @@ pub(crate) async fn cool_down(
     cooldown: Duration,
 ) -> Result<()> {
     let ms = tally_core::job::provider_cooldown(cooldown).as_millis() as i64;
-    let (account, model): (String, String) = sqlx::query_as(
-        "INSERT INTO model_cooldowns (account, model, until)
-         SELECT provider_account, model, now() + $2 * interval '1 millisecond' FROM jobs WHERE id = $1
-         ON CONFLICT (account, model) DO UPDATE
+    let (account, model): (String, String) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO model_cooldowns (account, model, lane, until)
+         SELECT provider_account, model, {COOL_BATCH}, now() + $2 * interval '1 millisecond'
+         FROM jobs WHERE id = $1
+         ON CONFLICT (account, model, lane) DO UPDATE
          SET until = greatest(model_cooldowns.until, excluded.until), update_time = now()
-         RETURNING account, model",
-    )
+         RETURNING account, model"
+    )))
     .bind(job_id)
     .bind(ms)
     .fetch_one(&mut **tx)
@@ -60,10 +62,10 @@ pub(crate) async fn refuse_while_cooling(
     account: &str,
     model: &str,
 ) -> Result<()> {
-    let left: Option<f64> = sqlx::query_scalar(
+    let left: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT extract(epoch FROM until - now())::float8 FROM model_cooldowns
-         WHERE account = $1 AND model = $2 AND until > now()",
-    )
+         WHERE account = $1 AND model = $2 AND lane = {COOL_BATCH} AND until > now()"
+    )))
     .bind(account)
     .bind(model)
     .fetch_optional(&mut **tx)
@@ -211,15 +213,15 @@ pub(crate) async fn in_flight_by_model(
     quotas: &ProviderQuotas,
     limit: i64,
 ) -> Result<Vec<ModelInFlight>> {
-    let rows: Vec<(String, i64, i64, f64)> = sqlx::query_as(
+    let rows: Vec<(String, i64, i64, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT model, sum(batches)::int8, sum(tokens)::int8, max(cooldown)::float8 FROM (
              SELECT model, count(*) AS batches, sum(est_tokens) AS tokens, 0 AS cooldown
              FROM jobs WHERE end_time IS NULL AND state = ANY ($1) GROUP BY model
              UNION ALL
              SELECT model, 0, 0, extract(epoch FROM until - now())
-             FROM model_cooldowns WHERE until > now()
-         ) m GROUP BY model ORDER BY model LIMIT $2",
-    )
+             FROM model_cooldowns WHERE lane = {COOL_BATCH} AND until > now()
+         ) m GROUP BY model ORDER BY model LIMIT $2"
+    )))
     .bind(quota::in_flight_codes())
     .bind(limit)
     .fetch_all(pool)

@@ -54,7 +54,7 @@ impl Store {
             drop(tx);
             return Err(self.paused(&record.name).await);
         }
-        let estimates = estimates(&mut tx, record, &cap, &taken).await?;
+        let estimates = estimates(&mut tx, record, &cap, &taken, req.lane).await?;
         let (fit, reserved) = cap.take_fitting(used, &estimates);
         let n = estimates.len();
         if n == 0 {
@@ -173,6 +173,7 @@ async fn estimates(
     record: &LedgerRecord,
     cap: &SpendCap,
     taken: &Taken,
+    lane: tally_core::lane::Lane,
 ) -> Result<Vec<Option<Amount>>> {
     let rows = taken.sizes();
     if rows.is_empty() {
@@ -195,7 +196,7 @@ async fn estimates(
                     payload_bytes: r.payload_bytes,
                     prompt_bytes,
                 },
-                record.policy.price(r.model),
+                record.policy.price_in(r.model, lane).as_ref(),
             )
         })
         .collect())

@@ -30,6 +30,8 @@ pub(crate) struct CachedClaim {
     pub held: i32,
     /// The claim's model.
     pub model: String,
+    /// The claim's lane.
+    pub lane: tally_core::lane::Lane,
 }
 
 #[derive(Debug, Default)]
@@ -153,6 +155,7 @@ mod tests {
             rows,
             held: n as i32,
             model: "m".into(),
+            lane: tally_core::lane::Lane::Batch,
         }
     }
 

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
 use tally_core::job::JobState;
+use tally_core::lane::Lane;
 use tally_core::status::PerBudget;
 use tally_core::transition::Event;
 use uuid::Uuid;
@@ -40,6 +41,7 @@ struct ClaimRow {
     row_count: i32,
     held: i32,
     job: Option<String>,
+    lane: i16,
 }
 
 impl From<ClaimRow> for ClaimRecord {
@@ -55,8 +57,28 @@ impl From<ClaimRow> for ClaimRecord {
             row_count: r.row_count,
             held: r.held,
             job: r.job,
+            lane: Lane::from_code(r.lane).unwrap_or_default(),
         }
     }
+}
+
+/// FAILED_PRECONDITION (LANE_NOT_ALLOWED) unless the ledger's policy lets
+/// its rows take the claim's lane.
+pub(crate) fn check_lane(ledger: &LedgerRecord, req: &ClaimRequest) -> Result<()> {
+    let lanes = &ledger.policy.lanes;
+    if lanes.allows(req.lane) {
+        return Ok(());
+    }
+    let allowed: Vec<&str> = lanes.iter().map(Lane::name).collect();
+    Err(StoreError::FailedPrecondition {
+        reason: "LANE_NOT_ALLOWED",
+        description: format!(
+            "ledgers/{} does not allow the {} lane (its lanes: {}); add it to the policy's lanes first",
+            ledger.name,
+            req.lane,
+            allowed.join(", ")
+        ),
+    })
 }
 
 #[derive(sqlx::FromRow)]
@@ -92,7 +114,7 @@ impl From<HeldRow> for ClaimedRow {
 
 /// A claim as the store loads it for a change.
 const CLAIM_SELECT: &str = "SELECT c.token, l.name AS ledger, c.worker, c.model, c.create_time, \
-     c.expire_time, c.state, c.row_count, c.held, \
+     c.expire_time, c.state, c.row_count, c.held, c.lane, \
      (SELECT j.public_id FROM jobs j WHERE j.id = c.job_id) AS job \
      FROM claims c JOIN ledgers l ON l.id = c.ledger_id";
 
@@ -221,6 +243,7 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         request_id: req.request_id.as_deref(),
         lease_ms: lease_ms(req.lease, ledger.policy.lease),
         check_due,
+        lane: req.lane.code(),
         max_bytes: req.bytes.map(|b| b.max_bytes),
         row_overhead: req.bytes.map_or(0, |b| b.row_overhead),
         provider: req.provider.as_deref(),
@@ -248,10 +271,12 @@ struct Take<'a> {
     row_overhead: i32,
     /// `None`: any provider's models.
     provider: Option<&'a str>,
+    /// The lane's code.
+    lane: i16,
 }
 
 impl<'a> Take<'a> {
-    /// Binds `$1`…`$11`.
+    /// Binds `$1`…`$12`.
     fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
         q.bind(self.ledger_id)
             .bind(self.model)
@@ -264,6 +289,7 @@ impl<'a> Take<'a> {
             .bind(self.max_bytes)
             .bind(self.row_overhead)
             .bind(self.provider)
+            .bind(self.lane)
     }
 }
 
@@ -345,6 +371,7 @@ impl Taken {
             row_count: n as i32,
             held: n as i32,
             job: None,
+            lane: req.lane,
         };
         let mut held = HashMap::with_capacity(if req.for_job { 0 } else { n });
         let mut rows = Vec::with_capacity(n);
@@ -359,6 +386,7 @@ impl Taken {
             rows: held,
             held: n as i32,
             model: claim.model.clone(),
+            lane: req.lane,
         });
         Ok(Some((
             ClaimGrant {
@@ -389,6 +417,7 @@ impl Store {
     )]
     pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
         let record = self.ledger(ledger).await?;
+        check_lane(&record, req)?;
         if let Some(cap) = record.policy.cap() {
             return self.claim_capped(&record, *cap, req).await;
         }

@@ -78,6 +78,11 @@ pub(crate) const CLAIM_EXPIRED: Code = Code(ClaimState::Expired.code());
 
 pub(crate) const JOB_PREPARING: Code = Code(JobState::Preparing.code());
 
+/// What a cool-down holds back (`model_cooldowns.lane`): batch creates, or
+/// every synchronous lane (a lane's own code holds back that lane).
+pub(crate) const COOL_BATCH: Code = Code(tally_core::lane::Lane::Batch.code());
+pub(crate) const COOL_ALL_SYNC: Code = Code(tally_core::capacity::ALL_SYNC_LANES);
+
 /// A BLOCKED row's rule and error, as SQL string literals.
 pub(crate) const BLOCKED_RULE: Literal = Literal(tally_core::transition::BLOCKED_RULE);
 pub(crate) const BLOCKED_MESSAGE: Literal = Literal(tally_core::transition::BLOCKED_MESSAGE);

@@ -25,6 +25,8 @@ pub(crate) struct LockedClaim {
     /// The rows the claim holds.
     pub row_ids: Vec<i64>,
     pub model: String,
+    /// The lane's code.
+    pub lane: i16,
 }
 
 impl LockedClaim {
@@ -88,7 +90,8 @@ pub(crate) async fn lock_claim(
     token: Uuid,
 ) -> Result<LockedClaim> {
     sqlx::query_as::<_, LockedClaim>(
-        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now, row_ids, model
+        "SELECT token, state, expire_time > now() AS live, job_id, now() AS now, row_ids, model,
+                lane
          FROM claims WHERE token = $1 AND ledger_id = $2 FOR UPDATE",
     )
     .bind(token)

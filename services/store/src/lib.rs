@@ -37,7 +37,9 @@
 //!    - [`pause`]: pausing and resuming ledgers (rules in `tally_core::pause`).
 //!    - [`spend`]: spend caps' accounts (rules in `tally_core::spend`).
 //!    - [`admission`]: whether a job may go to the provider now (rules in
-//!      `tally_core::quota`).
+//!      `tally_core::quota`); [`capacity`]: the account's requests and
+//!      tokens per minute handed to synchronous claims (rules in
+//!      `tally_core::capacity`).
 //! 3. LedgerService, one module per job:
 //!    - [`prompts`], [`enroll`] (with `enroll::copy`, its rows by `COPY`),
 //!      [`rows`], [`redrive`].
@@ -73,6 +75,7 @@ mod abandon;
 pub mod admission;
 pub mod alerts;
 pub mod backlog;
+pub mod capacity;
 mod capped;
 mod claim_cache;
 pub mod claims;
@@ -123,6 +126,7 @@ pub struct Store {
     models: models::KnownModels,
     claim_cache: claim_cache::ClaimCache,
     quotas: std::sync::Arc<tally_core::quota::ProviderQuotas>,
+    sync_limits: std::sync::Arc<tally_core::capacity::SyncLimits>,
 }
 
 /// How to connect.
@@ -171,6 +175,7 @@ impl Store {
             models: models::KnownModels::default(),
             claim_cache: claim_cache::ClaimCache::default(),
             quotas: Default::default(),
+            sync_limits: Default::default(),
         }
     }
 
@@ -183,6 +188,17 @@ impl Store {
 
     pub fn with_provider_quotas(mut self, quotas: tally_core::quota::ProviderQuotas) -> Self {
         self.quotas = std::sync::Arc::new(quotas);
+        self
+    }
+
+    /// The provider accounts' requests and tokens per minute AcquireCapacity
+    /// hands out (default: each provider's Tier 1 figures).
+    pub fn sync_limits(&self) -> &tally_core::capacity::SyncLimits {
+        &self.sync_limits
+    }
+
+    pub fn with_sync_limits(mut self, limits: tally_core::capacity::SyncLimits) -> Self {
+        self.sync_limits = std::sync::Arc::new(limits);
         self
     }
 

@@ -28,6 +28,7 @@ use sqlx::{Postgres, Transaction};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
+use tally_core::lane::Lane;
 use tally_core::report::{self, ClaimView, Judgement, RowView, Settle};
 use tally_core::status::RowStatus;
 use uuid::Uuid;
@@ -61,8 +62,9 @@ struct Locked {
 struct Written {
     verdicts: Vec<RowVerdict>,
     held: i32,
-    /// The claim's model.
+    /// The claim's model and lane.
     model: String,
+    lane: Lane,
 }
 
 impl Store {
@@ -108,7 +110,7 @@ impl Store {
         Ok(ReportSummary {
             verdicts: written.verdicts,
             held: written.held,
-            price: record.policy.price(&written.model).cloned(),
+            price: record.policy.price_in(&written.model, written.lane),
             model: written.model,
         })
     }
@@ -200,7 +202,7 @@ impl Store {
             return Ok(None);
         }
         let (held, now) = (done.held, done.now);
-        let model = claim.model.clone();
+        let (model, lane) = (claim.model.clone(), claim.lane);
         // Let go of the entry first, so that the cache can update it in
         // place.
         drop(claim);
@@ -210,6 +212,7 @@ impl Store {
             verdicts: answers(r.items, judged, now),
             held,
             model,
+            lane,
         }))
     }
 
@@ -235,7 +238,8 @@ impl Store {
         let policy = &r.ledger.policy;
         if policy.cap().is_some() {
             let usage = attempted_usage(r.items, &verdicts);
-            let spent = spend_of(&usage, policy.price(&claim.model));
+            let lane = Lane::from_code(claim.lane).unwrap_or_default();
+            let spent = spend_of(&usage, policy.price_in(&claim.model, lane).as_ref());
             crate::spend::add_spent(&mut tx, r.ledger.id, spent).await?;
         }
         if let Some(job_id) = claim.job_id.filter(|_| !writes.is_empty()) {
@@ -248,6 +252,7 @@ impl Store {
         Ok(Written {
             verdicts,
             held,
+            lane: Lane::from_code(claim.lane).unwrap_or_default(),
             model: claim.model,
         })
     }
@@ -331,6 +336,11 @@ fn row_write(item: &ReportItem, s: &Settle) -> Result<RowWrite> {
         usage: item.usage,
         retry_after_ms: t.retry_after.map_or(0, millis),
         attempt: NewAttempt::of(t)?,
+        request_id: item
+            .request_id
+            .clone()
+            .filter(|_| s.transition.attempt.is_some()),
+        tier: item.tier.clone().filter(|_| s.transition.attempt.is_some()),
     })
 }
 

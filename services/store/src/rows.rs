@@ -7,12 +7,14 @@
 
 use crate::codes::{self, CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT};
 use crate::types::{
-    AttemptInfo, LedgerSummary, ModelUsage, RowFilter, RowRecord, RowsPage, Time, Usage,
+    AttemptInfo, LedgerRecord, LedgerSummary, ModelUsage, RowFilter, RowRecord, RowsPage, Time,
+    Usage,
 };
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, QueryBuilder};
 use std::collections::HashMap;
 use std::sync::LazyLock;
+use tally_core::lane::Lane;
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::summary::LedgerCounts;
 use uuid::Uuid;
@@ -218,6 +220,9 @@ struct AttemptRow {
     error: String,
     actor: String,
     time: Time,
+    lane: i16,
+    request_id: String,
+    tier: String,
     total: i64,
 }
 
@@ -257,7 +262,7 @@ impl Store {
             .ok_or_else(|| StoreError::not_found("row", format!("ledgers/{ledger}/rows/{key}")))?;
         let (id, mut out) = row.into_record(ledger)?;
         let history = self
-            .histories(record.id, &[id])
+            .histories(&record, &[id])
             .await?
             .remove(&id)
             .unwrap_or_default();
@@ -266,15 +271,20 @@ impl Store {
         Ok(out)
     }
 
-    /// The attempts of several rows, in one query, by row id.
-    async fn histories(&self, ledger_id: i64, row_ids: &[i64]) -> Result<HashMap<i64, History>> {
+    /// The attempts of several rows, in one query, by row id, each with its
+    /// cost at the ledger's price for its model and lane.
+    async fn histories(
+        &self,
+        ledger: &LedgerRecord,
+        row_ids: &[i64],
+    ) -> Result<HashMap<i64, History>> {
         // The newest attempts of each row while their text adds up to
         // HISTORY_BYTES (the newest always), oldest first; `omitted` counts
         // the older ones left out.
         static SQL: LazyLock<String> =
             LazyLock::new(|| codes::render(include_str!("queries/rows/histories.sql")));
         let rows = sqlx::query_as::<_, AttemptRow>(sqlx::AssertSqlSafe(SQL.as_str()))
-            .bind(ledger_id)
+            .bind(ledger.id)
             .bind(row_ids)
             .bind(ATTEMPT_OVERHEAD)
             .bind(HISTORY_BYTES)
@@ -284,6 +294,18 @@ impl Store {
         for a in rows {
             let row_id = a.row_id;
             let total = a.total;
+            let lane = Lane::from_code(a.lane).unwrap_or_default();
+            let usage = Usage {
+                input: a.input_tokens,
+                output: a.output_tokens,
+                thinking: a.thinking_tokens,
+                cached: a.cached_tokens,
+                cache_write: 0,
+            };
+            let cost_usd = ledger
+                .policy
+                .price_in(&a.model, lane)
+                .map_or(0.0, |p| p.cost_of(&usage));
             let info = AttemptInfo {
                 number: a.number,
                 claim: a.claim_id,
@@ -297,16 +319,14 @@ impl Store {
                 })?,
                 rule: a.rule,
                 budget: a.budget.and_then(Budget::from_code),
-                usage: Usage {
-                    input: a.input_tokens,
-                    output: a.output_tokens,
-                    thinking: a.thinking_tokens,
-                    cached: a.cached_tokens,
-                    cache_write: 0,
-                },
+                usage,
                 error: a.error,
                 actor: a.actor,
                 time: a.time,
+                lane,
+                request_id: a.request_id,
+                tier: a.tier,
+                cost_usd,
             };
             let history = out.entry(row_id).or_default();
             history.attempts.push(info);
@@ -371,7 +391,7 @@ impl Store {
             .collect::<Result<Vec<_>>>()?;
         let mut histories = if full.is_some() {
             let ids: Vec<i64> = records.iter().map(|(id, _)| *id).collect();
-            self.histories(record.id, &ids).await?
+            self.histories(&record, &ids).await?
         } else {
             HashMap::new()
         };
@@ -409,12 +429,12 @@ impl Store {
         let by_model: Vec<AttemptSums> = sqlx::query_as(
             // sum(int8) is numeric: held at the int8 maximum before the
             // cast, so a huge total saturates instead of failing the call.
-            "SELECT model, budget, count(*) AS n,
+            "SELECT model, lane, budget, count(*) AS n,
                     least(coalesce(sum(input_tokens), 0), $2)::int8 AS input,
                     least(coalesce(sum(output_tokens), 0), $2)::int8 AS output,
                     least(coalesce(sum(thinking_tokens), 0), $2)::int8 AS thinking,
                     least(coalesce(sum(cached_tokens), 0), $2)::int8 AS cached
-             FROM attempts WHERE ledger_id = $1 GROUP BY 1, 2 ORDER BY 1",
+             FROM attempts WHERE ledger_id = $1 GROUP BY 1, 2, 3 ORDER BY 1, 2",
         )
         .bind(record.id)
         .bind(i64::MAX)
@@ -422,6 +442,7 @@ impl Store {
         .await?;
         for AttemptSums {
             model,
+            lane,
             budget,
             n,
             input,
@@ -441,14 +462,16 @@ impl Store {
             if let Some(b) = budget.and_then(Budget::from_code) {
                 summary.failures[(b.code() - 1) as usize] += n;
             }
-            add_usage(&mut summary.usage, &u);
+            summary.usage.add(&u);
+            let lane = Lane::from_code(lane).unwrap_or_default();
             match summary.by_model.last_mut() {
-                Some(m) if m.model == model => {
+                Some(m) if m.model == model && m.lane == lane => {
                     m.attempts += n;
-                    add_usage(&mut m.usage, &u);
+                    m.usage.add(&u);
                 }
                 _ => summary.by_model.push(ModelUsage {
                     model,
+                    lane,
                     attempts: n,
                     usage: u,
                 }),
@@ -542,18 +565,11 @@ pub(crate) async fn status_counts<'e, E: sqlx::Executor<'e, Database = Postgres>
 #[derive(sqlx::FromRow)]
 struct AttemptSums {
     model: String,
+    lane: i16,
     budget: Option<i16>,
     n: i64,
     input: i64,
     output: i64,
     thinking: i64,
     cached: i64,
-}
-
-fn add_usage(total: &mut Usage, u: &Usage) {
-    use tally_core::usage::add;
-    total.input = add(total.input, u.input);
-    total.output = add(total.output, u.output);
-    total.thinking = add(total.thinking, u.thinking);
-    total.cached = add(total.cached, u.cached);
 }

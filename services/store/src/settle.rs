@@ -63,6 +63,10 @@ pub(crate) struct RowWrite {
     /// RETRYABLE rows: claimable again after this many milliseconds.
     pub retry_after_ms: i64,
     pub attempt: Option<NewAttempt>,
+    /// The provider's request id and granted tier, recorded with the
+    /// attempt (synchronous lanes).
+    pub request_id: Option<String>,
+    pub tier: Option<String>,
 }
 
 /// Who settles the rows of one statement.
@@ -114,6 +118,8 @@ pub(crate) struct Settlement<'a> {
     delays: Vec<i64>,
     recorded: Vec<bool>,
     a_budget: Vec<Option<i16>>,
+    request_ids: Vec<Option<&'a str>>,
+    tiers: Vec<Option<&'a str>>,
     by: Settler<'a>,
 }
 
@@ -158,6 +164,8 @@ impl<'a> Settlement<'a> {
             a_budget: col(writes, None, |w| {
                 w.attempt.as_ref().and_then(|a| a.budget.map(Budget::code))
             }),
+            request_ids: col(writes, None, |w| w.request_id.as_deref()),
+            tiers: col(writes, None, |w| w.tier.as_deref()),
             by,
         }
     }
@@ -231,6 +239,8 @@ pub(crate) async fn run<'e, E: sqlx::PgExecutor<'e>>(
         .bind(query)
         .bind(n)
         .bind(seen_held)
+        .bind(&args.request_ids)
+        .bind(&args.tiers)
         .fetch_one(db)
         .await?;
     let settled: i64 = row.try_get(0)?;
@@ -335,6 +345,8 @@ pub(crate) fn transitions(
                 usage: Usage::default(),
                 retry_after_ms: t.retry_after.map_or(0, |d| d.as_millis() as i64),
                 attempt: NewAttempt::of(&t)?,
+                request_id: None,
+                tier: None,
             })
         })
         .collect()

@@ -102,6 +102,8 @@ pub struct ClaimRequest {
     /// the job's report reads its rows under the claim's lock: the rows are
     /// not remembered for a report through this process (`claim_cache`).
     pub for_job: bool,
+    /// The lane the rows will be sent in (the ledger must allow it).
+    pub lane: tally_core::lane::Lane,
 }
 
 /// How many bytes of rows one claim may hand out: rows are taken, oldest
@@ -153,6 +155,7 @@ pub struct ClaimRecord {
     pub held: i32,
     /// The job's public id, if a job was made from the claim.
     pub job: Option<String>,
+    pub lane: tally_core::lane::Lane,
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +190,10 @@ pub struct ReportItem {
     /// The provider's own answer (a JSON object), kept with a success.
     pub response: Option<String>,
     pub usage: Usage,
+    /// The provider's request id and the tier it granted (synchronous
+    /// lanes), kept with the attempt.
+    pub request_id: Option<String>,
+    pub tier: Option<String>,
 }
 
 /// A report's answer for one row (decided in `tally_core::report`).
@@ -262,6 +269,11 @@ pub struct AttemptInfo {
     pub error: String,
     pub actor: String,
     pub time: Time,
+    pub lane: tally_core::lane::Lane,
+    pub request_id: String,
+    pub tier: String,
+    /// At the ledger's price for its model and lane (0 without one).
+    pub cost_usd: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -308,6 +320,7 @@ pub struct RowsPage {
 #[derive(Debug, Clone, Default)]
 pub struct ModelUsage {
     pub model: String,
+    pub lane: tally_core::lane::Lane,
     pub attempts: i64,
     pub usage: Usage,
 }

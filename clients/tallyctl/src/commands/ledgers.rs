@@ -331,15 +331,27 @@ fn spend_cap_text(c: Option<&pb::SpendCap>) -> String {
     )
 }
 
-/// `MODEL=IN,OUT[,CACHED[,THINKING]]` → a price (an omitted cached price
-/// is the input's, an omitted thinking price the output's).
+/// A lane by name (`flex`) as the wire numbers it.
+pub fn parse_lane(text: &str) -> Result<i32, String> {
+    tally_core::lane::Lane::parse(text)
+        .map(|l| i32::from(l.code()))
+        .ok_or_else(|| format!("lane {text:?}: one of batch, flex, standard, priority"))
+}
+
+/// `MODEL[@LANE]=IN,OUT[,CACHED[,THINKING]]` → a price (an omitted cached
+/// price is the input's, an omitted thinking price the output's; no lane:
+/// batch).
 pub fn parse_price(text: &str) -> Result<pb::ModelPrice, String> {
     let bad = || {
         format!(
             "price {text:?} must look like MODEL=INPUT,OUTPUT[,CACHED_INPUT[,THINKING]] (USD per million tokens)"
         )
     };
-    let (model, rest) = text.split_once('=').ok_or_else(bad)?;
+    let (named, rest) = text.split_once('=').ok_or_else(bad)?;
+    let (model, lane) = match named.rsplit_once('@') {
+        Some((model, lane)) => (model, parse_lane(lane)?),
+        None => (named, 0),
+    };
     let number = |s: &str| {
         s.trim()
             .parse::<f64>()
@@ -358,6 +370,7 @@ pub fn parse_price(text: &str) -> Result<pb::ModelPrice, String> {
         output_per_million: number(parts[1])?,
         cached_input_per_million: optional(2)?,
         thinking_per_million: optional(3)?,
+        lane,
     })
 }
 
@@ -451,6 +464,15 @@ pub fn policy_from(a: &PolicyArgs) -> Result<(pb::LedgerPolicy, Vec<String>), Cl
             .collect::<Result<_, _>>()
             .map_err(CliError::usage)?;
         paths.push("policy.prices".to_string());
+    }
+    if !a.lanes.is_empty() {
+        p.lanes = a
+            .lanes
+            .iter()
+            .map(|l| parse_lane(l))
+            .collect::<Result<_, _>>()
+            .map_err(CliError::usage)?;
+        paths.push("policy.lanes".to_string());
     }
     let cap_given = a.max_cost_usd.is_some()
         || a.max_input_tokens.is_some()
@@ -550,8 +572,16 @@ mod tests {
             "m=-1,2",
             "m=1,2,3,4,5",
             "m=1,2,-3",
+            "m@fast=1,2",
         ] {
             assert!(parse_price(bad).is_err(), "{bad}");
         }
+        // Invariant: `@LANE` prices a lane; none is batch (0 on the wire).
+        assert_eq!(
+            parse_price("m@flex=1,2").unwrap().lane,
+            pb::Lane::Flex as i32
+        );
+        assert_eq!(parse_price("m=1,2").unwrap().lane, 0);
+        assert_eq!(parse_lane("STANDARD"), Ok(pb::Lane::Standard as i32));
     }
 }

@@ -401,6 +401,12 @@ mod tests {
         async fn create_job(&self, _: Request<pb::CreateJobRequest>) -> Unary<pb::Job> {
             Err(Status::unimplemented(""))
         }
+        async fn acquire_capacity(
+            &self,
+            _: Request<pb::AcquireCapacityRequest>,
+        ) -> Unary<pb::AcquireCapacityResponse> {
+            Err(Status::unimplemented(""))
+        }
         async fn get_job(&self, _: Request<pb::GetJobRequest>) -> Unary<pb::Job> {
             Err(Status::unimplemented(""))
         }

@@ -34,6 +34,7 @@ mod follow;
 mod golden;
 mod gone;
 mod heartbeat;
+mod online;
 mod reconcile;
 mod refused;
 mod render;
@@ -59,6 +60,7 @@ use render::{Prompts, Unsent};
 use settle::report;
 
 pub use end::{JobEnd, JobError};
+pub use online::run_online;
 
 /// CreateJob's answer on a paused ledger.
 fn is_paused(s: &Status) -> bool {
@@ -133,7 +135,7 @@ async fn submit(
         &mut unsent,
     )
     .await;
-    if let Err(e) = settle_unsent(ctx, &job, &claim.name, &mut unsent).await {
+    if let Err(e) = settle_unsent(ctx, &job.job_id, &claim.name, &mut unsent).await {
         return Submit::Ended(Err(e));
     }
     if batch.keys.is_empty() {
@@ -250,17 +252,21 @@ async fn new_job(ctx: &Ctx, claim: &pb::Claim) -> Result<pb::Job, Submit> {
 /// gives back the rows that wait.
 async fn settle_unsent(
     ctx: &Ctx,
-    job: &pb::Job,
+    work: &str,
     claim: &str,
     unsent: &mut Unsent,
 ) -> Result<(), JobError> {
     let (invalid, media) = (unsent.invalid.len(), unsent.failed.len());
     if invalid + media > 0 {
-        tracing::warn!(job = %job.job_id, invalid, media, "rows that cannot be sent reported");
+        tracing::warn!(work, invalid, media, "rows that cannot be sent reported");
         report(ctx, claim, unsent.outcomes()).await?;
     }
     if !unsent.waiting.is_empty() {
-        tracing::info!(job = %job.job_id, rows = unsent.waiting.len(), "rows beyond the batch bounds released");
+        tracing::info!(
+            work,
+            rows = unsent.waiting.len(),
+            "rows that cannot go now released"
+        );
         release(ctx, claim, &unsent.waiting).await;
     }
     Ok(())

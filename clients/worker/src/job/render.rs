@@ -36,6 +36,23 @@ impl Prompts {
     }
 }
 
+impl Prompts {
+    /// What `answer` must look like: its prompt's schema, and whether JSON
+    /// was asked for.
+    pub fn expect(&self, answer: &Answer) -> crate::output::Expect<'_> {
+        let schema = answer
+            .prompt
+            .as_ref()
+            .and_then(|p| self.0.get(p))
+            .and_then(|r| r.as_ref().ok())
+            .and_then(|c| c.validator.as_ref());
+        crate::output::Expect {
+            schema,
+            json: answer.json,
+        }
+    }
+}
+
 /// What became of one row's request.
 pub(crate) enum Prepared {
     /// Ready to send: the request, and what its answer must be.
@@ -43,7 +60,7 @@ pub(crate) enum Prepared {
     /// It can never be sent as it is (reported as invalid input).
     Invalid(String),
     /// Its media could not be read: the outcome to report.
-    Failed(pb::RowOutcome),
+    Failed(Box<pb::RowOutcome>),
     /// Not now: it goes back unattempted.
     Waits,
 }
@@ -112,7 +129,7 @@ impl Unsent {
         match prepared {
             Prepared::Ready(request, answer) => return Some((request, answer)),
             Prepared::Invalid(why) => self.invalid.push((key.to_string(), why)),
-            Prepared::Failed(outcome) => self.failed.push(outcome),
+            Prepared::Failed(outcome) => self.failed.push(*outcome),
             Prepared::Waits => self.waiting.push(key.to_string()),
         }
         None
@@ -214,8 +231,8 @@ pub(crate) async fn batch(
 
 /// A row whose media could not be read, reported as such (`kind`:
 /// MEDIA_UNREADABLE is PERMANENT, MEDIA_UNAVAILABLE RETRYABLE).
-fn media_failure(key: &str, kind: pb::FailureKind, why: String) -> pb::RowOutcome {
-    pb::RowOutcome {
+fn media_failure(key: &str, kind: pb::FailureKind, why: String) -> Box<pb::RowOutcome> {
+    Box::new(pb::RowOutcome {
         key: key.to_string(),
         outcome: Some(pb::row_outcome::Outcome::Failure(pb::Failure {
             kind: kind as i32,
@@ -224,5 +241,5 @@ fn media_failure(key: &str, kind: pb::FailureKind, why: String) -> pb::RowOutcom
         })),
         usage: None,
         ..Default::default()
-    }
+    })
 }

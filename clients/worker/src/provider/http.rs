@@ -157,6 +157,35 @@ pub(crate) fn account(base: &str, key: &ApiKey) -> String {
     hex::encode(&digest[..8])
 }
 
+/// How a provider reads an error answer: its status, body and
+/// `Retry-After` into the error (each folder's `error_of`).
+pub(crate) type ErrorOf = fn(u16, &str, Option<Duration>) -> ProviderError;
+
+/// Sends `req` (its key already set): the response when it is a 2xx, else
+/// the error `error_of` reads from it; no answer is [`ProviderError::Transport`].
+/// Every failed call is counted in `errors`, by status.
+pub(crate) async fn send(
+    req: reqwest::RequestBuilder,
+    errors: &crate::metrics::ProviderErrors,
+    error_of: ErrorOf,
+) -> Result<reqwest::Response, ProviderError> {
+    let resp = match req.send().await {
+        Ok(resp) => resp,
+        Err(e) => {
+            errors.count(None);
+            return Err(ProviderError::Transport(without_url(e)));
+        }
+    };
+    if resp.status().is_success() {
+        return Ok(resp);
+    }
+    let code = resp.status().as_u16();
+    errors.count(Some(code));
+    let retry_after = retry_after_header(resp.headers());
+    let body = resp.text().await.unwrap_or_default();
+    Err(error_of(code, &body, retry_after))
+}
+
 /// A `Retry-After` in seconds (`retry-after-ms` too, as OpenAI sends it).
 pub(crate) fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());

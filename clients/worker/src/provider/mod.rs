@@ -15,6 +15,7 @@
 //!   create, results as one stream at the end); a batch has no tag: its
 //!   results' custom_ids say whose it is.
 //! - [`http`]: the key, the retries and the error every client shares;
+//!   [`online`]: one synchronous call and what its refusal means;
 //!   [`types`]: what a list or a GET answers, whatever the provider;
 //!   [`wire`]: what differs between providers in the pure work.
 //!
@@ -25,6 +26,7 @@
 pub mod anthropic;
 pub mod gemini;
 pub mod http;
+pub mod online;
 pub mod openai;
 pub mod types;
 pub mod wire;
@@ -37,6 +39,7 @@ use serde_json::Value;
 use tally_core::provider::Api;
 
 pub use http::{ApiKey, Patience, ProviderError};
+pub use online::{OnlineAnswer, OnlineFail};
 pub use types::{Listed, ListedFile, Observed, Owner, Page, Upload, Uploaded};
 pub use wire::Wire;
 
@@ -182,6 +185,21 @@ impl Provider {
             Provider::Gemini(g) => batch_name(&g.create_batch(model, tag, input_file).await?),
             Provider::OpenAi(o) => o.create_batch(model, tag, input_file).await,
             Provider::Anthropic(a) => a.create_batch(lines).await,
+        }
+    }
+
+    /// Sends one row's synchronous call (`body` from its wire's
+    /// [`Wire::online_body`]) for `model`, waiting at most `timeout`.
+    pub async fn call_online(
+        &self,
+        model: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<OnlineAnswer, OnlineFail> {
+        match self {
+            Provider::Gemini(g) => g.online(model, body, timeout).await,
+            Provider::OpenAi(o) => o.online(body, timeout).await,
+            Provider::Anthropic(a) => a.online(body, timeout).await,
         }
     }
 

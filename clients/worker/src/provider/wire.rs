@@ -6,11 +6,13 @@
 //! names a provider; [`super::wire_of`] is where one is chosen.
 
 use serde_json::Value;
+use tally_core::lane::Lane;
 use tally_core::media::MediaRef;
 use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 
 use super::http::ProviderError;
+use super::online::OnlineAnswer;
 use super::types::Observed;
 use crate::jsonl::LineShape;
 use crate::output::Decode;
@@ -156,6 +158,25 @@ pub trait Wire: Decode + Send + Sync {
     /// Whether an ended batch answered nothing at all: no file to wait for.
     fn answered_nothing(&self, batch: &Observed) -> bool {
         let _ = batch;
+        false
+    }
+
+    /// The body of one row's synchronous call in `lane` (a lane the
+    /// provider offers), from its batch request.
+    fn online_body(&self, request: Value, lane: Lane) -> Value;
+
+    /// A 2xx synchronous answer as the batch output line of request `id`,
+    /// which the provider's [`Decode`] reads.
+    fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value;
+
+    /// The provider's request id of an answer, and the tier it says it
+    /// granted.
+    fn online_meta(&self, answer: &OnlineAnswer) -> (String, String);
+
+    /// Whether a refused flex call was shed for lack of capacity (not a
+    /// rate limit).
+    fn online_shed(&self, e: &ProviderError) -> bool {
+        let _ = e;
         false
     }
 }

@@ -72,6 +72,7 @@ fn max_row_estimate() -> f64 {
         output_per_million: p.output_per_million,
         cached_input_per_million: 0.0,
         thinking_per_million: 0.0,
+        lane: tally_core::lane::Lane::Batch,
     };
     let payload = serde_json::json!({"text": format!("document {}", ROWS - 1)}).to_string();
     cap.estimate(

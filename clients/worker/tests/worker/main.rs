@@ -12,6 +12,7 @@ mod e2e_golden;
 mod e2e_logs;
 mod e2e_media;
 mod e2e_metrics;
+mod e2e_online;
 mod e2e_openai;
 mod e2e_output;
 mod e2e_partial;

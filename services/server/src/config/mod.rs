@@ -238,6 +238,29 @@ pub struct ProviderArgs {
     /// served.
     #[arg(long, env = "TALLY_PROVIDER_TEAM_SHARE", default_value_t = 100, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub provider_team_share: u8,
+
+    /// Requests per minute the synchronous lanes may send to one provider
+    /// account: `N` for every model, `MODEL=N` for one (repeat, or separate
+    /// with commas); 0: no limit. Default: the provider's Tier 1 figure
+    /// (Gemini 1000, OpenAI 500, Anthropic 50).
+    #[arg(
+        long,
+        env = "TALLY_PROVIDER_RPM",
+        value_delimiter = ',',
+        value_name = "[MODEL=]RPM"
+    )]
+    pub provider_rpm: Vec<String>,
+
+    /// Tokens per minute (input, estimated) likewise. Default: the
+    /// provider's Tier 1 figure (Gemini 1000000, OpenAI 200000, Anthropic
+    /// 30000).
+    #[arg(
+        long,
+        env = "TALLY_PROVIDER_TPM",
+        value_delimiter = ',',
+        value_name = "[MODEL=]TPM"
+    )]
+    pub provider_tpm: Vec<String>,
 }
 
 impl Default for ProviderArgs {
@@ -246,6 +269,8 @@ impl Default for ProviderArgs {
             provider_max_batches: tally_core::quota::DEFAULT_MAX_BATCHES,
             provider_enqueued_tokens: Vec::new(),
             provider_team_share: 100,
+            provider_rpm: Vec::new(),
+            provider_tpm: Vec::new(),
         }
     }
 }
@@ -270,6 +295,22 @@ impl ProviderArgs {
                 .map_err(|e| format!("--provider-enqueued-tokens {e}"))?;
         }
         Ok(q)
+    }
+
+    /// The synchronous lanes' limits the flags describe; the error names
+    /// the bad value.
+    pub fn sync_limits(&self) -> Result<tally_core::capacity::SyncLimits, String> {
+        use tally_core::capacity::Measure;
+        let mut l = tally_core::capacity::SyncLimits::default();
+        for spec in &self.provider_rpm {
+            l.set(Measure::Requests, spec)
+                .map_err(|e| format!("--provider-rpm {e}"))?;
+        }
+        for spec in &self.provider_tpm {
+            l.set(Measure::Tokens, spec)
+                .map_err(|e| format!("--provider-tpm {e}"))?;
+        }
+        Ok(l)
     }
 }
 

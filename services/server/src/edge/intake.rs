@@ -62,8 +62,9 @@ pub const BULK: [&str; 6] = [
 
 /// Repeated fields holding one entry per row: bounded by
 /// `max_rows_per_call`.
-const PER_ROW: [(&str, &str); 5] = [
+const PER_ROW: [(&str, &str); 6] = [
     ("tally.v1.EnrollRowsRequest", "rows"),
+    ("tally.v1.AcquireCapacityRequest", "tokens"),
     ("tally.v1.ReportOutcomesRequest", "outcomes"),
     ("tally.v1.ReleaseClaimRequest", "keys"),
     ("tally.v1.RowKeys", "keys"),
@@ -97,6 +98,7 @@ pub fn bound(limits: &Limits, message: &str, field: &str) -> Option<usize> {
         ("tally.v1.GoldenDrift", "fields") => golden::MAX_FIELDS,
         ("tally.v1.LedgerPolicy", "overrides") => policy::MAX_OVERRIDES,
         ("tally.v1.LedgerPolicy", "prices") => policy::MAX_PRICES,
+        ("tally.v1.LedgerPolicy", "lanes") => tally_core::lane::Lane::ALL.len(),
         ("tally.v1.RowFilter", "statuses")
         | ("tally.v1.ListJobsRequest", "states")
         | ("tally.v1.ListOperationsRequest", "states") => MAX_STATES,

@@ -216,6 +216,7 @@ mod tests {
             state: pb::ClaimState::Active as i32,
             row_count: i32::MAX,
             held_count: i32::MAX,
+            ..Default::default()
         };
         let claim = pb::ClaimRowsResponse {
             claim: Some(claim),

@@ -124,6 +124,19 @@ pub fn lock_to_proto(l: &LockRecord) -> pb::Lock {
     }
 }
 
+/// What AcquireCapacity granted.
+pub fn capacity_to_proto(g: &tally_store::capacity::CapacityGrant) -> pb::AcquireCapacityResponse {
+    pb::AcquireCapacityResponse {
+        granted: i32::try_from(g.grant.requests).unwrap_or(i32::MAX),
+        retry_after: g
+            .grant
+            .retry_after
+            .map(crate::edge::wire_convert::duration_to_proto),
+        requests_per_minute: i64::from(g.limits.rpm),
+        tokens_per_minute: i64::try_from(g.limits.tpm).unwrap_or(i64::MAX),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! [`super::validate`]), makes one store call and encodes the answer
 //! ([`super::convert`]). WatchJobs hands the stream to [`super::watch`].
 
-use super::convert::{held_to_proto, job_to_proto, lock_to_proto};
+use super::convert::{capacity_to_proto, held_to_proto, job_to_proto, lock_to_proto};
 use super::media;
 use super::validate;
 use super::watch::{JobEvents, Open};
@@ -19,6 +19,7 @@ use tally_core::names;
 use tally_proto::v1 as pb;
 use tally_proto::v1::job_service_server::JobService;
 use tally_store::Store;
+use tally_store::capacity::CapacityAsk;
 use tally_store::holders::MAX_HOLDERS;
 use tally_store::types::{CreateAttempt, JobOrigin, NotCreated};
 use tokio_stream::Stream;
@@ -131,6 +132,32 @@ impl JobService for Jobs {
             .await
             .map_err(from_store)?;
         Ok(Response::new(()))
+    }
+
+    async fn acquire_capacity(
+        &self,
+        req: Request<pb::AcquireCapacityRequest>,
+    ) -> Reply<pb::AcquireCapacityResponse> {
+        let access = access(&req);
+        let r = req.get_ref();
+        let parts = validate::capacity(r)?;
+        access.ledger(&parts.ledger)?;
+        let ask = CapacityAsk {
+            ledger: &parts.ledger,
+            claim: parts.claim,
+            account: parts.account,
+            tokens: &r.tokens,
+            rate_limited: parts.rate_limited,
+            shed: r.shed,
+            refused: parts.pause.map(|reason| (reason, r.reason.as_str())),
+            actor: &access.name,
+        };
+        let got = self
+            .store
+            .acquire_capacity(&ask)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(capacity_to_proto(&got)))
     }
 
     async fn create_job(&self, req: Request<pb::CreateJobRequest>) -> Reply<pb::Job> {

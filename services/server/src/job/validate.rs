@@ -125,7 +125,66 @@ pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<NotCreatedParts, S
             }
         },
     };
-    let pause = match pb::ProviderRefusal::try_from(req.provider_refusal) {
+    let pause = refusal_pause(
+        "provider_refusal",
+        req.provider_refusal,
+        &req.reason,
+        &mut v,
+    );
+    v.finish().map_err(invalid)?;
+    Ok(NotCreatedParts { cooldown, pause })
+}
+
+/// An AcquireCapacity request, checked (its `tokens` are bounded at
+/// intake, one per row, and by the claim's rows in the store).
+pub struct CapacityParts<'a> {
+    pub ledger: String,
+    pub claim: Uuid,
+    pub account: &'a str,
+    pub rate_limited: Option<Duration>,
+    pub pause: Option<PauseReason>,
+}
+
+pub fn capacity(req: &pb::AcquireCapacityRequest) -> Result<CapacityParts<'_>, Status> {
+    let (ledger, claim) = ledger_validate::claim("claim", &req.claim)?;
+    let account = provider_account(&req.provider_account)?;
+    let mut v = Violations::new();
+    if let Some(i) = req
+        .tokens
+        .iter()
+        .position(|t| !(0..=tally_core::usage::MAX_TOKENS_PER_ATTEMPT).contains(t))
+    {
+        v.add(
+            format!("tokens[{i}]"),
+            format!("must be 0 to {}", tally_core::usage::MAX_TOKENS_PER_ATTEMPT),
+        );
+    }
+    text("reason", &req.reason, MAX_REASON, &mut v);
+    let pause = refusal_pause("refused", req.refused, &req.reason, &mut v);
+    let rate_limited = match &req.rate_limited {
+        None => None,
+        Some(d) => match crate::edge::wire_convert::duration(d) {
+            Some(d) => Some(d),
+            None => {
+                v.add("rate_limited", "must be a non-negative duration");
+                None
+            }
+        },
+    };
+    v.finish().map_err(invalid)?;
+    Ok(CapacityParts {
+        ledger,
+        claim,
+        account,
+        rate_limited,
+        pause,
+    })
+}
+
+/// The pause a reported provider refusal asks for (none when unset); the
+/// provider's words (`reason`) are required with one.
+fn refusal_pause(field: &str, code: i32, reason: &str, v: &mut Violations) -> Option<PauseReason> {
+    let pause = match pb::ProviderRefusal::try_from(code) {
         Ok(pb::ProviderRefusal::Unspecified) => None,
         Ok(pb::ProviderRefusal::Quota) => Some(PauseReason::Quota),
         Ok(pb::ProviderRefusal::Billing) => Some(PauseReason::Billing),
@@ -133,20 +192,19 @@ pub fn not_created(req: &pb::MarkNotCreatedRequest) -> Result<NotCreatedParts, S
         Ok(pb::ProviderRefusal::Request) => Some(PauseReason::Refused),
         Err(_) => {
             v.add(
-                "provider_refusal",
+                field,
                 "must be a ProviderRefusal (QUOTA, BILLING, MODEL, REQUEST) or unset",
             );
             None
         }
     };
-    if pause.is_some() && req.reason.trim().is_empty() {
+    if pause.is_some() && reason.trim().is_empty() {
         v.add(
             "reason",
-            "must say what the provider answered when provider_refusal pauses the ledger",
+            format!("must say what the provider answered when {field} pauses the ledger"),
         );
     }
-    v.finish().map_err(invalid)?;
-    Ok(NotCreatedParts { cooldown, pause })
+    pause
 }
 
 /// The checked parts of a MarkNotCreated request besides its reason.

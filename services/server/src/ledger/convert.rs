@@ -9,6 +9,7 @@ use crate::edge::wire_convert::{duration, duration_to_proto, opt_timestamp, time
 use std::time::Duration;
 use tally_core::classify::{self, Failure, FailureKind};
 use tally_core::fill::BatchFill;
+use tally_core::lane::{Lane, Lanes};
 use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
@@ -89,6 +90,28 @@ fn prompt_ref(name: &str, version: &str) -> Option<pb::PromptRef> {
 
 // ---- ledgers and policy ----------------------------------------------------
 
+/// A lane on the wire (unspecified: batch).
+pub fn lane_from_proto(field: &str, code: i32, v: &mut Violations) -> Lane {
+    if code == pb::Lane::Unspecified as i32 {
+        return Lane::Batch;
+    }
+    match i16::try_from(code).ok().and_then(Lane::from_code) {
+        Some(lane) => lane,
+        None => {
+            v.add(
+                field.to_string(),
+                format!("{code} is not a lane: batch, flex, standard or priority"),
+            );
+            Lane::Batch
+        }
+    }
+}
+
+/// A lane as the wire names it.
+pub fn lane_to_proto(lane: Lane) -> i32 {
+    i32::from(lane.code())
+}
+
 pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
     pb::LedgerPolicy {
         model: p.model.clone(),
@@ -134,8 +157,10 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
                 output_per_million: x.output_per_million,
                 cached_input_per_million: x.cached_input_per_million,
                 thinking_per_million: x.thinking_per_million,
+                lane: lane_to_proto(x.lane),
             })
             .collect(),
+        lanes: p.lanes.iter().map(lane_to_proto).collect(),
         spend_cap: p.spend_cap.as_ref().map(spend_cap_to_proto),
         batch_fill: Some(pb::BatchFill {
             max_wait: Some(duration_to_proto(p.batch_fill.max_wait)),
@@ -273,7 +298,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
 }
 
 /// Every updatable policy path (the `update_mask` vocabulary).
-pub const POLICY_PATHS: [&str; 21] = [
+pub const POLICY_PATHS: [&str; 22] = [
     "policy.model",
     "policy.budgets",
     "policy.budgets.provider",
@@ -295,6 +320,7 @@ pub const POLICY_PATHS: [&str; 21] = [
     "policy.batch_fill.max_wait",
     "policy.batch_fill.quiet",
     "policy.batch_fill.min_rows",
+    "policy.lanes",
 ];
 
 /// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
@@ -435,14 +461,36 @@ fn apply_path(
             dst.prices = src
                 .prices
                 .iter()
-                .map(|p| Price {
+                .enumerate()
+                .map(|(i, p)| Price {
                     model: p.model.clone(),
                     input_per_million: p.input_per_million,
                     output_per_million: p.output_per_million,
                     cached_input_per_million: p.cached_input_per_million,
                     thinking_per_million: p.thinking_per_million,
+                    lane: lane_from_proto(&format!("policy.prices[{i}].lane"), p.lane, v),
                 })
                 .collect();
+        }
+        "policy.lanes" => {
+            if src.lanes.len() > Lane::ALL.len() {
+                v.add(
+                    field("lanes"),
+                    format!(
+                        "must name each lane at most once ({} at most)",
+                        Lane::ALL.len()
+                    ),
+                );
+                return;
+            }
+            let lanes: Vec<Lane> = src
+                .lanes
+                .iter()
+                .enumerate()
+                .map(|(i, l)| lane_from_proto(&format!("policy.lanes[{i}]"), *l, v))
+                .collect();
+            // Empty: the default (batch alone), on create and on update.
+            dst.lanes = Lanes::of(lanes).unwrap_or_default();
         }
         other => v.add(
             "update_mask",
@@ -541,6 +589,33 @@ pub fn policy_for_update(
     if v.is_empty() { Ok(p) } else { Err(v) }
 }
 
+/// A summary's attempts, usage and cost split by lane (lanes with attempts
+/// only, in lane order).
+pub fn cost_by_lane(policy: &Policy, by_model: &[st::ModelUsage]) -> Vec<pb::LaneCost> {
+    Lane::ALL
+        .into_iter()
+        .filter_map(|lane| {
+            let of_lane: Vec<&st::ModelUsage> =
+                by_model.iter().filter(|m| m.lane == lane).collect();
+            if of_lane.is_empty() {
+                return None;
+            }
+            let mut usage = st::Usage::default();
+            for m in &of_lane {
+                usage.add(&m.usage);
+            }
+            let cost =
+                policy.estimate_cost(of_lane.iter().map(|m| (m.model.as_str(), lane, &m.usage)));
+            Some(pb::LaneCost {
+                lane: lane_to_proto(lane),
+                attempts: of_lane.iter().map(|m| m.attempts).sum(),
+                usage: Some(usage_to_proto(&usage)),
+                cost_usd: cost.cost_usd,
+            })
+        })
+        .collect()
+}
+
 // ---- rows and claims -------------------------------------------------------
 
 pub fn claim_to_proto(c: &st::ClaimRecord) -> pb::Claim {
@@ -562,6 +637,7 @@ pub fn claim_to_proto(c: &st::ClaimRecord) -> pb::Claim {
             .as_ref()
             .map(|j| names::job_name(&c.ledger, j))
             .unwrap_or_default(),
+        lane: lane_to_proto(c.lane),
     }
 }
 
@@ -641,6 +717,10 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
                 error: a.error.clone(),
                 actor: a.actor.clone(),
                 time: Some(timestamp(a.time)),
+                lane: lane_to_proto(a.lane),
+                request_id: a.request_id.clone(),
+                tier: a.tier.clone(),
+                cost_usd: a.cost_usd,
             })
             .collect(),
         unmet_dependencies: r.unmet_deps,

@@ -209,6 +209,8 @@ mod tests {
                 cached: 0,
                 cache_write: 0,
             },
+            request_id: None,
+            tier: None,
         };
         let items = [item("a", 1_000_000, 10), item("b", 7, 7)];
         let mut summary = ReportSummary {
@@ -224,6 +226,7 @@ mod tests {
                 output_per_million: 2.0,
                 cached_input_per_million: 0.0,
                 thinking_per_million: 0.0,
+                lane: tally_core::lane::Lane::Batch,
             }),
         };
         m.report_usage("l", &items, &summary);

@@ -467,9 +467,11 @@ impl LedgerService for Ledgers {
         let record = self.store.get_ledger(&ledger).await.map_err(from_store)?;
         let s = self.store.summarize(&ledger).await.map_err(from_store)?;
         let spend = self.store.spend(&record).await.map_err(from_store)?;
-        let estimate = record
-            .policy
-            .estimate_cost(s.by_model.iter().map(|m| (m.model.as_str(), &m.usage)));
+        let estimate = record.policy.estimate_cost(
+            s.by_model
+                .iter()
+                .map(|m| (m.model.as_str(), m.lane, &m.usage)),
+        );
         let c = &s.counts;
         Ok(Response::new(pb::LedgerSummary {
             ledger: names::ledger_name(&ledger),
@@ -494,6 +496,7 @@ impl LedgerService for Ledgers {
             pause: record.pause.as_ref().map(convert::pause_to_proto),
             spend: spend.as_ref().map(convert::spend_to_proto),
             content_etag: s.content_etag.clone(),
+            cost_by_lane: convert::cost_by_lane(&record.policy, &s.by_model),
         }))
     }
 

@@ -285,6 +285,13 @@ fn claim_request(
     let bytes = crate::edge::responses::claim_budget(req.max_response_bytes, limits)
         .map_err(|e| v.add(f("max_response_bytes"), e))
         .ok();
+    let lane = convert::lane_from_proto(&f("lane"), req.lane, &mut v);
+    if lane.is_sync() && req.fill_batch {
+        v.add(
+            f("fill_batch"),
+            "is for the batch lane: a synchronous lane sends each row as it is claimed",
+        );
+    }
     finish(v)?;
     Ok(ClaimRequest {
         bytes,
@@ -295,8 +302,22 @@ fn claim_request(
         model: (!req.model.is_empty()).then(|| req.model.clone()),
         provider: (!req.provider.is_empty()).then(|| req.provider.clone()),
         // A claim of a whole batch is made into a job at once.
-        for_job: req.fill_batch,
+        for_job: req.fill_batch && !lane.is_sync(),
+        lane,
     })
+}
+
+/// An optional provider-given text of at most `max` printable bytes (empty:
+/// none).
+fn short_field(field: &str, text: String, max: usize, v: &mut Violations) -> Option<String> {
+    if text.len() > max || text.chars().any(char::is_control) {
+        v.add(
+            field.to_string(),
+            format!("must be at most {max} bytes without control characters"),
+        );
+        return None;
+    }
+    (!text.is_empty()).then_some(text)
 }
 
 /// Keys to act on: each valid, at most the per-call limit.
@@ -361,12 +382,16 @@ pub fn report(
                 v.check(at("response"), payload::validate_object(r));
             }
         }
+        let request_id = short_field(&at("request_id"), o.request_id, 256, &mut v);
+        let tier = short_field(&at("tier"), o.tier, 64, &mut v);
         items.push(ReportItem {
             key: o.key,
             outcome,
             result,
             response,
             usage,
+            request_id,
+            tier,
         });
         if v.is_full() {
             break;
@@ -691,6 +716,7 @@ mod tests {
                     outcome: None,
                     usage: None,
                     response: String::new(),
+                    ..Default::default()
                 },
                 pb::RowOutcome {
                     key: "b".into(),
@@ -700,6 +726,7 @@ mod tests {
                         ..Default::default()
                     }),
                     response: String::new(),
+                    ..Default::default()
                 },
             ],
             claim_next: None,
@@ -729,6 +756,7 @@ mod tests {
             }),
             usage: None,
             response,
+            ..Default::default()
         };
         let req = |outcomes| pb::ReportOutcomesRequest {
             claim: format!("ledgers/l/claims/{}", Uuid::new_v4()),

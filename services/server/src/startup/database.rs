@@ -31,10 +31,12 @@ impl Database {
         let mut opts = ConnectOptions::new(&url);
         opts.max_connections = args.db_max_connections;
         let quotas = args.provider.quotas().map_err(anyhow::Error::msg)?;
+        let sync_limits = args.provider.sync_limits().map_err(anyhow::Error::msg)?;
         let store = Store::connect(&opts)
             .await
             .with_context(|| format!("could not connect to {}", redact(&url)))?
-            .with_provider_quotas(quotas);
+            .with_provider_quotas(quotas)
+            .with_sync_limits(sync_limits);
         Ok(Self {
             store,
             url_for_logs: redact(&url),

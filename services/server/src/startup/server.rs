@@ -153,6 +153,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     crate::edge::responses::check(&args.limits).map_err(anyhow::Error::msg)?;
     crate::http_listener::check(&args.http).map_err(anyhow::Error::msg)?;
     args.provider.quotas().map_err(anyhow::Error::msg)?;
+    args.provider.sync_limits().map_err(anyhow::Error::msg)?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = crate::startup::tls::server_config(&args.security)? {
         builder = builder.tls_config(tls).context("invalid TLS settings")?;

@@ -328,6 +328,8 @@ async fn report(store: &Store, ledger: &str, token: Uuid, key: &str, outcome: &O
         result: matches!(outcome, Outcome::Success).then(|| format!("{{\"ok\": \"{key}\"}}")),
         response: None,
         usage: Usage::default(),
+        request_id: None,
+        tier: None,
     };
     let summary = store.report(ledger, token, &[item], "w").await.unwrap();
     summary.verdicts[0].verdict

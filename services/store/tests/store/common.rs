@@ -89,6 +89,8 @@ pub fn success(key: &str, tokens: i64) -> ReportItem {
             cached: 0,
             cache_write: 0,
         },
+        request_id: None,
+        tier: None,
     }
 }
 
@@ -109,6 +111,8 @@ pub fn failure(key: &str, http_code: u32) -> ReportItem {
             cached: 0,
             cache_write: 0,
         },
+        request_id: None,
+        tier: None,
     }
 }
 

@@ -280,6 +280,8 @@ async fn safety_blocks_are_permanent_and_retry_delays_are_honoured() {
         result: None,
         response: None,
         usage: Usage::default(),
+        request_id: None,
+        tier: None,
     };
     let slow = ReportItem {
         key: "slow".into(),
@@ -291,6 +293,8 @@ async fn safety_blocks_are_permanent_and_retry_delays_are_honoured() {
         result: None,
         response: None,
         usage: Usage::default(),
+        request_id: None,
+        tier: None,
     };
     let r = env
         .store

@@ -13,6 +13,7 @@ mod golden;
 mod held_rows;
 mod invariants;
 mod jobs;
+mod lanes;
 mod media;
 mod operations;
 mod pause;

@@ -134,6 +134,7 @@ async fn create_ledger() {
                     output_per_million: 1.0,
                     cached_input_per_million: -0.5,
                     thinking_per_million: 0.0,
+                    ..Default::default()
                 }],
                 ..Default::default()
             },

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
 use crate::provider::http::{self, ApiKey, Patience, ProviderError};
+use crate::provider::online::{self, OnlineAnswer, OnlineFail};
 use crate::provider::{Listed, Owner, Page};
 
 /// The API version tally speaks (the one the official SDK sends).
@@ -73,25 +74,29 @@ impl Anthropic {
         format!("{}/v1{path}", self.base)
     }
 
+    /// `req` with the key and the API version.
+    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        req.header("x-api-key", self.key.expose())
+            .header("anthropic-version", VERSION)
+    }
+
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        let req = req
-            .header("x-api-key", self.key.expose())
-            .header("anthropic-version", VERSION);
-        let resp = match req.send().await {
-            Ok(resp) => resp,
-            Err(e) => {
-                self.errors.count(None);
-                return Err(ProviderError::Transport(http::without_url(e)));
-            }
-        };
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let code = resp.status().as_u16();
-        self.errors.count(Some(code));
-        let retry_after = http::retry_after_header(resp.headers());
-        let body = resp.text().await.unwrap_or_default();
-        Err(error_of(code, &body, retry_after))
+        http::send(self.authorized(req), &self.errors, error_of).await
+    }
+
+    /// One synchronous call (`body` from [`super::online::body`]), waiting
+    /// at most `timeout` for its answer.
+    pub async fn online(
+        &self,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<OnlineAnswer, OnlineFail> {
+        let req = self
+            .http
+            .post(self.url(super::online::PATH))
+            .json(body)
+            .timeout(timeout);
+        online::exchange(self.authorized(req), &self.errors, error_of).await
     }
 
     async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, ProviderError> {

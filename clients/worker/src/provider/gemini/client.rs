@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
 use crate::provider::http::{self, ApiKey, Patience};
+use crate::provider::online::{self, OnlineAnswer, OnlineFail};
 use crate::provider::{Listed, ListedFile, Page, Upload, Uploaded};
 
 /// The Gemini flavour of [`crate::provider::ProviderError`] (every client answers
@@ -68,45 +69,29 @@ impl Gemini {
         format!("{}{path}", self.base)
     }
 
+    /// `req` with the key.
+    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        req.header("x-goog-api-key", self.key.expose())
+    }
+
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, GeminiError> {
-        let resp = match req.header("x-goog-api-key", self.key.expose()).send().await {
-            Ok(resp) => resp,
-            Err(e) => {
-                self.errors.count(None);
-                return Err(GeminiError::Transport(http::without_url(e)));
-            }
-        };
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let code = resp.status().as_u16();
-        self.errors.count(Some(code));
-        let header = http::retry_after_header(resp.headers());
-        let body = resp.text().await.unwrap_or_default();
-        let parsed = serde_json::from_str::<Value>(&body).ok();
-        // The provider says when to come back in the body (RetryInfo); a
-        // proxy may add a Retry-After header. The longer one wins.
-        let from_body = parsed
-            .as_ref()
-            .and_then(|v| super::output::retry_delay(&v["error"]))
-            .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32));
-        let retry_after = header.max(from_body);
-        let error = parsed.as_ref().map(|v| &v["error"]);
-        let status = error
-            .and_then(|e| e["status"].as_str())
-            .unwrap_or_default()
-            .to_string();
-        let error_codes = error.map(super::output::error_codes).unwrap_or_default();
-        let message = error
-            .and_then(|e| e["message"].as_str().map(str::to_owned))
-            .unwrap_or(body);
-        Err(GeminiError::Http {
-            code,
-            message,
-            retry_after,
-            status,
-            error_codes,
-        })
+        http::send(self.authorized(req), &self.errors, error_of).await
+    }
+
+    /// One synchronous call of `model` (`body` from
+    /// [`super::online::body`]), waiting at most `timeout` for its answer.
+    pub async fn online(
+        &self,
+        model: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<OnlineAnswer, OnlineFail> {
+        let req = self
+            .http
+            .post(self.url(&super::online::path(model)))
+            .json(body)
+            .timeout(timeout);
+        online::exchange(self.authorized(req), &self.errors, error_of).await
     }
 
     async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, GeminiError> {
@@ -503,6 +488,36 @@ pub fn file_name_of(body: &Value) -> Result<String, GeminiError> {
         .ok_or_else(|| {
             GeminiError::Protocol(format!("finalize answer without a file name: {body}"))
         })
+}
+
+/// The error an answer with status `code` and `body` means: the body's
+/// `{"error": {code, message, status, details}}`, named by its `status`,
+/// with the `quotaId`s of its QuotaFailure. The provider says when to come
+/// back in the body (RetryInfo); a proxy may add a `Retry-After` header:
+/// the longer one wins.
+pub fn error_of(code: u16, body: &str, header: Option<Duration>) -> GeminiError {
+    let parsed = serde_json::from_str::<Value>(body).ok();
+    let from_body = parsed
+        .as_ref()
+        .and_then(|v| super::output::retry_delay(&v["error"]))
+        .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32));
+    let retry_after = header.max(from_body);
+    let error = parsed.as_ref().map(|v| &v["error"]);
+    let status = error
+        .and_then(|e| e["status"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    let error_codes = error.map(super::output::error_codes).unwrap_or_default();
+    let message = error
+        .and_then(|e| e["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.to_owned());
+    GeminiError::Http {
+        code,
+        message,
+        retry_after,
+        status,
+        error_codes,
+    }
 }
 
 #[cfg(test)]

@@ -6,11 +6,13 @@
 
 pub mod client;
 pub mod flags;
+pub mod online;
 pub mod output;
 pub mod refusal;
 pub mod request;
 
 use serde_json::Value;
+use tally_core::lane::Lane;
 use tally_core::media::MediaRef;
 use tally_core::provider::Api;
 use tally_proto::v1 as pb;
@@ -21,6 +23,7 @@ use crate::jsonl::LineShape;
 use crate::output::{Decode, Expect};
 use crate::prompt::{InputError, PromptSpec};
 use crate::provider::http::ProviderError;
+use crate::provider::online::OnlineAnswer;
 use crate::provider::types::Observed;
 use crate::provider::wire::{MediaSlots, Wire};
 use crate::refusal::Refusal;
@@ -104,5 +107,21 @@ impl Wire for GeminiWire {
 
     fn expected_lines(&self, batch: &Observed) -> Option<u64> {
         output::expected_lines(&batch.resource)
+    }
+
+    fn online_body(&self, request: Value, lane: Lane) -> Value {
+        online::body(request, lane)
+    }
+
+    fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value {
+        online::line(id, answer)
+    }
+
+    fn online_meta(&self, answer: &OnlineAnswer) -> (String, String) {
+        (online::request_id(answer), online::granted(answer))
+    }
+
+    fn online_shed(&self, e: &ProviderError) -> bool {
+        online::shed(e)
     }
 }

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
 use crate::provider::http::{self, ApiKey, Patience, ProviderError};
+use crate::provider::online::{self, OnlineAnswer, OnlineFail};
 use crate::provider::{Listed, ListedFile, Page};
 
 /// The only endpoint tally runs.
@@ -68,22 +69,28 @@ impl OpenAi {
         format!("{}{path}", self.base)
     }
 
+    /// `req` with the key.
+    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        req.bearer_auth(self.key.expose())
+    }
+
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        let resp = match req.bearer_auth(self.key.expose()).send().await {
-            Ok(resp) => resp,
-            Err(e) => {
-                self.errors.count(None);
-                return Err(ProviderError::Transport(http::without_url(e)));
-            }
-        };
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let code = resp.status().as_u16();
-        self.errors.count(Some(code));
-        let retry_after = http::retry_after_header(resp.headers());
-        let body = resp.text().await.unwrap_or_default();
-        Err(error_of(code, &body, retry_after))
+        http::send(self.authorized(req), &self.errors, error_of).await
+    }
+
+    /// One synchronous call (`body` from [`super::online::body`]), waiting
+    /// at most `timeout` for its answer.
+    pub async fn online(
+        &self,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<OnlineAnswer, OnlineFail> {
+        let req = self
+            .http
+            .post(self.url(super::online::PATH))
+            .json(body)
+            .timeout(timeout);
+        online::exchange(self.authorized(req), &self.errors, error_of).await
     }
 
     async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, ProviderError> {

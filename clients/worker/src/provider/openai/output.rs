@@ -85,6 +85,7 @@ pub fn outcome(key: &str, line: &Value, raw: &str, expect: &Expect<'_>) -> Optio
         }),
         usage,
         response: kept.map(str::to_owned).unwrap_or_default(),
+        ..Default::default()
     })
 }
 

@@ -52,6 +52,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("/tally.v1.JobService/RecordMediaUpload", "WO"),
     ("/tally.v1.JobService/ListMediaUploads", "WO"),
     ("/tally.v1.JobService/ForgetMediaUpload", "WO"),
+    ("/tally.v1.JobService/AcquireCapacity", "WO"),
     ("/tally.v1.OperationsService/IngestEvent", "WO"),
     ("/tally.v1.OperationsService/GetOperation", "WO"),
     ("/tally.v1.OperationsService/ListOperations", "O"),
@@ -117,7 +118,7 @@ async fn every_rpc_for_every_role_no_token_and_a_wrong_token() {
         assert_refused(wrong, Code::Unauthenticated, "TOKEN_UNKNOWN");
         checked += 2;
     }
-    assert_eq!(checked, 43 * 5);
+    assert_eq!(checked, 44 * 5);
 
     // A path in no table is denied to operators too.
     let unlisted = call_empty(

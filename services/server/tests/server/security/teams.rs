@@ -593,6 +593,16 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             }),
         ),
         (
+            "/tally.v1.JobService/AcquireCapacity",
+            false,
+            e(&pb::AcquireCapacityRequest {
+                claim: t.claim.clone(),
+                provider_account: "acct".into(),
+                tokens: vec![1],
+                ..Default::default()
+            }),
+        ),
+        (
             "/tally.v1.OperationsService/IngestEvent",
             false,
             e(&pb::IngestEventRequest {
@@ -897,13 +907,13 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
     for line in &table {
         println!("  {line}");
     }
-    // 40 RPCs named by a resource (43 less ListLedgers, ListOperations and
+    // 41 RPCs named by a resource (44 less ListLedgers, ListOperations and
     // WatchOperations) × 4 columns, and the 4 filtered views, × 3 roles.
     let mut paths: Vec<&str> = requests(&acme).iter().map(|r| r.0).collect();
     paths.sort();
     paths.dedup();
-    assert_eq!(paths.len(), 40, "every RPC once");
-    assert_eq!(table.len(), (40 * 4 + 4) * 3);
+    assert_eq!(paths.len(), 41, "every RPC once");
+    assert_eq!(table.len(), (41 * 4 + 4) * 3);
     server.stop().await;
 }
 

@@ -7,7 +7,7 @@
 -- $3 max rows; $4 the new claim's token; $5 worker; $6 request id (or NULL);
 -- $7 lease (ms); $8 whether to look for expired claims first; $9 byte budget
 -- (NULL: none); $10 bytes counted per row on top of its own; $11 provider
--- (NULL: any): only models of the ledger listed with it.
+-- (NULL: any): only models of the ledger listed with it; $12 the lane's code.
 WITH due AS (
     SELECT $8 AND EXISTS (
         SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {{RESCUE_DUE}}) AS due,
@@ -42,9 +42,9 @@ upd AS (
 ),
 made AS (
     INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,
-                        row_count, held, expire_time)
+                        row_count, held, expire_time, lane)
     SELECT $4, $1, $5, (SELECT model FROM chosen), $6, array_agg(id ORDER BY id),
-           count(*), count(*), now() + $7 * interval '1 millisecond'
+           count(*), count(*), now() + $7 * interval '1 millisecond', $12
     FROM upd HAVING count(*) > 0
     RETURNING create_time, expire_time
 )

@@ -1,0 +1,101 @@
+//! OpenAI's synchronous lanes: `POST /chat/completions` with `service_tier`
+//! (`flex`, `default`, `priority`), the body naming the tier granted and
+//! `x-request-id` the request; an answer reads as the batch output line
+//! it would have been. A flex call shed for lack of capacity is the API's
+//! "429 Resource Unavailable" (not charged). Pure.
+
+use serde_json::{Value, json};
+use tally_core::lane::Lane;
+
+use crate::provider::http::ProviderError;
+use crate::provider::online::OnlineAnswer;
+
+/// The endpoint, under the base URL (which holds `/v1`).
+pub const PATH: &str = "/chat/completions";
+
+/// The `service_tier` of a lane.
+pub fn tier(lane: Lane) -> &'static str {
+    match lane {
+        Lane::Flex => "flex",
+        Lane::Priority => "priority",
+        Lane::Standard | Lane::Batch => "default",
+    }
+}
+
+/// The call's body: the batch line's body, in the lane's tier.
+pub fn body(mut request: Value, lane: Lane) -> Value {
+    request["service_tier"] = json!(tier(lane));
+    request
+}
+
+/// The answer as the output line of a batch request `id`.
+pub fn line(id: &str, a: &OnlineAnswer) -> Value {
+    json!({
+        "custom_id": id,
+        "response": {"status_code": 200, "request_id": request_id(a), "body": a.body},
+        "error": null,
+    })
+}
+
+/// The provider's request id (`x-request-id`, else the completion's id).
+pub fn request_id(a: &OnlineAnswer) -> String {
+    a.header("x-request-id")
+        .or_else(|| a.body["id"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The tier the answer says it was served in.
+pub fn granted(a: &OnlineAnswer) -> String {
+    a.body["service_tier"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether a refused flex call was shed: a 429 that says the resource is
+/// unavailable (the code is not documented; the words are).
+pub fn shed(e: &ProviderError) -> bool {
+    let ProviderError::Http {
+        code: 429,
+        status,
+        message,
+        ..
+    } = e
+    else {
+        return false;
+    };
+    status == "resource_unavailable"
+        || message
+            .to_ascii_lowercase()
+            .contains("resource unavailable")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Invariant: each lane asks for its tier; the answer's line is the
+    // batch line the decoder reads, with the request id.
+    #[test]
+    fn the_call_asks_for_its_tier_and_the_answer_reads_as_a_batch_line() {
+        let b = body(json!({"model": "m", "messages": []}), Lane::Flex);
+        assert_eq!(b["service_tier"], "flex");
+        assert_eq!(tier(Lane::Standard), "default");
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-request-id", "req_1".parse().unwrap());
+        let a = OnlineAnswer {
+            headers,
+            body: json!({"id": "chatcmpl-1", "service_tier": "flex"}),
+        };
+        let l = line("k", &a);
+        assert_eq!(
+            (
+                l["custom_id"].as_str(),
+                l["response"]["request_id"].as_str()
+            ),
+            (Some("k"), Some("req_1"))
+        );
+        assert_eq!(granted(&a), "flex");
+    }
+}

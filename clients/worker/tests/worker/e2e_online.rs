@@ -1,0 +1,308 @@
+//! Synchronous lanes end to end: the real tally server in-process, the
+//! OpenAI emulator's chat completions in-process, and `tally-worker
+//! --lane flex` (or `standard`) processes.
+//!
+//! Invariants (each assertion names the one it checks):
+//! - every row is answered by the model once (the emulator's count per
+//!   prompt), whatever the provider refused before doing the work (429s,
+//!   shed flex calls): those cost no attempt;
+//! - an answer lost after the work is an attempt (`answer_lost`) and the
+//!   row is sent again; nothing is sent again after an accepted answer;
+//! - each attempt records its lane, the provider's request id and the tier
+//!   granted, and the summary prices it at its lane;
+//! - a worker killed mid-call leaves its rows to another worker, each
+//!   lost call counted as an attempt.
+//!
+//! Run: `cargo test -p tally-worker --test worker e2e_online:: -- --nocapture`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{
+    API_KEY, Stack, all_rows, create_ledger_with, exits_ok, register_prompt, spawn_openai_worker,
+    start_server, test_policy, until,
+};
+use openai_emulator::{Emulator, EmulatorConfig, FaultPlan, OnlineConfig, Timing};
+use tally_client::Clients;
+use tally_proto::v1 as pb;
+
+const MODEL: &str = "gpt-4o-mini";
+
+struct Online {
+    stack: Stack,
+    emulator: Emulator,
+    c: Clients,
+}
+
+impl Online {
+    /// tally, the OpenAI emulator answering calls after `latency`, and a
+    /// ledger allowing `lanes` with `rows` rows `row-00`… on the
+    /// `summarize` prompt (each prompt names its row).
+    async fn start(
+        ledger: &str,
+        lanes: &[pb::Lane],
+        rows: usize,
+        faults: FaultPlan,
+        latency: Duration,
+    ) -> Online {
+        let stack = start_server(100).await;
+        let emulator = Emulator::start(
+            "127.0.0.1:0".parse().unwrap(),
+            EmulatorConfig {
+                api_keys: vec![API_KEY.into()],
+                faults,
+                timing: Timing::fast(),
+                online: OnlineConfig {
+                    latency: openai_emulator::Latency {
+                        standard: latency,
+                        flex: latency,
+                    },
+                    ..OnlineConfig::default()
+                },
+                ..EmulatorConfig::default()
+            },
+        )
+        .await
+        .expect("emulator starts");
+        let c = tally_client::connect(&stack.grpc, None).expect("connect");
+        let policy = pb::LedgerPolicy {
+            lanes: lanes.iter().map(|l| *l as i32).collect(),
+            prices: vec![pb::ModelPrice {
+                model: MODEL.into(),
+                input_per_million: 1.0,
+                output_per_million: 2.0,
+                ..Default::default()
+            }],
+            ..test_policy(MODEL, pb::AttemptBudgets::default())
+        };
+        create_ledger_with(&c, ledger, policy).await;
+        register_prompt(&c).await;
+        common::enroll_documents(&c, ledger, "row-", rows, "").await;
+        Online { stack, emulator, c }
+    }
+
+    fn url(&self) -> String {
+        format!("{}/v1", self.emulator.base_url())
+    }
+
+    fn worker(
+        &self,
+        ledger: &str,
+        name: &str,
+        lane: &str,
+        extra: &[&str],
+    ) -> tokio::process::Child {
+        let mut flags = vec!["--lane", lane, "--call-timeout", "5s"];
+        flags.extend_from_slice(extra);
+        spawn_openai_worker(&self.stack.grpc, &self.url(), ledger, name, &flags)
+    }
+
+    /// How many times the model answered each row (by its prompt).
+    fn answers_per_row(&self) -> Vec<usize> {
+        self.emulator
+            .stats()
+            .online
+            .by_prompt
+            .values()
+            .map(Vec::len)
+            .collect()
+    }
+}
+
+fn attempts(row: &pb::Row) -> i32 {
+    row.attempts.map_or(0, |a| a.total)
+}
+
+// Invariant: a flex ledger's rows are answered once each by the model,
+// every attempt records the flex lane, the request id and the tier, and
+// the summary prices them at the flex price (the batch price here).
+#[tokio::test]
+async fn a_flex_ledger_is_answered_once_a_row_with_lane_and_price() {
+    let w = Online::start(
+        "flex",
+        &[pb::Lane::Flex],
+        24,
+        FaultPlan::default(),
+        Duration::from_millis(20),
+    )
+    .await;
+    exits_ok(
+        w.worker("flex", "w1", "flex", &["--exit-when-idle"]),
+        "flex worker",
+    )
+    .await;
+    let rows = all_rows(&w.c, "flex").await;
+    assert_eq!(rows.len(), 24);
+    for r in &rows {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{}: {}",
+            r.key,
+            r.last_error
+        );
+        let a = &r.history[0];
+        assert_eq!(a.lane(), pb::Lane::Flex, "the attempt records its lane");
+        assert!(
+            a.request_id.starts_with("req_"),
+            "request id: {:?}",
+            a.request_id
+        );
+        assert_eq!(a.tier, "flex");
+        assert!(a.cost_usd > 0.0, "priced at the lane's price");
+        assert!(a.batch.is_empty() && a.job.is_empty(), "no batch, no job");
+    }
+    assert_eq!(w.answers_per_row(), vec![1; 24], "each row answered once");
+    let s = common::summary(&w.c, "flex").await;
+    assert_eq!(s.cost_by_lane.len(), 1);
+    assert_eq!(s.cost_by_lane[0].lane(), pb::Lane::Flex);
+    assert!((s.cost_by_lane[0].cost_usd - s.estimated_cost_usd).abs() < 1e-12);
+}
+
+// Invariant: shed flex calls and a 429 storm cost no attempt and send no
+// row twice: every row ends SUCCEEDED with one attempt, answered once.
+#[tokio::test]
+async fn shed_calls_and_429s_cost_nothing_and_send_nothing_twice() {
+    let faults: FaultPlan = serde_json::from_value(serde_json::json!({
+        "online": {
+            "shed": {"every": 3, "retry_after_secs": 0},
+            "rate_limited": {"times": 4, "retry_after_secs": 1}
+        }
+    }))
+    .unwrap();
+    let w = Online::start(
+        "shed",
+        &[pb::Lane::Flex],
+        20,
+        faults,
+        Duration::from_millis(10),
+    )
+    .await;
+    exits_ok(
+        w.worker("shed", "w1", "flex", &["--exit-when-idle"]),
+        "flex worker",
+    )
+    .await;
+    let rows = all_rows(&w.c, "shed").await;
+    for r in &rows {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{}: {}",
+            r.key,
+            r.last_error
+        );
+        assert_eq!(
+            attempts(r),
+            1,
+            "{}: a refusal before the work is no attempt",
+            r.key
+        );
+    }
+    let online = w.emulator.stats().online;
+    assert!(online.shed > 0 && online.rate_limited >= 4, "{online:?}");
+    assert_eq!(w.answers_per_row(), vec![1; 20], "each row answered once");
+}
+
+// Invariant: an answer lost after the work is an attempt (answer_lost) and
+// the row goes again; a row is never sent after its accepted answer.
+#[tokio::test]
+async fn a_lost_answer_is_an_attempt_and_the_row_goes_again() {
+    let faults: FaultPlan = serde_json::from_value(serde_json::json!({
+        "online": {"lost": {"times": 3, "mode": "drop"}}
+    }))
+    .unwrap();
+    let w = Online::start(
+        "lost",
+        &[pb::Lane::Standard],
+        10,
+        faults,
+        Duration::from_millis(10),
+    )
+    .await;
+    exits_ok(
+        w.worker("lost", "w1", "standard", &["--exit-when-idle"]),
+        "standard worker",
+    )
+    .await;
+    let rows = all_rows(&w.c, "lost").await;
+    let mut lost = 0;
+    for r in &rows {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{}: {}",
+            r.key,
+            r.last_error
+        );
+        let n = attempts(r);
+        if n == 2 {
+            lost += 1;
+            assert_eq!(r.history[0].rule, "answer_lost");
+            assert_eq!(r.history[0].budget(), pb::Budget::Provider);
+        } else {
+            assert_eq!(n, 1);
+        }
+    }
+    assert_eq!(lost, 3, "each lost answer cost its row an attempt");
+    let per_row = w.answers_per_row();
+    assert_eq!(
+        per_row.iter().sum::<usize>(),
+        13,
+        "10 answers and 3 lost ones"
+    );
+    assert_eq!(w.emulator.stats().online.lost, 3);
+}
+
+// Invariant: a worker killed while its calls are out leaves nothing held:
+// another worker finishes every row; a row whose call was out when the
+// first died has that attempt counted (lease_expired), and no row is sent
+// after its accepted answer.
+#[tokio::test]
+async fn a_worker_killed_mid_call_leaves_its_rows_to_another() {
+    let w = Online::start(
+        "kill",
+        &[pb::Lane::Standard],
+        12,
+        FaultPlan::default(),
+        Duration::from_secs(3),
+    )
+    .await;
+    // The tests' workers take a 3 s lease, heartbeats every 500 ms.
+    let mut first = w.worker("kill", "w1", "standard", &[]);
+    until(Duration::from_secs(20), "calls out", || async {
+        w.emulator.stats().online.peak_arrivals_per_minute > 0
+    })
+    .await;
+    first.kill().await.expect("kill -9");
+    let _ = first.wait().await;
+    exits_ok(
+        w.worker("kill", "w2", "standard", &["--exit-when-idle"]),
+        "second worker",
+    )
+    .await;
+    let rows = all_rows(&w.c, "kill").await;
+    let mut expired = 0;
+    for r in &rows {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{}: {}",
+            r.key,
+            r.last_error
+        );
+        if r.history.iter().any(|a| a.rule == "lease_expired") {
+            expired += 1;
+        }
+        let last = r.history.last().expect("an attempt");
+        assert_eq!(last.outcome(), pb::RowStatus::Succeeded);
+    }
+    assert!(expired > 0, "the killed worker's calls were counted");
+    let answered: usize = w.answers_per_row().iter().sum();
+    assert!(answered >= 12, "every row answered");
+    assert!(
+        answered - 12 <= expired,
+        "a row was answered again only where its first call went out with the worker ({answered} answers, {expired} lost)"
+    );
+}
