@@ -121,6 +121,9 @@ pub async fn serve(database_url: String, port: u16) -> anyhow::Result<()> {
     // single-row phases): the per-principal rate check still runs, at a
     // rate it never reaches.
     args.limits.principal_call_rate = u32::MAX;
+    // The online phase's account: its requests per minute, no token limit.
+    args.provider.provider_rpm = vec![crate::online::RPM.to_string()];
+    args.provider.provider_tpm = vec!["0".into()];
     let running = tally_server::startup::server::start(args).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -9,8 +9,9 @@
 //! `grpc` the tally side of each loop and `raw` its baseline; `workload`
 //! the rows; `stats` medians and percentiles; `quiet` waiting for the
 //! server's ANALYZEs. Phases: `ingest`, `watch`, `disk`, `delete`,
-//! `sustained`, `pipeline` (server, workers and emulators) and
-//! `turnarounds` (batches and turnarounds at an emulator).
+//! `sustained`, `pipeline` (server, workers and emulators),
+//! `turnarounds` (batches and turnarounds at an emulator) and `online`
+//! (the synchronous lanes within an account's limits).
 
 mod child;
 mod db;
@@ -18,6 +19,7 @@ mod delete;
 mod disk;
 mod grpc;
 mod ingest;
+mod online;
 mod pipeline;
 mod quiet;
 mod raw;
@@ -129,6 +131,11 @@ enum Phase {
     /// batches at the provider and started again (needs the release
     /// tally-worker binary beside tally-bench). Only with --only.
     Turnarounds,
+    /// Synchronous lanes at the OpenAI emulator: 2,000 rows in the flex
+    /// lane at 600 requests a minute (1 worker; 8 workers on the account;
+    /// 8 through a storm of 429s) and in batch, for the time, the sends
+    /// and the price. Only with --only.
+    Online,
 }
 
 #[derive(Subcommand)]
@@ -363,6 +370,20 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
                     rate(m.rows, m.raw),
                 ));
             }
+        }
+    }
+
+    if cli.only.contains(&Phase::Online) {
+        for scenario in online::Scenario::ALL {
+            let m = online::run(&server.addr, scenario, 2000).await?;
+            let (workload, counts) = online::describe(&m);
+            eprintln!("{workload}: {counts}");
+            lines.push(Line {
+                workload,
+                tally: counts,
+                baseline: String::new(),
+                ratio: None,
+            });
         }
     }
 

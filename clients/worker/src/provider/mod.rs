@@ -16,7 +16,8 @@
 //!   results' custom_ids say whose it is.
 //! - [`http`]: the key, the retries and the error every client shares;
 //!   [`online`]: one synchronous call and what its refusal means;
-//!   [`types`]: what a list or a GET answers, whatever the provider;
+//!   [`types`]: what a list, a GET or a synchronous call answers,
+//!   whatever the provider;
 //!   [`wire`]: what differs between providers in the pure work.
 //!
 //! This is the one place a provider is chosen: [`wire_of`] for its shapes
@@ -39,8 +40,8 @@ use serde_json::Value;
 use tally_core::provider::Api;
 
 pub use http::{ApiKey, Patience, ProviderError};
-pub use online::{OnlineAnswer, OnlineFail};
-pub use types::{Listed, ListedFile, Observed, Owner, Page, Upload, Uploaded};
+pub use online::OnlineFail;
+pub use types::{Listed, ListedFile, Observed, OnlineAnswer, Owner, Page, Upload, Uploaded};
 pub use wire::Wire;
 
 use crate::arg::UrlArg;

@@ -5,28 +5,13 @@
 
 use std::time::Duration;
 
-use reqwest::header::HeaderMap;
-use serde_json::Value;
 use tally_core::lane::Lane;
 use tally_proto::v1 as pb;
 
 use super::http::{ErrorOf, ProviderError, retry_after_header, without_url};
+use super::types::OnlineAnswer;
 use super::wire::Wire;
 use crate::refusal::Refusal;
-
-/// A 2xx answer to a synchronous call.
-#[derive(Debug, Clone)]
-pub struct OnlineAnswer {
-    pub headers: HeaderMap,
-    pub body: Value,
-}
-
-impl OnlineAnswer {
-    /// A header's text, if the answer has it.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
 
 /// A synchronous call that brought no answer to use.
 #[derive(Debug)]

@@ -1,9 +1,10 @@
 //! What every provider client answers in: a batch or file as a list shows
 //! it, a page of a list, a batch as GET answers it, and whose an untagged
-//! batch is.
+//! batch is, and a synchronous call's answer.
 
 use std::time::SystemTime;
 
+use reqwest::header::HeaderMap;
 use serde_json::Value;
 use tally_core::operation::BatchObservation;
 
@@ -81,4 +82,18 @@ pub enum Upload {
     /// Stored, but the provider could not process it (why): the file
     /// cannot be used.
     Unusable(String),
+}
+
+/// A 2xx answer to a synchronous call.
+#[derive(Debug, Clone)]
+pub struct OnlineAnswer {
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl OnlineAnswer {
+    /// A header's text, if the answer has it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
 }

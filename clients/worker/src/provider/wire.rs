@@ -12,8 +12,7 @@ use tally_core::provider::Api;
 use tally_proto::v1 as pb;
 
 use super::http::ProviderError;
-use super::online::OnlineAnswer;
-use super::types::Observed;
+use super::types::{Observed, OnlineAnswer};
 use crate::jsonl::LineShape;
 use crate::output::Decode;
 use crate::prompt::{InputError, PromptSpec};

@@ -306,3 +306,126 @@ async fn a_worker_killed_mid_call_leaves_its_rows_to_another() {
         "a row was answered again only where its first call went out with the worker ({answered} answers, {expired} lost)"
     );
 }
+
+// Invariant: Gemini's flex lane answers every row once, each attempt
+// recording the flex tier the provider granted (its header) and the
+// response id; a row fault answers as it would in a batch (SAFETY is
+// PERMANENT at once).
+#[tokio::test]
+async fn gemini_flex_answers_once_and_reads_the_granted_tier() {
+    let faults: gemini_emulator::FaultPlan = serde_json::from_value(serde_json::json!({
+        "rows": [{"match": {"prompt_contains": "document 3"}, "fault": {"kind": "safety"}}]
+    }))
+    .unwrap();
+    let policy = pb::LedgerPolicy {
+        lanes: vec![pb::Lane::Flex as i32],
+        ..test_policy("gemini-2.5-flash", pb::AttemptBudgets::default())
+    };
+    let w = common::World::start_policy(
+        "gflex",
+        8,
+        faults,
+        gemini_emulator::Timing::default(),
+        policy,
+        |_| {},
+    )
+    .await;
+    exits_ok(
+        w.worker("gflex", "w1", &["--lane", "flex", "--exit-when-idle"]),
+        "gemini flex worker",
+    )
+    .await;
+    for r in all_rows(&w.c, "gflex").await {
+        let a = &r.history[0];
+        assert_eq!(
+            (a.lane(), a.tier.as_str()),
+            (pb::Lane::Flex, "flex"),
+            "{}",
+            r.key
+        );
+        assert!(!a.request_id.is_empty(), "{}: the response id", r.key);
+        let expected = if r.key == "row-03" {
+            pb::RowStatus::Permanent
+        } else {
+            pb::RowStatus::Succeeded
+        };
+        assert_eq!(r.status(), expected, "{}: {}", r.key, r.last_error);
+    }
+    let per_row: Vec<usize> = w
+        .emulator
+        .stats()
+        .online
+        .by_prompt
+        .values()
+        .map(Vec::len)
+        .collect();
+    assert_eq!(per_row, vec![1; 8], "each row answered once");
+    w.stop().await;
+}
+
+// Invariant: Anthropic's standard lane answers every row once, with the
+// provider's request id and the standard tier; a flex worker for Anthropic
+// is refused at start (it has no flex).
+#[tokio::test]
+async fn anthropic_standard_answers_once_and_flex_is_refused() {
+    let stack = start_server(100).await;
+    let emulator = anthropic_emulator::Emulator::start(
+        "127.0.0.1:0".parse().unwrap(),
+        anthropic_emulator::EmulatorConfig {
+            api_keys: vec![API_KEY.into()],
+            timing: anthropic_emulator::Timing::fast(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("emulator starts");
+    let c = tally_client::connect(&stack.grpc, None).expect("connect");
+    let policy = pb::LedgerPolicy {
+        lanes: vec![pb::Lane::Standard as i32],
+        ..test_policy("claude-haiku-4-5", pb::AttemptBudgets::default())
+    };
+    create_ledger_with(&c, "astd", policy).await;
+    register_prompt(&c).await;
+    common::enroll_documents(&c, "astd", "row-", 6, "").await;
+    let base = emulator.base_url();
+    let refused = common::spawn_api_worker(
+        &stack.grpc,
+        "anthropic",
+        &base,
+        "astd",
+        "wflex",
+        &["--lane", "flex"],
+    )
+    .wait_with_output()
+    .await
+    .expect("worker runs");
+    assert!(!refused.status.success(), "Anthropic has no flex lane");
+    exits_ok(
+        common::spawn_api_worker(
+            &stack.grpc,
+            "anthropic",
+            &base,
+            "astd",
+            "w1",
+            &["--lane", "standard", "--exit-when-idle"],
+        ),
+        "anthropic standard worker",
+    )
+    .await;
+    for r in all_rows(&c, "astd").await {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{}: {}",
+            r.key,
+            r.last_error
+        );
+        let a = &r.history[0];
+        assert_eq!(
+            (a.lane(), a.tier.as_str()),
+            (pb::Lane::Standard, "standard")
+        );
+        assert!(a.request_id.starts_with("req_"), "{:?}", a.request_id);
+    }
+    assert_eq!(emulator.stats().online.answered.values().sum::<u64>(), 6);
+}

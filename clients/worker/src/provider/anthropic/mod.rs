@@ -23,8 +23,8 @@ use crate::jsonl::LineShape;
 use crate::output::{Decode, Expect};
 use crate::prompt::{InputError, PromptSpec};
 use crate::provider::http::ProviderError;
-use crate::provider::online::OnlineAnswer;
 use crate::provider::types::Observed;
+use crate::provider::types::OnlineAnswer;
 use crate::provider::wire::{BatchLimits, MediaSlots, Wire, counted_lines};
 use crate::refusal::{Refusal, Validation};
 

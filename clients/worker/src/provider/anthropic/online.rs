@@ -7,10 +7,11 @@
 use serde_json::{Value, json};
 use tally_core::lane::Lane;
 
-use crate::provider::online::OnlineAnswer;
+use crate::provider::types::OnlineAnswer;
 
-/// The endpoint, under the base URL.
-pub const PATH: &str = "/v1/messages";
+/// The endpoint, under the base URL and API version (the client adds
+/// `/v1`).
+pub const PATH: &str = "/messages";
 
 /// The call's body: the batch request's params, standard capacity only.
 pub fn body(mut request: Value, _lane: Lane) -> Value {

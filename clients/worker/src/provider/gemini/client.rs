@@ -23,7 +23,8 @@ use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
 use crate::provider::http::{self, ApiKey, Patience};
-use crate::provider::online::{self, OnlineAnswer, OnlineFail};
+use crate::provider::online::{self, OnlineFail};
+use crate::provider::types::OnlineAnswer;
 use crate::provider::{Listed, ListedFile, Page, Upload, Uploaded};
 
 /// The Gemini flavour of [`crate::provider::ProviderError`] (every client answers

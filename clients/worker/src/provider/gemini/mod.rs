@@ -23,8 +23,8 @@ use crate::jsonl::LineShape;
 use crate::output::{Decode, Expect};
 use crate::prompt::{InputError, PromptSpec};
 use crate::provider::http::ProviderError;
-use crate::provider::online::OnlineAnswer;
 use crate::provider::types::Observed;
+use crate::provider::types::OnlineAnswer;
 use crate::provider::wire::{MediaSlots, Wire};
 use crate::refusal::Refusal;
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tally_core::lane::Lane;
 
 use crate::provider::http::ProviderError;
-use crate::provider::online::OnlineAnswer;
+use crate::provider::types::OnlineAnswer;
 
 /// The endpoint for `model`, under the base URL.
 pub fn path(model: &str) -> String {

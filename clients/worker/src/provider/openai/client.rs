@@ -24,7 +24,8 @@ use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
 use crate::provider::http::{self, ApiKey, Patience, ProviderError};
-use crate::provider::online::{self, OnlineAnswer, OnlineFail};
+use crate::provider::online::{self, OnlineFail};
+use crate::provider::types::OnlineAnswer;
 use crate::provider::{Listed, ListedFile, Page};
 
 /// The only endpoint tally runs.

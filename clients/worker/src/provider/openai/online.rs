@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tally_core::lane::Lane;
 
 use crate::provider::http::ProviderError;
-use crate::provider::online::OnlineAnswer;
+use crate::provider::types::OnlineAnswer;
 
 /// The endpoint, under the base URL (which holds `/v1`).
 pub const PATH: &str = "/chat/completions";

@@ -36,6 +36,7 @@ class FailureKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FAILURE_KIND_MISSING_FROM_OUTPUT: _ClassVar[FailureKind]
     FAILURE_KIND_MEDIA_UNREADABLE: _ClassVar[FailureKind]
     FAILURE_KIND_MEDIA_UNAVAILABLE: _ClassVar[FailureKind]
+    FAILURE_KIND_ANSWER_LOST: _ClassVar[FailureKind]
 BUDGET_UNSPECIFIED: Budget
 BUDGET_PROVIDER: Budget
 BUDGET_CONTENT: Budget
@@ -55,6 +56,7 @@ FAILURE_KIND_BLOCKED: FailureKind
 FAILURE_KIND_MISSING_FROM_OUTPUT: FailureKind
 FAILURE_KIND_MEDIA_UNREADABLE: FailureKind
 FAILURE_KIND_MEDIA_UNAVAILABLE: FailureKind
+FAILURE_KIND_ANSWER_LOST: FailureKind
 
 class Usage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "thinking_tokens", "cached_tokens", "cache_write_tokens")

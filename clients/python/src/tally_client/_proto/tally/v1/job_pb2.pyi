@@ -489,3 +489,33 @@ class ReleaseLockRequest(_message.Message):
     name: str
     token: str
     def __init__(self, name: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class AcquireCapacityRequest(_message.Message):
+    __slots__ = ("claim", "provider_account", "tokens", "rate_limited", "shed", "refused", "reason")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    SHED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    claim: str
+    provider_account: str
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    rate_limited: _duration_pb2.Duration
+    shed: bool
+    refused: ProviderRefusal
+    reason: str
+    def __init__(self, claim: _Optional[str] = ..., provider_account: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., rate_limited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., shed: _Optional[bool] = ..., refused: _Optional[_Union[ProviderRefusal, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AcquireCapacityResponse(_message.Message):
+    __slots__ = ("granted", "retry_after", "requests_per_minute", "tokens_per_minute")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    granted: int
+    retry_after: _duration_pb2.Duration
+    requests_per_minute: int
+    tokens_per_minute: int
+    def __init__(self, granted: _Optional[int] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., requests_per_minute: _Optional[int] = ..., tokens_per_minute: _Optional[int] = ...) -> None: ...

@@ -81,6 +81,11 @@ class JobServiceStub:
                 request_serializer=tally_dot_v1_dot_job__pb2.HandOverJobRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_job__pb2.Job.FromString,
                 _registered_method=True)
+        self.AcquireCapacity = channel.unary_unary(
+                '/tally.v1.JobService/AcquireCapacity',
+                request_serializer=tally_dot_v1_dot_job__pb2.AcquireCapacityRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_job__pb2.AcquireCapacityResponse.FromString,
+                _registered_method=True)
         self.FinishJob = channel.unary_unary(
                 '/tally.v1.JobService/FinishJob',
                 request_serializer=tally_dot_v1_dot_job__pb2.FinishJobRequest.SerializeToString,
@@ -223,6 +228,17 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireCapacity(self, request, context):
+        """The provider account's requests and tokens per minute, shared by every
+        worker and replica: a synchronous claim's worker asks before it sends
+        (the first `granted` of its requests may go now; ask again after
+        `retry_after` for the rest). A 429 or a shed flex request the worker
+        met is reported here and slows every worker of the account and model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FinishJob(self, request, context):
         """Closes a job: rows the claim still holds become RETRYABLE
         (`missing_from_output` after a successful batch, `job_failed` after a
@@ -348,6 +364,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.HandOverJob,
                     request_deserializer=tally_dot_v1_dot_job__pb2.HandOverJobRequest.FromString,
                     response_serializer=tally_dot_v1_dot_job__pb2.Job.SerializeToString,
+            ),
+            'AcquireCapacity': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireCapacity,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.AcquireCapacityRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_job__pb2.AcquireCapacityResponse.SerializeToString,
             ),
             'FinishJob': grpc.unary_unary_rpc_method_handler(
                     servicer.FinishJob,
@@ -622,6 +643,33 @@ class JobService:
             '/tally.v1.JobService/HandOverJob',
             tally_dot_v1_dot_job__pb2.HandOverJobRequest.SerializeToString,
             tally_dot_v1_dot_job__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireCapacity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/AcquireCapacity',
+            tally_dot_v1_dot_job__pb2.AcquireCapacityRequest.SerializeToString,
+            tally_dot_v1_dot_job__pb2.AcquireCapacityResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,6 +31,14 @@ class LedgerPauseReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEDGER_PAUSE_REASON_MODEL: _ClassVar[LedgerPauseReason]
     LEDGER_PAUSE_REASON_REFUSED: _ClassVar[LedgerPauseReason]
 
+class Lane(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LANE_UNSPECIFIED: _ClassVar[Lane]
+    LANE_BATCH: _ClassVar[Lane]
+    LANE_FLEX: _ClassVar[Lane]
+    LANE_STANDARD: _ClassVar[Lane]
+    LANE_PRIORITY: _ClassVar[Lane]
+
 class EnrollOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ENROLL_OUTCOME_UNSPECIFIED: _ClassVar[EnrollOutcome]
@@ -71,6 +79,11 @@ LEDGER_PAUSE_REASON_BILLING: LedgerPauseReason
 LEDGER_PAUSE_REASON_MODEL_DRIFT: LedgerPauseReason
 LEDGER_PAUSE_REASON_MODEL: LedgerPauseReason
 LEDGER_PAUSE_REASON_REFUSED: LedgerPauseReason
+LANE_UNSPECIFIED: Lane
+LANE_BATCH: Lane
+LANE_FLEX: Lane
+LANE_STANDARD: Lane
+LANE_PRIORITY: Lane
 ENROLL_OUTCOME_UNSPECIFIED: EnrollOutcome
 ENROLL_OUTCOME_ENROLLED: EnrollOutcome
 ENROLL_OUTCOME_ALREADY_PRESENT: EnrollOutcome
@@ -206,7 +219,7 @@ class LedgerPurge(_message.Message):
     def __init__(self, rows_total: _Optional[int] = ..., rows_purged: _Optional[int] = ..., forced: _Optional[bool] = ..., claims_expired: _Optional[int] = ..., jobs_abandoned: _Optional[int] = ...) -> None: ...
 
 class LedgerPolicy(_message.Message):
-    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill")
+    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill", "lanes")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -218,6 +231,7 @@ class LedgerPolicy(_message.Message):
     PRICES_FIELD_NUMBER: _ClassVar[int]
     SPEND_CAP_FIELD_NUMBER: _ClassVar[int]
     BATCH_FILL_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
     model: str
     budgets: AttemptBudgets
     lease: _duration_pb2.Duration
@@ -229,7 +243,8 @@ class LedgerPolicy(_message.Message):
     prices: _containers.RepeatedCompositeFieldContainer[ModelPrice]
     spend_cap: SpendCap
     batch_fill: BatchFill
-    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ...) -> None: ...
+    lanes: _containers.RepeatedScalarFieldContainer[Lane]
+    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[Lane, str]]] = ...) -> None: ...
 
 class BatchFill(_message.Message):
     __slots__ = ("max_wait", "quiet", "min_rows")
@@ -318,18 +333,20 @@ class ClassifierOverride(_message.Message):
     def __init__(self, name: _Optional[str] = ..., http_code: _Optional[int] = ..., status: _Optional[str] = ..., message_contains: _Optional[str] = ..., finish_reason: _Optional[str] = ..., kind: _Optional[_Union[_common_pb2.FailureKind, str]] = ..., verdict: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ...) -> None: ...
 
 class ModelPrice(_message.Message):
-    __slots__ = ("model", "input_per_million", "output_per_million", "cached_input_per_million", "thinking_per_million")
+    __slots__ = ("model", "input_per_million", "output_per_million", "cached_input_per_million", "thinking_per_million", "lane")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INPUT_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
     CACHED_INPUT_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
     THINKING_PER_MILLION_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
     model: str
     input_per_million: float
     output_per_million: float
     cached_input_per_million: float
     thinking_per_million: float
-    def __init__(self, model: _Optional[str] = ..., input_per_million: _Optional[float] = ..., output_per_million: _Optional[float] = ..., cached_input_per_million: _Optional[float] = ..., thinking_per_million: _Optional[float] = ...) -> None: ...
+    lane: Lane
+    def __init__(self, model: _Optional[str] = ..., input_per_million: _Optional[float] = ..., output_per_million: _Optional[float] = ..., cached_input_per_million: _Optional[float] = ..., thinking_per_million: _Optional[float] = ..., lane: _Optional[_Union[Lane, str]] = ...) -> None: ...
 
 class CreateLedgerRequest(_message.Message):
     __slots__ = ("ledger_id", "policy")
@@ -444,7 +461,7 @@ class EnrollRowsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[EnrollResult, _Mapping]]] = ..., enrolled: _Optional[int] = ..., already_present: _Optional[int] = ..., conflicts: _Optional[int] = ...) -> None: ...
 
 class Claim(_message.Message):
-    __slots__ = ("name", "worker", "model", "create_time", "expire_time", "state", "row_count", "held_count", "job")
+    __slots__ = ("name", "worker", "model", "create_time", "expire_time", "state", "row_count", "held_count", "job", "lane")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -454,6 +471,7 @@ class Claim(_message.Message):
     ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
     HELD_COUNT_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
     name: str
     worker: str
     model: str
@@ -463,10 +481,11 @@ class Claim(_message.Message):
     row_count: int
     held_count: int
     job: str
-    def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ...) -> None: ...
+    lane: Lane
+    def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ...) -> None: ...
 
 class ClaimRowsRequest(_message.Message):
-    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes", "provider", "fill_batch")
+    __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes", "provider", "fill_batch", "lane")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -476,6 +495,7 @@ class ClaimRowsRequest(_message.Message):
     MAX_RESPONSE_BYTES_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     FILL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
     parent: str
     max_rows: int
     lease: _duration_pb2.Duration
@@ -485,7 +505,8 @@ class ClaimRowsRequest(_message.Message):
     max_response_bytes: int
     provider: str
     fill_batch: bool
-    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., max_response_bytes: _Optional[int] = ..., provider: _Optional[str] = ..., fill_batch: _Optional[bool] = ...) -> None: ...
+    lane: Lane
+    def __init__(self, parent: _Optional[str] = ..., max_rows: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., worker: _Optional[str] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., max_response_bytes: _Optional[int] = ..., provider: _Optional[str] = ..., fill_batch: _Optional[bool] = ..., lane: _Optional[_Union[Lane, str]] = ...) -> None: ...
 
 class FillWait(_message.Message):
     __slots__ = ("runnable_rows", "reason", "retry_after")
@@ -550,18 +571,22 @@ class ReleaseClaimResponse(_message.Message):
     def __init__(self, released: _Optional[int] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ...) -> None: ...
 
 class RowOutcome(_message.Message):
-    __slots__ = ("key", "result", "failure", "usage", "response")
+    __slots__ = ("key", "result", "failure", "usage", "response", "request_id", "tier")
     KEY_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
     key: str
     result: str
     failure: _common_pb2.Failure
     usage: _common_pb2.Usage
     response: str
-    def __init__(self, key: _Optional[str] = ..., result: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., response: _Optional[str] = ...) -> None: ...
+    request_id: str
+    tier: str
+    def __init__(self, key: _Optional[str] = ..., result: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., response: _Optional[str] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
     __slots__ = ("claim", "outcomes", "claim_next")
@@ -610,7 +635,7 @@ class ReportOutcomesResponse(_message.Message):
     def __init__(self, verdicts: _Optional[_Iterable[_Union[RowVerdict, _Mapping]]] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., stale: _Optional[int] = ..., duplicate: _Optional[int] = ..., held: _Optional[int] = ..., next_claim: _Optional[_Union[ClaimRowsResponse, _Mapping]] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("number", "claim", "job", "batch", "model", "prompt", "vars_hash", "outcome", "rule", "budget", "usage", "error", "actor", "time")
+    __slots__ = ("number", "claim", "job", "batch", "model", "prompt", "vars_hash", "outcome", "rule", "budget", "usage", "error", "actor", "time", "lane", "request_id", "tier", "cost_usd")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
@@ -625,6 +650,10 @@ class Attempt(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
     number: int
     claim: str
     job: str
@@ -639,7 +668,11 @@ class Attempt(_message.Message):
     error: str
     actor: str
     time: _timestamp_pb2.Timestamp
-    def __init__(self, number: _Optional[int] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., batch: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., vars_hash: _Optional[str] = ..., outcome: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    lane: Lane
+    request_id: str
+    tier: str
+    cost_usd: float
+    def __init__(self, number: _Optional[int] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., batch: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., vars_hash: _Optional[str] = ..., outcome: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lane: _Optional[_Union[Lane, str]] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class Row(_message.Message):
     __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response")
@@ -740,7 +773,7 @@ class SummarizeLedgerRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class LedgerSummary(_message.Message):
-    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag")
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag", "cost_by_lane")
     class PermanentByRuleEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -770,6 +803,7 @@ class LedgerSummary(_message.Message):
     PAUSE_FIELD_NUMBER: _ClassVar[int]
     SPEND_FIELD_NUMBER: _ClassVar[int]
     CONTENT_ETAG_FIELD_NUMBER: _ClassVar[int]
+    COST_BY_LANE_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     total: int
     pending: int
@@ -792,7 +826,20 @@ class LedgerSummary(_message.Message):
     pause: LedgerPause
     spend: LedgerSpend
     content_etag: str
-    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ...) -> None: ...
+    cost_by_lane: _containers.RepeatedCompositeFieldContainer[LaneCost]
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ...) -> None: ...
+
+class LaneCost(_message.Message):
+    __slots__ = ("lane", "attempts", "usage", "cost_usd")
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    lane: Lane
+    attempts: int
+    usage: _common_pb2.Usage
+    cost_usd: float
+    def __init__(self, lane: _Optional[_Union[Lane, str]] = ..., attempts: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class RowKeys(_message.Message):
     __slots__ = ("keys",)
