@@ -60,9 +60,79 @@ pub fn find_cycle<'a>(rows: &[(&'a str, &[&'a str])]) -> Option<Vec<&'a str>> {
     None
 }
 
+/// Each row's depth within one call (acyclic: [`find_cycle`] found none):
+/// the links of the longest chain of the call's rows that starts at it (a
+/// row depends on the one before it), 1 for a row nothing in the call
+/// depends on. Rows enrolled later can only add to it (the store lifts the
+/// depths of stored dependencies as their dependants arrive).
+pub fn depths(rows: &[(&str, &[&str])]) -> Vec<u32> {
+    let index: HashMap<&str, usize> = rows.iter().enumerate().map(|(i, r)| (r.0, i)).collect();
+    // Dependants of each row within the call.
+    let mut below: Vec<Vec<usize>> = vec![Vec::new(); rows.len()];
+    for (child, (_, deps)) in rows.iter().enumerate() {
+        for d in deps.iter() {
+            if let Some(&parent) = index.get(d) {
+                below[parent].push(child);
+            }
+        }
+    }
+    let mut depth = vec![0u32; rows.len()];
+    for root in 0..rows.len() {
+        // Iterative post-order: a row's depth once all its dependants have
+        // theirs.
+        let mut stack = vec![(root, 0usize)];
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if depth[node] > 0 {
+                stack.pop();
+                continue;
+            }
+            if let Some(&child) = below[node].get(*next) {
+                *next += 1;
+                if depth[child] == 0 {
+                    stack.push((child, 0));
+                }
+                continue;
+            }
+            depth[node] = 1 + below[node].iter().map(|&c| depth[c]).max().unwrap_or(0);
+            stack.pop();
+        }
+    }
+    depth
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Invariant: a chain's head has the chain's length, its tail 1; a row
+    // with two branches takes the longer; edges out of the call count not.
+    #[test]
+    fn depths_are_the_longest_chains_behind_each_row() {
+        let rows: Vec<(&str, &[&str])> = vec![
+            ("p1", &["stored"]),
+            ("p2", &["p1"]),
+            ("p3", &["p2"]),
+            ("side", &["p1"]),
+            ("alone", &[]),
+        ];
+        assert_eq!(depths(&rows), vec![3, 2, 1, 1, 1]);
+        let long: Vec<String> = (0..5000).map(|i| format!("k{i}")).collect();
+        let deps: Vec<Vec<&str>> = (0..5000)
+            .map(|i| {
+                if i == 0 {
+                    vec![]
+                } else {
+                    vec![long[i - 1].as_str()]
+                }
+            })
+            .collect();
+        let rows: Vec<(&str, &[&str])> = long
+            .iter()
+            .zip(&deps)
+            .map(|(k, d)| (k.as_str(), d.as_slice()))
+            .collect();
+        assert_eq!(depths(&rows)[0], 5000, "deep chains need no deep recursion");
+    }
 
     #[test]
     fn a_chain_has_no_cycle() {

@@ -17,7 +17,9 @@
 //! - [`operation`]: the monotonic reducer for provider operations.
 //! - [`provider`]: which provider runs a model; [`lane`]: the ways a row
 //!   can be sent (batch, flex, standard, priority) and what each costs;
-//!   [`capacity`]: the account's requests and tokens per minute, shared.
+//!   [`capacity`]: the account's requests and tokens per minute, shared;
+//!   [`route`]: the lane each row takes to meet a deadline, and the
+//!   forecast finish.
 //! - [`webhook`]: Standard Webhooks signing and verification.
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says;
 //!   [`outbound`]: which addresses alerts may reach.
@@ -56,6 +58,7 @@ pub mod price;
 pub mod provider;
 pub mod quota;
 pub mod report;
+pub mod route;
 pub mod scope;
 pub mod spend;
 pub mod status;

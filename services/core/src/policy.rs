@@ -9,6 +9,7 @@ use crate::lane::{Lane, Lanes};
 use crate::millis;
 use crate::outbound::Reach;
 pub use crate::price::{MAX_PRICE_PER_MILLION, Price};
+use crate::route::Turnarounds;
 use crate::spend::SpendCap;
 use crate::status::{Budget, PerBudget};
 use crate::usage::Usage;
@@ -133,6 +134,16 @@ pub struct Policy {
     /// The lanes the ledger's rows may take (see [`crate::lane`]).
     #[serde(default)]
     pub lanes: Lanes,
+    /// When every row should be final, as milliseconds since the Unix
+    /// epoch: with one, each claim routes rows by their chain's depth to
+    /// the cheapest lane that still finishes it in time (see
+    /// [`crate::route`]); without one, everything goes by batch.
+    #[serde(default)]
+    pub deadline_ms: Option<i64>,
+    /// How long a link takes in each lane before the ledger has history of
+    /// its own (default [`Turnarounds::default`]).
+    #[serde(default)]
+    pub turnarounds: Turnarounds,
 }
 
 /// Attempt caps per budget (serializable mirror of [`PerBudget`]).
@@ -174,6 +185,8 @@ impl Default for Policy {
             spend_cap: None,
             batch_fill: BatchFill::default(),
             lanes: Lanes::default(),
+            deadline_ms: None,
+            turnarounds: Turnarounds::default(),
         }
     }
 }
@@ -267,6 +280,15 @@ impl Policy {
                 f("prices"),
                 format!("must have at most {MAX_PRICES} entries"),
             );
+        }
+        for lane in Lane::ALL {
+            let t = self.turnarounds.of(lane);
+            if t.is_zero() || t > MAX_BACKOFF {
+                v.add(
+                    format!("{prefix}.turnarounds.{}", lane.name()),
+                    "must be more than 0 and at most 7 days",
+                );
+            }
         }
         for (name, why) in self.batch_fill.problems() {
             v.add(format!("{prefix}.batch_fill.{name}"), why);

@@ -244,6 +244,8 @@ pub(crate) async fn take_rows<'e, E: sqlx::Executor<'e, Database = Postgres>>(
         lease_ms: lease_ms(req.lease, ledger.policy.lease),
         check_due,
         lane: req.lane.code(),
+        depth_min: req.depths.map_or(0, |d| d.0),
+        depth_max: req.depths.map_or(i32::MAX, |d| d.1),
         max_bytes: req.bytes.map(|b| b.max_bytes),
         row_overhead: req.bytes.map_or(0, |b| b.row_overhead),
         provider: req.provider.as_deref(),
@@ -273,10 +275,13 @@ struct Take<'a> {
     provider: Option<&'a str>,
     /// The lane's code.
     lane: i16,
+    /// The depths of the rows it may take.
+    depth_min: i32,
+    depth_max: i32,
 }
 
 impl<'a> Take<'a> {
-    /// Binds `$1`…`$12`.
+    /// Binds `$1`…`$14`.
     fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
         q.bind(self.ledger_id)
             .bind(self.model)
@@ -290,6 +295,8 @@ impl<'a> Take<'a> {
             .bind(self.row_overhead)
             .bind(self.provider)
             .bind(self.lane)
+            .bind(self.depth_min)
+            .bind(self.depth_max)
     }
 }
 
@@ -418,6 +425,11 @@ impl Store {
     pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
         let record = self.ledger(ledger).await?;
         check_lane(&record, req)?;
+        // The rows routed to the claim's lane now; none: nothing to take.
+        let Some(routed) = self.routed(&record, req).await? else {
+            return Ok(None);
+        };
+        let req = &routed;
         if let Some(cap) = record.policy.cap() {
             return self.claim_capped(&record, *cap, req).await;
         }

@@ -380,6 +380,8 @@ struct Columns<'a> {
     models: Vec<&'a str>,
     statuses: Vec<i16>,
     unmet: Vec<i32>,
+    /// Each row's depth within the call (`tally_core::deps::depths`).
+    depths: Vec<i32>,
     /// One element per dependency edge: the dependant's key, the
     /// dependency's key, and its id when it is already stored.
     edge_children: Vec<&'a str>,
@@ -413,6 +415,7 @@ impl<'a> Columns<'a> {
             models: Vec::with_capacity(n),
             statuses: Vec::with_capacity(n),
             unmet: Vec::with_capacity(n),
+            depths: Vec::with_capacity(n),
             edge_children: Vec::new(),
             edge_deps: Vec::new(),
             edge_dep_ids: Vec::new(),
@@ -420,8 +423,19 @@ impl<'a> Columns<'a> {
             default_model,
             given: n as i64,
         };
+        let deps: Vec<Vec<&str>> = rows
+            .iter()
+            .map(|r| r.depends_on.iter().map(String::as_str).collect())
+            .collect();
+        let graph: Vec<(&str, &[&str])> = rows
+            .iter()
+            .zip(&deps)
+            .map(|(r, d)| (r.key.as_str(), d.as_slice()))
+            .collect();
+        let depths = tally_core::deps::depths(&graph);
         for i in order {
             let (row, p) = (&rows[i], &plan[i]);
+            c.depths.push(i32::try_from(depths[i]).unwrap_or(i32::MAX));
             c.keys.push(row.key.as_str());
             c.payloads.push(row.payload.as_str());
             c.hashes.push(&row.content_hash);
@@ -456,7 +470,7 @@ impl<'a> Columns<'a> {
         unless_all(self.models.clone(), &self.default_model)
     }
 
-    /// Binds `$1`…`$17`, columns of defaults sent empty.
+    /// Binds `$1`…`$18`, columns of defaults sent empty.
     fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
         let providers = self.providers();
         let models = self.models_unless_default();
@@ -477,6 +491,7 @@ impl<'a> Columns<'a> {
             .bind(self.default_model)
             .bind(self.given)
             .bind(providers)
+            .bind(unless_all(self.depths, &1))
     }
 }
 

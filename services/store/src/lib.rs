@@ -45,6 +45,8 @@
 //!      [`rows`], [`redrive`].
 //!    - `rescue`: claims whose lease ran out (its condition is also the
 //!      claim statement's).
+//!    - `forecast`: each lane's turnaround from the ledger's history, and
+//!      the depths a claim's lane takes now (rules in `tally_core::route`);
 //!    - [`claims`]: the claim statement, extending, releasing;
 //!      `claim_cache`: what this process's claims hold, so a report can
 //!      skip reading it; `capped`: the claim of a capped ledger;
@@ -87,6 +89,7 @@ pub mod event_log;
 pub mod events;
 mod fence;
 pub mod fill;
+mod forecast;
 pub mod golden;
 pub mod holders;
 mod job_view;
@@ -127,6 +130,7 @@ pub struct Store {
     claim_cache: claim_cache::ClaimCache,
     quotas: std::sync::Arc<tally_core::quota::ProviderQuotas>,
     sync_limits: std::sync::Arc<tally_core::capacity::SyncLimits>,
+    forecasts: forecast::Forecasts,
 }
 
 /// How to connect.
@@ -176,6 +180,7 @@ impl Store {
             claim_cache: claim_cache::ClaimCache::default(),
             quotas: Default::default(),
             sync_limits: Default::default(),
+            forecasts: Default::default(),
         }
     }
 

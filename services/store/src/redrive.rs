@@ -91,12 +91,12 @@ impl Store {
         static QUEUE: LazyLock<String> = LazyLock::new(|| {
             format!(
                 "WITH ready AS (
-                     SELECT id, key, model, unmet_deps FROM rows
+                     SELECT id, key, model, unmet_deps, depth FROM rows
                      WHERE id = ANY($2) AND status = {PENDING}
                  ),
                  queued AS (
-                     INSERT INTO runnable (ledger_id, model, ready_time, row_id)
-                     SELECT $1, model, now(), id FROM ready WHERE unmet_deps = 0
+                     INSERT INTO runnable (ledger_id, model, ready_time, row_id, depth)
+                     SELECT $1, model, now(), id, depth FROM ready WHERE unmet_deps = 0
                  )
                  SELECT id, key FROM ready ORDER BY id"
             )

@@ -104,6 +104,9 @@ pub struct ClaimRequest {
     pub for_job: bool,
     /// The lane the rows will be sent in (the ledger must allow it).
     pub lane: tally_core::lane::Lane,
+    /// Only rows whose depth is in this band (inclusive), as routing to
+    /// the lane decides (`forecast`); `None`: every depth.
+    pub depths: Option<(i32, i32)>,
 }
 
 /// How many bytes of rows one claim may hand out: rows are taken, oldest

@@ -14,6 +14,7 @@ use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
 use tally_core::policy::{self, OverrideRule, Policy, Price};
+use tally_core::route::Turnarounds;
 use tally_core::spend::{Amount, SpendCap};
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::violation::Violations;
@@ -161,6 +162,16 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
             })
             .collect(),
         lanes: p.lanes.iter().map(lane_to_proto).collect(),
+        deadline: p.deadline_ms.map(|ms| prost_types::Timestamp {
+            seconds: ms.div_euclid(1000),
+            nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+        }),
+        turnarounds: Some(pb::LaneTurnarounds {
+            batch: Some(duration_to_proto(p.turnarounds.batch)),
+            flex: Some(duration_to_proto(p.turnarounds.flex)),
+            standard: Some(duration_to_proto(p.turnarounds.standard)),
+            priority: Some(duration_to_proto(p.turnarounds.priority)),
+        }),
         spend_cap: p.spend_cap.as_ref().map(spend_cap_to_proto),
         batch_fill: Some(pb::BatchFill {
             max_wait: Some(duration_to_proto(p.batch_fill.max_wait)),
@@ -196,6 +207,29 @@ fn batch_fill_from_proto(f: Option<&pb::BatchFill>, v: &mut Violations) -> Batch
         quiet,
         min_rows: f.min_rows.max(0) as u32,
     }
+}
+
+/// Turnarounds as given: an unset lane takes its default.
+fn turnarounds_from_proto(t: Option<&pb::LaneTurnarounds>, v: &mut Violations) -> Turnarounds {
+    let mut out = Turnarounds::default();
+    let Some(t) = t else { return out };
+    for (lane, given) in [
+        (Lane::Batch, &t.batch),
+        (Lane::Flex, &t.flex),
+        (Lane::Standard, &t.standard),
+        (Lane::Priority, &t.priority),
+    ] {
+        if let Some(x) = given {
+            match duration(x) {
+                Some(d) => out.set(lane, d),
+                None => v.add(
+                    format!("policy.turnarounds.{}", lane.name()),
+                    "must be a non-negative duration",
+                ),
+            }
+        }
+    }
+    out
 }
 
 /// A spend cap as given: zero for the warning fraction and the output
@@ -298,7 +332,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
 }
 
 /// Every updatable policy path (the `update_mask` vocabulary).
-pub const POLICY_PATHS: [&str; 22] = [
+pub const POLICY_PATHS: [&str; 24] = [
     "policy.model",
     "policy.budgets",
     "policy.budgets.provider",
@@ -321,6 +355,8 @@ pub const POLICY_PATHS: [&str; 22] = [
     "policy.batch_fill.quiet",
     "policy.batch_fill.min_rows",
     "policy.lanes",
+    "policy.deadline",
+    "policy.turnarounds",
 ];
 
 /// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
@@ -471,6 +507,26 @@ fn apply_path(
                     lane: lane_from_proto(&format!("policy.prices[{i}].lane"), p.lane, v),
                 })
                 .collect();
+        }
+        "policy.deadline" => {
+            // Unset on update removes the deadline; on create, none.
+            dst.deadline_ms = match &src.deadline {
+                None => None,
+                Some(t)
+                    if (0..=253_402_300_799).contains(&t.seconds)
+                        && (0..1_000_000_000).contains(&t.nanos) =>
+                {
+                    Some(t.seconds * 1000 + i64::from(t.nanos / 1_000_000))
+                }
+                Some(_) => {
+                    v.add(field("deadline"), "must be a time between 1970 and 9999");
+                    None
+                }
+            };
+        }
+        "policy.turnarounds" => {
+            // Unset takes the defaults, on create and on update alike.
+            dst.turnarounds = turnarounds_from_proto(src.turnarounds.as_ref(), v);
         }
         "policy.lanes" => {
             if src.lanes.len() > Lane::ALL.len() {

@@ -304,6 +304,8 @@ fn claim_request(
         // A claim of a whole batch is made into a job at once.
         for_job: req.fill_batch && !lane.is_sync(),
         lane,
+        // The store routes: the depths the lane takes now.
+        depths: None,
     })
 }
 

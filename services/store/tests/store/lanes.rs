@@ -44,8 +44,12 @@ async fn enroll(store: &Store, ledger: &str, n: usize) {
 }
 
 fn ask<'a>(claim: Uuid, tokens: &'a [i64]) -> CapacityAsk<'a> {
+    ask_in("l", claim, tokens)
+}
+
+fn ask_in<'a>(ledger: &'a str, claim: Uuid, tokens: &'a [i64]) -> CapacityAsk<'a> {
     CapacityAsk {
-        ledger: "l",
+        ledger,
         claim,
         account: "acct",
         tokens,
@@ -99,7 +103,7 @@ async fn a_claim_takes_only_a_lane_its_ledger_allows() {
 async fn a_synchronous_attempt_records_its_lane_request_and_price() {
     let env = env().await;
     env.store
-        .create_ledger("l", &policy(&[Lane::Batch, Lane::Standard]))
+        .create_ledger("l", &policy(&[Lane::Standard]))
         .await
         .unwrap();
     enroll(&env.store, "l", 1).await;
@@ -179,11 +183,14 @@ async fn capacity_is_shared_by_every_claim_of_the_account() {
 #[tokio::test]
 async fn a_reported_429_holds_back_every_claim_of_the_account() {
     let env = env().await;
-    env.store
-        .create_ledger("l", &policy(&[Lane::Flex, Lane::Standard]))
-        .await
-        .unwrap();
-    enroll(&env.store, "l", 4).await;
+    // Two ledgers sending to one account (and model), a lane each.
+    for (ledger, lane) in [("l", Lane::Flex), ("m", Lane::Standard)] {
+        env.store
+            .create_ledger(ledger, &policy(&[lane]))
+            .await
+            .unwrap();
+        enroll(&env.store, ledger, 2).await;
+    }
     let flex = env
         .store
         .claim_rows("l", &lane_claim(Lane::Flex, 2))
@@ -192,7 +199,7 @@ async fn a_reported_429_holds_back_every_claim_of_the_account() {
         .unwrap();
     let standard = env
         .store
-        .claim_rows("l", &lane_claim(Lane::Standard, 2))
+        .claim_rows("m", &lane_claim(Lane::Standard, 2))
         .await
         .unwrap()
         .unwrap();
@@ -211,7 +218,7 @@ async fn a_reported_429_holds_back_every_claim_of_the_account() {
     );
     let other = env
         .store
-        .acquire_capacity(&ask(standard.claim.token, &[1]))
+        .acquire_capacity(&ask_in("m", standard.claim.token, &[1]))
         .await
         .unwrap();
     assert_eq!(
@@ -220,14 +227,14 @@ async fn a_reported_429_holds_back_every_claim_of_the_account() {
     );
     let limited = CapacityAsk {
         rate_limited: Some(Duration::from_secs(30)),
-        ..ask(standard.claim.token, &[1])
+        ..ask_in("m", standard.claim.token, &[1])
     };
     let got = env.store.acquire_capacity(&limited).await.unwrap();
     assert_eq!(got.grant.requests, 0);
     assert!(got.grant.retry_after.unwrap() > Duration::from_secs(25));
     let also = env
         .store
-        .acquire_capacity(&ask(standard.claim.token, &[1]))
+        .acquire_capacity(&ask_in("m", standard.claim.token, &[1]))
         .await
         .unwrap();
     assert_eq!(also.grant.requests, 0, "every worker waits the cool-down");
@@ -239,10 +246,15 @@ async fn a_reported_429_holds_back_every_claim_of_the_account() {
 async fn capacity_is_for_live_synchronous_claims_only() {
     let env = env().await;
     env.store
-        .create_ledger("l", &policy(&[Lane::Batch, Lane::Flex]))
+        .create_ledger("l", &policy(&[Lane::Batch]))
         .await
         .unwrap();
-    enroll(&env.store, "l", 3).await;
+    enroll(&env.store, "l", 1).await;
+    env.store
+        .create_ledger("m", &policy(&[Lane::Flex]))
+        .await
+        .unwrap();
+    enroll(&env.store, "m", 1).await;
     let batch = env
         .store
         .claim_rows("l", &lane_claim(Lane::Batch, 1))
@@ -266,20 +278,20 @@ async fn capacity_is_for_live_synchronous_claims_only() {
     );
     let flex = env
         .store
-        .claim_rows("l", &lane_claim(Lane::Flex, 1))
+        .claim_rows("m", &lane_claim(Lane::Flex, 1))
         .await
         .unwrap()
         .unwrap();
     let e = env
         .store
-        .acquire_capacity(&ask(flex.claim.token, &[1, 1]))
+        .acquire_capacity(&ask_in("m", flex.claim.token, &[1, 1]))
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::InvalidArgument(_)), "{e:?}");
     expire(&env.store, &flex).await;
     let e = env
         .store
-        .acquire_capacity(&ask(flex.claim.token, &[1]))
+        .acquire_capacity(&ask_in("m", flex.claim.token, &[1]))
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::FailedPrecondition { .. }), "{e:?}");

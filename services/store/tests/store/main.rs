@@ -20,5 +20,6 @@ mod pause;
 mod providers;
 mod purge;
 mod report_paths;
+mod routing;
 mod spend;
 mod statistics;

@@ -7,7 +7,8 @@
 -- $3 max rows; $4 the new claim's token; $5 worker; $6 request id (or NULL);
 -- $7 lease (ms); $8 whether to look for expired claims first; $9 byte budget
 -- (NULL: none); $10 bytes counted per row on top of its own; $11 provider
--- (NULL: any): only models of the ledger listed with it; $12 the lane's code.
+-- (NULL: any): only models of the ledger listed with it; $12 the lane's code;
+-- $13 $14 the depths the lane takes now (tally_core::route::band).
 WITH due AS (
     SELECT $8 AND EXISTS (
         SELECT 1 FROM claims c WHERE c.ledger_id = $1 AND {{RESCUE_DUE}}) AS due,
@@ -21,7 +22,7 @@ chosen AS (
             CROSS JOIN LATERAL (
                 SELECT r.ready_time FROM runnable r
                 WHERE r.ledger_id = m.ledger_id AND r.model = m.model
-                  AND r.ready_time <= now()
+                  AND r.ready_time <= now() AND r.depth BETWEEN $13 AND $14
                 ORDER BY r.ready_time LIMIT 1) first
             WHERE m.ledger_id = $1
             ORDER BY first.ready_time LIMIT 1))
@@ -30,7 +31,7 @@ chosen AS (
             CROSS JOIN LATERAL (
                 SELECT r.ready_time FROM runnable r
                 WHERE r.ledger_id = m.ledger_id AND r.model = m.model
-                  AND r.ready_time <= now()
+                  AND r.ready_time <= now() AND r.depth BETWEEN $13 AND $14
                 ORDER BY r.ready_time LIMIT 1) first
             WHERE m.ledger_id = $1 AND m.provider = $11
               AND ($2::text IS NULL OR m.model = $2)
@@ -38,7 +39,7 @@ chosen AS (
 ),
 upd AS (
     SELECT * FROM tally_claim_runnable($1, (SELECT model FROM chosen), $3::int4, $4,
-                                       $9::int8, $10::int4)
+                                       $9::int8, $10::int4, $13::int4, $14::int4)
 ),
 made AS (
     INSERT INTO claims (token, ledger_id, worker, model, request_id, row_ids,

@@ -78,7 +78,7 @@ upd AS (
       AND coalesce((SELECT ok FROM fenced), false)
     RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
               r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
-              w.d_cached, w.recorded, w.a_budget, w.request_id, w.tier
+              w.d_cached, w.recorded, w.a_budget, w.request_id, w.tier, r.depth
 ),
 counted AS (
     SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
@@ -103,14 +103,14 @@ deps AS (
     FROM (SELECT coalesce(c.id, x.id) AS id, c.n, x.id IS NOT NULL AS doomed
           FROM counted c FULL JOIN doomed x ON x.id = c.id) t
     WHERE r.id = t.id AND (t.n IS NOT NULL OR r.status IN ({{BLOCKABLE}}))
-    RETURNING r.id, r.status, r.unmet_deps, r.model
+    RETURNING r.id, r.status, r.unmet_deps, r.model, r.depth
 ),
 queued AS (
-    INSERT INTO runnable (ledger_id, model, ready_time, row_id)
-    SELECT $1, model, coalesce(next_attempt_time, now()), id
+    INSERT INTO runnable (ledger_id, model, ready_time, row_id, depth)
+    SELECT $1, model, coalesce(next_attempt_time, now()), id, depth
     FROM upd WHERE status IN ({{CLAIMABLE}})
     UNION ALL
-    SELECT $1, model, now(), id FROM deps WHERE status = {{PENDING}} AND unmet_deps = 0
+    SELECT $1, model, now(), id, depth FROM deps WHERE status = {{PENDING}} AND unmet_deps = 0
 ),
 recorded AS (
     INSERT INTO attempts (ledger_id, row_id, number, claim_id, job_id, model,
