@@ -509,6 +509,16 @@ pub struct PolicyArgs {
     /// `flex`, `standard`, `priority` (default batch alone).
     #[arg(long, value_delimiter = ',', value_name = "LANE,…")]
     pub lanes: Vec<String>,
+    /// When every row should be final: an RFC 3339 time, or a duration
+    /// from now (`2h`); `none` removes it. With one, deep chains go by the
+    /// cheapest synchronous lane that still finishes them in time.
+    #[arg(long, value_name = "TIME|DURATION|none")]
+    pub deadline: Option<String>,
+    /// How long one link takes in a lane before the ledger has history:
+    /// `LANE=DURATION` (repeatable; e.g. `batch=20m`; unnamed lanes keep
+    /// their defaults: batch 1h, flex 1m, standard 10s, priority 5s).
+    #[arg(long = "turnaround", value_name = "LANE=DURATION")]
+    pub turnarounds: Vec<String>,
     /// Spend cap in USD (needs a --price for every model the rows use).
     /// Any spend-cap flag sets the whole cap: limits not given are none.
     #[arg(long)]
@@ -597,6 +607,10 @@ pub struct StatusArgs {
     /// Exit 3 when any row is PERMANENT.
     #[arg(long)]
     pub fail_on_permanent: bool,
+    /// Also forecast the unfinished rows: when they finish and what they
+    /// cost under the ledger's routing and with every row in batch.
+    #[arg(long)]
+    pub forecast: bool,
     #[command(flatten)]
     pub out: OutputArgs,
 }

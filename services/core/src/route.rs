@@ -200,6 +200,61 @@ pub fn finish(
     }
 }
 
+/// Unfinished rows of one model and depth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Work {
+    pub model: String,
+    pub depth: u32,
+    pub rows: u64,
+    /// Their estimated input tokens.
+    pub input_tokens: i64,
+}
+
+/// What a plan forecasts for the unfinished rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub finish: Forecast,
+    pub cost_usd: f64,
+    /// Rows routed to each lane (each row as its depth routes it now).
+    pub rows_by_lane: Vec<(Lane, u64)>,
+}
+
+/// The forecast of routing `work` as [`choose`] does (`all_batch`: as if
+/// only batch were allowed): when its deepest chain finishes, and what
+/// its rows cost at `price` (a model's price in a lane), each row
+/// estimated at its input tokens and `output_per_row` output tokens.
+pub fn plan(
+    work: &[Work],
+    left: Option<Duration>,
+    allowed: &Lanes,
+    offered: impl Fn(Lane) -> bool + Copy,
+    t: &Turnarounds,
+    price: impl Fn(&str, Lane) -> Option<crate::price::Price>,
+    output_per_row: i64,
+) -> Plan {
+    let deepest = work.iter().map(|w| w.depth).max().unwrap_or(0);
+    let finish = finish(deepest, left, allowed, offered, t);
+    let mut cost = 0.0;
+    let mut by_lane: Vec<(Lane, u64)> = Vec::new();
+    for w in work {
+        let lane = choose(w.depth, left, allowed, offered, t).lane;
+        if let Some(p) = price(&w.model, lane) {
+            let output = output_per_row.saturating_mul(i64::try_from(w.rows).unwrap_or(i64::MAX));
+            cost = crate::money::usd(cost + p.cost(w.input_tokens, output, 0, 0));
+        }
+        match by_lane.iter_mut().find(|(l, _)| *l == lane) {
+            Some((_, n)) => *n += w.rows,
+            None => by_lane.push((lane, w.rows)),
+        }
+    }
+    by_lane.sort();
+    Plan {
+        finish,
+        cost_usd: cost,
+        rows_by_lane: by_lane,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +376,52 @@ mod tests {
             finish(0, left, &lanes(&[Lane::Batch]), ALL, &tt).duration,
             Duration::ZERO
         );
+    }
+
+    // Invariant: three 40-link chains under a 10-minute deadline go by flex
+    // at the batch price (the same cost as all-batch) and finish in time;
+    // all-batch takes 40 turnarounds; flat rows stay in batch.
+    #[test]
+    fn a_plan_costs_its_lanes_and_finishes_its_deepest_chain() {
+        let tt = t(60, 1);
+        let left = Some(Duration::from_secs(600));
+        let allowed = lanes(&[Lane::Batch, Lane::Flex]);
+        let work: Vec<Work> = (1..=40)
+            .map(|d| Work {
+                model: "m".into(),
+                depth: d,
+                rows: 3,
+                input_tokens: 3000,
+            })
+            .chain(std::iter::once(Work {
+                model: "m".into(),
+                depth: 1,
+                rows: 100,
+                input_tokens: 100_000,
+            }))
+            .collect();
+        let batch_price = crate::price::Price {
+            model: "m".into(),
+            input_per_million: 1.0,
+            output_per_million: 2.0,
+            cached_input_per_million: 0.0,
+            thinking_per_million: 0.0,
+            lane: Lane::Batch,
+        };
+        let price = |_: &str, lane: Lane| Some(batch_price.scaled(lane.batch_factor(), lane));
+        let routed = plan(&work, left, &allowed, ALL, &tt, price, 100);
+        let batch_only = plan(&work, left, &lanes(&[Lane::Batch]), ALL, &tt, price, 100);
+        assert!(routed.finish.in_time && !batch_only.finish.in_time);
+        assert_eq!(batch_only.finish.duration, Duration::from_secs(2400));
+        assert!(
+            (routed.cost_usd - batch_only.cost_usd).abs() < 1e-9,
+            "flex at the batch price"
+        );
+        let flex_rows = routed
+            .rows_by_lane
+            .iter()
+            .find(|(l, _)| *l == Lane::Flex)
+            .map(|x| x.1);
+        assert_eq!(flex_rows, Some(3 * 30), "depths 11 to 40 go by flex");
     }
 }

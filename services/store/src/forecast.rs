@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tally_core::lane::Lane;
-use tally_core::route::{self, Turnarounds};
+use tally_core::route::{self, Turnarounds, Work};
+
+use crate::codes::CLAIMABLE;
 
 use crate::types::{ClaimRequest, LedgerRecord};
 use crate::{Result, Store};
@@ -77,6 +79,29 @@ impl Store {
             .unwrap_or_else(|p| p.into_inner())
             .insert(ledger.id, (Instant::now(), t));
         Ok(t)
+    }
+
+    /// The ledger's unfinished rows by model and depth, with their
+    /// estimated input tokens (`tally_core::quota::estimate_tokens` of
+    /// their payloads).
+    pub async fn unfinished_work(&self, ledger: &LedgerRecord) -> Result<Vec<Work>> {
+        let rows: Vec<(String, i32, i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT model, depth, count(*)::int8, coalesce(sum(octet_length(payload)), 0)::int8
+             FROM rows WHERE ledger_id = $1 AND status IN ({CLAIMABLE})
+             GROUP BY model, depth ORDER BY model, depth"
+        )))
+        .bind(ledger.id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(model, depth, n, bytes)| Work {
+                model,
+                depth: depth.max(1) as u32,
+                rows: n.max(0) as u64,
+                input_tokens: tally_core::quota::estimate_tokens(bytes.max(0) as u64),
+            })
+            .collect())
     }
 
     /// `req` with the depths its lane takes now (`None`: none now). Without

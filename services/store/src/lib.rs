@@ -89,7 +89,7 @@ pub mod event_log;
 pub mod events;
 mod fence;
 pub mod fill;
-mod forecast;
+pub mod forecast;
 pub mod golden;
 pub mod holders;
 mod job_view;

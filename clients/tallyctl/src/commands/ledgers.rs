@@ -331,6 +331,27 @@ fn spend_cap_text(c: Option<&pb::SpendCap>) -> String {
     )
 }
 
+/// A deadline: an RFC 3339 time, a duration from now, or `none`.
+pub fn parse_deadline(text: &str) -> Result<Option<prost_types::Timestamp>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let at = match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(t) => t.with_timezone(&chrono::Utc),
+        Err(_) => {
+            let d = humantime::parse_duration(text)
+                .map_err(|_| format!("{text:?} is neither an RFC 3339 time nor a duration (2h)"))?;
+            chrono::Utc::now()
+                + chrono::TimeDelta::from_std(d).map_err(|_| format!("{text:?} is too far"))?
+        }
+    };
+    Ok(Some(prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: at.timestamp_subsec_nanos() as i32,
+    }))
+}
+
 /// A lane by name (`flex`) as the wire numbers it.
 pub fn parse_lane(text: &str) -> Result<i32, String> {
     tally_core::lane::Lane::parse(text)
@@ -464,6 +485,30 @@ pub fn policy_from(a: &PolicyArgs) -> Result<(pb::LedgerPolicy, Vec<String>), Cl
             .collect::<Result<_, _>>()
             .map_err(CliError::usage)?;
         paths.push("policy.prices".to_string());
+    }
+    if let Some(d) = &a.deadline {
+        p.deadline = parse_deadline(d).map_err(|e| CliError::usage(format!("--deadline: {e}")))?;
+        paths.push("policy.deadline".to_string());
+    }
+    if !a.turnarounds.is_empty() {
+        let mut t = pb::LaneTurnarounds::default();
+        for spec in &a.turnarounds {
+            let bad = || {
+                CliError::usage(format!(
+                    "--turnaround {spec:?}: LANE=DURATION, e.g. batch=20m"
+                ))
+            };
+            let (lane, d) = spec.split_once('=').ok_or_else(bad)?;
+            let d = Some(duration("turnaround", d)?);
+            match tally_core::lane::Lane::parse(lane).ok_or_else(bad)? {
+                tally_core::lane::Lane::Batch => t.batch = d,
+                tally_core::lane::Lane::Flex => t.flex = d,
+                tally_core::lane::Lane::Standard => t.standard = d,
+                tally_core::lane::Lane::Priority => t.priority = d,
+            }
+        }
+        p.turnarounds = Some(t);
+        paths.push("policy.turnarounds".to_string());
     }
     if !a.lanes.is_empty() {
         p.lanes = a

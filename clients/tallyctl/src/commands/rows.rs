@@ -9,11 +9,23 @@ use crate::{Ctx, job_in_ledger, ledger_name, render};
 use tally_proto::v1 as pb;
 
 pub async fn summarize(ctx: &mut Ctx, ledger: &str) -> Result<pb::LedgerSummary, CliError> {
+    summarize_with(ctx, ledger, false).await
+}
+
+/// [`summarize`], with the forecast when asked.
+pub async fn summarize_with(
+    ctx: &mut Ctx,
+    ledger: &str,
+    forecast: bool,
+) -> Result<pb::LedgerSummary, CliError> {
     let name = ledger_name(ledger);
     Ok(ctx
         .clients
         .ledgers
-        .summarize_ledger(pb::SummarizeLedgerRequest { name: name.clone() })
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: name.clone(),
+            forecast,
+        })
         .await
         .map_err(|s| CliError::server(format!("summarize {name}"), s))?
         .into_inner())
@@ -94,7 +106,48 @@ pub fn summary_text(s: &pb::LedgerSummary, no_headers: bool) -> String {
         out.push('\n');
         out.push_str(&render(&t));
     }
+    if let Some(f) = &s.forecast {
+        out.push('\n');
+        out.push_str(&forecast_text(f));
+    }
     out.push_str(&format!("\n{}\n", s.summary_line));
+    out
+}
+
+/// A forecast: the deadline, the deepest chain, and each plan's finish,
+/// cost and rows by lane.
+fn forecast_text(f: &pb::LedgerForecast) -> String {
+    let mut out = format!(
+        "forecast: deadline {}, deepest chain {} link(s)\n",
+        f.deadline
+            .as_ref()
+            .map_or("none".to_string(), |t| crate::timefmt::time(Some(t))),
+        f.depth
+    );
+    let mut t = Table::new(["PLAN", "FINISH", "IN TIME", "COST", "ROWS BY LANE"]).right(&[3]);
+    for (label, p) in [("routed", &f.plan), ("all batch", &f.all_batch)] {
+        let Some(p) = p else { continue };
+        let lanes: Vec<String> = p
+            .rows_by_lane
+            .iter()
+            .map(|l| {
+                let lane = pb::Lane::try_from(l.lane).map_or("?", |x| x.as_str_name());
+                format!(
+                    "{}={}",
+                    lane.trim_start_matches("LANE_").to_ascii_lowercase(),
+                    l.rows
+                )
+            })
+            .collect();
+        t.row([
+            label.to_string(),
+            crate::timefmt::time(p.finish_time.as_ref()),
+            if p.in_time { "yes" } else { "NO" }.to_string(),
+            format!("${:.4}", p.cost_usd),
+            lanes.join(" "),
+        ]);
+    }
+    out.push_str(&t.render());
     out
 }
 
@@ -140,7 +193,7 @@ fn spend_table(s: &pb::LedgerSpend) -> Table {
 }
 
 pub async fn status(ctx: &mut Ctx, args: StatusArgs) -> Result<ExitCode, CliError> {
-    let s = summarize(ctx, &args.ledger).await?;
+    let s = summarize_with(ctx, &args.ledger, args.forecast).await?;
     if ctx.json {
         ctx.print_json(&render::summary_json(&s));
     } else {

@@ -14,7 +14,7 @@ use tally_core::names;
 use tally_core::outbound::Reach;
 use tally_core::pause::PauseReason;
 use tally_core::policy::{self, OverrideRule, Policy, Price};
-use tally_core::route::Turnarounds;
+use tally_core::route::{Turnarounds, Work};
 use tally_core::spend::{Amount, SpendCap};
 use tally_core::status::{Budget, PerBudget, RowStatus};
 use tally_core::violation::Violations;
@@ -166,12 +166,7 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
             seconds: ms.div_euclid(1000),
             nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
         }),
-        turnarounds: Some(pb::LaneTurnarounds {
-            batch: Some(duration_to_proto(p.turnarounds.batch)),
-            flex: Some(duration_to_proto(p.turnarounds.flex)),
-            standard: Some(duration_to_proto(p.turnarounds.standard)),
-            priority: Some(duration_to_proto(p.turnarounds.priority)),
-        }),
+        turnarounds: Some(turnarounds_to_proto(&p.turnarounds)),
         spend_cap: p.spend_cap.as_ref().map(spend_cap_to_proto),
         batch_fill: Some(pb::BatchFill {
             max_wait: Some(duration_to_proto(p.batch_fill.max_wait)),
@@ -670,6 +665,78 @@ pub fn cost_by_lane(policy: &Policy, by_model: &[st::ModelUsage]) -> Vec<pb::Lan
             })
         })
         .collect()
+}
+
+/// The forecast of `work` under `policy` (see `tally_core::route::plan`),
+/// from now.
+pub fn forecast(policy: &Policy, work: &[Work], t: &Turnarounds) -> pb::LedgerForecast {
+    let now = chrono::Utc::now();
+    let left = policy.deadline_ms.map(|ms| {
+        std::time::Duration::from_millis(ms.saturating_sub(now.timestamp_millis()).max(0) as u64)
+    });
+    let output = policy
+        .spend_cap
+        .as_ref()
+        .map_or(tally_core::spend::DEFAULT_OUTPUT_TOKENS_PER_ROW, |c| {
+            c.output_tokens_per_row
+        });
+    let price = |model: &str, lane: Lane| policy.price_in(model, lane);
+    let any = |_: Lane| true;
+    let to_proto = |p: tally_core::route::Plan| pb::ForecastPlan {
+        finish_time: Some(timestamp(
+            now + chrono::TimeDelta::from_std(p.finish.duration).unwrap_or(chrono::TimeDelta::MAX),
+        )),
+        in_time: p.finish.in_time,
+        cost_usd: p.cost_usd,
+        rows_by_lane: p
+            .rows_by_lane
+            .iter()
+            .map(|(lane, n)| pb::LaneRows {
+                lane: lane_to_proto(*lane),
+                rows: i64::try_from(*n).unwrap_or(i64::MAX),
+            })
+            .collect(),
+    };
+    let batch_only = Lanes::default();
+    pb::LedgerForecast {
+        deadline: policy.deadline_ms.map(|ms| prost_types::Timestamp {
+            seconds: ms.div_euclid(1000),
+            nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+        }),
+        depth: work
+            .iter()
+            .map(|w| w.depth)
+            .max()
+            .map_or(0, |d| i32::try_from(d).unwrap_or(i32::MAX)),
+        turnarounds: Some(turnarounds_to_proto(t)),
+        plan: Some(to_proto(tally_core::route::plan(
+            work,
+            left,
+            &policy.lanes,
+            any,
+            t,
+            price,
+            output,
+        ))),
+        all_batch: Some(to_proto(tally_core::route::plan(
+            work,
+            left,
+            &batch_only,
+            any,
+            t,
+            price,
+            output,
+        ))),
+    }
+}
+
+fn turnarounds_to_proto(t: &Turnarounds) -> pb::LaneTurnarounds {
+    pb::LaneTurnarounds {
+        batch: Some(duration_to_proto(t.batch)),
+        flex: Some(duration_to_proto(t.flex)),
+        standard: Some(duration_to_proto(t.standard)),
+        priority: Some(duration_to_proto(t.priority)),
+    }
 }
 
 // ---- rows and claims -------------------------------------------------------

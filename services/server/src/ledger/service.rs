@@ -466,6 +466,17 @@ impl LedgerService for Ledgers {
         access(&req).ledger(&ledger)?;
         let record = self.store.get_ledger(&ledger).await.map_err(from_store)?;
         let s = self.store.summarize(&ledger).await.map_err(from_store)?;
+        let forecast = if req.get_ref().forecast {
+            let work = self
+                .store
+                .unfinished_work(&record)
+                .await
+                .map_err(from_store)?;
+            let turnarounds = self.store.turnarounds(&record).await.map_err(from_store)?;
+            Some(convert::forecast(&record.policy, &work, &turnarounds))
+        } else {
+            None
+        };
         let spend = self.store.spend(&record).await.map_err(from_store)?;
         let estimate = record.policy.estimate_cost(
             s.by_model
@@ -497,6 +508,7 @@ impl LedgerService for Ledgers {
             spend: spend.as_ref().map(convert::spend_to_proto),
             content_etag: s.content_etag.clone(),
             cost_by_lane: convert::cost_by_lane(&record.policy, &s.by_model),
+            forecast,
         }))
     }
 

@@ -119,6 +119,7 @@ async fn until(
 async fn summary(l: &mut Ledgers, id: &str) -> pb::LedgerSummary {
     l.summarize_ledger(pb::SummarizeLedgerRequest {
         name: format!("ledgers/{id}"),
+        ..Default::default()
     })
     .await
     .unwrap()
@@ -271,6 +272,7 @@ async fn refusals_force_and_invisibility() {
             code(
                 l.summarize_ledger(pb::SummarizeLedgerRequest {
                     name: parent.clone(),
+                    ..Default::default()
                 })
                 .await,
             ),

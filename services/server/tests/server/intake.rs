@@ -152,6 +152,7 @@ async fn a_group_in_front_of_the_rows_is_refused_before_decoding() {
     let summary = ledgers
         .summarize_ledger(tally_proto::v1::SummarizeLedgerRequest {
             name: "ledgers/big".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -339,6 +340,7 @@ async fn four_million_empty_rows_are_refused_before_they_are_decoded() {
     let summary = ledgers
         .summarize_ledger(tally_proto::v1::SummarizeLedgerRequest {
             name: "ledgers/big".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

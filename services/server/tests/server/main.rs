@@ -15,5 +15,6 @@ mod operations;
 mod pause;
 mod process;
 mod report_claim;
+mod routing;
 mod security;
 mod takeover;

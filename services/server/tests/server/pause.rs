@@ -119,6 +119,7 @@ async fn get(l: &mut Ledgers, id: &str) -> pb::Ledger {
 pub(crate) async fn summary(l: &mut Ledgers, id: &str) -> pb::LedgerSummary {
     l.summarize_ledger(pb::SummarizeLedgerRequest {
         name: format!("ledgers/{id}"),
+        ..Default::default()
     })
     .await
     .unwrap()

@@ -48,6 +48,7 @@ async fn ledger_of_big_rows(
 async fn counts(l: &mut LedgerServiceClient<Channel>, id: &str) -> pb::LedgerSummary {
     l.summarize_ledger(pb::SummarizeLedgerRequest {
         name: format!("ledgers/{id}"),
+        ..Default::default()
     })
     .await
     .expect("summarize")

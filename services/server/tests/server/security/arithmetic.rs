@@ -29,6 +29,7 @@ async fn summarize(server: &TestServer, id: &str) -> Result<pb::LedgerSummary, t
         .summarize_ledger(authed(
             pb::SummarizeLedgerRequest {
                 name: format!("ledgers/{id}"),
+                ..Default::default()
             },
             Some(OPERATOR),
         ))

@@ -352,6 +352,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             false,
             e(&pb::SummarizeLedgerRequest {
                 name: parent.clone(),
+                ..Default::default()
             }),
         ),
         (

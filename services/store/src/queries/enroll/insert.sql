@@ -45,13 +45,14 @@ edges AS (
     LEFT JOIN ins p ON p.key = e.dep_key
     WHERE coalesce(e.dep_id, p.id) IS NOT NULL
 ),
--- Claimable rows go on the queue in chunks: this call's ids in one
--- aligned block of 128 ids go together (see `runnable` in the baseline).
+-- Claimable rows go on the queue in chunks: this call's ids of one depth in
+-- one aligned block of 128 ids go together (see `runnable` in the
+-- baseline; a claim takes the depths its lane is routed).
 queued AS (
     INSERT INTO runnable (ledger_id, model, ready_time, row_id, row_ids, depth)
-    SELECT $1, model, now(), min(id), array_agg(id ORDER BY id), max(depth)
+    SELECT $1, model, now(), min(id), array_agg(id ORDER BY id), depth
     FROM ins WHERE status = {{PENDING}} AND unmet_deps = 0
-    GROUP BY model, id / 128
+    GROUP BY model, id / 128, depth
 ),
 -- Stored dependencies of the new rows, each one deeper than its deepest new
 -- dependant (finished ones keep theirs: nothing waits on a finished row).

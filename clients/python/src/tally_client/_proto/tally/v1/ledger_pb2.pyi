@@ -219,7 +219,7 @@ class LedgerPurge(_message.Message):
     def __init__(self, rows_total: _Optional[int] = ..., rows_purged: _Optional[int] = ..., forced: _Optional[bool] = ..., claims_expired: _Optional[int] = ..., jobs_abandoned: _Optional[int] = ...) -> None: ...
 
 class LedgerPolicy(_message.Message):
-    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill", "lanes")
+    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill", "lanes", "deadline", "turnarounds")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,8 @@ class LedgerPolicy(_message.Message):
     SPEND_CAP_FIELD_NUMBER: _ClassVar[int]
     BATCH_FILL_FIELD_NUMBER: _ClassVar[int]
     LANES_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    TURNAROUNDS_FIELD_NUMBER: _ClassVar[int]
     model: str
     budgets: AttemptBudgets
     lease: _duration_pb2.Duration
@@ -244,7 +246,21 @@ class LedgerPolicy(_message.Message):
     spend_cap: SpendCap
     batch_fill: BatchFill
     lanes: _containers.RepeatedScalarFieldContainer[Lane]
-    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[Lane, str]]] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    turnarounds: LaneTurnarounds
+    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[Lane, str]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ...) -> None: ...
+
+class LaneTurnarounds(_message.Message):
+    __slots__ = ("batch", "flex", "standard", "priority")
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    FLEX_FIELD_NUMBER: _ClassVar[int]
+    STANDARD_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    batch: _duration_pb2.Duration
+    flex: _duration_pb2.Duration
+    standard: _duration_pb2.Duration
+    priority: _duration_pb2.Duration
+    def __init__(self, batch: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., flex: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., standard: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class BatchFill(_message.Message):
     __slots__ = ("max_wait", "quiet", "min_rows")
@@ -767,13 +783,15 @@ class ListRowsResponse(_message.Message):
     def __init__(self, rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SummarizeLedgerRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "forecast")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    forecast: bool
+    def __init__(self, name: _Optional[str] = ..., forecast: _Optional[bool] = ...) -> None: ...
 
 class LedgerSummary(_message.Message):
-    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag", "cost_by_lane")
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag", "cost_by_lane", "forecast")
     class PermanentByRuleEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -804,6 +822,7 @@ class LedgerSummary(_message.Message):
     SPEND_FIELD_NUMBER: _ClassVar[int]
     CONTENT_ETAG_FIELD_NUMBER: _ClassVar[int]
     COST_BY_LANE_FIELD_NUMBER: _ClassVar[int]
+    FORECAST_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     total: int
     pending: int
@@ -827,7 +846,42 @@ class LedgerSummary(_message.Message):
     spend: LedgerSpend
     content_etag: str
     cost_by_lane: _containers.RepeatedCompositeFieldContainer[LaneCost]
-    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ...) -> None: ...
+    forecast: LedgerForecast
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ..., forecast: _Optional[_Union[LedgerForecast, _Mapping]] = ...) -> None: ...
+
+class LedgerForecast(_message.Message):
+    __slots__ = ("deadline", "depth", "turnarounds", "plan", "all_batch")
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    TURNAROUNDS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    ALL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    deadline: _timestamp_pb2.Timestamp
+    depth: int
+    turnarounds: LaneTurnarounds
+    plan: ForecastPlan
+    all_batch: ForecastPlan
+    def __init__(self, deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depth: _Optional[int] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ..., plan: _Optional[_Union[ForecastPlan, _Mapping]] = ..., all_batch: _Optional[_Union[ForecastPlan, _Mapping]] = ...) -> None: ...
+
+class ForecastPlan(_message.Message):
+    __slots__ = ("finish_time", "in_time", "cost_usd", "rows_by_lane")
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    IN_TIME_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    ROWS_BY_LANE_FIELD_NUMBER: _ClassVar[int]
+    finish_time: _timestamp_pb2.Timestamp
+    in_time: bool
+    cost_usd: float
+    rows_by_lane: _containers.RepeatedCompositeFieldContainer[LaneRows]
+    def __init__(self, finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., in_time: _Optional[bool] = ..., cost_usd: _Optional[float] = ..., rows_by_lane: _Optional[_Iterable[_Union[LaneRows, _Mapping]]] = ...) -> None: ...
+
+class LaneRows(_message.Message):
+    __slots__ = ("lane", "rows")
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    lane: Lane
+    rows: int
+    def __init__(self, lane: _Optional[_Union[Lane, str]] = ..., rows: _Optional[int] = ...) -> None: ...
 
 class LaneCost(_message.Message):
     __slots__ = ("lane", "attempts", "usage", "cost_usd")

@@ -1,0 +1,182 @@
+//! The critical path through gRPC: a ledger's deadline, lanes and priors
+//! set over the wire, the claims of each lane taking the depths routing
+//! gives it, and SummarizeLedger's forecast of the routed plan beside
+//! all-batch. Each test states the invariant it checks.
+
+use std::time::Duration;
+
+use tally_proto::v1 as pb;
+
+use crate::pause::env;
+
+fn secs(s: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: s,
+        nanos: 0,
+    }
+}
+
+fn in_minutes(m: i64) -> prost_types::Timestamp {
+    let at = chrono::Utc::now() + chrono::TimeDelta::minutes(m);
+    prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: 0,
+    }
+}
+
+/// Three books of 40 pages (each page depends on the one before) and 20
+/// loose pages.
+fn pages() -> Vec<pb::RowInput> {
+    let mut rows = Vec::new();
+    for book in ["a", "b", "c"] {
+        for p in 0..40 {
+            rows.push(pb::RowInput {
+                key: format!("{book}-{p:02}"),
+                payload: format!(r#"{{"text": "page {p} of {book}"}}"#),
+                depends_on: if p == 0 {
+                    vec![]
+                } else {
+                    vec![format!("{book}-{:02}", p - 1)]
+                },
+                ..Default::default()
+            });
+        }
+    }
+    rows.extend((0..20).map(|i| pb::RowInput {
+        key: format!("loose-{i:02}"),
+        payload: format!(r#"{{"text": "loose page {i}"}}"#),
+        ..Default::default()
+    }));
+    rows
+}
+
+// Invariant: under a 10-minute deadline with 60 s batches and 1 s flex,
+// the forecast finishes the routed plan in time and all-batch not (40
+// turnarounds), at the same cost (flex at the batch price); the heads of
+// the three chains go by flex, the loose pages by batch.
+#[tokio::test]
+async fn a_deadline_routes_deep_chains_to_flex_and_the_forecast_says_so() {
+    let mut env = env().await;
+    env.l
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: "books".into(),
+            policy: Some(pb::LedgerPolicy {
+                model: "gpt-4o-mini".into(),
+                lanes: vec![pb::Lane::Batch as i32, pb::Lane::Flex as i32],
+                deadline: Some(in_minutes(10)),
+                turnarounds: Some(pb::LaneTurnarounds {
+                    batch: Some(secs(60)),
+                    flex: Some(secs(1)),
+                    ..Default::default()
+                }),
+                prices: vec![pb::ModelPrice {
+                    model: "gpt-4o-mini".into(),
+                    input_per_million: 0.075,
+                    output_per_million: 0.3,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    env.l
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: "ledgers/books".into(),
+            rows: pages(),
+        })
+        .await
+        .unwrap();
+    let s = env
+        .l
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: "ledgers/books".into(),
+            forecast: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let f = s.forecast.expect("asked for");
+    assert_eq!(f.depth, 40);
+    let (plan, batch) = (f.plan.unwrap(), f.all_batch.unwrap());
+    assert!(plan.in_time, "routed: in time");
+    assert!(!batch.in_time, "all batch: 40 turnarounds of 60 s");
+    assert!(
+        (plan.cost_usd - batch.cost_usd).abs() < 1e-9,
+        "flex at the batch price"
+    );
+    let finish = |p: &pb::ForecastPlan| p.finish_time.as_ref().unwrap().seconds;
+    assert!(finish(&batch) - finish(&plan) > 20 * 60);
+    let claim = |lane: pb::Lane| pb::ClaimRowsRequest {
+        parent: "ledgers/books".into(),
+        max_rows: 100,
+        lane: lane as i32,
+        ..Default::default()
+    };
+    let flex = env
+        .l
+        .claim_rows(claim(pb::Lane::Flex))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut heads: Vec<String> = flex.rows.iter().map(|r| r.key.clone()).collect();
+    heads.sort();
+    assert_eq!(heads, ["a-00", "b-00", "c-00"]);
+    let batch_claim = env
+        .l
+        .claim_rows(claim(pb::Lane::Batch))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(batch_claim.rows.len(), 20);
+    // Without asking, no forecast (it reads every unfinished row).
+    let plain = env
+        .l
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: "ledgers/books".into(),
+            forecast: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(plain.forecast.is_none());
+    let _ = Duration::ZERO;
+}
+
+// Invariant: a bad deadline or turnaround is refused with the field named,
+// and nothing is written.
+#[tokio::test]
+async fn bad_routing_settings_are_refused_by_field() {
+    let mut env = env().await;
+    let e = env
+        .l
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: "bad".into(),
+            policy: Some(pb::LedgerPolicy {
+                deadline: Some(prost_types::Timestamp {
+                    seconds: -5,
+                    nanos: 0,
+                }),
+                turnarounds: Some(pb::LaneTurnarounds {
+                    flex: Some(secs(-1)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("deadline") || format!("{e:?}").contains("policy.deadline"),
+        "{e:?}"
+    );
+    assert!(format!("{e:?}").contains("turnarounds.flex"), "{e:?}");
+    let got = env
+        .l
+        .get_ledger(pb::GetLedgerRequest {
+            name: "ledgers/bad".into(),
+        })
+        .await;
+    assert_eq!(got.unwrap_err().code(), tonic::Code::NotFound);
+}
