@@ -164,6 +164,7 @@ async fn run(args: Args) -> Result<()> {
     let summary = ledgers
         .summarize_ledger(pb::SummarizeLedgerRequest {
             name: ledger.clone(),
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -326,6 +327,7 @@ async fn progress(client: &mut LedgerServiceClient<Channel>, ledger: &str) {
     let Ok(s) = client
         .summarize_ledger(pb::SummarizeLedgerRequest {
             name: ledger.to_string(),
+            ..Default::default()
         })
         .await
     else {

@@ -598,6 +598,7 @@ async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
 async fn idle(ctx: &Ctx) -> bool {
     let req = pb::SummarizeLedgerRequest {
         name: ctx.ledger.clone(),
+        ..Default::default()
     };
     let got = with_retry(ctx.retry, "SummarizeLedger", || {
         let mut c = ctx.clients.ledgers.clone();

@@ -62,6 +62,7 @@ pub async fn all_succeeded(client: &mut Client, ledger: &str, rows: u64) -> anyh
     let summary = client
         .summarize_ledger(pb::SummarizeLedgerRequest {
             name: format!("ledgers/{ledger}"),
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -148,6 +148,7 @@ pub async fn run(addr: &str, scenario: Scenario, rows: usize) -> anyhow::Result<
     let summary = client
         .summarize_ledger(pb::SummarizeLedgerRequest {
             name: format!("ledgers/{ledger}"),
+            ..Default::default()
         })
         .await?
         .into_inner();

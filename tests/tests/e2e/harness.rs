@@ -181,6 +181,7 @@ impl Env {
         self.client()
             .summarize_ledger(pb::SummarizeLedgerRequest {
                 name: ledger_name(ledger),
+                ..Default::default()
             })
             .await
             .expect("summarize")

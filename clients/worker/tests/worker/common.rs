@@ -542,6 +542,7 @@ pub async fn summary(c: &Clients, ledger: &str) -> pb::LedgerSummary {
         .clone()
         .summarize_ledger(pb::SummarizeLedgerRequest {
             name: format!("ledgers/{ledger}"),
+            ..Default::default()
         })
         .await
         .expect("summary")

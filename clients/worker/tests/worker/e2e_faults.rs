@@ -474,6 +474,7 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
     let typo_summary = l
         .summarize_ledger(pb::SummarizeLedgerRequest {
             name: format!("ledgers/{TYPO_LEDGER}"),
+            ..Default::default()
         })
         .await
         .expect("summarize the typo ledger")
@@ -601,6 +602,7 @@ async fn a_thousand_rows_with_every_fault_end_where_their_fault_says() {
         .clone()
         .summarize_ledger(pb::SummarizeLedgerRequest {
             name: format!("ledgers/{LEDGER}"),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -208,10 +208,10 @@ async fn get_ledger_and_summarize_ledger() {
             .await;
         assert_invalid(&s, &["name"]);
         let s = env
-            .rejected(
-                env.client()
-                    .summarize_ledger(pb::SummarizeLedgerRequest { name: name.into() }),
-            )
+            .rejected(env.client().summarize_ledger(pb::SummarizeLedgerRequest {
+                name: name.into(),
+                ..Default::default()
+            }))
             .await;
         assert_invalid(&s, &["name"]);
     }
@@ -224,6 +224,7 @@ async fn get_ledger_and_summarize_ledger() {
     let s = env
         .rejected(env.client().summarize_ledger(pb::SummarizeLedgerRequest {
             name: "ledgers/unknown".into(),
+            ..Default::default()
         }))
         .await;
     assert_not_found(&s, "ledger", "ledgers/unknown");
