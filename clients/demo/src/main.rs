@@ -305,6 +305,7 @@ async fn enroll(
                 version: dataset::PROMPT_VERSION.into(),
             }),
             model: String::new(),
+            ..Default::default()
         })
         .collect();
     let answer = client

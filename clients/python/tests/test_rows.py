@@ -17,13 +17,16 @@ VECTORS = Path(__file__).resolve().parents[3] / "tests" / "vectors" / "enroll.js
 
 def described(row: Any) -> dict[str, Any]:
     prompt = f"{row.prompt.name}@{row.prompt.version}" if row.HasField("prompt") else None
-    return {
+    out = {
         "key": row.key,
         "payload": row.payload,
         "depends_on": list(row.depends_on),
         "prompt": prompt,
         "model": row.model,
     }
+    if row.dependency_names:
+        out["dependency_names"] = dict(row.dependency_names)
+    return out
 
 
 def test_every_enroll_vector_gives_tallyctls_row_or_its_refusal() -> None:

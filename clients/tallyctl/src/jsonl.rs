@@ -9,7 +9,8 @@
 //!   spaces, so re-sending an unchanged file is ALREADY_PRESENT), or
 //!   `payload_text` (the exact text to send, must hold a JSON object);
 //! - `depends_on` keys, and/or `depends_on_parts: [[..], ..]` derived like
-//!   `key_parts`;
+//!   `key_parts`; `dependency_names: {"<key>": "<name>"}` names some of them
+//!   for the prompt (`deps.<name>`);
 //! - `prompt` as `{"name", "version"}` or `"name@version"`; `model`.
 //!
 //! Unknown fields are refused, so a typo (`dependson`) is not silently
@@ -32,6 +33,8 @@ struct Line {
     depends_on: Vec<String>,
     #[serde(default)]
     depends_on_parts: Vec<Vec<String>>,
+    #[serde(default)]
+    dependency_names: std::collections::HashMap<String, String>,
     prompt: Option<PromptField>,
     #[serde(default)]
     model: String,
@@ -113,12 +116,22 @@ pub fn parse_line(text: &str) -> Result<pb::RowInput, String> {
             Some(pb::PromptRef { name, version })
         }
     };
+    for (d, name) in &line.dependency_names {
+        if !depends_on.contains(d) {
+            return Err(format!(
+                "dependency_names names {d:?}, which is not in depends_on"
+            ));
+        }
+        tally_core::deps::validate_name(name)
+            .map_err(|e| format!("dependency_names[{d:?}]: {e}"))?;
+    }
     Ok(pb::RowInput {
         key,
         payload,
         depends_on,
         prompt,
         model: line.model,
+        dependency_names: line.dependency_names,
     })
 }
 
@@ -156,13 +169,16 @@ mod tests {
                         .prompt
                         .as_ref()
                         .map_or(Value::Null, |p| format!("{}@{}", p.name, p.version).into());
-                    let got = serde_json::json!({
+                    let mut got = serde_json::json!({
                         "key": row.key,
                         "payload": row.payload,
                         "depends_on": row.depends_on,
                         "prompt": prompt,
                         "model": row.model,
                     });
+                    if !row.dependency_names.is_empty() {
+                        got["dependency_names"] = serde_json::json!(row.dependency_names);
+                    }
                     if &got != expect {
                         failures.push(format!("{name}: got {got}, expected {expect}"));
                     }

@@ -10,6 +10,30 @@ use std::collections::HashMap;
 /// any real fan-in and keeps one row's check bounded.
 pub const MAX_DEPENDS_ON: usize = 1000;
 
+/// Longest name a row may give a dependency for its prompt.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Checks a dependency's name (`RowInput.dependency_names`): a template
+/// identifier, so `deps.name` reads it.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let ok_start = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if name.len() > MAX_NAME_LEN {
+        Err(format!(
+            "is {} characters; the limit is {MAX_NAME_LEN}",
+            name.len()
+        ))
+    } else if !ok_start || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Err(format!(
+            "{name:?} is not a name: 1-{MAX_NAME_LEN} characters of [A-Za-z0-9_], not starting with a digit"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 /// Finds a dependency cycle among `rows` (key, its dependencies). Edges to
 /// keys outside `rows` are ignored (they point at already-enrolled rows).
 /// Returns one cycle as a list of keys, first key repeated at the end.
@@ -103,6 +127,18 @@ pub fn depths(rows: &[(&str, &[&str])]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name is what a template can read as `deps.name`; anything else
+    /// is refused with the rule spelled out.
+    #[test]
+    fn dependency_names_are_identifiers() {
+        for ok in ["prev", "_x", "page_2", &"a".repeat(MAX_NAME_LEN)] {
+            assert_eq!(validate_name(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "2nd", "a-b", "a b", "é", &"a".repeat(MAX_NAME_LEN + 1)] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+    }
 
     // Invariant: a chain's head has the chain's length, its tail 1; a row
     // with two branches takes the longer; edges out of the call count not.

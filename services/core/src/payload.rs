@@ -41,6 +41,7 @@ pub fn validate_value(text: &str) -> Result<(), PayloadError> {
 /// What identifies a row's content. Two enrollments of one key are the same
 /// row when all of this is equal (payload compared byte for byte: a client
 /// that re-sends the same row sends the same bytes).
+#[derive(Default)]
 pub struct Content<'a> {
     pub payload: &'a str,
     /// Dependencies in any order; duplicates ignored.
@@ -50,6 +51,10 @@ pub struct Content<'a> {
     /// The model the row named (empty: the ledger's), not the resolved one,
     /// so changing the ledger's model does not make old rows conflict.
     pub model: &'a str,
+    /// The names the row gives its dependencies (key, name), any order.
+    /// Hashed only when there are some, so rows enrolled before names
+    /// existed keep their hash.
+    pub dependency_names: &'a [(&'a str, &'a str)],
 }
 
 /// SHA-256 over the length-prefixed parts of the content (16 bytes kept).
@@ -67,13 +72,26 @@ pub fn content_hash(c: &Content<'_>) -> [u8; 16] {
         h.update((d.len() as u64).to_le_bytes());
         h.update(d.as_bytes());
     }
+    if !c.dependency_names.is_empty() {
+        let mut names = c.dependency_names.to_vec();
+        names.sort_unstable();
+        h.update(b"names");
+        h.update((names.len() as u64).to_le_bytes());
+        for (key, name) in names {
+            for part in [key, name] {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part.as_bytes());
+            }
+        }
+    }
     let full = h.finalize();
     let mut out = [0u8; 16];
     out.copy_from_slice(&full[..16]);
     out
 }
 
-/// Hex SHA-256 of a payload: the "vars hash" recorded with each attempt.
+/// Hex SHA-256 of a payload: the "vars hash" recorded with each attempt
+/// (and of a result: the hash a dependant records as its input).
 pub fn vars_hash(payload: &str) -> String {
     hex::encode(Sha256::digest(payload.as_bytes()))
 }
@@ -89,6 +107,7 @@ mod tests {
             prompt_name: "",
             prompt_version: "",
             model: "",
+            dependency_names: &[],
         }
     }
 
@@ -123,5 +142,26 @@ mod tests {
         e.prompt_name = "a";
         e.prompt_version = "b";
         assert_ne!(content_hash(&d), content_hash(&e));
+    }
+
+    /// Naming a dependency changes the content (a re-enrollment with other
+    /// names is a conflict), in any order; no names keeps the old hash.
+    #[test]
+    fn dependency_names_are_content() {
+        let plain = content("{}", &["x", "y"]);
+        let mut named = content("{}", &["x", "y"]);
+        named.dependency_names = &[("x", "prev"), ("y", "other")];
+        let mut reordered = content("{}", &["x", "y"]);
+        reordered.dependency_names = &[("y", "other"), ("x", "prev")];
+        let mut renamed = content("{}", &["x", "y"]);
+        renamed.dependency_names = &[("x", "before"), ("y", "other")];
+        assert_ne!(content_hash(&plain), content_hash(&named));
+        assert_eq!(content_hash(&named), content_hash(&reordered));
+        assert_ne!(content_hash(&named), content_hash(&renamed));
+        // The hash of a row without names is what it always was.
+        assert_eq!(
+            hex::encode(content_hash(&plain)),
+            hex::encode(content_hash(&content("{}", &["y", "x"])))
+        );
     }
 }

@@ -15,7 +15,8 @@ use crate::rescue::RESCUE_DUE;
 use crate::settle::transitions;
 use crate::settle::{self, Settler};
 use crate::types::{
-    ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, JobEventKind, LedgerRecord, Time,
+    ClaimGrant, ClaimRecord, ClaimRequest, ClaimState, ClaimedRow, DependencyResult, JobEventKind,
+    LedgerRecord, Time,
 };
 use crate::{Result, Store, StoreError, abandon, codes, events, fence, pause};
 use sqlx::postgres::PgRow;
@@ -92,6 +93,7 @@ struct HeldRow {
     content_failures: i32,
     infra_failures: i32,
     attempts: i32,
+    has_deps: bool,
 }
 
 impl From<HeldRow> for ClaimedRow {
@@ -108,8 +110,18 @@ impl From<HeldRow> for ClaimedRow {
                 r.infra_failures as u32,
             ),
             total: r.attempts as u32,
+            has_dependencies: r.has_deps,
+            dependencies: Vec::new(),
         }
     }
+}
+
+/// One dependency result given, with the key of the row it is given to.
+#[derive(sqlx::FromRow)]
+struct GivenInput {
+    row_key: String,
+    #[sqlx(flatten)]
+    input: DependencyResult,
 }
 
 /// A claim as the store loads it for a change.
@@ -177,6 +189,7 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Taken {
         let mut content = column::<i32>(r, "content_failures")?;
         let mut infra = column::<i32>(r, "infra_failures")?;
         let mut attempts = column::<i32>(r, "attempts")?;
+        let mut has_deps = column::<bool>(r, "has_deps")?;
         let mut rows = Vec::with_capacity(ids.len());
         for id in ids {
             let failures = PerBudget::new(
@@ -192,6 +205,8 @@ impl<'r> sqlx::FromRow<'r, PgRow> for Taken {
                 model: next(&mut models, "models")?,
                 failures,
                 total: next(&mut attempts, "attempts")? as u32,
+                has_dependencies: next(&mut has_deps, "has_deps")?,
+                dependencies: Vec::new(),
             };
             rows.push(TakenRow { id, row });
         }
@@ -424,14 +439,28 @@ impl Store {
     )]
     pub async fn claim_rows(&self, ledger: &str, req: &ClaimRequest) -> Result<Option<ClaimGrant>> {
         let record = self.ledger(ledger).await?;
-        check_lane(&record, req)?;
+        let mut grant = self.claim_for(&record, ledger, req).await?;
+        if let Some(grant) = &mut grant {
+            self.give_inputs(record.id, grant).await?;
+        }
+        Ok(grant)
+    }
+
+    /// [`Store::claim_rows`] but for the dependency results.
+    async fn claim_for(
+        &self,
+        record: &LedgerRecord,
+        ledger: &str,
+        req: &ClaimRequest,
+    ) -> Result<Option<ClaimGrant>> {
+        check_lane(record, req)?;
         // The rows routed to the claim's lane now; none: nothing to take.
-        let Some(routed) = self.routed(&record, req).await? else {
+        let Some(routed) = self.routed(record, req).await? else {
             return Ok(None);
         };
         let req = &routed;
         if let Some(cap) = record.policy.cap() {
-            return self.claim_capped(&record, *cap, req).await;
+            return self.claim_capped(record, *cap, req).await;
         }
         if let Some(grant) = self.replay_claim(record.id, req).await? {
             return Ok(Some(grant));
@@ -443,10 +472,10 @@ impl Store {
         let mut check_due = true;
         loop {
             let taken = match &req.request_id {
-                None => take_rows(&self.pool, &record, req, token, check_due).await?,
+                None => take_rows(&self.pool, record, req, token, check_due).await?,
                 Some(request_id) => {
                     match self
-                        .take_once(&record, req, request_id, token, check_due)
+                        .take_once(record, req, request_id, token, check_due)
                         .await?
                     {
                         Once::Replayed(grant) => return Ok(Some(grant)),
@@ -462,7 +491,7 @@ impl Store {
                 check_due = false;
                 continue;
             }
-            return self.granted(&record, req, token, taken);
+            return self.granted(record, req, token, taken);
         }
     }
 
@@ -540,6 +569,40 @@ impl Store {
         Ok(())
     }
 
+    /// Gives the rows of `grant` that have dependencies their results, and
+    /// records on each edge the hash of the result given (the row's inputs).
+    async fn give_inputs(&self, ledger_id: i64, grant: &mut ClaimGrant) -> Result<()> {
+        let keys: Vec<&str> = grant
+            .rows
+            .iter()
+            .filter(|r| r.has_dependencies)
+            .map(|r| r.key.as_str())
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let given: Vec<(String, DependencyResult)> =
+            sqlx::query_as::<_, GivenInput>(include_str!("queries/claims/inputs.sql"))
+                .bind(ledger_id)
+                .bind(&keys)
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .map(|g| (g.row_key, g.input))
+                .collect();
+        let mut by_row: HashMap<String, Vec<DependencyResult>> = HashMap::new();
+        for (row, input) in given {
+            by_row.entry(row).or_default().push(input);
+        }
+        for row in &mut grant.rows {
+            if let Some(mut inputs) = by_row.remove(&row.key) {
+                inputs.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+                row.dependencies = inputs;
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) async fn replay_claim(
         &self,
         ledger_id: i64,
@@ -560,7 +623,7 @@ impl Store {
         let claim = load_claim(&self.pool, token).await?;
         let rows = sqlx::query_as::<_, HeldRow>(
             "SELECT key, payload, prompt_name, prompt_version, model, provider_failures,
-                    content_failures, infra_failures, attempts
+                    content_failures, infra_failures, attempts, depends_on <> '{}' AS has_deps
              FROM rows WHERE id = ANY((SELECT row_ids FROM claims WHERE token = $1)::int8[])
              ORDER BY id",
         )

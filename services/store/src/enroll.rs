@@ -383,10 +383,12 @@ struct Columns<'a> {
     /// Each row's depth within the call (`tally_core::deps::depths`).
     depths: Vec<i32>,
     /// One element per dependency edge: the dependant's key, the
-    /// dependency's key, and its id when it is already stored.
+    /// dependency's key, its id when it is already stored, and the name the
+    /// dependant gives it ('' for none).
     edge_children: Vec<&'a str>,
     edge_deps: Vec<&'a str>,
     edge_dep_ids: Vec<Option<i64>>,
+    edge_names: Vec<&'a str>,
     unknown_models: &'a [&'a str],
     default_model: &'a str,
     given: i64,
@@ -419,6 +421,7 @@ impl<'a> Columns<'a> {
             edge_children: Vec::new(),
             edge_deps: Vec::new(),
             edge_dep_ids: Vec::new(),
+            edge_names: Vec::new(),
             unknown_models,
             default_model,
             given: n as i64,
@@ -451,6 +454,8 @@ impl<'a> Columns<'a> {
                     c.edge_children.push(row.key.as_str());
                     c.edge_deps.push(d.as_str());
                     c.edge_dep_ids.push(existing.get(d).map(|e| e.id));
+                    c.edge_names
+                        .push(row.dependency_names.get(d).map_or("", String::as_str));
                 }
             }
         }
@@ -470,7 +475,7 @@ impl<'a> Columns<'a> {
         unless_all(self.models.clone(), &self.default_model)
     }
 
-    /// Binds `$1`…`$18`, columns of defaults sent empty.
+    /// Binds `$1`…`$19`, columns of defaults sent empty.
     fn bind<O>(self, q: PgQueryAs<'a, O>) -> PgQueryAs<'a, O> {
         let providers = self.providers();
         let models = self.models_unless_default();
@@ -492,6 +497,7 @@ impl<'a> Columns<'a> {
             .bind(self.given)
             .bind(providers)
             .bind(unless_all(self.depths, &1))
+            .bind(unless_all(self.edge_names, &""))
     }
 }
 

@@ -7,8 +7,8 @@
 
 use crate::codes::{self, CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT};
 use crate::types::{
-    AttemptInfo, LedgerRecord, LedgerSummary, ModelUsage, RowFilter, RowRecord, RowsPage, Time,
-    Usage,
+    AttemptInfo, DependencyInput, LedgerRecord, LedgerSummary, ModelUsage, RowFilter, RowRecord,
+    RowsPage, Time, Usage,
 };
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, QueryBuilder};
@@ -92,6 +92,7 @@ impl RowRow {
                 update_time: self.update_time,
                 unmet_deps: self.unmet_deps,
                 history: Vec::new(),
+                inputs: Vec::new(),
                 history_omitted: 0,
             },
         ))
@@ -268,6 +269,31 @@ impl Store {
             .unwrap_or_default();
         out.history = history.attempts;
         out.history_omitted = history.omitted;
+        if !out.depends_on.is_empty() {
+            out.inputs = self.inputs(&[id]).await?.remove(&id).unwrap_or_default();
+        }
+        Ok(out)
+    }
+
+    /// The dependencies of several rows as their prompts used them, by row
+    /// id, each in key order.
+    async fn inputs(&self, row_ids: &[i64]) -> Result<HashMap<i64, Vec<DependencyInput>>> {
+        let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
+            "SELECT e.row_id, d.key, e.name, coalesce(encode(e.used_hash, 'hex'), '')
+             FROM row_deps e JOIN rows d ON d.id = e.dep_id
+             WHERE e.row_id = ANY($1) ORDER BY e.row_id, d.key",
+        )
+        .bind(row_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: HashMap<i64, Vec<DependencyInput>> = HashMap::new();
+        for (row_id, key, name, used_hash) in rows {
+            out.entry(row_id).or_default().push(DependencyInput {
+                key,
+                name,
+                used_hash,
+            });
+        }
         Ok(out)
     }
 
@@ -359,7 +385,7 @@ impl Store {
                  + octet_length(r.last_error) \
                  + octet_length(r.rule) + octet_length(r.model) \
                  + octet_length(array_to_string(r.depends_on, '')) \
-                 + 8 * cardinality(r.depends_on) + 512 \
+                 + 80 * cardinality(r.depends_on) + 512 \
                  + least(r.attempts::int8 * 256, {HISTORY_BYTES}) AS size \
                  FROM rows r {} WHERE r.ledger_id = ",
                 row_columns(true),
@@ -389,11 +415,21 @@ impl Store {
             .into_iter()
             .map(|r| r.into_record(ledger))
             .collect::<Result<Vec<_>>>()?;
-        let mut histories = if full.is_some() {
+        let (mut histories, mut inputs) = if full.is_some() {
             let ids: Vec<i64> = records.iter().map(|(id, _)| *id).collect();
-            self.histories(&record, &ids).await?
+            let with_deps: Vec<i64> = records
+                .iter()
+                .filter(|(_, r)| !r.depends_on.is_empty())
+                .map(|(id, _)| *id)
+                .collect();
+            let inputs = if with_deps.is_empty() {
+                HashMap::new()
+            } else {
+                self.inputs(&with_deps).await?
+            };
+            (self.histories(&record, &ids).await?, inputs)
         } else {
-            HashMap::new()
+            (HashMap::new(), HashMap::new())
         };
         let rows = records
             .into_iter()
@@ -401,6 +437,7 @@ impl Store {
                 let history = histories.remove(&id).unwrap_or_default();
                 rec.history = history.attempts;
                 rec.history_omitted = history.omitted;
+                rec.inputs = inputs.remove(&id).unwrap_or_default();
                 rec
             })
             .collect();

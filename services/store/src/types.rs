@@ -55,11 +55,13 @@ pub struct Deletion {
 }
 
 /// One row to enroll, validated by the caller.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NewRow {
     pub key: String,
     pub payload: String,
     pub depends_on: Vec<String>,
+    /// Names for some of `depends_on` in the prompt (key to name).
+    pub dependency_names: std::collections::HashMap<String, String>,
     pub prompt_name: String,
     pub prompt_version: String,
     /// As given; empty takes the ledger's model.
@@ -170,6 +172,21 @@ pub struct ClaimedRow {
     pub model: String,
     pub failures: PerBudget,
     pub total: u32,
+    /// Whether the row depends on others (their results are read for it).
+    pub has_dependencies: bool,
+    /// Its dependencies' results, in key order, for its prompt.
+    pub dependencies: Vec<DependencyResult>,
+}
+
+/// A dependency's result as a claim gives it to a dependant.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DependencyResult {
+    pub key: String,
+    /// The name the dependant gave it ('' for none).
+    pub name: String,
+    pub result: String,
+    /// Hex SHA-256 of `result`.
+    pub result_hash: String,
 }
 
 #[derive(Debug, Clone)]
@@ -309,6 +326,20 @@ pub struct RowRecord {
     /// Older attempts left out of `history` to bound the answer (see
     /// `rows::HISTORY_BYTES`).
     pub history_omitted: i64,
+    /// Its dependencies as its prompt used them, in key order (filled by
+    /// `get_row` and the full view).
+    pub inputs: Vec<DependencyInput>,
+}
+
+/// A dependency as a row's prompt used it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DependencyInput {
+    pub key: String,
+    /// The name the row gave it ('' for none).
+    pub name: String,
+    /// Hex SHA-256 of the result the row's latest claim was given; empty
+    /// until the row was claimed.
+    pub used_hash: String,
 }
 
 /// A page of [`Store::list_rows`](crate::Store::list_rows).

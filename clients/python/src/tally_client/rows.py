@@ -11,6 +11,8 @@ A row is a mapping with:
   (`tally_client.rust_json`); or `payload_text`, JSON text holding an
   object, sent verbatim (the same bytes every time are the same row);
 - `depends_on` (keys) and/or `depends_on_parts` (lists of parts);
+- `dependency_names`: a mapping of some of those keys to names the prompt
+  reads their results by (`deps.<name>`);
 - `prompt`: `"name@version"`, `{"name": …, "version": …}` or a `PromptRef`;
 - `model`.
 
@@ -38,6 +40,7 @@ FIELDS = (
     "payload_text",
     "depends_on",
     "depends_on_parts",
+    "dependency_names",
     "prompt",
     "model",
 )
@@ -201,11 +204,49 @@ def _parse(row: Mapping[str, Any]) -> ledger_pb2.RowInput:
         if d == key:
             raise ValueError(f"row {key!r} depends on itself")
 
+    names = given.get("dependency_names", {})
+    if not isinstance(names, Mapping):
+        raise ValueError(f"dependency_names must be a mapping of key to name, got {_kind(names)}")
+    for d, name in names.items():
+        if d not in depends_on:
+            raise ValueError(f"dependency_names names {d!r}, which is not in depends_on")
+        _dependency_name(_string(name, f"dependency_names[{d!r}]"), d)
+
     prompt = _prompt(given["prompt"]) if "prompt" in given else None
     model = _string(given.get("model", ""), "model")
     return ledger_pb2.RowInput(
-        key=key, payload=payload, depends_on=depends_on, prompt=prompt, model=model
+        key=key,
+        payload=payload,
+        depends_on=depends_on,
+        prompt=prompt,
+        model=model,
+        dependency_names=dict(names),
     )
+
+
+#: The longest dependency name (`tally_core::deps::MAX_NAME_LEN`).
+MAX_DEPENDENCY_NAME = 64
+
+
+def _dependency_name(name: str, key: str) -> None:
+    """Checks a dependency's name as the server does
+    (`tally_core::deps::validate_name`)."""
+    if len(name) > MAX_DEPENDENCY_NAME:
+        raise ValueError(
+            f"dependency_names[{key!r}]: is {len(name)} characters; "
+            f"the limit is {MAX_DEPENDENCY_NAME}"
+        )
+    ok = (
+        bool(name)
+        and name.isascii()
+        and (name[0].isalpha() or name[0] == "_")
+        and all(c.isalnum() or c == "_" for c in name)
+    )
+    if not ok:
+        raise ValueError(
+            f"dependency_names[{key!r}]: {name!r} is not a name: 1-{MAX_DEPENDENCY_NAME} "
+            "characters of [A-Za-z0-9_], not starting with a digit"
+        )
 
 
 def row_input(row: RowLike, index: int | None = None) -> ledger_pb2.RowInput:

@@ -127,6 +127,7 @@ impl<R: Read> Source<R> {
             depends_on: Vec::new(),
             prompt: None,
             model: row.model,
+            ..Default::default()
         })
     }
 }

@@ -214,6 +214,7 @@ fn row_item(
             depends_on: node.depends_on.iter().cloned().collect(),
             prompt: prompt.clone(),
             model: model.to_string(),
+            ..Default::default()
         },
         position,
     }

@@ -16,7 +16,7 @@ use tonic::Status;
 use crate::attach::{self, AttachFail, JobMedia};
 use crate::ctx::{Answer, Ctx, PromptResult, prompt_name};
 use crate::jsonl;
-use crate::prompt::InputError;
+use crate::prompt::{self, DependencyInput, InputError};
 
 /// The prompts a claim's rows use, each fetched once.
 pub(crate) struct Prompts(HashMap<String, PromptResult>);
@@ -66,7 +66,8 @@ pub(crate) enum Prepared {
 }
 
 /// Builds `row`'s request for `model` (as the provider names it), with its
-/// media attached. The row's payload is taken (let go once rendered).
+/// media attached, its dependencies' results rendered into its prompt. The
+/// row's payload and those results are taken (let go once rendered).
 pub(crate) async fn prepare(
     ctx: &Ctx,
     row: &mut pb::ClaimedRow,
@@ -82,6 +83,26 @@ pub(crate) async fn prepare(
         None => None,
     };
     let spec = compiled.as_ref().map(|c| &c.spec);
+    // A template reads the row's dependency results (a request of its own
+    // has nothing to render them into).
+    let dependencies = std::mem::take(&mut row.dependencies);
+    let payload = match spec {
+        Some(_) if !dependencies.is_empty() => {
+            let deps: Vec<DependencyInput<'_>> = dependencies
+                .iter()
+                .map(|d| DependencyInput {
+                    key: &d.key,
+                    name: &d.name,
+                    result: &d.result,
+                })
+                .collect();
+            match prompt::with_dependencies(&payload, &deps) {
+                Ok(vars) => vars,
+                Err(e) => return Prepared::Invalid(e.to_string()),
+            }
+        }
+        _ => payload,
+    };
     let mut request = match wire.build_request(&payload, spec, model) {
         Ok(req) => req,
         Err(e) => return Prepared::Invalid(e.to_string()),

@@ -70,6 +70,47 @@ impl PromptSpec {
     }
 }
 
+/// A dependency's result as a row's prompt reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct DependencyInput<'a> {
+    pub key: &'a str,
+    /// The name the row gave it ("" for none).
+    pub name: &'a str,
+    pub result: &'a str,
+}
+
+/// The variable a row's dependency results are rendered as.
+pub const DEPS: &str = "deps";
+
+/// `payload` (a JSON object) with its dependencies' results added as
+/// [`DEPS`]: each result (parsed as JSON, or as text when it is not) under
+/// its key and, when it has one, its name (a name wins over a key it
+/// shadows). A payload that has a `deps` field of its own is refused: the
+/// template could not tell the two apart.
+pub fn with_dependencies(
+    payload: &str,
+    deps: &[DependencyInput<'_>],
+) -> Result<String, InputError> {
+    let mut vars: serde_json::Map<String, Value> =
+        serde_json::from_str(payload).map_err(|e| InputError::Payload(e.to_string()))?;
+    if vars.contains_key(DEPS) {
+        return Err(InputError::Payload(format!(
+            "the payload's {DEPS:?} field is reserved for the row's dependency results"
+        )));
+    }
+    let mut by = serde_json::Map::new();
+    for d in deps {
+        let value = serde_json::from_str(d.result).unwrap_or_else(|_| Value::from(d.result));
+        by.insert(d.key.to_owned(), value);
+    }
+    for d in deps.iter().filter(|d| !d.name.is_empty()) {
+        let value = by[d.key].clone();
+        by.insert(d.name.to_owned(), value);
+    }
+    vars.insert(DEPS.to_owned(), Value::Object(by));
+    serde_json::to_string(&vars).map_err(|e| InputError::Payload(e.to_string()))
+}
+
 /// Renders `template` with the JSON object `vars`. Undefined variables are
 /// errors: a prompt that silently loses a field would be paid for anyway.
 pub fn render(template: &str, vars: &Value) -> Result<String, InputError> {
@@ -106,5 +147,36 @@ mod tests {
             "Hello x"
         );
         assert!(PromptSpec::from_registry("x", "{not json", "").is_err());
+    }
+
+    /// A dependant's template reads each dependency's answer by name and
+    /// by key, JSON answers as structures; a payload's own `deps` field
+    /// is refused rather than silently replaced.
+    #[test]
+    fn dependency_results_render_by_name_and_key() {
+        let deps = [
+            DependencyInput {
+                key: "book1:p1",
+                name: "previous",
+                result: r#"{"summary":"the storm"}"#,
+            },
+            DependencyInput {
+                key: "glossary",
+                name: "",
+                result: "plain text",
+            },
+        ];
+        let vars = with_dependencies(r#"{"page":2}"#, &deps).unwrap();
+        let vars: Value = serde_json::from_str(&vars).unwrap();
+        let text = render(
+            "p{{ page }} after {{ deps.previous.summary }} / {{ deps['book1:p1'].summary }} / {{ deps.glossary }}",
+            &vars,
+        )
+        .unwrap();
+        assert_eq!(text, "p2 after the storm / the storm / plain text");
+        assert!(matches!(
+            with_dependencies(r#"{"deps":1}"#, &deps),
+            Err(InputError::Payload(_))
+        ));
     }
 }

@@ -272,6 +272,7 @@ fn rows() -> Vec<pb::RowInput> {
                 }),
                 model: String::new(),
                 key,
+                ..Default::default()
             }
         })
         .collect()

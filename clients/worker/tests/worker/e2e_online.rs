@@ -429,3 +429,118 @@ async fn anthropic_standard_answers_once_and_flex_is_refused() {
     }
     assert_eq!(emulator.stats().online.answered.values().sum::<u64>(), 6);
 }
+
+/// Registers `page`/`v1`: a page's summary, continuing from the page
+/// before when there is one (its answer, `deps.previous`).
+async fn register_page_prompt(c: &Clients) {
+    c.ledgers
+        .clone()
+        .register_prompt(pb::RegisterPromptRequest {
+            prompt_id: "page".into(),
+            version: "v1".into(),
+            template: "Page {{ page }}.{% if deps is defined %} Before: {{ deps.previous.summary }}{% endif %}"
+                .into(),
+            response_schema: serde_json::json!({
+                "type": "object",
+                "properties": {"summary": {"type": "string"}},
+                "required": ["summary"]
+            })
+            .to_string(),
+            ..Default::default()
+        })
+        .await
+        .expect("register prompt");
+}
+
+// Invariant: a page's request carries the answer of the page it depends
+// on (the provider saw it in the prompt), each page is answered once, and
+// each page records the hash of the answer it used as its input.
+#[tokio::test]
+async fn each_page_is_asked_with_the_answer_of_the_page_before() {
+    let w = Online::start(
+        "pages",
+        &[pb::Lane::Flex],
+        0,
+        FaultPlan::default(),
+        Duration::from_millis(5),
+    )
+    .await;
+    register_page_prompt(&w.c).await;
+    let pages = 4;
+    let rows: Vec<pb::RowInput> = (0..pages)
+        .map(|i| pb::RowInput {
+            key: format!("p{i}"),
+            payload: serde_json::json!({ "page": i }).to_string(),
+            prompt: Some(pb::PromptRef {
+                name: "page".into(),
+                version: "v1".into(),
+            }),
+            depends_on: (i > 0).then(|| format!("p{}", i - 1)).into_iter().collect(),
+            dependency_names: (i > 0)
+                .then(|| (format!("p{}", i - 1), "previous".to_string()))
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    w.c.ledgers
+        .clone()
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: "ledgers/pages".into(),
+            rows,
+        })
+        .await
+        .expect("enroll");
+    exits_ok(
+        w.worker("pages", "w1", "flex", &["--exit-when-idle"]),
+        "flex worker",
+    )
+    .await;
+    let mut rows = all_rows(&w.c, "pages").await;
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    let prompts: Vec<String> = w
+        .emulator
+        .stats()
+        .online
+        .by_prompt
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(
+        w.answers_per_row(),
+        vec![1; pages],
+        "each page answered once"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{}: {}",
+            r.key,
+            r.last_error
+        );
+        if i == 0 {
+            assert!(r.inputs.is_empty());
+            continue;
+        }
+        let before = &rows[i - 1];
+        let summary: serde_json::Value = serde_json::from_str(&before.result).unwrap();
+        let summary = summary["summary"].as_str().unwrap();
+        let asked = format!("Page {i}. Before: {summary}");
+        assert!(
+            prompts
+                .iter()
+                .any(|p| asked.starts_with(p.as_str()) || p == &asked),
+            "page {i} was asked with page {}'s answer {summary:?}; the provider saw {prompts:?}",
+            i - 1
+        );
+        assert_eq!(r.inputs.len(), 1);
+        assert_eq!(r.inputs[0].key, before.key);
+        assert_eq!(r.inputs[0].name, "previous");
+        assert_eq!(
+            r.inputs[0].used_hash,
+            tally_core::payload::vars_hash(&before.result),
+            "the input recorded is the answer given"
+        );
+    }
+}

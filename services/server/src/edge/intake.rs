@@ -87,6 +87,7 @@ pub fn bound(limits: &Limits, message: &str, field: &str) -> Option<usize> {
     }
     Some(match (message, field) {
         ("tally.v1.RowInput", "depends_on") => deps::MAX_DEPENDS_ON,
+        ("tally.v1.RowInput", "dependency_names") => deps::MAX_DEPENDS_ON,
         ("tally.v1.RegisterPromptRequest", "media") => tally_core::media::MAX_MEDIA_PER_ROW,
         ("tally.v1.LookupMediaUploadsRequest", "sha256") => tally_core::media::MAX_LOOKUP,
         ("tally.v1.MarkCreatingRequest", "media_sha256") => tally_core::media::MAX_BATCH_MEDIA,

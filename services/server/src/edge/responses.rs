@@ -182,6 +182,7 @@ mod tests {
                             infra: counter,
                             total: counter,
                         }),
+                        ..Default::default()
                     };
                     let response = pb::ClaimRowsResponse {
                         rows: vec![row],

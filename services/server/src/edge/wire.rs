@@ -516,6 +516,7 @@ mod tests {
         let bound = move |m: &str, f: &str| match (m, f) {
             ("tally.v1.EnrollRowsRequest", "rows") => Some(limit),
             ("tally.v1.RowInput", "depends_on") => Some(2),
+            ("tally.v1.RowInput", "dependency_names") => Some(2),
             ("tally.v1.ListJobsRequest", "states") => Some(3),
             _ => None,
         };

@@ -771,6 +771,16 @@ pub fn claimed_row_to_proto(r: st::ClaimedRow) -> pb::ClaimedRow {
         key: r.key,
         payload: r.payload,
         model: r.model,
+        dependencies: r
+            .dependencies
+            .into_iter()
+            .map(|d| pb::DependencyResult {
+                key: d.key,
+                name: d.name,
+                result: d.result,
+                result_hash: d.result_hash,
+            })
+            .collect(),
     }
 }
 
@@ -848,6 +858,15 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
             .collect(),
         unmet_dependencies: r.unmet_deps,
         history_omitted: i32::try_from(r.history_omitted).unwrap_or(i32::MAX),
+        inputs: r
+            .inputs
+            .iter()
+            .map(|d| pb::DependencyInput {
+                key: d.key.clone(),
+                name: d.name.clone(),
+                used_hash: d.used_hash.clone(),
+            })
+            .collect(),
     }
 }
 

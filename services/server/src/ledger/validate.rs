@@ -94,6 +94,7 @@ pub fn enroll(
                 key: r.key,
                 payload: r.payload,
                 depends_on: r.depends_on,
+                dependency_names: r.dependency_names,
                 prompt_name,
                 prompt_version,
                 model: r.model,
@@ -169,6 +170,7 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
                 );
             }
         }
+        check_dependency_names(r, i, &mut v);
         let (prompt_name, prompt_version) = match &r.prompt {
             Some(p) => {
                 v.check(at("prompt.name"), names::validate_prompt_id(&p.name));
@@ -184,12 +186,18 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
             v.add(at("model"), e);
         }
         let deps: Vec<&str> = r.depends_on.iter().map(String::as_str).collect();
+        let names: Vec<(&str, &str)> = r
+            .dependency_names
+            .iter()
+            .map(|(k, n)| (k.as_str(), n.as_str()))
+            .collect();
         hashes.push(payload::content_hash(&Content {
             payload: &r.payload,
             depends_on: &deps,
             prompt_name,
             prompt_version,
             model: &r.model,
+            dependency_names: &names,
         }));
         if v.is_full() {
             break;
@@ -216,6 +224,27 @@ fn check_rows(rows: &[pb::RowInput]) -> Result<Vec<[u8; 16]>, Status> {
         }
     }
     Ok(hashes)
+}
+
+/// Row `i`'s dependency names: each for a key it depends on, each a valid
+/// name, none used twice.
+fn check_dependency_names(r: &pb::RowInput, i: usize, v: &mut Violations) {
+    let mut used: HashMap<&str, &str> = HashMap::new();
+    let mut names: Vec<(&String, &String)> = r.dependency_names.iter().collect();
+    names.sort_unstable();
+    for (key, name) in names {
+        let at = format!("rows[{i}].dependency_names[{key:?}]");
+        if !r.depends_on.contains(key) {
+            v.add(at, format!("{key:?} is not one of the row's depends_on"));
+        } else if let Err(e) = tally_core::deps::validate_name(name) {
+            v.add(at, e);
+        } else if let Some(other) = used.insert(name.as_str(), key.as_str()) {
+            v.add(at, format!("the name {name:?} is also given to {other:?}"));
+        }
+        if v.is_full() {
+            return;
+        }
+    }
 }
 
 pub fn claim_rows(

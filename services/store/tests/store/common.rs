@@ -53,11 +53,13 @@ pub fn row_with(key: &str, payload: &str, deps: &[&str]) -> NewRow {
             prompt_name: "",
             prompt_version: "",
             model: "",
+            ..Default::default()
         }),
         depends_on,
         prompt_name: String::new(),
         prompt_version: String::new(),
         model: String::new(),
+        ..Default::default()
     }
 }
 

@@ -11,6 +11,7 @@ mod cooldown;
 mod enroll_copy;
 mod golden;
 mod held_rows;
+mod inputs;
 mod invariants;
 mod jobs;
 mod lanes;

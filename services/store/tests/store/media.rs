@@ -24,11 +24,13 @@ fn prompted(key: &str, payload: &str) -> NewRow {
             prompt_name: "ocr",
             prompt_version: "v1",
             model: "",
+            ..Default::default()
         }),
         depends_on: vec![],
         prompt_name: "ocr".into(),
         prompt_version: "v1".into(),
         model: String::new(),
+        ..Default::default()
     }
 }
 

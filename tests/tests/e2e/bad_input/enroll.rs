@@ -162,7 +162,9 @@ async fn enroll_rows_over_the_message_size_limit() {
 /// EnrollRows refuses dependency problems, writing nothing: an unknown
 /// dependency (neither enrolled before nor in the call), a malformed
 /// dependency key, a row depending on itself, cycles of two and three rows,
-/// and rows naming an unregistered prompt.
+/// dependency names for a key the row does not depend on, names that are
+/// not identifiers or are given twice, and rows naming an unregistered
+/// prompt.
 #[tokio::test]
 async fn enroll_rows_dependencies_and_prompts() {
     let env = small_server().await;
@@ -198,6 +200,35 @@ async fn enroll_rows_dependencies_and_prompts() {
     )
     .await;
     assert_cycle(&s);
+
+    let named = |names: &[(&str, &str)]| pb::RowInput {
+        dependency_names: names
+            .iter()
+            .map(|(k, n)| (k.to_string(), n.to_string()))
+            .collect(),
+        ..row_deps("n", &["parent", "a"])
+    };
+    for (names, field, says) in [
+        (
+            &[("ghost", "g")][..],
+            "rows[1].dependency_names[\"ghost\"]",
+            "not one of the row's depends_on",
+        ),
+        (
+            &[("parent", "2nd")][..],
+            "rows[1].dependency_names[\"parent\"]",
+            "not a name",
+        ),
+        (
+            &[("parent", "prev"), ("a", "prev")][..],
+            "rows[1].dependency_names[\"parent\"]",
+            "also given to",
+        ),
+    ] {
+        let s = enroll_rejected(&env, &l, vec![row("a"), named(names)]).await;
+        assert_invalid(&s, &[field]);
+        assert!(s.message().contains(says), "{}", s.message());
+    }
 
     let s = enroll_rejected(
         &env,

@@ -297,12 +297,14 @@ async fn a_failed_batch_webhook_fails_the_job_but_leaves_its_rows_to_the_owner()
                     prompt_name: "",
                     prompt_version: "",
                     model: "",
+                    ..Default::default()
                 }),
                 payload,
                 depends_on: vec![],
                 prompt_name: String::new(),
                 prompt_version: String::new(),
                 model: String::new(),
+                ..Default::default()
             }
         })
         .collect();

@@ -56,7 +56,8 @@ SELECT (SELECT due FROM due) AS due, (SELECT paused FROM due) AS paused,
        array_agg(u.provider_failures) AS provider_failures,
        array_agg(u.content_failures) AS content_failures,
        array_agg(u.infra_failures) AS infra_failures,
-       array_agg(u.attempts) AS attempts, max(u.held_back) AS held_back,
+       array_agg(u.attempts) AS attempts, array_agg(u.has_deps) AS has_deps,
+       max(u.held_back) AS held_back,
        (SELECT create_time FROM made) AS create_time,
        (SELECT expire_time FROM made) AS expire_time
 FROM (SELECT * FROM upd ORDER BY id) u

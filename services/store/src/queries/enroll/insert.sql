@@ -12,7 +12,7 @@
 -- $14 models not yet listed for the ledger; $15 the ledger's model; $16 the
 -- number of rows given (fewer inserted: the keys inserted come back); $17
 -- the provider of each of $14; $18 each row's depth within the call (an empty
--- array: all 1).
+-- array: all 1); $19 each edge's name (an empty array: none named).
 --
 -- A stored row a new row depends on, and its unfinished ancestors, are made
 -- at least as deep as the chains now behind them (`lifted`, `up`), on the row
@@ -38,9 +38,10 @@ WITH RECURSIVE ins AS (
     RETURNING id, key, status, unmet_deps, model, depth
 ),
 edges AS (
-    INSERT INTO row_deps (dep_id, row_id, ledger_id)
-    SELECT coalesce(e.dep_id, p.id), c.id, $1
-    FROM unnest($11::text[], $12::text[], $13::int8[]) AS e(child, dep_key, dep_id)
+    INSERT INTO row_deps (dep_id, row_id, ledger_id, name)
+    SELECT coalesce(e.dep_id, p.id), c.id, $1, coalesce(e.name, '')
+    FROM unnest($11::text[], $12::text[], $13::int8[], $19::text[])
+        AS e(child, dep_key, dep_id, name)
     JOIN ins c ON c.key = e.child
     LEFT JOIN ins p ON p.key = e.dep_key
     WHERE coalesce(e.dep_id, p.id) IS NOT NULL

@@ -435,18 +435,27 @@ class UpdateLedgerRequest(_message.Message):
     def __init__(self, ledger: _Optional[_Union[Ledger, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
 
 class RowInput(_message.Message):
-    __slots__ = ("key", "payload", "depends_on", "prompt", "model")
+    __slots__ = ("key", "payload", "depends_on", "prompt", "model", "dependency_names")
+    class DependencyNamesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_NAMES_FIELD_NUMBER: _ClassVar[int]
     key: str
     payload: str
     depends_on: _containers.RepeatedScalarFieldContainer[str]
     prompt: _common_pb2.PromptRef
     model: str
-    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
+    dependency_names: _containers.ScalarMap[str, str]
+    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., dependency_names: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class EnrollRowsRequest(_message.Message):
     __slots__ = ("parent", "rows")
@@ -535,18 +544,32 @@ class FillWait(_message.Message):
     def __init__(self, runnable_rows: _Optional[int] = ..., reason: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimedRow(_message.Message):
-    __slots__ = ("key", "payload", "prompt", "model", "attempts")
+    __slots__ = ("key", "payload", "prompt", "model", "attempts", "dependencies")
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     key: str
     payload: str
     prompt: _common_pb2.PromptRef
     model: str
     attempts: _common_pb2.AttemptCounts
-    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ...) -> None: ...
+    dependencies: _containers.RepeatedCompositeFieldContainer[DependencyResult]
+    def __init__(self, key: _Optional[str] = ..., payload: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., dependencies: _Optional[_Iterable[_Union[DependencyResult, _Mapping]]] = ...) -> None: ...
+
+class DependencyResult(_message.Message):
+    __slots__ = ("key", "name", "result", "result_hash")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_HASH_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    name: str
+    result: str
+    result_hash: str
+    def __init__(self, key: _Optional[str] = ..., name: _Optional[str] = ..., result: _Optional[str] = ..., result_hash: _Optional[str] = ...) -> None: ...
 
 class ClaimRowsResponse(_message.Message):
     __slots__ = ("claim", "rows", "pause", "truncated", "filling")
@@ -691,7 +714,7 @@ class Attempt(_message.Message):
     def __init__(self, number: _Optional[int] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., batch: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., vars_hash: _Optional[str] = ..., outcome: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lane: _Optional[_Union[Lane, str]] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class Row(_message.Message):
-    __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response")
+    __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response", "inputs")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -713,6 +736,7 @@ class Row(_message.Message):
     UNMET_DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     HISTORY_OMITTED_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     key: str
     payload: str
@@ -734,7 +758,18 @@ class Row(_message.Message):
     unmet_dependencies: int
     history_omitted: int
     response: str
-    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ..., history_omitted: _Optional[int] = ..., response: _Optional[str] = ...) -> None: ...
+    inputs: _containers.RepeatedCompositeFieldContainer[DependencyInput]
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ..., history_omitted: _Optional[int] = ..., response: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[DependencyInput, _Mapping]]] = ...) -> None: ...
+
+class DependencyInput(_message.Message):
+    __slots__ = ("key", "name", "used_hash")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    USED_HASH_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    name: str
+    used_hash: str
+    def __init__(self, key: _Optional[str] = ..., name: _Optional[str] = ..., used_hash: _Optional[str] = ...) -> None: ...
 
 class GetRowRequest(_message.Message):
     __slots__ = ("name",)
