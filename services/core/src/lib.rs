@@ -17,6 +17,8 @@
 //! - [`operation`]: the monotonic reducer for provider operations.
 //! - [`provider`]: which provider runs a model.
 //! - [`webhook`]: Standard Webhooks signing and verification.
+//! - [`delivery`]: result versions, the results log's positions, and the
+//!   rules of consumers (leases, redelivery, dead letters, webhook retries).
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says;
 //!   [`outbound`]: which addresses alerts may reach.
 //! - [`pause`]: why a ledger is paused, and what it still does while paused.
@@ -29,6 +31,7 @@
 pub mod alert;
 pub mod backoff;
 pub mod classify;
+pub mod delivery;
 pub mod deps;
 pub mod fill;
 pub mod golden;

@@ -8,7 +8,8 @@
 //! - **Decide** once, in core: [`tally_core::report::judge`] gives each
 //!   item's verdict and what to write (STALE and DUPLICATE write nothing).
 //! - **Write** rows from the cache in one guarded statement, which checks
-//!   that the claim is still as this process last saw it; rows read under
+//!   that the claim is still as this process last saw it (in a transaction
+//!   with the results log entry of the rows it finished); rows read under
 //!   the lock with the shared settle writer in that transaction, where a
 //!   capped ledger's spend and a job's counts (with a PROGRESS event) move
 //!   too. When the guarded statement finds the claim moved on, nothing was
@@ -17,6 +18,7 @@
 
 use crate::claim_cache::CachedClaim;
 use crate::fence::{self, LockedClaim, ROW_SNAPSHOT_COLUMNS, RowSnapshot};
+use crate::results::Finished;
 use crate::settle::{self, NewAttempt, RowWrite, Settler};
 use crate::types::{
     JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Usage, Verdict,
@@ -52,10 +54,11 @@ static GUARDED_SQL: LazyLock<String> = LazyLock::new(|| {
          ),
          {}
          SELECT tally_assert({}, 'the claim no longer holds every row reported'),
-                (SELECT held FROM dropped), now()",
+                (SELECT held FROM dropped), now(), {}",
         crate::codes::CLAIM_ACTIVE,
         settle::settle_ctes(),
-        settle::SETTLED
+        settle::SETTLED,
+        settle::FINISHED_COLUMNS
     )
 });
 
@@ -214,15 +217,19 @@ impl Store {
         let query = sqlx::query(GUARDED_SQL.as_str())
             .bind(r.ledger.id)
             .bind(r.token);
+        // A transaction only so that the rows it finishes are logged with
+        // it (the statement alone would commit before the log's lock).
+        let mut tx = self.begin().await?;
         let outcome = args
             .bind(query)
             .bind(writes.len() as i64)
             .bind(claim.held)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await;
         let row = match outcome {
             Ok(row) => row,
             Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
+                tx.rollback().await?;
                 self.claim_cache.forget(r.token);
                 return Ok(None);
             }
@@ -230,6 +237,10 @@ impl Store {
         };
         let held: i32 = row.try_get(1)?;
         let now: Time = row.try_get(2)?;
+        let mut finished = Finished::default();
+        finished.add(r.ledger.id, row.try_get(3)?, row.try_get(4)?);
+        finished.log(&mut tx).await?;
+        tx.commit().await?;
         let model = claim.model.clone();
         // Let go of the entry first, so that the cache can update it in
         // place.
@@ -254,12 +265,14 @@ impl Store {
     ) -> Result<Written> {
         let Locked { mut tx, claim, .. } = locked;
         let verdicts = answers(r.items, judged, claim.now);
-        let held = settle::settle(
+        let mut finished = Finished::default();
+        let held = settle::settle_logged(
             &mut tx,
             r.ledger.id,
             r.token,
             writes,
             Settler::report(r.actor),
+            &mut finished,
         )
         .await?;
         let policy = &r.ledger.policy;
@@ -272,6 +285,7 @@ impl Store {
             count_into_job(&mut tx, job_id, r.token, writes).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Progress)], r.actor).await?;
         }
+        finished.log(&mut tx).await?;
         tx.commit().await?;
         // What this process remembers of the claim is out of date now.
         self.claim_cache.forget(r.token);

@@ -7,6 +7,7 @@
 
 use crate::codes::PgQuery;
 use crate::fence::RowSnapshot;
+use crate::results::Finished;
 use crate::types::Usage;
 use crate::{Result, StoreError, codes, jitter_sample};
 use sqlx::{Postgres, Row, Transaction};
@@ -223,6 +224,17 @@ pub(crate) fn settle_ctes() -> &'static str {
 pub(crate) const SETTLED: &str = "(SELECT count(*) FROM upd) = $22
           AND (SELECT c.held - d.held FROM c, dropped d) = $22";
 
+/// The rows a settling statement finished (SUCCEEDED or PERMANENT), in
+/// id order, and their result versions: two columns for the results log
+/// ([`Finished`]).
+pub(crate) static FINISHED_COLUMNS: crate::codes::Fragment = crate::codes::Fragment::new(|| {
+    let finished = crate::codes::FINISHED;
+    format!(
+        "ARRAY(SELECT id FROM upd WHERE status IN ({finished}) ORDER BY id),
+         ARRAY(SELECT result_version FROM upd WHERE status IN ({finished}) ORDER BY id)"
+    )
+});
+
 static SETTLE_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "WITH RECURSIVE c AS (
@@ -231,21 +243,47 @@ static SETTLE_SQL: LazyLock<String> = LazyLock::new(|| {
          ),
          {}
          SELECT tally_assert({SETTLED}, 'a settled row was not held by the claim'),
-                (SELECT held FROM dropped)",
+                (SELECT held FROM dropped), {FINISHED_COLUMNS}",
         settle_ctes()
     )
 });
 
 /// Writes `writes` for rows held by claim `claim_id` and takes them out of
-/// its `row_ids`; returns how many rows the claim still holds. Fails (and
-/// the caller rolls back) if any row was not held: callers lock the claim
-/// and read what it holds first, so that would be a bug.
+/// its `row_ids`; returns how many rows the claim still holds. For
+/// settlements that finish no row (releases, rows of a batch never sent):
+/// one that finished a row fails, as a bug, since nothing would log it
+/// ([`settle_logged`] is for the others). Fails (and the caller rolls back)
+/// if any row was not held: callers lock the claim and read what it holds
+/// first, so that would be a bug.
 pub(crate) async fn settle(
     tx: &mut Transaction<'static, Postgres>,
     ledger_id: i64,
     claim_id: Uuid,
     writes: &[RowWrite],
     by: Settler<'_>,
+) -> Result<i32> {
+    let mut finished = Finished::default();
+    let held = settle_logged(tx, ledger_id, claim_id, writes, by, &mut finished).await?;
+    if finished.is_empty() {
+        Ok(held)
+    } else {
+        Err(StoreError::Internal(format!(
+            "a settlement of claim {claim_id} that finishes no row finished some"
+        )))
+    }
+}
+
+/// [`settle`], for settlements that may finish rows (reports, a job's end,
+/// an expired lease that counts an attempt): the rows finished go into
+/// `finished`, which the caller logs last, before committing
+/// ([`Finished::log`]).
+pub(crate) async fn settle_logged(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    claim_id: Uuid,
+    writes: &[RowWrite],
+    by: Settler<'_>,
+    finished: &mut Finished,
 ) -> Result<i32> {
     if writes.is_empty() {
         return Ok(
@@ -261,7 +299,10 @@ pub(crate) async fn settle(
         .bind(claim_id);
     let n = args.len();
     match args.bind(query).bind(n as i64).fetch_one(&mut **tx).await {
-        Ok(row) => Ok(row.try_get(1)?),
+        Ok(row) => {
+            finished.add(ledger_id, row.try_get(2)?, row.try_get(3)?);
+            Ok(row.try_get(1)?)
+        }
         Err(e) if crate::error::sqlstate(&e) == crate::error::Sqlstate::FenceMoved => {
             Err(StoreError::Internal(format!(
                 "settling {n} rows of claim {claim_id}: a row was not held by the claim under its lock"

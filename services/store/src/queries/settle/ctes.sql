@@ -50,7 +50,7 @@ upd AS (
       AND coalesce((SELECT live FROM c), false)
     RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
               r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
-              w.d_cached, w.recorded, w.a_budget
+              w.d_cached, w.recorded, w.a_budget, r.result_version
 ),
 counted AS (
     SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
