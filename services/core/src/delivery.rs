@@ -21,7 +21,6 @@
 //!   failures back off per consumer ([`WEBHOOK_BACKOFF`]).
 
 use crate::backoff::Backoff;
-use crate::names::NameError;
 use crate::status::RowStatus;
 use crate::violation::Violations;
 use sha2::{Digest, Sha256};
@@ -169,18 +168,6 @@ pub const DEFAULT_WEBHOOK_BATCH: u32 = 100;
 pub const MAX_CONSUMERS_PER_LEDGER: i64 = 100;
 /// Longest reason kept with a nack or dead letter.
 pub const MAX_REASON: usize = 1024;
-
-/// A consumer id: as a ledger id, 1-63 characters of `[a-z0-9-]`, starting
-/// with a letter and not ending with `-`.
-pub fn validate_consumer_id(id: &str) -> Result<(), NameError> {
-    crate::names::validate_ledger_id(id).map_err(|e| match e {
-        NameError::Id(_) => NameError::Id(
-            "consumer id must be 1 to 63 characters of [a-z0-9-], starting with a letter and not ending with '-'"
-                .into(),
-        ),
-        other => other,
-    })
-}
 
 /// A consumer's settings, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -720,8 +707,6 @@ mod tests {
                 "webhook.max_batch_rows"
             ]
         );
-        assert!(validate_consumer_id("morning-sink").is_ok());
-        assert!(validate_consumer_id("Morning").is_err());
     }
 
     #[test]

@@ -854,22 +854,24 @@ impl Store {
         Ok(())
     }
 
-    /// Releases a webhook consumer after its turn: due again at once after
-    /// a success (`retry_in` `None`), or after `retry_in` (its failures
-    /// counted) after a failure.
+    /// Releases a webhook consumer after its turn, with its count of
+    /// failed POSTs in a row: due again at once (`retry_in` `None`), or
+    /// after `retry_in`.
     pub async fn webhook_turn_over(
         &self,
         consumer_id: i64,
+        failures: i32,
         retry_in: Option<Duration>,
     ) -> Result<()> {
         sqlx::query(
             "UPDATE consumers
-             SET failures = CASE WHEN $2 < 0 THEN 0 ELSE failures + 1 END,
-                 next_post_time = CASE WHEN $2 < 0 THEN NULL
-                                       ELSE now() + $2 * interval '1 millisecond' END
+             SET failures = $2,
+                 next_post_time = CASE WHEN $3 < 0 THEN NULL
+                                       ELSE now() + $3 * interval '1 millisecond' END
              WHERE id = $1",
         )
         .bind(consumer_id)
+        .bind(failures)
         .bind(retry_in.map_or(-1, ms))
         .execute(&self.pool)
         .await?;

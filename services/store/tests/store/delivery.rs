@@ -254,6 +254,28 @@ async fn a_consumer_gets_every_result_once_in_commit_order() {
     assert!(receive(s, "l", "sink", 100).await.deliveries.is_empty());
 }
 
+// Invariant: receiving one result at a time crosses from one log entry to
+// the next: a used-up entry at the cursor never stalls a consumer.
+#[tokio::test]
+async fn one_at_a_time_crosses_log_entries() {
+    let env = env().await;
+    let s = &env.store;
+    s.create_ledger("l", &fast_policy()).await.unwrap();
+    enroll_n(s, "l", 6).await;
+    for _ in 0..3 {
+        settle(s, "l", 2, &HashSet::new()).await;
+    }
+    consumer(s, "l", "sink", Start::Beginning).await;
+    let mut got = Vec::new();
+    loop {
+        let r = receive(s, "l", "sink", 1).await;
+        let Some(d) = r.deliveries.first() else { break };
+        s.ack("l", "sink", &[d.position], None).await.unwrap();
+        got.push(d.key.clone());
+    }
+    assert_eq!(got.len(), 6);
+}
+
 // Invariant: what is handed out and not acknowledged within its visibility
 // is handed out again (to any instance), with its delivery count; what is
 // acknowledged never is; an ack by a second instance of a result the first
@@ -631,12 +653,12 @@ async fn webhook_consumers_are_taken_by_one_sender_and_log_boundedly() {
         log[0].message_id,
         format!("m{}", tally_core::delivery::DELIVERY_LOG_KEPT + 4)
     );
-    s.webhook_turn_over(due[0].id, Some(Duration::from_secs(60)))
+    s.webhook_turn_over(due[0].id, 1, Some(Duration::from_secs(60)))
         .await
         .unwrap();
     let c = s.get_consumer("l", "hook").await.unwrap();
     assert_eq!(c.failures, 1);
-    s.webhook_turn_over(due[0].id, None).await.unwrap();
+    s.webhook_turn_over(due[0].id, 0, None).await.unwrap();
     // Due again (its leases are still held, nothing new): not taken.
     assert!(s.take_due_webhooks(10).await.unwrap().is_empty());
 }

@@ -7,13 +7,16 @@
 --   $4 whether payloads are sent, $5 bytes per result besides its texts.
 --
 -- Entries are picked by their sizes alone (`n`, not the TOASTed arrays):
--- from the cursor's entry on, until they hold $3 results after the cursor.
--- Only those are unnested, and only the results kept are joined to rows.
+-- those holding a result after the cursor (the cursor's own entry only when
+-- it is not used up), until they hold $3 such results (each holds at least
+-- one, so $3 entries always do). Only those are unnested, and only the
+-- results kept are joined to rows.
 WITH picked AS MATERIALIZED (
     SELECT w.seq FROM (
         SELECT t.seq, sum(t.n) OVER (ORDER BY t.seq) - t.n AS before
         FROM (SELECT e.seq, e.n FROM result_log e
               WHERE e.ledger_id = $1 AND e.seq >= $2::int8 >> {{ORDINAL_BITS}}
+                AND ((e.seq << {{ORDINAL_BITS}}) | e.n) > $2
               ORDER BY e.seq LIMIT $3) t
     ) w
     WHERE w.before < $3 + ($2::int8 & {{ORDINAL_MASK}})
