@@ -541,17 +541,7 @@ impl Store {
         positions: &[Position],
         up_to: Option<Position>,
     ) -> Result<Acked> {
-        let record = self.ledger(ledger).await?;
-        let (id, read): (i64, i64) = sqlx::query_as(
-            "SELECT id, read_position FROM consumers WHERE ledger_id = $1 AND name = $2",
-        )
-        .bind(record.id)
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?
-        .ok_or_else(|| StoreError::not_found("consumer", consumer_name(ledger, name)))?;
-        let read = Position::parse(read).map_err(StoreError::Internal)?;
-        check_handed_out(positions, up_to, read)?;
+        let id = self.handed_out(ledger, name, positions, up_to).await?;
         self.ack_by_id(id, positions, up_to).await
     }
 
@@ -599,17 +589,7 @@ impl Store {
         positions: &[Position],
         fate: &NackFate,
     ) -> Result<Nacked> {
-        let record = self.ledger(ledger).await?;
-        let (id, read): (i64, i64) = sqlx::query_as(
-            "SELECT id, read_position FROM consumers WHERE ledger_id = $1 AND name = $2",
-        )
-        .bind(record.id)
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?
-        .ok_or_else(|| StoreError::not_found("consumer", consumer_name(ledger, name)))?;
-        let read = Position::parse(read).map_err(StoreError::Internal)?;
-        check_handed_out(positions, None, read)?;
+        let id = self.handed_out(ledger, name, positions, None).await?;
         self.nack_by_id(id, positions, fate, "").await
     }
 
@@ -883,6 +863,30 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// The id of consumer `name`, once `positions` and `up_to` are checked
+    /// against its cursor: a position after it was never handed out
+    /// (INVALID_ARGUMENT).
+    async fn handed_out(
+        &self,
+        ledger: &str,
+        name: &str,
+        positions: &[Position],
+        up_to: Option<Position>,
+    ) -> Result<i64> {
+        let record = self.ledger(ledger).await?;
+        let (id, read): (i64, i64) = sqlx::query_as(
+            "SELECT id, read_position FROM consumers WHERE ledger_id = $1 AND name = $2",
+        )
+        .bind(record.id)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::not_found("consumer", consumer_name(ledger, name)))?;
+        let read = Position::parse(read).map_err(StoreError::Internal)?;
+        check_handed_out(positions, up_to, read)?;
+        Ok(id)
     }
 
     async fn consumer_id(&self, ledger: &LedgerRecord, name: &str) -> Result<i64> {

@@ -393,37 +393,6 @@ class AsyncClient:
     ) -> AsyncConsumption:
         """As `Client.consume`, for `async for` (and `async with`): a result
         is acknowledged when the loop asks for the next one."""
-        return AsyncConsumption(
-            self._consume(
-                ledger,
-                consumer,
-                create=create,
-                start=start,
-                batch=batch,
-                wait=wait,
-                visibility=visibility,
-                include_payload=include_payload,
-                until_empty=until_empty,
-                limit=limit,
-                retries=retries,
-            )
-        )
-
-    async def _consume(
-        self,
-        ledger: str,
-        consumer: str,
-        *,
-        create: bool,
-        start: Start | str,
-        batch: int,
-        wait: float,
-        visibility: float | None,
-        include_payload: bool,
-        until_empty: bool,
-        limit: int | None,
-        retries: int,
-    ) -> AsyncGenerator[Delivery, None]:
         core = ConsumeCore(
             ledger,
             consumer,
@@ -434,7 +403,12 @@ class AsyncClient:
             until_empty=until_empty,
             limit=limit,
         )
-        if create:
+        return AsyncConsumption(self._consume(core, start if create else None, retries))
+
+    async def _consume(
+        self, core: ConsumeCore, start: Start | str | None, retries: int
+    ) -> AsyncGenerator[Delivery, None]:
+        if start is not None:
             try:
                 await self.call(self.deliveries.CreateConsumer, core.create_request(start))
             except AlreadyExists:
