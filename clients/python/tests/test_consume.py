@@ -85,6 +85,11 @@ def test_a_redrive_delivers_the_new_answers_at_a_higher_version(tally: Client, l
         ("k001", 2, "fixed"),
         ("k004", 2, "fixed"),
     ]
+    # The row says which version it holds; a row not final holds none.
+    assert (
+        tally.get_row(ledger, "k001").result_version,
+        tally.get_row(ledger, "k000").result_version,
+    ) == (2, 1)
 
 
 def test_bad_arguments_are_refused_before_anything_is_sent(tally: Client, ledger: str) -> None:
