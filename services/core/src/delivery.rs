@@ -740,3 +740,74 @@ mod tests {
         assert!(matches!(post_outcome(500), PostOutcome::Failed(_)));
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn candidates(spec: Vec<(bool, u64, i32)>, from: i64) -> Vec<Candidate> {
+        spec.into_iter()
+            .enumerate()
+            .map(|(i, (current, size, deliveries))| Candidate {
+                position: Position::new(from + i as i64, 1).unwrap(),
+                row_id: from + i as i64,
+                version: 1,
+                deliveries,
+                now: Some(RowNow {
+                    status: RowStatus::Succeeded,
+                    result_version: if current { 1 } else { 2 },
+                }),
+                size,
+            })
+            .collect()
+    }
+
+    proptest! {
+        // Invariant: whatever the limits, a receive never skips a result:
+        // every result after the cursor that the new cursor passes was
+        // handed out or superseded; it hands out only current results,
+        // within max_rows, within the byte budget (but for a lone first
+        // result), new ones only within room, and dead-letters exactly the
+        // leases at max_deliveries.
+        #[test]
+        fn a_receive_never_skips_and_stays_within_its_limits(
+            again in prop::collection::vec((any::<bool>(), 1u64..400, 1i32..6), 0..12),
+            fresh in prop::collection::vec((any::<bool>(), 1u64..400, Just(0)), 0..40),
+            max_rows in 1u32..20,
+            max_bytes in 1u64..3000,
+            max_deliveries in 0u32..6,
+            room in 0i64..30,
+        ) {
+            let again = candidates(again, 1);
+            let fresh = candidates(fresh, 100);
+            let limits = ReceiveLimits { max_rows, max_bytes, max_deliveries, room };
+            let plan = plan_receive(&again, &fresh, &limits);
+            let handed: Vec<&Candidate> = plan
+                .handed_out()
+                .map(|(i, a)| if a { &again[i] } else { &fresh[i] })
+                .collect();
+            prop_assert!(handed.len() as u32 <= max_rows);
+            prop_assert!(handed.iter().all(|c| c.current()));
+            let bytes: u64 = handed.iter().map(|c| c.size).sum();
+            prop_assert!(handed.len() <= 1 || bytes <= max_bytes);
+            prop_assert!(plan.deliver.len() as i64 <= room.max(0));
+            if let Some(read) = plan.read_position {
+                for (i, c) in fresh.iter().enumerate() {
+                    if c.position <= read {
+                        prop_assert!(!c.current() || plan.deliver.contains(&i), "skipped {i}");
+                    } else {
+                        prop_assert!(!plan.deliver.contains(&i));
+                    }
+                }
+            } else {
+                prop_assert!(plan.deliver.is_empty());
+            }
+            for (i, c) in again.iter().enumerate() {
+                let dead = c.current() && max_deliveries > 0 && c.deliveries >= max_deliveries as i32;
+                prop_assert_eq!(plan.dead.contains(&i), dead);
+                prop_assert_eq!(plan.drop_leases.contains(&i), !c.current());
+            }
+        }
+    }
+}
