@@ -952,7 +952,11 @@ async fn lock_by_id(
     tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
     id: i64,
 ) -> Result<Locked> {
-    let sql = format!("SELECT {LOCK_COLUMNS} FROM consumers c WHERE c.id = $1 FOR UPDATE");
+    // A consumer of a ledger being deleted sends nothing more.
+    let sql = format!(
+        "SELECT {LOCK_COLUMNS} FROM consumers c JOIN ledgers l ON l.id = c.ledger_id
+         WHERE c.id = $1 AND l.delete_time IS NULL FOR UPDATE OF c"
+    );
     let row: Option<LockRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(id)
         .fetch_optional(&mut **tx)
@@ -1129,17 +1133,15 @@ async fn content(
     }
     handed
         .iter()
-        // A row redriven between the plan's read and this one has no
-        // result at this version any more: it is left out (its lease is
-        // dropped as superseded by a later receive).
-        .filter(|c| by_id.contains_key(&c.row_id))
+        // Left out: a row redriven between the plan's read and this one (it
+        // has no result at this version any more; its lease is dropped as
+        // superseded by a later receive), and a lease acknowledged by
+        // another instance meanwhile (its renewal found nothing).
+        .filter(|c| by_id.contains_key(&c.row_id) && leases.contains_key(&c.position.raw()))
         .map(|c| {
             let r = &by_id[&c.row_id];
             let code: i16 = r.try_get(2)?;
-            let (deliveries, visible_time) =
-                leases.get(&c.position.raw()).copied().ok_or_else(|| {
-                    StoreError::Internal(format!("no lease written for position {}", c.position))
-                })?;
+            let (deliveries, visible_time) = leases[&c.position.raw()];
             Ok(Delivery {
                 position: c.position,
                 key: r.try_get(1)?,

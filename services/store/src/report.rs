@@ -233,14 +233,16 @@ impl Store {
                 self.claim_cache.forget(r.token);
                 return Ok(None);
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return crate::end_tx(tx, Err(e.into())).await,
         };
-        let held: i32 = row.try_get(1)?;
-        let now: Time = row.try_get(2)?;
-        let mut finished = Finished::default();
-        finished.add(r.ledger.id, row.try_get(3)?, row.try_get(4)?);
-        finished.log(&mut tx).await?;
-        tx.commit().await?;
+        let logged = async {
+            let mut finished = Finished::default();
+            finished.add(r.ledger.id, row.try_get(3)?, row.try_get(4)?);
+            finished.log(&mut tx).await?;
+            Ok((row.try_get::<i32, _>(1)?, row.try_get::<Time, _>(2)?))
+        }
+        .await;
+        let (held, now) = crate::end_tx(tx, logged).await?;
         let model = claim.model.clone();
         // Let go of the entry first, so that the cache can update it in
         // place.
