@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tally/v1/ledger.proto",
         "tally/v1/job.proto",
         "tally/v1/operations.proto",
+        "tally/v1/delivery.proto",
     ];
     for file in &files {
         println!("cargo:rerun-if-changed={file}");

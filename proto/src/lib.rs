@@ -1,6 +1,6 @@
 //! The `tally.v1` API: generated message types, clients and servers for
-//! LedgerService, JobService and OperationsService, and the encoded file
-//! descriptor set for gRPC reflection.
+//! LedgerService, JobService, OperationsService and DeliveryService, and
+//! the encoded file descriptor set for gRPC reflection.
 //!
 //! Nothing but generated code and small naming helpers lives here; domain
 //! logic is in `tally-core`, conversions to it in the crates that use them.

@@ -1,6 +1,6 @@
 //! Connecting to tally: one lazily connected channel (an unreachable server
 //! is an UNAVAILABLE answer to the first call, which callers retry), TLS
-//! for `https://` addresses, the bearer token on every call, and the three
+//! for `https://` addresses, the bearer token on every call, and the four
 //! service clients over it. tally-worker and tallyctl both connect here;
 //! errors name their shared flags (`--server`, `--tls-ca`, …).
 //!
@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tally_proto::v1::delivery_service_client::DeliveryServiceClient;
 use tally_proto::v1::job_service_client::JobServiceClient;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_proto::v1::operations_service_client::OperationsServiceClient;
@@ -96,12 +97,13 @@ fn inject_trace_context(metadata: &mut tonic::metadata::MetadataMap) {
 /// A channel that carries the bearer token.
 pub type AuthChannel = InterceptedService<Channel, Bearer>;
 
-/// The three service clients over one channel (clones share it).
+/// The four service clients over one channel (clones share it).
 #[derive(Clone, Debug)]
 pub struct Clients {
     pub ledgers: LedgerServiceClient<AuthChannel>,
     pub jobs: JobServiceClient<AuthChannel>,
     pub operations: OperationsServiceClient<AuthChannel>,
+    pub deliveries: DeliveryServiceClient<AuthChannel>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -221,7 +223,7 @@ impl Target {
         })
     }
 
-    /// The three clients over one lazily connected channel. TLS settings
+    /// The four clients over one lazily connected channel. TLS settings
     /// need an `https://` address; an `https://` address without a CA file
     /// trusts the system's roots.
     pub fn connect(&self) -> Result<Clients, ConnectError> {
@@ -264,7 +266,10 @@ impl Target {
             jobs: JobServiceClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            operations: OperationsServiceClient::new(channel)
+            operations: OperationsServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            deliveries: DeliveryServiceClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         })

@@ -1,8 +1,9 @@
 //! tally-client: the Rust client library for tally's `tally.v1` API.
 //!
 //! - [`connect`]: one lazily connected channel (TLS with the system roots or
-//!   a private CA) with the bearer token, and the three service clients
-//!   over it, for tally-worker and tallyctl alike;
+//!   a private CA) with the bearer token, and the four service clients
+//!   over it (DeliveryService's for `tallyctl consume`), for tally-worker and
+//!   tallyctl alike;
 //! - [`retry`]: retrying calls that failed for reasons that pass
 //!   (UNAVAILABLE, RESOURCE_EXHAUSTED, …) with capped exponential backoff;
 //! - [`operations`]: feeding provider observations into OperationsService,

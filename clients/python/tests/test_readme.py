@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,7 @@ def check_client_snippets(tmp_path: Path, address: str, python: str = sys.execut
     assert len(blocks) >= 6, "the README shows enrol, worker, read, errors, asyncio, files"
     outputs = [run(code, tmp_path, address, python=python) for code in blocks]
     assert "30 enrolled, 0 already there" in outputs[0], outputs[0]
+    assert "30 summaries" in "".join(outputs), "the consumer wrote each result once"
     again = run(blocks[0], tmp_path, address, python=python)
     assert "0 enrolled, 30 already there" in again, again
     with Client(address) as tally:
@@ -114,12 +116,19 @@ def test_every_prefect_snippet_runs_as_written(
             "PREFECT_HOME": str(tmp_path / "prefect-home"),
         }
         blocks = prefect_snippets()
-        assert len(blocks) == 2, "the tasks flow and the page flow"
+        assert len(blocks) == 3, "the tasks flow, the morning delivery and the page flow"
         tasks_out = run(blocks[0], tmp_path, address, env)
         assert "'rows': 12" in tasks_out, tasks_out
         exported = (tmp_path / "out" / "reviews-nightly.jsonl").read_text().splitlines()
         assert sorted(json.loads(line)["status"] for line in exported) == ["SUCCEEDED"] * 12
-        pages_out = run(blocks[1], tmp_path, address, env)
+        # The morning after: each answer into the database once, and a second
+        # run delivers nothing new.
+        morning = run(blocks[1], tmp_path, address, env)
+        assert "'delivered': 12" in morning, morning
+        assert "'delivered': 0" in run(blocks[1], tmp_path, address, env)
+        with sqlite3.connect(tmp_path / "nightly.db") as db:
+            assert db.execute("SELECT count(*) FROM answers").fetchone() == (12,)
+        pages_out = run(blocks[2], tmp_path, address, env)
         assert "'succeeded': 3" in pages_out and "'total': 3" in pages_out, pages_out
         assert (tmp_path / "plans" / "curricular-2024.json").is_file()
     finally:

@@ -146,6 +146,10 @@ pub enum Command {
     /// Stream a ledger's rows with their results as JSONL, OpenAI batch
     /// output, CSV or Parquet (resumable with --after).
     Export(ExportArgs),
+    /// A ledger's finished results through a named consumer, as JSONL,
+    /// each acknowledged once its line is written (resumes where the
+    /// consumer left off; a kill loses nothing).
+    Consume(ConsumeArgs),
     /// Print a shell completion script (e.g. `source <(tallyctl
     /// completion bash)`).
     Completion(CompletionArgs),
@@ -195,6 +199,7 @@ impl Command {
             | Command::Locks(_)
             | Command::Plan(_)
             | Command::Export(_)
+            | Command::Consume(_)
             | Command::Completion(_) => None,
         }
     }
@@ -598,6 +603,52 @@ pub struct ExportArgs {
     /// Rows per ListRows call (1-1000).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i32).range(1..=1000))]
     pub page_size: i32,
+}
+
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// Consumer id (its cursor and leases are the server's: every instance
+    /// started with the same one shares them).
+    pub consumer: String,
+    /// Create the consumer first if it does not exist (starting at --start).
+    #[arg(long)]
+    pub create: bool,
+    /// Where a consumer made by --create starts.
+    #[arg(long, value_enum, default_value = "beginning", requires = "create")]
+    pub start: ConsumeStart,
+    /// Results per receive (1-1000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub batch: u32,
+    /// Acknowledge after this many lines are written (1: after each line;
+    /// a kill may repeat up to this many lines).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub ack_every: u32,
+    /// How long each receive waits for results (at most 20s).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub wait: std::time::Duration,
+    /// Lease what is received for this long (default: the consumer's
+    /// visibility timeout).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub visibility: Option<std::time::Duration>,
+    /// Stop once a receive that waited finds nothing.
+    #[arg(long)]
+    pub until_empty: bool,
+    /// Stop after this many lines.
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// Each line carries its row's payload too.
+    #[arg(long)]
+    pub include_payload: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConsumeStart {
+    /// Every result the ledger's log holds.
+    Beginning,
+    /// Only results logged from now on.
+    Now,
 }
 
 #[derive(Debug, Args)]

@@ -81,6 +81,7 @@ proto_messages!(
     GoldenSet,
     Prompt,
     RedriveRowsResponse,
+    ResultDelivery,
 );
 
 /// String fields that hold JSON text, shown as the JSON they hold (a string
@@ -92,6 +93,8 @@ const JSON_TEXT_FIELDS: &[&str] = &[
     "tally.v1.Prompt.response_schema",
     "tally.v1.GoldenRow.payload",
     "tally.v1.GoldenRow.expected",
+    "tally.v1.ResultDelivery.result",
+    "tally.v1.ResultDelivery.payload",
 ];
 
 /// tally-proto's descriptors, decoded once.
@@ -476,7 +479,8 @@ mod tests {
         same_message::<pb::Prompt>();
         same_message::<pb::RedriveRowsResponse>();
         same_message::<pb::GoldenSet>();
-        assert_eq!(PRINTED.len(), 11, "a printed message is not checked above");
+        same_message::<pb::ResultDelivery>();
+        assert_eq!(PRINTED.len(), 12, "a printed message is not checked above");
     }
 
     #[test]

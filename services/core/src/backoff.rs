@@ -54,6 +54,17 @@ impl Backoff {
     }
 }
 
+/// A jitter sample in `[0, 1)` from an id and its try, so replicas spread
+/// retries (of alerts, of webhook POSTs) without a random number
+/// generator, and tests can pin them.
+pub fn sample(id: i64, tries: i32) -> f64 {
+    let x = (id as u64)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(tries as u64)
+        .rotate_left(29);
+    (x % 1000) as f64 / 1000.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,8 @@
 //!   [`route`]: the lane each row takes to meet a deadline, and the
 //!   forecast finish.
 //! - [`webhook`]: Standard Webhooks signing and verification.
+//! - [`delivery`]: result versions, the results log's positions, and the
+//!   rules of consumers (leases, redelivery, dead letters, webhook retries).
 //! - [`alert`]: when a ledger's review threshold alerts, and what it says;
 //!   [`outbound`]: which addresses alerts may reach.
 //! - [`pause`]: why a ledger is paused, and what it still does while paused.
@@ -39,6 +41,7 @@ pub mod alert;
 pub mod backoff;
 pub mod capacity;
 pub mod classify;
+pub mod delivery;
 pub mod deps;
 pub mod fill;
 pub mod golden;

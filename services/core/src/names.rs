@@ -7,6 +7,7 @@
 //! - `ledgers/{ledger}/claims/{claim}` and `ledgers/{ledger}/jobs/{job}`:
 //!   server-made ids of `[a-z0-9-]`.
 //! - `prompts/{prompt}/versions/{version}`.
+//! - `ledgers/{ledger}/consumers/{consumer}`: consumer ids as ledger ids.
 //! - `locks/{lock}`.
 
 use crate::keys::validate_key;
@@ -49,6 +50,18 @@ pub fn validate_ledger_id(id: &str) -> Result<(), NameError> {
                 .into(),
         ))
     }
+}
+
+/// A consumer id: as a ledger id, 1-63 characters of `[a-z0-9-]`, starting
+/// with a letter and not ending with `-`.
+pub fn validate_consumer_id(id: &str) -> Result<(), NameError> {
+    validate_ledger_id(id).map_err(|e| match e {
+        NameError::Id(_) => NameError::Id(
+            "consumer id must be 1 to 63 characters of [a-z0-9-], starting with a letter and not ending with '-'"
+                .into(),
+        ),
+        other => other,
+    })
 }
 
 /// A server-made id (claims, jobs): `[a-z0-9-]{1,64}`.
@@ -192,6 +205,18 @@ pub fn parse_prompt(name: &str) -> Result<(&str, &str), NameError> {
     Ok((ids[0], ids[1]))
 }
 
+/// `ledgers/{ledger}/consumers/{consumer}` → (ledger, consumer).
+pub fn parse_consumer(name: &str) -> Result<(&str, &str), NameError> {
+    let ids = split(
+        name,
+        &["ledgers", "consumers"],
+        "ledgers/{ledger}/consumers/{consumer}",
+    )?;
+    validate_ledger_id(ids[0])?;
+    validate_consumer_id(ids[1])?;
+    Ok((ids[0], ids[1]))
+}
+
 /// `locks/{lock}` → the lock id.
 pub fn parse_lock(name: &str) -> Result<&str, NameError> {
     let ids = split(name, &["locks"], "locks/{lock}")?;
@@ -237,6 +262,10 @@ pub fn prompt_name(prompt: &str, version: &str) -> String {
     format!("prompts/{prompt}/versions/{version}")
 }
 
+pub fn consumer_name(ledger: &str, consumer: &str) -> String {
+    format!("ledgers/{ledger}/consumers/{consumer}")
+}
+
 pub fn lock_name(lock: &str) -> String {
     format!("locks/{lock}")
 }
@@ -244,6 +273,26 @@ pub fn lock_name(lock: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consumer_names_parse_and_reject() {
+        // Invariant: a consumer name is a ledger name and a consumer id of
+        // the same shape; anything else names nothing.
+        assert_eq!(
+            parse_consumer("ledgers/reviews/consumers/morning-sink"),
+            Ok(("reviews", "morning-sink"))
+        );
+        for bad in [
+            "ledgers/reviews/consumers/",
+            "ledgers/reviews/consumers/Sink",
+            "ledgers/-/consumers/sink",
+            "ledgers/reviews/rows/sink",
+            "ledgers/reviews/consumers/sink/x",
+        ] {
+            assert!(parse_consumer(bad).is_err(), "{bad}");
+        }
+        assert_eq!(consumer_name("l", "c"), "ledgers/l/consumers/c");
+    }
 
     #[test]
     fn ledger_names_parse_and_reject() {

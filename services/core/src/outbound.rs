@@ -1,5 +1,6 @@
-//! Where tally may send requests of its own (alerts): which addresses are
-//! off limits, and which URLs are acceptable as targets.
+//! Where tally may send requests of its own (alerts, webhook consumers):
+//! which addresses are off limits, and which URLs are acceptable as
+//! targets.
 //!
 //! An alert URL is chosen by whoever sets a ledger's policy, and the
 //! server POSTs to it from inside its own network. Without a filter that is
@@ -137,8 +138,8 @@ pub fn check_target(text: &str, reach: Reach) -> Result<(), String> {
 /// The message for a refused address: what it is, and the way out.
 pub fn refusal(ip: IpAddr, why: &str) -> String {
     format!(
-        "{ip} is a {why} address; alerts may reach it only when the server runs with \
-         --alerts-allow-private-hosts"
+        "{ip} is a {why} address; alerts and webhook consumers may reach it only when the \
+         server runs with --alerts-allow-private-hosts"
     )
 }
 

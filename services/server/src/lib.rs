@@ -14,7 +14,8 @@
 //!    (response byte budgets), [`edge::paging`] (page tokens),
 //!    [`edge::wire_convert`] (protobuf's well-known types).
 //! 4. [`tasks`]: what runs beside serving: the health probe, the backlog
-//!    gauges, review alerts, the purger of deleted ledgers, the runnable
+//!    gauges, review alerts and webhook consumers' POSTs, the purger of
+//!    deleted ledgers, the runnable
 //!    queue's vacuum, and the one LISTEN hub ([`tasks::wakeup`]) that watch
 //!    streams follow ([`tasks::tail`]).
 //! 5. The services, each laid out the same way: `service.rs` (the tonic
@@ -26,6 +27,8 @@
 //!    - JobService in [`job`] ([`job::watch`]: the events a WatchJobs
 //!      stream shows);
 //!    - OperationsService in [`operations`];
+//!    - DeliveryService in [`delivery`] (its webhook sender is
+//!      [`tasks::webhooks`]);
 //!    - the signed provider webhook receiver in [`webhook`], on its own
 //!      HTTP listener ([`http_listener`]: timeouts and connection cap,
 //!      shared with the metrics listener).
@@ -49,6 +52,7 @@ pub mod edge;
 pub mod tasks;
 
 pub use tally_telemetry::http_listener;
+pub mod delivery;
 pub mod job;
 pub mod ledger;
 pub mod operations;

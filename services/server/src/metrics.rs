@@ -80,6 +80,11 @@ labels!(OutcomeLabels { outcome: &'static str });
 labels!(EventLabels { verdict: &'static str, reason: &'static str });
 labels!(ResultLabels { result: &'static str });
 labels!(TableLabels { table: &'static str });
+labels!(ConsumerLabels {
+    ledger: String,
+    consumer: String
+});
+labels!(ConsumerEvent { ledger: String, consumer: String, event: &'static str });
 labels!(TurnaroundLabels {
     provider: String,
     model: String
@@ -147,7 +152,24 @@ pub struct Families {
     pub golden_results: Family<GoldenLabels, Counter>,
     // Batches: submission to reconciliation.
     pub batch_turnaround: Family<TurnaroundLabels, Histogram>,
+    // Delivery: results handed to consumers (handlers and the webhook
+    // sender), and each consumer's lag (the backlog refresher).
+    pub consumer_results: Family<ConsumerEvent, Counter>,
+    pub consumer_lag_rows: Family<ConsumerLabels, Gauge>,
+    pub consumer_lag_seconds: Family<ConsumerLabels, F64Gauge>,
+    pub consumer_in_flight: Family<ConsumerLabels, Gauge>,
+    pub consumer_dead_letters: Family<ConsumerLabels, Gauge>,
+    pub webhook_posts: Family<ResultLabels, Counter>,
 }
+
+/// What `tally_consumer_results_total` counts per consumer.
+pub const CONSUMER_EVENTS: [&str; 5] = [
+    "delivered",
+    "redelivered",
+    "acked",
+    "requeued",
+    "dead_lettered",
+];
 
 fn histogram() -> Histogram {
     Histogram::new(BUCKETS.iter().copied())
@@ -166,6 +188,7 @@ struct LedgerSeries {
     tokens: HashSet<TokenLabels>,
     models: HashSet<ModelLabels>,
     golden: HashSet<GoldenLabels>,
+    consumers: HashSet<String>,
 }
 
 /// Ledgers forgotten (deleted) lately, so that a backlog refresh that read
@@ -283,6 +306,12 @@ impl Metrics {
             model_cooldown: Default::default(),
             golden_results: Default::default(),
             batch_turnaround: Family::new_with_constructor(turnaround_histogram),
+            consumer_results: Default::default(),
+            consumer_lag_rows: Default::default(),
+            consumer_lag_seconds: Default::default(),
+            consumer_in_flight: Default::default(),
+            consumer_dead_letters: Default::default(),
+            webhook_posts: Default::default(),
         };
         let mut r = Registry::default();
         let mut listed = Vec::new();
@@ -570,6 +599,48 @@ impl Metrics {
         register(
             &mut r,
             &mut listed,
+            "tally_consumer_results",
+            "results of consumers by ledger, consumer and event (delivered: handed out the first time; redelivered; acked; requeued by a nack; dead_lettered)",
+            f.consumer_results.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_consumer_lag_rows",
+            "results of the ledger after the consumer's acknowledged position, by ledger and consumer",
+            f.consumer_lag_rows.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_consumer_lag_seconds",
+            "age of the oldest result not yet acknowledged by the consumer, by ledger and consumer (0: none)",
+            f.consumer_lag_seconds.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_consumer_in_flight",
+            "results handed out to the consumer and not acknowledged, by ledger and consumer",
+            f.consumer_in_flight.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_consumer_dead_letters",
+            "the consumer's dead letters, by ledger and consumer",
+            f.consumer_dead_letters.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_webhook_posts",
+            "POSTs of webhook consumers by this replica, by result (accepted: a 2xx; failed)",
+            f.webhook_posts.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
             "tally_jobs_open",
             "jobs not yet ended, by ledger and state",
             f.jobs_open.clone(),
@@ -740,6 +811,9 @@ impl Metrics {
         for l in &series.golden {
             self.golden_results.remove(l);
         }
+        for consumer in &series.consumers {
+            self.remove_consumer(ledger, consumer);
+        }
         let l = LedgerLabels::of(ledger);
         self.rows_enrolled.remove(&l);
         self.rows_claimed.remove(&l);
@@ -783,6 +857,70 @@ impl Metrics {
                 });
             }
         }
+    }
+
+    /// Creates a consumer's counters at zero (once it is seen: made, or
+    /// in a backlog refresh), so a first dead letter shows in `increase()`.
+    pub fn consumer_seen(&self, ledger: &str, consumer: &str) {
+        let mut fresh = false;
+        self.track(ledger, |s| fresh = s.consumers.insert(consumer.to_string()));
+        if fresh {
+            for event in CONSUMER_EVENTS {
+                self.consumer_count(ledger, consumer, event, 0);
+            }
+        }
+    }
+
+    /// Adds `n` to one of a consumer's counters ([`CONSUMER_EVENTS`]).
+    pub fn consumer_count(&self, ledger: &str, consumer: &str, event: &'static str, n: u64) {
+        self.consumer_results
+            .get_or_create(&ConsumerEvent {
+                ledger: ledger.to_string(),
+                consumer: consumer.to_string(),
+                event,
+            })
+            .inc_by(n);
+    }
+
+    /// Counts what one receive handed out and dead-lettered.
+    pub fn consumer_received(
+        &self,
+        ledger: &str,
+        consumer: &str,
+        got: &tally_store::consumers::Received,
+    ) {
+        self.consumer_seen(ledger, consumer);
+        let again = got.deliveries.iter().filter(|d| d.deliveries > 1).count() as u64;
+        let first = got.deliveries.len() as u64 - again;
+        self.consumer_count(ledger, consumer, "delivered", first);
+        self.consumer_count(ledger, consumer, "redelivered", again);
+        self.consumer_count(ledger, consumer, "dead_lettered", got.dead_lettered as u64);
+    }
+
+    /// Removes a deleted consumer's series.
+    pub fn forget_consumer(&self, ledger: &str, consumer: &str) {
+        self.track(ledger, |s| {
+            s.consumers.remove(consumer);
+        });
+        self.remove_consumer(ledger, consumer);
+    }
+
+    fn remove_consumer(&self, ledger: &str, consumer: &str) {
+        for event in CONSUMER_EVENTS {
+            self.consumer_results.remove(&ConsumerEvent {
+                ledger: ledger.to_string(),
+                consumer: consumer.to_string(),
+                event,
+            });
+        }
+        let l = ConsumerLabels {
+            ledger: ledger.to_string(),
+            consumer: consumer.to_string(),
+        };
+        self.consumer_lag_rows.remove(&l);
+        self.consumer_lag_seconds.remove(&l);
+        self.consumer_in_flight.remove(&l);
+        self.consumer_dead_letters.remove(&l);
     }
 
     /// Observes a batch's turnaround, from its submission to its job's

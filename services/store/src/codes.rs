@@ -71,6 +71,8 @@ pub(crate) const HELD: Code = row(RowStatus::HELD);
 pub(crate) const CLAIMABLE: Statuses = Statuses(&RowStatus::CLAIMABLE);
 pub(crate) const BLOCKABLE: Statuses = Statuses(&RowStatus::BLOCKABLE);
 pub(crate) const FAILS_DEPENDANTS: Statuses = Statuses(&RowStatus::FAILS_DEPENDANTS);
+/// Statuses whose results consumers are delivered.
+pub(crate) const FINISHED: Statuses = Statuses(&tally_core::delivery::FINISHED);
 
 pub(crate) const CLAIM_ACTIVE: Code = Code(ClaimState::Active.code());
 pub(crate) const CLAIM_DONE: Code = Code(ClaimState::Done.code());
@@ -115,7 +117,7 @@ impl fmt::Display for Fragment {
 }
 
 /// Every name a statement file may use, with its value.
-fn named() -> [(&'static str, String); 15] {
+fn named() -> [(&'static str, String); 16] {
     [
         ("PENDING", PENDING.to_string()),
         ("RETRYABLE", RETRYABLE.to_string()),
@@ -126,6 +128,7 @@ fn named() -> [(&'static str, String); 15] {
         ("CLAIMABLE", CLAIMABLE.to_string()),
         ("BLOCKABLE", BLOCKABLE.to_string()),
         ("FAILS_DEPENDANTS", FAILS_DEPENDANTS.to_string()),
+        ("FINISHED", FINISHED.to_string()),
         ("CLAIM_ACTIVE", CLAIM_ACTIVE.to_string()),
         ("CLAIM_DONE", CLAIM_DONE.to_string()),
         ("CLAIM_EXPIRED", CLAIM_EXPIRED.to_string()),

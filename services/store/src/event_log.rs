@@ -1,6 +1,7 @@
-//! The store's two commit-ordered logs, job events ([`crate::events`]) and
-//! operation transitions ([`crate::operations`]): what makes their sequence
-//! numbers follow commit order, the `NOTIFY` that hints at a new entry, and
+//! The store's commit-ordered logs, job events ([`crate::events`]),
+//! operation transitions ([`crate::operations`]) and each ledger's results
+//! ([`crate::results`]): what makes their sequence numbers follow commit
+//! order, the `NOTIFY` that hints at a new job event or transition, and
 //! the one `LISTEN` connection that hears both.
 //!
 //! # Why readers never miss an entry
@@ -73,6 +74,34 @@ impl Log {
 pub(crate) async fn order(tx: &mut Transaction<'static, Postgres>, log: Log) -> Result<()> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(log.lock())
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The results log's ordering lock class ("tRes"): the same mechanism as
+/// [`order`], one lock per ledger (the second key), because results are
+/// read per ledger and the settle path of one ledger should not wait on
+/// another's commits.
+const RESULTS_LOCK: i32 = 0x7452_6573;
+
+/// Takes the results-log ordering lock of every ledger of `ledgers` (see
+/// [`order`]), in ascending key order so that two writers of several
+/// ledgers cannot deadlock. The results log has no `NOTIFY`: a wake-up
+/// would serialize every settling commit of the database on the
+/// notification queue's lock, so its readers poll.
+pub(crate) async fn order_results(
+    tx: &mut Transaction<'static, Postgres>,
+    ledgers: &[i64],
+) -> Result<()> {
+    // Ledger ids as the lock's 32-bit key (distinct below 2^32 ledgers;
+    // two ledgers sharing a key only share a lock).
+    let mut keys: Vec<i32> = ledgers.iter().map(|id| *id as i32).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    sqlx::query("SELECT pg_advisory_xact_lock($1, k) FROM unnest($2::int4[]) k")
+        .bind(RESULTS_LOCK)
+        .bind(&keys)
         .execute(&mut **tx)
         .await?;
     Ok(())

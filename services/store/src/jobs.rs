@@ -16,6 +16,7 @@ use crate::abandon::close_unsent;
 use crate::codes::{self, CLAIM_ACTIVE, JOB_PREPARING};
 use crate::fence::{self, lease_ms, lock_fenced, lock_job_by_id};
 use crate::job_view::{JOB_SELECT, JobRow, load_job};
+use crate::results::Finished;
 use crate::types::{
     AdoptResult, AdoptedJob, ClaimRecord, ClaimState, CreateAttempt, FinishRequest, JobEventKind,
     JobOrigin, JobRecord, NotCreated,
@@ -598,7 +599,8 @@ impl Store {
             }
             let by = settle::Settler::on_behalf(actor);
             settle::settle(&mut tx, record.id, token, &released, by).await?;
-            settle::settle(&mut tx, record.id, token, &writes, by).await?;
+            let mut finished = Finished::default();
+            settle::settle_logged(&mut tx, record.id, token, &writes, by, &mut finished).await?;
             let retryable = writes
                 .iter()
                 .filter(|w| w.status == RowStatus::Retryable)
@@ -651,6 +653,7 @@ impl Store {
             let mut out = load_job(&mut *tx, job.id).await?;
             out.closed_now = true;
             events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
+            finished.log(&mut tx).await?;
             tracing::info!(ledger = %ledger, job = %public_id, final_state = %req.final_state, summary = %summary, "job reconciled");
             Ok(out)
         }

@@ -30,9 +30,11 @@
 //!      claim in a guarded statement, records attempts, requeues, carries
 //!      effects to dependants; and `transitions`, a system event (release,
 //!      expiry, job failure) through core's row state machine.
-//!    - [`event_log`]: what the two commit-ordered logs share: ordering
+//!    - [`event_log`]: what the commit-ordered logs share: ordering
 //!      by commit, the `NOTIFY` hint, the one `LISTEN` connection;
-//!      [`events`]: the job event log (appending, reading).
+//!      [`events`]: the job event log (appending, reading); `results`:
+//!      each ledger's results log, appended to by every settlement that
+//!      finishes rows.
 //!    - `abandon`: closing a job that never reached the provider.
 //!    - [`pause`]: pausing and resuming ledgers (rules in `tally_core::pause`).
 //!    - [`spend`]: spend caps' accounts (rules in `tally_core::spend`).
@@ -71,6 +73,10 @@
 //!    - [`locks`]: named run locks.
 //!    - [`media`]: the media uploads register (files uploaded for rows'
 //!      media, and the jobs that reference them).
+//! 5. DeliveryService:
+//!    - [`consumers`]: a ledger's named consumers reading its results log
+//!      (cursors, leases, acks, nacks, dead letters, resets) and what the
+//!      webhook sender needs (rules in `tally_core::delivery`).
 //! - [`Store`] (below): the pool, the caches and the migrator.
 
 mod abandon;
@@ -82,6 +88,7 @@ mod capped;
 mod claim_cache;
 pub mod claims;
 mod codes;
+pub mod consumers;
 mod copy_binary;
 pub mod enroll;
 pub mod error;
@@ -106,6 +113,7 @@ pub mod purge;
 pub mod redrive;
 pub mod report;
 mod rescue;
+mod results;
 pub mod rows;
 mod settle;
 pub mod spend;

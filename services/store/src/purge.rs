@@ -119,6 +119,37 @@ const SIMPLE: &[(&str, &str)] = &[
         "DELETE FROM alert_outbox WHERE ctid = ANY(ARRAY(
              SELECT ctid FROM alert_outbox WHERE ledger_id = $1 LIMIT $2))",
     ),
+    // Consumers: what each holds first (a dead-letter list can be long),
+    // then the consumers themselves, then the results log.
+    (
+        "consumer_dead_letters",
+        "DELETE FROM consumer_dead_letters WHERE ctid = ANY(ARRAY(
+             SELECT d.ctid FROM consumers c JOIN consumer_dead_letters d ON d.consumer_id = c.id
+             WHERE c.ledger_id = $1 LIMIT $2))",
+    ),
+    (
+        "consumer_leases",
+        "DELETE FROM consumer_leases WHERE ctid = ANY(ARRAY(
+             SELECT x.ctid FROM consumers c JOIN consumer_leases x ON x.consumer_id = c.id
+             WHERE c.ledger_id = $1 LIMIT $2))",
+    ),
+    (
+        "webhook_deliveries",
+        "DELETE FROM webhook_deliveries WHERE ctid = ANY(ARRAY(
+             SELECT w.ctid FROM consumers c JOIN webhook_deliveries w ON w.consumer_id = c.id
+             WHERE c.ledger_id = $1 LIMIT $2))",
+    ),
+    (
+        "consumers",
+        "DELETE FROM consumers WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM consumers WHERE ledger_id = $1 LIMIT $2))",
+    ),
+    // An entry holds up to 10,000 results (usually a report's hundreds).
+    (
+        "result_log",
+        "DELETE FROM result_log WHERE ctid = ANY(ARRAY(
+             SELECT ctid FROM result_log WHERE ledger_id = $1 LIMIT greatest($2 / 100, 1)))",
+    ),
 ];
 
 /// Attempts whose row was already purged: only a report that committed

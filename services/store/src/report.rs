@@ -8,7 +8,8 @@
 //! - **Decide** once, in core: [`tally_core::report::judge`] gives each
 //!   item's verdict and what to write (STALE and DUPLICATE write nothing).
 //! - **Write** rows from the cache in one guarded statement, which checks
-//!   that the claim is still as this process last saw it; rows read under
+//!   that the claim is still as this process last saw it (in a transaction
+//!   with the results log entry of the rows it finished); rows read under
 //!   the lock with the shared settle writer in that transaction, where a
 //!   capped ledger's spend and a job's counts (with a PROGRESS event) move
 //!   too. When the guarded statement finds the claim moved on, nothing was
@@ -17,6 +18,7 @@
 
 use crate::claim_cache::CachedClaim;
 use crate::fence::{self, LockedClaim, ROW_SNAPSHOT_COLUMNS, RowSnapshot};
+use crate::results::Finished;
 use crate::settle::{self, NewAttempt, RowWrite, Settler};
 use crate::types::{
     JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Usage, Verdict,
@@ -186,21 +188,37 @@ impl Store {
         writes: &[RowWrite],
     ) -> Result<Option<Written>> {
         // The settle statement with the claim as this process last saw it:
-        // it writes nothing unless the claim is still just so.
-        let done = settle::run(
-            &self.pool,
+        // it writes nothing unless the claim is still just so. In a
+        // transaction only so that the rows it finishes are logged with it
+        // (the statement alone would commit before the log's lock).
+        let mut tx = self.begin().await?;
+        let done = match settle::run(
+            &mut *tx,
             r.ledger.id,
             r.token,
             writes,
             Settler::report(r.actor),
             Some(claim.held),
         )
-        .await?;
+        .await
+        {
+            Ok(done) => done,
+            Err(e) => return crate::end_tx(tx, Err(e)).await,
+        };
         if !done.all {
+            tx.rollback().await?;
             self.claim_cache.forget(r.token);
             self.claim_cache.missed();
             return Ok(None);
         }
+        let logged = async {
+            let mut finished = Finished::default();
+            finished.add(r.ledger.id, done.finished, done.versions);
+            finished.log(&mut tx).await?;
+            Ok(())
+        }
+        .await;
+        crate::end_tx(tx, logged).await?;
         let (held, now) = (done.held, done.now);
         let (model, lane) = (claim.model.clone(), claim.lane);
         // Let go of the entry first, so that the cache can update it in
@@ -227,12 +245,14 @@ impl Store {
     ) -> Result<Written> {
         let Locked { mut tx, claim, .. } = locked;
         let verdicts = answers(r.items, judged, claim.now);
-        let held = settle::settle(
+        let mut finished = Finished::default();
+        let held = settle::settle_logged(
             &mut tx,
             r.ledger.id,
             r.token,
             writes,
             Settler::report(r.actor),
+            &mut finished,
         )
         .await?;
         let policy = &r.ledger.policy;
@@ -246,6 +266,7 @@ impl Store {
             count_into_job(&mut tx, job_id, r.token, writes).await?;
             events::append(&mut tx, &[(job_id, JobEventKind::Progress)], r.actor).await?;
         }
+        finished.log(&mut tx).await?;
         tx.commit().await?;
         // What this process remembers of the claim is out of date now.
         self.claim_cache.forget(r.token);

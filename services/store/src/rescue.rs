@@ -3,6 +3,7 @@
 
 use crate::codes::{CLAIM_ACTIVE, Fragment, JOB_PREPARING};
 use crate::fence::lock_held_rows;
+use crate::results::Finished;
 use crate::settle::{self, Settler, transitions};
 use crate::types::{ClaimState, JobEventKind, Rescued};
 use crate::{Result, Store, abandon, events, fence, ledgers};
@@ -60,6 +61,7 @@ impl Store {
                 .await?;
         let mut out = Rescued::default();
         let mut abandoned = Vec::new();
+        let mut finished = Finished::default();
         for (token, ledger_id, ledger, job_id) in expired {
             let record = ledgers::load(&mut *tx, &ledger).await?;
             if let Some(job_id) = job_id {
@@ -91,7 +93,15 @@ impl Store {
                 &Event::LeaseExpired { counted: true },
                 &record.policy,
             )?;
-            settle::settle(&mut tx, ledger_id, token, &writes, Settler::SYSTEM).await?;
+            settle::settle_logged(
+                &mut tx,
+                ledger_id,
+                token,
+                &writes,
+                Settler::SYSTEM,
+                &mut finished,
+            )
+            .await?;
             sqlx::query("UPDATE claims SET state = $2 WHERE token = $1")
                 .bind(token)
                 .bind(ClaimState::Expired.code())
@@ -104,6 +114,7 @@ impl Store {
             }
         }
         events::append(&mut tx, &abandoned, "system").await?;
+        finished.log(&mut tx).await?;
         tx.commit().await?;
         Ok(out)
     }

@@ -47,6 +47,7 @@ struct RowRow {
     create_time: Time,
     update_time: Time,
     unmet_deps: i32,
+    result_version: i32,
     /// Rows in the page before the byte cut (FULL lists only).
     #[sqlx(default)]
     page_rows: i64,
@@ -91,6 +92,7 @@ impl RowRow {
                 create_time: self.create_time,
                 update_time: self.update_time,
                 unmet_deps: self.unmet_deps,
+                result_version: self.result_version,
                 history: Vec::new(),
                 inputs: Vec::new(),
                 history_omitted: 0,
@@ -142,7 +144,7 @@ fn row_columns(full: bool) -> String {
          r.last_error, r.input_tokens, r.output_tokens, r.thinking_tokens, r.cached_tokens, \
          h.token AS claim_id, \
          (SELECT j.public_id FROM jobs j WHERE j.id = coalesce(h.job_id, r.job_id)) AS job, \
-         r.next_attempt_time, r.create_time, r.update_time, r.unmet_deps"
+         r.next_attempt_time, r.create_time, r.update_time, r.unmet_deps, r.result_version"
     )
 }
 

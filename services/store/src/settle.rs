@@ -7,6 +7,7 @@
 
 use crate::codes::PgQuery;
 use crate::fence::RowSnapshot;
+use crate::results::Finished;
 use crate::types::Usage;
 use crate::{Result, StoreError, codes, jitter_sample};
 use sqlx::{Postgres, Row, Transaction};
@@ -214,6 +215,10 @@ pub(crate) struct Settled {
     pub held: i32,
     /// The writing transaction's time.
     pub now: crate::types::Time,
+    /// The rows it finished (SUCCEEDED or PERMANENT), in id order, and
+    /// their result versions: for the results log ([`Finished`]).
+    pub finished: Vec<i64>,
+    pub versions: Vec<i32>,
 }
 
 /// Runs the settle statement for `writes` of claim `claim_id` on `db`.
@@ -251,11 +256,15 @@ pub(crate) async fn run<'e, E: sqlx::PgExecutor<'e>>(
             all: true,
             held,
             now,
+            finished: row.try_get(3)?,
+            versions: row.try_get(4)?,
         }),
         (false, _) if settled == 0 => Ok(Settled {
             all: false,
             held: 0,
             now,
+            finished: Vec::new(),
+            versions: Vec::new(),
         }),
         _ => Err(StoreError::Internal(format!(
             "settling {n} rows of claim {claim_id}: {settled} written, some not held"
@@ -264,15 +273,41 @@ pub(crate) async fn run<'e, E: sqlx::PgExecutor<'e>>(
 }
 
 /// Writes `writes` for rows held by claim `claim_id` and takes them out of
-/// its `row_ids`; returns how many rows the claim still holds. Callers
-/// lock the claim and read what it holds first, so a row not held is a bug
-/// (an internal error; the caller rolls back).
+/// its `row_ids`; returns how many rows the claim still holds. For
+/// settlements that finish no row (releases, rows of a batch never sent):
+/// one that finished a row fails, as a bug, since nothing would log it
+/// ([`settle_logged`] is for the others). Fails (and the caller rolls back)
+/// if any row was not held: callers lock the claim and read what it holds
+/// first, so that would be a bug.
 pub(crate) async fn settle(
     tx: &mut Transaction<'static, Postgres>,
     ledger_id: i64,
     claim_id: Uuid,
     writes: &[RowWrite],
     by: Settler<'_>,
+) -> Result<i32> {
+    let mut finished = Finished::default();
+    let held = settle_logged(tx, ledger_id, claim_id, writes, by, &mut finished).await?;
+    if finished.is_empty() {
+        Ok(held)
+    } else {
+        Err(StoreError::Internal(format!(
+            "a settlement of claim {claim_id} that finishes no row finished some"
+        )))
+    }
+}
+
+/// [`settle`], for settlements that may finish rows (reports, a job's end,
+/// an expired lease that counts an attempt): the rows finished go into
+/// `finished`, which the caller logs last, before committing
+/// ([`Finished::log`]).
+pub(crate) async fn settle_logged(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    claim_id: Uuid,
+    writes: &[RowWrite],
+    by: Settler<'_>,
+    finished: &mut Finished,
 ) -> Result<i32> {
     if writes.is_empty() {
         return Ok(
@@ -284,6 +319,7 @@ pub(crate) async fn settle(
     }
     let done = run(&mut **tx, ledger_id, claim_id, writes, by, None).await?;
     if done.all {
+        finished.add(ledger_id, done.finished, done.versions);
         Ok(done.held)
     } else {
         Err(StoreError::Internal(format!(

@@ -321,6 +321,9 @@ pub struct RowRecord {
     pub create_time: Time,
     pub update_time: Time,
     pub unmet_deps: i32,
+    /// The version of the row's latest final result (or of its next, while
+    /// it is not final): see `tally_core::delivery`.
+    pub result_version: i32,
     /// Filled by `get_row` and the full view.
     pub history: Vec<AttemptInfo>,
     /// Older attempts left out of `history` to bound the answer (see

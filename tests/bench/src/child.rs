@@ -12,6 +12,8 @@ use tokio::process::{Child, Command};
 pub struct Server {
     child: Child,
     pub addr: String,
+    /// Its `/metrics` listener, `127.0.0.1:port`.
+    pub metrics: String,
     pub peak_rss_kib: Arc<AtomicU64>,
     sampler: tokio::task::JoinHandle<()>,
 }
@@ -37,6 +39,7 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 impl Server {
     pub async fn start(database_url: &str) -> anyhow::Result<Self> {
         let port = free_port()?;
+        let metrics_port = free_port()?;
         let exe = std::env::current_exe()?;
         let child = Command::new(exe)
             .args([
@@ -45,6 +48,8 @@ impl Server {
                 database_url,
                 "--port",
                 &port.to_string(),
+                "--metrics-port",
+                &metrics_port.to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -85,6 +90,7 @@ impl Server {
         Ok(Self {
             child,
             addr,
+            metrics: format!("127.0.0.1:{metrics_port}"),
             peak_rss_kib: peak,
             sampler,
         })
@@ -113,9 +119,10 @@ impl Server {
 }
 
 /// `serve` mode: run a tally server until SIGTERM.
-pub async fn serve(database_url: String, port: u16) -> anyhow::Result<()> {
+pub async fn serve(database_url: String, port: u16, metrics_port: u16) -> anyhow::Result<()> {
     let mut args = tally_server::config::ServeArgs::for_tests(database_url);
     args.grpc_addr = format!("127.0.0.1:{port}").parse()?;
+    args.metrics_addr = format!("127.0.0.1:{metrics_port}").parse()?;
     args.db_max_connections = 16;
     // The bench is one principal making thousands of calls a second (the
     // single-row phases): the per-principal rate check still runs, at a

@@ -10,10 +10,12 @@
 //! the rows; `stats` medians and percentiles; `quiet` waiting for the
 //! server's ANALYZEs. Phases: `ingest`, `watch`, `disk`, `delete`,
 //! `sustained`, `pipeline` (server, workers and emulators),
-//! `turnarounds` (batches and turnarounds at an emulator) and `online`
-//! (the synchronous lanes within an account's limits).
+//! `turnarounds` (batches and turnarounds at an emulator), `online`
+//! (the synchronous lanes within an account's limits) and `consume`
+//! (results handed to consumers).
 
 mod child;
+mod consume;
 mod db;
 mod delete;
 mod disk;
@@ -70,6 +72,9 @@ struct Cli {
     /// Rows of the disk phase (bytes on disk per row).
     #[arg(long, default_value_t = 200_000)]
     disk_rows: u64,
+    /// Finished rows of the consume phase.
+    #[arg(long, default_value_t = 100_000)]
+    consume_rows: u64,
     /// Ledger sizes for the claim-latency scale test.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     scale: Vec<u64>,
@@ -125,6 +130,11 @@ enum Phase {
     /// zero latency) against the raw claim+report loop, 1 and 2 workers,
     /// for each of --providers.
     Pipeline,
+    /// A ledger's finished rows through a consumer (1 and 3 instances)
+    /// against ListRows paging, and three `tallyctl consume` of one consumer
+    /// with two killed (-9) mid-stream (needs the release tallyctl binary
+    /// beside tally-bench). Only with --only.
+    Consume,
     /// Turnarounds and batches at the Gemini emulator (batches of about a
     /// second), batch filling on and off: 2,000 independent rows, the same
     /// with 3% failing once, a chain of 10; then a worker killed (-9) with
@@ -175,18 +185,25 @@ enum Command {
         database_url: String,
         #[arg(long)]
         port: u16,
+        #[arg(long)]
+        metrics_port: u16,
     },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut cli = Cli::parse();
-    if let Some(Command::Serve { database_url, port }) = cli.command {
+    if let Some(Command::Serve {
+        database_url,
+        port,
+        metrics_port,
+    }) = cli.command
+    {
         tracing_subscriber::fmt()
             .with_env_filter("warn")
             .with_writer(std::io::stderr)
             .init();
-        return child::serve(database_url, port).await;
+        return child::serve(database_url, port, metrics_port).await;
     }
     if cli.quick {
         cli.seconds = 3;
@@ -195,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
         cli.scale = vec![10_000, 100_000];
         cli.disk_rows = 20_000;
         cli.pipeline_rows = 20_000;
+        cli.consume_rows = 20_000;
     }
     let scratch = db::Scratch::acquire(cli.database_url.clone(), cli.admin_url.clone()).await?;
     let result = match &cli.command {
@@ -385,6 +403,12 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
                 ratio: None,
             });
         }
+    }
+
+    if cli.only.contains(&Phase::Consume) {
+        lines.extend(
+            consume::run(&server.addr, &server.metrics, cli.consume_rows, cli.clients).await?,
+        );
     }
 
     if cli.only.contains(&Phase::Turnarounds) {

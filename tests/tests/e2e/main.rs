@@ -4,8 +4,9 @@
 //!
 //! - [`harness`]: server, client, builders, status and nothing-written
 //!   assertions.
-//! - [`bad_input`]: every LedgerService RPC refuses bad input with the right
-//!   code and details, and writes nothing (DESIGN.md section 6).
+//! - [`bad_input`]: every LedgerService and DeliveryService RPC refuses bad
+//!   input with the right code and details, and writes nothing (DESIGN.md
+//!   section 6).
 //! - [`walkthrough`]: services/server/README.md's grpcurl session as a
 //!   test, and the walkthrough extended with failures.
 //! - [`claims`]: fencing, expiry, rescue, STALE and DUPLICATE, request-id

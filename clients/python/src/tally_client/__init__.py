@@ -10,6 +10,12 @@ unattended LLM batch inference.
         for row in tally.rows("reviews", statuses=[RowStatus.SUCCEEDED], full=True):
             print(row.key, row.result)
 
+A ledger's finished results leave through a named consumer, each once,
+acknowledged when the loop moves on (`Client.consume`):
+
+    for result in tally.consume("reviews", "morning-sink"):
+        sink.upsert(result.identity, result.result)
+
 Rows, ledgers, summaries and verdicts are dataclasses with enum statuses
 and decoded JSON (`tally_client.types`); every refused call raises the
 `TallyError` subclass of its status code (`tally_client.errors`);
@@ -22,6 +28,7 @@ from tally_client._calls import EnrollProgress, Failure, Outcome, Success, ledge
 from tally_client.address import Address, parse_address
 from tally_client.archive import ArchiveError, ArchiveFormat, ArchiveResult
 from tally_client.client import ClaimSession, Client, ExportProgress
+from tally_client.consume import Delivery, Start
 from tally_client.errors import (
     Aborted,
     AlreadyExists,
@@ -95,6 +102,7 @@ __all__ = [
     "Converted",
     "DataLoss",
     "DeadlineExceeded",
+    "Delivery",
     "EnrollProgress",
     "ExportFormat",
     "ExportProgress",
@@ -124,6 +132,7 @@ __all__ = [
     "RowPage",
     "RowStatus",
     "RowVerdict",
+    "Start",
     "Success",
     "Summary",
     "TallyError",

@@ -1,6 +1,6 @@
 """The client for asyncio: `AsyncClient` has the calls of `Client` (but
 the exports and the archive, which write files page by page: run those on
-a thread with the sync client), awaited, with listings and the job watch as
+a thread with the sync client), awaited, with listings, the job watch and `consume` as
 async iterators and the claim session as an async context manager whose
 heartbeat is a task.
 
@@ -20,7 +20,14 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any
 
@@ -46,8 +53,15 @@ from tally_client._calls import (
     policy_message,
     update_request,
 )
-from tally_client._proto.tally.v1 import job_pb2, job_pb2_grpc, ledger_pb2, ledger_pb2_grpc
+from tally_client._proto.tally.v1 import (
+    delivery_pb2_grpc,
+    job_pb2,
+    job_pb2_grpc,
+    ledger_pb2,
+    ledger_pb2_grpc,
+)
 from tally_client.address import default_address, parse_address, warn_plaintext_token
+from tally_client.consume import ConsumeCore, Delivery, Start
 from tally_client.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -72,7 +86,7 @@ from tally_client.types import (
     Usage,
 )
 
-__all__ = ["AsyncClaimSession", "AsyncClient"]
+__all__ = ["AsyncClaimSession", "AsyncClient", "AsyncConsumption"]
 
 
 class AsyncClient:
@@ -105,6 +119,7 @@ class AsyncClient:
         # The generated stubs carry no annotations.
         self.ledgers = ledger_pb2_grpc.LedgerServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.jobs_stub = job_pb2_grpc.JobServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.deliveries = delivery_pb2_grpc.DeliveryServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         await self._channel.close(grace=None)
@@ -120,10 +135,11 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    async def call(self, method: Callable[..., Any], request: Any) -> Any:
-        """Awaits a unary RPC of `ledgers` or `jobs`, raising `TallyError`."""
+    async def call(self, method: Callable[..., Any], request: Any, *, wait: float = 0.0) -> Any:
+        """Awaits a unary RPC of `ledgers`, `jobs` or `deliveries`, raising
+        `TallyError`; `wait` adds to the call's timeout (a long poll)."""
         try:
-            return await method(request, timeout=self._timeout, metadata=self._metadata)
+            return await method(request, timeout=self._timeout + wait, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
@@ -357,6 +373,116 @@ class AsyncClient:
                     raise error from None
                 failures += 1
                 await asyncio.sleep(reconnect_delay)
+
+    # ----- delivery -----
+
+    def consume(
+        self,
+        ledger: str,
+        consumer: str,
+        *,
+        create: bool = True,
+        start: Start | str = Start.BEGINNING,
+        batch: int = 10,
+        wait: float = 5.0,
+        visibility: float | None = None,
+        include_payload: bool = False,
+        until_empty: bool = False,
+        limit: int | None = None,
+        retries: int = 30,
+    ) -> AsyncConsumption:
+        """As `Client.consume`, for `async for` (and `async with`): a result
+        is acknowledged when the loop asks for the next one."""
+        core = ConsumeCore(
+            ledger,
+            consumer,
+            batch=batch,
+            wait=wait,
+            visibility=visibility,
+            include_payload=include_payload,
+            until_empty=until_empty,
+            limit=limit,
+        )
+        return AsyncConsumption(self._consume(core, start if create else None, retries))
+
+    async def _consume(
+        self, core: ConsumeCore, start: Start | str | None, retries: int
+    ) -> AsyncGenerator[Delivery, None]:
+        if start is not None:
+            try:
+                await self.call(self.deliveries.CreateConsumer, core.create_request(start))
+            except AlreadyExists:
+                pass
+        try:
+            while True:
+                page = await self._retrying(
+                    retries, self.deliveries.ReceiveResults, core.receive_request(), core.wait
+                )
+                if core.received(page) == 0:
+                    if core.until_empty:
+                        return
+                    continue
+                while (result := core.next()) is not None:
+                    try:
+                        yield result
+                    except Exception:
+                        # Thrown in by `AsyncConsumption.__aexit__`.
+                        core.keep(result)
+                        raise
+                    # The loop asked for the next one: this one is done.
+                    await self._retrying(
+                        retries, self.deliveries.AckResults, core.ack_request([result.position]), 0
+                    )
+                    if core.acked():
+                        return
+        finally:
+            back = core.give_back()
+            if back is not None:
+                with contextlib.suppress(TallyError):
+                    await self.call(self.deliveries.NackResults, back)
+
+    async def _retrying(
+        self, retries: int, method: Callable[..., Any], req: Any, wait: float
+    ) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return await self.call(method, req, wait=wait)
+            except (Unavailable, DeadlineExceeded):
+                if attempt == retries:
+                    raise
+                await asyncio.sleep(1.0)
+        raise AssertionError("unreachable")
+
+
+class AsyncConsumption:
+    """What `AsyncClient.consume` returns: an async iterator of
+    `Delivery`s, and an async context manager, as `Consumption`."""
+
+    def __init__(self, results: AsyncGenerator[Delivery, None]) -> None:
+        self._results = results
+
+    def __aiter__(self) -> AsyncConsumption:
+        return self
+
+    async def __anext__(self) -> Delivery:
+        return await self._results.__anext__()
+
+    async def aclose(self) -> None:
+        await self._results.aclose()
+
+    async def __aenter__(self) -> AsyncConsumption:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if isinstance(error, Exception):
+            with contextlib.suppress(Exception):
+                await self._results.athrow(error)
+        await self._results.aclose()
 
 
 class AsyncClaimSession:

@@ -12,7 +12,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,7 @@ from tally_client._calls import (
     update_request,
 )
 from tally_client._proto.tally.v1 import (
+    delivery_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
     ledger_pb2,
@@ -47,6 +48,7 @@ from tally_client._proto.tally.v1 import (
 )
 from tally_client.address import default_address, parse_address, warn_plaintext_token
 from tally_client.archive import ArchiveFormat, ArchiveResult, archive_ledger
+from tally_client.consume import ConsumeCore, Delivery, Start
 from tally_client.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -73,7 +75,14 @@ from tally_client.types import (
     Usage,
 )
 
-__all__ = ["ClaimSession", "Client", "EnrollProgress", "ExportProgress", "ledger_name"]
+__all__ = [
+    "ClaimSession",
+    "Client",
+    "Consumption",
+    "EnrollProgress",
+    "ExportProgress",
+    "ledger_name",
+]
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,7 @@ class Client:
         # The generated stubs carry no annotations.
         self.ledgers = ledger_pb2_grpc.LedgerServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.jobs_stub = job_pb2_grpc.JobServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.deliveries = delivery_pb2_grpc.DeliveryServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         self._channel.close()
@@ -134,11 +144,12 @@ class Client:
     ) -> None:
         self.close()
 
-    def call(self, method: Callable[..., Any], request: Any) -> Any:
-        """Calls a unary RPC of `ledgers` or `jobs` (the generated stubs),
-        raising `TallyError`: the way to any RPC this class does not wrap."""
+    def call(self, method: Callable[..., Any], request: Any, *, wait: float = 0.0) -> Any:
+        """Calls a unary RPC of `ledgers`, `jobs` or `deliveries` (the
+        generated stubs), raising `TallyError`: the way to any RPC this class
+        does not wrap. `wait` adds to the call's timeout (a long poll)."""
         try:
-            return method(request, timeout=self._timeout, metadata=self._metadata)
+            return method(request, timeout=self._timeout + wait, metadata=self._metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
@@ -569,6 +580,137 @@ class Client:
                     raise error from None
                 failures += 1
                 time.sleep(reconnect_delay)
+
+    # ----- delivery -----
+
+    def consume(
+        self,
+        ledger: str,
+        consumer: str,
+        *,
+        create: bool = True,
+        start: Start | str = Start.BEGINNING,
+        batch: int = 10,
+        wait: float = 5.0,
+        visibility: float | None = None,
+        include_payload: bool = False,
+        until_empty: bool = False,
+        limit: int | None = None,
+        retries: int = 30,
+    ) -> Consumption:
+        """The ledger's finished results (SUCCEEDED and PERMANENT rows, in
+        commit order) through the named consumer, made first (at `start`)
+        unless it exists or `create=False`:
+
+            for result in tally.consume("reviews-nightly", "morning-sink"):
+                db.upsert(result.identity, result.result)
+
+        A result is acknowledged when the loop asks for the next one, once
+        the body has finished with it. Leaving the loop (an exception, a
+        break, a kill) leaves the current result unacknowledged: it is
+        handed out again after its visibility timeout (`visibility`
+        seconds, else the consumer's), so nothing is skipped and a result
+        may come twice; deduplicate on `result.identity`. Results received
+        but not yet reached are given back at once; so is the current one
+        when the loop runs in a `with` block that an exception ends
+        (`with tally.consume(...) as results: for result in results: ...`). `batch` results are
+        received at a time; each receive waits up to `wait` seconds for one.
+        It runs until the loop ends, with `until_empty` until a receive that
+        waited finds nothing, and with `limit` once that many results were
+        acknowledged. A server that is briefly unreachable is
+        retried (`retries` times in a row, a second apart)."""
+        core = ConsumeCore(
+            ledger,
+            consumer,
+            batch=batch,
+            wait=wait,
+            visibility=visibility,
+            include_payload=include_payload,
+            until_empty=until_empty,
+            limit=limit,
+        )
+        if create:
+            try:
+                self.call(self.deliveries.CreateConsumer, core.create_request(start))
+            except AlreadyExists:
+                pass
+        return Consumption(self._consume(core, retries))
+
+    def _retrying(self, retries: int, method: Callable[..., Any], req: Any, wait: float) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return self.call(method, req, wait=wait)
+            except (Unavailable, DeadlineExceeded):
+                if attempt == retries:
+                    raise
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
+
+    def _consume(self, core: ConsumeCore, retries: int) -> Generator[Delivery, None, None]:
+        try:
+            while True:
+                page = self._retrying(
+                    retries, self.deliveries.ReceiveResults, core.receive_request(), core.wait
+                )
+                if core.received(page) == 0:
+                    if core.until_empty:
+                        return
+                    continue
+                while (result := core.next()) is not None:
+                    try:
+                        yield result
+                    except Exception:
+                        # Thrown in by `Consumption.__exit__`: the body
+                        # failed on it, so it goes back with the rest.
+                        core.keep(result)
+                        raise
+                    # The loop asked for the next one: this one is done.
+                    self._retrying(
+                        retries, self.deliveries.AckResults, core.ack_request([result.position]), 0
+                    )
+                    if core.acked():
+                        return
+        finally:
+            back = core.give_back()
+            if back is not None:
+                with contextlib.suppress(TallyError):
+                    self.call(self.deliveries.NackResults, back)
+
+
+class Consumption:
+    """What `Client.consume` returns: an iterator of `Delivery`s, and a
+    context manager whose exit gives back what was received and not
+    handled (the current result too when an exception ends the block)."""
+
+    def __init__(self, results: Generator[Delivery, None, None]) -> None:
+        self._results = results
+
+    def __iter__(self) -> Consumption:
+        return self
+
+    def __next__(self) -> Delivery:
+        return next(self._results)
+
+    def close(self) -> None:
+        """Gives back what was received and not reached; the current result
+        stays leased until its visibility timeout."""
+        self._results.close()
+
+    def __enter__(self) -> Consumption:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if isinstance(error, Exception):
+            # The generator gives the current result back and raises the
+            # error again; the `with` statement raises the original.
+            with contextlib.suppress(Exception):
+                self._results.throw(error)
+        self._results.close()
 
 
 class ClaimSession:

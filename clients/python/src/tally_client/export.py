@@ -115,6 +115,7 @@ def tally_record(row: ledger_pb2.Row) -> dict[str, Any]:
         "payload": embedded_json(row.payload),
         "result": embedded_json(row.result),
         "response": embedded_json(row.response),
+        "result_version": row.result_version,
     }
 
 

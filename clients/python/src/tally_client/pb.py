@@ -2,6 +2,8 @@
 
 from tally_client._proto.tally.v1 import (
     common_pb2,
+    delivery_pb2,
+    delivery_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
     ledger_pb2,
@@ -12,6 +14,8 @@ from tally_client._proto.tally.v1 import (
 
 __all__ = [
     "common_pb2",
+    "delivery_pb2",
+    "delivery_pb2_grpc",
     "job_pb2",
     "job_pb2_grpc",
     "ledger_pb2",

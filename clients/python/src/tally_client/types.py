@@ -384,6 +384,9 @@ class Row:
     history: tuple[Attempt, ...]
     #: Older attempts left out of `history` to keep the answer bounded.
     history_omitted: int
+    #: The version of the row's final result (SUCCEEDED and PERMANENT rows;
+    #: 0 otherwise): what `consume` hands it out with.
+    result_version: int
     #: `ledgers/{ledger}/rows/{key}`.
     name: str = field(repr=False)
     payload_text: str = field(repr=False)
@@ -413,6 +416,7 @@ class Row:
             unmet_dependencies=r.unmet_dependencies,
             history=tuple(Attempt.from_pb(a) for a in r.history),
             history_omitted=r.history_omitted,
+            result_version=r.result_version,
             name=r.name,
             payload_text=r.payload,
             result_text=r.result,

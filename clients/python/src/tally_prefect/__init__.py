@@ -12,7 +12,8 @@ built on them. Prefect runs the flow; tally holds the record state.
         return export_ledger("reviews-nightly", "out/reviews-nightly.jsonl")
 
 The tasks (`tally_prefect.tasks`): `enroll_rows`, `run_workers`,
-`wait_for_ledger`, `export_ledger`; `tally_workers` is the context
+`wait_for_ledger`, `export_ledger`, `deliver_results` (each new result to
+a callable, once, through a consumer); `tally_workers` is the context
 manager `run_workers` uses, for flows that do more while workers run;
 `TallyServer` is a block naming a tally server. The page flow is
 `tally_pages`.
@@ -23,6 +24,7 @@ from tally_prefect.flow import provider_job, tally_pages
 from tally_prefect.plan import PageNode, PlanError, payload, plan_rows, read_plan
 from tally_prefect.tasks import (
     TallyServer,
+    deliver_results,
     enroll_rows,
     export_ledger,
     run_workers,
@@ -38,6 +40,7 @@ __all__ = [
     "TallyServer",
     "WorkerError",
     "WorkerPool",
+    "deliver_results",
     "enroll_rows",
     "export_ledger",
     "payload",

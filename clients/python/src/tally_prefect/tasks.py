@@ -3,7 +3,9 @@ run tally-workers until the ledger is done, wait for it (workers running
 elsewhere), export what came out. tally holds every row's state; Prefect
 runs the flow. A re-run of a flow built on these tasks (a crash, a Prefect
 retry) is safe: enrolment is idempotent by key, workers adopt the jobs of
-dead ones instead of resending, and exports read what tally holds.
+dead ones instead of resending, exports read what tally holds, and
+`deliver_results` hands each new result to a callable once, through a
+consumer whose cursor tally keeps.
 
     from prefect import flow
     from tally_prefect import enroll_rows, export_ledger, run_workers
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from prefect.blocks.core import Block
 from prefect.cache_policies import NO_CACHE
 from pydantic import Field, SecretStr
 
-from tally_client import Client, RowStatus, Summary
+from tally_client import Client, Delivery, RowStatus, Start, Summary
 from tally_client.address import parse_address
 from tally_client.archive import ArchiveFormat
 from tally_client.rows import RowLike
@@ -298,3 +300,41 @@ def export_ledger(
                 done = tally.export_rows(ledger, out, format=format, statuses=wanted)
     get_run_logger().info("%s: %d rows written to %s", ledger, done.rows, target)
     return {"path": str(target), "rows": done.rows, "format": format}
+
+
+@task(name="tally-deliver", cache_policy=NO_CACHE, persist_result=False)
+def deliver_results(
+    ledger: str,
+    consumer: str,
+    handle: Callable[[Delivery], object],
+    *,
+    server: TallyServer | None = None,
+    start: Start | str = Start.BEGINNING,
+    batch: int = 100,
+    wait: float = 2.0,
+    limit: int | None = None,
+) -> dict[str, int]:
+    """Hands each of `ledger`'s new results (SUCCEEDED and PERMANENT rows,
+    in commit order) to `handle`, once each, through the named consumer
+    (made at `start` on first use), and returns when none is left (or after
+    `limit`). A result is acknowledged when `handle` returns; when `handle`
+    raises, the task fails and that result is given back, to be handed out
+    again on the next run, as is any result of a run killed in the middle
+    (after its visibility timeout): nothing is skipped, and `handle` may see a result twice, so
+    it deduplicates on `result.identity` (ledger, key, version). A result
+    whose row was redriven and answered again comes with a higher version.
+    Returns how many results were handled and how many were handed out
+    before (redeliveries)."""
+    logger = get_run_logger()
+    handled = 0
+    again = 0
+    with _server(server).client() as tally:
+        with tally.consume(
+            ledger, consumer, start=start, batch=batch, wait=wait, until_empty=True, limit=limit
+        ) as results:
+            for result in results:
+                handle(result)
+                handled += 1
+                again += result.delivery_count > 1
+    logger.info("%s: %d results delivered through %s", ledger, handled, consumer)
+    return {"delivered": handled, "redelivered": again}

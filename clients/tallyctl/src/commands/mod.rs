@@ -2,6 +2,7 @@
 //! either a table (humans; `-o wide` adds columns) or the proto messages as
 //! JSON/YAML ([`crate::output`]), and returns the exit code.
 
+pub mod consume;
 pub mod enroll;
 pub mod export;
 pub mod golden;
@@ -62,6 +63,7 @@ pub async fn dispatch(ctx: &mut Ctx, command: Command) -> Result<ExitCode, CliEr
         Command::Golden(cmd) => golden::run(ctx, cmd).await,
         Command::Plan(args) => plan::run(ctx, args).await,
         Command::Export(args) => export::run(ctx, args).await,
+        Command::Consume(args) => consume::run(ctx, args).await,
         Command::Completion(args) => Ok(completion(&args)),
     }
 }

@@ -4,4 +4,5 @@
 //! Run one area: `cargo test -p tallyctl --test tallyctl <module>::`.
 
 mod cli;
+mod consume;
 mod formats_e2e;

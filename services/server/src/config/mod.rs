@@ -173,9 +173,10 @@ pub struct ServeArgs {
     #[arg(long, env = "TALLY_ALERT_SECRET_FILE", conflicts_with = "alert_secret")]
     pub alert_secret_file: Option<PathBuf>,
 
-    /// Let alerts reach loopback, link-local, private and other non-public
-    /// addresses (a receiver on this host or network). Off: such alert URLs
-    /// are refused when a policy is set, and when a name resolves to one.
+    /// Let alerts and webhook consumers reach loopback, link-local, private
+    /// and other non-public addresses (a receiver on this host or network).
+    /// Off: such URLs are refused when a policy or consumer is set, and when
+    /// a name resolves to one.
     #[arg(long, env = "TALLY_ALERTS_ALLOW_PRIVATE_HOSTS")]
     pub alerts_allow_private_hosts: bool,
 
@@ -189,6 +190,16 @@ pub struct ServeArgs {
     /// listener reconnects).
     #[arg(long, env = "TALLY_WATCH_POLL_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub watch_poll_interval: Duration,
+
+    /// How often a ReceiveResults that waits for results (a long poll)
+    /// reads the results log again.
+    #[arg(long, env = "TALLY_CONSUMER_POLL_INTERVAL", default_value = "250ms", value_parser = parse_duration)]
+    pub consumer_poll_interval: Duration,
+
+    /// How often the webhook sender looks for webhook consumers with
+    /// results to POST.
+    #[arg(long, env = "TALLY_WEBHOOK_SEND_INTERVAL", default_value = "500ms", value_parser = parse_duration)]
+    pub webhook_send_interval: Duration,
 
     #[command(flatten)]
     pub purge: PurgeArgs,
@@ -487,6 +498,20 @@ impl ServeArgs {
     }
 
     /// Which addresses alerts may reach.
+    /// Refuses polling intervals short enough to spin on the database.
+    pub fn check_intervals(&self) -> Result<(), String> {
+        let floor = Duration::from_millis(10);
+        for (flag, d) in [
+            ("--consumer-poll-interval", self.consumer_poll_interval),
+            ("--webhook-send-interval", self.webhook_send_interval),
+        ] {
+            if d < floor {
+                return Err(format!("{flag} must be at least 10ms"));
+            }
+        }
+        Ok(())
+    }
+
     pub fn alert_reach(&self) -> tally_core::outbound::Reach {
         if self.alerts_allow_private_hosts {
             tally_core::outbound::Reach::AnyHost
@@ -819,6 +844,8 @@ impl ServeArgs {
             alerts_allow_private_hosts: false,
             alert_interval: Duration::from_millis(100),
             watch_poll_interval: Duration::from_millis(500),
+            consumer_poll_interval: Duration::from_millis(50),
+            webhook_send_interval: Duration::from_millis(100),
             purge: PurgeArgs {
                 purge_interval: Duration::from_millis(200),
                 purge_settle: Duration::ZERO,

@@ -104,6 +104,8 @@ pub fn bound(limits: &Limits, message: &str, field: &str) -> Option<usize> {
         | ("tally.v1.ListJobsRequest", "states")
         | ("tally.v1.ListOperationsRequest", "states") => MAX_STATES,
         ("google.protobuf.FieldMask", "paths") => MAX_MASK_PATHS,
+        ("tally.v1.AckResultsRequest", "positions")
+        | ("tally.v1.NackResultsRequest", "positions") => tally_core::delivery::MAX_ACK_POSITIONS,
         _ => return None,
     })
 }

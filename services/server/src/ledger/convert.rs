@@ -821,6 +821,11 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
         next_attempt_time: opt_timestamp(r.next_attempt_time),
         create_time: Some(timestamp(r.create_time)),
         update_time: Some(timestamp(r.update_time)),
+        result_version: if tally_core::delivery::is_finished(r.status) {
+            r.result_version
+        } else {
+            0
+        },
         history: r
             .history
             .iter()

@@ -1,8 +1,8 @@
 //! The server's background tasks, each running until the stop token
 //! fires: the database health probe, the expired-claim sweeper, the backlog
 //! refresher, the purger of deleted ledgers, the runnable-queue vacuum, the
-//! `/metrics` listener, the webhook listener (with a secret) and the alert
-//! sender (with an alert secret). [`crate::startup::server::start`] spawns them once
+//! `/metrics` listener, the webhook listener (with a secret), the alert
+//! sender (with an alert secret) and the sender of webhook consumers. [`crate::startup::server::start`] spawns them once
 //! the listeners are bound and joins them after the drain.
 
 use crate::config::{ServeArgs, WebhookListener};
@@ -93,6 +93,13 @@ pub fn spawn(
             None => tracing::info!("webhooks disabled: no --webhook-secret configured"),
         },
     }
+    tasks.push(tokio::spawn(crate::tasks::webhooks::run(
+        store.clone(),
+        crate::tasks::outbound::Poster::new(args.alert_reach())?,
+        args.webhook_send_interval,
+        metrics.clone(),
+        stop.clone(),
+    )));
     match args.alert_secret.clone() {
         Some(secret) => tasks.push(tokio::spawn(alerts::run(
             store.clone(),

@@ -5,6 +5,7 @@
 //! PostgreSQL).
 
 use crate::config::{AuthMode, ServeArgs};
+use crate::delivery::Deliveries;
 use crate::edge::auth::Authenticator;
 use crate::edge::auth::layer::Authenticate;
 use crate::edge::limits::{self, Limiter};
@@ -22,6 +23,7 @@ use anyhow::Context as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tally_proto::v1::delivery_service_server::DeliveryServiceServer;
 use tally_proto::v1::job_service_server::JobServiceServer;
 use tally_proto::v1::ledger_service_server::LedgerServiceServer;
 use tally_proto::v1::operations_service_server::OperationsServiceServer;
@@ -154,6 +156,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
     crate::http_listener::check(&args.http).map_err(anyhow::Error::msg)?;
     args.provider.quotas().map_err(anyhow::Error::msg)?;
     args.provider.sync_limits().map_err(anyhow::Error::msg)?;
+    args.check_intervals()
+        .map_err(|e| anyhow::anyhow!("refusing to start: {e}"))?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = crate::startup::tls::server_config(&args.security)? {
         builder = builder.tls_config(tls).context("invalid TLS settings")?;
@@ -211,6 +215,18 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         OperationsServiceServer::new(Operations::new(store.clone(), metrics.clone(), tails))
             .max_decoding_message_size(max)
             .max_encoding_message_size(max_out);
+    let deliveries = DeliveryServiceServer::new(Deliveries::new(
+        store.clone(),
+        metrics.clone(),
+        args.alert_reach(),
+        max_out,
+        args.consumer_poll_interval,
+        // A waiting receive answers within the request timeout.
+        args.limits.request_timeout / 2,
+        stop.clone(),
+    ))
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max_out);
 
     let mut tasks = vec![listener];
     tasks.extend(crate::startup::background::spawn(
@@ -258,7 +274,8 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         .add_optional_service(reflect.then_some(reflection_v1alpha))
         .add_service(ledgers)
         .add_service(jobs)
-        .add_service(operations);
+        .add_service(operations)
+        .add_service(deliveries);
     // The probe port answers (NOT_SERVING) until the main drain is over.
     let health_stop = CancellationToken::new();
     let health_only = bound.health.map(|listener| {

@@ -2,20 +2,24 @@
 //! backlog from the store ([`Store::backlog`]: estimates and index probes,
 //! never a count of rows) into the gauges `tally_ledger_rows`,
 //! `tally_ledger_rows_held`, `tally_ledger_oldest_runnable_age_seconds`,
-//! `tally_jobs_open` and `tally_ledger_paused`. A scrape only reads the gauges.
+//! `tally_jobs_open` and `tally_ledger_paused`; and each consumer's lag
+//! ([`Store::consumer_lags`]) into `tally_consumer_lag_rows`,
+//! `tally_consumer_lag_seconds`, `tally_consumer_in_flight` and
+//! `tally_consumer_dead_letters`. A scrape only reads the gauges.
 //!
 //! Each refresh replaces the previous one's series, so a ledger or a status
 //! that disappears stops being exported. Every replica refreshes; the
 //! figures are the same on each (aggregate them with `max`, not `sum`).
 
 use crate::metrics::{
-    JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels, ProviderModel, SpendLabels,
-    SpendTokenLabels, job_state_label, status_label,
+    ConsumerLabels, JobLabels, LedgerLabels, LedgerStatus, Metrics, PausedLabels, ProviderModel,
+    SpendLabels, SpendTokenLabels, job_state_label, status_label,
 };
 use std::time::Duration;
 use tally_core::status::RowStatus;
 use tally_store::Store;
 use tally_store::backlog::Backlog;
+use tally_store::consumers::ConsumerRecord;
 use tally_store::spend::SpendView;
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +30,10 @@ pub async fn run(store: Store, every: Duration, metrics: Metrics, stop: Cancella
         match store.backlog().await {
             Ok(b) => publish(&metrics, &b, mark),
             Err(e) => tracing::warn!(error = %e, "reading the backlog for /metrics failed"),
+        }
+        match store.consumer_lags().await {
+            Ok(c) => publish_consumers(&metrics, &c, mark),
+            Err(e) => tracing::warn!(error = %e, "reading consumers' lag for /metrics failed"),
         }
         if !crate::tasks::every::wait(every, &stop).await {
             return;
@@ -116,6 +124,41 @@ pub fn publish(metrics: &Metrics, b: &Backlog, mark: u64) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     metrics.backlog_refreshed.set(now);
+}
+
+/// Replaces the consumer gauges with `consumers` (read after `mark`, as
+/// [`publish`]).
+pub fn publish_consumers(metrics: &Metrics, consumers: &[ConsumerRecord], mark: u64) {
+    metrics.consumer_lag_rows.clear();
+    metrics.consumer_lag_seconds.clear();
+    metrics.consumer_in_flight.clear();
+    metrics.consumer_dead_letters.clear();
+    for c in consumers {
+        if metrics.forgotten_since(&c.ledger, mark) {
+            continue;
+        }
+        metrics.consumer_seen(&c.ledger, &c.name);
+        let labels = ConsumerLabels {
+            ledger: c.ledger.clone(),
+            consumer: c.name.clone(),
+        };
+        let age = c
+            .oldest_unacked
+            .map_or(0.0, |t| (c.now - t).as_seconds_f64().max(0.0));
+        metrics
+            .consumer_lag_rows
+            .get_or_create(&labels)
+            .set(c.lag_rows);
+        metrics.consumer_lag_seconds.get_or_create(&labels).set(age);
+        metrics
+            .consumer_in_flight
+            .get_or_create(&labels)
+            .set(c.in_flight);
+        metrics
+            .consumer_dead_letters
+            .get_or_create(&labels)
+            .set(c.dead_letters);
+    }
 }
 
 /// What is at the provider per model, its limits, and cool-downs.

@@ -10,11 +10,12 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 /// Every service name health answers for ("" is the server as a whole).
-pub const SERVICES: [&str; 4] = [
+pub const SERVICES: [&str; 5] = [
     "",
     "tally.v1.LedgerService",
     "tally.v1.JobService",
     "tally.v1.OperationsService",
+    "tally.v1.DeliveryService",
 ];
 
 pub async fn set_all(reporter: &HealthReporter, status: ServingStatus) {

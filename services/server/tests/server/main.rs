@@ -6,6 +6,7 @@
 mod bounds;
 mod crash;
 mod delete;
+mod delivery;
 mod fill;
 mod health_check;
 mod intake;

@@ -8,6 +8,7 @@ mod agreement;
 mod bounded_reads;
 mod common;
 mod cooldown;
+mod delivery;
 mod enroll_copy;
 mod golden;
 mod held_rows;

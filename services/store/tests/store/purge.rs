@@ -8,8 +8,10 @@ use crate::common;
 
 use common::*;
 use std::time::Duration;
+use tally_core::delivery::{DeadReason, Kind, NackFate, Settings, Start, WebhookTarget};
 use tally_core::operation::{OpEvent, OpState};
 use tally_core::scope::Patterns;
+use tally_store::consumers::{NewConsumer, PostRecord, ReceiveRequest};
 use tally_store::operations::{EventSource, IncomingEvent};
 use tally_store::purge::{DeleteLedger, PurgeStep};
 use tally_store::types::RedriveTarget;
@@ -65,6 +67,29 @@ const KEYED: &[(&str, &str)] = &[
     (
         "operation_deliveries",
         "SELECT count(*) FROM operation_deliveries WHERE operation LIKE 'batches/' || $1 || '-%'",
+    ),
+    (
+        "result_log",
+        "SELECT count(*) FROM result_log WHERE ledger_id = $1",
+    ),
+    (
+        "consumers",
+        "SELECT count(*) FROM consumers WHERE ledger_id = $1",
+    ),
+    (
+        "consumer_leases",
+        "SELECT count(*) FROM consumer_leases x JOIN consumers c ON c.id = x.consumer_id
+         WHERE c.ledger_id = $1",
+    ),
+    (
+        "consumer_dead_letters",
+        "SELECT count(*) FROM consumer_dead_letters d JOIN consumers c ON c.id = d.consumer_id
+         WHERE c.ledger_id = $1",
+    ),
+    (
+        "webhook_deliveries",
+        "SELECT count(*) FROM webhook_deliveries w JOIN consumers c ON c.id = w.consumer_id
+         WHERE c.ledger_id = $1",
     ),
     (
         "ledger_purges",
@@ -140,6 +165,7 @@ async fn populate(store: &Store, ledger: &str, rows: usize) -> i64 {
         .report(ledger, g.claim.token, &items, "w")
         .await
         .unwrap();
+    consumers(store, ledger).await;
     store
         .redrive(
             ledger,
@@ -180,6 +206,66 @@ async fn populate(store: &Store, ledger: &str, rows: usize) -> i64 {
     .await
     .unwrap();
     id
+}
+
+/// A pull consumer holding a lease and a dead letter, and a webhook
+/// consumer with an entry in its delivery log: the ledger's two results
+/// (a success, a PERMANENT) are logged by then.
+async fn consumers(store: &Store, ledger: &str) {
+    let pull = Settings {
+        kind: Kind::Pull,
+        visibility: Duration::from_secs(30),
+        max_deliveries: 3,
+        webhook: None,
+    };
+    let hook = Settings {
+        kind: Kind::Webhook,
+        webhook: Some(WebhookTarget {
+            url: "https://hooks.invalid/".into(),
+            batch: 10,
+        }),
+        ..pull.clone()
+    };
+    for (name, settings) in [("sink", &pull), ("hook", &hook)] {
+        store
+            .create_consumer(&NewConsumer {
+                ledger,
+                name,
+                settings,
+                secret: Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+                start: Start::Beginning,
+                actor: "t",
+            })
+            .await
+            .unwrap();
+    }
+    let req = ReceiveRequest {
+        max_rows: 10,
+        max_bytes: 1 << 20,
+        visibility: None,
+        include_payload: false,
+    };
+    let got = store.receive(ledger, "sink", &req).await.unwrap();
+    assert_eq!(got.deliveries.len(), 2);
+    let dead = NackFate::Dead(DeadReason::Refused("no".into()));
+    let first = got.deliveries[0].position;
+    store.nack(ledger, "sink", &[first], &dead).await.unwrap();
+    let hook = store.get_consumer(ledger, "hook").await.unwrap();
+    store
+        .record_webhook_post(
+            hook.id,
+            &PostRecord {
+                message_id: "m".into(),
+                rows: 1,
+                first,
+                last: first,
+                http_status: Some(200),
+                error: String::new(),
+                duration: Duration::from_millis(1),
+            },
+        )
+        .await
+        .unwrap();
 }
 
 fn forced<'a>(ledger: &'a str) -> DeleteLedger<'a> {

@@ -1,9 +1,11 @@
-//! Bad input for every LedgerService RPC (DESIGN.md section 6): each case
+//! Bad input for every LedgerService and DeliveryService RPC (DESIGN.md
+//! section 6): each case
 //! asserts the status code, the `google.rpc` detail naming the field or
 //! resource, and that the database is exactly as it was before the call.
 //! One or a few tests per RPC, each on its own server.
 
 mod claims;
+mod delivery;
 mod enroll;
 mod ledgers;
 mod prompts;

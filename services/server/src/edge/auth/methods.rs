@@ -1,4 +1,4 @@
-//! THE table of who may call what: every RPC of the three tally services,
+//! THE table of who may call what: every RPC of the four tally services,
 //! with the roles allowed to call it and whether it streams. It is the only
 //! place permissions live. An RPC missing from it is denied to every role,
 //! operators included (default-deny), and a test checks it against the
@@ -88,6 +88,22 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.OperationsService/ListOperations", O, Unary),
     m("/tally.v1.OperationsService/ListOperationEvents", O, Unary),
     m("/tally.v1.OperationsService/WatchOperations", W | O, Stream),
+    // DeliveryService: the services that enroll work read its results;
+    // workers do not.
+    m("/tally.v1.DeliveryService/CreateConsumer", E | O, Unary),
+    m("/tally.v1.DeliveryService/GetConsumer", E | O, Unary),
+    m("/tally.v1.DeliveryService/ListConsumers", E | O, Unary),
+    m("/tally.v1.DeliveryService/DeleteConsumer", E | O, Unary),
+    m("/tally.v1.DeliveryService/ReceiveResults", E | O, Unary),
+    m("/tally.v1.DeliveryService/AckResults", E | O, Unary),
+    m("/tally.v1.DeliveryService/NackResults", E | O, Unary),
+    m("/tally.v1.DeliveryService/ListDeadLetters", E | O, Unary),
+    m("/tally.v1.DeliveryService/ResetConsumer", E | O, Unary),
+    m(
+        "/tally.v1.DeliveryService/ListWebhookDeliveries",
+        E | O,
+        Unary,
+    ),
 ];
 
 const HEALTH: &str = "/grpc.health.v1.Health/";
@@ -166,7 +182,7 @@ mod tests {
     #[test]
     fn every_described_rpc_is_in_the_table_with_its_kind() {
         let described = described();
-        assert_eq!(described.len(), 44, "the three services have 44 RPCs");
+        assert_eq!(described.len(), 54, "the four services have 54 RPCs");
         for (path, streams) in &described {
             let Route::Tally(method) = Route::of(path) else {
                 panic!("{path} is missing from auth::methods::METHODS (so it is denied to all)");

@@ -1,4 +1,4 @@
-//! The role × method matrix through a real server: every RPC of the three
+//! The role × method matrix through a real server: every RPC of the four
 //! services × {enroller, worker, operator, no token, wrong token}, health
 //! open, reflection per setting, and the caller's name recorded as actor.
 
@@ -58,6 +58,16 @@ const EXPECTED: &[(&str, &str)] = &[
     ("/tally.v1.OperationsService/ListOperations", "O"),
     ("/tally.v1.OperationsService/ListOperationEvents", "O"),
     ("/tally.v1.OperationsService/WatchOperations", "WO"),
+    ("/tally.v1.DeliveryService/CreateConsumer", "EO"),
+    ("/tally.v1.DeliveryService/GetConsumer", "EO"),
+    ("/tally.v1.DeliveryService/ListConsumers", "EO"),
+    ("/tally.v1.DeliveryService/DeleteConsumer", "EO"),
+    ("/tally.v1.DeliveryService/ReceiveResults", "EO"),
+    ("/tally.v1.DeliveryService/AckResults", "EO"),
+    ("/tally.v1.DeliveryService/NackResults", "EO"),
+    ("/tally.v1.DeliveryService/ListDeadLetters", "EO"),
+    ("/tally.v1.DeliveryService/ResetConsumer", "EO"),
+    ("/tally.v1.DeliveryService/ListWebhookDeliveries", "EO"),
 ];
 
 /// Every RPC the generated descriptors describe, with "streams from the
@@ -118,7 +128,7 @@ async fn every_rpc_for_every_role_no_token_and_a_wrong_token() {
         assert_refused(wrong, Code::Unauthenticated, "TOKEN_UNKNOWN");
         checked += 2;
     }
-    assert_eq!(checked, 44 * 5);
+    assert_eq!(checked, 54 * 5);
 
     // A path in no table is denied to operators too.
     let unlisted = call_empty(

@@ -20,6 +20,7 @@ use prost::Message;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tally_proto::v1 as pb;
+use tally_proto::v1::delivery_service_client::DeliveryServiceClient;
 use tally_proto::v1::job_service_client::JobServiceClient;
 use tally_proto::v1::ledger_service_client::LedgerServiceClient;
 use tally_proto::v1::operations_service_client::OperationsServiceClient;
@@ -218,6 +219,18 @@ async fn setup(channel: &Channel, team: &str) -> Team {
     ))
     .await
     .expect("ingest");
+    DeliveryServiceClient::new(channel.clone())
+        .create_consumer(authed(
+            pb::CreateConsumerRequest {
+                parent: parent.clone(),
+                consumer_id: "sink".into(),
+                consumer: None,
+                start: None,
+            },
+            root,
+        ))
+        .await
+        .expect("create consumer");
     let lock = format!("{team}-lock");
     let lock_token = j
         .acquire_lock(authed(
@@ -251,6 +264,7 @@ async fn setup(channel: &Channel, team: &str) -> Team {
 /// last so the own-ledger pass reaches everything else first.
 fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
     let parent = format!("ledgers/{}", t.ledger);
+    let consumer = format!("{parent}/consumers/sink");
     let e = |m: &dyn DynMessage| m.bytes();
     let lock = format!("locks/{}", t.lock);
     vec![
@@ -626,6 +640,90 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             }),
         ),
         (
+            "/tally.v1.DeliveryService/CreateConsumer",
+            false,
+            e(&pb::CreateConsumerRequest {
+                parent: parent.clone(),
+                consumer_id: "intruder".into(),
+                consumer: None,
+                start: None,
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/GetConsumer",
+            false,
+            e(&pb::GetConsumerRequest {
+                name: consumer.clone(),
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/ListConsumers",
+            false,
+            e(&pb::ListConsumersRequest {
+                parent: parent.clone(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/ReceiveResults",
+            false,
+            e(&pb::ReceiveResultsRequest {
+                consumer: consumer.clone(),
+                max_rows: 10,
+                ..Default::default()
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/AckResults",
+            false,
+            e(&pb::AckResultsRequest {
+                consumer: consumer.clone(),
+                positions: vec![1 << 20 | 1],
+                up_to_position: 0,
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/NackResults",
+            false,
+            e(&pb::NackResultsRequest {
+                consumer: consumer.clone(),
+                positions: vec![1 << 20 | 1],
+                dead_letter: true,
+                ..Default::default()
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/ListDeadLetters",
+            false,
+            e(&pb::ListDeadLettersRequest {
+                parent: consumer.clone(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/ListWebhookDeliveries",
+            false,
+            e(&pb::ListWebhookDeliveriesRequest {
+                parent: consumer.clone(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/ResetConsumer",
+            false,
+            e(&pb::ResetConsumerRequest {
+                name: consumer.clone(),
+                to: Some(pb::ConsumerStart {
+                    at: Some(pb::consumer_start::At::Now(true)),
+                }),
+            }),
+        ),
+        (
+            "/tally.v1.DeliveryService/DeleteConsumer",
+            false,
+            e(&pb::DeleteConsumerRequest { name: consumer }),
+        ),
+        (
             "/tally.v1.LedgerService/DeleteLedger",
             false,
             e(&pb::DeleteLedgerRequest {
@@ -659,6 +757,16 @@ fn allowed(path: &str) -> &'static str {
         | "ListOperations"
         | "ListOperationEvents" => "O",
         "EnrollRows" | "ListRows" | "RegisterPrompt" => "EO",
+        "CreateConsumer"
+        | "GetConsumer"
+        | "ListConsumers"
+        | "DeleteConsumer"
+        | "ReceiveResults"
+        | "AckResults"
+        | "NackResults"
+        | "ListDeadLetters"
+        | "ResetConsumer"
+        | "ListWebhookDeliveries" => "EO",
         "GetLedger" | "ListLedgers" | "GetRow" | "SummarizeLedger" | "GetPrompt"
         | "GetGoldenRows" => "EWO",
         _ => "WO",
@@ -908,13 +1016,13 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
     for line in &table {
         println!("  {line}");
     }
-    // 41 RPCs named by a resource (44 less ListLedgers, ListOperations and
+    // 51 RPCs named by a resource (54 less ListLedgers, ListOperations and
     // WatchOperations) × 4 columns, and the 4 filtered views, × 3 roles.
     let mut paths: Vec<&str> = requests(&acme).iter().map(|r| r.0).collect();
     paths.sort();
     paths.dedup();
-    assert_eq!(paths.len(), 41, "every RPC once");
-    assert_eq!(table.len(), (41 * 4 + 4) * 3);
+    assert_eq!(paths.len(), 51, "every RPC once");
+    assert_eq!(table.len(), (51 * 4 + 4) * 3);
     server.stop().await;
 }
 

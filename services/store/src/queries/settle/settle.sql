@@ -21,8 +21,9 @@
 --   $24 $25 each attempt's provider request id and granted tier (empty
 --       arrays: none; the attempt's lane is the claim's).
 --
--- Answers `settled`, the rows written ($22, or 0 when the fence missed), and
--- `held`, what the claim holds after (NULL when nothing was written).
+-- Answers `settled`, the rows written ($22, or 0 when the fence missed),
+-- `held`, what the claim holds after (NULL when nothing was written), the
+-- time, and the rows finished with their result versions (the results log).
 WITH RECURSIVE c AS (
     -- By token only (the primary key): a condition on expire_time in the
     -- WHERE could send the planner through the index of every active claim.
@@ -78,7 +79,8 @@ upd AS (
       AND coalesce((SELECT ok FROM fenced), false)
     RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
               r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
-              w.d_cached, w.recorded, w.a_budget, w.request_id, w.tier, r.depth
+              w.d_cached, w.recorded, w.a_budget, w.request_id, w.tier, r.depth,
+              r.result_version
 ),
 counted AS (
     SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
@@ -138,4 +140,8 @@ dropped AS (
     WHERE k.token = $2
     RETURNING k.held
 )
-SELECT (SELECT count(*) FROM upd) AS settled, (SELECT held FROM dropped) AS held, now()
+SELECT (SELECT count(*) FROM upd) AS settled, (SELECT held FROM dropped) AS held, now(),
+       -- The rows finished and their result versions, for the results log.
+       ARRAY(SELECT id FROM upd WHERE status IN ({{FINISHED}}) ORDER BY id) AS finished,
+       ARRAY(SELECT result_version FROM upd WHERE status IN ({{FINISHED}}) ORDER BY id)
+           AS versions

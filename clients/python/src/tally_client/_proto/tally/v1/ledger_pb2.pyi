@@ -714,7 +714,7 @@ class Attempt(_message.Message):
     def __init__(self, number: _Optional[int] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., batch: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., vars_hash: _Optional[str] = ..., outcome: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lane: _Optional[_Union[Lane, str]] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ..., cost_usd: _Optional[float] = ...) -> None: ...
 
 class Row(_message.Message):
-    __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response", "inputs")
+    __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response", "result_version", "inputs")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -736,6 +736,7 @@ class Row(_message.Message):
     UNMET_DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
     HISTORY_OMITTED_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_VERSION_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     key: str
@@ -758,8 +759,9 @@ class Row(_message.Message):
     unmet_dependencies: int
     history_omitted: int
     response: str
+    result_version: int
     inputs: _containers.RepeatedCompositeFieldContainer[DependencyInput]
-    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ..., history_omitted: _Optional[int] = ..., response: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[DependencyInput, _Mapping]]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ..., history_omitted: _Optional[int] = ..., response: _Optional[str] = ..., result_version: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[DependencyInput, _Mapping]]] = ...) -> None: ...
 
 class DependencyInput(_message.Message):
     __slots__ = ("key", "name", "used_hash")
