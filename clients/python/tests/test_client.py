@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import grpc
@@ -321,3 +322,44 @@ def test_delete_ledger_refuses_live_work_then_forces(tally: Client, ledger: str)
     assert marked.purge is not None and marked.purge.forced
     with pytest.raises(NotFound):
         tally.summarize(ledger)
+
+
+def test_a_chain_under_a_deadline_is_forecast_with_flex_and_its_rows_name_the_page_before(
+    tally: Client, ledger: str
+) -> None:
+    # Invariant: with a deadline batch alone cannot meet, the forecast
+    # routes the deep links by flex at the all-batch cost and says so; a
+    # row's dependency names go in as given and come back as its inputs.
+    rows = [
+        {
+            "key": f"p{i:02}",
+            "payload": {"page": i},
+            "depends_on": [f"p{i - 1:02}"] if i else [],
+            "dependency_names": {f"p{i - 1:02}": "previous"} if i else {},
+        }
+        for i in range(20)
+    ]
+    assert tally.enroll(ledger, rows).enrolled == 20
+    tally.update_ledger(
+        ledger,
+        {
+            "lanes": ["LANE_BATCH", "LANE_FLEX"],
+            "deadline": "2099-01-01T00:00:00Z",
+            "turnarounds": {"batch": "3600s", "flex": "1s"},
+        },
+    )
+    far = tally.forecast(ledger)
+    assert far.depth == 20 and far.plan.in_time and far.all_batch.in_time
+    assert far.plan.rows_by_lane == {"batch": 20}
+    assert far.explanation.startswith("batch alone is in time")
+    soon = (datetime.now(timezone.utc) + timedelta(minutes=10)).isoformat()
+    tally.update_ledger(ledger, {"deadline": soon.replace("+00:00", "Z")})
+    f = tally.forecast(ledger)
+    assert f.plan.in_time and not f.all_batch.in_time
+    assert f.plan.rows_by_lane.get("flex", 0) > 0
+    assert abs(f.plan.cost_usd - f.all_batch.cost_usd) < 1e-9
+    assert f.deadline is not None and f.plan.finish_time is not None
+    assert f.plan.finish_time <= f.deadline < f.all_batch.finish_time  # type: ignore[operator]
+    assert "by flex" in f.explanation
+    row = tally.get_row(ledger, "p01")
+    assert [(i.key, i.name, i.used_hash) for i in row.inputs] == [("p00", "previous", "")]

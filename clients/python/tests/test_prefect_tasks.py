@@ -4,6 +4,7 @@ of the test's)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ import pytest
 from prefect import flow
 
 from tally_client import Client, pb
-from tally_prefect import TallyServer, enroll_rows, export_ledger, wait_for_ledger
+from tally_prefect import TallyServer, WorkerPool, enroll_rows, export_ledger, wait_for_ledger
+from tally_prefect.tasks import parse_deadline
 
 
 def rows(n: int, text: str = "x") -> list[dict[str, Any]]:
@@ -130,3 +132,33 @@ def test_a_media_variable_named_like_a_plan_field_is_refused(address: str, tally
     with pytest.raises(PlanError, match="`page`"):
         page_media_variable(f"{name}@v1", server)
     assert page_media_variable(f"{name}@v2", server) == "image"
+
+
+def test_a_deadline_is_a_time_or_a_duration_and_anything_else_is_refused() -> None:
+    # Invariant: the flow's deadline is read the way tallyctl reads one
+    # (an RFC 3339 time with a zone, or a duration from now), never guessed.
+    now = datetime(2026, 12, 6, 5, 0, tzinfo=timezone.utc)
+    assert parse_deadline("10m", now) == now + timedelta(minutes=10)
+    assert parse_deadline("1h30m", now) == now + timedelta(hours=1, minutes=30)
+    assert parse_deadline("2026-12-07T06:00:00Z", now) == datetime(
+        2026, 12, 7, 6, tzinfo=timezone.utc
+    )
+    for bad in ["", "soon", "10 minutes", "2026-12-07T06:00:00"]:
+        with pytest.raises(ValueError, match="deadline"):
+            parse_deadline(bad, now)
+
+
+def test_a_pool_starts_one_more_worker_for_each_synchronous_lane(tmp_path: Path) -> None:
+    # Invariant: a deadline's lanes each get a worker of their own
+    # (`--lane flex`), beside the batch workers; batch or a lane named
+    # twice is refused.
+    binary = tmp_path / "tally-worker"
+    binary.write_text("")
+    pool = WorkerPool(str(binary), server="http://x:1", ledger="l", count=2, lanes=["flex"])
+    argvs = [list(w["argv"] or []) for w in pool._workers]
+    lanes = [a[-1] if "--lane" in a else "batch" for a in argvs]
+    assert lanes == ["batch", "batch", "flex"]
+    assert pool.names[2].endswith("-flex")
+    for bad in (["batch"], ["flex", "flex"]):
+        with pytest.raises(ValueError, match="synchronous lanes"):
+            WorkerPool(str(binary), server="http://x:1", ledger="l", lanes=bad)

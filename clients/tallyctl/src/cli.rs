@@ -952,6 +952,20 @@ pub struct PlanArgs {
     /// Exit 1 when any row was a CONFLICT.
     #[arg(long)]
     pub fail_on_conflict: bool,
+    /// When every page should be done (with --enroll): an RFC 3339 time or
+    /// a duration from now (`10m`, `2h`). The ledger then routes the deep
+    /// part of each book's chain by a synchronous lane of --lanes, and the
+    /// forecast is printed; run a worker for each lane.
+    #[arg(long, value_name = "TIME|DURATION", requires = "enroll")]
+    pub deadline: Option<String>,
+    /// The lanes the pages may take with --deadline (default batch,flex).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "LANE,…",
+        requires = "deadline"
+    )]
+    pub lanes: Vec<String>,
 }
 
 #[cfg(test)]

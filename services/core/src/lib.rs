@@ -19,7 +19,7 @@
 //!   can be sent (batch, flex, standard, priority) and what each costs;
 //!   [`capacity`]: the account's requests and tokens per minute, shared;
 //!   [`route`]: the lane each row takes to meet a deadline, and the
-//!   forecast finish.
+//!   forecast finish; [`explain`]: that forecast in words.
 //! - [`webhook`]: Standard Webhooks signing and verification.
 //! - [`delivery`]: result versions, the results log's positions, and the
 //!   rules of consumers (leases, redelivery, dead letters, webhook retries).
@@ -43,6 +43,7 @@ pub mod capacity;
 pub mod classify;
 pub mod delivery;
 pub mod deps;
+pub mod explain;
 pub mod fill;
 pub mod golden;
 pub mod job;

@@ -75,6 +75,7 @@ from tally_client.session import SessionCore
 from tally_client.types import (
     ClaimedRow,
     FailureKind,
+    Forecast,
     Job,
     JobState,
     Ledger,
@@ -209,6 +210,13 @@ class AsyncClient:
     async def summarize(self, ledger: str) -> Summary:
         req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger))
         return Summary.from_pb(await self.call(self.ledgers.SummarizeLedger, req))
+
+    async def forecast(self, ledger: str) -> Forecast:
+        """When the ledger is forecast to finish and what its unfinished rows
+        cost, under the plan its deadline and lanes make and under
+        all-batch (tally-server's README, "The critical path")."""
+        req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger), forecast=True)
+        return Forecast.from_pb((await self.call(self.ledgers.SummarizeLedger, req)).forecast)
 
     # ----- rows -----
 

@@ -64,6 +64,7 @@ from tally_client.session import SessionCore
 from tally_client.types import (
     ClaimedRow,
     FailureKind,
+    Forecast,
     Job,
     JobState,
     Ledger,
@@ -240,6 +241,13 @@ class Client:
     def summarize(self, ledger: str) -> Summary:
         req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger))
         return Summary.from_pb(self.call(self.ledgers.SummarizeLedger, req))
+
+    def forecast(self, ledger: str) -> Forecast:
+        """When the ledger is forecast to finish and what its unfinished rows
+        cost, under the plan its deadline and lanes make and under
+        all-batch (tally-server's README, "The critical path")."""
+        req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger), forecast=True)
+        return Forecast.from_pb((self.call(self.ledgers.SummarizeLedger, req)).forecast)
 
     # ----- rows -----
 

@@ -116,6 +116,7 @@ def tally_record(row: ledger_pb2.Row) -> dict[str, Any]:
         "result": embedded_json(row.result),
         "response": embedded_json(row.response),
         "result_version": row.result_version,
+        "inputs": [{"key": i.key, "name": i.name, "used_hash": i.used_hash} for i in row.inputs],
     }
 
 

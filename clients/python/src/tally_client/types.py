@@ -153,6 +153,9 @@ class FailureKind(_Named):
     MEDIA_UNREADABLE = "MEDIA_UNREADABLE"
     #: A file the row references could not be read this time (retried).
     MEDIA_UNAVAILABLE = "MEDIA_UNAVAILABLE"
+    #: A synchronous call's answer was lost after the provider may have
+    #: done the work (a timeout, a cut connection): an attempt.
+    ANSWER_LOST = "ANSWER_LOST"
 
     @classmethod
     def _prefix(cls) -> str:
@@ -354,6 +357,17 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class DependencyInput:
+    """A dependency as a row's prompt used it (`deps.<name>`)."""
+
+    key: str
+    #: The name the row gave it ("" for none).
+    name: str
+    #: Hex SHA-256 of the result the row's latest claim was given.
+    used_hash: str
+
+
+@dataclass(frozen=True)
 class Row:
     """A row of a ledger. `payload` and `result` are the decoded JSON (None
     in the basic view, which `rows(..., full=False)` lists, and `result`
@@ -387,6 +401,10 @@ class Row:
     #: The version of the row's final result (SUCCEEDED and PERMANENT rows;
     #: 0 otherwise): what `consume` hands it out with.
     result_version: int
+    #: Its dependencies as its prompt used them, in key order (GetRow and
+    #: the full view): the name it gave each, and the SHA-256 of the result
+    #: its latest claim was given ("" until claimed).
+    inputs: tuple[DependencyInput, ...]
     #: `ledgers/{ledger}/rows/{key}`.
     name: str = field(repr=False)
     payload_text: str = field(repr=False)
@@ -417,6 +435,7 @@ class Row:
             history=tuple(Attempt.from_pb(a) for a in r.history),
             history_omitted=r.history_omitted,
             result_version=r.result_version,
+            inputs=tuple(DependencyInput(i.key, i.name, i.used_hash) for i in r.inputs),
             name=r.name,
             payload_text=r.payload,
             result_text=r.result,
@@ -688,6 +707,58 @@ class Summary:
             pause=Pause.from_pb(s.pause, s.HasField("pause")),
             content_etag=s.content_etag,
             raw=s,
+        )
+
+
+def lane_name(lane: int) -> str:
+    """A `Lane` number as its short name (`batch`, `flex`, ...)."""
+    return ledger_pb2.Lane.Name(lane).removeprefix("LANE_").lower()
+
+
+@dataclass(frozen=True)
+class ForecastPlan:
+    """When the unfinished rows finish under one routing, and their cost."""
+
+    finish_time: datetime | None
+    #: Within the ledger's deadline (always, without one).
+    in_time: bool
+    cost_usd: float
+    #: Rows each lane takes (`{"batch": 90, "flex": 30}`).
+    rows_by_lane: dict[str, int]
+
+    @classmethod
+    def from_pb(cls, p: ledger_pb2.ForecastPlan) -> ForecastPlan:
+        return cls(
+            finish_time=time_of(p.finish_time, p.HasField("finish_time")),
+            in_time=p.in_time,
+            cost_usd=p.cost_usd,
+            rows_by_lane={lane_name(r.lane): r.rows for r in p.rows_by_lane},
+        )
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A ledger's forecast (`Client.forecast`): its deepest chain, the
+    finish and cost under the current plan (routed by the deadline) and
+    under all-batch, and why the plan is what it is."""
+
+    deadline: datetime | None
+    #: The longest chain of unfinished rows, in links.
+    depth: int
+    plan: ForecastPlan
+    all_batch: ForecastPlan
+    explanation: str
+    raw: ledger_pb2.LedgerForecast = field(repr=False, compare=False)
+
+    @classmethod
+    def from_pb(cls, f: ledger_pb2.LedgerForecast) -> Forecast:
+        return cls(
+            deadline=time_of(f.deadline, f.HasField("deadline")),
+            depth=f.depth,
+            plan=ForecastPlan.from_pb(f.plan),
+            all_batch=ForecastPlan.from_pb(f.all_batch),
+            explanation=f.explanation,
+            raw=f,
         )
 
 

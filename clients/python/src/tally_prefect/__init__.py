@@ -13,7 +13,8 @@ built on them. Prefect runs the flow; tally holds the record state.
 
 The tasks (`tally_prefect.tasks`): `enroll_rows`, `run_workers`,
 `wait_for_ledger`, `export_ledger`, `deliver_results` (each new result to
-a callable, once, through a consumer); `tally_workers` is the context
+a callable, once, through a consumer), `route_ledger` (a deadline: deep
+chains go by a synchronous lane); `tally_workers` is the context
 manager `run_workers` uses, for flows that do more while workers run;
 `TallyServer` is a block naming a tally server. The page flow is
 `tally_pages`.
@@ -27,6 +28,7 @@ from tally_prefect.tasks import (
     deliver_results,
     enroll_rows,
     export_ledger,
+    route_ledger,
     run_workers,
     tally_workers,
     wait_for_ledger,
@@ -47,6 +49,7 @@ __all__ = [
     "plan_rows",
     "provider_job",
     "read_plan",
+    "route_ledger",
     "run_workers",
     "tally_pages",
     "tally_workers",

@@ -43,9 +43,11 @@ from tally_prefect.plan import (
     run_tallyctl_plan,
 )
 from tally_prefect.tasks import (
+    DEFAULT_DEADLINE_LANES,
     TallyServer,
     enroll_rows,
     publish_summary,
+    route_ledger,
     summary_record,
     tally_workers,
 )
@@ -285,7 +287,9 @@ def tally_pages(
     fail_on_permanent: bool = False,
     poll_interval: float = 5.0,
     max_table_rows: int = 1000,
-) -> dict[str, int] | State[Any]:
+    deadline: str | None = None,
+    lanes: list[str] | None = None,
+) -> dict[str, Any] | State[Any]:
     """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`,
     `.jpeg`, `.png` or `.webp`, allow-listed by
     `results_root/label_to_curricular/…/{n}.json`) into the immutable
@@ -302,7 +306,15 @@ def tally_pages(
     parameter would let whoever starts a run send the token or the API key
     anywhere, or run any program. The token comes from `TALLY_TOKEN`; the
     workers read `GEMINI_API_KEY`. With `fail_on_permanent`, the flow run
-    ends Failed when any row is PERMANENT (after everything is published)."""
+    ends Failed when any row is PERMANENT (after everything is published).
+
+    Each page's prompt reads the page before's answer as `deps.previous`.
+    With a `deadline` (an RFC 3339 time, or a duration from now: `10m`,
+    `2h`) the ledger routes the deep part of each book's chain by a
+    synchronous lane of `lanes` (default batch and flex) so that the last
+    page is done in time, and the flow starts one more worker per
+    synchronous lane; the forecast (finish and cost against all-batch, and
+    whether the deadline can be met) is logged and returned."""
     if not 1 <= max_table_rows <= MAX_TABLE_ROWS:
         raise ValueError(f"max_table_rows must be between 1 and {MAX_TABLE_ROWS}")
     if poll_interval <= 0:
@@ -314,13 +326,28 @@ def tally_pages(
     tallyctl_path = shutil.which(deployment.tallyctl) or deployment.tallyctl
     plan_pages(tallyctl_path, images_root, results_root, plan_path, skip_missing_images)
     enrolled = enroll_plan(ledger, plan_path, first_pass, prompt, model, server)
+    routed: dict[str, Any] = {}
+    run_lanes: list[str] = []
+    if deadline is not None:
+        run_lanes = list(lanes) if lanes is not None else list(DEFAULT_DEADLINE_LANES)
+        forecast = route_ledger(ledger, deadline, run_lanes, server=server)
+        routed = {
+            "forecast_finish": forecast.plan.finish_time,
+            "forecast_in_time": forecast.plan.in_time,
+            "forecast_cost_usd": forecast.plan.cost_usd,
+            "all_batch_cost_usd": forecast.all_batch.cost_usd,
+        }
+    elif lanes is not None:
+        raise ValueError("lanes are for a deadline: give deadline too")
     follow = _Follow([], {})
     with server.client() as client, server.client() as watcher:
         with ExitStack() as stack:
             pool = None
             if workers:
                 pool = stack.enter_context(
-                    tally_workers(ledger, workers, server=server, deployment=deployment)
+                    tally_workers(
+                        ledger, workers, server=server, deployment=deployment, lanes=run_lanes
+                    )
                 )
             # Last in, first out: the job tasks publish what they know
             # even when following failed, then the workers stop.
@@ -338,7 +365,7 @@ def tally_pages(
         summary = client.summarize(ledger)
     publish_summary(ledger, summary, len(follow.futures))
     totals = summary_record(summary)
-    result = {**enrolled, **totals, "jobs": len(follow.futures)}
+    result = {**enrolled, **totals, **routed, "jobs": len(follow.futures)}
     if fail_on_permanent and totals["permanent"]:
         return Failed(message=f"{totals['permanent']} rows are PERMANENT: {result}")
     return result

@@ -230,6 +230,11 @@ def payload(node: PageNode, first_pass: FirstPass = "content", media_var: str | 
     return text
 
 
+#: The name a page's prompt reads the page before's answer by
+#: (`{{ deps.previous }}`), as tallyctl's planner names it.
+PREVIOUS = "previous"
+
+
 def plan_rows(
     nodes: list[PageNode],
     *,
@@ -240,7 +245,9 @@ def plan_rows(
 ) -> Iterator[dict[str, Any]]:
     """The rows of the plan, lazily (one first-pass file read at a time);
     with `media_var` (the prompt's one media variable), each page's image
-    goes in it, so the page itself reaches the model."""
+    goes in it, so the page itself reaches the model. A page that depends
+    on the page before names it `previous`: its prompt reads that page's
+    answer as `deps.previous`."""
     for node in nodes:
         row: dict[str, Any] = {
             "key": node.key,
@@ -249,6 +256,9 @@ def plan_rows(
             "depends_on": [node.depends_on] if node.depends_on else [],
             "model": model,
         }
+        if node.depends_on:
+            # The page before's answer, as `deps.previous` in the prompt.
+            row["dependency_names"] = {node.depends_on: PREVIOUS}
         if prompt:
             row["prompt"] = prompt
         yield row

@@ -24,10 +24,12 @@ these tasks retries rows: that is tally's job."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ from prefect.blocks.core import Block
 from prefect.cache_policies import NO_CACHE
 from pydantic import Field, SecretStr
 
-from tally_client import Client, Delivery, RowStatus, Start, Summary
+from tally_client import Client, Delivery, Forecast, RowStatus, Start, Summary
 from tally_client.address import parse_address
 from tally_client.archive import ArchiveFormat
 from tally_client.rows import RowLike
@@ -87,6 +89,79 @@ class TallyServer(Block):
 
 def _server(server: TallyServer | None) -> TallyServer:
     return server if server is not None else TallyServer.from_env()
+
+
+#: The lanes a deadline routes to when the flow names none: batch, and
+#: flex (at the batch price where the provider has it).
+DEFAULT_DEADLINE_LANES = ("batch", "flex")
+LANES = ("batch", "flex", "standard", "priority")
+
+
+def parse_deadline(text: str, now: datetime | None = None) -> datetime:
+    """A deadline as an RFC 3339 time (`2026-12-07T06:00:00Z`) or a duration
+    from now (`10m`, `2h`, `1h30m`, `90s`, `1d`). Raises ValueError saying
+    which forms it takes."""
+    now = now if now is not None else datetime.now(timezone.utc)
+    text = text.strip()
+    parts = re.fullmatch(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", text)
+    if text and parts is not None and any(parts.groups()):
+        d, h, m, sec = (int(g or 0) for g in parts.groups())
+        return now + timedelta(days=d, hours=h, minutes=m, seconds=sec)
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"deadline {text!r} is neither an RFC 3339 time (2026-12-07T06:00:00Z) "
+            "nor a duration from now (10m, 2h, 1h30m)"
+        ) from None
+    if at.tzinfo is None:
+        raise ValueError(f"deadline {text!r} needs a time zone (Z or +00:00)")
+    return at
+
+
+@task(name="tally-route", cache_policy=NO_CACHE, persist_result=False)
+def route_ledger(
+    ledger: str,
+    deadline: str | datetime,
+    lanes: Iterable[str] = DEFAULT_DEADLINE_LANES,
+    *,
+    server: TallyServer | None = None,
+) -> Forecast:
+    """Gives `ledger` a deadline and the lanes its rows may take: deep
+    chains then go by the cheapest synchronous lane that still finishes
+    them in time (tally-server's README, "The critical path"). Returns the
+    forecast under the new plan, and logs it: when it finishes, what it
+    costs against all-batch, and whether the deadline can be met."""
+    at = deadline if isinstance(deadline, datetime) else parse_deadline(deadline)
+    lanes = list(lanes)
+    unknown = [lane for lane in lanes if lane not in LANES]
+    if unknown or not lanes:
+        raise ValueError(f"lanes must be some of {', '.join(LANES)}, got {lanes}")
+    logger = get_run_logger()
+    with _server(server).client() as tally:
+        tally.update_ledger(
+            ledger,
+            {
+                "lanes": [f"LANE_{lane.upper()}" for lane in lanes],
+                "deadline": at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+            },
+        )
+        forecast = tally.forecast(ledger)
+    logger.info(
+        "%s: deadline %s, lanes %s; plan finishes %s for $%.4f (%s), all batch %s for $%.4f: %s",
+        ledger,
+        at.isoformat(),
+        ",".join(lanes),
+        forecast.plan.finish_time,
+        forecast.plan.cost_usd,
+        forecast.plan.rows_by_lane,
+        forecast.all_batch.finish_time,
+        forecast.all_batch.cost_usd,
+        forecast.explanation,
+    )
+    if not forecast.plan.in_time:
+        logger.warning("%s: the deadline cannot be met: %s", ledger, forecast.explanation)
+    return forecast
 
 
 @task(name="tally-enroll", cache_policy=NO_CACHE, persist_result=False)
@@ -156,9 +231,11 @@ def tally_workers(
     server: TallyServer | None = None,
     deployment: Deployment | None = None,
     stop_timeout: float = 60.0,
+    lanes: Iterable[str] = (),
 ) -> Iterator[WorkerPool]:
-    """`count` tally-workers on `ledger` while the block runs, children of
-    the flow that die with it (see `tally_prefect.workers`); their binary,
+    """`count` tally-workers on `ledger` while the block runs, and one more
+    for each synchronous lane of `lanes` (`flex`, ...), children of the
+    flow that die with it (see `tally_prefect.workers`); their binary,
     flags, provider URL and log directory are the deployment's
     (`Deployment.from_env()` unless given)."""
     from prefect.runtime import flow_run
@@ -174,6 +251,7 @@ def tally_workers(
         log_dir=Path(deployment.worker_log_dir) if deployment.worker_log_dir else None,
         stop_timeout=stop_timeout,
         flow_run_id=flow_run.id,
+        lanes=[lane for lane in lanes if lane != "batch"],
     )
     with pool:
         yield pool

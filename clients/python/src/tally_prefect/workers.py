@@ -31,9 +31,10 @@ class WorkerError(RuntimeError):
 
 
 class WorkerPool:
-    """`count` workers on one ledger; a context manager that stops them
-    when it ends. `server` is tally's address as the worker takes it
-    (`http(s)://host:port`)."""
+    """`count` workers on one ledger (batch), and one more for each of
+    `lanes` (`--lane flex`, ...: a synchronous lane the ledger allows); a
+    context manager that stops them when it ends. `server` is tally's
+    address as the worker takes it (`http(s)://host:port`)."""
 
     def __init__(
         self,
@@ -48,9 +49,12 @@ class WorkerPool:
         name_prefix: str = "prefect",
         stop_timeout: float = 60.0,
         flow_run_id: str | None = None,
+        lanes: Sequence[str] = (),
     ) -> None:
         if not 1 <= count <= MAX_WORKERS:
             raise ValueError(f"workers must be between 1 and {MAX_WORKERS}, got {count}")
+        if len(lanes) > len(set(lanes)) or "batch" in lanes:
+            raise ValueError(f"lanes are synchronous lanes, each once (not batch), got {lanes}")
         if not Path(binary).is_file():
             raise FileNotFoundError(f"no tally-worker at {binary}")
         args = ["--server", server, "--ledger", ledger, *extra_args]
@@ -60,11 +64,15 @@ class WorkerPool:
         self._workers = []
         #: The workers' names (`--worker-name`), in start order.
         self.names: list[str] = []
-        for i in range(count):
-            name = f"{name_prefix}-{os.getpid()}-{i}"
+        lanes_of = [None] * count + list(lanes)
+        for i, lane in enumerate(lanes_of):
+            name = f"{name_prefix}-{os.getpid()}-{i}" + (f"-{lane}" if lane else "")
             self.names.append(name)
             log = str(log_dir / f"{name}.log") if log_dir is not None else None
-            self._workers.append({"argv": [binary, *args, "--worker-name", name], "log": log})
+            argv = [binary, *args, "--worker-name", name]
+            if lane:
+                argv += ["--lane", lane]
+            self._workers.append({"argv": argv, "log": log})
         self._log_dir = log_dir
         self._stop_timeout = stop_timeout
         self._flow_run_id = flow_run_id

@@ -13,6 +13,10 @@ use std::path::Path;
 use tally_core::payload::MAX_PAYLOAD_BYTES;
 use tally_proto::v1 as pb;
 
+/// The name a page's prompt reads the page before's answer by
+/// (`{{ deps.previous }}`).
+pub const PREVIOUS: &str = "previous";
+
 /// What writing the plan file did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
@@ -212,9 +216,14 @@ fn row_item(
             key: node.key.clone(),
             payload,
             depends_on: node.depends_on.iter().cloned().collect(),
+            // The page before's answer, as `deps.previous` in the prompt.
+            dependency_names: node
+                .depends_on
+                .iter()
+                .map(|d| (d.clone(), PREVIOUS.to_string()))
+                .collect(),
             prompt: prompt.clone(),
             model: model.to_string(),
-            ..Default::default()
         },
         position,
     }
@@ -322,6 +331,8 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         .map_err(|e| CliError::usage(format!("--prompt: {e}")))?;
     let model = args.model.clone().unwrap_or_default();
     let parent = ledger_name(ledger);
+    // Checked before anything is enrolled: a bad flag writes nothing.
+    let routing = routing(&args)?;
     let options = enroll::Options {
         chunk: args.chunk,
         chunk_bytes: CHUNK_BYTES,
@@ -340,12 +351,20 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         .map(|(i, n)| row_item(n, i, args.first_pass, &prompt, &model, media_var.as_deref()));
     let result = enroll::run(&mut ctx.clients, &parent, items, &options, &bar).await;
     bar.finish_and_clear();
+    let forecast = match (&routing, &result) {
+        (Some(policy), Ok(_)) => Some(route(ctx, &parent, policy.clone()).await?),
+        _ => None,
+    };
     if ctx.json {
         let (report, error) = match result {
             Ok(r) => (r, None),
             Err((r, e)) => (r, Some(e)),
         };
-        ctx.print_json(&json!({"plan": plan_json, "enroll": report.to_json(false)}));
+        ctx.print_json(&json!({
+            "plan": plan_json,
+            "enroll": report.to_json(false),
+            "forecast": forecast.as_ref().map(forecast_json),
+        }));
         if let Some(e) = error {
             return Err(e);
         }
@@ -354,7 +373,85 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         }
         return Ok(ExitCode::Ok);
     }
+    if let Some(f) = &forecast {
+        eprint!("{}", crate::commands::rows::forecast_text(f));
+    }
     finish(ctx, result, false, args.fail_on_conflict)
+}
+
+/// The policy fields `--deadline` and `--lanes` set (none without a
+/// deadline).
+fn routing(args: &PlanArgs) -> Result<Option<pb::LedgerPolicy>, CliError> {
+    let Some(deadline) = &args.deadline else {
+        return Ok(None);
+    };
+    let deadline = crate::commands::ledgers::parse_deadline(deadline)
+        .map_err(|e| CliError::usage(format!("--deadline: {e}")))?
+        .ok_or_else(|| CliError::usage("--deadline: give a time or a duration"))?;
+    let names: Vec<&str> = if args.lanes.is_empty() {
+        vec!["batch", "flex"]
+    } else {
+        args.lanes.iter().map(String::as_str).collect()
+    };
+    let lanes = names
+        .iter()
+        .map(|l| crate::commands::ledgers::parse_lane(l))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::usage(format!("--lanes: {e}")))?;
+    Ok(Some(pb::LedgerPolicy {
+        lanes,
+        deadline: Some(deadline),
+        ..Default::default()
+    }))
+}
+
+/// Gives the ledger the deadline and lanes of `policy`, and answers its
+/// forecast under them.
+async fn route(
+    ctx: &mut Ctx,
+    parent: &str,
+    policy: pb::LedgerPolicy,
+) -> Result<pb::LedgerForecast, CliError> {
+    ctx.clients
+        .ledgers
+        .update_ledger(pb::UpdateLedgerRequest {
+            ledger: Some(pb::Ledger {
+                name: parent.to_string(),
+                policy: Some(policy),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["policy.lanes".into(), "policy.deadline".into()],
+            }),
+        })
+        .await
+        .map_err(|s| CliError::server(format!("update {parent}"), s))?;
+    let s = crate::commands::rows::summarize_with(ctx, parent, true).await?;
+    s.forecast.ok_or_else(|| {
+        CliError::server(
+            format!("summarize {parent}"),
+            tonic::Status::internal("no forecast in the answer"),
+        )
+    })
+}
+
+/// A forecast as `--json` prints it.
+fn forecast_json(f: &pb::LedgerForecast) -> Value {
+    let plan = |p: &Option<pb::ForecastPlan>| {
+        p.as_ref().map(|p| {
+            json!({
+                "finish": crate::timefmt::time(p.finish_time.as_ref()),
+                "in_time": p.in_time,
+                "cost_usd": p.cost_usd,
+            })
+        })
+    };
+    json!({
+        "depth": f.depth,
+        "plan": plan(&f.plan),
+        "all_batch": plan(&f.all_batch),
+        "explanation": f.explanation,
+    })
 }
 
 #[cfg(test)]
@@ -435,6 +532,11 @@ mod tests {
             panic!("expected a row")
         };
         assert_eq!(row.depends_on, vec!["S:X:2020:1"]);
+        assert_eq!(
+            row.dependency_names.get("S:X:2020:1").map(String::as_str),
+            Some(PREVIOUS),
+            "the page before is named for the prompt"
+        );
         assert_eq!(row.model, "m");
         let v: Value = serde_json::from_str(&row.payload).unwrap();
         assert_eq!(v["first_pass"]["label"], "curricular");

@@ -114,9 +114,9 @@ pub fn summary_text(s: &pb::LedgerSummary, no_headers: bool) -> String {
     out
 }
 
-/// A forecast: the deadline, the deepest chain, and each plan's finish,
-/// cost and rows by lane.
-fn forecast_text(f: &pb::LedgerForecast) -> String {
+/// A forecast: the deadline, the deepest chain, each plan's finish, cost
+/// and rows by lane, and why the plan is what it is.
+pub(crate) fn forecast_text(f: &pb::LedgerForecast) -> String {
     let mut out = format!(
         "forecast: deadline {}, deepest chain {} link(s)\n",
         f.deadline
@@ -148,6 +148,9 @@ fn forecast_text(f: &pb::LedgerForecast) -> String {
         ]);
     }
     out.push_str(&t.render());
+    if !f.explanation.is_empty() {
+        out.push_str(&format!("{}\n", f.explanation));
+    }
     out
 }
 

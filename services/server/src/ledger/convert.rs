@@ -681,8 +681,10 @@ pub fn forecast(policy: &Policy, work: &[Work], t: &Turnarounds) -> pb::LedgerFo
             c.output_tokens_per_row
         });
     let price = |model: &str, lane: Lane| policy.price_in(model, lane);
-    let any = |_: Lane| true;
-    let to_proto = |p: tally_core::route::Plan| pb::ForecastPlan {
+    // The lanes the ledger's provider offers (Anthropic has no flex).
+    let api = tally_core::provider::route(&policy.model).api();
+    let offered = move |l: Lane| api.is_none_or(|a| l.offered_by(a));
+    let to_proto = |p: &tally_core::route::Plan| pb::ForecastPlan {
         finish_time: Some(timestamp(
             now + chrono::TimeDelta::from_std(p.finish.duration).unwrap_or(chrono::TimeDelta::MAX),
         )),
@@ -698,35 +700,27 @@ pub fn forecast(policy: &Policy, work: &[Work], t: &Turnarounds) -> pb::LedgerFo
             .collect(),
     };
     let batch_only = Lanes::default();
+    let depth = work.iter().map(|w| w.depth).max().unwrap_or(0);
+    let plan = tally_core::route::plan(work, left, &policy.lanes, offered, t, price, output);
+    let all_batch = tally_core::route::plan(work, left, &batch_only, offered, t, price, output);
+    let explanation = tally_core::explain::explain(&tally_core::explain::Explained {
+        plan: &plan,
+        all_batch: &all_batch,
+        depth,
+        left,
+        batch_turnaround: t.batch,
+        allowed: &policy.lanes,
+    });
     pb::LedgerForecast {
         deadline: policy.deadline_ms.map(|ms| prost_types::Timestamp {
             seconds: ms.div_euclid(1000),
             nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
         }),
-        depth: work
-            .iter()
-            .map(|w| w.depth)
-            .max()
-            .map_or(0, |d| i32::try_from(d).unwrap_or(i32::MAX)),
+        depth: i32::try_from(depth).unwrap_or(i32::MAX),
         turnarounds: Some(turnarounds_to_proto(t)),
-        plan: Some(to_proto(tally_core::route::plan(
-            work,
-            left,
-            &policy.lanes,
-            any,
-            t,
-            price,
-            output,
-        ))),
-        all_batch: Some(to_proto(tally_core::route::plan(
-            work,
-            left,
-            &batch_only,
-            any,
-            t,
-            price,
-            output,
-        ))),
+        plan: Some(to_proto(&plan)),
+        all_batch: Some(to_proto(&all_batch)),
+        explanation,
     }
 }
 

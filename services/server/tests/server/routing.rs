@@ -107,6 +107,13 @@ async fn a_deadline_routes_deep_chains_to_flex_and_the_forecast_says_so() {
     );
     let finish = |p: &pb::ForecastPlan| p.finish_time.as_ref().unwrap().seconds;
     assert!(finish(&batch) - finish(&plan) > 20 * 60);
+    assert!(
+        f.explanation.starts_with("batch alone would be late")
+            && f.explanation.contains("by flex")
+            && f.explanation.contains("at the all-batch cost"),
+        "the forecast says why: {}",
+        f.explanation
+    );
     let claim = |lane: pb::Lane| pb::ClaimRowsRequest {
         parent: "ledgers/books".into(),
         max_rows: 100,

@@ -887,18 +887,20 @@ class LedgerSummary(_message.Message):
     def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ..., forecast: _Optional[_Union[LedgerForecast, _Mapping]] = ...) -> None: ...
 
 class LedgerForecast(_message.Message):
-    __slots__ = ("deadline", "depth", "turnarounds", "plan", "all_batch")
+    __slots__ = ("deadline", "depth", "turnarounds", "plan", "all_batch", "explanation")
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
     TURNAROUNDS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     ALL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     deadline: _timestamp_pb2.Timestamp
     depth: int
     turnarounds: LaneTurnarounds
     plan: ForecastPlan
     all_batch: ForecastPlan
-    def __init__(self, deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depth: _Optional[int] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ..., plan: _Optional[_Union[ForecastPlan, _Mapping]] = ..., all_batch: _Optional[_Union[ForecastPlan, _Mapping]] = ...) -> None: ...
+    explanation: str
+    def __init__(self, deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depth: _Optional[int] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ..., plan: _Optional[_Union[ForecastPlan, _Mapping]] = ..., all_batch: _Optional[_Union[ForecastPlan, _Mapping]] = ..., explanation: _Optional[str] = ...) -> None: ...
 
 class ForecastPlan(_message.Message):
     __slots__ = ("finish_time", "in_time", "cost_usd", "rows_by_lane")
