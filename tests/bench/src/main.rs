@@ -11,11 +11,12 @@
 //! server's ANALYZEs. Phases: `ingest`, `watch`, `disk`, `delete`,
 //! `sustained`, `pipeline` (server, workers and emulators),
 //! `turnarounds` (batches and turnarounds at an emulator), `online`
-//! (the synchronous lanes within an account's limits) and `consume`
-//! (results handed to consumers).
+//! (the synchronous lanes within an account's limits), `critical`
+//! (chains under a deadline) and `consume` (results handed to consumers).
 
 mod child;
 mod consume;
+mod critical;
 mod db;
 mod delete;
 mod disk;
@@ -146,6 +147,13 @@ enum Phase {
     /// 8 through a storm of 429s) and in batch, for the time, the sends
     /// and the price. Only with --only.
     Online,
+    /// The critical path: 3 books of 40 pages (chains of 40) at emulators
+    /// taking 60 s a batch and 1 s a call, all batch (at 2 s a batch) and
+    /// under a 10-minute deadline on Gemini (flex) and Anthropic
+    /// (standard); 10,000 independent rows under the same deadline; the
+    /// forecast read before each run beside what it measured (about 25
+    /// minutes). Only with --only.
+    Critical,
 }
 
 #[derive(Subcommand)]
@@ -395,6 +403,20 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         for scenario in online::Scenario::ALL {
             let m = online::run(&server.addr, scenario, 2000).await?;
             let (workload, counts) = online::describe(&m);
+            eprintln!("{workload}: {counts}");
+            lines.push(Line {
+                workload,
+                tally: counts,
+                baseline: String::new(),
+                ratio: None,
+            });
+        }
+    }
+
+    if cli.only.contains(&Phase::Critical) {
+        for scenario in critical::Scenario::ALL {
+            let m = critical::run(&server.addr, scenario).await?;
+            let (workload, counts) = critical::describe(&m);
             eprintln!("{workload}: {counts}");
             lines.push(Line {
                 workload,

@@ -48,7 +48,7 @@ impl Provider {
     }
 
     /// The ledger's model: one each emulator takes batches for.
-    fn model(self) -> &'static str {
+    pub fn model(self) -> &'static str {
         match self {
             Provider::Gemini => "gemini-2.5-flash",
             Provider::Openai => "gpt-4o-mini",
