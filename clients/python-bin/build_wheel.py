@@ -4,7 +4,7 @@ in the wheel's `.data/scripts/`, which pip installs onto PATH). Standard
 library only; the binaries are built beforehand (`.ci/release` builds them
 with `cargo build --release` for each target).
 
-    python build_wheel.py --bin-dir target/release --out dist [--target TRIPLE] [--store]
+    python build_wheel.py --bin-dir target/release --out dist [--store]
 
 The platform tag is read from the binaries: the Linux architecture from the
 ELF header, and the oldest glibc they run on from the highest `GLIBC_2.N`
@@ -29,7 +29,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 NAME = "tally-bin"
 DIST = "tally_bin"
-PROGRAMS = ("tally-server", "tally-worker", "tallyctl", "gemini-emulator")
+PROGRAMS = (
+    "tally-server",
+    "tally-worker",
+    "tallyctl",
+    "tally-demo",
+    "gemini-emulator",
+    "openai-emulator",
+    "anthropic-emulator",
+)
 #: deploy/dev.sh, shipped as `tally-dev`.
 DEV_SCRIPT = ROOT / "deploy" / "dev.sh"
 ARCHES = {0x3E: "x86_64", 0xB7: "aarch64"}

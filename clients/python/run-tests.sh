@@ -20,6 +20,8 @@ packages=()
 [ -z "${TALLY_WORKER_BIN:-}" ] && packages+=(-p tally-worker)
 [ -z "${TALLYCTL_BIN:-}" ] && packages+=(-p tallyctl)
 [ -z "${GEMINI_EMULATOR_BIN:-}" ] && packages+=(-p gemini-emulator)
+# The tally-bin wheel's test packs every program the wheel ships.
+packages+=(-p tally-demo -p openai-emulator -p anthropic-emulator)
 if [ ${#packages[@]} -gt 0 ]; then
     cargo build --quiet "${packages[@]}" --manifest-path "$root/Cargo.toml"
 fi

@@ -28,6 +28,7 @@ use tonic::transport::Channel;
 #[derive(Parser)]
 #[command(
     name = "tally-demo",
+    version = tally_version::LONG,
     about = "tally end to end: server, emulator, worker"
 )]
 struct Args {

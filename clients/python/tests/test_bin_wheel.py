@@ -45,7 +45,10 @@ def test_the_wheel_is_a_platform_wheel_with_the_programs_as_scripts(wheel: Path)
             "tally-server",
             "tally-worker",
             "tallyctl",
+            "tally-demo",
             "gemini-emulator",
+            "openai-emulator",
+            "anthropic-emulator",
             "tally-dev",
         }
         modes = {n: z.getinfo(n).external_attr >> 16 for n in names if "/scripts/" in n}
@@ -68,7 +71,8 @@ def test_installed_without_rust_the_programs_run_and_work_together(
     path = f"{venv / 'bin'}:/usr/bin:/bin"
     env = {"PATH": path, "HOME": str(tmp_path)}
     assert run(["sh", "-c", "command -v cargo rustc"], env=env).stdout == "", "no Rust on PATH"
-    for program in ("tally-server", "tally-worker", "tallyctl", "gemini-emulator"):
+    programs = ("tally-server", "tally-worker", "tallyctl", "tally-demo")
+    for program in programs + ("gemini-emulator", "openai-emulator", "anthropic-emulator"):
         version = run([program, "--version"], env=env)
         assert version.returncode == 0, version.stderr
         assert version.stdout.startswith(f"{program} 0.1.0 (commit "), version.stdout
