@@ -189,6 +189,16 @@ pub struct WorkerArgs {
     )]
     pub media_allow_hosts: Vec<String>,
 
+    /// A bucket rows' object-storage media may be read from, as
+    /// `gs://bucket` or `s3://bucket` (repeat, or separate with commas); no
+    /// other bucket is read, whatever the credentials reach.
+    #[arg(
+        long = "media-allow-bucket",
+        env = "TALLY_WORKER_MEDIA_ALLOW_BUCKETS",
+        value_delimiter = ','
+    )]
+    pub media_allow_buckets: Vec<String>,
+
     /// Largest media file read, in bytes; a larger one makes its row
     /// PERMANENT (`media_unreadable`).
     #[arg(long, env = "TALLY_WORKER_MEDIA_MAX_BYTES", default_value_t = 100 * 1024 * 1024)]

@@ -199,6 +199,12 @@ async fn sweep_media(ctx: &Ctx) -> usize {
             if u.in_use || expires > soon {
                 continue;
             }
+            // Never delete what is not an uploaded file (a batch, a path):
+            // the register's word is checked, not trusted.
+            if !tally_core::media::valid_file_name(&u.file) {
+                tracing::warn!(file = %u.file, sha256 = %u.sha256, "janitor: a media upload entry names no uploaded file; not deleted");
+                continue;
+            }
             if let Err(e) = ctx.provider.delete_file(&u.file).await {
                 tracing::warn!(file = %u.file, error = %e, "janitor: media upload not deleted");
                 continue;

@@ -5,13 +5,17 @@
 //! row's: a path (or `file://`) only under `--media-root` (resolved, so
 //! neither `..` nor a symbolic link leads out of it), `https://` only from
 //! a host of `--media-allow-host` (no redirects followed), `gs://` and
-//! `s3://` through the object store client with the environment's
-//! credentials (`GOOGLE_APPLICATION_CREDENTIALS`, `AWS_*`). A file larger
-//! than `--media-max-bytes` is not read.
+//! `s3://` only from a bucket of `--media-allow-bucket`, through the object
+//! store client with the environment's credentials
+//! (`GOOGLE_APPLICATION_CREDENTIALS`, `AWS_*`). A file larger than
+//! `--media-max-bytes` is not read. A failure never says the hash of bytes
+//! the row did not enroll (a row must not learn what a file it may not
+//! name holds).
 //!
 //! A failure is permanent when no retry reads another file (missing, out of
 //! the root, too large, other bytes than enrolled), the worker's own when its
-//! flags keep it from the file (no `--media-root`, a host not allowed: the
+//! flags keep it from the file (no `--media-root`, a host or bucket not
+//! allowed: the
 //! row goes back and the worker stops), and transient otherwise (a network
 //! error, a 5xx of the store).
 
@@ -35,8 +39,8 @@ pub enum MediaFail {
     #[error("{0}")]
     Transient(String),
     /// This worker is not set up to read it (no `--media-root`, a host
-    /// not in `--media-allow-host`): the row is not at fault, the worker's
-    /// flags are.
+    /// not in `--media-allow-host`, a bucket not in `--media-allow-bucket`):
+    /// the row is not at fault, the worker's flags are.
     #[error("{0}")]
     NotHere(String),
 }
@@ -46,6 +50,8 @@ pub enum MediaFail {
 pub struct MediaPlaces {
     pub root: Option<PathBuf>,
     pub allowed_hosts: Vec<String>,
+    /// `gs://bucket` and `s3://bucket` whose objects may be read.
+    pub allowed_buckets: Vec<String>,
     pub max_bytes: u64,
 }
 
@@ -100,7 +106,7 @@ impl MediaReader {
         let got = hex::encode(sha2::Sha256::digest(&bytes));
         if got != r.sha256 {
             return Err(MediaFail::Permanent(format!(
-                "{}: the file changed since the row was enrolled (sha256 {got}, enrolled {})",
+                "{}: the file changed since the row was enrolled (its bytes are not those of sha256 {})",
                 r.uri, r.sha256
             )));
         }
@@ -199,6 +205,12 @@ impl MediaReader {
             .split_once('/')
             .filter(|(b, k)| !b.is_empty() && !k.is_empty())
             .ok_or_else(|| MediaFail::Permanent(format!("{uri}: needs {scheme}://bucket/key")))?;
+        let id = format!("{scheme}://{bucket}");
+        if !self.places.allowed_buckets.iter().any(|b| b == &id) {
+            return Err(MediaFail::NotHere(format!(
+                "{uri}: bucket {id} is not in --media-allow-bucket"
+            )));
+        }
         let store = self.store(scheme, bucket)?;
         let path = object_store::path::Path::from(key);
         let got = store.get(&path).await.map_err(|e| object_fail(uri, e))?;
@@ -269,6 +281,7 @@ mod tests {
             MediaPlaces {
                 root: root.map(Path::to_path_buf),
                 allowed_hosts: vec!["media.example".into()],
+                allowed_buckets: vec!["gs://pages".into()],
                 max_bytes: max,
             },
             Duration::from_secs(5),
@@ -280,7 +293,8 @@ mod tests {
     // enrolled ones; other bytes, a missing file, a path out of the root
     // (by `..`, by an absolute path, by a symbolic link), a file over the
     // size bound are permanent, each naming the file; no root at all and
-    // a host not allowed are the worker's settings, naming the flag.
+    // a host or bucket not allowed are the worker's settings, naming the
+    // flag; no failure says the hash of the bytes it read.
     #[tokio::test]
     async fn only_the_enrolled_bytes_from_allowed_places_are_read() {
         let dir = std::env::temp_dir().join(format!("tally-media-{}", std::process::id()));
@@ -312,6 +326,11 @@ mod tests {
             r.read(&reference("book/p1.png", b"other bytes")).await,
             "changed since",
         );
+        let read_hash = hex::encode(sha2::Sha256::digest(b"page one"));
+        match r.read(&reference("book/p1.png", b"other bytes")).await {
+            Err(MediaFail::Permanent(m)) => assert!(!m.contains(&read_hash), "{m}"),
+            other => panic!("expected a permanent failure, got {other:?}"),
+        }
         permanent(
             r.read(&reference("book/missing.png", b"x")).await,
             "book/missing.png",
@@ -349,6 +368,14 @@ mod tests {
             r.read(&reference("https://elsewhere.example/p.png", b"x"))
                 .await,
             "--media-allow-host",
+        );
+        not_here(
+            r.read(&reference("gs://other-team/p.png", b"x")).await,
+            "--media-allow-bucket",
+        );
+        not_here(
+            r.read(&reference("s3://pages/p.png", b"x")).await,
+            "--media-allow-bucket",
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -106,6 +106,14 @@ pub async fn run_serving(
     let stop = CancellationToken::new();
     let listener_stop = CancellationToken::new();
     let listener = listener.map(|l| serve_metrics(l, &args, &metrics, listener_stop.clone()));
+    if let Some(bad) = args.media_allow_buckets.iter().find(|b| {
+        let b = b.trim().trim_end_matches('/');
+        !matches!(b.split_once("://"), Some(("gs" | "s3", name)) if !name.is_empty() && !name.contains('/'))
+    }) {
+        return Err(WorkerError::Config(format!(
+            "--media-allow-bucket {bad:?}: give gs://bucket or s3://bucket"
+        )));
+    }
     let media = crate::media::MediaReader::new(
         crate::media::MediaPlaces {
             root: args.media_root.clone(),
@@ -113,6 +121,11 @@ pub async fn run_serving(
                 .media_allow_hosts
                 .iter()
                 .map(|h| h.trim().to_ascii_lowercase())
+                .collect(),
+            allowed_buckets: args
+                .media_allow_buckets
+                .iter()
+                .map(|b| b.trim().trim_end_matches('/').to_owned())
                 .collect(),
             max_bytes: args.media_max_bytes,
         },

@@ -180,6 +180,27 @@ pub fn native_parts(request: &Value) -> Result<Vec<MediaRef>, String> {
     Ok(out)
 }
 
+/// Longest id in an uploaded file's provider name.
+pub const MAX_FILE_ID: usize = 128;
+
+/// Whether `name` has the form of an uploaded file's name at a provider,
+/// and so names nothing else when it is deleted: Gemini's `files/{id}`,
+/// OpenAI's `file-{id}`, Anthropic's `file_{id}`, the id of ASCII letters,
+/// digits, `-` and `_` (no `/`, no `..`: never a batch or another path).
+pub fn valid_file_name(name: &str) -> bool {
+    let id = name
+        .strip_prefix("files/")
+        .or_else(|| name.strip_prefix("file-"))
+        .or_else(|| name.strip_prefix("file_"));
+    id.is_some_and(|id| {
+        !id.is_empty()
+            && id.len() <= MAX_FILE_ID
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
 /// Whether `h` is a SHA-256 in hex (64 digits).
 pub fn valid_sha256(h: &str) -> bool {
     h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
@@ -211,6 +232,37 @@ pub fn check_declared(names: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    // Invariant (issue 51): only an uploaded file's name passes, so a
+    // register entry can never make the janitor delete a batch or a path
+    // outside the provider's files.
+    #[test]
+    fn only_file_names_are_file_names() {
+        for ok in [
+            "files/abc-123",
+            "file-AbC09",
+            "file_011CNha8iCJcU1wXNR6q4V8w",
+        ] {
+            assert!(valid_file_name(ok), "{ok}");
+        }
+        for bad in [
+            "files/../batches/x",
+            "files/a/b",
+            "batches/x",
+            "files/",
+            "file-",
+            "",
+            "files/a b",
+            "/files/a",
+        ] {
+            assert!(!valid_file_name(bad), "{bad}");
+        }
+        assert!(!valid_file_name(&format!(
+            "files/{}",
+            "a".repeat(MAX_FILE_ID + 1)
+        )));
+    }
+
     use super::*;
     use serde_json::json;
 

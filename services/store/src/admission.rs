@@ -25,9 +25,11 @@ pub const REASON_COOLDOWN: &str = "PROVIDER_COOLDOWN";
 /// The ErrorInfo reason of a refusal by the provider's limits.
 pub const REASON_QUOTA: &str = "PROVIDER_QUOTA";
 
-/// Puts the model of job `job_id`, in the job's provider account, in a
-/// shared cool-down for `cooldown` (clamped), or keeps the later end of one
-/// already running.
+/// Puts the model of job `job_id`, in the job's team and provider account,
+/// in a cool-down every worker of the team shares for `cooldown` (clamped),
+/// or keeps the later end of one already running. Kept per team: the
+/// account is the worker's word, and a refusal another team reports for it
+/// must not hold this team back.
 pub(crate) async fn cool_down(
     tx: &mut Transaction<'static, Postgres>,
     job_id: i64,
@@ -35,10 +37,10 @@ pub(crate) async fn cool_down(
 ) -> Result<()> {
     let ms = tally_core::job::provider_cooldown(cooldown).as_millis() as i64;
     let (account, model): (String, String) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO model_cooldowns (account, model, lane, until)
-         SELECT provider_account, model, {COOL_BATCH}, now() + $2 * interval '1 millisecond'
+        "INSERT INTO model_cooldowns (team, account, model, lane, until)
+         SELECT team, provider_account, model, {COOL_BATCH}, now() + $2 * interval '1 millisecond'
          FROM jobs WHERE id = $1
-         ON CONFLICT (account, model, lane) DO UPDATE
+         ON CONFLICT (team, account, model, lane) DO UPDATE
          SET until = greatest(model_cooldowns.until, excluded.until), update_time = now()
          RETURNING account, model"
     )))
@@ -50,24 +52,26 @@ pub(crate) async fn cool_down(
         model,
         account,
         cooldown_ms = ms,
-        "the provider refused a create for quota: model cooling down for every worker of the account"
+        "the provider refused a create for quota: model cooling down for the team's workers of the account"
     );
     Ok(())
 }
 
 /// RESOURCE_EXHAUSTED (with the seconds left as RetryInfo) while `model`
-/// cools down in provider `account`.
+/// cools down for `origin`'s team in its provider account.
 pub(crate) async fn refuse_while_cooling(
     tx: &mut Transaction<'static, Postgres>,
-    account: &str,
+    origin: &JobOrigin<'_>,
     model: &str,
 ) -> Result<()> {
     let left: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT extract(epoch FROM until - now())::float8 FROM model_cooldowns
-         WHERE account = $1 AND model = $2 AND lane = {COOL_BATCH} AND until > now()"
+         WHERE team = $3 AND account = $1 AND model = $2 AND lane = {COOL_BATCH}
+           AND until > now()"
     )))
-    .bind(account)
+    .bind(origin.account)
     .bind(model)
+    .bind(origin.team)
     .fetch_optional(&mut **tx)
     .await?;
     match left {
@@ -75,7 +79,7 @@ pub(crate) async fn refuse_while_cooling(
         Some(secs) => Err(StoreError::ResourceExhausted {
             reason: REASON_COOLDOWN,
             message: format!(
-                "the provider refused a batch create for model {model:?} for quota (429); every worker of this provider account waits {secs:.1}s before creating more (a shared cool-down)"
+                "the provider refused a batch create for model {model:?} for quota (429); every worker of this team in this provider account waits {secs:.1}s before creating more (a shared cool-down)"
             ),
             retry_after_secs: secs.ceil().max(1.0) as u64,
         }),

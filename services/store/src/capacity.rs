@@ -106,13 +106,13 @@ impl Store {
             } else {
                 capacity::ALL_SYNC_LANES
             };
-            cool(&mut tx, ask.account, model, scope, wait).await?;
+            cool(&mut tx, ask, model, scope, wait).await?;
         }
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 48))")
             .bind(format!("{}\u{1f}{model}", ask.account))
             .execute(&mut *tx)
             .await?;
-        let cooldown = cooldown_left(&mut tx, ask.account, model, lane).await?;
+        let cooldown = cooldown_left(&mut tx, ask, model, lane).await?;
         let recent = recent(&mut tx, ask.account, model).await?;
         let asks: Vec<u64> = ask.tokens.iter().map(|t| (*t).max(0) as u64).collect();
         let limits = self.sync_limits.of(model);
@@ -126,53 +126,58 @@ impl Store {
 }
 
 /// Holds back `scope` (a lane's code, or every synchronous lane) of the
-/// account and model for `wait` (clamped as every provider cool-down is),
-/// or keeps the later end of one already running.
+/// asking team's account and model for `wait` (clamped as every provider
+/// cool-down is), or keeps the later end of one already running. Kept per
+/// team, as batch cool-downs are: the account is the worker's word.
 async fn cool(
     tx: &mut Transaction<'static, Postgres>,
-    account: &str,
+    ask: &CapacityAsk<'_>,
     model: &str,
     scope: i16,
     wait: Duration,
 ) -> Result<()> {
     let ms = tally_core::job::provider_cooldown(wait).as_millis() as i64;
     sqlx::query(
-        "INSERT INTO model_cooldowns (account, model, lane, until)
-         VALUES ($1, $2, $3, now() + $4 * interval '1 millisecond')
-         ON CONFLICT (account, model, lane) DO UPDATE
+        "INSERT INTO model_cooldowns (team, account, model, lane, until)
+         VALUES ($5, $1, $2, $3, now() + $4 * interval '1 millisecond')
+         ON CONFLICT (team, account, model, lane) DO UPDATE
          SET until = greatest(model_cooldowns.until, excluded.until), update_time = now()",
     )
-    .bind(account)
+    .bind(ask.account)
     .bind(model)
     .bind(scope)
     .bind(ms)
+    .bind(ask.actor)
     .execute(&mut **tx)
     .await?;
     tracing::info!(
-        account,
+        account = ask.account,
+        team = ask.actor,
         model,
         lane = scope,
         cooldown_ms = ms,
-        "synchronous calls cool down for every worker of the account"
+        "synchronous calls cool down for the team's workers of the account"
     );
     Ok(())
 }
 
-/// What is left of the cool-downs holding back `lane` of the account and
-/// model (its own, and every synchronous lane's).
+/// What is left of the cool-downs holding back `lane` of the asking team's
+/// account and model (its own, and every synchronous lane's).
 async fn cooldown_left(
     tx: &mut Transaction<'static, Postgres>,
-    account: &str,
+    ask: &CapacityAsk<'_>,
     model: &str,
     lane: Lane,
 ) -> Result<Option<Duration>> {
     let left: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT max(extract(epoch FROM until - now()))::float8 FROM model_cooldowns
-         WHERE account = $1 AND model = $2 AND lane IN ({COOL_ALL_SYNC}, $3) AND until > now()"
+         WHERE team = $4 AND account = $1 AND model = $2 AND lane IN ({COOL_ALL_SYNC}, $3)
+           AND until > now()"
     )))
-    .bind(account)
+    .bind(ask.account)
     .bind(model)
     .bind(lane.code())
+    .bind(ask.actor)
     .fetch_one(&mut **tx)
     .await?;
     Ok(left.map(|s| Duration::from_secs_f64(s.max(0.001))))

@@ -61,8 +61,9 @@ impl Store {
     }
 
     /// [`Store::create_job`] for a worker of provider account
-    /// `origin.account`, asked by team `origin.team`: the cool-down and
-    /// the quota checked are the account's, the share the team's.
+    /// `origin.account`, asked by team `origin.team`: the cool-down checked
+    /// is the team's in the account, the quota the account's, the share the
+    /// team's.
     pub async fn create_job_in(
         &self,
         ledger: &str,
@@ -83,7 +84,7 @@ impl Store {
             }
             fence::check_live(&claim, ledger)?;
             pause::refuse_if_paused(&mut tx, &record, Work::CreateJob).await?;
-            admission::refuse_while_cooling(&mut tx, origin.account, &claim.model).await?;
+            admission::refuse_while_cooling(&mut tx, origin, &claim.model).await?;
             // Concurrent creators of one ledger queue here, so the count below
             // cannot be outdated by another creator before this one commits.
             sqlx::query("SELECT pg_advisory_xact_lock($1, hashint8($2))")
@@ -305,12 +306,7 @@ impl Store {
             .bind(attempt.estimated_tokens)
             .execute(&mut *tx)
             .await?;
-            let account: String =
-                sqlx::query_scalar("SELECT provider_account FROM jobs WHERE id = $1")
-                    .bind(job.id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            crate::media::link_job(&mut tx, job.id, &account, attempt.media).await?;
+            crate::media::link_job(&mut tx, job.id, attempt.media).await?;
             let out = load_job(&mut *tx, job.id).await?;
             events::append(&mut tx, &[(job.id, JobEventKind::StateChanged)], actor).await?;
             tracing::info!(ledger = %ledger, job = %public_id, input_file = %input_file, "batch create begins");

@@ -4,7 +4,7 @@
 use crate::edge::status::{invalid, invalid_field};
 use crate::edge::wire_convert::timestamp;
 use crate::ledger::validate as ledger_validate;
-use tally_core::media::{MAX_MIME, valid_mime, valid_sha256};
+use tally_core::media::{MAX_MIME, valid_file_name, valid_mime, valid_sha256};
 use tally_core::violation::Violations;
 use tally_proto::v1 as pb;
 use tally_store::types::MediaUploadRecord;
@@ -58,8 +58,11 @@ pub fn record(req: &pb::RecordMediaUploadRequest) -> Result<(String, MediaUpload
     };
     account("upload.provider_account", &u.provider_account, &mut v);
     let hash = sha256("upload.sha256", &u.sha256, &mut v);
-    if u.file.is_empty() || u.file.len() > MAX_FILE {
-        v.add("upload.file", format!("must be 1 to {MAX_FILE} characters"));
+    if !valid_file_name(&u.file) {
+        v.add(
+            "upload.file",
+            "must be an uploaded file's provider name: files/{id}, file-{id} or file_{id}, the id of letters, digits, - and _",
+        );
     }
     if u.uri.is_empty() || u.uri.len() > MAX_URI {
         v.add("upload.uri", format!("must be 1 to {MAX_URI} characters"));

@@ -74,10 +74,11 @@ impl JobService for Jobs {
         req: Request<pb::LookupMediaUploadsRequest>,
     ) -> Reply<pb::LookupMediaUploadsResponse> {
         let (ledger, hashes) = media::lookup(req.get_ref())?;
-        access(&req).ledger(&ledger)?;
+        let access = access(&req);
+        access.ledger(&ledger)?;
         let (uploads, stored_bytes) = self
             .store
-            .lookup_media_uploads(&req.get_ref().provider_account, &hashes)
+            .lookup_media_uploads(&access.name, &req.get_ref().provider_account, &hashes)
             .await
             .map_err(from_store)?;
         Ok(Response::new(pb::LookupMediaUploadsResponse {
@@ -91,10 +92,11 @@ impl JobService for Jobs {
         req: Request<pb::RecordMediaUploadRequest>,
     ) -> Reply<pb::MediaUpload> {
         let (ledger, upload) = media::record(req.get_ref())?;
-        access(&req).ledger(&ledger)?;
+        let access = access(&req);
+        access.ledger(&ledger)?;
         let got = self
             .store
-            .record_media_upload(&upload)
+            .record_media_upload(&access.name, &upload)
             .await
             .map_err(from_store)?;
         Ok(Response::new(media::to_proto(&got)))
@@ -105,14 +107,15 @@ impl JobService for Jobs {
         req: Request<pb::ListMediaUploadsRequest>,
     ) -> Reply<pb::ListMediaUploadsResponse> {
         let ledger = ledger_validate::ledger("parent", &req.get_ref().parent)?;
-        access(&req).ledger(&ledger)?;
+        let access = access(&req);
+        access.ledger(&ledger)?;
         let req = req.into_inner();
         let size = paging::page_size(req.page_size)?;
         let list = format!("media:{}", req.provider_account);
         let after = paging::decode(&req.page_token, &list, "")?;
         let uploads = self
             .store
-            .list_media_uploads(&req.provider_account, after.as_deref(), size)
+            .list_media_uploads(&access.name, &req.provider_account, after.as_deref(), size)
             .await
             .map_err(from_store)?;
         let (page, got) = crate::edge::responses::page(&uploads, size, media::to_proto);
@@ -125,10 +128,11 @@ impl JobService for Jobs {
 
     async fn forget_media_upload(&self, req: Request<pb::ForgetMediaUploadRequest>) -> Reply<()> {
         let (ledger, hash) = media::forget(req.get_ref())?;
-        access(&req).ledger(&ledger)?;
+        let access = access(&req);
+        access.ledger(&ledger)?;
         let r = req.get_ref();
         self.store
-            .forget_media_upload(&r.provider_account, &hash, &r.file)
+            .forget_media_upload(&access.name, &r.provider_account, &hash, &r.file)
             .await
             .map_err(from_store)?;
         Ok(Response::new(()))

@@ -106,6 +106,77 @@ async fn a_quota_refusal_cools_the_model_down_for_every_ledger() {
     assert_queue_consistent(s).await;
 }
 
+/// Makes a job of `ledger` for `origin` and reports its create refused for
+/// quota with a cool-down of `secs`.
+async fn refused_for_quota(
+    s: &Store,
+    ledger: &str,
+    origin: &tally_store::types::JobOrigin<'_>,
+    secs: u64,
+) {
+    let g = claim(s, ledger, 1).await.unwrap();
+    let job = s
+        .create_job_in(ledger, g.claim.token, "w", origin)
+        .await
+        .unwrap();
+    s.mark_creating(
+        ledger,
+        &job.public_id,
+        g.claim.token,
+        "files/x",
+        &Default::default(),
+        "w",
+    )
+    .await
+    .unwrap();
+    s.mark_not_created(
+        ledger,
+        &job.public_id,
+        g.claim.token,
+        &NotCreated {
+            reason: "429",
+            cooldown: Some(Duration::from_secs(secs)),
+            pause: None,
+            ..Default::default()
+        },
+        "w",
+    )
+    .await
+    .unwrap();
+}
+
+/// Invariant (issue 51): the account a worker names is its word, so a
+/// cool-down is its team's. Team B naming team A's account (a shared key,
+/// or a forged name) and reporting a refusal of its own job holds back
+/// only team B; team A's CreateJob in that account is made.
+#[tokio::test]
+async fn another_teams_refusal_never_cools_down_this_team() {
+    use tally_store::types::JobOrigin;
+    let env = env().await;
+    let s = &env.store;
+    ledger(s, "team-a", "m", &["a1"]).await;
+    ledger(s, "team-b", "m", &["b1", "b2"]).await;
+    let shared = |team| JobOrigin {
+        account: "acct-a",
+        team,
+    };
+    refused_for_quota(s, "team-b", &shared("team-b"), 600).await;
+    let ga = claim(s, "team-a", 1).await.unwrap();
+    s.create_job_in("team-a", ga.claim.token, "w", &shared("team-a"))
+        .await
+        .expect("team B's refusal does not hold team A back");
+    let gb = claim(s, "team-b", 1).await.unwrap();
+    match s
+        .create_job_in("team-b", gb.claim.token, "w", &shared("team-b"))
+        .await
+    {
+        Err(StoreError::ResourceExhausted { reason, .. }) => {
+            assert_eq!(reason, "PROVIDER_COOLDOWN")
+        }
+        other => panic!("team B's own cool-down holds it, got {other:?}"),
+    }
+}
+
 /// Invariant (issue 30): teams in different provider accounts cannot touch
 /// each other's admission: team A's worker refusing its own job with an
 /// hour's cool-down (clamped to 10 minutes) holds back A's account only;
@@ -125,35 +196,7 @@ async fn a_cool_down_holds_back_its_own_provider_account_only() {
         account: "acct-b",
         team: "team-b",
     };
-    let g = claim(s, "team-a", 1).await.unwrap();
-    let job = s
-        .create_job_in("team-a", g.claim.token, "w", &a)
-        .await
-        .unwrap();
-    s.mark_creating(
-        "team-a",
-        &job.public_id,
-        g.claim.token,
-        "files/x",
-        &Default::default(),
-        "w",
-    )
-    .await
-    .unwrap();
-    s.mark_not_created(
-        "team-a",
-        &job.public_id,
-        g.claim.token,
-        &NotCreated {
-            reason: "429",
-            cooldown: Some(Duration::from_secs(3600)),
-            pause: None,
-            ..Default::default()
-        },
-        "w",
-    )
-    .await
-    .unwrap();
+    refused_for_quota(s, "team-a", &a, 3600).await;
     let gb = claim(s, "team-b", 1).await.unwrap();
     s.create_job_in("team-b", gb.claim.token, "w", &b)
         .await

@@ -177,9 +177,9 @@ async fn capacity_is_shared_by_every_claim_of_the_account() {
     assert_eq!(first.limits.rpm, 5);
 }
 
-// Invariant: a reported 429 cools every synchronous claim of the account
-// and model down (nothing granted, the wait named); a shed flex call cools
-// only flex.
+// Invariant: a reported 429 cools every synchronous claim of the team's
+// account and model down (nothing granted, the wait named); a shed flex
+// call cools only flex; another team is not cooled.
 #[tokio::test]
 async fn a_reported_429_holds_back_every_claim_of_the_account() {
     let env = env().await;
@@ -238,6 +238,15 @@ async fn a_reported_429_holds_back_every_claim_of_the_account() {
         .await
         .unwrap();
     assert_eq!(also.grant.requests, 0, "every worker waits the cool-down");
+    // Issue 51: the account is the worker's word; another team naming it
+    // is not held back by this team's cool-down (nor could it hold this
+    // team back with a 429 it reports).
+    let beta = CapacityAsk {
+        actor: "beta",
+        ..ask_in("m", standard.claim.token, &[1])
+    };
+    let got = env.store.acquire_capacity(&beta).await.unwrap();
+    assert_eq!(got.grant.requests, 1, "another team's cool-down is its own");
 }
 
 // Invariant: only a live claim of a synchronous lane asks for capacity,

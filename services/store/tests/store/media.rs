@@ -116,21 +116,21 @@ async fn uploads_are_reused_while_alive_and_kept_while_an_open_job_needs_them() 
     use tally_store::types::CreateAttempt;
     let env = env().await;
     let s = &env.store;
-    s.record_media_upload(&upload("a", H1, "files/1", 3600))
+    s.record_media_upload("t", &upload("a", H1, "files/1", 3600))
         .await
         .unwrap();
-    s.record_media_upload(&upload("a", H2, "files/2", -1))
+    s.record_media_upload("t", &upload("a", H2, "files/2", -1))
         .await
         .unwrap();
-    s.record_media_upload(&upload("b", H1, "files/b1", 3600))
+    s.record_media_upload("t", &upload("b", H1, "files/b1", 3600))
         .await
         .unwrap();
     let hashes = vec![H1.to_string(), H2.to_string()];
-    let (found, stored) = s.lookup_media_uploads("a", &hashes).await.unwrap();
+    let (found, stored) = s.lookup_media_uploads("t", "a", &hashes).await.unwrap();
     assert_eq!(found.len(), 1, "the expired one is not offered");
     assert_eq!((found[0].file.as_str(), stored), ("files/1", 1000));
     let newer = s
-        .record_media_upload(&upload("a", H1, "files/1b", 7200))
+        .record_media_upload("t", &upload("a", H1, "files/1b", 7200))
         .await
         .unwrap();
     assert_eq!(newer.file, "files/1b");
@@ -146,7 +146,7 @@ async fn uploads_are_reused_while_alive_and_kept_while_an_open_job_needs_them() 
             "w",
             &tally_store::types::JobOrigin {
                 account: "a",
-                team: "",
+                team: "t",
             },
         )
         .await
@@ -165,15 +165,17 @@ async fn uploads_are_reused_while_alive_and_kept_while_an_open_job_needs_them() 
     )
     .await
     .unwrap();
-    let listed = s.list_media_uploads("a", None, 10).await.unwrap();
+    let listed = s.list_media_uploads("t", "a", None, 10).await.unwrap();
     let h1 = listed.iter().find(|u| u.sha256 == H1).unwrap();
     assert!(h1.in_use);
-    match s.forget_media_upload("a", H1, "files/1b").await {
+    match s.forget_media_upload("t", "a", H1, "files/1b").await {
         Err(StoreError::FailedPrecondition { reason, .. }) => assert_eq!(reason, "MEDIA_IN_USE"),
         other => panic!("expected MEDIA_IN_USE, got {other:?}"),
     }
     // Forgetting an older file of the hash keeps the newer record.
-    s.forget_media_upload("a", H2, "files/2").await.unwrap();
+    s.forget_media_upload("t", "a", H2, "files/2")
+        .await
+        .unwrap();
     s.mark_not_created(
         "l",
         &job.public_id,
@@ -186,18 +188,124 @@ async fn uploads_are_reused_while_alive_and_kept_while_an_open_job_needs_them() 
     )
     .await
     .unwrap();
-    s.forget_media_upload("a", H1, "files/1").await.unwrap();
+    s.forget_media_upload("t", "a", H1, "files/1")
+        .await
+        .unwrap();
     assert_eq!(
-        s.list_media_uploads("a", None, 10).await.unwrap().len(),
+        s.list_media_uploads("t", "a", None, 10)
+            .await
+            .unwrap()
+            .len(),
         1,
         "files/1b kept"
     );
-    s.forget_media_upload("a", H1, "files/1b").await.unwrap();
+    s.forget_media_upload("t", "a", H1, "files/1b")
+        .await
+        .unwrap();
     assert!(
-        s.list_media_uploads("a", None, 10)
+        s.list_media_uploads("t", "a", None, 10)
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(s.list_media_uploads("b", None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        s.list_media_uploads("t", "b", None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// Invariants (issue 51): the register is the caller's team's. Two teams
+/// naming the same provider account (they share a key) neither see, use,
+/// overwrite nor forget each other's uploads, an open job of one team
+/// keeps only its own team's upload in use, and each team's stored bytes
+/// are its own.
+#[tokio::test]
+async fn one_teams_uploads_are_out_of_another_teams_reach() {
+    use tally_store::types::{CreateAttempt, JobOrigin};
+    let env = env().await;
+    let s = &env.store;
+    s.record_media_upload("acme", &upload("shared", H1, "files/acme1", 3600))
+        .await
+        .unwrap();
+    let hashes = vec![H1.to_string()];
+    let (found, stored) = s
+        .lookup_media_uploads("beta", "shared", &hashes)
+        .await
+        .unwrap();
+    assert!(found.is_empty(), "beta does not see acme's upload");
+    assert_eq!(stored, 0, "nor count its bytes");
+    assert!(
+        s.list_media_uploads("beta", "shared", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // beta records the same bytes: its own entry, acme's stays as it was.
+    s.record_media_upload("beta", &upload("shared", H1, "files/beta1", 3600))
+        .await
+        .unwrap();
+    let (acme, _) = s
+        .lookup_media_uploads("acme", "shared", &hashes)
+        .await
+        .unwrap();
+    assert_eq!(acme[0].file, "files/acme1", "not overwritten by beta");
+    // beta forgetting acme's file forgets nothing of acme's.
+    s.forget_media_upload("beta", "shared", H1, "files/acme1")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.list_media_uploads("acme", "shared", None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // A job of beta's referencing H1 holds beta's upload, not acme's.
+    s.create_ledger("l", &fast_policy()).await.unwrap();
+    s.enroll("l", &[row("k", &[])]).await.unwrap();
+    let g = claim(s, "l", 1).await.unwrap();
+    let origin = JobOrigin {
+        account: "shared",
+        team: "beta",
+    };
+    let job = s
+        .create_job_in("l", g.claim.token, "w", &origin)
+        .await
+        .unwrap();
+    s.mark_creating(
+        "l",
+        &job.public_id,
+        g.claim.token,
+        "files/in",
+        &CreateAttempt {
+            estimated_tokens: None,
+            media: &hashes,
+        },
+        "w",
+    )
+    .await
+    .unwrap();
+    let in_use = |team: &'static str| async move {
+        s.list_media_uploads(team, "shared", None, 10)
+            .await
+            .unwrap()[0]
+            .in_use
+    };
+    assert!(in_use("beta").await);
+    assert!(
+        !in_use("acme").await,
+        "acme's upload is not held by beta's job"
+    );
+    s.forget_media_upload("acme", "shared", H1, "files/acme1")
+        .await
+        .unwrap();
+    assert!(
+        s.list_media_uploads("acme", "shared", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

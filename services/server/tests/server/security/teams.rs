@@ -1188,3 +1188,100 @@ async fn filtered_views(channel: &Channel, acme: &Team, beta: &Team) {
     .await
     .unwrap();
 }
+
+/// Invariant (issue 51): the media uploads register is the calling team's,
+/// whatever provider account a worker names. Two teams sharing a provider
+/// key (one account name): beta's worker, naming acme's account from its
+/// own ledger, neither lists, finds, overwrites nor forgets acme's upload,
+/// and an upload it records of the same bytes is its own.
+#[tokio::test]
+async fn two_teams_sharing_an_account_keep_their_own_media_uploads() {
+    let server = start(|a| a.security.tokens = Some(tokens())).await;
+    let channel = server.connect().await;
+    let acme = setup(&channel, "acme").await;
+    let beta = setup(&channel, "beta").await;
+    let mut j = JobServiceClient::new(channel.clone());
+    let hash = "d".repeat(64);
+    let upload = |file: &str| pb::MediaUpload {
+        provider_account: "shared".into(),
+        sha256: hash.clone(),
+        file: file.into(),
+        uri: format!("https://provider/{file}"),
+        mime_type: "image/png".into(),
+        size_bytes: 10,
+        expire_time: Some(prost_types::Timestamp {
+            seconds: 4_000_000_000,
+            nanos: 0,
+        }),
+        ..Default::default()
+    };
+    let record = |team: &Team, token: &'static str, file: &str| {
+        authed(
+            pb::RecordMediaUploadRequest {
+                parent: format!("ledgers/{}", team.ledger),
+                upload: Some(upload(file)),
+            },
+            Some(token),
+        )
+    };
+    let list = |team: &Team, token: &'static str| {
+        authed(
+            pb::ListMediaUploadsRequest {
+                parent: format!("ledgers/{}", team.ledger),
+                provider_account: "shared".into(),
+                ..Default::default()
+            },
+            Some(token),
+        )
+    };
+    j.record_media_upload(record(&acme, ACME_W, "files/acme"))
+        .await
+        .unwrap();
+    let seen = j.list_media_uploads(list(&beta, BETA_W)).await.unwrap();
+    assert!(
+        seen.get_ref().uploads.is_empty(),
+        "beta lists nothing of acme's"
+    );
+    let found = j
+        .lookup_media_uploads(authed(
+            pb::LookupMediaUploadsRequest {
+                parent: format!("ledgers/{}", beta.ledger),
+                provider_account: "shared".into(),
+                sha256: vec![hash.clone()],
+            },
+            Some(BETA_W),
+        ))
+        .await
+        .unwrap();
+    assert!(found.get_ref().uploads.is_empty() && found.get_ref().stored_bytes == 0);
+    j.record_media_upload(record(&beta, BETA_W, "files/beta"))
+        .await
+        .unwrap();
+    j.forget_media_upload(authed(
+        pb::ForgetMediaUploadRequest {
+            parent: format!("ledgers/{}", beta.ledger),
+            provider_account: "shared".into(),
+            sha256: hash.clone(),
+            file: "files/acme".into(),
+        },
+        Some(BETA_W),
+    ))
+    .await
+    .unwrap();
+    let acme_has = j.list_media_uploads(list(&acme, ACME_W)).await.unwrap();
+    let files: Vec<&str> = acme_has
+        .get_ref()
+        .uploads
+        .iter()
+        .map(|u| u.file.as_str())
+        .collect();
+    assert_eq!(files, ["files/acme"], "acme's entry is untouched");
+    // A register entry must name an uploaded file: never a batch or a path.
+    let bad = j
+        .record_media_upload(record(&beta, BETA_W, "files/../batches/x"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    assert!(bad.message().contains("upload.file"), "{}", bad.message());
+    server.stop().await;
+}

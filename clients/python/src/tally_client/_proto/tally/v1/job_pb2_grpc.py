@@ -292,7 +292,9 @@ class JobServiceServicer:
         """The files workers uploaded to the provider for rows' media, by the
         SHA-256 of their bytes, in one provider account: what a batch can
         reference instead of uploading again, and how many bytes the account's
-        uploads take (against the provider's storage limit).
+        uploads take (against the provider's storage limit). The register is
+        kept per team (the calling principal): a caller reaches, records and
+        forgets only its own team's uploads, whatever account it names.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
