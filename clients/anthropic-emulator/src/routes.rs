@@ -17,11 +17,9 @@ use serde_json::Value;
 
 use crate::config::API_VERSIONS;
 use crate::error::{ApiError, ErrorType};
-use crate::faults::FaultPlan;
 use crate::page::Page;
 use crate::requests::MAX_BODY_BYTES;
 use crate::service::Shared;
-use emulator_kit::emulator::Service as _;
 
 type AppState = State<Arc<Shared>>;
 
@@ -37,8 +35,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
     Router::new()
         .merge(api)
-        .route("/_emulator/stats", get(stats))
-        .route("/_emulator/faults", get(get_faults).post(set_faults))
+        .merge(emulator_kit::control::routes::<Shared>(
+            |reason| ApiError::invalid(reason).into_response(),
+            serde_json::json!({"ok": true}),
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), name_request))
@@ -167,23 +167,6 @@ async fn delete(State(shared): AppState, Path(id): Path<String>) -> Result<Respo
 async fn results(State(shared): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
     let text = shared.results(&id)?;
     Ok(([(header::CONTENT_TYPE, "application/binary")], text).into_response())
-}
-
-async fn stats(State(shared): AppState) -> Response {
-    json(serde_json::to_value(shared.stats()).unwrap_or_default())
-}
-
-async fn get_faults(State(shared): AppState) -> Response {
-    json(serde_json::to_value(shared.faults()).unwrap_or_default())
-}
-
-async fn set_faults(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
-    let plan: FaultPlan =
-        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
-    shared
-        .set_faults(plan)
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
-    Ok(json(serde_json::json!({"ok": true})))
 }
 
 /// Unknown paths and methods.

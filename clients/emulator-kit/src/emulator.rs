@@ -31,6 +31,8 @@ pub trait Service: Send + Sync + Sized + 'static {
     /// The (first) API key it accepts.
     fn api_key(&self) -> &str;
     fn stats(&self) -> Self::Stats;
+    /// The fault plan in force.
+    fn faults(&self) -> Self::Plan;
     fn set_faults(&self, plan: Self::Plan) -> Result<(), Self::PlanError>;
 }
 
@@ -121,7 +123,7 @@ impl<S: Service> Emulator<S> {
 
 /// Implements [`Service`] for an emulator crate's `service::Shared` by
 /// delegating to its inherent methods (`build`, `served_state`, `key`,
-/// `stats_now`, `put_faults`) and its `routes::router`: the state never
+/// `stats_now`, `faults`, `put_faults`) and its `routes::router`: the state never
 /// names its routes, so the two stay out of an import circle. Invoked from
 /// the crate's `handle` module with the emulator's log name.
 // `crate` is the calling emulator's, on purpose.
@@ -154,6 +156,9 @@ macro_rules! service_handle {
             }
             fn stats(&self) -> Self::Stats {
                 self.stats_now()
+            }
+            fn faults(&self) -> Self::Plan {
+                crate::service::Shared::faults(self)
             }
             fn set_faults(&self, plan: Self::Plan) -> Result<(), Self::PlanError> {
                 self.put_faults(plan)
@@ -206,6 +211,9 @@ mod tests {
         }
         fn stats(&self) -> u32 {
             *self.plans.lock().unwrap()
+        }
+        fn faults(&self) -> u32 {
+            0
         }
         fn set_faults(&self, plan: u32) -> Result<(), Refused> {
             if plan == 0 {

@@ -17,10 +17,12 @@
 //! per-minute limits, shedding, lost answers and counters; [`lifecycle`] a
 //! batch's dwell times, cancel
 //! and stop tokens; [`startup`] what the binaries do around their
-//! flags; [`emulator`] the handle over an emulator's served state; [`testing`] polling helpers for the emulators' tests. `mix`,
+//! flags; [`emulator`] the handle over an emulator's served state;
+//! [`control`] its own `/_emulator` endpoints; [`testing`] polling helpers for the emulators' tests. `mix`,
 //! `times`, `rules`, `models`, `online`, `schema_instance`, `text`,
 //! `submissions` and `signing` are pure.
 
+pub mod control;
 pub mod delivery;
 pub mod emulator;
 pub mod ids;

@@ -19,9 +19,7 @@ use serde_json::Value;
 
 use crate::batches::BatchKind;
 use crate::error::ApiError;
-use crate::faults::FaultPlan;
 use crate::service::{Shared, UploadStep};
-use emulator_kit::emulator::Service as _;
 
 /// Uploads may be large JSONL files.
 const MAX_BODY: usize = 1 << 30;
@@ -57,8 +55,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let api = api.route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
     Router::new()
         .merge(api)
-        .route("/_emulator/stats", get(stats))
-        .route("/_emulator/faults", get(get_faults).post(set_faults))
+        .merge(emulator_kit::control::routes::<Shared>(
+            |reason| ApiError::invalid(reason).into_response(),
+            serde_json::json!({}),
+        ))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(shared)
@@ -388,26 +388,6 @@ fn page_params(query: &HashMap<String, String>) -> Result<(Option<i64>, Option<&
 async fn list_batches(State(shared): AppState, Query(query): Params) -> Result<Response, ApiError> {
     let (page_size, token) = page_params(&query)?;
     Ok(json_response(shared.list_batches(page_size, token)?))
-}
-
-/// `GET /_emulator/stats`.
-async fn stats(State(shared): AppState) -> Response {
-    axum::Json(shared.stats()).into_response()
-}
-
-/// `GET /_emulator/faults`.
-async fn get_faults(State(shared): AppState) -> Response {
-    axum::Json(shared.faults()).into_response()
-}
-
-/// `POST /_emulator/faults`: replaces the plan (its counters start afresh).
-async fn set_faults(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
-    let plan: FaultPlan =
-        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
-    shared
-        .set_faults(plan)
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
-    Ok(axum::Json(serde_json::json!({})).into_response())
 }
 
 async fn not_found() -> ApiError {

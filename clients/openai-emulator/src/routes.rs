@@ -14,9 +14,7 @@ use axum::routing::{get, post};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::faults::FaultPlan;
 use crate::service::{Page, Shared};
-use emulator_kit::emulator::Service as _;
 
 /// Uploads may be up to 512 MB.
 const MAX_BODY: usize = 512 * 1024 * 1024;
@@ -37,8 +35,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
     Router::new()
         .merge(api)
-        .route("/_emulator/stats", get(stats))
-        .route("/_emulator/faults", get(get_faults).post(set_faults))
+        .merge(emulator_kit::control::routes::<Shared>(
+            |reason| ApiError::invalid(reason).into_response(),
+            serde_json::json!({"ok": true}),
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -181,23 +181,6 @@ async fn cancel_batch(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     shared.cancel_batch(&id).map(json)
-}
-
-async fn stats(State(shared): AppState) -> Response {
-    json(serde_json::to_value(shared.stats()).unwrap_or_default())
-}
-
-async fn get_faults(State(shared): AppState) -> Response {
-    json(serde_json::to_value(shared.faults()).unwrap_or_default())
-}
-
-async fn set_faults(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
-    let plan: FaultPlan =
-        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
-    shared
-        .set_faults(plan)
-        .map_err(|e| ApiError::invalid(e.to_string()))?;
-    Ok(json(serde_json::json!({"ok": true})))
 }
 
 /// Unknown paths (and methods the API has not, like deleting a batch).

@@ -1,18 +1,15 @@
 //! Shared helpers: an emulator on port 0, a small client speaking the
 //! Message Batches wire shapes, and polling with a deadline.
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use anthropic_emulator::{Emulator, EmulatorConfig, FaultPlan, Timing};
+pub use emulator_kit::testing::{DEADLINE, eventually};
 use serde_json::{Value, json};
 
 pub const KEY: &str = "sk-ant-test";
 pub const MODEL: &str = "claude-sonnet-4-5";
 pub const VERSION: &str = "2023-06-01";
-/// Generous: on a loaded 2-core machine timings stretch.
-pub const DEADLINE: Duration = Duration::from_secs(15);
 
 pub fn config(faults: FaultPlan) -> EmulatorConfig {
     EmulatorConfig {
@@ -40,24 +37,12 @@ pub fn plan(v: Value) -> FaultPlan {
 }
 
 pub async fn start(config: EmulatorConfig) -> (Emulator, Api) {
-    // reqwest is built without a bundled TLS provider (see the workspace).
-    emulator_kit::delivery::install_crypto();
-    let emulator = Emulator::start("127.0.0.1:0".parse::<SocketAddr>().unwrap(), config)
-        .await
-        .expect("emulator starts");
+    let emulator: Emulator = emulator_kit::testing::start(config).await;
     let api = Api {
         base: format!("{}/v1", emulator.base_url()),
         http: reqwest::Client::new(),
     };
     (emulator, api)
-}
-
-pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    emulator_kit::testing::eventually(what, DEADLINE, check).await
 }
 
 /// One request of a batch.
@@ -156,12 +141,7 @@ impl Api {
             .await
             .expect("results fetched");
         assert_eq!(resp.status(), 200);
-        resp.text()
-            .await
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON line"))
-            .collect()
+        emulator_kit::testing::parse_jsonl(&resp.bytes().await.unwrap())
     }
 }
 

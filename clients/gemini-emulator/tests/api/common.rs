@@ -2,17 +2,12 @@
 //! speaking the Gemini wire shapes over real HTTP, and polling with a
 //! deadline.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::time::Duration;
-
+pub use emulator_kit::testing::{DEADLINE, eventually, jsonl};
 use gemini_emulator::{Emulator, EmulatorConfig, FaultPlan, Timing};
 use serde_json::{Value, json};
 
 pub const KEY: &str = "test-key";
 pub const MODEL: &str = "gemini-2.5-flash";
-/// Generous: on a loaded 2-core machine timings stretch.
-pub const DEADLINE: Duration = Duration::from_secs(15);
 
 pub fn install_crypto() {
     emulator_kit::delivery::install_crypto();
@@ -34,36 +29,14 @@ pub fn plan(json: Value) -> FaultPlan {
 }
 
 pub async fn start(config: EmulatorConfig) -> (Emulator, Api) {
-    install_crypto();
-    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let emulator = Emulator::start(addr, config)
-        .await
-        .expect("emulator starts");
+    let emulator: Emulator = emulator_kit::testing::start(config).await;
     let api = Api::new(emulator.base_url());
     (emulator, api)
-}
-
-/// Polls `check` until it yields a value, failing after [`DEADLINE`].
-pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    emulator_kit::testing::eventually(what, DEADLINE, check).await
 }
 
 /// One request line of an input file.
 pub fn line(key: &str, prompt: &str) -> Value {
     json!({"key": key, "request": {"contents": [{"role": "user", "parts": [{"text": prompt}]}]}})
-}
-
-pub fn jsonl(lines: &[Value]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for l in lines {
-        out.extend_from_slice(l.to_string().as_bytes());
-        out.push(b'\n');
-    }
-    out
 }
 
 pub struct Api {
@@ -187,10 +160,7 @@ impl Api {
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
-        let text = response.text().await.unwrap();
-        text.lines()
-            .map(|l| serde_json::from_str(l).expect("each output line is JSON"))
-            .collect()
+        emulator_kit::testing::parse_jsonl(&response.bytes().await.unwrap())
     }
 
     /// Waits for `name` to finish and downloads its output lines.

@@ -1,18 +1,13 @@
 //! Shared helpers: an emulator on port 0, a small client speaking the
 //! OpenAI wire shapes, and polling with a deadline.
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::time::Duration;
-
+pub use emulator_kit::testing::{eventually, jsonl, parse_jsonl};
 use openai_emulator::{Emulator, EmulatorConfig, FaultPlan, Timing};
 use serde_json::{Value, json};
 
 pub const KEY: &str = "sk-test";
 pub const MODEL: &str = "gpt-4o-mini";
 pub const CHAT: &str = "/v1/chat/completions";
-/// Generous: on a loaded 2-core machine timings stretch.
-pub const DEADLINE: Duration = Duration::from_secs(15);
 
 pub fn config(faults: FaultPlan) -> EmulatorConfig {
     EmulatorConfig {
@@ -29,10 +24,7 @@ pub fn plan(v: Value) -> FaultPlan {
 }
 
 pub async fn start(config: EmulatorConfig) -> (Emulator, Api) {
-    emulator_kit::delivery::install_crypto();
-    let emulator = Emulator::start("127.0.0.1:0".parse::<SocketAddr>().unwrap(), config)
-        .await
-        .expect("emulator starts");
+    let emulator: Emulator = emulator_kit::testing::start(config).await;
     let api = Api {
         base: format!("{}/v1", emulator.base_url()),
         http: reqwest::Client::new(),
@@ -41,31 +33,9 @@ pub async fn start(config: EmulatorConfig) -> (Emulator, Api) {
     (emulator, api)
 }
 
-pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    emulator_kit::testing::eventually(what, DEADLINE, check).await
-}
-
 pub fn line(id: &str, prompt: &str) -> Value {
     json!({"custom_id": id, "method": "POST", "url": CHAT,
         "body": {"model": MODEL, "messages": [{"role": "user", "content": prompt}]}})
-}
-
-pub fn jsonl(lines: &[Value]) -> Vec<u8> {
-    lines
-        .iter()
-        .flat_map(|l| format!("{l}\n").into_bytes())
-        .collect()
-}
-
-pub fn parse_jsonl(bytes: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(bytes)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
 }
 
 pub struct Api {

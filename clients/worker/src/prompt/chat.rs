@@ -1,5 +1,5 @@
 //! What OpenAI's and Anthropic's requests share: a row read as one chat
-//! turn. Pure.
+//! turn, and made into the provider's request. Pure.
 //!
 //! - A row with a prompt: the rendered template is the user message, with
 //!   the prompt's media variables as `{"media": …}` content blocks after
@@ -77,9 +77,35 @@ pub fn turn(api: Api, payload: &str, prompt: Option<&PromptSpec>) -> Result<Turn
     })
 }
 
+/// The request of one row for `model` at `api`'s chat provider: the row's
+/// own request (refused if it streams) with the job's model, then
+/// `native`'s checks and defaults; else the request `user` makes of its one
+/// user turn (`user(model, system, content, schema)`).
+pub fn request(
+    api: Api,
+    payload: &str,
+    prompt: Option<&PromptSpec>,
+    model: &str,
+    native: fn(Value) -> Result<Value, InputError>,
+    user: fn(&str, Option<&str>, Value, &Value) -> Value,
+) -> Result<Value, InputError> {
+    match turn(api, payload, prompt)? {
+        Turn::Native(mut request) => {
+            refuse_stream(&request)?;
+            request["model"] = json!(model);
+            native(request)
+        }
+        Turn::User {
+            content,
+            system,
+            schema,
+        } => Ok(user(model, system.as_deref(), content, &schema)),
+    }
+}
+
 /// Whether a native request streams (no batch takes one): the error to
 /// refuse it with.
-pub fn refuse_stream(request: &Value) -> Result<(), InputError> {
+fn refuse_stream(request: &Value) -> Result<(), InputError> {
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         return Err(InputError::Request(
             "`stream` must be false: batch answers are not streamed".into(),

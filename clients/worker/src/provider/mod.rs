@@ -15,6 +15,7 @@
 //!   create, results as one stream at the end); a batch has no tag: its
 //!   results' custom_ids say whose it is.
 //! - [`http`]: the key, the retries and the error every client shares;
+//!   [`rest`]: the client every provider's is built on;
 //!   [`online`]: one synchronous call and what its refusal means;
 //!   [`types`]: what a list, a GET or a synchronous call answers,
 //!   whatever the provider;
@@ -29,6 +30,7 @@ pub mod gemini;
 pub mod http;
 pub mod online;
 pub mod openai;
+pub mod rest;
 pub mod types;
 pub mod wire;
 
@@ -137,22 +139,23 @@ impl Provider {
         }
     }
 
+    /// The client it is built on.
+    fn rest_mut(&mut self) -> &mut rest::Rest {
+        match self {
+            Provider::Gemini(g) => &mut g.rest,
+            Provider::OpenAi(o) => &mut o.rest,
+            Provider::Anthropic(a) => &mut a.rest,
+        }
+    }
+
     /// Where failed calls are counted.
     pub fn set_errors(&mut self, errors: crate::metrics::ProviderErrors) {
-        match self {
-            Provider::Gemini(g) => g.errors = errors,
-            Provider::OpenAi(o) => o.errors = errors,
-            Provider::Anthropic(a) => a.errors = errors,
-        }
+        self.rest_mut().errors = errors;
     }
 
     /// Sets how hard each call tries.
     pub fn set_patience(&mut self, patience: Patience) {
-        match self {
-            Provider::Gemini(g) => g.patience = patience,
-            Provider::OpenAi(o) => o.patience = patience,
-            Provider::Anthropic(a) => a.patience = patience,
-        }
+        self.rest_mut().patience = patience;
     }
 
     /// Whether a batch's requests go inline in its create (Anthropic)

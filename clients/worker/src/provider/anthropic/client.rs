@@ -26,8 +26,9 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
-use crate::provider::http::{self, ApiKey, Patience, ProviderError};
-use crate::provider::online::{self, OnlineFail};
+use crate::provider::http::{self, ApiKey, ProviderError};
+use crate::provider::online::OnlineFail;
+use crate::provider::rest::{Authorize, Rest};
 use crate::provider::types::OnlineAnswer;
 use crate::provider::{Listed, Owner, Page};
 
@@ -43,12 +44,7 @@ const OWNER_PROBE_BYTES: usize = 64 * 1024 * 1024;
 /// An Anthropic API client.
 #[derive(Debug, Clone)]
 pub struct Anthropic {
-    http: reqwest::Client,
-    base: String,
-    key: ApiKey,
-    pub patience: Patience,
-    /// Where failed calls are counted, by status code.
-    pub errors: crate::metrics::ProviderErrors,
+    pub rest: Rest,
     /// Whose each ended batch is (the mark of its first result's
     /// custom_id; `None`: not tally's): an ended batch never changes.
     owners: Arc<Mutex<HashMap<String, Owner>>>,
@@ -56,33 +52,23 @@ pub struct Anthropic {
 
 impl Anthropic {
     pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, ProviderError> {
+        let authorize: Authorize = |req, key| {
+            req.header("x-api-key", key.expose())
+                .header("anthropic-version", VERSION)
+        };
         Ok(Self {
-            http: http::client(timeout)?,
-            base: base_url.trim_end_matches('/').to_string(),
-            key,
-            patience: Patience::default(),
-            errors: Default::default(),
+            rest: Rest::new(base_url, key, timeout, authorize, error_of)?,
             owners: Arc::default(),
         })
     }
 
     /// The account behind the key, as tally names it: see [`http::account`].
     pub fn account(&self) -> String {
-        http::account(&self.base, &self.key)
+        self.rest.account()
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}/v1{path}", self.base)
-    }
-
-    /// `req` with the key and the API version.
-    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        req.header("x-api-key", self.key.expose())
-            .header("anthropic-version", VERSION)
-    }
-
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        http::send(self.authorized(req), &self.errors, error_of).await
+        self.rest.url(&format!("/v1{path}"))
     }
 
     /// One synchronous call (`body` from [`super::online::body`]), waiting
@@ -92,20 +78,9 @@ impl Anthropic {
         body: &Value,
         timeout: Duration,
     ) -> Result<OnlineAnswer, OnlineFail> {
-        let req = self
-            .http
-            .post(self.url(super::online::PATH))
-            .json(body)
-            .timeout(timeout);
-        online::exchange(self.authorized(req), &self.errors, error_of).await
-    }
-
-    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
-        self.send(req)
-            .await?
-            .json()
+        self.rest
+            .online(&self.url(super::online::PATH), body, timeout)
             .await
-            .map_err(|e| ProviderError::Transport(http::without_url(e)))
     }
 
     /// Creates a batch of the requests in `lines` (the job's input, one
@@ -113,8 +88,10 @@ impl Anthropic {
     /// retried.
     pub async fn create_batch(&self, lines: &Bytes) -> Result<String, ProviderError> {
         let got = self
+            .rest
             .json(
-                self.http
+                self.rest
+                    .http()
                     .post(self.url("/messages/batches"))
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .body(requests_body(lines)),
@@ -142,16 +119,11 @@ impl Anthropic {
     /// One page of the account's batches, newest first (`after_id` the
     /// previous page's last id).
     pub async fn list_batches(&self, after: &str) -> Result<Page<Listed>, ProviderError> {
-        let mut query = vec![("limit", PAGE.to_string())];
-        if !after.is_empty() {
-            query.push(("after_id", after.to_string()));
-        }
+        let query = vec![("limit", PAGE.to_string())];
         let url = self.url("/messages/batches");
         let page = self
-            .patience
-            .retrying("list batches", || {
-                self.json(self.http.get(&url).query(&query))
-            })
+            .rest
+            .page("list batches", &url, query, "after_id", after)
             .await?;
         Ok(listed(&page))
     }
@@ -159,32 +131,20 @@ impl Anthropic {
     /// `GET /v1/messages/batches/{id}`.
     pub async fn get_batch(&self, name: &str) -> Result<Value, ProviderError> {
         let url = self.url(&format!("/messages/batches/{}", id_in(name)));
-        self.patience
-            .retrying("get batch", || self.json(self.http.get(&url)))
-            .await
+        self.rest.get("get batch", &url).await
     }
 
     /// Asks to cancel: the batch goes `canceling`, then `ended` with what
     /// it finished.
     pub async fn cancel_batch(&self, name: &str) -> Result<(), ProviderError> {
         let url = self.url(&format!("/messages/batches/{}/cancel", id_in(name)));
-        self.patience
-            .retrying("cancel batch", || self.json(self.http.post(&url)))
-            .await
-            .map(|_| ())
+        self.rest.post("cancel batch", &url).await
     }
 
     /// Deletes an ended batch; one already gone is not an error.
     pub async fn delete_batch(&self, name: &str) -> Result<(), ProviderError> {
         let url = self.url(&format!("/messages/batches/{}", id_in(name)));
-        match self
-            .patience
-            .retrying("delete batch", || self.send(self.http.delete(&url)))
-            .await
-        {
-            Ok(_) | Err(ProviderError::Http { code: 404, .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.rest.delete("delete batch", &url, &[404]).await
     }
 
     /// Downloads a batch's results (`results_url`) line by line into
@@ -195,7 +155,7 @@ impl Anthropic {
         sink: &mut (dyn LineSink + Send),
     ) -> Result<(), ProviderError> {
         let url = self.own_url(results_url)?;
-        http::download_retrying(&self.patience, sink, || self.send(self.http.get(&url))).await
+        self.rest.download(&url, &[], sink).await
     }
 
     /// Whose the batch `name` is: the job mark of its results' first
@@ -215,9 +175,10 @@ impl Anthropic {
         };
         let url = self.own_url(results)?;
         let first = self
+            .rest
             .patience
             .retrying("read results", || async {
-                first_custom_id(self.send(self.http.get(&url)).await?).await
+                first_custom_id(self.rest.send(self.rest.http().get(&url)).await?).await
             })
             .await?;
         let owner = match first.as_deref().and_then(crate::tags::mark_of) {
@@ -239,11 +200,11 @@ impl Anthropic {
                 .ok()
                 .map(|u| u.origin().ascii_serialization())
         };
-        match (origin(url), origin(&self.base)) {
+        match (origin(url), origin(self.rest.base())) {
             (Some(a), Some(b)) if a == b => Ok(url.to_owned()),
             _ => Err(ProviderError::Protocol(format!(
                 "results at {url}, not on the API's origin {}: not fetched with the key",
-                self.base
+                self.rest.base()
             ))),
         }
     }

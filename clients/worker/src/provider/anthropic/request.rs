@@ -20,7 +20,7 @@ use tally_core::media::MediaRef;
 use tally_core::provider::Api;
 
 use crate::jsonl::LineShape;
-use crate::prompt::chat::{self, Turn};
+use crate::prompt::chat;
 use crate::prompt::{InputError, PromptSpec};
 use crate::provider::wire::{base64, images_and_pdfs_only};
 
@@ -34,14 +34,7 @@ pub fn build_request(
     prompt: Option<&PromptSpec>,
     model: &str,
 ) -> Result<Value, InputError> {
-    match chat::turn(Api::Anthropic, payload, prompt)? {
-        Turn::Native(params) => native(params, model),
-        Turn::User {
-            content,
-            system,
-            schema,
-        } => Ok(request(model, system.as_deref(), content, &schema)),
-    }
+    chat::request(Api::Anthropic, payload, prompt, model, native, request)
 }
 
 fn request(model: &str, system: Option<&str>, content: Value, schema: &Value) -> Value {
@@ -57,11 +50,9 @@ fn request(model: &str, system: Option<&str>, content: Value, schema: &Value) ->
     params
 }
 
-/// An Anthropic-native row: its params as written, with the job's model
-/// and a `max_tokens` where it set none. A streamed request cannot run in
-/// a batch.
-fn native(mut params: Value, model: &str) -> Result<Value, InputError> {
-    chat::refuse_stream(&params)?;
+/// An Anthropic-native row (its params as written, with the job's model):
+/// a `max_tokens` where it set none; a system message is refused.
+fn native(mut params: Value) -> Result<Value, InputError> {
     if params
         .get("messages")
         .and_then(Value::as_array)
@@ -71,7 +62,6 @@ fn native(mut params: Value, model: &str) -> Result<Value, InputError> {
             "a message with role `system`: Anthropic takes the system prompt as `system`, not as a message (enroll OpenAI requests into a ledger of an OpenAI model)".into(),
         ));
     }
-    params["model"] = json!(model);
     if params.get("max_tokens").is_none_or(Value::is_null) {
         params["max_tokens"] = json!(DEFAULT_MAX_TOKENS);
     }

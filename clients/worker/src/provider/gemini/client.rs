@@ -22,8 +22,9 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
-use crate::provider::http::{self, ApiKey, Patience};
-use crate::provider::online::{self, OnlineFail};
+use crate::provider::http::ApiKey;
+use crate::provider::online::OnlineFail;
+use crate::provider::rest::{Authorize, Rest};
 use crate::provider::types::OnlineAnswer;
 use crate::provider::{Listed, ListedFile, Page, Upload, Uploaded};
 
@@ -34,27 +35,18 @@ pub use crate::provider::http::ProviderError as GeminiError;
 /// A Gemini API client.
 #[derive(Debug, Clone)]
 pub struct Gemini {
-    http: reqwest::Client,
-    base: String,
-    key: ApiKey,
-    pub patience: Patience,
+    pub rest: Rest,
     /// `application/jsonl` was refused once: upload as `text/plain`.
     plain_text: Arc<AtomicBool>,
-    /// Where failed calls are counted, by status code.
-    pub errors: crate::metrics::ProviderErrors,
 }
 
 impl Gemini {
     pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, GeminiError> {
         // Every request carries x-goog-api-key: no redirect is followed.
-        let http = http::client(timeout)?;
+        let authorize: Authorize = |req, key| req.header("x-goog-api-key", key.expose());
         Ok(Self {
-            http,
-            base: base_url.trim_end_matches('/').to_string(),
-            key,
-            patience: Patience::default(),
+            rest: Rest::new(base_url, key, timeout, authorize, error_of)?,
             plain_text: Arc::new(AtomicBool::new(false)),
-            errors: Default::default(),
         })
     }
 
@@ -63,20 +55,11 @@ impl Gemini {
     /// workers with the same key share a project's quota; the key itself
     /// never leaves the worker.
     pub fn account(&self) -> String {
-        http::account(&self.base, &self.key)
+        self.rest.account()
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// `req` with the key.
-    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        req.header("x-goog-api-key", self.key.expose())
-    }
-
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, GeminiError> {
-        http::send(self.authorized(req), &self.errors, error_of).await
+        self.rest.url(path)
     }
 
     /// One synchronous call of `model` (`body` from
@@ -87,20 +70,9 @@ impl Gemini {
         body: &Value,
         timeout: Duration,
     ) -> Result<OnlineAnswer, OnlineFail> {
-        let req = self
-            .http
-            .post(self.url(&super::online::path(model)))
-            .json(body)
-            .timeout(timeout);
-        online::exchange(self.authorized(req), &self.errors, error_of).await
-    }
-
-    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, GeminiError> {
-        self.send(req)
-            .await?
-            .json()
+        self.rest
+            .online(&self.url(&super::online::path(model)), body, timeout)
             .await
-            .map_err(|e| GeminiError::Transport(http::without_url(e)))
     }
 
     /// Runs `op` with retries on transient failures.
@@ -109,7 +81,7 @@ impl Gemini {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, GeminiError>>,
     {
-        self.patience.retrying(what, op).await
+        self.rest.patience.retrying(what, op).await
     }
 
     /// Uploads `bytes` as a JSONL file; answers its name (`files/…`).
@@ -207,8 +179,7 @@ impl Gemini {
     pub async fn get_file(&self, name: &str) -> Result<Value, GeminiError> {
         let id = name.trim_start_matches("files/");
         let url = self.url(&format!("/v1beta/files/{id}"));
-        self.retrying("get file", || self.json(self.http.get(&url)))
-            .await
+        self.rest.get("get file", &url).await
     }
 
     /// One resumable upload; answers the finalize's body (`{"file": …}`,
@@ -220,8 +191,10 @@ impl Gemini {
         mime: &str,
     ) -> Result<Value, GeminiError> {
         let start = self
+            .rest
             .send(
-                self.http
+                self.rest
+                    .http()
                     .post(self.url("/upload/v1beta/files"))
                     .header("X-Goog-Upload-Protocol", "resumable")
                     .header("X-Goog-Upload-Command", "start")
@@ -240,8 +213,10 @@ impl Gemini {
             .ok_or_else(|| GeminiError::Protocol("upload start without x-goog-upload-url".into()))?
             .to_string();
         let done = self
+            .rest
             .json(
-                self.http
+                self.rest
+                    .http()
                     .post(upload_url)
                     .header("X-Goog-Upload-Command", "upload, finalize")
                     .header("X-Goog-Upload-Offset", "0")
@@ -275,21 +250,19 @@ impl Gemini {
             "inputConfig": {"fileName": input_file},
         }});
         let url = self.url(&format!("/v1beta/models/{model}:batchGenerateContent"));
-        self.json(self.http.post(&url).json(&body)).await
+        self.rest
+            .json(self.rest.http().post(&url).json(&body))
+            .await
     }
 
     /// One page of the project's batches (`GET batches`, 100 a page, in
     /// whatever order the provider keeps: see [`crate::lookup`]).
     pub async fn list_batches(&self, page_token: &str) -> Result<Value, GeminiError> {
-        let mut query = vec![("pageSize", "100".to_string())];
-        if !page_token.is_empty() {
-            query.push(("pageToken", page_token.to_string()));
-        }
+        let query = vec![("pageSize", "100".to_string())];
         let url = self.url("/v1beta/batches");
-        self.retrying("list batches", || {
-            self.json(self.http.get(&url).query(&query))
-        })
-        .await
+        self.rest
+            .page("list batches", &url, query, "pageToken", page_token)
+            .await
     }
 
     /// Creates a one-request batch named `display_name` for `model`: a
@@ -315,7 +288,9 @@ impl Gemini {
             }]}},
         }});
         let url = self.url(&format!("/v1beta/models/{model}:batchGenerateContent"));
-        self.json(self.http.post(&url).json(&body)).await
+        self.rest
+            .json(self.rest.http().post(&url).json(&body))
+            .await
     }
 
     /// `DELETE batches/{id}`: the batch leaves the project's list (the
@@ -324,43 +299,30 @@ impl Gemini {
     pub async fn delete_batch(&self, name: &str) -> Result<(), GeminiError> {
         let id = name.rsplit('/').next().unwrap_or(name);
         let url = self.url(&format!("/v1beta/batches/{id}"));
-        match self
-            .retrying("delete batch", || self.send(self.http.delete(&url)))
-            .await
-        {
-            Ok(_) | Err(GeminiError::Http { code: 404, .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.rest.delete("delete batch", &url, &[404]).await
     }
 
     /// `GET /v1beta/batches/{id}`: the batch's operation JSON.
     pub async fn get_batch(&self, name: &str) -> Result<Value, GeminiError> {
         let id = name.rsplit('/').next().unwrap_or(name);
         let url = self.url(&format!("/v1beta/batches/{id}"));
-        self.retrying("get batch", || self.json(self.http.get(&url)))
-            .await
+        self.rest.get("get batch", &url).await
     }
 
     /// One page of the project's files (`GET files`, 100 a page).
     pub async fn list_files(&self, page_token: &str) -> Result<Value, GeminiError> {
-        let mut query = vec![("pageSize", "100".to_string())];
-        if !page_token.is_empty() {
-            query.push(("pageToken", page_token.to_string()));
-        }
+        let query = vec![("pageSize", "100".to_string())];
         let url = self.url("/v1beta/files");
-        self.retrying("list files", || {
-            self.json(self.http.get(&url).query(&query))
-        })
-        .await
+        self.rest
+            .page("list files", &url, query, "pageToken", page_token)
+            .await
     }
 
     /// `POST batches/{id}:cancel`. Cancelling a finished batch is harmless.
     pub async fn cancel_batch(&self, name: &str) -> Result<(), GeminiError> {
         let id = name.rsplit('/').next().unwrap_or(name);
         let url = self.url(&format!("/v1beta/batches/{id}:cancel"));
-        self.retrying("cancel batch", || self.json(self.http.post(&url)))
-            .await
-            .map(|_| ())
+        self.rest.post("cancel batch", &url).await
     }
 
     /// Deletes `file` (`files/…`): input files count against the project's
@@ -369,16 +331,7 @@ impl Gemini {
     pub async fn delete_file(&self, file: &str) -> Result<(), GeminiError> {
         let id = file.trim_start_matches("files/");
         let url = self.url(&format!("/v1beta/files/{id}"));
-        match self
-            .retrying("delete file", || self.send(self.http.delete(&url)))
-            .await
-        {
-            Ok(_)
-            | Err(GeminiError::Http {
-                code: 403 | 404, ..
-            }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.rest.delete("delete file", &url, &[403, 404]).await
     }
 
     /// Downloads a generated file (a batch's output) line by line into
@@ -390,10 +343,7 @@ impl Gemini {
     ) -> Result<(), GeminiError> {
         let id = file.trim_start_matches("files/");
         let url = self.url(&format!("/download/v1beta/files/{id}:download"));
-        http::download_retrying(&self.patience, sink, || {
-            self.send(self.http.get(&url).query(&[("alt", "media")]))
-        })
-        .await
+        self.rest.download(&url, &[("alt", "media")], sink).await
     }
 }
 
@@ -524,6 +474,7 @@ pub fn error_of(code: u16, body: &str, header: Option<Duration>) -> GeminiError 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::http::Patience;
 
     /// A finalize that answers 200 with an error body is a transient
     /// failure (retried), not a file.
@@ -567,7 +518,7 @@ mod tests {
             Duration::from_secs(5),
         )
         .unwrap();
-        g.patience = Patience {
+        g.rest.patience = Patience {
             tries: 1,
             initial: Duration::from_millis(1),
             max: Duration::from_millis(1),

@@ -23,8 +23,9 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::jsonl::LineSink;
-use crate::provider::http::{self, ApiKey, Patience, ProviderError};
-use crate::provider::online::{self, OnlineFail};
+use crate::provider::http::{self, ApiKey, ProviderError};
+use crate::provider::online::OnlineFail;
+use crate::provider::rest::{Authorize, Rest};
 use crate::provider::types::OnlineAnswer;
 use crate::provider::{Listed, ListedFile, Page};
 
@@ -41,42 +42,25 @@ const PAGE: &str = "100";
 /// An OpenAI (or OpenAI-compatible) API client.
 #[derive(Debug, Clone)]
 pub struct OpenAi {
-    http: reqwest::Client,
-    base: String,
-    key: ApiKey,
-    pub patience: Patience,
-    /// Where failed calls are counted, by status code.
-    pub errors: crate::metrics::ProviderErrors,
+    pub rest: Rest,
 }
 
 impl OpenAi {
     pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, ProviderError> {
+        let authorize: Authorize = |req, key| req.bearer_auth(key.expose());
         Ok(Self {
-            http: http::client(timeout)?,
-            base: base_url.trim_end_matches('/').to_string(),
-            key,
-            patience: Patience::default(),
-            errors: Default::default(),
+            rest: Rest::new(base_url, key, timeout, authorize, error_of)?,
         })
     }
 
     /// The account (organization and project behind the key), as tally
     /// names it: see [`http::account`].
     pub fn account(&self) -> String {
-        http::account(&self.base, &self.key)
+        self.rest.account()
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// `req` with the key.
-    fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        req.bearer_auth(self.key.expose())
-    }
-
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ProviderError> {
-        http::send(self.authorized(req), &self.errors, error_of).await
+        self.rest.url(path)
     }
 
     /// One synchronous call (`body` from [`super::online::body`]), waiting
@@ -86,20 +70,9 @@ impl OpenAi {
         body: &Value,
         timeout: Duration,
     ) -> Result<OnlineAnswer, OnlineFail> {
-        let req = self
-            .http
-            .post(self.url(super::online::PATH))
-            .json(body)
-            .timeout(timeout);
-        online::exchange(self.authorized(req), &self.errors, error_of).await
-    }
-
-    async fn json(&self, req: reqwest::RequestBuilder) -> Result<Value, ProviderError> {
-        self.send(req)
-            .await?
-            .json()
+        self.rest
+            .online(&self.url(super::online::PATH), body, timeout)
             .await
-            .map_err(|e| ProviderError::Transport(http::without_url(e)))
     }
 
     /// Uploads a batch's input file; answers its id (`file-…`). A failed
@@ -107,6 +80,7 @@ impl OpenAi {
     pub async fn upload_input(&self, tag: &str, bytes: &Bytes) -> Result<String, ProviderError> {
         let url = self.url("/files");
         let body = self
+            .rest
             .patience
             .retrying("upload", || {
                 let part = reqwest::multipart::Part::stream_with_length(
@@ -119,7 +93,7 @@ impl OpenAi {
                 let form = reqwest::multipart::Form::new()
                     .text("purpose", "batch")
                     .part("file", part);
-                self.json(self.http.post(&url).multipart(form))
+                self.rest.json(self.rest.http().post(&url).multipart(form))
             })
             .await?;
         id_of(&body, "file")
@@ -140,7 +114,8 @@ impl OpenAi {
             "metadata": {TAG_KEY: tag},
         });
         let got = self
-            .json(self.http.post(self.url("/batches")).json(&body))
+            .rest
+            .json(self.rest.http().post(self.url("/batches")).json(&body))
             .await?;
         Ok(format!("batches/{}", id_of(&got, "batch")?))
     }
@@ -168,16 +143,11 @@ impl OpenAi {
     /// One page of the account's batches (`GET /batches`, `after` the
     /// previous page's last id).
     pub async fn list_batches(&self, after: &str) -> Result<Page<Listed>, ProviderError> {
-        let mut query = vec![("limit", PAGE.to_string())];
-        if !after.is_empty() {
-            query.push(("after", after.to_string()));
-        }
+        let query = vec![("limit", PAGE.to_string())];
         let url = self.url("/batches");
         let page = self
-            .patience
-            .retrying("list batches", || {
-                self.json(self.http.get(&url).query(&query))
-            })
+            .rest
+            .page("list batches", &url, query, "after", after)
             .await?;
         Ok(listed(&page))
     }
@@ -185,36 +155,26 @@ impl OpenAi {
     /// `GET /batches/{id}`.
     pub async fn get_batch(&self, name: &str) -> Result<Value, ProviderError> {
         let url = self.url(&format!("/batches/{}", id_in(name)));
-        self.patience
-            .retrying("get batch", || self.json(self.http.get(&url)))
-            .await
+        self.rest.get("get batch", &url).await
     }
 
     /// `POST /batches/{id}/cancel`: the batch goes `cancelling`, then
     /// `cancelled` with what it finished.
     pub async fn cancel_batch(&self, name: &str) -> Result<(), ProviderError> {
         let url = self.url(&format!("/batches/{}/cancel", id_in(name)));
-        self.patience
-            .retrying("cancel batch", || self.json(self.http.post(&url)))
-            .await
-            .map(|_| ())
+        self.rest.post("cancel batch", &url).await
     }
 
     /// One page of the account's batch input files (`GET /files`).
     pub async fn list_files(&self, after: &str) -> Result<Page<ListedFile>, ProviderError> {
-        let mut query = vec![
+        let query = vec![
             ("limit", PAGE.to_string()),
             ("purpose", "batch".to_string()),
         ];
-        if !after.is_empty() {
-            query.push(("after", after.to_string()));
-        }
         let url = self.url("/files");
         let page = self
-            .patience
-            .retrying("list files", || {
-                self.json(self.http.get(&url).query(&query))
-            })
+            .rest
+            .page("list files", &url, query, "after", after)
             .await?;
         Ok(listed_files(&page))
     }
@@ -222,10 +182,7 @@ impl OpenAi {
     /// A file's size in bytes (`GET /files/{id}`).
     pub async fn file_bytes(&self, file: &str) -> Result<u64, ProviderError> {
         let url = self.url(&format!("/files/{}", id_in(file)));
-        let got = self
-            .patience
-            .retrying("get file", || self.json(self.http.get(&url)))
-            .await?;
+        let got = self.rest.get("get file", &url).await?;
         got["bytes"]
             .as_u64()
             .ok_or_else(|| ProviderError::Protocol(format!("a file without its size: {got}")))
@@ -234,14 +191,7 @@ impl OpenAi {
     /// `DELETE /files/{id}`; a file already gone is not an error.
     pub async fn delete_file(&self, file: &str) -> Result<(), ProviderError> {
         let url = self.url(&format!("/files/{}", id_in(file)));
-        match self
-            .patience
-            .retrying("delete file", || self.send(self.http.delete(&url)))
-            .await
-        {
-            Ok(_) | Err(ProviderError::Http { code: 404, .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.rest.delete("delete file", &url, &[404]).await
     }
 
     /// Downloads a file (`GET /files/{id}/content`) line by line into
@@ -252,7 +202,7 @@ impl OpenAi {
         sink: &mut (dyn LineSink + Send),
     ) -> Result<(), ProviderError> {
         let url = self.url(&format!("/files/{}/content", id_in(file)));
-        http::download_retrying(&self.patience, sink, || self.send(self.http.get(&url))).await
+        self.rest.download(&url, &[], sink).await
     }
 }
 

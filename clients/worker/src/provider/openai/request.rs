@@ -18,24 +18,18 @@ use tally_core::media::MediaRef;
 use tally_core::provider::Api;
 
 use crate::jsonl::LineShape;
-use crate::prompt::chat::{self, Turn};
+use crate::prompt::chat;
 use crate::prompt::{InputError, PromptSpec};
 use crate::provider::wire::{base64, images_and_pdfs_only};
 
-/// The request body for one row.
+/// The request body for one row: a native row's body as written, with
+/// the job's model.
 pub fn build_request(
     payload: &str,
     prompt: Option<&PromptSpec>,
     model: &str,
 ) -> Result<Value, InputError> {
-    match chat::turn(Api::OpenAi, payload, prompt)? {
-        Turn::Native(body) => native(body, model),
-        Turn::User {
-            content,
-            system,
-            schema,
-        } => Ok(request(model, system.as_deref(), content, &schema)),
-    }
+    chat::request(Api::OpenAi, payload, prompt, model, Ok, request)
 }
 
 fn request(model: &str, system: Option<&str>, content: Value, schema: &Value) -> Value {
@@ -52,14 +46,6 @@ fn request(model: &str, system: Option<&str>, content: Value, schema: &Value) ->
             "json_schema": {"name": "answer", "schema": schema},
         },
     })
-}
-
-/// An OpenAI-native row: its body as written, with the job's model. A
-/// streamed request cannot run in a batch.
-fn native(mut body: Value, model: &str) -> Result<Value, InputError> {
-    chat::refuse_stream(&body)?;
-    body["model"] = json!(model);
-    Ok(body)
 }
 
 /// Whether a row's answer must be JSON: always with a prompt or without
