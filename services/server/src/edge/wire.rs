@@ -244,6 +244,11 @@ impl Schema {
         }
         let schema = &self.messages[index];
         let mut counts = vec![0usize; schema.repeated];
+        // A singular message field sent more than once is merged by the
+        // decoder (protobuf's rule), its repeated fields concatenated: its
+        // occurrences are walked together, after the loop, so each bound
+        // holds for the decoded message, not per occurrence on the wire.
+        let mut singular: Vec<(&Field, usize, Vec<&[u8]>)> = Vec::new();
         let mut over: Option<&Field> = None;
         let malformed = |steps: &[Step<'_>], last: Option<&str>, reason| WireError::Malformed {
             path: path_of(steps, last),
@@ -340,12 +345,13 @@ impl Schema {
                     continue;
                 }
             } else if let (Shape::Message(m), Some(v)) = (field.shape, value) {
-                steps.push(Step {
-                    field: &field.name,
-                    index: None,
-                });
-                self.message(m, v, steps, cost)?;
-                steps.pop();
+                match singular
+                    .iter_mut()
+                    .find(|(f, _, _)| f.number == field.number)
+                {
+                    Some((_, _, parts)) => parts.push(v),
+                    None => singular.push((field, m, vec![v])),
+                }
                 continue;
             }
             if field.shape == Shape::Text {
@@ -353,6 +359,20 @@ impl Schema {
                     .decoded_bytes
                     .saturating_add(value.map_or(0, <[u8]>::len));
             }
+        }
+        for (field, m, parts) in singular {
+            steps.push(Step {
+                field: &field.name,
+                index: None,
+            });
+            // The concatenation of a message's encodings is the encoding of
+            // their merge; one occurrence is walked where it lies.
+            if let [one] = parts[..] {
+                self.message(m, one, steps, cost)?;
+            } else {
+                self.message(m, &parts.concat(), steps, cost)?;
+            }
+            steps.pop();
         }
         if let Some(field) = over {
             let r = field.repeated.expect("only repeated fields are over");
@@ -511,6 +531,7 @@ mod tests {
 
     const ENROLL: &str = "/tally.v1.LedgerService/EnrollRows";
     const LIST_JOBS: &str = "/tally.v1.JobService/ListJobs";
+    const LIST_ROWS: &str = "/tally.v1.LedgerService/ListRows";
 
     fn schema(limit: usize) -> Schema {
         let bound = move |m: &str, f: &str| match (m, f) {
@@ -518,6 +539,7 @@ mod tests {
             ("tally.v1.RowInput", "depends_on") => Some(2),
             ("tally.v1.RowInput", "dependency_names") => Some(2),
             ("tally.v1.ListJobsRequest", "states") => Some(3),
+            ("tally.v1.RowFilter", "statuses") => Some(3),
             _ => None,
         };
         let size = |m: &str| match m {
@@ -526,7 +548,7 @@ mod tests {
         };
         Schema::build(&Plan {
             descriptor_sets: &[tally_proto::FILE_DESCRIPTOR_SET],
-            methods: &[ENROLL, LIST_JOBS],
+            methods: &[ENROLL, LIST_JOBS, LIST_ROWS],
             bound: &bound,
             size: &size,
         })
@@ -601,6 +623,38 @@ mod tests {
             s.walk(LIST_JOBS, &list),
             Err(WireError::TooMany { count: 4, .. })
         ));
+    }
+
+    /// Invariant (issue 51): a singular message sent many times is judged
+    /// as the decoder sees it, merged: its repeated fields' bounds hold for
+    /// all occurrences together (a filter of 3 statuses sent twice is 6,
+    /// over a bound of 3), while one occurrence within the bound passes.
+    #[test]
+    fn a_repeated_singular_message_is_bounded_as_it_decodes() {
+        let s = schema(3);
+        let filter = |n: usize| pb::ListRowsRequest {
+            parent: "ledgers/l".into(),
+            filter: Some(pb::RowFilter {
+                statuses: vec![1; n],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let once = filter(3).encode_to_vec();
+        assert!(s.walk(LIST_ROWS, &once).is_ok());
+        let mut twice = once.clone();
+        twice.extend(filter(3).encode_to_vec());
+        let decoded = pb::ListRowsRequest::decode(&twice[..]).unwrap();
+        assert_eq!(decoded.filter.unwrap().statuses.len(), 6, "prost merges");
+        assert_eq!(
+            s.walk(LIST_ROWS, &twice),
+            Err(WireError::TooMany {
+                path: "filter.statuses".into(),
+                field: "tally.v1.RowFilter.statuses".into(),
+                count: 6,
+                limit: 3
+            })
+        );
     }
 
     /// Invariant: what the walk cannot judge is refused: groups (known or
