@@ -3,7 +3,7 @@
 #   1. deploy/k8s/ is the current rendering of the Helm chart; helm lint --strict;
 #      the chart's own checks (tools/chart_check.py: no symlink, the values
 #      schema refuses a typo, a worker-only release, the monitoring API check,
-#      names and pod settings)
+#      names and pod settings, each provider's worker key and base URL)
 #   2. kubernetes-validate --strict on the rendered manifests, Kubernetes 1.28-1.37,
 #      and the ServiceMonitor/PrometheusRule against prometheus-operator's CRDs
 #   3. Pod Security "restricted" and tally's rules (policy.py, with its self-test)

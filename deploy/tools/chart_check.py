@@ -8,7 +8,12 @@ deploy/check.sh, with the rendering tools of render.py):
 - without the Prometheus Operator's API, no ServiceMonitor or
   PrometheusRule is rendered and NOTES.txt says so; with it, they are;
 - names follow nameOverride / fullnameOverride; imagePullSecrets,
-  podAnnotations and the ServiceAccount reach every pod.
+  podAnnotations and the ServiceAccount reach every pod;
+- a Gemini, an OpenAI and an Anthropic worker each get their provider's
+  key from its Secret (and no other provider's), its base URL flag, and
+  egress to that URL's port besides 443; extraEnv is passed through as
+  written; a named OpenAI-compatible server needs providerApi; the
+  chart's earlier Gemini value names still work.
 
     python chart_check.py CHART TESTDATA
 """
@@ -53,6 +58,72 @@ def pods(objs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str
             template = o["spec"]["template"]
             out.append((o["metadata"]["name"], template["metadata"], template["spec"]))
     return out
+
+
+KEY_ENVS = {"GEMINI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"}
+
+
+def worker_parts(objs: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]], set[int]]:
+    """The worker container's args and env, and the ports its
+    NetworkPolicy lets it reach besides DNS and tally."""
+    deployment = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-worker"))
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    policy = next(o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-worker"))
+    ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]} - {53, 50051}
+    return container["args"], container["env"], ports
+
+
+def check_providers(chart: str, tmp: Path) -> None:
+    """Each provider's worker: its key from its Secret, its base URL, its port."""
+    extra_env = [
+        {"name": "RUST_LOG", "value": "tally_worker=debug"},
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "media-s3", "key": "id"}}},
+    ]
+    cases = [
+        # (what, values of worker, --provider, key variable, its Secret, base URL flag, egress ports)
+        ("a Gemini worker (defaults)", {}, "gemini", "GEMINI_API_KEY", {"name": "gemini", "key": "api-key"},
+         "--gemini-base-url=https://generativelanguage.googleapis.com", {443}),
+        ("an OpenAI worker (its own Secret, extraEnv)", {"provider": "openai", "openai": {"secretName": "openai-prod", "key": "key"}, "extraEnv": extra_env},
+         "openai", "OPENAI_API_KEY", {"name": "openai-prod", "key": "key"}, "--openai-base-url=https://api.openai.com/v1", {443}),
+        ("an Anthropic worker (at an emulator)", {"provider": "anthropic", "anthropic": {"baseUrl": "http://anthropic-emulator:8092"}},
+         "anthropic", "ANTHROPIC_API_KEY", {"name": "anthropic", "key": "api-key"},
+         "--anthropic-base-url=http://anthropic-emulator:8092", {443, 8092}),
+        ("an OpenAI-compatible server's worker", {"provider": "vllm", "providerApi": "openai", "openai": {"baseUrl": "http://vllm.internal/v1", "secretName": "vllm"}},
+         "vllm", "OPENAI_API_KEY", {"name": "vllm", "key": "api-key"}, "--openai-base-url=http://vllm.internal/v1", {443, 80}),
+        ("a Gemini worker (the earlier value names)", {"geminiSecretName": "gemini-old", "geminiKey": "k", "geminiBaseUrl": "https://gemini.example.com"},
+         "gemini", "GEMINI_API_KEY", {"name": "gemini-old", "key": "k"}, "--gemini-base-url=https://gemini.example.com", {443}),
+    ]
+    for i, (what, worker, provider, key_env, secret, base_url, egress) in enumerate(cases):
+        values = values_file(tmp, f"provider-{i}.yaml", {"worker": {"enabled": True, **worker}})
+        args, env, ports = worker_parts(objects(render(chart, values)))
+        keys = [e for e in env if e["name"] in KEY_ENVS]
+        check(
+            keys == [{"name": key_env, "valueFrom": {"secretKeyRef": secret}}],
+            f"{what}: {key_env} from Secret {secret['name']} key {secret['key']}, no other provider's key",
+        )
+        flags = [a for a in args if a.startswith("--provider") or "-base-url=" in a]
+        want = [f"--provider={provider}"] + ([f"--provider-api={worker['providerApi']}"] if "providerApi" in worker else []) + [base_url]
+        check(flags == want, f"{what}: {' '.join(want)}")
+        check(ports == egress, f"{what}: its NetworkPolicy opens {sorted(egress)} (443 and the base URL's port)")
+        extra = worker.get("extraEnv", [])
+        own = [e["name"] for e in env[: len(env) - len(extra)]]
+        check(own == ["TALLY_TOKEN", key_env] and env[len(own) :] == extra, f"{what}: the chart's env, then extraEnv as written")
+        notes = next(t for p, t in render_all(chart, values).items() if p.endswith("NOTES.txt"))
+        check(f"{secret['name']} (key {secret['key']}, the provider's API key, as {key_env})" in notes, f"{what}: NOTES.txt names its Secret")
+    try:
+        render(chart, values_file(tmp, "no-api.yaml", {"worker": {"enabled": True, "provider": "vllm"}}))
+        check(False, "a named provider without providerApi is refused")
+    except Exception as e:  # noqa: BLE001
+        check("set worker.providerApi" in str(e), "a named provider without providerApi is refused")
+    for typo, name in (
+        ({"openai": {"secretname": "x"}}, "secretname"),
+        ({"extraEnv": [{"name": "A", "valeu": "b"}]}, "valeu"),
+    ):
+        try:
+            render(chart, values_file(tmp, "typo.yaml", {"worker": {"enabled": True, **typo}}))
+            check(False, f"the schema refuses worker {typo}")
+        except Exception as e:  # noqa: BLE001
+            check(f"'{name}' not allowed" in str(e), f"the schema refuses worker {typo}")
 
 
 def main(chart: str, testdata: str) -> int:
@@ -145,6 +216,8 @@ def main(chart: str, testdata: str) -> int:
             "pre-install" in notes.get("helm.sh/hook", "") and int(notes.get("helm.sh/hook-weight", "0")) < job_weight,
             "the ServiceAccount exists before the migration hook that runs as it",
         )
+
+        check_providers(chart, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"chart checks: {len(failures)} failed")

@@ -49,6 +49,38 @@ release's Service. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The API the workers speak and where: its name, the flag of its base
+URL, the base URL, its port (the URL's, else 80 for http and 443 for
+https: the workers' NetworkPolicy opens it besides 443), the variable of
+its key and the Secret holding the key (root context; read it with
+fromYaml). Only this API's key is asked for. */}}
+{{- define "tally.workerApi" -}}
+{{- $w := .Values.worker -}}
+{{- $api := default $w.provider $w.providerApi -}}
+{{- if not (has $api (list "gemini" "openai" "anthropic")) -}}
+{{- fail (printf "worker.provider %q names no API: set worker.providerApi to the one it speaks (gemini, openai or anthropic)" $w.provider) -}}
+{{- end -}}
+{{- $at := get $w $api -}}
+{{- $baseUrl := $at.baseUrl -}}
+{{- $secretName := $at.secretName -}}
+{{- $key := $at.key -}}
+{{- if eq $api "gemini" -}}
+{{- /* the chart's earlier names, kept: set, they win over worker.gemini's */ -}}
+{{- $baseUrl = default $baseUrl $w.geminiBaseUrl -}}
+{{- $secretName = default $secretName $w.geminiSecretName -}}
+{{- $key = default $key $w.geminiKey -}}
+{{- end -}}
+{{- $url := urlParse $baseUrl -}}
+{{- $port := regexFind ":[0-9]+$" $url.host | trimPrefix ":" -}}
+api: {{ $api }}
+baseUrlFlag: --{{ $api }}-base-url
+baseUrl: {{ $baseUrl | quote }}
+port: {{ default (ternary "80" "443" (eq $url.scheme "http")) $port | quote }}
+keyEnv: {{ upper $api }}_API_KEY
+secretName: {{ $secretName | quote }}
+key: {{ $key | quote }}
+{{- end -}}
+
 {{/* Labels selecting one component's pods ($ = root, component). */}}
 {{- define "tally.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "tally.name" .root }}
