@@ -4,6 +4,7 @@ files they read, against the test server (`TALLY_SERVER`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -107,8 +108,17 @@ def test_every_prefect_snippet_runs_as_written(
     dataset(tmp_path, {("Ohio", "Akron", "2021"): (range(1, 7), [1, 2, 4])})
     (tmp_path / "images").rename(tmp_path / "images_root")
     (tmp_path / "first_pass").rename(tmp_path / "first_pass_results")
-    emulator = start_emulator(tmp_path, {}, "200ms")
-    base_url = next(emulator).base_url
+    # Pages with bytes of their own, PNG and JPEG (issue 55).
+    pages = tmp_path / "images_root" / "Ohio" / "Akron" / "2021"
+    for n in range(1, 7):
+        (pages / f"{n}.jpg").unlink()
+        if n % 2:
+            (pages / f"{n}.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"jpeg page %d" % n)
+        else:
+            (pages / f"{n}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"png page %d" % n)
+    emulator_run = start_emulator(tmp_path, {}, "200ms")
+    emulator = next(emulator_run)
+    base_url = emulator.base_url
     try:
         env = {
             **deployment_env(tmp_path, address, base_url, batch=5),
@@ -131,5 +141,14 @@ def test_every_prefect_snippet_runs_as_written(
         pages_out = run(blocks[2], tmp_path, address, env)
         assert "'succeeded': 3" in pages_out and "'total': 3" in pages_out, pages_out
         assert (tmp_path / "plans" / "curricular-2024.json").is_file()
+        # The snippet as written sends every page: the emulator received each
+        # page's own bytes (PNG and JPEG), each row attempted once.
+        media = emulator.stats()["media"]
+        for n, image in [(1, "1.jpg"), (2, "2.png"), (4, "4.png")]:
+            digest = hashlib.sha256((pages / image).read_bytes()).hexdigest()
+            assert media[f"Ohio:Akron:2021:{n}"] == [digest], (n, media)
+        with Client(address) as tally:
+            summary = tally.summarize("curricular-ocr")
+            assert (summary.attempts_total, summary.blocked) == (3, 0), summary.summary_line
     finally:
-        emulator.close()
+        emulator_run.close()

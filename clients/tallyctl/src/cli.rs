@@ -188,7 +188,9 @@ impl Command {
             }),
             Command::Operation(a) => Some(a.out),
             Command::Prompts(p) => match p {
-                PromptsCmd::Register { out, .. } | PromptsCmd::Get { out, .. } => Some(*out),
+                PromptsCmd::Register { out, .. }
+                | PromptsCmd::Page { out, .. }
+                | PromptsCmd::Get { out, .. } => Some(*out),
             },
             Command::Golden(g) => match g {
                 GoldenCmd::Set { out, .. } | GoldenCmd::Get { out, .. } => Some(*out),
@@ -865,6 +867,15 @@ pub enum PromptsCmd {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// Register (or find) a ledger's page prompt, `LEDGER@pages-v1`: the
+    /// prompt `tallyctl plan --enroll` uses when none is named, with the page
+    /// image as its media variable `image`.
+    Page {
+        /// The ledger (its id is the prompt's).
+        ledger: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
     /// Show one prompt version (`name@version` or `prompts/{p}/versions/{v}`).
     Get {
         /// The prompt.
@@ -937,9 +948,15 @@ pub struct PlanArgs {
     /// Enroll the plan into this ledger.
     #[arg(long, value_name = "LEDGER")]
     pub enroll: Option<String>,
-    /// Prompt every row is rendered with, `name@version`.
+    /// Prompt every row is rendered with, `name@version`. Without it (and
+    /// without --text-only) the ledger's page prompt is registered and used
+    /// (`tallyctl prompts page LEDGER`): the page image goes to the model.
     #[arg(long)]
     pub prompt: Option<String>,
+    /// Enroll each page's paths and first pass as its request's text, with
+    /// no prompt and no image.
+    #[arg(long, conflicts_with = "prompt")]
+    pub text_only: bool,
     /// Model for every row (default: the ledger's).
     #[arg(long)]
     pub model: Option<String>,

@@ -40,6 +40,7 @@ from tally_prefect.plan import (
     PlanError,
     plan_rows,
     read_plan,
+    register_page_prompt,
     run_tallyctl_plan,
 )
 from tally_prefect.tasks import (
@@ -289,6 +290,7 @@ def tally_pages(
     max_table_rows: int = 1000,
     deadline: str | None = None,
     lanes: list[str] | None = None,
+    text_only: bool = False,
 ) -> dict[str, Any] | State[Any]:
     """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`,
     `.jpeg`, `.png` or `.webp`, allow-listed by
@@ -308,7 +310,13 @@ def tally_pages(
     workers read `GEMINI_API_KEY`. With `fail_on_permanent`, the flow run
     ends Failed when any row is PERMANENT (after everything is published).
 
-    Each page's prompt reads the page before's answer as `deps.previous`.
+    Each page goes to the model with its image: without a `prompt`, the
+    ledger's page prompt (`tallyctl prompts page`: the image as `image`,
+    the page's identity in the text) is registered and used, and the
+    workers read the images under `images_root` (`--media-root`, unless
+    the deployment's worker arguments name one); `text_only` enrolls the
+    paths alone, as text. Each page's prompt reads the page before's
+    answer as `deps.previous`.
     With a `deadline` (an RFC 3339 time, or a duration from now: `10m`,
     `2h`) the ledger routes the deep part of each book's chain by a
     synchronous lane of `lanes` (default batch and flex) so that the last
@@ -323,8 +331,14 @@ def tally_pages(
         raise ValueError(f"workers must be between 0 and {MAX_WORKERS}, got {workers}")
     deployment = Deployment.from_env()
     server = TallyServer.from_env()
+    if text_only and prompt is not None:
+        raise ValueError("text_only enrolls no prompt: give one or the other")
     tallyctl_path = shutil.which(deployment.tallyctl) or deployment.tallyctl
+    # Absolute, so the workers find each page under their --media-root.
+    images_root = str(Path(images_root).resolve())
     plan_pages(tallyctl_path, images_root, results_root, plan_path, skip_missing_images)
+    if prompt is None and not text_only:
+        prompt = register_page_prompt(tallyctl_path, server.url, ledger)
     enrolled = enroll_plan(ledger, plan_path, first_pass, prompt, model, server)
     routed: dict[str, Any] = {}
     run_lanes: list[str] = []
@@ -346,7 +360,12 @@ def tally_pages(
             if workers:
                 pool = stack.enter_context(
                     tally_workers(
-                        ledger, workers, server=server, deployment=deployment, lanes=run_lanes
+                        ledger,
+                        workers,
+                        server=server,
+                        deployment=deployment,
+                        lanes=run_lanes,
+                        media_root=None if text_only else images_root,
                     )
                 )
             # Last in, first out: the job tasks publish what they know

@@ -108,6 +108,27 @@ def run_tallyctl_plan(
     return report
 
 
+#: The version of a ledger's page prompt (`tallyctl prompts page`).
+PAGE_PROMPT_VERSION = "pages-v1"
+
+
+def register_page_prompt(
+    tallyctl: str, server_url: str, ledger: str, timeout: float = 120.0
+) -> str:
+    """Registers (or finds) `ledger`'s page prompt with `tallyctl prompts
+    page`, the one `tallyctl plan --enroll` uses when none is named (the
+    page image as its media variable `image`), and answers its
+    `name@version`. tallyctl holds its text, so both enroll the same rows;
+    the token and TLS settings are the environment's (`TALLY_TOKEN`, …)."""
+    args = [tallyctl, "--server", server_url, "--json", "prompts", "page", ledger]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise PlanError(
+            f"tallyctl prompts page {ledger} failed (exit {done.returncode}): {done.stderr.strip()}"
+        )
+    return f"{ledger}@{PAGE_PROMPT_VERSION}"
+
+
 def read_plan(path: Path) -> list[PageNode]:
     """The nodes of a plan file, every dependency before its dependants."""
     size = path.stat().st_size

@@ -232,12 +232,15 @@ def tally_workers(
     deployment: Deployment | None = None,
     stop_timeout: float = 60.0,
     lanes: Iterable[str] = (),
+    media_root: str | None = None,
 ) -> Iterator[WorkerPool]:
     """`count` tally-workers on `ledger` while the block runs, and one more
     for each synchronous lane of `lanes` (`flex`, ...), children of the
     flow that die with it (see `tally_prefect.workers`); their binary,
     flags, provider URL and log directory are the deployment's
-    (`Deployment.from_env()` unless given)."""
+    (`Deployment.from_env()` unless given). `media_root` is where they read
+    rows' media from (`--media-root`), unless the deployment's worker
+    arguments name one."""
     from prefect.runtime import flow_run
 
     deployment = deployment if deployment is not None else Deployment.from_env()
@@ -252,6 +255,7 @@ def tally_workers(
         stop_timeout=stop_timeout,
         flow_run_id=flow_run.id,
         lanes=[lane for lane in lanes if lane != "batch"],
+        media_root=media_root,
     )
     with pool:
         yield pool

@@ -50,6 +50,7 @@ class WorkerPool:
         stop_timeout: float = 60.0,
         flow_run_id: str | None = None,
         lanes: Sequence[str] = (),
+        media_root: str | None = None,
     ) -> None:
         if not 1 <= count <= MAX_WORKERS:
             raise ValueError(f"workers must be between 1 and {MAX_WORKERS}, got {count}")
@@ -60,6 +61,11 @@ class WorkerPool:
         args = ["--server", server, "--ledger", ledger, *extra_args]
         if gemini_base_url:
             args += ["--gemini-base-url", gemini_base_url]
+        if media_root and not any(
+            a == "--media-root" or a.startswith("--media-root=") for a in extra_args
+        ):
+            # The deployment's own --media-root wins.
+            args += ["--media-root", media_root]
         self.ledger = ledger
         self._workers = []
         #: The workers' names (`--worker-name`), in start order.

@@ -323,7 +323,7 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         }
         return Ok(ExitCode::Ok);
     };
-    let prompt = args
+    let mut prompt = args
         .prompt
         .as_deref()
         .map(jsonl::parse_prompt_ref)
@@ -339,6 +339,15 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         skip_bad: false,
         dry_run: false,
     };
+    if prompt.is_none() && !args.text_only {
+        let registered = super::prompts::register_page_prompt(ctx, ledger).await?;
+        prompt = Some(plan::page_prompt::reference(
+            parent.trim_start_matches("ledgers/"),
+        ));
+        if !ctx.json {
+            println!("prompt: {} (the page image as `image`)", registered.name);
+        }
+    }
     let media_var = match &prompt {
         Some(p) => page_media_variable(ctx, p).await?,
         None => None,

@@ -1,4 +1,4 @@
-//! `tallyctl prompts register|get`.
+//! `tallyctl prompts register|page|get`.
 
 use crate::cli::PromptsCmd;
 use crate::error::{CliError, ExitCode};
@@ -10,6 +10,24 @@ use tally_proto::v1 as pb;
 fn read(path: &Path, flag: &str) -> Result<String, CliError> {
     std::fs::read_to_string(path)
         .map_err(|e| CliError::input(format!("{flag} {}: {e}", path.display())))
+}
+
+/// Registers `ledger`'s page prompt (the same text again is a no-op).
+pub async fn register_page_prompt(ctx: &mut Ctx, ledger: &str) -> Result<pb::Prompt, CliError> {
+    let name = crate::ledger_name(ledger);
+    let ledger = name.trim_start_matches("ledgers/");
+    let req = crate::plan::page_prompt::request(ledger);
+    let what = format!(
+        "register the page prompt {ledger}@{}",
+        crate::plan::page_prompt::VERSION
+    );
+    Ok(ctx
+        .clients
+        .ledgers
+        .register_prompt(req)
+        .await
+        .map_err(|s| CliError::server(what, s))?
+        .into_inner())
 }
 
 pub async fn run(ctx: &mut Ctx, cmd: PromptsCmd) -> Result<ExitCode, CliError> {
@@ -52,6 +70,7 @@ pub async fn run(ctx: &mut Ctx, cmd: PromptsCmd) -> Result<ExitCode, CliError> {
                 .map_err(|s| CliError::server(format!("register prompt {id}@{version}"), s))?
                 .into_inner()
         }
+        PromptsCmd::Page { ledger, .. } => register_page_prompt(ctx, &ledger).await?,
         PromptsCmd::Get { name, .. } => {
             let name = prompt_name(&name)?;
             ctx.clients

@@ -1,6 +1,7 @@
 //! The dataset planner: from what files exist, the immutable plan of page
 //! rows and their dependencies. Everything here is pure (file names in, plan
-//! out); [`scan`] walks the file system and [`crate::commands::plan`] writes
+//! out); [`scan`] walks the file system, [`page_prompt`] is the prompt pages
+//! are enrolled with when none is named, and [`crate::commands::plan`] writes
 //! and enrolls.
 //!
 //! Rules (the seed's, plus the decisions for what it leaves open):
@@ -23,6 +24,7 @@
 //!   are escaped as `~HH` per UTF-8 byte, so keys stay valid and unambiguous
 //!   (`New York` → `New~20York`). A key over 256 characters is an error.
 
+pub mod page_prompt;
 pub mod scan;
 
 use serde::ser::{SerializeMap, Serializer};

@@ -6,6 +6,7 @@
 //! so with exit code 2; once it answers, the test checks the real behavior.
 
 use serde_json::Value;
+use sha2::Digest as _;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
@@ -618,6 +619,51 @@ async fn plan_writes_once_and_enrolls_with_dependencies() {
         ])
         .await;
     assert_eq!(from["enroll"]["already_present"], 6);
+
+    // Issue 55: with no --prompt, the ledger's page prompt is registered and
+    // every page's image goes in its media variable (path, SHA-256 of the
+    // bytes, type), so the page reaches the model; enrolling again finds
+    // the same rows. --text-only enrolls the paths alone.
+    env.ok(&["ledgers", "create", "pages-default"]).await;
+    let default = env
+        .json(&["plan", "--from", &plan_path, "--enroll", "pages-default"])
+        .await;
+    assert_eq!(default["enroll"]["enrolled"], 6);
+    let row = env.json(&["row", "pages-default", &k(4)]).await;
+    assert_eq!(row["prompt"]["name"], "pages-default");
+    assert_eq!(row["prompt"]["version"], "pages-v1");
+    let image = &row["payload"]["image"];
+    assert!(
+        image["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("California/LincolnHigh/2023/4.jpg"),
+        "{image}"
+    );
+    let jpg = format!("{:x}", sha2::Sha256::digest(b"jpg"));
+    assert_eq!(image["sha256"], jpg.as_str());
+    assert_eq!(image["mime_type"], "image/jpeg");
+    let prompt = env.json(&["prompts", "page", "pages-default"]).await;
+    assert_eq!(prompt["media"], serde_json::json!(["image"]));
+    let twice = env
+        .json(&["plan", "--from", &plan_path, "--enroll", "pages-default"])
+        .await;
+    assert_eq!(twice["enroll"]["already_present"], 6);
+    env.ok(&["ledgers", "create", "pages-text"]).await;
+    env.ok(&[
+        "plan",
+        "--from",
+        &plan_path,
+        "--enroll",
+        "pages-text",
+        "--text-only",
+    ])
+    .await;
+    let text = env.json(&["row", "pages-text", &k(4)]).await;
+    assert!(
+        text["payload"].get("image").is_none() && text["prompt"].is_null(),
+        "{text}"
+    );
 
     // A prompt whose media variable is a field of the plan's rows (the
     // page number) is refused before anything is enrolled.
