@@ -444,3 +444,13 @@ def test_a_killed_flow_leaves_no_process_ends_crashed_and_its_rerun_sends_nothin
     assert sum(j.adoptions for j in jobs_of(tally, ledger)) >= 1, (
         "the killed run's batch was adopted, not resent"
     )
+
+    # Issue 55: a re-run of the finished flow enrolls nothing, makes no job
+    # (its result says 0, while it follows the ledger's earlier jobs) and
+    # sends nothing.
+    before = long_run.stats()["submissions"]
+    again = tally_pages(**params)
+    assert isinstance(again, dict)
+    assert (again["enrolled"], again["jobs"]) == (0, 0), again
+    assert again["jobs_followed"] >= 1, again
+    assert long_run.stats()["submissions"] == before

@@ -110,7 +110,12 @@ pub fn escaping_fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'stati
 /// Installs the global subscriber: logs, and traces when an endpoint is
 /// set. Call it inside a Tokio runtime (the gRPC exporter needs one).
 pub fn init(logs: Logs) -> Result<Tracing, String> {
-    let fmt = tracing_subscriber::fmt::layer();
+    // Colours only for a person at a terminal: a log redirected to a file
+    // or collected by a platform stays plain text (NO_COLOR also turns
+    // them off).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let fmt = tracing_subscriber::fmt::layer().with_ansi(colour);
     let fmt = if logs.json {
         fmt.json().boxed()
     } else {

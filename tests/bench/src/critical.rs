@@ -104,6 +104,8 @@ pub struct Measured {
     pub rows: usize,
     /// Before the run.
     pub forecast: pb::LedgerForecast,
+    /// When the forecast was read: its finish times count from here.
+    pub forecast_at: SystemTime,
     /// `None`: not run (the forecast is the answer).
     pub run: Option<Run>,
 }
@@ -217,11 +219,13 @@ pub async fn run(addr: &str, scenario: Scenario) -> anyhow::Result<Measured> {
         _ => enroll_books(&mut client, ledger).await?,
     };
     let forecast = forecast(&mut client, ledger).await?;
+    let forecast_at = SystemTime::now();
     if scenario == Scenario::PriceLimit {
         return Ok(Measured {
             scenario,
             rows,
             forecast,
+            forecast_at,
             run: None,
         });
     }
@@ -266,6 +270,7 @@ pub async fn run(addr: &str, scenario: Scenario) -> anyhow::Result<Measured> {
         scenario,
         rows,
         forecast,
+        forecast_at,
         run: Some(Run {
             elapsed,
             batches,
@@ -427,13 +432,14 @@ async fn forecast(client: &mut Client, ledger: &str) -> anyhow::Result<pb::Ledge
         .ok_or_else(|| anyhow::anyhow!("{ledger}: the summary has no forecast"))
 }
 
-fn seconds_until(t: &Option<prost_types::Timestamp>) -> f64 {
+/// Seconds from `from` to `t`.
+fn seconds_after(t: &Option<prost_types::Timestamp>, from: SystemTime) -> f64 {
     let Some(t) = t else { return f64::NAN };
-    let now = SystemTime::now()
+    let from = from
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs_f64();
-    t.seconds as f64 + f64::from(t.nanos) / 1e9 - now
+    t.seconds as f64 + f64::from(t.nanos) / 1e9 - from
 }
 
 fn lanes(rows: &[(pb::Lane, u64)]) -> String {
@@ -448,7 +454,7 @@ fn lanes(rows: &[(pb::Lane, u64)]) -> String {
         .join(", ")
 }
 
-fn plan_text(p: &Option<pb::ForecastPlan>) -> String {
+fn plan_text(p: &Option<pb::ForecastPlan>, at: SystemTime) -> String {
     let Some(p) = p else { return "-".into() };
     let by: Vec<(pb::Lane, u64)> = p
         .rows_by_lane
@@ -457,7 +463,7 @@ fn plan_text(p: &Option<pb::ForecastPlan>) -> String {
         .collect();
     format!(
         "{:.0} s{}, ${:.4} ({})",
-        seconds_until(&p.finish_time),
+        seconds_after(&p.finish_time, at),
         if p.in_time { "" } else { " (late)" },
         p.cost_usd,
         lanes(&by)
@@ -470,8 +476,8 @@ pub fn describe(m: &Measured) -> (String, String) {
     let f = &m.forecast;
     let mut text = format!(
         "forecast: plan {}; all batch {}; {}",
-        plan_text(&f.plan),
-        plan_text(&f.all_batch),
+        plan_text(&f.plan, m.forecast_at),
+        plan_text(&f.all_batch, m.forecast_at),
         f.explanation
     );
     match &m.run {

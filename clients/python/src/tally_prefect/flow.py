@@ -355,6 +355,9 @@ def tally_pages(
         raise ValueError("lanes are for a deadline: give deadline too")
     follow = _Follow([], {})
     with server.client() as client, server.client() as watcher:
+        # The jobs made before this run (a re-run follows them too, but
+        # made none of them).
+        earlier = {job.name for job in client.jobs(ledger)}
         with ExitStack() as stack:
             pool = None
             if workers:
@@ -382,9 +385,10 @@ def tally_pages(
                 max_table_rows=max_table_rows,
             )
         summary = client.summarize(ledger)
+        made = sum(1 for job in client.jobs(ledger) if job.name not in earlier)
     publish_summary(ledger, summary, len(follow.futures))
     totals = summary_record(summary)
-    result = {**enrolled, **totals, **routed, "jobs": len(follow.futures)}
+    result = {**enrolled, **totals, **routed, "jobs": made, "jobs_followed": len(follow.futures)}
     if fail_on_permanent and totals["permanent"]:
         return Failed(message=f"{totals['permanent']} rows are PERMANENT: {result}")
     return result

@@ -310,7 +310,9 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Running> {
         db,
     };
     let done = tokio::spawn(teardown.serve(serve, stop.clone()));
-    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, http = ?http_addr, health = ?health_addr, "tally serving");
+    let or_off =
+        |a: Option<std::net::SocketAddr>| a.map_or_else(|| "off".to_string(), |a| a.to_string());
+    tracing::info!(grpc = %grpc_addr, metrics = %metrics_addr, http = %or_off(http_addr), health = %or_off(health_addr), "tally serving");
     Ok(Running {
         grpc_addr,
         metrics_addr,
