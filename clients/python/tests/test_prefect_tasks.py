@@ -122,11 +122,14 @@ def test_a_media_variable_named_like_a_plan_field_is_refused(address: str, tally
 
     server = TallyServer(address=f"http://{address}")
     name = f"ocr-{uuid.uuid4().hex[:8]}"
-    for version, media in [("v1", "page"), ("v2", "image")]:
+    for version, media, template in [
+        ("v1", "page", "OCR the page of {{ school }}"),
+        ("v2", "image", "OCR page {{ page }}"),
+    ]:
         tally.call(
             tally.ledgers.RegisterPrompt,
             pb.ledger_pb2.RegisterPromptRequest(
-                prompt_id=name, version=version, template="OCR page {{ page }}", media=[media]
+                prompt_id=name, version=version, template=template, media=[media]
             ),
         )
     with pytest.raises(PlanError, match="`page`"):

@@ -180,6 +180,36 @@ pub fn native_parts(request: &Value) -> Result<Vec<MediaRef>, String> {
     Ok(out)
 }
 
+/// Refuses a prompt whose template uses one of its media variables as
+/// text: the text renders without them (the files follow it), so `{{ page
+/// }}` would render empty and a data field of that name would be taken for
+/// a file. A template that does not parse is left to the worker, which
+/// says so at render.
+pub fn check_media_unused_in_text(template: &str, media: &[String]) -> Result<(), String> {
+    if media.is_empty() {
+        return Ok(());
+    }
+    let env = minijinja::Environment::new();
+    let Ok(t) = env.template_from_str(template) else {
+        return Ok(());
+    };
+    let used = t.undeclared_variables(false);
+    let mut clash: Vec<&str> = media
+        .iter()
+        .filter(|m| used.contains(m.as_str()))
+        .map(String::as_str)
+        .collect();
+    clash.sort_unstable();
+    match clash.as_slice() {
+        [] => Ok(()),
+        names => Err(format!(
+            "media variable(s) {} also used in the template's text: a media variable holds a file sent after the text, so the text cannot read it; name the file another variable (e.g. `image`) and keep `{}` for its data",
+            names.join(", "),
+            names[0]
+        )),
+    }
+}
+
 /// Longest id in an uploaded file's provider name.
 pub const MAX_FILE_ID: usize = 128;
 
@@ -232,6 +262,22 @@ pub fn check_declared(names: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    // Invariant (issue 55): a media variable can never also be read as
+    // text, so a data field of that name is never taken for a file.
+    #[test]
+    fn a_media_variable_used_as_text_is_refused() {
+        let media = vec!["page".to_string()];
+        let e = check_media_unused_in_text("Transcribe page {{ page }}.", &media).unwrap_err();
+        assert!(e.contains("page") && e.contains("image"), "{e}");
+        assert!(check_media_unused_in_text("{% if page %}x{% endif %}", &media).is_err());
+        assert!(check_media_unused_in_text("Page {{ n }} of {{ book }}.", &media).is_ok());
+        assert!(check_media_unused_in_text("{{ page }}", &[]).is_ok());
+        assert!(
+            check_media_unused_in_text("{{ broken", &media).is_ok(),
+            "left to the worker"
+        );
+    }
 
     // Invariant (issue 51): only an uploaded file's name passes, so a
     // register entry can never make the janitor delete a batch or a path

@@ -665,15 +665,35 @@ async fn plan_writes_once_and_enrolls_with_dependencies() {
         "{text}"
     );
 
+    // A media variable the template also reads as text is refused at
+    // registration, naming it (issue 55).
+    let both = env
+        .run(&[
+            "prompts",
+            "register",
+            "page_ocr",
+            "v3",
+            "--template-file",
+            &env.file("t3.j2", "OCR page {{ page }}"),
+            "--media",
+            "page",
+        ])
+        .await;
+    assert_ne!(both.code, 0, "{both:?}");
+    assert!(
+        both.stderr.contains("page") && both.stderr.contains("template's text"),
+        "{}",
+        both.stderr
+    );
     // A prompt whose media variable is a field of the plan's rows (the
-    // page number) is refused before anything is enrolled.
+    // page number) is refused by the planner before anything is enrolled.
     env.ok(&[
         "prompts",
         "register",
         "page_ocr",
         "v3",
         "--template-file",
-        &env.file("t3.j2", "OCR page {{ page }}"),
+        &env.file("t3b.j2", "OCR the page of {{ school }}"),
         "--media",
         "page",
     ])

@@ -606,6 +606,10 @@ pub fn register_prompt(req: &pb::RegisterPromptRequest) -> Result<PromptRecord, 
         v.add("system_instruction", "must be at most 1 MiB");
     }
     v.check("media", tally_core::media::check_declared(&req.media));
+    v.check(
+        "media",
+        tally_core::media::check_media_unused_in_text(&req.template, &req.media),
+    );
     finish(v)?;
     let mut h = Sha256::new();
     for part in [&req.template, &req.response_schema, &req.system_instruction] {
