@@ -111,3 +111,36 @@ def test_the_async_client_does_the_same(emulator: Emulator) -> None:
         assert response.text
 
     asyncio.run(run())
+
+
+def test_an_inline_image_is_read_and_a_missing_file_refused(
+    client: genai.Client, emulator: Emulator
+) -> None:
+    """The synchronous call reads a request's media as a batch line's are:
+    an inline image is seen (its SHA-256 counted), and a file part naming
+    no uploaded file is refused as the provider refuses it."""
+    import hashlib
+
+    image = b"\xff\xd8\xff\xe0 a page"
+    response = client.models.generate_content(
+        model=MODEL,
+        contents=[
+            types.Part.from_text(text="transcribe the page"),
+            types.Part.from_bytes(data=image, mime_type="image/jpeg"),
+        ],
+    )
+    assert response.text
+    seen = [h for hashes in emulator.stats()["media"].values() for h in hashes]
+    assert hashlib.sha256(image).hexdigest() in seen
+    with pytest.raises(errors.ClientError) as refused:
+        client.models.generate_content(
+            model=MODEL,
+            contents=[
+                types.Part.from_text(text="transcribe"),
+                types.Part.from_uri(
+                    file_uri=f"{emulator.base_url}/v1beta/files/missing",
+                    mime_type="image/jpeg",
+                ),
+            ],
+        )
+    assert refused.value.code in (400, 403)

@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 
 use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -30,6 +29,19 @@ pub struct Resolved {
 /// Why a request's media are refused: the HTTP code of the line's error
 /// and its message.
 pub type Refusal = (u16, String);
+
+/// A `bytes` field of the API's JSON: standard or URL-safe base64, with
+/// or without padding (protobuf's JSON mapping takes all four; the
+/// google-genai SDK sends URL-safe).
+fn bytes_field(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    let bare = text.trim_end_matches('=');
+    if bare.contains(['-', '_']) {
+        URL_SAFE_NO_PAD.decode(bare)
+    } else {
+        STANDARD_NO_PAD.decode(bare)
+    }
+}
 
 /// Checks `request`'s media against `files` (the project's live files, by
 /// id) and replaces each media part with a text part describing it.
@@ -58,8 +70,7 @@ pub fn resolve(request: &Value, files: &HashMap<String, StoredFile>) -> Result<R
                 part.get("inlineData").or_else(|| part.get("inline_data"))
             {
                 let mime = str_of(inline, "mimeType", "mime_type");
-                let data = STANDARD
-                    .decode(str_of(inline, "data", "data"))
+                let data = bytes_field(str_of(inline, "data", "data"))
                     .map_err(|e| (400, format!("Invalid value at 'inline_data.data': {e}")))?;
                 Some((mime.to_owned(), data))
             } else if let Some(file) = part.get("fileData").or_else(|| part.get("file_data")) {
@@ -109,6 +120,21 @@ fn str_of<'a>(v: &'a Value, camel: &str, snake: &str) -> &'a str {
 
 #[cfg(test)]
 mod tests {
+    use base64::engine::general_purpose::STANDARD;
+
+    // Invariant: inline bytes decode in every base64 spelling the API's
+    // JSON takes (the official SDK sends URL-safe).
+    #[test]
+    fn inline_bytes_take_standard_and_url_safe_base64() {
+        use base64::engine::general_purpose::URL_SAFE;
+        let bytes = [0xfb_u8, 0xff, 0xbf, 0x01];
+        for text in [STANDARD.encode(bytes), URL_SAFE.encode(bytes)] {
+            assert_eq!(bytes_field(&text).unwrap(), bytes, "{text}");
+            assert_eq!(bytes_field(text.trim_end_matches('=')).unwrap(), bytes);
+        }
+        assert!(bytes_field("not base64!").is_err());
+    }
+
     use super::*;
     use crate::files::Source;
 

@@ -443,6 +443,22 @@ impl Shared {
             .and_then(|f| f.model_changed(model, Utc::now().timestamp_millis()))
             .map(str::to_owned);
         state.online.answered(prompt, tier, lost);
+        // Its media are checked and read as a batch line's are (the same
+        // files, the same refusals), and counted by the prompt's key.
+        match crate::media::resolve(&request, &state.files) {
+            Ok(r) => {
+                if !r.media.is_empty() {
+                    state
+                        .stats
+                        .media
+                        .entry(key.clone())
+                        .or_default()
+                        .extend(r.media);
+                }
+                request = r.request;
+            }
+            Err((code, message)) => return ApiError::new(code, message).into_response(),
+        }
         drop(state);
         if let Value::Object(fields) = &mut request {
             fields.remove("serviceTier");
