@@ -181,12 +181,18 @@ pub(crate) async fn refused(
             }
         }
         Kind::Stop(r) => not.lasting = Some(r),
+        // Nothing to tell tally beyond the reason: the rows go back.
+        Kind::Retry => {}
     }
     mark_not_created(ctx, job, claim, &reason, not).await?;
     crate::job::settle::delete_input(ctx, job).await;
     match refusal {
         Kind::Wait(named) => {
             ctx.hold_claims(ctx.cooldown(named));
+            Ok(())
+        }
+        Kind::Retry => {
+            ctx.hold_claims(ctx.cooldown(None));
             Ok(())
         }
         Kind::TooLarge => Ok(()),
