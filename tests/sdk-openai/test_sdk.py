@@ -165,3 +165,23 @@ def test_error_classes(client: openai.OpenAI, emulator: Emulator) -> None:
     assert caught.value.response.headers["retry-after"] == "1"
     assert caught.value.code == "rate_limit_exceeded"
     assert emulator.stats()["create_rejections"] == 3
+
+
+def test_file_not_yet_visible_is_a_bad_request(client: openai.OpenAI, emulator: Emulator) -> None:
+    """A create naming a file not yet visible is a BadRequestError naming the file; then it goes."""
+    emulator.set_faults({"file_visibility_lag": {"creates": 1}})
+    upload = client.files.create(
+        file=("in.jsonl", io.BytesIO(_jsonl([("a", "x")]))), purpose="batch"
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert upload.id in caught.value.message
+    assert caught.value.param == "input_file_id"
+    assert client.files.retrieve(upload.id).status == "processed"
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert _finished(client, batch.id).status == "completed"
+    assert emulator.stats()["creates_file_not_visible"] == 1

@@ -30,6 +30,10 @@ pub struct EmulatorConfig {
     pub list_order: ListOrder,
     /// The synchronous endpoints' limits and latency.
     pub online: OnlineConfig,
+    /// Batches the account already holds at start: completed batches of
+    /// another client (no metadata, no rows), made one second apart
+    /// before the start, so a search has a long list to page through.
+    pub seed_batches: u64,
 }
 
 /// The key the binary accepts unless told otherwise.
@@ -46,6 +50,7 @@ impl Default for EmulatorConfig {
             models: known_models(),
             list_order: ListOrder::default(),
             online: OnlineConfig::default(),
+            seed_batches: 0,
         }
     }
 }

@@ -38,6 +38,14 @@ pub struct FaultPlan {
     pub get_not_found: Option<Times>,
     /// A new batch is absent from lists for this long (GET finds it).
     pub list_lag_ms: u64,
+    /// Each new batch is absent from lists for a further share of this,
+    /// drawn per batch: lists fill out of creation order (a batch made
+    /// later may be listed before one made earlier).
+    pub list_lag_spread_ms: u64,
+    /// A just-uploaded file is not yet visible to creates: a create naming
+    /// it answers 400 `invalid_request_error` ("Cannot find file …"),
+    /// while `GET /v1/files/{id}` finds it.
+    pub file_visibility_lag: Option<FileVisibilityLag>,
     /// Overrides the configured list order.
     pub list_order: Option<ListOrder>,
     /// What cancelling a batch that already finished answers.
@@ -55,6 +63,16 @@ pub struct RateLimit {
     pub times: u32,
     #[serde(default = "one")]
     pub retry_after_secs: u64,
+}
+
+/// How long an uploaded file stays invisible to `POST /v1/batches`: its
+/// first `creates` creates, and every create within `ms` of its upload
+/// (either may be 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileVisibilityLag {
+    pub creates: u32,
+    pub ms: u64,
 }
 
 /// What `POST /v1/batches/{id}/cancel` answers for a batch that finished
@@ -214,6 +232,8 @@ pub struct Faults {
     quota_refusals: Fired,
     lost: Fired,
     not_found: Fired,
+    /// Per file, the creates already refused as not visible.
+    invisible: BTreeMap<String, u32>,
 }
 
 impl Faults {
@@ -233,6 +253,7 @@ impl Faults {
             quota_refusals: Fired::default(),
             lost: Fired::default(),
             not_found: Fired::default(),
+            invisible: BTreeMap::new(),
         })
     }
 
@@ -279,6 +300,30 @@ impl Faults {
 
     pub fn take_get_not_found(&mut self) -> bool {
         self.not_found.take_section(self.plan.get_not_found)
+    }
+
+    /// Whether a create naming `file`, uploaded `age_ms` ago, finds it not
+    /// yet visible (counts the create if so).
+    pub fn take_file_invisible(&mut self, file: &str, age_ms: i64) -> bool {
+        let Some(lag) = self.plan.file_visibility_lag else {
+            return false;
+        };
+        let refused = self.invisible.entry(file.to_owned()).or_default();
+        let young = u64::try_from(age_ms).unwrap_or(0) < lag.ms;
+        if *refused < lag.creates || young {
+            *refused += 1;
+            return true;
+        }
+        false
+    }
+
+    /// How much longer than `list_lag_ms` the batch of sequence `seq` is
+    /// left out of lists.
+    pub fn list_lag_spread(&self, seq: u64, seed: u64) -> u64 {
+        match self.plan.list_lag_spread_ms {
+            0 => 0,
+            spread => emulator_kit::mix::Mix::new(seed ^ seq).next_u64() % spread,
+        }
     }
 }
 
@@ -348,6 +393,34 @@ mod tests {
         assert_eq!(f.take_lost_answer(), None);
         assert!(f.take_get_not_found());
         assert!(!f.take_get_not_found());
+    }
+
+    // Invariant: a file stays invisible for its first `creates` creates
+    // (counted per file) and while younger than `ms`; then it is found.
+    #[test]
+    fn files_turn_visible_after_their_creates_or_their_age() {
+        let mut f = plan(json!({"file_visibility_lag": {"creates": 2}}));
+        assert!(f.take_file_invisible("file-a", 10_000));
+        assert!(f.take_file_invisible("file-a", 10_000));
+        assert!(!f.take_file_invisible("file-a", 10_000));
+        assert!(f.take_file_invisible("file-b", 10_000), "counted per file");
+        let mut f = plan(json!({"file_visibility_lag": {"ms": 500}}));
+        assert!(f.take_file_invisible("file-a", 100));
+        assert!(!f.take_file_invisible("file-a", 600));
+        assert!(!plan(json!({})).take_file_invisible("file-a", 0));
+    }
+
+    // Invariant: the per-batch lag is drawn below the spread, the same for
+    // the same batch, and differs between batches (lists fill out of
+    // order).
+    #[test]
+    fn the_list_lag_spread_is_drawn_per_batch() {
+        let f = plan(json!({"list_lag_spread_ms": 1000}));
+        let lags: Vec<u64> = (1..=20).map(|seq| f.list_lag_spread(seq, 7)).collect();
+        assert!(lags.iter().all(|l| *l < 1000));
+        assert_eq!(f.list_lag_spread(3, 7), lags[2]);
+        assert!(lags.windows(2).any(|w| w[0] > w[1]), "{lags:?}");
+        assert_eq!(plan(json!({})).list_lag_spread(3, 7), 0);
     }
 
     #[test]

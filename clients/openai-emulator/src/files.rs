@@ -19,6 +19,8 @@ pub struct StoredFile {
     pub purpose: String,
     pub bytes: Vec<u8>,
     pub created_at: i64,
+    /// The upload's time in ms (how old it is, for `file_visibility_lag`).
+    pub created_at_ms: i64,
     pub expires_at: Option<i64>,
     /// Creation order, for lists.
     pub seq: u64,

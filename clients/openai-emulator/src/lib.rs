@@ -17,15 +17,17 @@
 //! fault plan and its matching; [`input`] validating input files;
 //! [`answer`] answering one line; [`online`] the synchronous endpoints'
 //! tiers, refusals and headers; [`files`] and [`batches`] resources as
-//! data; [`webhooks`] event payloads; [`stats`] what tests check; `service`
+//! data; [`seed`] an account's batches at start; [`webhooks`] event payloads; [`stats`] what tests check; `service`
 //! the shared state and batch lifecycle; `routes` the thin handlers; `handle`
 //! the kit's view of both. From
 //! `emulator_kit`: schema instances, signing and delivery. Everything but
 //! `service` and `routes` is pure.
 //!
 //! Options where the API promised nothing (list order, list lag, what
-//! cancelling a finished batch answers, partial results of a cancel) live
-//! in the fault plan or the config.
+//! cancelling a finished batch answers, partial results of a cancel, how
+//! long an upload takes to be visible to a create) live in the fault plan
+//! or the config; so does an account that already holds many batches
+//! ([`EmulatorConfig::seed_batches`]).
 
 pub mod answer;
 pub mod batches;
@@ -38,6 +40,7 @@ pub mod ids;
 pub mod input;
 pub mod online;
 mod routes;
+pub mod seed;
 mod service;
 pub mod stats;
 pub mod webhooks;
@@ -47,8 +50,9 @@ pub use config::{
     WebhookTarget,
 };
 pub use faults::{
-    BatchFault, BatchMatch, BatchRule, CancelFinished, FaultPlan, FaultPlanError, LineErrorSpec,
-    LostAnswer, LostMode, RateLimit, RowFault, RowMatch, RowRule, Times,
+    BatchFault, BatchMatch, BatchRule, CancelFinished, FaultPlan, FaultPlanError,
+    FileVisibilityLag, LineErrorSpec, LostAnswer, LostMode, RateLimit, RowFault, RowMatch, RowRule,
+    Times,
 };
 pub use stats::{Outcome, Stats, Submission};
 

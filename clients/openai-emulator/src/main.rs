@@ -55,6 +55,10 @@ struct Args {
     /// Deliver every webhook event once more this long after the first time.
     #[arg(long, value_parser = humantime::parse_duration)]
     webhook_redeliver_after: Option<Duration>,
+    /// Batches the account already holds at start (completed, another
+    /// client's), for searches through a long list.
+    #[arg(long, env = "OPENAI_EMULATOR_SEED_BATCHES", default_value_t = 0)]
+    seed_batches: u64,
     #[command(flatten)]
     online: startup::OnlineArgs,
     /// Log as JSON lines instead of human-readable text.
@@ -90,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_else(openai_emulator::config::known_models),
         list_order: ListOrder::default(),
         online: args.online.config(),
+        seed_batches: args.seed_batches,
     };
     let emulator = Emulator::start(args.listen, config)
         .await

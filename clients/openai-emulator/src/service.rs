@@ -62,6 +62,8 @@ struct State {
     online: Online,
     stats: Stats,
     next_seq: u64,
+    /// Batches the account held at start (the first `seeded` of `batches`).
+    seeded: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +96,17 @@ impl Shared {
             return Err(ConfigError::NoApiKey);
         }
         let faults = Faults::compile(config.faults)?;
+        let nonce = emulator_kit::ids::run_nonce(config.seed);
+        let batches = crate::seed::batches(config.seed_batches, nonce, now_secs());
+        let by_id = batches
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.id.clone(), i))
+            .collect();
+        let stats = Stats {
+            batches_seeded: config.seed_batches,
+            ..Stats::default()
+        };
         let secret = config
             .webhook
             .as_ref()
@@ -119,18 +132,19 @@ impl Shared {
                 models: config.models,
                 list_order: config.list_order,
                 seed: config.seed,
-                nonce: emulator_kit::ids::run_nonce(config.seed),
+                nonce,
                 outbox,
                 state: Mutex::new(State {
                     files: HashMap::new(),
-                    batches: Vec::new(),
-                    by_id: HashMap::new(),
+                    next_seq: config.seed_batches,
+                    seeded: config.seed_batches,
+                    batches,
+                    by_id,
                     rows: HashMap::new(),
                     runtime: Lives::default(),
                     online: Online::configured(config.online, faults.plan().online.clone()),
                     faults,
-                    stats: Stats::default(),
-                    next_seq: 0,
+                    stats,
                 }),
                 served,
             }
@@ -273,6 +287,7 @@ impl Shared {
             purpose,
             bytes,
             created_at: now_secs(),
+            created_at_ms: now_ms(),
             expires_at: None,
             seq,
         };
@@ -321,9 +336,7 @@ impl Shared {
         if !ascending {
             files.reverse();
         }
-        let items: Vec<(String, Value)> =
-            files.iter().map(|f| (f.id.clone(), f.to_json())).collect();
-        paginate(items, page, 10_000)
+        paginate(&files, |f| f.id.as_str(), page, 10_000, |f| f.to_json())
     }
 
     // ---- batches ----
@@ -362,6 +375,19 @@ impl Shared {
             ),
             Some(_) => None,
         });
+        let refusal = refusal.or_else(|| {
+            let age_ms = state
+                .files
+                .get(&request.input_file_id)
+                .map_or(0, |f| now_ms() - f.created_at_ms);
+            let invisible = state
+                .faults
+                .take_file_invisible(&request.input_file_id, age_ms);
+            invisible.then(|| {
+                state.stats.creates_file_not_visible += 1;
+                not_visible(&request.input_file_id)
+            })
+        });
         if let Some(error) = refusal {
             state.stats.create_rejections += 1;
             return Err(error);
@@ -370,7 +396,8 @@ impl Shared {
         let seq = state.next_seq;
         let id = hex_id("batch_", self.nonce, seq);
         let now = now_secs();
-        let lag = i64::try_from(state.faults.plan().list_lag_ms).unwrap_or(i64::MAX);
+        let lag = state.faults.plan().list_lag_ms + state.faults.list_lag_spread(seq, self.seed);
+        let lag = i64::try_from(lag).unwrap_or(i64::MAX);
         let batch = Batch {
             id: id.clone(),
             seq,
@@ -429,7 +456,7 @@ impl Shared {
     }
 
     pub fn list_batches(&self, page: &Page) -> Result<Value, ApiError> {
-        let state = self.lock();
+        let mut state = self.lock();
         let now = now_ms();
         let mut batches: Vec<&Batch> = state
             .batches
@@ -439,13 +466,14 @@ impl Shared {
         match state.faults.plan().list_order.unwrap_or(self.list_order) {
             ListOrder::NewestFirst => batches.reverse(),
             ListOrder::OldestFirst => {}
-            ListOrder::Shuffled => batches.sort_by_key(|b| hash_str(&b.id) ^ self.seed),
+            ListOrder::Shuffled => batches.sort_by_cached_key(|b| hash_str(&b.id) ^ self.seed),
         }
-        let items = batches
-            .iter()
-            .map(|b| (b.id.clone(), b.to_json()))
-            .collect();
-        paginate(items, page, 20)
+        // Only the page's batches are written out: a list of 100,000
+        // batches answers a page at the cost of sorting ids.
+        let answer = paginate(&batches, |b| b.id.as_str(), page, 20, |b| b.to_json());
+        drop(batches);
+        state.stats.batch_list_pages += 1;
+        answer
     }
 
     pub fn cancel_batch(self: &Arc<Self>, id: &str) -> Result<Value, ApiError> {
@@ -512,7 +540,7 @@ impl Shared {
             )]),
         };
         let (seq, metadata) = (batch.seq, batch.metadata.clone().unwrap_or_default());
-        let nth = state.batches.iter().filter(|b| b.seq <= seq).count() as u64;
+        let nth = state.batches.iter().filter(|b| b.seq <= seq).count() as u64 - state.seeded;
         let input = match parsed {
             Ok(input) => input,
             Err(errors) => {
@@ -747,6 +775,7 @@ impl Shared {
             purpose: "batch_output".into(),
             bytes,
             created_at: now_secs(),
+            created_at_ms: now_ms(),
             expires_at: None,
             seq: state.next_seq,
         };
@@ -859,11 +888,14 @@ pub struct Page {
     pub limit: Option<usize>,
 }
 
-/// One page of `items` (id, object) after `page.after`.
-fn paginate(
-    items: Vec<(String, Value)>,
+/// One page of `items` (each named by `id`) after `page.after`, written
+/// out by `json`.
+fn paginate<T>(
+    items: &[T],
+    id: impl Fn(&T) -> &str,
     page: &Page,
     default_limit: usize,
+    json: impl Fn(&T) -> Value,
 ) -> Result<Value, ApiError> {
     let limit = page.limit.unwrap_or(default_limit);
     if limit == 0 || limit > default_limit.max(100) {
@@ -876,16 +908,15 @@ fn paginate(
     let start = match &page.after {
         Some(after) => items
             .iter()
-            .position(|(id, _)| id == after)
+            .position(|i| id(i) == after)
             .map_or(items.len(), |i| i + 1),
         None => 0,
     };
     let rest = &items[start.min(items.len())..];
-    let data: Vec<Value> = rest.iter().take(limit).map(|(_, v)| v.clone()).collect();
-    let first = rest.first().map(|(id, _)| id.clone());
-    let last = rest[..limit.min(rest.len())]
-        .last()
-        .map(|(id, _)| id.clone());
+    let shown = &rest[..limit.min(rest.len())];
+    let data: Vec<Value> = shown.iter().map(&json).collect();
+    let first = rest.first().map(|i| id(i).to_owned());
+    let last = shown.last().map(|i| id(i).to_owned());
     Ok(
         json!({"object": "list", "data": data, "first_id": first, "last_id": last, "has_more": rest.len() > limit}),
     )
@@ -893,6 +924,13 @@ fn paginate(
 
 fn no_file(id: &str) -> ApiError {
     ApiError::not_found(format!("No such File object: {id}")).param("id")
+}
+
+/// The 400 users report from a create naming a file uploaded a moment
+/// before (the API reference does not document it; the SDK raises it as
+/// `BadRequestError`).
+fn not_visible(id: &str) -> ApiError {
+    ApiError::invalid(format!("Cannot find file {id}.")).param("input_file_id")
 }
 
 fn no_batch(id: &str) -> ApiError {

@@ -15,6 +15,13 @@ pub struct Stats {
     pub batches_created: u64,
     /// Creates refused (rate limit, insufficient quota, bad request).
     pub create_rejections: u64,
+    /// Of those, creates refused because their input file was not yet
+    /// visible (`file_visibility_lag`).
+    pub creates_file_not_visible: u64,
+    /// Batches the account held at start (`seed_batches`).
+    pub batches_seeded: u64,
+    /// Pages of `GET /v1/batches` answered.
+    pub batch_list_pages: u64,
     /// Files uploaded.
     pub uploads: u64,
     pub files_deleted: u64,

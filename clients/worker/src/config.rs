@@ -145,13 +145,26 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_EXIT_WHEN_IDLE")]
     pub exit_when_idle: bool,
 
-    /// The least time after a batch create was attempted before a search
-    /// may conclude that no batch was made; it concludes so only once the
-    /// provider's list shows a batch made after the attempt (a witness:
-    /// see `lookup.rs`), however long that takes. The rows go back only
-    /// then.
+    /// The longest a new batch may take to show in the provider's list, in
+    /// whatever order the list fills: a search concludes that no batch was
+    /// made only once this passed after the latest time the attempt's batch
+    /// could have been made, and the list shows a batch made after the
+    /// attempt (a witness: see `lookup.rs`). The rows go back only then.
     #[arg(long, env = "TALLY_WORKER_CREATE_LOOKUP_WINDOW", default_value = "5m", value_parser = parse_duration)]
     pub create_lookup_window: Duration,
+
+    /// Most pages of the provider's batch list one search for a lost create
+    /// reads. A list that comes newest first is read only a page past the
+    /// attempt's window; one that does not, and is longer than this,
+    /// proves nothing: the rows wait and the operator is told.
+    #[arg(long, env = "TALLY_WORKER_MAX_LIST_PAGES", default_value_t = crate::lookup::MAX_LIST_PAGES)]
+    pub max_list_pages: usize,
+
+    /// A search for a lost create still unresolved this long after the
+    /// attempt is reported to the operator (a warning naming the job, and
+    /// `tally_worker_create_searches_unresolved`); its rows keep waiting.
+    #[arg(long, env = "TALLY_WORKER_CREATE_SEARCH_ALARM", default_value = "30m", value_parser = parse_duration)]
+    pub create_search_alarm: Duration,
 
     /// How far the provider's clock may be from tally's. A search after a
     /// lost create takes a batch listed with a `createTime` later than the

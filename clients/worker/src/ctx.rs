@@ -52,6 +52,9 @@ pub struct Ctx {
     /// Set when the worker's own settings keep it from running a row (its
     /// media are where it may not read): the worker then stops.
     settings_problem: std::sync::Mutex<Option<String>>,
+    /// When this worker last made a probe batch (a witness for every
+    /// search of an earlier attempt: [`crate::lookup::probe_due`]).
+    last_probe: std::sync::Mutex<Option<std::time::SystemTime>>,
 }
 
 impl Ctx {
@@ -68,6 +71,7 @@ impl Ctx {
             account: provider.account(),
             bounds: std::sync::Mutex::new(TokenBounds::default()),
             settings_problem: std::sync::Mutex::new(None),
+            last_probe: std::sync::Mutex::new(None),
             clients,
             provider,
             ledger: args.ledger_name(),
@@ -123,6 +127,19 @@ impl Ctx {
             .unwrap_or_else(|p| p.into_inner());
         if held.is_none_or(|h| h < until) {
             *held = Some(until);
+        }
+    }
+
+    /// When this worker last made a probe batch, by any search.
+    pub fn last_probe(&self) -> Option<std::time::SystemTime> {
+        *self.last_probe.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A probe batch was made at `at`.
+    pub fn probe_made(&self, at: std::time::SystemTime) {
+        let mut last = self.last_probe.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|l| l < at) {
+            *last = Some(at);
         }
     }
 

@@ -121,6 +121,10 @@ struct Inner {
     batch_stats_mismatches: Counter,
     online_reported: Counter,
     online_released: Counter,
+    create_search_pages: Counter,
+    create_searches_flagged: Counter,
+    create_searches_unresolved: Gauge,
+    probe_batches: Counter,
     provider_errors: ProviderErrors,
     provider_info: Family<ProviderLabels, Gauge>,
     last_poll: F64Gauge,
@@ -152,6 +156,10 @@ impl WorkerMetrics {
             batch_stats_mismatches: Counter::default(),
             online_reported: Counter::default(),
             online_released: Counter::default(),
+            create_search_pages: Counter::default(),
+            create_searches_flagged: Counter::default(),
+            create_searches_unresolved: Gauge::default(),
+            probe_batches: Counter::default(),
             provider_errors: ProviderErrors::default(),
             provider_info: Family::default(),
             last_poll: F64Gauge::default(),
@@ -198,6 +206,26 @@ impl WorkerMetrics {
             "tally_worker_online_calls_released",
             "rows of synchronous calls given back unattempted (shed, or never connected)",
             inner.online_released.clone(),
+        );
+        r.register(
+            "tally_worker_create_search_pages",
+            "pages of the provider's batch list read by searches for lost creates",
+            inner.create_search_pages.clone(),
+        );
+        r.register(
+            "tally_worker_create_searches_flagged",
+            "searches for lost creates that could not prove the batch made or never made within their bound (reported; their rows wait)",
+            inner.create_searches_flagged.clone(),
+        );
+        r.register(
+            "tally_worker_create_searches_unresolved",
+            "searches for lost creates past their bound and still running: their jobs' rows are held until the batch is found or proven never made",
+            inner.create_searches_unresolved.clone(),
+        );
+        r.register(
+            "tally_worker_probe_batches",
+            "one-request probe batches made as witnesses for searches",
+            inner.probe_batches.clone(),
         );
         r.register(
             "tally_worker_provider_errors",
@@ -270,6 +298,26 @@ impl WorkerMetrics {
     pub fn batch_created(&self, rows: u64) {
         self.0.batches_created.inc();
         self.0.rows_sent.inc_by(rows);
+    }
+
+    /// A search read one page of the batch list.
+    pub fn create_search_page(&self) {
+        self.0.create_search_pages.inc();
+    }
+
+    /// A search went past its bound (counted once per search).
+    pub fn create_search_flagged(&self) {
+        self.0.create_searches_flagged.inc();
+        self.0.create_searches_unresolved.inc();
+    }
+
+    /// A search past its bound ended (resolved, or left for adoption).
+    pub fn create_search_resolved(&self) {
+        self.0.create_searches_unresolved.dec();
+    }
+
+    pub fn probe_made(&self) {
+        self.0.probe_batches.inc();
     }
 
     pub fn batch_stats_mismatch(&self) {

@@ -1,7 +1,7 @@
-//! What a refused batch create asks of tally: wait, fix, or stop. A refusal
-//! never loops: every kind changes something before the same rows go out
-//! again (a cool-down and a smaller batch, a smaller batch, or a paused
-//! ledger). Each provider's folder says which of its answers is which
+//! What a refused batch create asks of tally: wait, fix, stop, or retry
+//! later. A refusal never loops: every kind changes something before the
+//! same rows go out again (a cool-down and a smaller batch, a smaller
+//! batch, a paused ledger, or a pause before this worker's next claim). Each provider's folder says which of its answers is which
 //! (`provider/<name>/refusal.rs`). Pure.
 
 use std::time::Duration;
@@ -23,6 +23,11 @@ pub enum Refusal {
     Invalid(usize),
     /// No retry fixes it: the ledger pauses with the provider's words.
     Stop(pb::ProviderRefusal),
+    /// Nothing was made and nothing is wrong with the rows, the account or
+    /// the quota, but this batch cannot go (its input file is gone): the
+    /// rows go back with no attempt and this worker claims nothing for
+    /// `--refusal-cooldown`, so it never loops.
+    Retry,
 }
 
 /// What a batch the provider made and then refused at validation (an

@@ -22,7 +22,8 @@
 //! after that the job is left for adoption.
 //!
 //! Steps: `render` (rows to requests and the batch's input), `create`
-//! (never paying twice for a create) with `refused`, `follow` (waiting for
+//! (never paying twice for a create) with `search` (a lost create's
+//! search), `marks` (what is recorded of it) and `refused`, `follow` (waiting for
 //! the batch's end) with `gone`, `reconcile` (its output to outcomes) with
 //! `settle` and `golden`; `heartbeat` keeps the claim; `end` says how a
 //! job ended. Before the batch may exist, rows go back in one place
@@ -34,10 +35,12 @@ mod follow;
 mod golden;
 mod gone;
 mod heartbeat;
+mod marks;
 mod online;
 mod reconcile;
 mod refused;
 mod render;
+mod search;
 mod settle;
 
 use std::collections::{HashMap, HashSet};
@@ -52,9 +55,9 @@ use tonic::{Code, Status};
 use crate::config::Failpoint;
 use crate::ctx::{Answer, Ctx};
 use crate::provider::ProviderError;
-use create::CreateEnd;
 use follow::follow;
 use heartbeat::Heartbeat;
+use marks::CreateEnd;
 use reconcile::finish;
 use render::{Prompts, Unsent};
 use settle::report;
@@ -320,7 +323,7 @@ pub async fn run_adopted(
     let _heartbeat = Heartbeat::start(&ctx, &claim.name);
     let job = if job.state() == pb::JobState::Creating {
         tracing::info!(job = %job.job_id, "adopted a job whose create is unresolved; searching the provider");
-        match create::resolve(&ctx, &job, &claim.name, &stop).await? {
+        match search::resolve(&ctx, &job, &claim.name, &stop).await? {
             CreateEnd::Submitted(job) => *job,
             CreateEnd::NeverMade => return Ok(JobEnd::Released),
             CreateEnd::LeftForAdoption => return Ok(JobEnd::LeftForAdoption),

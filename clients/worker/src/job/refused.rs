@@ -20,8 +20,8 @@ use serde_json::Value;
 use tally_proto::v1 as pb;
 
 use crate::ctx::Ctx;
-use crate::job::create::{Refusal, mark_not_created};
 use crate::job::end::{JobEnd, JobError};
+use crate::job::marks::{Refusal, mark_not_created};
 use crate::job::settle::{invalid_input, report};
 use crate::jsonl::LineSink;
 use crate::refusal::Validation;

@@ -101,7 +101,9 @@ pub fn refused(wire: &dyn Wire, lane: Lane, e: &ProviderError) -> Refused {
             Refused::Row(failure_of(e))
         }
         Some(Refusal::Stop(kind)) => Refused::Stop(kind, e.to_string()),
-        Some(Refusal::TooLarge | Refusal::Invalid(_)) | None => Refused::Row(failure_of(e)),
+        Some(Refusal::TooLarge | Refusal::Invalid(_) | Refusal::Retry) | None => {
+            Refused::Row(failure_of(e))
+        }
     }
 }
 

@@ -21,6 +21,7 @@ mod e2e_providers;
 mod e2e_quota;
 mod e2e_refusals;
 mod e2e_restart;
+mod e2e_search;
 mod e2e_spend;
 mod e2e_stuck;
 mod e2e_trace;

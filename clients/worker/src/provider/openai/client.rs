@@ -100,13 +100,45 @@ impl OpenAi {
     }
 
     /// Creates the batch of `input_file` (its lines name `model`), tagged
-    /// `tag` in its metadata; answers `batches/{id}`. Not retried.
+    /// `tag` in its metadata; answers `batches/{id}`. Not retried, except
+    /// while the input file is not visible yet ([`super::visible`]).
     pub async fn create_batch(
         &self,
         _model: &str,
         tag: &str,
         input_file: &str,
     ) -> Result<String, ProviderError> {
+        let mut pauses = super::visible::pauses(super::visible::WAIT).into_iter();
+        loop {
+            let e = match self.post_batch(tag, input_file).await {
+                Ok(name) => return Ok(name),
+                Err(e) if super::visible::names_missing_file(&e, input_file) => e,
+                Err(e) => return Err(e),
+            };
+            // The provider answered that it cannot find the input file: a
+            // create refused so made no batch, so sending the same create
+            // again cannot make a second one (unlike a create whose
+            // answer was lost, which is never sent again).
+            let url = self.url(&format!("/files/{}", id_in(input_file)));
+            let got = self.rest.get("get file", &url).await;
+            match super::visible::file_state(&got) {
+                super::visible::FileState::There => {}
+                super::visible::FileState::Gone => {
+                    return Err(super::visible::gone(e, input_file));
+                }
+                super::visible::FileState::Failed => return Err(e),
+            }
+            let Some(pause) = pauses.next() else {
+                tracing::warn!(file = input_file, error = %e, "the input file stayed invisible to the create; the refusal stands");
+                return Err(e);
+            };
+            tracing::info!(file = input_file, retry_in = ?pause, "the input file is stored but not visible to the create yet; creating again");
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// One `POST /batches`.
+    async fn post_batch(&self, tag: &str, input_file: &str) -> Result<String, ProviderError> {
         let body = json!({
             "input_file_id": input_file,
             "endpoint": ENDPOINT,

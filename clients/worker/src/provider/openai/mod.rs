@@ -1,8 +1,9 @@
 //! OpenAI's Batch API (and the OpenAI-compatible servers that copy it), as
 //! one folder: its client ([`client`]), a row's request, batch line and
 //! media parts ([`request`]), an output line read as a row's outcome
-//! ([`output`]), what its refusals ask of tally ([`refusal`]), and its
-//! flags ([`flags`]). [`OpenAiWire`] hands the pure parts to the
+//! ([`output`]), what its refusals ask of tally ([`refusal`]), an input
+//! file not yet visible to a create ([`visible`]), and its flags
+//! ([`flags`]). [`OpenAiWire`] hands the pure parts to the
 //! provider-neutral code.
 
 pub mod client;
@@ -11,6 +12,7 @@ pub mod online;
 pub mod output;
 pub mod refusal;
 pub mod request;
+pub mod visible;
 
 use serde_json::Value;
 use tally_core::lane::Lane;

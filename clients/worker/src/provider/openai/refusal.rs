@@ -5,6 +5,8 @@
 //! | --- | --- |
 //! | 429 `insufficient_quota` (or `credit_balance_exhausted`, `billing_…`) | stop (`billing`) |
 //! | any other 429 (`rate_limit_exceeded`) | wait, for its `retry-after` (60s when none) |
+//! | a create's 400 (or 404) naming its input file as missing, after the file was waited for ([`super::visible`]), the file gone | none: the rows go back with no attempt |
+//! | … the file still there but never visible within the wait | stop (`refused`) |
 //! | 413, or a 400 saying the request is too large | fix: a smaller batch |
 //! | 401, 403, 404, any other 4xx | stop (`refused`) |
 //! | a batch made, then `failed` at validation ([`validation`]): `token_limit_exceeded` | wait: nothing ran, the rows go back with no attempt, the model cools down |
@@ -34,6 +36,7 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
     };
     let refusal = match code {
         408 | 500..=599 => return None,
+        400 | 404 if status == super::visible::FILE_GONE => Refusal::Retry,
         429 if is_billing(status) => Refusal::Stop(pb::ProviderRefusal::Billing),
         429 => Refusal::Wait(*retry_after),
         413 => Refusal::TooLarge,
@@ -127,6 +130,11 @@ mod tests {
         assert_eq!(
             classify(&openai(401, "invalid_api_key")),
             Some(Refusal::Stop(P::Request))
+        );
+        assert_eq!(
+            classify(&openai(400, super::super::visible::FILE_GONE)),
+            Some(Refusal::Retry),
+            "a create whose input file is gone is no refusal of the ledger"
         );
         for code in [408, 500, 503] {
             assert_eq!(classify(&openai(code, "")), None);
