@@ -25,6 +25,9 @@ use std::collections::HashMap;
 /// Deepest nesting of messages walked (prost's own limit is 100; tally's
 /// requests nest a few levels).
 pub const MAX_DEPTH: usize = 16;
+/// Most occurrences of one singular message field taken in one message
+/// (the decoder merges them; no encoder sends more than one).
+const MAX_MERGED: usize = 64;
 /// What one entry of a map field is taken to cost (a hash table slot with
 /// its key and value).
 const MAP_ENTRY_BYTES: usize = 64;
@@ -225,14 +228,16 @@ impl Schema {
         };
         let mut cost = Cost::default();
         let mut steps = Vec::with_capacity(MAX_DEPTH);
-        self.message(root, message, &mut steps, &mut cost)?;
+        self.message(root, &[message], &mut steps, &mut cost)?;
         Ok(cost)
     }
 
-    fn message<'s>(
+    /// Walks one message of type `index`, sent as `parts`: the occurrences
+    /// of a singular field, which the decoder merges (one part otherwise).
+    fn message<'s, 'b>(
         &'s self,
         index: usize,
-        bytes: &[u8],
+        parts: &[&'b [u8]],
         steps: &mut Vec<Step<'s>>,
         cost: &mut Cost,
     ) -> Result<(), WireError> {
@@ -246,132 +251,142 @@ impl Schema {
         let mut counts = vec![0usize; schema.repeated];
         // A singular message field sent more than once is merged by the
         // decoder (protobuf's rule), its repeated fields concatenated: its
-        // occurrences are walked together, after the loop, so each bound
-        // holds for the decoded message, not per occurrence on the wire.
-        let mut singular: Vec<(&Field, usize, Vec<&[u8]>)> = Vec::new();
+        // occurrences are walked as one message, with one set of counters,
+        // after the loop, so each bound holds for the decoded message, not
+        // per occurrence on the wire. No encoder repeats one: more than
+        // MAX_MERGED occurrences are refused, so the list stays small.
+        let mut singular: Vec<(&Field, usize, Vec<&'b [u8]>)> = Vec::new();
         let mut over: Option<&Field> = None;
         let malformed = |steps: &[Step<'_>], last: Option<&str>, reason| WireError::Malformed {
             path: path_of(steps, last),
             reason,
         };
-        let mut at = 0;
-        while at < bytes.len() {
-            let tag = varint(bytes, &mut at).ok_or_else(|| malformed(steps, None, "a bad tag"))?;
-            let number = u32::try_from(tag >> 3)
-                .ok()
-                .filter(|n| *n != 0)
-                .ok_or_else(|| malformed(steps, None, "a bad field number"))?;
-            let wire = tag & 7;
-            let field = schema.field(number);
-            let name = field.map(|f| f.name.as_str());
-            // Where the field's value lies, for length-delimited ones.
-            let value: Option<&[u8]> = match wire {
-                0 => {
-                    varint(bytes, &mut at).ok_or_else(|| malformed(steps, name, "a bad varint"))?;
-                    None
+        for bytes in parts.iter().copied() {
+            let mut at = 0;
+            while at < bytes.len() {
+                let tag =
+                    varint(bytes, &mut at).ok_or_else(|| malformed(steps, None, "a bad tag"))?;
+                let number = u32::try_from(tag >> 3)
+                    .ok()
+                    .filter(|n| *n != 0)
+                    .ok_or_else(|| malformed(steps, None, "a bad field number"))?;
+                let wire = tag & 7;
+                let field = schema.field(number);
+                let name = field.map(|f| f.name.as_str());
+                // Where the field's value lies, for length-delimited ones.
+                let value: Option<&[u8]> = match wire {
+                    0 => {
+                        varint(bytes, &mut at)
+                            .ok_or_else(|| malformed(steps, name, "a bad varint"))?;
+                        None
+                    }
+                    1 => {
+                        at = skip(bytes, at, 8)
+                            .ok_or_else(|| malformed(steps, name, "cut short"))?;
+                        None
+                    }
+                    5 => {
+                        at = skip(bytes, at, 4)
+                            .ok_or_else(|| malformed(steps, name, "cut short"))?;
+                        None
+                    }
+                    2 => {
+                        let len = varint(bytes, &mut at)
+                            .and_then(|l| usize::try_from(l).ok())
+                            .ok_or_else(|| malformed(steps, name, "a bad length"))?;
+                        let start = at;
+                        at = skip(bytes, at, len)
+                            .ok_or_else(|| malformed(steps, name, "cut short"))?;
+                        Some(&bytes[start..at])
+                    }
+                    // Groups (3, 4) and the unused wire types 6 and 7: prost
+                    // would skip a whole group of an unknown field unread.
+                    _ => return Err(malformed(steps, name, "groups are not accepted")),
+                };
+                let Some(field) = field else {
+                    // Unknown: skipped by the decoder, costs nothing decoded.
+                    continue;
+                };
+                let packed = field.repeated.is_some()
+                    && wire == 2
+                    && matches!(field.shape, Shape::Varint | Shape::Fixed32 | Shape::Fixed64);
+                let fits = match field.shape {
+                    Shape::Varint => wire == 0 || packed,
+                    Shape::Fixed32 => wire == 5 || packed,
+                    Shape::Fixed64 => wire == 1 || packed,
+                    Shape::Text | Shape::Message(_) => wire == 2,
+                };
+                if !fits {
+                    return Err(malformed(
+                        steps,
+                        Some(&field.name),
+                        "a wire type the field does not have",
+                    ));
                 }
-                1 => {
-                    at = skip(bytes, at, 8).ok_or_else(|| malformed(steps, name, "cut short"))?;
-                    None
-                }
-                5 => {
-                    at = skip(bytes, at, 4).ok_or_else(|| malformed(steps, name, "cut short"))?;
-                    None
-                }
-                2 => {
-                    let len = varint(bytes, &mut at)
-                        .and_then(|l| usize::try_from(l).ok())
-                        .ok_or_else(|| malformed(steps, name, "a bad length"))?;
-                    let start = at;
-                    at = skip(bytes, at, len).ok_or_else(|| malformed(steps, name, "cut short"))?;
-                    Some(&bytes[start..at])
-                }
-                // Groups (3, 4) and the unused wire types 6 and 7: prost
-                // would skip a whole group of an unknown field unread.
-                _ => return Err(malformed(steps, name, "groups are not accepted")),
-            };
-            let Some(field) = field else {
-                // Unknown: skipped by the decoder, costs nothing decoded.
-                continue;
-            };
-            let packed = field.repeated.is_some()
-                && wire == 2
-                && matches!(field.shape, Shape::Varint | Shape::Fixed32 | Shape::Fixed64);
-            let fits = match field.shape {
-                Shape::Varint => wire == 0 || packed,
-                Shape::Fixed32 => wire == 5 || packed,
-                Shape::Fixed64 => wire == 1 || packed,
-                Shape::Text | Shape::Message(_) => wire == 2,
-            };
-            if !fits {
-                return Err(malformed(
-                    steps,
-                    Some(&field.name),
-                    "a wire type the field does not have",
-                ));
-            }
-            let entries = if packed {
-                let v = value.unwrap_or_default();
-                match field.shape {
-                    Shape::Varint => v.iter().filter(|b| **b & 0x80 == 0).count(),
-                    Shape::Fixed32 if v.len().is_multiple_of(4) => v.len() / 4,
-                    Shape::Fixed64 if v.len().is_multiple_of(8) => v.len() / 8,
-                    _ => return Err(malformed(steps, Some(&field.name), "a bad packed field")),
-                }
-            } else {
-                1
-            };
-            if let Some(r) = field.repeated {
-                let count = &mut counts[r.slot];
-                let index = *count;
-                *count += entries;
-                cost.entries += entries;
-                cost.decoded_bytes = cost
-                    .decoded_bytes
-                    .saturating_add(entries.saturating_mul(2 * r.entry_bytes));
-                if *count > r.bound {
-                    // Keep counting, to say how many there were; nothing
-                    // over the bound is looked into.
-                    over.get_or_insert(field);
+                let entries = if packed {
+                    let v = value.unwrap_or_default();
+                    match field.shape {
+                        Shape::Varint => v.iter().filter(|b| **b & 0x80 == 0).count(),
+                        Shape::Fixed32 if v.len().is_multiple_of(4) => v.len() / 4,
+                        Shape::Fixed64 if v.len().is_multiple_of(8) => v.len() / 8,
+                        _ => return Err(malformed(steps, Some(&field.name), "a bad packed field")),
+                    }
+                } else {
+                    1
+                };
+                if let Some(r) = field.repeated {
+                    let count = &mut counts[r.slot];
+                    let index = *count;
+                    *count += entries;
+                    cost.entries += entries;
+                    cost.decoded_bytes = cost
+                        .decoded_bytes
+                        .saturating_add(entries.saturating_mul(2 * r.entry_bytes));
+                    if *count > r.bound {
+                        // Keep counting, to say how many there were; nothing
+                        // over the bound is looked into.
+                        over.get_or_insert(field);
+                        continue;
+                    }
+                    if let (Shape::Message(m), Some(v)) = (field.shape, value) {
+                        steps.push(Step {
+                            field: &field.name,
+                            index: Some(index),
+                        });
+                        self.message(m, &[v], steps, cost)?;
+                        steps.pop();
+                        continue;
+                    }
+                } else if let (Shape::Message(m), Some(v)) = (field.shape, value) {
+                    match singular
+                        .iter_mut()
+                        .find(|(f, _, _)| f.number == field.number)
+                    {
+                        Some((_, _, seen)) if seen.len() >= MAX_MERGED => {
+                            return Err(malformed(
+                                steps,
+                                Some(&field.name),
+                                "a singular message field sent too many times",
+                            ));
+                        }
+                        Some((_, _, seen)) => seen.push(v),
+                        None => singular.push((field, m, vec![v])),
+                    }
                     continue;
                 }
-                if let (Shape::Message(m), Some(v)) = (field.shape, value) {
-                    steps.push(Step {
-                        field: &field.name,
-                        index: Some(index),
-                    });
-                    self.message(m, v, steps, cost)?;
-                    steps.pop();
-                    continue;
+                if field.shape == Shape::Text {
+                    cost.decoded_bytes = cost
+                        .decoded_bytes
+                        .saturating_add(value.map_or(0, <[u8]>::len));
                 }
-            } else if let (Shape::Message(m), Some(v)) = (field.shape, value) {
-                match singular
-                    .iter_mut()
-                    .find(|(f, _, _)| f.number == field.number)
-                {
-                    Some((_, _, parts)) => parts.push(v),
-                    None => singular.push((field, m, vec![v])),
-                }
-                continue;
-            }
-            if field.shape == Shape::Text {
-                cost.decoded_bytes = cost
-                    .decoded_bytes
-                    .saturating_add(value.map_or(0, <[u8]>::len));
             }
         }
-        for (field, m, parts) in singular {
+        for (field, m, seen) in singular {
             steps.push(Step {
                 field: &field.name,
                 index: None,
             });
-            // The concatenation of a message's encodings is the encoding of
-            // their merge; one occurrence is walked where it lies.
-            if let [one] = parts[..] {
-                self.message(m, one, steps, cost)?;
-            } else {
-                self.message(m, &parts.concat(), steps, cost)?;
-            }
+            self.message(m, &seen, steps, cost)?;
             steps.pop();
         }
         if let Some(field) = over {
@@ -646,6 +661,14 @@ mod tests {
         twice.extend(filter(3).encode_to_vec());
         let decoded = pb::ListRowsRequest::decode(&twice[..]).unwrap();
         assert_eq!(decoded.filter.unwrap().statuses.len(), 6, "prost merges");
+        let mut many = Vec::new();
+        for _ in 0..=MAX_MERGED {
+            many.extend(filter(0).encode_to_vec());
+        }
+        assert!(matches!(
+            s.walk(LIST_ROWS, &many),
+            Err(WireError::Malformed { reason, .. }) if reason.contains("too many times")
+        ));
         assert_eq!(
             s.walk(LIST_ROWS, &twice),
             Err(WireError::TooMany {
