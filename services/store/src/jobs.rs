@@ -267,8 +267,11 @@ impl Store {
 
     /// Records that the batch create is about to be sent (PREPARING →
     /// CREATING) with its input file, fenced by the job's claim. Again on a
-    /// CREATING job (a retried call) it changes nothing. From then on the
-    /// job's rows are never released unworked until [`Store::mark_not_created`].
+    /// CREATING job (a retried call, or a create sent again after the
+    /// provider refused it unmade) it moves only the attempt time to now,
+    /// and only for a live claim (else it is refused, and nothing is sent
+    /// again): a search for a lost create counts from the last send. From then on the job's rows are never released unworked
+    /// until [`Store::mark_not_created`].
     #[tracing::instrument(
         target = "tally::trace",
         level = "debug",
@@ -290,6 +293,16 @@ impl Store {
             let (claim, job) = lock_fenced(&mut tx, record.id, ledger, public_id, token).await?;
             let t = job.step(JobEvent::BeginCreate, ledger)?;
             if job.state()? == t.state {
+                fence::check_live(&claim, ledger)?;
+                {
+                    sqlx::query(
+                        "UPDATE jobs SET create_attempt_time = now(), update_time = now()
+                         WHERE id = $1 AND end_time IS NULL",
+                    )
+                    .bind(job.id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
                 return load_job(&mut *tx, job.id).await;
             }
             // Only a live claim may start a create: a lapsed one may have

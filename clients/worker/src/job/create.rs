@@ -82,11 +82,32 @@ pub async fn create(
     let at_provider = tally_core::provider::route(model).model;
     // Inline input lines are let go once sent, before any search.
     let lines = std::mem::take(&mut sent.lines);
-    let created = ctx
-        .provider
-        .create_batch(at_provider, &display_name, &job.input_file, &lines)
-        .await;
+    // A create sent again (its input file was not visible yet) records its
+    // attempt anew first: a search for its lost answer counts from then.
+    let latest = std::sync::Mutex::new(job.clone());
+    let created = {
+        let (sent, latest) = (&sent, &latest);
+        let resend = move || -> futures::future::BoxFuture<'_, bool> {
+            Box::pin(async move {
+                match mark_creating(ctx, job, claim, &job.input_file, sent).await {
+                    Ok(marked) => {
+                        *latest.lock().unwrap_or_else(|p| p.into_inner()) = marked;
+                        true
+                    }
+                    Err(s) => {
+                        tracing::warn!(job = %job.job_id, error = %s.message(), "the create's new attempt could not be recorded; not sending it again");
+                        false
+                    }
+                }
+            })
+        };
+        ctx.provider
+            .create_batch(at_provider, &display_name, &job.input_file, &lines, &resend)
+            .await
+    };
     drop(lines);
+    let latest = latest.into_inner().unwrap_or_else(|p| p.into_inner());
+    let job = &latest;
     let e = match created {
         Ok(batch) => {
             ctx.args.failpoint(Failpoint::AfterCreate);

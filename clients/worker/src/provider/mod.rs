@@ -47,6 +47,10 @@ pub use types::{Listed, ListedFile, Observed, OnlineAnswer, Owner, Page, Upload,
 pub use wire::Wire;
 
 use crate::arg::UrlArg;
+
+/// Records a create's new attempt before it is sent again (see
+/// [`Provider::create_batch`]); answers whether it did.
+pub type Resend<'a> = dyn Fn() -> futures::future::BoxFuture<'a, bool> + Send + Sync + 'a;
 use crate::jsonl::LineSink;
 
 /// The shapes and rules of `api`'s provider.
@@ -177,17 +181,21 @@ impl Provider {
     /// Creates the batch of `input_file` for `model`, tagged `tag` (where
     /// the provider keeps tags); `lines` are the input itself, for a
     /// provider that takes requests inline. Answers the batch's name.
-    /// Never retried (see `job/create.rs`).
+    /// Never retried (see `job/create.rs`), but for a create the provider
+    /// refused as sent too early (an input file not visible yet), sent
+    /// again only once `resend` has recorded the new attempt (it answers
+    /// false when it could not: the create is not sent again).
     pub async fn create_batch(
         &self,
         model: &str,
         tag: &str,
         input_file: &str,
         lines: &Bytes,
+        resend: &Resend<'_>,
     ) -> Result<String, ProviderError> {
         match self {
             Provider::Gemini(g) => batch_name(&g.create_batch(model, tag, input_file).await?),
-            Provider::OpenAi(o) => o.create_batch(model, tag, input_file).await,
+            Provider::OpenAi(o) => o.create_batch(model, tag, input_file, resend).await,
             Provider::Anthropic(a) => a.create_batch(lines).await,
         }
     }

@@ -504,11 +504,13 @@ async fn a_creating_job_is_adopted_and_resolved_never_released() {
         )
         .await
         .unwrap();
+    // A retry changes nothing but the attempt time, which never goes back
+    // (it counts from the last call: one made before any create is sent).
     assert_eq!(
-        again.create_attempt_time,
-        Some(attempted),
-        "a retry changes nothing"
+        (again.state, again.input_file.as_str()),
+        (JobState::Creating, "files/in-a")
     );
+    assert!(again.create_attempt_time >= Some(attempted));
     let e = env
         .store
         .release_claim("l", ga.claim.token, None, "worker-a")
@@ -1633,4 +1635,49 @@ async fn a_batch_refused_before_it_ran_returns_its_rows_unattempted() {
         .unwrap_err();
     assert!(matches!(e, StoreError::ResourceExhausted { .. }), "{e:?}");
     assert_queue_consistent(&env.store).await;
+}
+
+/// Invariant (issue 51): a create the provider refused unmade and the
+/// worker sends again records its new attempt first, so a search for a
+/// lost answer counts from the last send: MarkCreating again on a CREATING
+/// job moves its attempt time to now while the claim is live, and is
+/// refused (nothing moved) once the claim has lapsed.
+#[tokio::test]
+async fn marking_creating_again_moves_the_attempt_to_the_last_send() {
+    let env = env().await;
+    let (g, job) = creating_job(&env, &["a", "b"]).await;
+    let pool = env.store.pool();
+    sqlx::query("UPDATE jobs SET create_attempt_time = now() - interval '10 minutes'")
+        .execute(pool)
+        .await
+        .unwrap();
+    let again = mark_creating(&env, &g, &job).await.unwrap();
+    let moved = again.create_attempt_time.expect("an attempt time");
+    assert!(
+        chrono::Utc::now() - moved < chrono::Duration::seconds(30),
+        "moved to now: {moved}"
+    );
+    assert_eq!(again.state, JobState::Creating);
+    sqlx::query("UPDATE jobs SET create_attempt_time = now() - interval '10 minutes'")
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE claims SET expire_time = now() - interval '1 second'")
+        .execute(pool)
+        .await
+        .unwrap();
+    assert!(
+        mark_creating(&env, &g, &job).await.is_err(),
+        "a lapsed claim sends nothing again"
+    );
+    let kept: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT create_attempt_time FROM jobs WHERE id = $1")
+            .bind(job.id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert!(
+        chrono::Utc::now() - kept > chrono::Duration::minutes(9),
+        "not moved"
+    );
 }

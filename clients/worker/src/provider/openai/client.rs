@@ -101,12 +101,15 @@ impl OpenAi {
 
     /// Creates the batch of `input_file` (its lines name `model`), tagged
     /// `tag` in its metadata; answers `batches/{id}`. Not retried, except
-    /// while the input file is not visible yet ([`super::visible`]).
+    /// while the input file is not visible yet ([`super::visible`]), each
+    /// time after `resend` recorded the new attempt at tally (so a search
+    /// for a lost answer counts from the last send, not the first).
     pub async fn create_batch(
         &self,
         _model: &str,
         tag: &str,
         input_file: &str,
+        resend: &crate::provider::Resend<'_>,
     ) -> Result<String, ProviderError> {
         let mut pauses = super::visible::pauses(super::visible::WAIT).into_iter();
         loop {
@@ -134,6 +137,15 @@ impl OpenAi {
             };
             tracing::info!(file = input_file, retry_in = ?pause, "the input file is stored but not visible to the create yet; creating again");
             tokio::time::sleep(pause).await;
+            if !resend().await {
+                // The new attempt is not on record: sending again could
+                // make a batch no search would count from. No batch was
+                // made: the rows go back, with no pause.
+                return Err(super::visible::retry_later(
+                    e,
+                    "the create's new attempt could not be recorded at tally",
+                ));
+            }
         }
     }
 
@@ -169,7 +181,12 @@ impl OpenAi {
         let file = self
             .upload_input(tag, &Bytes::from(format!("{line}\n")))
             .await?;
-        self.create_batch(model, tag, &file).await.map(|_| ())
+        // A probe sent again makes at most one more probe (a token, no
+        // row): nothing to record first.
+        let resend = || -> futures::future::BoxFuture<'static, bool> { Box::pin(async { true }) };
+        self.create_batch(model, tag, &file, &resend)
+            .await
+            .map(|_| ())
     }
 
     /// One page of the account's batches (`GET /batches`, `after` the

@@ -90,6 +90,12 @@ pub fn pauses(total: Duration) -> Vec<Duration> {
 /// be gone: classified as no refusal of the ledger
 /// (`refusal::classify`: the job's rows go back with no attempt).
 pub fn gone(e: ProviderError, file: &str) -> ProviderError {
+    retry_later(e, &format!("the input file {file} is gone"))
+}
+
+/// `e` as a create to try again later with a new job (the rows back with
+/// no attempt, no pause), `why` added to its words.
+pub fn retry_later(e: ProviderError, why: &str) -> ProviderError {
     match e {
         ProviderError::Http {
             code,
@@ -99,7 +105,7 @@ pub fn gone(e: ProviderError, file: &str) -> ProviderError {
             ..
         } => ProviderError::Http {
             code,
-            message: format!("{message} (the input file {file} is gone)"),
+            message: format!("{message} ({why})"),
             retry_after,
             status: FILE_GONE.to_owned(),
             error_codes,

@@ -176,7 +176,10 @@ class JobServiceServicer:
         (PREPARING -> CREATING), with the uploaded input file. From then on the
         batch may exist: the job's rows are never released by the sweeper or by
         ReleaseClaim, and a CREATING job whose owner died is adopted. Again on a
-        CREATING job: a no-op.
+        CREATING job (a retried call, or a create the provider refused unmade
+        and sent again): only `create_attempt_time` moves to now, so a search
+        for a lost create counts from the last send; refused once the claim
+        has lapsed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
