@@ -5,15 +5,19 @@
 -- principal, as `jobs.team`), and one team can neither read, use, overwrite
 -- nor forget another's uploads, nor cool down another's models.
 --
--- Uploads recorded before this have no team ('') and are reached by no
--- caller: they are uploaded again when next needed, and expire at the
--- provider (Gemini: 48 hours).
+-- Uploads recorded before this had no team: their entries are dropped (no
+-- caller could reach them); they are uploaded again when next needed, and
+-- the files expire at the provider (Gemini: 48 hours). Links of open jobs
+-- take their job's team.
+
 
 ALTER TABLE media_uploads ADD COLUMN team text NOT NULL DEFAULT '';
 ALTER TABLE media_uploads DROP CONSTRAINT media_uploads_pkey;
 ALTER TABLE media_uploads ADD PRIMARY KEY (team, provider_account, sha256);
 
 ALTER TABLE job_media ADD COLUMN team text NOT NULL DEFAULT '';
+UPDATE job_media m SET team = j.team FROM jobs j WHERE j.id = m.job_id;
+DELETE FROM media_uploads WHERE team = '';
 DROP INDEX job_media_upload;
 CREATE INDEX job_media_upload ON job_media (team, provider_account, sha256);
 

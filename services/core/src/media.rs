@@ -180,11 +180,11 @@ pub fn native_parts(request: &Value) -> Result<Vec<MediaRef>, String> {
     Ok(out)
 }
 
-/// Refuses a prompt whose template uses one of its media variables as
-/// text: the text renders without them (the files follow it), so `{{ page
-/// }}` would render empty and a data field of that name would be taken for
-/// a file. A template that does not parse is left to the worker, which
-/// says so at render.
+/// Refuses a prompt whose template reads one of its media variables
+/// whole, as a value: `{{ page }}` would print the file's reference where a
+/// data field of that name (the page number) was meant. Its attributes
+/// (`{{ image.uri }}`) are the reference's own fields and pass. A template
+/// that does not parse is left to the worker, which says so at render.
 pub fn check_media_unused_in_text(template: &str, media: &[String]) -> Result<(), String> {
     if media.is_empty() {
         return Ok(());
@@ -193,7 +193,8 @@ pub fn check_media_unused_in_text(template: &str, media: &[String]) -> Result<()
     let Ok(t) = env.template_from_str(template) else {
         return Ok(());
     };
-    let used = t.undeclared_variables(false);
+    // Nested: an attribute read is `image.uri`, the variable itself `image`.
+    let used = t.undeclared_variables(true);
     let mut clash: Vec<&str> = media
         .iter()
         .filter(|m| used.contains(m.as_str()))
@@ -272,6 +273,7 @@ mod tests {
         assert!(e.contains("page") && e.contains("image"), "{e}");
         assert!(check_media_unused_in_text("{% if page %}x{% endif %}", &media).is_err());
         assert!(check_media_unused_in_text("Page {{ n }} of {{ book }}.", &media).is_ok());
+        assert!(check_media_unused_in_text("({{ page.mime_type }})", &media).is_ok());
         assert!(check_media_unused_in_text("{{ page }}", &[]).is_ok());
         assert!(
             check_media_unused_in_text("{{ broken", &media).is_ok(),

@@ -50,7 +50,8 @@ const SELECT: &str = "SELECT u.provider_account, u.sha256, u.file, u.uri, u.mime
 
 impl Store {
     /// The unexpired uploads of `team` in `account` among `hashes`, and the
-    /// bytes of every unexpired upload of the team in the account.
+    /// bytes of every unexpired upload in the account, every team's (the
+    /// provider's storage limit is the account's; only the sum is told).
     pub async fn lookup_media_uploads(
         &self,
         team: &str,
@@ -69,9 +70,8 @@ impl Store {
             .await?;
         let stored: i64 = sqlx::query_scalar(
             "SELECT coalesce(sum(size_bytes), 0)::int8 FROM media_uploads
-             WHERE team = $1 AND provider_account = $2 AND expire_time > now()",
+             WHERE provider_account = $1 AND expire_time > now()",
         )
-        .bind(team)
         .bind(account)
         .fetch_one(&self.pool)
         .await?;

@@ -102,7 +102,10 @@ def enroll_plan(
     try:
         done = enroll_rows.with_options(name="enroll-plan")(ledger, rows, server=server)
     except ValueError as e:
-        raise PlanError(f"{e} (a different plan, prompt or model?)") from None
+        raise PlanError(
+            f"{e} (a different plan, prompt or model? A ledger enrolled before pages "
+            "carried their image was enrolled text-only: run it with text_only=True)"
+        ) from None
     return {
         "pages": len(nodes),
         "enrolled": done["enrolled"],

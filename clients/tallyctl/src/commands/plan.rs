@@ -360,6 +360,14 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         .map(|(i, n)| row_item(n, i, args.first_pass, &prompt, &model, media_var.as_deref()));
     let result = enroll::run(&mut ctx.clients, &parent, items, &options, &bar).await;
     bar.finish_and_clear();
+    let conflicts = match &result {
+        Ok(r) | Err((r, _)) => r.conflicts,
+    };
+    if conflicts > 0 && args.prompt.is_none() && !args.text_only {
+        eprintln!(
+            "hint: {conflicts} rows are in CONFLICT; a ledger enrolled before pages carried their image was enrolled text-only: enroll it with --text-only"
+        );
+    }
     let forecast = match (&routing, &result) {
         (Some(policy), Ok(_)) => Some(route(ctx, &parent, policy.clone()).await?),
         _ => None,

@@ -7,7 +7,8 @@
 
 use tally_proto::v1 as pb;
 
-/// The version the page prompt is registered at.
+/// The version the page prompt is registered at: a new version whenever
+/// [`TEMPLATE`] changes (a version's text never does).
 pub const VERSION: &str = "pages-v1";
 /// The media variable the page image goes in (not a field of the plan's
 /// rows, [`super::PAYLOAD_FIELDS`]).
