@@ -15,7 +15,13 @@
 # inline bound are uploaded once and referenced), and KB is ignored:
 #
 #   MEDIA_KB=1024 DATABASE_URL=... tests/bench/worker-rss.sh 1 1000
+#
+# PROVIDER=openai or anthropic runs the same at that provider's emulator
+# (whose media go inline in the batch, never uploaded):
+#
+#   PROVIDER=openai MEDIA_KB=1024 DATABASE_URL=... tests/bench/worker-rss.sh 1 300
 set -euo pipefail
+PROVIDER=${PROVIDER:-gemini}
 JOBS=${1:-4}
 ROWS=${2:-1000}
 KB=${3:-50}
@@ -41,12 +47,25 @@ URL="${ADMIN%/*}/$DB"
   --max-message-bytes 67108864 --max-response-bytes 67108864 \
   --provider-enqueued-tokens "${ENQUEUED_TOKENS:-0}" >"$WORK/server.log" 2>&1 &
 PIDS+=($!)
-GEMINI_API_KEY=bench "$BIN/gemini-emulator" --addr "127.0.0.1:$EMU_PORT" \
-  --pending 100ms --running 300ms >"$WORK/emulator.log" 2>&1 &
+case "$PROVIDER" in
+  gemini)
+    GEMINI_API_KEY=bench "$BIN/gemini-emulator" --addr "127.0.0.1:$EMU_PORT" \
+      --pending 100ms --running 300ms >"$WORK/emulator.log" 2>&1 &
+    MODEL=gemini-2.5-flash KEY_ENV=GEMINI_API_KEY BASE="http://127.0.0.1:$EMU_PORT" ;;
+  openai)
+    OPENAI_API_KEY=bench "$BIN/openai-emulator" --listen "127.0.0.1:$EMU_PORT" \
+      --in-progress 300ms >"$WORK/emulator.log" 2>&1 &
+    MODEL=gpt-4o-mini KEY_ENV=OPENAI_API_KEY BASE="http://127.0.0.1:$EMU_PORT/v1" ;;
+  anthropic)
+    ANTHROPIC_API_KEY=bench "$BIN/anthropic-emulator" --listen "127.0.0.1:$EMU_PORT" \
+      --in-progress 300ms >"$WORK/emulator.log" 2>&1 &
+    MODEL=claude-haiku-4-5 KEY_ENV=ANTHROPIC_API_KEY BASE="http://127.0.0.1:$EMU_PORT" ;;
+  *) echo "PROVIDER is gemini, openai or anthropic" >&2; exit 2 ;;
+esac
 PIDS+=($!)
 CTL=("$BIN/tallyctl" --server "http://127.0.0.1:$PORT")
 for _ in $(seq 150); do "${CTL[@]}" ledgers list >/dev/null 2>&1 && break; sleep 0.2; done
-"${CTL[@]}" ledgers create bench --model gemini-2.5-flash --max-active-jobs "$JOBS" >/dev/null
+"${CTL[@]}" ledgers create bench --model "$MODEL" --max-active-jobs "$JOBS" >/dev/null
 MEDIA_FLAGS=()
 if [ -n "${MEDIA_KB:-}" ]; then
   mkdir -p "$WORK/media"
@@ -76,13 +95,15 @@ fi
 "${CTL[@]}" enroll bench "$WORK/rows.jsonl" --chunk 100 >/dev/null
 echo "enrolled $((JOBS * ROWS)) rows of ${KB} KB ($(stat -c %s "$WORK/rows.jsonl") bytes)"
 start=$(date +%s.%N)
-GEMINI_API_KEY=bench /usr/bin/time -v "$BIN/tally-worker" --server "http://127.0.0.1:$PORT" \
-  --ledger bench --gemini-base-url "http://127.0.0.1:$EMU_PORT" --max-jobs "$JOBS" \
+env "$KEY_ENV=bench" /usr/bin/time -v "$BIN/tally-worker" --server "http://127.0.0.1:$PORT" \
+  --ledger bench --provider "$PROVIDER" "--$PROVIDER-base-url" "$BASE" --max-jobs "$JOBS" \
   --claim-size "$ROWS" --max-rows-per-batch "$ROWS" --poll-interval 500ms --exit-when-idle \
   "${MEDIA_FLAGS[@]}" \
   >"$WORK/worker.log" 2>"$WORK/time.txt" || { tail -20 "$WORK/worker.log" "$WORK/time.txt"; exit 1; }
 rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$WORK/time.txt")
 "${CTL[@]}" status bench | sed -n "1,12p"
-printf 'worker: %s jobs x %s rows x %s KB%s: wall %.1f s, peak RSS %s KiB (%.0f MiB)\n' \
-  "$JOBS" "$ROWS" "$KB" "${MEDIA_KB:+ (media: one ${MEDIA_KB} KB file a row)}" \
+jobs=$("${CTL[@]}" --json jobs list bench 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))' 2>/dev/null || echo "?")
+echo "jobs made: $jobs"
+printf 'worker (%s): %s jobs x %s rows x %s KB%s: wall %.1f s, peak RSS %s KiB (%.0f MiB)\n' \
+  "$PROVIDER" "$JOBS" "$ROWS" "$KB" "${MEDIA_KB:+ (media: one ${MEDIA_KB} KB file a row)}" \
   "$(echo "$(date +%s.%N) - $start" | bc)" "$rss" "$(echo "$rss / 1024" | bc -l)"

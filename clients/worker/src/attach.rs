@@ -101,7 +101,10 @@ async fn provider_part(ctx: &Ctx, r: &MediaRef, media: &mut JobMedia) -> Result<
         MediaFail::NotHere(m) => AttachFail::NotHere(m),
     })?;
     let part = if !wire.uploads_media() || bytes.len() as u64 <= ctx.args.media_inline_max {
-        wire.inline_part(r, &bytes)
+        // Not kept for the job's other rows: the bytes are in the batch
+        // once written, and a second copy of every inline file would
+        // double what the job holds. The same file again is read again.
+        return Ok(wire.inline_part(r, &bytes));
     } else {
         let found = lookup(ctx, &r.sha256).await?;
         let uri = match reusable(ctx, r, &found) {
