@@ -8,13 +8,14 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import start_emulator
-from test_prefect_flow import dataset, deployment_env
+from test_prefect_flow import deployment_env
 
 from tally_client import Client, RowStatus
 
@@ -57,17 +58,14 @@ def run(
     return done.stdout
 
 
+#: The README's input files (clients/python/examples), as a user gets them.
+EXAMPLES = README.parent / "examples"
+
+
 def client_files(directory: Path) -> None:
-    """The files the client snippets read."""
-    tmp_path = directory
-    (tmp_path / "reviews.txt").write_text(
-        "".join(f"review {n}: the app {'crashes' if n % 3 else 'works'}\n" for n in range(30))
-    )
-    with (tmp_path / "batch_input.jsonl").open("w") as f:
-        for i in range(3):
-            body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"q{i}"}]}
-            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions"}
-            f.write(json.dumps({**line, "body": body}) + "\n")
+    """The files the client snippets read: the README's examples."""
+    for name in ("reviews.txt", "batch_input.jsonl"):
+        shutil.copy(EXAMPLES / name, directory / name)
 
 
 def check_client_snippets(tmp_path: Path, address: str, python: str = sys.executable) -> None:
@@ -105,17 +103,14 @@ def test_every_prefect_snippet_runs_as_written(
     # directory (the plan's directory does not exist yet), with only the
     # deployment's environment set.
     (tmp_path / "reviews.txt").write_text("".join(f"review {n}\n" for n in range(12)))
-    dataset(tmp_path, {("Ohio", "Akron", "2021"): (range(1, 7), [1, 2, 4])})
-    (tmp_path / "images").rename(tmp_path / "images_root")
-    (tmp_path / "first_pass").rename(tmp_path / "first_pass_results")
-    # Pages with bytes of their own, PNG and JPEG (issue 55).
+    # The README's page dataset: PNG and JPEG pages of their own bytes
+    # (issue 55), written by examples/make_pages.py where it is run.
+    shutil.copy(EXAMPLES / "make_pages.py", tmp_path / "make_pages.py")
+    made = subprocess.run(
+        [sys.executable, "make_pages.py"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
     pages = tmp_path / "images_root" / "Ohio" / "Akron" / "2021"
-    for n in range(1, 7):
-        (pages / f"{n}.jpg").unlink()
-        if n % 2:
-            (pages / f"{n}.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"jpeg page %d" % n)
-        else:
-            (pages / f"{n}.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"png page %d" % n)
     emulator_run = start_emulator(tmp_path, {}, "200ms")
     emulator = next(emulator_run)
     base_url = emulator.base_url
