@@ -194,10 +194,14 @@ async fn run(args: Args) -> Result<()> {
             "\nRun the same command again: every row is already enrolled and final, so nothing is enrolled or sent again."
         );
     }
+    // The programs by name: on PATH from the wheel, `cargo run --release
+    // -p NAME --` (or target/release/NAME) from a checkout.
+    let database = match &args.database_url {
+        Some(url) => format!("--database-url {url}"),
+        None => format!("--data-dir {}", args.data_dir.display()),
+    };
     println!(
-        "To look around, serve the demo's database and ask tallyctl:\n  cargo run --release -p tally-server -- --auth disabled --data-dir {}\n  cargo run --release -p tallyctl -- rows {} --status permanent",
-        args.data_dir.display(),
-        ledger_id
+        "To look around, serve the demo's database and ask tallyctl (from a checkout: cargo run --release -p tally-server -- …):\n  tally-server --auth disabled {database}\n  tallyctl rows {ledger_id} --status permanent"
     );
     emulator.shutdown().await;
     server.stop().await?;

@@ -130,3 +130,27 @@ def test_installed_without_rust_the_programs_run_and_work_together(
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+def test_the_demo_runs_from_the_wheel_alone_at_anthropic(wheel: Path, tmp_path: Path) -> None:
+    # Invariant (issue 55): with the wheel and no Rust toolchain, the demo
+    # runs on its own private PostgreSQL at the Anthropic emulator and ends
+    # where the README says (180 SUCCEEDED, 19 PERMANENT, 3 BLOCKED).
+    venv = tmp_path / "venv"
+    assert run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
+    pip = run([str(venv / "bin" / "pip"), "install", "--no-index", "--quiet", str(wheel)])
+    assert pip.returncode == 0, pip.stderr
+    bin_dir = str(venv / "bin")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    assert run(["sh", "-c", "command -v cargo rustc"], env=env).stdout == "", "no Rust on PATH"
+    os.chmod(tmp_path, 0o755)  # the private PostgreSQL runs unprivileged
+    demo = run(
+        ["tally-demo", "--provider", "anthropic"],
+        cwd=tmp_path,
+        # PostgreSQL's own programs, wherever the machine has them.
+        env={**env, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"},
+        timeout=600,
+    )
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert "succeeded=180 retryable=0 permanent=19 blocked=3" in demo.stdout, demo.stdout[-2000:]
+    assert "tally-server --auth disabled" in demo.stdout, "the hint names the installed program"
