@@ -339,6 +339,7 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         skip_bad: false,
         dry_run: false,
     };
+    ensure_ledger(ctx, &parent).await?;
     if prompt.is_none() && !args.text_only {
         let registered = super::prompts::register_page_prompt(ctx, ledger).await?;
         prompt = Some(plan::page_prompt::reference(
@@ -394,6 +395,44 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
         eprint!("{}", crate::commands::rows::forecast_text(f));
     }
     finish(ctx, result, false, args.fail_on_conflict)
+}
+
+/// Creates the ledger `parent` with the default policy when it does not
+/// exist, as the Prefect page flow does (`tallyctl ledgers create` first to
+/// choose its policy); an existing one is left as it is.
+async fn ensure_ledger(ctx: &mut Ctx, parent: &str) -> Result<(), CliError> {
+    let got = ctx
+        .clients
+        .ledgers
+        .get_ledger(pb::GetLedgerRequest {
+            name: parent.to_string(),
+        })
+        .await;
+    match got {
+        Ok(_) => return Ok(()),
+        Err(s) if s.code() == tonic::Code::NotFound => {}
+        Err(s) => return Err(CliError::server(format!("get {parent}"), s)),
+    }
+    let id = parent.trim_start_matches("ledgers/").to_string();
+    let made = ctx
+        .clients
+        .ledgers
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: id.clone(),
+            policy: Some(pb::LedgerPolicy::default()),
+        })
+        .await;
+    match made {
+        Ok(_) => {
+            if !ctx.json {
+                eprintln!("ledger {id} created with the default policy");
+            }
+            Ok(())
+        }
+        // Made meanwhile by another caller: the same end.
+        Err(s) if s.code() == tonic::Code::AlreadyExists => Ok(()),
+        Err(s) => Err(CliError::server(format!("create ledger {id}"), s)),
+    }
 }
 
 /// The policy fields `--deadline` and `--lanes` set (none without a

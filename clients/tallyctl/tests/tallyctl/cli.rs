@@ -649,16 +649,24 @@ async fn plan_writes_once_and_enrolls_with_dependencies() {
         .json(&["plan", "--from", &plan_path, "--enroll", "pages-default"])
         .await;
     assert_eq!(twice["enroll"]["already_present"], 6);
-    env.ok(&["ledgers", "create", "pages-text"]).await;
-    env.ok(&[
-        "plan",
-        "--from",
-        &plan_path,
-        "--enroll",
-        "pages-text",
-        "--text-only",
-    ])
-    .await;
+    // A ledger that does not exist yet is made with the default policy, as
+    // the page flow makes it.
+    let made = env
+        .ok(&[
+            "plan",
+            "--from",
+            &plan_path,
+            "--enroll",
+            "pages-text",
+            "--text-only",
+        ])
+        .await;
+    assert!(
+        made.stderr
+            .contains("ledger pages-text created with the default policy"),
+        "{}",
+        made.stderr
+    );
     let text = env.json(&["row", "pages-text", &k(4)]).await;
     assert!(
         text["payload"].get("image").is_none() && text["prompt"].is_null(),
