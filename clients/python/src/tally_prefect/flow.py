@@ -296,7 +296,7 @@ def tally_pages(
     text_only: bool = False,
 ) -> dict[str, Any] | State[Any]:
     """Plans the pages of a dataset (`images_root/{state}/{school}/{year}/{n}.jpg`,
-    `.jpeg`, `.png` or `.webp`, allow-listed by
+    `.jpeg`, `.png`, `.webp`, `.gif` or `.pdf`, allow-listed by
     `results_root/label_to_curricular/…/{n}.json`) into the immutable
     `plan_path` (its directory made if missing), enrolls them into `ledger`
     (created with the default policy if it does not exist), runs `workers`

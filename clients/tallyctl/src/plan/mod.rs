@@ -13,8 +13,9 @@
 //! - File names that are not `{digits}.json` are ignored with a warning;
 //!   `03.json` is page 3, and `3.json` next to `03.json` is an error (which
 //!   one is page 3?).
-//! - An eligible page needs its image (`{n}.jpg`, `{n}.jpeg`, `{n}.png` or
-//!   `{n}.webp`, any case: the image types every provider reads):
+//! - An eligible page needs its image (`{n}.jpg`, `{n}.jpeg`, `{n}.png`,
+//!   `{n}.webp`, `{n}.gif` or `{n}.pdf`, any case: what the providers read
+//!   as a page; a type one provider does not take fails that row there):
 //!   without one planning fails and lists every such page, unless
 //!   [`MissingImage::Skip`], which leaves the page out of the plan (it is
 //!   then not eligible, so it also breaks the dependency chain, like any
@@ -100,7 +101,7 @@ pub enum PlanError {
         files: String,
     },
     #[error(
-        "{} eligible pages have no image ({}{}): a page's image is {{page}}.jpg, .jpeg, .png or .webp beside its results file's group; add the images (or name them so), or pass --skip-missing-images to leave those pages out",
+        "{} eligible pages have no image ({}{}): a page's image is {{page}}.jpg, .jpeg, .png, .webp, .gif or .pdf beside its results file's group; add the images (or name them so), or pass --skip-missing-images to leave those pages out",
         .0.len(),
         .0.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
         if .0.len() > 10 { ", …" } else { "" }
@@ -177,7 +178,7 @@ pub fn page_number(file_name: &str, extensions: &[&str]) -> Option<u64> {
 }
 
 const RESULT_EXTENSIONS: &[&str] = &["json"];
-const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp"];
+const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif", "pdf"];
 
 /// Plans every group. Warnings (ignored files, skipped pages) come back
 /// with the plan; anything that makes the plan ambiguous is an error.
@@ -231,7 +232,7 @@ pub fn plan(
                     match missing {
                         MissingImage::Error => missing_images.push(format!("{group}/{page}")),
                         MissingImage::Skip => warnings.push(format!(
-                            "skipped {group} page {page}: no image {page}.jpg, .jpeg, .png or .webp (its successor, if any, starts a new chain)"
+                            "skipped {group} page {page}: no image {page}.jpg, .jpeg, .png, .webp, .gif or .pdf (its successor, if any, starts a new chain)"
                         )),
                     }
                     previous = None;
@@ -643,21 +644,27 @@ mod tests {
         ));
     }
 
-    // Invariant: a page's image may be any type every provider reads (PNG
-    // and WebP as well as JPEG), in any case.
+    // Invariant: a page's image may be any type the providers read as a
+    // page (PNG, WebP, GIF and PDF as well as JPEG), in any case.
     #[test]
-    fn png_and_webp_pages_are_planned() {
+    fn png_webp_gif_and_pdf_pages_are_planned() {
         let mut groups = BTreeMap::new();
         groups.insert(
             group("S", "X", "2020"),
             GroupFiles {
-                results: files("/r", ["1.json", "2.json"].map(String::from)),
-                images: files("/i", ["1.png", "2.WebP"].map(String::from)),
+                results: files(
+                    "/r",
+                    ["1.json", "2.json", "3.json", "4.json"].map(String::from),
+                ),
+                images: files(
+                    "/i",
+                    ["1.png", "2.WebP", "3.gif", "4.PDF"].map(String::from),
+                ),
             },
         );
         let (p, _) = plan(&groups, MissingImage::Error).unwrap();
         let images: Vec<&str> = p.nodes.iter().map(|n| n.image_path.as_str()).collect();
-        assert_eq!(images, ["/i/1.png", "/i/2.WebP"]);
+        assert_eq!(images, ["/i/1.png", "/i/2.WebP", "/i/3.gif", "/i/4.PDF"]);
     }
 
     #[test]
