@@ -81,7 +81,8 @@ async fn register_ocr(w: &World) {
 /// A worker started without `--media-root` on rows whose pages are local
 /// files is a mistake of the worker's, not of the rows: it exits with an
 /// error naming the flag, and every row is still PENDING with no attempt
-/// (nothing PERMANENT, nothing BLOCKED behind it).
+/// (nothing PERMANENT, nothing BLOCKED behind it); started again with its
+/// media root, every row succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_without_its_media_root_stops_and_burns_no_row() {
     let w = World::start(
@@ -118,6 +119,40 @@ async fn a_worker_without_its_media_root_stops_and_burns_no_row() {
         assert_eq!(r.attempts.map_or(0, |a| a.total), 0, "{}", r.key);
     }
     assert_eq!(w.emulator.stats().batches_created, 0);
+
+    // Started again with its media root, the same worker finishes every
+    // row, each attempted once (issue 55).
+    let root = std::env::temp_dir().join(format!("tally-rootless-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("book")).unwrap();
+    for i in 0..6 {
+        std::fs::write(root.join(format!("book/p{i}.png")), png(16, 16, i as u64)).unwrap();
+    }
+    let root_arg = root.display().to_string();
+    let fixed = w.worker(
+        LEDGER,
+        "rootless",
+        &[
+            "--media-root",
+            root_arg.as_str(),
+            "--claim-size",
+            "3",
+            "--max-rows-per-batch",
+            "3",
+            "--exit-when-idle",
+        ],
+    );
+    exits_ok(fixed, "the worker with its media root").await;
+    for r in all_rows(&w.c, LEDGER).await {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{} ({})",
+            r.key,
+            r.rule
+        );
+        assert_eq!(r.attempts.map_or(0, |a| a.total), 1, "{}", r.key);
+    }
+    std::fs::remove_dir_all(&root).unwrap();
     w.stop().await;
 }
 
