@@ -90,7 +90,14 @@ pub async fn run(ctx: &mut Ctx, args: ConsumeArgs) -> Result<ExitCode, CliError>
             continue;
         }
         let mut pending: Vec<i64> = Vec::with_capacity(ack_every);
+        let mut lost = false;
         for r in &got.results {
+            if lost {
+                // A lease of this answer ran out and the result went to
+                // another instance: the rest are likely theirs too. Leave
+                // them (they come back if not acknowledged) and receive anew.
+                break;
+            }
             let text = serde_json::to_string(&line(&args.ledger, r))
                 .map_err(|e| CliError::input(format!("encoding a result: {e}")))?;
             writeln!(out, "{text}")
@@ -99,7 +106,7 @@ pub async fn run(ctx: &mut Ctx, args: ConsumeArgs) -> Result<ExitCode, CliError>
             written += 1;
             pending.push(r.position);
             if pending.len() >= ack_every {
-                ack(&mut client, &name, std::mem::take(&mut pending)).await?;
+                lost = ack(&mut client, &name, std::mem::take(&mut pending)).await? > 0;
             }
         }
         if !pending.is_empty() {
@@ -111,21 +118,29 @@ pub async fn run(ctx: &mut Ctx, args: ConsumeArgs) -> Result<ExitCode, CliError>
     Ok(ExitCode::Ok)
 }
 
-/// Acknowledges lines already written and flushed.
-async fn ack(client: &mut Deliveries, name: &str, positions: Vec<i64>) -> Result<(), CliError> {
+/// Acknowledges lines already written and flushed; answers how many of
+/// them were no longer leased to this consumer (their visibility ran out).
+async fn ack(client: &mut Deliveries, name: &str, positions: Vec<i64>) -> Result<i64, CliError> {
     let req = pb::AckResultsRequest {
         consumer: name.to_string(),
         positions,
         up_to_position: 0,
     };
-    with_retry(retry(), "acknowledge results", || {
+    let got = with_retry(retry(), "acknowledge results", || {
         let mut c = client.clone();
         let req = req.clone();
         async move { c.ack_results(req).await }
     })
     .await
-    .map_err(|s| CliError::server(format!("acknowledging to {name}"), s))?;
-    Ok(())
+    .map_err(|s| CliError::server(format!("acknowledging to {name}"), s))?
+    .into_inner();
+    if got.not_leased > 0 {
+        eprintln!(
+            "warning: {} result(s) were no longer leased when acknowledged (the visibility timeout ran out; another instance may have them): receiving anew",
+            got.not_leased
+        );
+    }
+    Ok(got.not_leased)
 }
 
 /// Creates the consumer unless it exists (`--create`).

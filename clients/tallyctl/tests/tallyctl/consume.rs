@@ -86,8 +86,10 @@ fn instance(url: &str, dir: &Path, out: &Path) -> tokio::process::Child {
         "sink",
         "--batch",
         "50",
+        // Longer than the visibility timeout: the survivor waits for the
+        // killed instances' leases to come back before it calls it empty.
         "--wait",
-        "5s",
+        "10s",
         "--until-empty",
     ])
     .env("XDG_CONFIG_HOME", dir.join("xdg"))
@@ -158,9 +160,11 @@ async fn three_instances_two_killed_deliver_each_result_and_ack_once() {
         parent: "ledgers/l".into(),
         consumer_id: "sink".into(),
         consumer: Some(pb::Consumer {
-            // Short, so the killed instances' leases come back soon.
+            // Short, so the killed instances' leases come back soon, and
+            // long enough that a live instance never loses one on a loaded
+            // machine (a lease that runs out is delivered twice by design).
             visibility_timeout: Some(prost_types::Duration {
-                seconds: 2,
+                seconds: 6,
                 nanos: 0,
             }),
             ..Default::default()
