@@ -147,6 +147,11 @@ pub fn ledger_name(arg: &str) -> String {
     }
 }
 
+/// `x` or `ledgers/x` → `x`.
+pub fn ledger_id(arg: &str) -> &str {
+    arg.strip_prefix("ledgers/").unwrap_or(arg)
+}
+
 /// `ledgers/l/jobs/j` as is, `l/j` → `ledgers/l/jobs/j`.
 pub fn job_name(arg: &str) -> Result<String, CliError> {
     if arg.starts_with("ledgers/") {

@@ -126,7 +126,7 @@ def register_page_prompt(
         raise PlanError(
             f"tallyctl prompts page {ledger} failed (exit {done.returncode}): {done.stderr.strip()}"
         )
-    return f"{ledger}@{PAGE_PROMPT_VERSION}"
+    return f"{ledger.removeprefix('ledgers/')}@{PAGE_PROMPT_VERSION}"
 
 
 def read_plan(path: Path) -> list[PageNode]:

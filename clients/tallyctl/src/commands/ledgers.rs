@@ -91,10 +91,7 @@ pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
             Ok(ExitCode::Ok)
         }
         LedgersCmd::Create { ledger, policy, .. } => {
-            let id = ledger
-                .strip_prefix("ledgers/")
-                .unwrap_or(&ledger)
-                .to_string();
+            let id = crate::ledger_id(&ledger).to_string();
             let (policy, _) = policy_from(&policy)?;
             let l = ctx
                 .clients

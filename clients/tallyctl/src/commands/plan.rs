@@ -342,9 +342,7 @@ pub async fn run(ctx: &mut Ctx, args: PlanArgs) -> Result<ExitCode, CliError> {
     ensure_ledger(ctx, &parent).await?;
     if prompt.is_none() && !args.text_only {
         let registered = super::prompts::register_page_prompt(ctx, ledger).await?;
-        prompt = Some(plan::page_prompt::reference(
-            parent.trim_start_matches("ledgers/"),
-        ));
+        prompt = Some(plan::page_prompt::reference(crate::ledger_id(&parent)));
         if !ctx.json {
             println!("prompt: {} (the page image as `image`)", registered.name);
         }
@@ -413,7 +411,7 @@ async fn ensure_ledger(ctx: &mut Ctx, parent: &str) -> Result<(), CliError> {
         Err(s) if s.code() == tonic::Code::NotFound => {}
         Err(s) => return Err(CliError::server(format!("get {parent}"), s)),
     }
-    let id = parent.trim_start_matches("ledgers/").to_string();
+    let id = crate::ledger_id(parent).to_string();
     let made = ctx
         .clients
         .ledgers

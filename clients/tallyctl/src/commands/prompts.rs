@@ -14,8 +14,7 @@ fn read(path: &Path, flag: &str) -> Result<String, CliError> {
 
 /// Registers `ledger`'s page prompt (the same text again is a no-op).
 pub async fn register_page_prompt(ctx: &mut Ctx, ledger: &str) -> Result<pb::Prompt, CliError> {
-    let name = crate::ledger_name(ledger);
-    let ledger = name.trim_start_matches("ledgers/");
+    let ledger = crate::ledger_id(ledger);
     let req = crate::plan::page_prompt::request(ledger);
     let what = format!(
         "register the page prompt {ledger}@{}",
