@@ -693,6 +693,10 @@ pub struct RowFilterArgs {
     /// again (`{job}` or its full name).
     #[arg(long)]
     pub in_job: Option<String>,
+    /// Only rows served from the result cache an answer cached before
+    /// golden rows saw its model drift.
+    #[arg(long)]
+    pub stale_cache: bool,
 }
 
 #[derive(Debug, Args)]

@@ -57,9 +57,10 @@ pub const ERROR_CODES: [&str; 14] = [
 ];
 
 /// How a job task ended, as `tally_worker_jobs_finished_total` labels it.
-pub const JOB_ENDS: [&str; 5] = [
+pub const JOB_ENDS: [&str; 6] = [
     "reconciled",
     "released",
+    "cached",
     "left_for_adoption",
     "lost",
     "failed",

@@ -297,6 +297,17 @@ pub(crate) fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or_default()
 }
 
+/// The model version an answer names at `key` of `v` (`modelVersion`,
+/// `model`), at most 256 bytes (as tally takes it); empty when none.
+pub(crate) fn version_at(v: Option<&Value>, key: &str) -> String {
+    let s = v.map(|v| str_at(v, key)).unwrap_or_default();
+    let mut end = s.len().min(256);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].chars().filter(|c| !c.is_control()).collect()
+}
+
 pub(crate) fn truncate(s: &str) -> String {
     if s.len() <= MAX_MESSAGE {
         return s.to_string();

@@ -304,6 +304,7 @@ fn tally(
             report.jobs_released += 1;
             "released"
         }
+        Some(Ok(Ok(JobEnd::Cached))) => "cached",
         Some(Ok(Ok(JobEnd::LeftForAdoption))) => "left_for_adoption",
         Some(Ok(Ok(JobEnd::Lost))) => "lost",
         Some(Ok(Err(e))) => {

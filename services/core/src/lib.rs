@@ -31,7 +31,8 @@
 //! - [`text`]: caller-supplied text made safe to show in logs and tables.
 //! - [`usage`]: the bound on reported token counts and saturating sums.
 //! - [`violation`]: how validation reports bad fields.
-//! - [`golden`]: golden rows (which jobs carry them, when answers drift).
+//! - [`golden`]: golden rows (which jobs carry them, when answers drift);
+//!   [`cache`]: the result cache (a ledger's use of it, its key).
 //! - [`price`]: what a model's tokens cost; [`money`]: dollar sums kept
 //!   finite; [`spend`]: spend caps and what a claim may take under one;
 //!   [`quota`]: admission against the provider's quotas.
@@ -39,6 +40,7 @@
 
 pub mod alert;
 pub mod backoff;
+pub mod cache;
 pub mod capacity;
 pub mod classify;
 pub mod delivery;

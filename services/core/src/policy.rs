@@ -3,6 +3,7 @@
 //! validation that keeps absurd values out. Stored as JSON beside the ledger.
 
 use crate::backoff::Backoff;
+use crate::cache::ResultCache;
 use crate::classify::{FailureKind, Override, Severity};
 use crate::fill::BatchFill;
 use crate::lane::{Lane, Lanes};
@@ -144,6 +145,10 @@ pub struct Policy {
     /// its own (default [`Turnarounds::default`]).
     #[serde(default)]
     pub turnarounds: Turnarounds,
+    /// Serve rows from the result cache and keep their answers there (see
+    /// [`crate::cache`]); none: off.
+    #[serde(default)]
+    pub result_cache: Option<ResultCache>,
 }
 
 /// Attempt caps per budget (serializable mirror of [`PerBudget`]).
@@ -187,6 +192,7 @@ impl Default for Policy {
             lanes: Lanes::default(),
             deadline_ms: None,
             turnarounds: Turnarounds::default(),
+            result_cache: None,
         }
     }
 }
@@ -292,6 +298,11 @@ impl Policy {
         }
         for (name, why) in self.batch_fill.problems() {
             v.add(format!("{prefix}.batch_fill.{name}"), why);
+        }
+        if let Some(cache) = &self.result_cache {
+            for (name, why) in cache.problems() {
+                v.add(format!("{prefix}.result_cache.{name}"), why);
+            }
         }
         if let Some(cap) = &self.spend_cap {
             for (name, why) in cap.problems() {

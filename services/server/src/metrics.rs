@@ -116,6 +116,12 @@ pub struct Families {
     pub unpriced_reports: Family<ModelLabels, Counter>,
     pub jobs_adopted: Counter,
     pub pool_acquire: Histogram,
+    // The result cache.
+    pub cache_hits: Family<LedgerLabels, Counter>,
+    pub cache_misses: Family<LedgerLabels, Counter>,
+    pub cache_saved: Family<LedgerLabels, F64Counter>,
+    pub cache_entries: Gauge,
+    pub cache_bytes: Gauge,
     // Operations and webhooks.
     pub webhook_requests: Family<OutcomeLabels, Counter>,
     pub operation_events: Family<EventLabels, Counter>,
@@ -277,6 +283,11 @@ impl Metrics {
             unpriced_reports: Default::default(),
             jobs_adopted: Default::default(),
             pool_acquire: histogram(),
+            cache_hits: Default::default(),
+            cache_misses: Default::default(),
+            cache_saved: Default::default(),
+            cache_entries: Default::default(),
+            cache_bytes: Default::default(),
             webhook_requests: Default::default(),
             operation_events: Default::default(),
             operation_cas_conflicts: Default::default(),
@@ -350,6 +361,41 @@ impl Metrics {
             "tally_rows_claimed",
             "rows handed out by ClaimRows, by ledger",
             f.rows_claimed.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_result_cache_hits",
+            "rows settled from the result cache, by ledger",
+            f.cache_hits.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_result_cache_misses",
+            "result cache lookups that found no answer (sent to the provider), by ledger",
+            f.cache_misses.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_result_cache_saved_usd",
+            "what the answers served from the result cache cost when first answered, by ledger",
+            f.cache_saved.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_result_cache_entries",
+            "answers the result cache holds (refreshed by the maintenance task)",
+            f.cache_entries.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
+            "tally_result_cache_bytes",
+            "bytes of requests and answers the result cache holds",
+            f.cache_bytes.clone(),
         );
         register(
             &mut r,
@@ -817,6 +863,9 @@ impl Metrics {
         let l = LedgerLabels::of(ledger);
         self.rows_enrolled.remove(&l);
         self.rows_claimed.remove(&l);
+        self.cache_hits.remove(&l);
+        self.cache_misses.remove(&l);
+        self.cache_saved.remove(&l);
         self.ledger_rows_held.remove(&l);
         self.oldest_runnable_age.remove(&l);
         let named = || ledger.to_string();

@@ -288,6 +288,7 @@ impl Store {
             }
             let view = read_drift(&mut *tx, record.id, &set.policy).await?;
             let newly = view.drift.drifted && self.note_alert(&mut tx, &record, &view).await?;
+            note_snapshot(&mut tx, record.id, &model, &view.model_version, newly).await?;
             let paused = if newly && set.policy.pause_on_drift {
                 let message = golden::drift_message(&view.model, &view.model_version, &view.drift);
                 let (now, changed) = pause::pause_in(&mut tx, &drift_pause(ledger, &message)).await?;
@@ -345,4 +346,39 @@ impl Store {
         }
         Ok(true)
     }
+}
+
+/// What golden results say of `model` for the result cache
+/// (`model_snapshots`): the version its provider reported last, and, when
+/// they `drifted` just now, the time from which answers cached under it
+/// before are no longer served.
+async fn note_snapshot(
+    tx: &mut Transaction<'static, Postgres>,
+    ledger_id: i64,
+    model: &str,
+    version: &str,
+    drifted: bool,
+) -> Result<()> {
+    if version.is_empty() && !drifted {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO model_snapshots (provider, model, version, version_time, drift_time)
+         SELECT coalesce(m.provider, ''), $2, $3, now(), CASE WHEN $4 THEN now() END
+         FROM (SELECT 1) one
+         LEFT JOIN ledger_models m ON m.ledger_id = $1 AND m.model = $2
+         ON CONFLICT (provider, model) DO UPDATE SET
+             version = CASE WHEN excluded.version <> '' THEN excluded.version
+                            ELSE model_snapshots.version END,
+             version_time = CASE WHEN excluded.version <> '' THEN excluded.version_time
+                                 ELSE model_snapshots.version_time END,
+             drift_time = coalesce(excluded.drift_time, model_snapshots.drift_time)",
+    )
+    .bind(ledger_id)
+    .bind(model)
+    .bind(version)
+    .bind(drifted)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

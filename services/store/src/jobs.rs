@@ -517,6 +517,13 @@ impl Store {
                 .await?;
             // Under a spend cap the rows stay reserved while they are out.
             crate::spend::carry_reservation(&mut tx, old, token).await?;
+            // The requests its rows missed the result cache with: their
+            // answers are kept when the new claim reports them.
+            sqlx::query("UPDATE cache_requests SET claim_id = $2 WHERE claim_id = $1")
+                .bind(old)
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
             sqlx::query(
                 "UPDATE jobs SET claim_token = $2, owner = $3, adoptions = adoptions + 1,
                         update_time = now()

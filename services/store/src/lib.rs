@@ -58,7 +58,9 @@
 //!      function, `tally_core::report::judge`) → write (the guarded
 //!      one-statement write, or the locked settle).
 //!    - [`golden`]: golden rows: the set, the jobs that carry it, results
-//!      and drift (rules in `tally_core::golden`).
+//!      and drift (rules in `tally_core::golden`); [`cache`]: the result
+//!      cache (rules and key in `tally_core::cache`), hits settled through
+//!      [`report`].
 //!    - [`purge`]: deleting ledgers: the mark, then bounded batches.
 //!    - [`alerts`]: ledger alerts and their outbox; [`backlog`]: what
 //!      `/metrics` shows of each ledger; [`maintenance`]: the runnable
@@ -83,6 +85,7 @@ mod abandon;
 pub mod admission;
 pub mod alerts;
 pub mod backlog;
+pub mod cache;
 pub mod capacity;
 mod capped;
 mod claim_cache;

@@ -24,11 +24,11 @@ use crate::types::{
     JobEventKind, LedgerRecord, ReportItem, ReportSummary, RowVerdict, Time, Usage, Verdict,
     attempted_usage,
 };
-use crate::{Result, Store, StoreError, events, jitter_sample};
+use crate::{Result, Store, StoreError, codes, events, jitter_sample};
 use chrono::TimeDelta;
 use sqlx::{Postgres, Transaction};
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tally_core::lane::Lane;
 use tally_core::report::{self, ClaimView, Judgement, RowView, Settle};
@@ -109,6 +109,25 @@ impl Store {
                     })?
             }
         };
+        if record.policy.result_cache.is_some() {
+            // After the report: an answer not kept is a later miss, never a
+            // lost row.
+            let price = record.policy.price_in(&written.model, written.lane);
+            let cost = |u: &Usage| price.as_ref().map_or(0.0, |p| p.cost_of(u));
+            if let Err(e) = keep_answers(
+                &self.pool,
+                record.id,
+                ledger,
+                token,
+                items,
+                &written.verdicts,
+                cost,
+            )
+            .await
+            {
+                tracing::warn!(ledger, error = %e, "answers not kept in the result cache");
+            }
+        }
         Ok(ReportSummary {
             verdicts: written.verdicts,
             held: written.held,
@@ -362,6 +381,13 @@ fn row_write(item: &ReportItem, s: &Settle) -> Result<RowWrite> {
             .clone()
             .filter(|_| s.transition.attempt.is_some()),
         tier: item.tier.clone().filter(|_| s.transition.attempt.is_some()),
+        cached: item
+            .cached
+            .as_ref()
+            .filter(|_| s.transition.attempt.is_some())
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Internal(e.to_string()))?,
     })
 }
 
@@ -426,4 +452,48 @@ fn spend_of(u: &Usage, price: Option<&tally_core::policy::Price>) -> tally_core:
         input_tokens: u.input,
         output_tokens: u.output.saturating_add(u.thinking),
     }
+}
+
+/// After a report by claim `token` on a ledger that uses the result cache
+/// (`crate::cache`): keeps the answers of rows it settled SUCCEEDED whose
+/// lookup missed (`queries/cache/keep.sql`). `cost` prices an item's usage.
+async fn keep_answers(
+    pool: &sqlx::PgPool,
+    ledger_id: i64,
+    ledger: &str,
+    token: Uuid,
+    items: &[ReportItem],
+    verdicts: &[RowVerdict],
+    cost: impl Fn(&Usage) -> f64,
+) -> Result<()> {
+    let kept: Vec<&ReportItem> = items
+        .iter()
+        .zip(verdicts)
+        .filter(|(i, v)| v.verdict == Verdict::Succeeded && i.cached.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    if kept.is_empty() {
+        return Ok(());
+    }
+    static SQL: LazyLock<String> =
+        LazyLock::new(|| codes::render(include_str!("queries/cache/keep.sql")));
+    let col = |f: fn(&Usage) -> i64| -> Vec<i64> { kept.iter().map(|i| f(&i.usage)).collect() };
+    sqlx::query(sqlx::AssertSqlSafe(SQL.as_str()))
+        .bind(ledger_id)
+        .bind(token)
+        .bind(ledger)
+        .bind(kept.iter().map(|i| i.key.as_str()).collect::<Vec<_>>())
+        .bind(
+            kept.iter()
+                .map(|i| i.model_version.as_deref().unwrap_or(""))
+                .collect::<Vec<_>>(),
+        )
+        .bind(col(|u| u.input))
+        .bind(col(|u| u.output))
+        .bind(col(|u| u.thinking))
+        .bind(col(|u| u.cached))
+        .bind(kept.iter().map(|i| cost(&i.usage)).collect::<Vec<f64>>())
+        .execute(pool)
+        .await?;
+    Ok(())
 }

@@ -201,6 +201,15 @@ pub(crate) fn push_filter(qb: &mut QueryBuilder<Postgres>, filter: &RowFilter) {
             .push_bind(job.clone())
             .push(")::bigint[])");
     }
+    if filter.stale_cache {
+        qb.push(
+            " AND EXISTS (SELECT 1 FROM attempts a JOIN model_snapshots s
+                 ON s.provider = a.cached->>'provider' AND s.model = a.cached->>'model'
+                 WHERE a.ledger_id = r.ledger_id AND a.row_id = r.id AND a.cached IS NOT NULL
+                   AND (a.cached->>'answer_ms')::int8
+                       < (extract(epoch FROM s.drift_time) * 1000)::int8)",
+        );
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -226,6 +235,7 @@ struct AttemptRow {
     lane: i16,
     request_id: String,
     tier: String,
+    cached: Option<sqlx::types::Json<crate::types::CachedFrom>>,
     total: i64,
 }
 
@@ -355,6 +365,7 @@ impl Store {
                 request_id: a.request_id,
                 tier: a.tier,
                 cost_usd,
+                cached: a.cached.map(|c| c.0),
             };
             let history = out.entry(row_id).or_default();
             history.attempts.push(info);

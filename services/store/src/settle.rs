@@ -68,6 +68,9 @@ pub(crate) struct RowWrite {
     /// attempt (synchronous lanes).
     pub request_id: Option<String>,
     pub tier: Option<String>,
+    /// Where an answer from the result cache came from (JSON, recorded with
+    /// the attempt).
+    pub cached: Option<String>,
 }
 
 /// Who settles the rows of one statement.
@@ -103,7 +106,8 @@ impl<'a> Settler<'a> {
 }
 
 /// The settle statement's arguments: one array per column of `writes` and
-/// of their attempts (`$3`…`$18`), then the settler (`$19`, `$20`). A column
+/// of their attempts (`$3`…`$18`), then the settler (`$19`, `$20`); the
+/// responses, request ids, tiers and cache sources are bound by [`run`]. A column
 /// whose every value is its default is sent empty (`unnest` pads it with
 /// NULLs, which the statement reads as the default).
 pub(crate) struct Settlement<'a> {
@@ -121,6 +125,7 @@ pub(crate) struct Settlement<'a> {
     a_budget: Vec<Option<i16>>,
     request_ids: Vec<Option<&'a str>>,
     tiers: Vec<Option<&'a str>>,
+    cached: Vec<Option<&'a str>>,
     by: Settler<'a>,
 }
 
@@ -167,6 +172,7 @@ impl<'a> Settlement<'a> {
             }),
             request_ids: col(writes, None, |w| w.request_id.as_deref()),
             tiers: col(writes, None, |w| w.tier.as_deref()),
+            cached: col(writes, None, |w| w.cached.as_deref()),
             by,
         }
     }
@@ -246,6 +252,7 @@ pub(crate) async fn run<'e, E: sqlx::PgExecutor<'e>>(
         .bind(seen_held)
         .bind(&args.request_ids)
         .bind(&args.tiers)
+        .bind(&args.cached)
         .fetch_one(db)
         .await?;
     let settled: i64 = row.try_get(0)?;
@@ -383,6 +390,7 @@ pub(crate) fn transitions(
                 attempt: NewAttempt::of(&t)?,
                 request_id: None,
                 tier: None,
+                cached: None,
             })
         })
         .collect()

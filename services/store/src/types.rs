@@ -214,6 +214,28 @@ pub struct ReportItem {
     /// lanes), kept with the attempt.
     pub request_id: Option<String>,
     pub tier: Option<String>,
+    /// The model version the provider said answered (kept with the answer
+    /// in the result cache).
+    pub model_version: Option<String>,
+    /// Set only by SettleFromCache: where the cached answer came from.
+    pub cached: Option<CachedFrom>,
+}
+
+/// Where an answer served from the result cache came from, recorded with the
+/// attempt it answered (`attempts.cached`, JSON).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CachedFrom {
+    /// `ledgers/{ledger}/rows/{key}` and the attempt that answered.
+    pub row: String,
+    pub attempt: i32,
+    /// What that attempt cost.
+    pub cost_usd: f64,
+    /// When it answered, in milliseconds since the Unix epoch.
+    pub answer_ms: i64,
+    pub model_version: String,
+    /// The model alias it was cached under, and its provider.
+    pub model: String,
+    pub provider: String,
 }
 
 /// A report's answer for one row (decided in `tally_core::report`).
@@ -271,6 +293,9 @@ pub struct RowFilter {
     pub job: Option<String>,
     /// A job's public id: the rows the job was made with.
     pub in_job: Option<String>,
+    /// Rows served from the result cache an answer cached before golden
+    /// rows last saw its model drift.
+    pub stale_cache: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -294,6 +319,8 @@ pub struct AttemptInfo {
     pub tier: String,
     /// At the ledger's price for its model and lane (0 without one).
     pub cost_usd: f64,
+    /// Answered from the result cache: from where.
+    pub cached: Option<CachedFrom>,
 }
 
 #[derive(Debug, Clone)]

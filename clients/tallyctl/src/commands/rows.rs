@@ -92,6 +92,19 @@ pub fn summary_text(s: &pb::LedgerSummary, no_headers: bool) -> String {
         ));
     }
     out.push_str(&format!("\nactive jobs     {}\n", s.active_jobs));
+    if let Some(c) = s.result_cache.filter(|c| c.hits + c.misses > 0) {
+        out.push_str(&format!(
+            "result cache    {} hits, {} misses, ${:.4} saved",
+            c.hits, c.misses, c.saved_usd
+        ));
+        if c.stale > 0 {
+            out.push_str(&format!(
+                " ({} served before a drift: rows list --stale-cache)",
+                c.stale
+            ));
+        }
+        out.push('\n');
+    }
     if let Some(spend) = &s.spend {
         out.push('\n');
         out.push_str(&render(&spend_table(spend)));
@@ -240,6 +253,7 @@ pub fn row_filter(ledger: &str, f: &RowFilterArgs) -> Result<pb::RowFilter, CliE
             .as_deref()
             .map(|j| job_in_ledger(ledger, j))
             .unwrap_or_default(),
+        stale_cache: f.stale_cache,
     })
 }
 

@@ -12,6 +12,8 @@ pub enum JobEnd {
     Reconciled,
     /// Its rows went back unworked (shutdown, ledger full, nothing sent).
     Released,
+    /// Every row was answered from the result cache: nothing was sent.
+    Cached,
     /// Shutdown after submission: another worker adopts it.
     LeftForAdoption,
     /// The claim was lost (another worker adopted the job, or the lease

@@ -21,7 +21,8 @@
 //! the batch may exist, the create runs to its answer and is recorded;
 //! after that the job is left for adoption.
 //!
-//! Steps: `render` (rows to requests and the batch's input), `create`
+//! Steps: `cached` (rows the result cache answers, settled before any job
+//! is made), `render` (rows to requests and the batch's input), `create`
 //! (never paying twice for a create) with `search` (a lost create's
 //! search), `marks` (what is recorded of it) and `refused`, `follow` (waiting for
 //! the batch's end) with `gone`, `reconcile` (its output to outcomes) with
@@ -29,6 +30,7 @@
 //! job ended. Before the batch may exist, rows go back in one place
 //! ([`run_claim`]).
 
+mod cached;
 mod create;
 mod end;
 mod follow;
@@ -109,16 +111,9 @@ pub async fn run_claim(
 async fn submit(
     ctx: &Arc<Ctx>,
     claim: &pb::Claim,
-    mut rows: Vec<pb::ClaimedRow>,
+    rows: Vec<pb::ClaimedRow>,
     stop: &CancellationToken,
 ) -> Submit {
-    let job = match new_job(ctx, claim).await {
-        Ok(job) => job,
-        Err(end) => return end,
-    };
-    let _heartbeat = Heartbeat::start(ctx, &claim.name);
-    tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim_for_logs(&claim.name), "job created");
-
     let prompts = match Prompts::fetch(ctx, &rows).await {
         Ok(p) => p,
         Err(s) => return Submit::Release("a prompt is unavailable", Err(s.into())),
@@ -128,6 +123,18 @@ async fn submit(
     } else {
         claim.model.clone()
     };
+    // Before the job: a claim the cache answers whole needs none.
+    let mut rows = match cached::settle_hits(ctx, claim, rows, &prompts, &model).await {
+        Ok(rows) if rows.is_empty() => return Submit::Ended(Ok(JobEnd::Cached)),
+        Ok(rows) => rows,
+        Err(s) => return Submit::Release("the result cache did not answer", Err(s.into())),
+    };
+    let job = match new_job(ctx, claim).await {
+        Ok(job) => job,
+        Err(end) => return end,
+    };
+    let _heartbeat = Heartbeat::start(ctx, &claim.name);
+    tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim_for_logs(&claim.name), "job created");
     let mut unsent = Unsent::default();
     let batch = render::batch(
         ctx,

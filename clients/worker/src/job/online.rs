@@ -74,6 +74,15 @@ pub async fn run_online(
     } else {
         claim.model.clone()
     };
+    let rows = match super::cached::settle_hits(&ctx, &claim, rows, &prompts, &model).await {
+        Ok(rows) if rows.is_empty() => return Ok(JobEnd::Cached),
+        Ok(rows) => rows,
+        Err(s) => {
+            tracing::warn!(claim = %name, error = %s, "the result cache did not answer; releasing the claim");
+            release(&ctx, &claim.name, &[]).await;
+            return Err(s.into());
+        }
+    };
     let at_provider = tally_core::provider::route(&model).model.to_owned();
     let (mut pending, mut unsent) = prepare(&ctx, rows, &prompts, &at_provider).await;
     settle_unsent(&ctx, &name, &claim.name, &mut unsent).await?;

@@ -65,6 +65,73 @@ pub(crate) enum Prepared {
     Waits,
 }
 
+/// `row`'s request for `model` (as the provider names it) as the wire
+/// builds it, its media not attached yet, with its dependencies' results
+/// rendered into its prompt; and the variables it was rendered from. The
+/// error is why the row can never be sent.
+fn build(
+    ctx: &Ctx,
+    row: &pb::ClaimedRow,
+    payload: String,
+    prompts: &Prompts,
+    model: &str,
+) -> Result<(Value, String), String> {
+    let wire = ctx.provider.wire();
+    let compiled = match row.prompt.as_ref().map(|p| &prompts.0[&prompt_name(p)]) {
+        Some(Err(why)) => return Err(why.clone()),
+        Some(Ok(c)) => Some(Arc::clone(c)),
+        None => None,
+    };
+    let spec = compiled.as_ref().map(|c| &c.spec);
+    // A template reads the row's dependency results (a request of its own
+    // has nothing to render them into).
+    let payload = match spec {
+        Some(_) if !row.dependencies.is_empty() => {
+            let deps: Vec<DependencyInput<'_>> = row
+                .dependencies
+                .iter()
+                .map(|d| DependencyInput {
+                    key: &d.key,
+                    name: &d.name,
+                    result: &d.result,
+                })
+                .collect();
+            prompt::with_dependencies(&payload, &deps).map_err(|e| e.to_string())?
+        }
+        _ => payload,
+    };
+    let request = wire
+        .build_request(&payload, spec, model)
+        .map_err(|e| e.to_string())?;
+    Ok((request, payload))
+}
+
+/// `row`'s request as the result cache keys it (`tally_core::cache`), for
+/// `model` as the provider names it; `None` when it cannot be built (the
+/// row is then reported when it is rendered) or is too large to cache.
+pub(crate) fn cache_request(
+    ctx: &Ctx,
+    row: &pb::ClaimedRow,
+    prompts: &Prompts,
+    model: &str,
+) -> Option<String> {
+    let (request, vars) = build(ctx, row, row.payload.clone(), prompts, model).ok()?;
+    let answer = Answer::of(ctx.provider.wire(), &vars, row.prompt.as_ref());
+    let schema = answer
+        .prompt
+        .as_ref()
+        .and_then(|p| prompts.0.get(p))
+        .and_then(|r| r.as_ref().ok())
+        .and_then(|c| c.spec.response_schema.as_ref());
+    let expect = tally_core::cache::Expect {
+        json: answer.json,
+        schema,
+    };
+    tally_core::cache::request_of(ctx.provider.api().as_str(), model, &request, expect)
+        .ok()
+        .map(|r| r.text)
+}
+
 /// Builds `row`'s request for `model` (as the provider names it), with its
 /// media attached, its dependencies' results rendered into its prompt. The
 /// row's payload and those results are taken (let go once rendered).
@@ -77,35 +144,11 @@ pub(crate) async fn prepare(
 ) -> Prepared {
     let wire = ctx.provider.wire();
     let payload = std::mem::take(&mut row.payload);
-    let compiled = match row.prompt.as_ref().map(|p| &prompts.0[&prompt_name(p)]) {
-        Some(Err(why)) => return Prepared::Invalid(why.clone()),
-        Some(Ok(c)) => Some(Arc::clone(c)),
-        None => None,
-    };
-    let spec = compiled.as_ref().map(|c| &c.spec);
-    // A template reads the row's dependency results (a request of its own
-    // has nothing to render them into).
-    let dependencies = std::mem::take(&mut row.dependencies);
-    let payload = match spec {
-        Some(_) if !dependencies.is_empty() => {
-            let deps: Vec<DependencyInput<'_>> = dependencies
-                .iter()
-                .map(|d| DependencyInput {
-                    key: &d.key,
-                    name: &d.name,
-                    result: &d.result,
-                })
-                .collect();
-            match prompt::with_dependencies(&payload, &deps) {
-                Ok(vars) => vars,
-                Err(e) => return Prepared::Invalid(e.to_string()),
-            }
-        }
-        _ => payload,
-    };
-    let mut request = match wire.build_request(&payload, spec, model) {
-        Ok(req) => req,
-        Err(e) => return Prepared::Invalid(e.to_string()),
+    let built = build(ctx, row, payload, prompts, model);
+    row.dependencies = Vec::new();
+    let (mut request, payload) = match built {
+        Ok(b) => b,
+        Err(why) => return Prepared::Invalid(why),
     };
     match attach::attach(ctx, &mut request, media).await {
         Ok(()) => Prepared::Ready(request, Answer::of(wire, &payload, row.prompt.as_ref())),

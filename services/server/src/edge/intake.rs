@@ -50,9 +50,11 @@ use tonic::body::Body;
 use tonic::{Code, Status};
 
 /// Methods whose requests may be large (rows, outcomes, keys, templates,
-/// provider events).
-pub const BULK: [&str; 6] = [
+/// provider events, requests for the result cache).
+pub const BULK: [&str; 8] = [
     "/tally.v1.LedgerService/EnrollRows",
+    "/tally.v1.LedgerService/SettleFromCache",
+    "/tally.v1.LedgerService/EstimateFromCache",
     "/tally.v1.LedgerService/ReportOutcomes",
     "/tally.v1.LedgerService/ReleaseClaim",
     "/tally.v1.LedgerService/RedriveRows",
@@ -90,6 +92,8 @@ pub fn bound(limits: &Limits, message: &str, field: &str) -> Option<usize> {
         ("tally.v1.RowInput", "dependency_names") => deps::MAX_DEPENDS_ON,
         ("tally.v1.RegisterPromptRequest", "media") => tally_core::media::MAX_MEDIA_PER_ROW,
         ("tally.v1.LookupMediaUploadsRequest", "sha256") => tally_core::media::MAX_LOOKUP,
+        ("tally.v1.SettleFromCacheRequest", "requests")
+        | ("tally.v1.EstimateFromCacheRequest", "requests") => tally_core::cache::MAX_LOOKUPS,
         ("tally.v1.MarkCreatingRequest", "media_sha256") => tally_core::media::MAX_BATCH_MEDIA,
         ("tally.v1.ReportGoldenResultsRequest", "answers") => golden::MAX_GOLDEN_ROWS,
         ("tally.v1.AdoptJobsRequest", "gone") => tally_store::holders::MAX_HOLDERS,
@@ -122,6 +126,7 @@ fn size(message: &str) -> Option<usize> {
         "tally.v1.ClassifierOverride" => size_of::<pb::ClassifierOverride>(),
         "tally.v1.ModelPrice" => size_of::<pb::ModelPrice>(),
         "tally.v1.WorkerProcess" => size_of::<pb::WorkerProcess>(),
+        "tally.v1.CacheRequest" => size_of::<pb::CacheRequest>(),
         _ => return None,
     })
 }

@@ -7,6 +7,7 @@
 
 use crate::edge::wire_convert::{duration, duration_to_proto, opt_timestamp, timestamp};
 use std::time::Duration;
+use tally_core::cache::{CacheScope, ResultCache};
 use tally_core::classify::{self, Failure, FailureKind};
 use tally_core::fill::BatchFill;
 use tally_core::lane::{Lane, Lanes};
@@ -167,6 +168,10 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
             nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
         }),
         turnarounds: Some(turnarounds_to_proto(&p.turnarounds)),
+        result_cache: p.result_cache.as_ref().map(|c| pb::ResultCachePolicy {
+            max_age: Some(duration_to_proto(c.max_age)),
+            scope: i32::from(c.scope.code()),
+        }),
         spend_cap: p.spend_cap.as_ref().map(spend_cap_to_proto),
         batch_fill: Some(pb::BatchFill {
             max_wait: Some(duration_to_proto(p.batch_fill.max_wait)),
@@ -201,6 +206,48 @@ fn batch_fill_from_proto(f: Option<&pb::BatchFill>, v: &mut Violations) -> Batch
         max_wait,
         quiet,
         min_rows: f.min_rows.max(0) as u32,
+    }
+}
+
+/// A result-cache policy as given (unset: off); an unset `max_age` takes
+/// its default.
+fn result_cache_from_proto(
+    c: Option<&pb::ResultCachePolicy>,
+    v: &mut Violations,
+) -> Option<ResultCache> {
+    let c = c?;
+    let d = ResultCache::default();
+    let max_age = match &c.max_age {
+        None => d.max_age,
+        Some(x) => duration(x).unwrap_or_else(|| {
+            v.add(
+                "policy.result_cache.max_age",
+                "must be a non-negative duration",
+            );
+            d.max_age
+        }),
+    };
+    let scope = CacheScope::from_code(c.scope).unwrap_or_else(|| {
+        v.add(
+            "policy.result_cache.scope",
+            format!("{} is not a scope: TEAM or SHARED", c.scope),
+        );
+        d.scope
+    });
+    Some(ResultCache { max_age, scope })
+}
+
+/// Where a cached answer came from, as the API shows it.
+fn cached_to_proto(c: &tally_store::types::CachedFrom) -> pb::CachedAnswer {
+    pb::CachedAnswer {
+        row: c.row.clone(),
+        attempt: c.attempt,
+        cost_usd: c.cost_usd,
+        answer_time: Some(prost_types::Timestamp {
+            seconds: c.answer_ms.div_euclid(1000),
+            nanos: (c.answer_ms.rem_euclid(1000) * 1_000_000) as i32,
+        }),
+        model_version: c.model_version.clone(),
     }
 }
 
@@ -327,7 +374,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
 }
 
 /// Every updatable policy path (the `update_mask` vocabulary).
-pub const POLICY_PATHS: [&str; 24] = [
+pub const POLICY_PATHS: [&str; 25] = [
     "policy.model",
     "policy.budgets",
     "policy.budgets.provider",
@@ -352,6 +399,7 @@ pub const POLICY_PATHS: [&str; 24] = [
     "policy.lanes",
     "policy.deadline",
     "policy.turnarounds",
+    "policy.result_cache",
 ];
 
 /// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
@@ -482,6 +530,10 @@ fn apply_path(
                 Some("quiet") => dst.batch_fill.quiet = given.quiet,
                 _ => dst.batch_fill.min_rows = given.min_rows,
             }
+        }
+        "policy.result_cache" => {
+            // Unset turns the cache off (on create: off, the default).
+            dst.result_cache = result_cache_from_proto(src.result_cache.as_ref(), v);
         }
         "policy.spend_cap" => {
             // Unset (or all zero) on update removes the cap; on create it
@@ -755,6 +807,8 @@ pub fn claim_to_proto(c: &st::ClaimRecord) -> pb::Claim {
             .map(|j| names::job_name(&c.ledger, j))
             .unwrap_or_default(),
         lane: lane_to_proto(c.lane),
+        // Said by ClaimRows only (the ledger's policy, not the claim's).
+        result_cache: false,
     }
 }
 
@@ -853,6 +907,7 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
                 request_id: a.request_id.clone(),
                 tier: a.tier.clone(),
                 cost_usd: a.cost_usd,
+                cached: a.cached.as_ref().map(cached_to_proto),
             })
             .collect(),
         unmet_dependencies: r.unmet_deps,

@@ -43,6 +43,17 @@ impl Metrics {
         }
     }
 
+    /// A SettleFromCache: rows settled from the cache, lookups that missed,
+    /// and what the hits cost when first answered.
+    pub fn cache_lookups_in(&self, ledger: &str, hits: u64, misses: u64, saved_usd: f64) {
+        let l = LedgerLabels::of(ledger);
+        self.cache_hits.get_or_create(&l).inc_by(hits);
+        self.cache_misses.get_or_create(&l).inc_by(misses);
+        if saved_usd.is_finite() && saved_usd > 0.0 {
+            self.cache_saved.get_or_create(&l).inc_by(saved_usd);
+        }
+    }
+
     pub fn rows_claimed_in(&self, ledger: &str, n: u64) {
         self.ledger_seen(ledger);
         if n > 0 {
@@ -211,6 +222,8 @@ mod tests {
             },
             request_id: None,
             tier: None,
+            model_version: None,
+            cached: None,
         };
         let items = [item("a", 1_000_000, 10), item("b", 7, 7)];
         let mut summary = ReportSummary {

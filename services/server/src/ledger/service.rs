@@ -76,17 +76,23 @@ impl Ledgers {
             }
             other => other.map_err(from_store)?,
         };
-        Ok(self.answer_claim(ledger, grant))
+        Ok(self.answer_claim(ledger, grant).await)
     }
 
-    /// The answer to what a claim took (counted in the ledger's metrics).
-    fn answer_claim(&self, ledger: &str, grant: Option<ClaimGrant>) -> pb::ClaimRowsResponse {
+    /// The answer to what a claim took (counted in the ledger's metrics),
+    /// saying whether the ledger serves rows from the result cache.
+    async fn answer_claim(&self, ledger: &str, grant: Option<ClaimGrant>) -> pb::ClaimRowsResponse {
         let claimed = grant.as_ref().map_or(0, |g| g.rows.len());
         self.metrics.rows_claimed_in(ledger, claimed as u64);
         match grant {
             None => pb::ClaimRowsResponse::default(),
             Some(g) => pb::ClaimRowsResponse {
-                claim: Some(convert::claim_to_proto(&g.claim)),
+                claim: Some(pb::Claim {
+                    // Unknown (the rows are claimed already): the rows are
+                    // sent without a lookup, as with the cache off.
+                    result_cache: self.store.cache_on(ledger).await.unwrap_or(false),
+                    ..convert::claim_to_proto(&g.claim)
+                }),
                 truncated: g.held_back > 0,
                 rows: g
                     .rows
@@ -119,7 +125,7 @@ impl Ledgers {
                 }),
                 ..Default::default()
             }),
-            Ok(Filled::Claimed(grant)) => Ok(self.answer_claim(ledger, grant)),
+            Ok(Filled::Claimed(grant)) => Ok(self.answer_claim(ledger, grant).await),
             Err(StoreError::LedgerPaused { pause, .. }) => Ok(pb::ClaimRowsResponse {
                 pause: Some(convert::pause_to_proto(&pause)),
                 ..Default::default()
@@ -478,6 +484,7 @@ impl LedgerService for Ledgers {
             None
         };
         let spend = self.store.spend(&record).await.map_err(from_store)?;
+        let cache = self.store.cache_stats(&ledger).await.map_err(from_store)?;
         let estimate = record.policy.estimate_cost(
             s.by_model
                 .iter()
@@ -509,6 +516,12 @@ impl LedgerService for Ledgers {
             content_etag: s.content_etag.clone(),
             cost_by_lane: convert::cost_by_lane(&record.policy, &s.by_model),
             forecast,
+            result_cache: Some(pb::ResultCacheStats {
+                hits: cache.hits,
+                misses: cache.misses,
+                saved_usd: cache.saved_usd,
+                stale: cache.stale,
+            }),
         }))
     }
 
@@ -663,5 +676,59 @@ impl LedgerService for Ledgers {
                 "ledgers/{ledger} has no golden rows (SetGoldenRows sets them)"
             ))),
         }
+    }
+
+    async fn settle_from_cache(
+        &self,
+        req: Request<pb::SettleFromCacheRequest>,
+    ) -> Reply<pb::SettleFromCacheResponse> {
+        let access = access(&req);
+        let req = req.into_inner();
+        let (ledger, token) = validate::claim("claim", &req.claim)?;
+        let lookups = validate::cache_lookups(req.requests)?;
+        access.ledger(&ledger)?;
+        // The team is the caller: answers are kept and served per principal.
+        let team = access.name;
+        let settled = self
+            .store
+            .settle_from_cache(&ledger, token, &team, &lookups, &team)
+            .await
+            .map_err(from_store)?;
+        self.metrics.cache_lookups_in(
+            &ledger,
+            settled.hits.len() as u64,
+            u64::from(settled.misses),
+            settled.saved_usd,
+        );
+        Ok(Response::new(pb::SettleFromCacheResponse {
+            hits: settled.hits,
+            misses: settled.misses as i32,
+            saved_usd: settled.saved_usd,
+        }))
+    }
+
+    async fn estimate_from_cache(
+        &self,
+        req: Request<pb::EstimateFromCacheRequest>,
+    ) -> Reply<pb::EstimateFromCacheResponse> {
+        let access = access(&req);
+        let req = req.into_inner();
+        let ledger = validate::ledger("parent", &req.parent)?;
+        let lookups = validate::cache_lookups(req.requests)?;
+        access.ledger(&ledger)?;
+        let e = self
+            .store
+            .estimate_from_cache(&ledger, &access.name, &lookups)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(pb::EstimateFromCacheResponse {
+            hits: e
+                .hits
+                .into_iter()
+                .map(|(key, cost_usd)| pb::CacheEstimate { key, cost_usd })
+                .collect(),
+            misses: e.misses as i32,
+            saved_usd: e.saved_usd,
+        }))
     }
 }

@@ -415,6 +415,7 @@ pub fn report(
         }
         let request_id = short_field(&at("request_id"), o.request_id, 256, &mut v);
         let tier = short_field(&at("tier"), o.tier, 64, &mut v);
+        let model_version = short_field(&at("model_version"), o.model_version, 256, &mut v);
         items.push(ReportItem {
             key: o.key,
             outcome,
@@ -423,6 +424,8 @@ pub fn report(
             usage,
             request_id,
             tier,
+            model_version,
+            cached: None,
         });
         if v.is_full() {
             break;
@@ -477,6 +480,7 @@ pub fn row_filter(field: &str, f: Option<&pb::RowFilter>) -> Result<RowFilter, S
         prompt_version: opt(&f.prompt_version),
         job,
         in_job,
+        stale_cache: f.stale_cache,
     })
 }
 
@@ -492,6 +496,7 @@ pub fn filter_fingerprint(f: &RowFilter, extra: &str) -> String {
         f.prompt_version.as_deref().unwrap_or(""),
         f.job.as_deref().unwrap_or(""),
         f.in_job.as_deref().unwrap_or(""),
+        if f.stale_cache { "stale_cache" } else { "" },
         extra,
     ])
 }
@@ -631,6 +636,43 @@ pub fn register_prompt(req: &pb::RegisterPromptRequest) -> Result<PromptRecord, 
         create_time: chrono::Utc::now(),
         media: req.media.clone(),
     })
+}
+
+/// A lookup's requests: at most [`tally_core::cache::MAX_LOOKUPS`], each
+/// key valid and named once, each request 1 byte to
+/// [`tally_core::cache::MAX_REQUEST_BYTES`]. Takes them by value.
+pub fn cache_lookups(
+    requests: Vec<pb::CacheRequest>,
+) -> Result<Vec<tally_store::cache::Lookup>, Status> {
+    use tally_core::cache::{MAX_LOOKUPS, MAX_REQUEST_BYTES};
+    let mut v = Violations::new();
+    count("requests", requests.len(), MAX_LOOKUPS, &mut v);
+    finish(v)?;
+    let mut v = Violations::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, r) in requests.iter().enumerate() {
+        v.check(format!("requests[{i}].key"), validate_key(&r.key));
+        if !seen.insert(r.key.as_str()) {
+            v.add(format!("requests[{i}].key"), "names a row named before");
+        }
+        if r.request.is_empty() || r.request.len() > MAX_REQUEST_BYTES {
+            v.add(
+                format!("requests[{i}].request"),
+                format!("must be 1 to {MAX_REQUEST_BYTES} bytes"),
+            );
+        }
+        if v.is_full() {
+            break;
+        }
+    }
+    finish(v)?;
+    Ok(requests
+        .into_iter()
+        .map(|r| tally_store::cache::Lookup {
+            key: r.key,
+            request: r.request,
+        })
+        .collect())
 }
 
 #[cfg(test)]

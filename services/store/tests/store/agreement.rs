@@ -330,6 +330,8 @@ async fn report(store: &Store, ledger: &str, token: Uuid, key: &str, outcome: &O
         usage: Usage::default(),
         request_id: None,
         tier: None,
+        model_version: None,
+        cached: None,
     };
     let summary = store.report(ledger, token, &[item], "w").await.unwrap();
     summary.verdicts[0].verdict

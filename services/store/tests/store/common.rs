@@ -15,6 +15,13 @@ pub struct Env {
     _db: TestDb,
 }
 
+impl Env {
+    /// The test database's URL (for checks the store's API cannot make).
+    pub fn url(&self) -> &str {
+        self._db.url()
+    }
+}
+
 pub async fn env() -> Env {
     let db = TestDb::new().await;
     let store = Store::connect(&ConnectOptions::new(db.url()))
@@ -93,6 +100,8 @@ pub fn success(key: &str, tokens: i64) -> ReportItem {
         },
         request_id: None,
         tier: None,
+        model_version: None,
+        cached: None,
     }
 }
 
@@ -115,6 +124,8 @@ pub fn failure(key: &str, http_code: u32) -> ReportItem {
         },
         request_id: None,
         tier: None,
+        model_version: None,
+        cached: None,
     }
 }
 

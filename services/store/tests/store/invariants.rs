@@ -282,6 +282,8 @@ async fn safety_blocks_are_permanent_and_retry_delays_are_honoured() {
         usage: Usage::default(),
         request_id: None,
         tier: None,
+        model_version: None,
+        cached: None,
     };
     let slow = ReportItem {
         key: "slow".into(),
@@ -295,6 +297,8 @@ async fn safety_blocks_are_permanent_and_retry_delays_are_honoured() {
         usage: Usage::default(),
         request_id: None,
         tier: None,
+        model_version: None,
+        cached: None,
     };
     let r = env
         .store

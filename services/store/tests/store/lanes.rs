@@ -116,6 +116,8 @@ async fn a_synchronous_attempt_records_its_lane_request_and_price() {
     let item = ReportItem {
         request_id: Some("req_123".into()),
         tier: Some("default".into()),
+        model_version: None,
+        cached: None,
         ..success("r0", 1_000_000)
     };
     env.store

@@ -6,6 +6,7 @@
 mod admission;
 mod agreement;
 mod bounded_reads;
+mod cache;
 mod common;
 mod cooldown;
 mod delivery;

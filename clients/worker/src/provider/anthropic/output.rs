@@ -83,6 +83,7 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> Option<pb::RowOu
             Err(failure) => pb::row_outcome::Outcome::Failure(failure),
         }),
         usage,
+        model_version: crate::output::version_at(message, "model"),
         ..Default::default()
     })
 }

@@ -16,7 +16,7 @@
 use serde_json::Value;
 use tally_proto::v1 as pb;
 
-use crate::output::{Expect, MAX_MESSAGE, judge_text, str_at, truncate};
+use crate::output::{Expect, MAX_MESSAGE, judge_text, str_at, truncate, version_at};
 
 /// What a batch's `batchStats` says its output holds (successful plus
 /// failed requests), when it says (counts are JSON strings, zeros left
@@ -79,6 +79,7 @@ pub fn outcome(key: &str, line: &Value, expect: &Expect<'_>) -> pb::RowOutcome {
             Err(failure) => pb::row_outcome::Outcome::Failure(failure),
         }),
         usage,
+        model_version: version_at(response, "modelVersion"),
         ..Default::default()
     }
 }

@@ -85,6 +85,7 @@ pub fn outcome(key: &str, line: &Value, raw: &str, expect: &Expect<'_>) -> Optio
         }),
         usage,
         response: kept.map(str::to_owned).unwrap_or_default(),
+        model_version: crate::output::version_at(body, "model"),
         ..Default::default()
     })
 }

@@ -62,6 +62,12 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.LedgerService/GetPrompt", E | W | O, Unary),
     m("/tally.v1.LedgerService/SetGoldenRows", O, Unary),
     m("/tally.v1.LedgerService/GetGoldenRows", E | W | O, Unary),
+    m("/tally.v1.LedgerService/SettleFromCache", W | O, Unary),
+    m(
+        "/tally.v1.LedgerService/EstimateFromCache",
+        E | W | O,
+        Unary,
+    ),
     // JobService
     m("/tally.v1.JobService/CreateJob", W | O, Unary),
     m("/tally.v1.JobService/GetJob", W | O, Unary),
@@ -182,7 +188,7 @@ mod tests {
     #[test]
     fn every_described_rpc_is_in_the_table_with_its_kind() {
         let described = described();
-        assert_eq!(described.len(), 54, "the four services have 54 RPCs");
+        assert_eq!(described.len(), 56, "the four services have 56 RPCs");
         for (path, streams) in &described {
             let Route::Tally(method) = Route::of(path) else {
                 panic!("{path} is missing from auth::methods::METHODS (so it is denied to all)");

@@ -19,7 +19,9 @@
 --       and hold exactly that many rows (no settlement the caller does not
 --       know of happened),
 --   $24 $25 each attempt's provider request id and granted tier (empty
---       arrays: none; the attempt's lane is the claim's).
+--       arrays: none; the attempt's lane is the claim's),
+--   $26 where an attempt answered from the result cache got its answer
+--       (JSON; empty array: none was).
 --
 -- Answers `settled`, the rows written ($22, or 0 when the fence missed),
 -- `held`, what the claim holds after (NULL when nothing was written), the
@@ -37,9 +39,10 @@ w AS (
     SELECT * FROM unnest($3::int8[], $4::int2[], $5::int4[], $6::int4[], $7::int4[],
                          $8::int4[], $9::text[], $10::text[], $11::text[], $12::int8[],
                          $13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::bool[],
-                         $18::int2[], $21::text[], $24::text[], $25::text[])
+                         $18::int2[], $21::text[], $24::text[], $25::text[], $26::text[])
         AS w(id, status, pf, cf, inf, attempts, rule, err, result, d_in, d_out,
-             d_think, d_cached, delay_ms, recorded, a_budget, response, request_id, tier)
+             d_think, d_cached, delay_ms, recorded, a_budget, response, request_id, tier,
+             cached)
 ),
 -- The fence: a live claim holding every row given (all or nothing).
 fenced AS (
@@ -80,7 +83,7 @@ upd AS (
     RETURNING r.id, r.status, r.rule, r.model, r.next_attempt_time, r.prompt_name,
               r.prompt_version, r.attempts, r.last_error, w.d_in, w.d_out, w.d_think,
               w.d_cached, w.recorded, w.a_budget, w.request_id, w.tier, r.depth,
-              r.result_version
+              r.result_version, w.cached
 ),
 counted AS (
     SELECT d.row_id AS id, count(*)::int AS n FROM row_deps d
@@ -118,11 +121,12 @@ recorded AS (
     INSERT INTO attempts (ledger_id, row_id, number, claim_id, job_id, model,
                           prompt_name, prompt_version, outcome, rule, budget,
                           input_tokens, output_tokens, thinking_tokens, cached_tokens,
-                          error, actor, lane, request_id, tier)
+                          error, actor, lane, request_id, tier, cached)
     SELECT $1, id, attempts, $2, (SELECT job_id FROM c), model, prompt_name,
            prompt_version, status, rule, a_budget, coalesce(d_in, 0), coalesce(d_out, 0),
            coalesce(d_think, 0), coalesce(d_cached, 0), last_error, $20,
-           (SELECT lane FROM c), coalesce(request_id, ''), coalesce(tier, '')
+           (SELECT lane FROM c), coalesce(request_id, ''), coalesce(tier, ''),
+           cached::jsonb
     FROM upd WHERE recorded
 ),
 kept AS MATERIALIZED (
