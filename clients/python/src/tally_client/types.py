@@ -239,6 +239,24 @@ def decode_json(text: str) -> Any:
 
 
 @dataclass(frozen=True)
+class CacheStats:
+    """What the result cache did for a ledger (`Summary.cache`)."""
+
+    #: Rows settled from the cache (no provider call, no cost).
+    hits: int = 0
+    #: Lookups that found nothing (sent to the provider).
+    misses: int = 0
+    #: What the cached answers cost when they were first answered.
+    saved_usd: float = 0.0
+    #: Hits served an answer cached before golden rows saw the model drift.
+    stale: int = 0
+
+    @classmethod
+    def from_pb(cls, c: ledger_pb2.ResultCacheStats) -> CacheStats:
+        return cls(c.hits, c.misses, c.saved_usd, c.stale)
+
+
+@dataclass(frozen=True)
 class Usage:
     """Tokens of one attempt, or summed over attempts."""
 
@@ -672,6 +690,8 @@ class Summary:
     #: `succeeded=… retryable=… permanent=… blocked=… pending=… running=…`.
     summary_line: str
     pause: Pause | None
+    #: The result cache's hits, misses and savings for this ledger.
+    cache: CacheStats
     #: Pass to `delete_ledger(content_etag=…)` to refuse a delete after changes.
     content_etag: str = field(repr=False)
     raw: ledger_pb2.LedgerSummary = field(repr=False, compare=False)
@@ -705,6 +725,7 @@ class Summary:
             active_jobs=s.active_jobs,
             summary_line=s.summary_line,
             pause=Pause.from_pb(s.pause, s.HasField("pause")),
+            cache=CacheStats.from_pb(s.result_cache),
             content_etag=s.content_etag,
             raw=s,
         )

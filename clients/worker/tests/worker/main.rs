@@ -5,6 +5,7 @@
 
 mod common;
 mod e2e_anthropic;
+mod e2e_cache;
 mod e2e_create;
 mod e2e_faults;
 mod e2e_fill;

@@ -31,6 +31,12 @@ class LedgerPauseReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEDGER_PAUSE_REASON_MODEL: _ClassVar[LedgerPauseReason]
     LEDGER_PAUSE_REASON_REFUSED: _ClassVar[LedgerPauseReason]
 
+class CacheScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CACHE_SCOPE_UNSPECIFIED: _ClassVar[CacheScope]
+    CACHE_SCOPE_TEAM: _ClassVar[CacheScope]
+    CACHE_SCOPE_SHARED: _ClassVar[CacheScope]
+
 class Lane(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LANE_UNSPECIFIED: _ClassVar[Lane]
@@ -79,6 +85,9 @@ LEDGER_PAUSE_REASON_BILLING: LedgerPauseReason
 LEDGER_PAUSE_REASON_MODEL_DRIFT: LedgerPauseReason
 LEDGER_PAUSE_REASON_MODEL: LedgerPauseReason
 LEDGER_PAUSE_REASON_REFUSED: LedgerPauseReason
+CACHE_SCOPE_UNSPECIFIED: CacheScope
+CACHE_SCOPE_TEAM: CacheScope
+CACHE_SCOPE_SHARED: CacheScope
 LANE_UNSPECIFIED: Lane
 LANE_BATCH: Lane
 LANE_FLEX: Lane
@@ -219,7 +228,7 @@ class LedgerPurge(_message.Message):
     def __init__(self, rows_total: _Optional[int] = ..., rows_purged: _Optional[int] = ..., forced: _Optional[bool] = ..., claims_expired: _Optional[int] = ..., jobs_abandoned: _Optional[int] = ...) -> None: ...
 
 class LedgerPolicy(_message.Message):
-    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill", "lanes", "deadline", "turnarounds")
+    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill", "lanes", "deadline", "turnarounds", "result_cache")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +243,7 @@ class LedgerPolicy(_message.Message):
     LANES_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     TURNAROUNDS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_CACHE_FIELD_NUMBER: _ClassVar[int]
     model: str
     budgets: AttemptBudgets
     lease: _duration_pb2.Duration
@@ -248,7 +258,16 @@ class LedgerPolicy(_message.Message):
     lanes: _containers.RepeatedScalarFieldContainer[Lane]
     deadline: _timestamp_pb2.Timestamp
     turnarounds: LaneTurnarounds
-    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[Lane, str]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ...) -> None: ...
+    result_cache: ResultCachePolicy
+    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[Lane, str]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ..., result_cache: _Optional[_Union[ResultCachePolicy, _Mapping]] = ...) -> None: ...
+
+class ResultCachePolicy(_message.Message):
+    __slots__ = ("max_age", "scope")
+    MAX_AGE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    max_age: _duration_pb2.Duration
+    scope: CacheScope
+    def __init__(self, max_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., scope: _Optional[_Union[CacheScope, str]] = ...) -> None: ...
 
 class LaneTurnarounds(_message.Message):
     __slots__ = ("batch", "flex", "standard", "priority")
@@ -486,7 +505,7 @@ class EnrollRowsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[EnrollResult, _Mapping]]] = ..., enrolled: _Optional[int] = ..., already_present: _Optional[int] = ..., conflicts: _Optional[int] = ...) -> None: ...
 
 class Claim(_message.Message):
-    __slots__ = ("name", "worker", "model", "create_time", "expire_time", "state", "row_count", "held_count", "job", "lane")
+    __slots__ = ("name", "worker", "model", "create_time", "expire_time", "state", "row_count", "held_count", "job", "lane", "result_cache")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -497,6 +516,7 @@ class Claim(_message.Message):
     HELD_COUNT_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_CACHE_FIELD_NUMBER: _ClassVar[int]
     name: str
     worker: str
     model: str
@@ -507,7 +527,8 @@ class Claim(_message.Message):
     held_count: int
     job: str
     lane: Lane
-    def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ...) -> None: ...
+    result_cache: bool
+    def __init__(self, name: _Optional[str] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ClaimState, str]] = ..., row_count: _Optional[int] = ..., held_count: _Optional[int] = ..., job: _Optional[str] = ..., lane: _Optional[_Union[Lane, str]] = ..., result_cache: _Optional[bool] = ...) -> None: ...
 
 class ClaimRowsRequest(_message.Message):
     __slots__ = ("parent", "max_rows", "lease", "worker", "request_id", "model", "max_response_bytes", "provider", "fill_batch", "lane")
@@ -610,7 +631,7 @@ class ReleaseClaimResponse(_message.Message):
     def __init__(self, released: _Optional[int] = ..., claim: _Optional[_Union[Claim, _Mapping]] = ...) -> None: ...
 
 class RowOutcome(_message.Message):
-    __slots__ = ("key", "result", "failure", "usage", "response", "request_id", "tier")
+    __slots__ = ("key", "result", "failure", "usage", "response", "request_id", "tier", "model_version")
     KEY_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
@@ -618,6 +639,7 @@ class RowOutcome(_message.Message):
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     key: str
     result: str
     failure: _common_pb2.Failure
@@ -625,7 +647,8 @@ class RowOutcome(_message.Message):
     response: str
     request_id: str
     tier: str
-    def __init__(self, key: _Optional[str] = ..., result: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., response: _Optional[str] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ...) -> None: ...
+    model_version: str
+    def __init__(self, key: _Optional[str] = ..., result: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., response: _Optional[str] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
 
 class ReportOutcomesRequest(_message.Message):
     __slots__ = ("claim", "outcomes", "claim_next")
@@ -674,7 +697,7 @@ class ReportOutcomesResponse(_message.Message):
     def __init__(self, verdicts: _Optional[_Iterable[_Union[RowVerdict, _Mapping]]] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., stale: _Optional[int] = ..., duplicate: _Optional[int] = ..., held: _Optional[int] = ..., next_claim: _Optional[_Union[ClaimRowsResponse, _Mapping]] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("number", "claim", "job", "batch", "model", "prompt", "vars_hash", "outcome", "rule", "budget", "usage", "error", "actor", "time", "lane", "request_id", "tier", "cost_usd")
+    __slots__ = ("number", "claim", "job", "batch", "model", "prompt", "vars_hash", "outcome", "rule", "budget", "usage", "error", "actor", "time", "lane", "request_id", "tier", "cost_usd", "cached")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
@@ -693,6 +716,7 @@ class Attempt(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     COST_USD_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
     number: int
     claim: str
     job: str
@@ -711,7 +735,22 @@ class Attempt(_message.Message):
     request_id: str
     tier: str
     cost_usd: float
-    def __init__(self, number: _Optional[int] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., batch: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., vars_hash: _Optional[str] = ..., outcome: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lane: _Optional[_Union[Lane, str]] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ..., cost_usd: _Optional[float] = ...) -> None: ...
+    cached: CachedAnswer
+    def __init__(self, number: _Optional[int] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., batch: _Optional[str] = ..., model: _Optional[str] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., vars_hash: _Optional[str] = ..., outcome: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., rule: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.Budget, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., actor: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lane: _Optional[_Union[Lane, str]] = ..., request_id: _Optional[str] = ..., tier: _Optional[str] = ..., cost_usd: _Optional[float] = ..., cached: _Optional[_Union[CachedAnswer, _Mapping]] = ...) -> None: ...
+
+class CachedAnswer(_message.Message):
+    __slots__ = ("row", "attempt", "cost_usd", "answer_time", "model_version")
+    ROW_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_TIME_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    row: str
+    attempt: int
+    cost_usd: float
+    answer_time: _timestamp_pb2.Timestamp
+    model_version: str
+    def __init__(self, row: _Optional[str] = ..., attempt: _Optional[int] = ..., cost_usd: _Optional[float] = ..., answer_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_version: _Optional[str] = ...) -> None: ...
 
 class Row(_message.Message):
     __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response", "result_version", "inputs")
@@ -780,7 +819,7 @@ class GetRowRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class RowFilter(_message.Message):
-    __slots__ = ("statuses", "rule", "model", "prompt_name", "prompt_version", "job", "in_job")
+    __slots__ = ("statuses", "rule", "model", "prompt_name", "prompt_version", "job", "in_job", "stale_cache")
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -788,6 +827,7 @@ class RowFilter(_message.Message):
     PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     IN_JOB_FIELD_NUMBER: _ClassVar[int]
+    STALE_CACHE_FIELD_NUMBER: _ClassVar[int]
     statuses: _containers.RepeatedScalarFieldContainer[_common_pb2.RowStatus]
     rule: str
     model: str
@@ -795,7 +835,8 @@ class RowFilter(_message.Message):
     prompt_version: str
     job: str
     in_job: str
-    def __init__(self, statuses: _Optional[_Iterable[_Union[_common_pb2.RowStatus, str]]] = ..., rule: _Optional[str] = ..., model: _Optional[str] = ..., prompt_name: _Optional[str] = ..., prompt_version: _Optional[str] = ..., job: _Optional[str] = ..., in_job: _Optional[str] = ...) -> None: ...
+    stale_cache: bool
+    def __init__(self, statuses: _Optional[_Iterable[_Union[_common_pb2.RowStatus, str]]] = ..., rule: _Optional[str] = ..., model: _Optional[str] = ..., prompt_name: _Optional[str] = ..., prompt_version: _Optional[str] = ..., job: _Optional[str] = ..., in_job: _Optional[str] = ..., stale_cache: _Optional[bool] = ...) -> None: ...
 
 class ListRowsRequest(_message.Message):
     __slots__ = ("parent", "filter", "page_size", "page_token", "view")
@@ -828,7 +869,7 @@ class SummarizeLedgerRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., forecast: _Optional[bool] = ...) -> None: ...
 
 class LedgerSummary(_message.Message):
-    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag", "cost_by_lane", "forecast")
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag", "cost_by_lane", "forecast", "result_cache")
     class PermanentByRuleEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -860,6 +901,7 @@ class LedgerSummary(_message.Message):
     CONTENT_ETAG_FIELD_NUMBER: _ClassVar[int]
     COST_BY_LANE_FIELD_NUMBER: _ClassVar[int]
     FORECAST_FIELD_NUMBER: _ClassVar[int]
+    RESULT_CACHE_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     total: int
     pending: int
@@ -884,7 +926,20 @@ class LedgerSummary(_message.Message):
     content_etag: str
     cost_by_lane: _containers.RepeatedCompositeFieldContainer[LaneCost]
     forecast: LedgerForecast
-    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ..., forecast: _Optional[_Union[LedgerForecast, _Mapping]] = ...) -> None: ...
+    result_cache: ResultCacheStats
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ..., forecast: _Optional[_Union[LedgerForecast, _Mapping]] = ..., result_cache: _Optional[_Union[ResultCacheStats, _Mapping]] = ...) -> None: ...
+
+class ResultCacheStats(_message.Message):
+    __slots__ = ("hits", "misses", "saved_usd", "stale")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    SAVED_USD_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
+    hits: int
+    misses: int
+    saved_usd: float
+    stale: int
+    def __init__(self, hits: _Optional[int] = ..., misses: _Optional[int] = ..., saved_usd: _Optional[float] = ..., stale: _Optional[int] = ...) -> None: ...
 
 class LedgerForecast(_message.Message):
     __slots__ = ("deadline", "depth", "turnarounds", "plan", "all_batch", "explanation")
@@ -1009,3 +1064,55 @@ class GetPromptRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class CacheRequest(_message.Message):
+    __slots__ = ("key", "request")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    request: str
+    def __init__(self, key: _Optional[str] = ..., request: _Optional[str] = ...) -> None: ...
+
+class SettleFromCacheRequest(_message.Message):
+    __slots__ = ("claim", "requests")
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    claim: str
+    requests: _containers.RepeatedCompositeFieldContainer[CacheRequest]
+    def __init__(self, claim: _Optional[str] = ..., requests: _Optional[_Iterable[_Union[CacheRequest, _Mapping]]] = ...) -> None: ...
+
+class SettleFromCacheResponse(_message.Message):
+    __slots__ = ("hits", "misses", "saved_usd")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    SAVED_USD_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedScalarFieldContainer[str]
+    misses: int
+    saved_usd: float
+    def __init__(self, hits: _Optional[_Iterable[str]] = ..., misses: _Optional[int] = ..., saved_usd: _Optional[float] = ...) -> None: ...
+
+class EstimateFromCacheRequest(_message.Message):
+    __slots__ = ("parent", "requests")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    requests: _containers.RepeatedCompositeFieldContainer[CacheRequest]
+    def __init__(self, parent: _Optional[str] = ..., requests: _Optional[_Iterable[_Union[CacheRequest, _Mapping]]] = ...) -> None: ...
+
+class EstimateFromCacheResponse(_message.Message):
+    __slots__ = ("hits", "misses", "saved_usd")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    SAVED_USD_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[CacheEstimate]
+    misses: int
+    saved_usd: float
+    def __init__(self, hits: _Optional[_Iterable[_Union[CacheEstimate, _Mapping]]] = ..., misses: _Optional[int] = ..., saved_usd: _Optional[float] = ...) -> None: ...
+
+class CacheEstimate(_message.Message):
+    __slots__ = ("key", "cost_usd")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    cost_usd: float
+    def __init__(self, key: _Optional[str] = ..., cost_usd: _Optional[float] = ...) -> None: ...

@@ -141,6 +141,16 @@ class LedgerServiceStub:
                 request_serializer=tally_dot_v1_dot_ledger__pb2.GetGoldenRowsRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_ledger__pb2.GoldenSet.FromString,
                 _registered_method=True)
+        self.SettleFromCache = channel.unary_unary(
+                '/tally.v1.LedgerService/SettleFromCache',
+                request_serializer=tally_dot_v1_dot_ledger__pb2.SettleFromCacheRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_ledger__pb2.SettleFromCacheResponse.FromString,
+                _registered_method=True)
+        self.EstimateFromCache = channel.unary_unary(
+                '/tally.v1.LedgerService/EstimateFromCache',
+                request_serializer=tally_dot_v1_dot_ledger__pb2.EstimateFromCacheRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_ledger__pb2.EstimateFromCacheResponse.FromString,
+                _registered_method=True)
 
 
 class LedgerServiceServicer:
@@ -332,6 +342,28 @@ class LedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SettleFromCache(self, request, context):
+        """Settles, from the result cache, the claim's rows whose exact request
+        was answered before (ledger policy `result_cache`): each becomes
+        SUCCEEDED with the cached answer, an attempt recorded as cached and
+        costing nothing. The requests that miss are remembered with their rows,
+        so that their answers are cached once reported. FAILED_PRECONDITION
+        when the ledger's cache is off.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EstimateFromCache(self, request, context):
+        """A dry run of the cache for rows not yet claimed: which requests would be
+        answered from it, and what they cost when they were first answered.
+        Writes nothing. The ledger's scope and maximum age apply even when its
+        cache is off (to see what turning it on would do).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -434,6 +466,16 @@ def add_LedgerServiceServicer_to_server(servicer, server):
                     servicer.GetGoldenRows,
                     request_deserializer=tally_dot_v1_dot_ledger__pb2.GetGoldenRowsRequest.FromString,
                     response_serializer=tally_dot_v1_dot_ledger__pb2.GoldenSet.SerializeToString,
+            ),
+            'SettleFromCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleFromCache,
+                    request_deserializer=tally_dot_v1_dot_ledger__pb2.SettleFromCacheRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_ledger__pb2.SettleFromCacheResponse.SerializeToString,
+            ),
+            'EstimateFromCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.EstimateFromCache,
+                    request_deserializer=tally_dot_v1_dot_ledger__pb2.EstimateFromCacheRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_ledger__pb2.EstimateFromCacheResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -983,6 +1025,60 @@ class LedgerService:
             '/tally.v1.LedgerService/GetGoldenRows',
             tally_dot_v1_dot_ledger__pb2.GetGoldenRowsRequest.SerializeToString,
             tally_dot_v1_dot_ledger__pb2.GoldenSet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleFromCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.LedgerService/SettleFromCache',
+            tally_dot_v1_dot_ledger__pb2.SettleFromCacheRequest.SerializeToString,
+            tally_dot_v1_dot_ledger__pb2.SettleFromCacheResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EstimateFromCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.LedgerService/EstimateFromCache',
+            tally_dot_v1_dot_ledger__pb2.EstimateFromCacheRequest.SerializeToString,
+            tally_dot_v1_dot_ledger__pb2.EstimateFromCacheResponse.FromString,
             options,
             channel_credentials,
             insecure,
