@@ -4,6 +4,7 @@
 //! Run one area: `cargo test -p tally-server --test server <module>::`.
 
 mod bounds;
+mod cache;
 mod crash;
 mod delete;
 mod delivery;

@@ -34,6 +34,8 @@ const EXPECTED: &[(&str, &str)] = &[
     ("/tally.v1.LedgerService/GetPrompt", "EWO"),
     ("/tally.v1.LedgerService/SetGoldenRows", "O"),
     ("/tally.v1.LedgerService/GetGoldenRows", "EWO"),
+    ("/tally.v1.LedgerService/SettleFromCache", "WO"),
+    ("/tally.v1.LedgerService/EstimateFromCache", "EWO"),
     ("/tally.v1.JobService/CreateJob", "WO"),
     ("/tally.v1.JobService/GetJob", "WO"),
     ("/tally.v1.JobService/ListJobs", "WO"),
@@ -128,7 +130,7 @@ async fn every_rpc_for_every_role_no_token_and_a_wrong_token() {
         assert_refused(wrong, Code::Unauthenticated, "TOKEN_UNKNOWN");
         checked += 2;
     }
-    assert_eq!(checked, 54 * 5);
+    assert_eq!(checked, 56 * 5);
 
     // A path in no table is denied to operators too.
     let unlisted = call_empty(

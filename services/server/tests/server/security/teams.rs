@@ -426,6 +426,28 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             }),
         ),
         (
+            "/tally.v1.LedgerService/SettleFromCache",
+            false,
+            e(&pb::SettleFromCacheRequest {
+                claim: t.claim.clone(),
+                requests: vec![pb::CacheRequest {
+                    key: "k2".into(),
+                    request: "{}".into(),
+                }],
+            }),
+        ),
+        (
+            "/tally.v1.LedgerService/EstimateFromCache",
+            false,
+            e(&pb::EstimateFromCacheRequest {
+                parent: parent.clone(),
+                requests: vec![pb::CacheRequest {
+                    key: "k2".into(),
+                    request: "{}".into(),
+                }],
+            }),
+        ),
+        (
             "/tally.v1.LedgerService/GetGoldenRows",
             false,
             e(&pb::GetGoldenRowsRequest {
@@ -768,7 +790,7 @@ fn allowed(path: &str) -> &'static str {
         | "ResetConsumer"
         | "ListWebhookDeliveries" => "EO",
         "GetLedger" | "ListLedgers" | "GetRow" | "SummarizeLedger" | "GetPrompt"
-        | "GetGoldenRows" => "EWO",
+        | "GetGoldenRows" | "EstimateFromCache" => "EWO",
         _ => "WO",
     }
 }
@@ -1016,13 +1038,13 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
     for line in &table {
         println!("  {line}");
     }
-    // 51 RPCs named by a resource (54 less ListLedgers, ListOperations and
+    // 53 RPCs named by a resource (56 less ListLedgers, ListOperations and
     // WatchOperations) × 4 columns, and the 4 filtered views, × 3 roles.
     let mut paths: Vec<&str> = requests(&acme).iter().map(|r| r.0).collect();
     paths.sort();
     paths.dedup();
-    assert_eq!(paths.len(), 51, "every RPC once");
-    assert_eq!(table.len(), (51 * 4 + 4) * 3);
+    assert_eq!(paths.len(), 53, "every RPC once");
+    assert_eq!(table.len(), (53 * 4 + 4) * 3);
     server.stop().await;
 }
 
