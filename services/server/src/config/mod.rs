@@ -563,6 +563,33 @@ pub struct PurgeArgs {
     /// is left behind.
     #[arg(long, env = "TALLY_PURGE_SETTLE", default_value = "30s", value_parser = parse_duration)]
     pub purge_settle: Duration,
+
+    /// The oldest answer the result cache keeps, whatever a ledger's
+    /// `max_age` (older ones are purged).
+    #[arg(long, env = "TALLY_RESULT_CACHE_MAX_AGE", default_value = "90d", value_parser = parse_duration)]
+    pub result_cache_max_age: Duration,
+
+    /// Most answers the result cache keeps (the oldest go first).
+    #[arg(long, env = "TALLY_RESULT_CACHE_MAX_ENTRIES", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub result_cache_max_entries: i64,
+
+    /// Most bytes of requests and answers the result cache keeps (the
+    /// oldest go first).
+    #[arg(long, env = "TALLY_RESULT_CACHE_MAX_BYTES", default_value_t = 10 << 30,
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub result_cache_max_bytes: i64,
+}
+
+impl PurgeArgs {
+    /// The result cache's bounds.
+    pub fn cache_bounds(&self) -> tally_store::cache::Bounds {
+        tally_store::cache::Bounds {
+            max_age: self.result_cache_max_age,
+            max_entries: self.result_cache_max_entries,
+            max_bytes: self.result_cache_max_bytes,
+        }
+    }
 }
 
 impl Default for PurgeArgs {
@@ -572,6 +599,9 @@ impl Default for PurgeArgs {
             purge_batch: 2000,
             purge_pause: Duration::ZERO,
             purge_settle: Duration::from_secs(30),
+            result_cache_max_age: Duration::from_secs(90 * 24 * 3600),
+            result_cache_max_entries: 1_000_000,
+            result_cache_max_bytes: 10 << 30,
         }
     }
 }

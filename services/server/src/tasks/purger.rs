@@ -60,11 +60,44 @@ pub async fn run(
                 }
             }
         }
+        purge_cache(&store, &args, &metrics, &stop).await;
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = wake.0.notified() => {}
             _ = tokio::time::sleep(args.purge_interval) => {}
         }
+    }
+}
+
+/// Keeps the result cache within its bounds (age, entries, bytes), a batch
+/// at a time, and shows what it holds.
+async fn purge_cache(store: &Store, args: &PurgeArgs, metrics: &Metrics, stop: &CancellationToken) {
+    let bounds = args.cache_bounds();
+    while !stop.is_cancelled() {
+        match store.purge_cache(&bounds, args.purge_batch).await {
+            Ok(deleted) => {
+                metrics
+                    .purged_entries
+                    .get_or_create(&TableLabels {
+                        table: "result_cache",
+                    })
+                    .inc_by(deleted);
+                if deleted < args.purge_batch as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "purging the result cache failed; retrying later");
+                break;
+            }
+        }
+    }
+    match store.cache_size().await {
+        Ok(size) => {
+            metrics.cache_entries.set(size.entries);
+            metrics.cache_bytes.set(size.bytes);
+        }
+        Err(e) => tracing::debug!(error = %e, "reading the result cache's size failed"),
     }
 }
 

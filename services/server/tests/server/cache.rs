@@ -66,7 +66,6 @@ async fn the_policy_and_bad_lookups() {
         update_mask: Some(prost_types::FieldMask {
             paths: vec!["policy.result_cache".into()],
         }),
-        ..Default::default()
     };
     let bad_policy = |seconds: i64, scope: i32| pb::LedgerPolicy {
         result_cache: Some(pb::ResultCachePolicy {

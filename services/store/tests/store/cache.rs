@@ -308,3 +308,77 @@ async fn lookups_need_the_cache_and_the_rows() {
     assert_eq!(again.hits, ["r0"]);
     assert_eq!(s.get_row("b", "r0").await.unwrap().history.len(), 1);
 }
+
+/// Invariants: the cache is kept within its bounds, the oldest answers
+/// going first: past the most entries, past the most bytes, past the
+/// oldest age; within them nothing is deleted.
+#[tokio::test]
+async fn the_cache_is_bounded_oldest_first() {
+    use std::time::Duration;
+    use tally_store::cache::Bounds;
+    let env = env().await;
+    let s = &env.store;
+    let a = claimed(s, "a", CacheScope::Team, 4).await;
+    for (i, q) in ["q0", "q1", "q2", "q3"].iter().enumerate() {
+        // One answer after the other: their answer times are in this order.
+        let got = s
+            .settle_from_cache(
+                "a",
+                a,
+                "t",
+                &[Lookup {
+                    key: format!("r{i}"),
+                    request: q.to_string(),
+                }],
+                "w",
+            )
+            .await
+            .unwrap();
+        assert_eq!(got.misses, 1);
+        s.report("a", a, &[answered(&format!("r{i}"), "v1")], "w")
+            .await
+            .unwrap();
+    }
+    let size = s.cache_size().await.unwrap();
+    assert_eq!(size.entries, 4);
+    let day = Duration::from_secs(86400);
+    let roomy = Bounds {
+        max_age: day,
+        max_entries: 4,
+        max_bytes: size.bytes,
+    };
+    assert_eq!(s.purge_cache(&roomy, 100).await.unwrap(), 0);
+    let three = Bounds {
+        max_entries: 3,
+        ..roomy
+    };
+    assert_eq!(s.purge_cache(&three, 100).await.unwrap(), 1);
+    let pool = sqlx::PgPool::connect(env.url()).await.unwrap();
+    let left = |pool: sqlx::PgPool| async move {
+        let r: Vec<(String,)> =
+            sqlx::query_as("SELECT request FROM result_cache ORDER BY answer_time")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        r.into_iter().map(|(q,)| q).collect::<Vec<_>>()
+    };
+    assert_eq!(left(pool.clone()).await, ["q1", "q2", "q3"]);
+    let size = s.cache_size().await.unwrap();
+    let smaller = Bounds {
+        max_bytes: size.bytes - 1,
+        ..roomy
+    };
+    assert_eq!(s.purge_cache(&smaller, 100).await.unwrap(), 1);
+    assert_eq!(left(pool.clone()).await, ["q2", "q3"]);
+    let none = Bounds {
+        max_age: Duration::ZERO,
+        ..roomy
+    };
+    assert_eq!(
+        s.purge_cache(&none, 1).await.unwrap(),
+        1,
+        "a batch at a time"
+    );
+    assert_eq!(s.purge_cache(&none, 100).await.unwrap(), 1);
+    assert_eq!(s.cache_size().await.unwrap().entries, 0);
+}
