@@ -145,6 +145,13 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_EXIT_WHEN_IDLE")]
     pub exit_when_idle: bool,
 
+    /// Claim nothing: render the ledger's PENDING and RETRYABLE rows as
+    /// they would be sent, ask the result cache which it would answer
+    /// (EstimateFromCache, which writes nothing), print that as JSON and
+    /// exit.
+    #[arg(long, env = "TALLY_WORKER_CACHE_DRY_RUN")]
+    pub cache_dry_run: bool,
+
     /// The longest a new batch may take to show in the provider's list, in
     /// whatever order the list fills: a search concludes that no batch was
     /// made only once this passed after the latest time the attempt's batch

@@ -36,6 +36,21 @@ async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .api_key(std::env::var(args.api_key_env()).ok())
         .map_err(anyhow::Error::msg)?;
     let report = run_until(args, key, shutdown_signal()).await?;
+    if let Some(e) = &report.cache_estimate {
+        // The dry run's answer, for scripts (`jq`) and the Python client.
+        println!(
+            "{}",
+            serde_json::json!({
+                "rows": e.rows,
+                "hits": e.hits,
+                "misses": e.misses,
+                "saved_usd": e.saved_usd,
+                "later": e.later,
+                "elsewhere": e.elsewhere,
+            })
+        );
+        return Ok(());
+    }
     tracing::info!(?report, "done");
     Ok(())
 }

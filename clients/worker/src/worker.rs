@@ -39,7 +39,7 @@ pub enum WorkerError {
 }
 
 /// What a run did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct RunReport {
     pub jobs_started: u64,
     pub jobs_adopted: u64,
@@ -52,6 +52,9 @@ pub struct RunReport {
     pub batches_deleted: u64,
     /// Media uploads the janitor deleted.
     pub media_deleted: u64,
+    /// `--cache-dry-run`: what the result cache would answer (nothing
+    /// else was done).
+    pub cache_estimate: Option<job::cached::Estimate>,
 }
 
 impl RunReport {
@@ -133,6 +136,18 @@ pub async fn run_serving(
     )
     .map_err(WorkerError::Config)?;
     let ctx = Arc::new(Ctx::new(clients, provider, args, metrics, media));
+    if ctx.args.cache_dry_run {
+        let estimate = job::cached::estimate(&ctx).await?;
+        tracing::info!(ledger = %ctx.ledger, rows = estimate.rows, hits = estimate.hits, saved_usd = estimate.saved_usd, "result cache dry run");
+        listener_stop.cancel();
+        if let Some(l) = listener {
+            let _ = l.await;
+        }
+        return Ok(RunReport {
+            cache_estimate: Some(estimate),
+            ..RunReport::default()
+        });
+    }
     let ledger = with_retry(ctx.retry, "GetLedger", || {
         let mut c = ctx.clients.ledgers.clone();
         let req = pb::GetLedgerRequest {

@@ -33,15 +33,17 @@ from tally_prefect.tasks import (
     tally_workers,
     wait_for_ledger,
 )
-from tally_prefect.workers import WorkerError, WorkerPool
+from tally_prefect.workers import CacheEstimate, WorkerError, WorkerPool, cache_dry_run
 
 __all__ = [
+    "CacheEstimate",
     "Deployment",
     "PageNode",
     "PlanError",
     "TallyServer",
     "WorkerError",
     "WorkerPool",
+    "cache_dry_run",
     "deliver_results",
     "enroll_rows",
     "export_ledger",

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -28,6 +29,67 @@ MAX_WORKERS = 64
 
 class WorkerError(RuntimeError):
     """The workers could not be started, or all of them exited early."""
+
+
+@dataclass(frozen=True)
+class CacheEstimate:
+    """What the result cache would answer of a ledger's unclaimed rows
+    (`cache_dry_run`)."""
+
+    #: PENDING and RETRYABLE rows of the worker's provider looked at.
+    rows: int
+    #: Rows the cache would answer, and what their answers cost first.
+    hits: int
+    saved_usd: float
+    #: Rows it would not (sent when claimed).
+    misses: int
+    #: Rows with dependencies (their requests carry answers not known yet).
+    later: int
+    #: Rows of another provider's models.
+    elsewhere: int
+
+
+def cache_dry_run(
+    binary: str,
+    *,
+    server: str,
+    ledger: str,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 600.0,
+) -> CacheEstimate:
+    """Renders the ledger's unclaimed rows as `binary` (a tally-worker, with
+    the provider flags it runs with in `extra_args` and its key in `env`)
+    would send them and asks tally's result cache which it would answer.
+    Nothing is claimed, sent or written. Run it with the worker's token:
+    answers are its team's."""
+    if not Path(binary).is_file():
+        raise FileNotFoundError(f"no tally-worker at {binary}")
+    argv = [binary, "--server", server, "--ledger", ledger, *extra_args, "--cache-dry-run"]
+    done = subprocess.run(
+        argv,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise WorkerError(
+            f"tally-worker --cache-dry-run exited with {done.returncode}: "
+            f"{(done.stderr or done.stdout)[-2000:]}"
+        )
+    # The answer is the last line; the log goes before it.
+    said = json.loads(lines[-1])
+    return CacheEstimate(
+        rows=int(said["rows"]),
+        hits=int(said["hits"]),
+        saved_usd=float(said["saved_usd"]),
+        misses=int(said["misses"]),
+        later=int(said["later"]),
+        elsewhere=int(said["elsewhere"]),
+    )
 
 
 class WorkerPool:

@@ -6,6 +6,10 @@
 //! never sent; the others go on, and their answers are cached once
 //! reported. A lookup that fails gives the claim back: a row it may have
 //! settled is never sent as well.
+//!
+//! [`estimate`] is the dry run (`--cache-dry-run`): the ledger's unclaimed
+//! rows rendered the same way and asked of EstimateFromCache, which writes
+//! nothing.
 
 use tally_client::with_retry;
 use tally_core::names::claim_for_logs;
@@ -70,6 +74,101 @@ pub(crate) async fn settle_hits(
         .into_iter()
         .filter(|r| !hits.contains(&r.key))
         .collect())
+}
+
+/// What the result cache would answer of a ledger's unclaimed rows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Estimate {
+    /// PENDING and RETRYABLE rows of this worker's provider looked at.
+    pub rows: u64,
+    /// Rows the cache would answer, and what their answers cost first.
+    pub hits: u64,
+    pub saved_usd: f64,
+    /// Rows it would not (sent when claimed), and rows whose request
+    /// cannot be built (reported when claimed).
+    pub misses: u64,
+    /// Rows with dependencies: their requests carry answers not known yet.
+    pub later: u64,
+    /// Rows of another provider's models (another worker's).
+    pub elsewhere: u64,
+}
+
+/// The dry run: every PENDING and RETRYABLE row of the ledger, rendered as
+/// this worker would send it, asked of EstimateFromCache.
+pub async fn estimate(ctx: &Ctx) -> Result<Estimate, Status> {
+    let mut out = Estimate::default();
+    let mut page_token = String::new();
+    loop {
+        let req = pb::ListRowsRequest {
+            parent: ctx.ledger.clone(),
+            filter: Some(pb::RowFilter {
+                statuses: vec![
+                    pb::RowStatus::Pending as i32,
+                    pb::RowStatus::Retryable as i32,
+                ],
+                ..Default::default()
+            }),
+            page_size: 1000,
+            page_token: page_token.clone(),
+            view: pb::RowView::Full as i32,
+        };
+        let page = with_retry(ctx.retry, "ListRows", || {
+            let mut c = ctx.clients.ledgers.clone();
+            let req = req.clone();
+            async move { c.list_rows(req).await }
+        })
+        .await?
+        .into_inner();
+        let mut rows = Vec::new();
+        for r in page.rows {
+            if tally_core::provider::route(&r.model).provider != ctx.args.provider {
+                out.elsewhere += 1;
+            } else if !r.depends_on.is_empty() {
+                out.later += 1;
+            } else {
+                rows.push(pb::ClaimedRow {
+                    key: r.key,
+                    payload: r.payload,
+                    prompt: r.prompt,
+                    model: r.model,
+                    ..Default::default()
+                });
+            }
+        }
+        out.rows += rows.len() as u64;
+        let prompts = Prompts::fetch(ctx, &rows).await?;
+        let requests: Vec<pb::CacheRequest> = rows
+            .iter()
+            .filter_map(|row| {
+                let model = tally_core::provider::route(&row.model).model;
+                render::cache_request(ctx, row, &prompts, model).map(|request| pb::CacheRequest {
+                    key: row.key.clone(),
+                    request,
+                })
+            })
+            .collect();
+        for chunk in chunks(&requests) {
+            let req = pb::EstimateFromCacheRequest {
+                parent: ctx.ledger.clone(),
+                requests: chunk.to_vec(),
+            };
+            let got = with_retry(ctx.retry, "EstimateFromCache", || {
+                let mut c = ctx.clients.ledgers.clone();
+                let req = req.clone();
+                async move { c.estimate_from_cache(req).await }
+            })
+            .await?
+            .into_inner();
+            out.hits += got.hits.len() as u64;
+            out.saved_usd += got.saved_usd;
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    out.misses = out.rows - out.hits;
+    Ok(out)
 }
 
 /// `requests` cut, in order, into calls of at most 1,000 requests and

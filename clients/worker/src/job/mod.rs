@@ -30,7 +30,7 @@
 //! job ended. Before the batch may exist, rows go back in one place
 //! ([`run_claim`]).
 
-mod cached;
+pub mod cached;
 mod create;
 mod end;
 mod follow;

@@ -41,7 +41,8 @@ fn sent(w: &World, rows: &[pb::Row]) -> usize {
 /// all SUCCEED with the first ledger's answers, each by one attempt that
 /// names its source and costs nothing; the summary counts the hits and
 /// what they saved; a third ledger with `CHANGED` rows' text changed sends
-/// exactly those rows.
+/// exactly those rows, as the dry run said it would (sending and writing
+/// nothing itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_requests_are_paid_for_once() {
     let timing = Timing {
@@ -124,6 +125,37 @@ async fn the_same_requests_are_paid_for_once() {
         })
         .await
         .expect("enroll");
+    // The dry run first: what the cache would answer, and nothing written.
+    let dry = common::worker_command(
+        &w.stack.grpc,
+        &w.emulator.base_url(),
+        "third",
+        "w3",
+        &["--cache-dry-run"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .output()
+    .await
+    .expect("the dry run runs");
+    assert!(dry.status.success(), "{dry:?}");
+    // The answer is the last line (the log goes before it).
+    let out = String::from_utf8(dry.stdout).unwrap();
+    let last = out.lines().last().unwrap_or_default();
+    let said: serde_json::Value = serde_json::from_str(last).expect("JSON");
+    assert_eq!(said["rows"], ROWS);
+    assert_eq!(said["hits"], ROWS - CHANGED);
+    assert_eq!(said["misses"], CHANGED);
+    let dry_saved = said["saved_usd"].as_f64().unwrap();
+    assert!((dry_saved - saved * (ROWS - CHANGED) as f64 / ROWS as f64).abs() < 1e-9);
+    assert!(
+        all_rows(&w.c, "third")
+            .await
+            .iter()
+            .all(|r| r.status() == pb::RowStatus::Pending),
+        "the dry run settles nothing"
+    );
+    assert_eq!(sent(&w, &first), before);
+
     exits_ok(
         w.worker("third", "w3", &["--exit-when-idle"]),
         "the third run",
