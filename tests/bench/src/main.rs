@@ -12,8 +12,10 @@
 //! `sustained`, `pipeline` (server, workers and emulators),
 //! `turnarounds` (batches and turnarounds at an emulator), `online`
 //! (the synchronous lanes within an account's limits), `critical`
-//! (chains under a deadline) and `consume` (results handed to consumers).
+//! (chains under a deadline), `consume` (results handed to consumers) and
+//! `cache` (the result cache on the hot path and at an emulator).
 
+mod cache;
 mod child;
 mod consume;
 mod critical;
@@ -154,6 +156,12 @@ enum Phase {
     /// forecast read before each run beside what it measured (about 25
     /// minutes). Only with --only.
     Critical,
+    /// The result cache: claims of 500 rows reported with and without a
+    /// lookup before (all misses), three alternated rounds a side; claims
+    /// the cache answers whole; 10,000 rows at the Gemini emulator run
+    /// twice under two ledger names, then with 1,000 rows changed (batches
+    /// and sends counted). Only with --only.
+    Cache,
 }
 
 #[derive(Subcommand)]
@@ -427,6 +435,10 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
         }
     }
 
+    if cli.only.contains(&Phase::Cache) {
+        lines.extend(run_cache(cli, &server.addr, &mut client, phase).await?);
+    }
+
     if cli.only.contains(&Phase::Consume) {
         lines.extend(
             consume::run(&server.addr, &server.metrics, cli.consume_rows, cli.clients).await?,
@@ -692,4 +704,63 @@ fn line(workload: String, tally: f64, baseline: f64) -> Line {
         baseline: per_sec(baseline),
         ratio: Some(tally / baseline.max(1e-9)),
     }
+}
+
+/// The cache phase (see `cache`).
+async fn run_cache(
+    cli: &Cli,
+    addr: &str,
+    client: &mut grpc::Client,
+    phase: Duration,
+) -> anyhow::Result<Vec<Line>> {
+    let mut lines = Vec::new();
+    let backlog = cli.backlog.min(200_000);
+    eprintln!("cache: claims of 500 reported, lookup (all misses) or none; backlog {backlog}");
+    let keys = Arc::new(workload::keys("cache", 0..backlog));
+    for (ledger, on) in [("cache-off", false), ("cache-on", true)] {
+        cache::create_ledger(client, ledger, on).await?;
+        grpc::enroll(addr, ledger, keys.clone(), cli.clients, 1000).await?;
+    }
+    let round = phase / ROUNDS as u32;
+    let ((off_n, off_t), (on_n, on_t)) = alternate(
+        ROUNDS,
+        async |_| cache::claim_report(addr, "cache-off", round, false).await,
+        async |_| cache::claim_report(addr, "cache-on", round, true).await,
+    )
+    .await?;
+    lines.push(Line {
+        workload: "cache: claim+report of 500 with a lookup first (all misses, answers kept), against none (cache off)".into(),
+        ..line(String::new(), rate(on_n, on_t), rate(off_n, off_t))
+    });
+    let answered = cache::succeeded_keys(client, "cache-on").await?;
+    cache::create_ledger(client, "cache-hits", true).await?;
+    grpc::enroll(addr, "cache-hits", Arc::new(answered), cli.clients, 1000).await?;
+    let (hits, took, mut latencies) = cache::claim_hits(addr, "cache-hits").await?;
+    latencies.sort();
+    lines.push(Line {
+        workload: format!("cache: {hits} rows answered whole by the cache (claim + SettleFromCache of 500), against claim+report"),
+        ..line(String::new(), rate(hits, took), rate(off_n, off_t))
+    });
+    lines.push(Line {
+        workload: "cache: one SettleFromCache of 500 hits (p50, p99)".into(),
+        tally: format!(
+            "{}, {}",
+            ms(stats::percentile(&latencies, 0.5)),
+            ms(stats::percentile(&latencies, 0.99))
+        ),
+        baseline: "-".into(),
+        ratio: None,
+    });
+    let rows = if cli.quick { 2_000 } else { 10_000 };
+    for r in cache::at_emulator(addr, rows, rows / 10).await? {
+        let (workload, counts) = cache::describe(&r);
+        eprintln!("{workload}: {counts}");
+        lines.push(Line {
+            workload,
+            tally: counts,
+            baseline: String::new(),
+            ratio: None,
+        });
+    }
+    Ok(lines)
 }

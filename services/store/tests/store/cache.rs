@@ -382,3 +382,23 @@ async fn the_cache_is_bounded_oldest_first() {
     assert_eq!(s.purge_cache(&none, 100).await.unwrap(), 1);
     assert_eq!(s.cache_size().await.unwrap().entries, 0);
 }
+
+/// Invariant: rows of one report that made the same request keep one
+/// answer (the report is not refused for it), which later rows are served.
+#[tokio::test]
+async fn rows_with_one_request_keep_one_answer() {
+    let env = env().await;
+    let s = &env.store;
+    let a = claimed(s, "a", CacheScope::Team, 3).await;
+    assert!(
+        run(s, "a", a, "t", &["same", "same", "same"], "v1")
+            .await
+            .is_empty()
+    );
+    assert_eq!(s.cache_size().await.unwrap().entries, 1);
+    let b = claimed(s, "b", CacheScope::Team, 2).await;
+    assert_eq!(
+        run(s, "b", b, "t", &["same", "same"], "v1").await,
+        ["r0", "r1"]
+    );
+}

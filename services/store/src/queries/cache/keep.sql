@@ -1,7 +1,7 @@
 -- Answers reported SUCCEEDED by the claim whose lookup missed (see
 -- cache.rs): each is cached under the request its row remembered for that
 -- claim (an answer to another request with the same hash never replaces
--- one), and the model version its provider reported becomes the model's
+-- one; rows that made the same request keep one answer), and the model version its provider reported becomes the model's
 -- current one.
 --
 -- Parameters: $1 ledger id; $2 claim token; $3 the ledger's name; $4 keys;
@@ -24,8 +24,10 @@ kept AS (
     INSERT INTO result_cache (team, shared, hash, request, provider, model, model_version,
                               result, response, input_tokens, output_tokens, thinking_tokens,
                               cached_tokens, cost_usd, source_row, source_attempt, bytes)
-    SELECT team, shared, hash, request, provider, model, version, result, response, d_in,
-           d_out, d_think, d_cached, cost, 'ledgers/' || $3 || '/rows/' || key, attempts,
+    -- Rows of one report may have made the same request: one answer each.
+    SELECT DISTINCT ON (team, hash) team, shared, hash, request, provider, model, version,
+           result, response, d_in, d_out, d_think, d_cached, cost,
+           'ledgers/' || $3 || '/rows/' || key, attempts,
            octet_length(request) + octet_length(result) + coalesce(octet_length(response), 0)
     FROM q WHERE status = {{SUCCEEDED}} AND result IS NOT NULL
     ON CONFLICT (team, hash) DO UPDATE SET
