@@ -30,10 +30,11 @@ CREATE TABLE result_cache (
     answer_time     timestamptz NOT NULL DEFAULT now(),
     -- Request, result and response, for the size bound.
     bytes           bigint      NOT NULL,
-    UNIQUE (team, hash)
+    -- Lookups find answers by hash (whatever the team, for shared ones).
+    UNIQUE (hash, team)
 );
-CREATE INDEX result_cache_by_hash ON result_cache (hash);
-CREATE INDEX result_cache_by_age ON result_cache (answer_time);
+-- The purge's order; its size check reads this index alone.
+CREATE INDEX result_cache_by_age ON result_cache (answer_time, id) INCLUDE (bytes);
 
 -- A claimed row's request as its lookup missed: once the claim reports the
 -- row SUCCEEDED (whichever worker reports for it), its answer is cached

@@ -30,7 +30,14 @@ const ANALYZE_LOCK: i64 = 0x7461_6c6c_7961_6e6c; // "tallyanl"
 
 /// The tables whose statistics are kept current, as `pg_stat_user_tables`
 /// names them.
-pub const HOT_TABLES: [&str; 4] = ["rows", "claims", "attempts", "jobs"];
+pub const HOT_TABLES: [&str; 6] = [
+    "rows",
+    "claims",
+    "attempts",
+    "jobs",
+    "result_cache",
+    "cache_requests",
+];
 
 /// Rows of growth below which a table is not analyzed (its plans are
 /// cheap whatever the planner thinks).
@@ -48,6 +55,10 @@ pub const WHOLE_PAGES: i64 = 4_096;
 /// The columns of `rows` its statements find rows by (the key, the primary
 /// key, the ledger): what the planner needs while the table grows.
 pub const ROWS_PLAN_COLUMNS: &str = "id, ledger_id, key";
+
+/// The columns of `result_cache` its lookups find answers by (its wide
+/// request and answer texts are only compared, never planned on).
+pub const CACHE_PLAN_COLUMNS: &str = "hash, team, answer_time";
 
 /// A hot table as the statistics collector sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,10 +87,13 @@ impl TableStats {
     }
 
     /// The ANALYZE statement for it: of `rows` past [`WHOLE_PAGES`], only
-    /// [`ROWS_PLAN_COLUMNS`] (see the module's documentation).
+    /// [`ROWS_PLAN_COLUMNS`] (see the module's documentation); of
+    /// `result_cache`, only [`CACHE_PLAN_COLUMNS`].
     pub fn analyze_statement(&self) -> String {
         if self.table == "rows" && self.pages > WHOLE_PAGES {
             format!("ANALYZE (SKIP_LOCKED) rows ({ROWS_PLAN_COLUMNS})")
+        } else if self.table == "result_cache" {
+            format!("ANALYZE (SKIP_LOCKED) result_cache ({CACHE_PLAN_COLUMNS})")
         } else {
             format!("ANALYZE (SKIP_LOCKED) {}", self.table)
         }
@@ -276,6 +290,11 @@ mod tests {
             t("attempts", 1_000_000).analyze_statement(),
             "ANALYZE (SKIP_LOCKED) attempts",
             "no statistics object, no wide columns"
+        );
+        assert_eq!(
+            t("result_cache", 1).analyze_statement(),
+            "ANALYZE (SKIP_LOCKED) result_cache (hash, team, answer_time)",
+            "the texts are compared, never planned on"
         );
     }
 

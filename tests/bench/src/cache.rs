@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use tally_proto::v1 as pb;
 
 const BATCH: i32 = 500;
-const API_KEY: &str = "bench-key";
 const MODEL: &str = "gemini-2.5-flash";
 
 /// A ledger like [`grpc::create_ledger`]'s, with the cache on or off.
@@ -187,16 +186,10 @@ pub struct Run {
 /// ledger name, again under a second, and with `changed` rows' text
 /// changed under a third.
 pub async fn at_emulator(addr: &str, rows: usize, changed: usize) -> anyhow::Result<Vec<Run>> {
-    let emulator = gemini_emulator::Emulator::start(
-        "127.0.0.1:0".parse()?,
-        gemini_emulator::EmulatorConfig {
-            api_key: API_KEY.into(),
-            timing: gemini_emulator::Timing {
-                pending: Duration::from_millis(200),
-                running: Duration::from_millis(800),
-            },
-            ..Default::default()
-        },
+    let emulator = crate::turnarounds::emulator(
+        gemini_emulator::FaultPlan::default(),
+        Duration::from_millis(200),
+        Duration::from_millis(800),
     )
     .await?;
     let mut client = grpc::connect(addr).await?;
@@ -228,14 +221,7 @@ pub async fn at_emulator(addr: &str, rows: usize, changed: usize) -> anyhow::Res
                 ..Default::default()
             })
             .collect();
-        for part in inputs.chunks(500) {
-            client
-                .enroll_rows(pb::EnrollRowsRequest {
-                    parent: format!("ledgers/{ledger}"),
-                    rows: part.to_vec(),
-                })
-                .await?;
-        }
+        grpc::enroll_inputs(&mut client, ledger, &inputs, 500).await?;
         let before = emulator.stats();
         let start = Instant::now();
         let args = crate::pipeline::idle_worker(
@@ -248,7 +234,7 @@ pub async fn at_emulator(addr: &str, rows: usize, changed: usize) -> anyhow::Res
         )?;
         tally_worker::run_until(
             args,
-            tally_worker::ApiKey::new(API_KEY.into()),
+            tally_worker::ApiKey::new(crate::turnarounds::API_KEY.into()),
             std::future::pending(),
         )
         .await

@@ -408,15 +408,7 @@ async fn enroll_flat(client: &mut Client, ledger: &str, n: usize) -> anyhow::Res
 }
 
 async fn send(client: &mut Client, ledger: &str, rows: Vec<pb::RowInput>) -> anyhow::Result<()> {
-    for part in rows.chunks(1000) {
-        client
-            .enroll_rows(pb::EnrollRowsRequest {
-                parent: format!("ledgers/{ledger}"),
-                rows: part.to_vec(),
-            })
-            .await?;
-    }
-    Ok(())
+    crate::grpc::enroll_inputs(client, ledger, &rows, 1000).await
 }
 
 async fn forecast(client: &mut Client, ledger: &str) -> anyhow::Result<pb::LedgerForecast> {

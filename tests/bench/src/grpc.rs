@@ -75,6 +75,24 @@ pub async fn all_succeeded(client: &mut Client, ledger: &str, rows: u64) -> anyh
     Ok(())
 }
 
+/// Enrolls `rows` into `ledger` in calls of `chunk`.
+pub async fn enroll_inputs(
+    client: &mut Client,
+    ledger: &str,
+    rows: &[pb::RowInput],
+    chunk: usize,
+) -> anyhow::Result<()> {
+    for part in rows.chunks(chunk) {
+        client
+            .enroll_rows(pb::EnrollRowsRequest {
+                parent: format!("ledgers/{ledger}"),
+                rows: part.to_vec(),
+            })
+            .await?;
+    }
+    Ok(())
+}
+
 /// Registers the `summarize@v1` prompt the workers' phases render (once a
 /// run: a second phase finds the same version there).
 pub async fn register_summarize(client: &mut Client) -> anyhow::Result<()> {

@@ -16,7 +16,8 @@ use crate::workload;
 use std::time::{Duration, Instant};
 use tally_proto::v1 as pb;
 
-const API_KEY: &str = "bench-key";
+/// The key the emulators of these phases take.
+pub const API_KEY: &str = "bench-key";
 const MODEL: &str = "gemini-2.5-flash";
 
 /// One scenario's counts.
@@ -39,6 +40,25 @@ pub struct Restarted {
     pub sends: u64,
 }
 
+/// A Gemini emulator with `faults` whose batches wait `pending`, then run
+/// `running`.
+pub async fn emulator(
+    faults: gemini_emulator::FaultPlan,
+    pending: Duration,
+    running: Duration,
+) -> anyhow::Result<gemini_emulator::Emulator> {
+    Ok(gemini_emulator::Emulator::start(
+        "127.0.0.1:0".parse()?,
+        gemini_emulator::EmulatorConfig {
+            api_key: API_KEY.into(),
+            faults,
+            timing: gemini_emulator::Timing { pending, running },
+            ..Default::default()
+        },
+    )
+    .await?)
+}
+
 /// `tally-worker` beside this binary (`cargo build --release -p
 /// tally-worker`).
 fn worker_binary() -> anyhow::Result<std::path::PathBuf> {
@@ -58,16 +78,10 @@ pub async fn restart(addr: &str, rows: usize) -> anyhow::Result<Restarted> {
     use tally_proto::v1::job_service_client::JobServiceClient;
     let ledger = "turns-restart";
     let keys = workload::keys(ledger, 0..rows as u64);
-    let emulator = gemini_emulator::Emulator::start(
-        "127.0.0.1:0".parse()?,
-        gemini_emulator::EmulatorConfig {
-            api_key: API_KEY.into(),
-            timing: gemini_emulator::Timing {
-                pending: Duration::from_millis(500),
-                running: Duration::from_secs(3),
-            },
-            ..Default::default()
-        },
+    let emulator = emulator(
+        gemini_emulator::FaultPlan::default(),
+        Duration::from_millis(500),
+        Duration::from_secs(3),
     )
     .await?;
     let mut client = grpc::connect(addr).await?;
@@ -199,17 +213,10 @@ pub async fn run(
         },
         _ => gemini_emulator::FaultPlan::default(),
     };
-    let emulator = gemini_emulator::Emulator::start(
-        "127.0.0.1:0".parse()?,
-        gemini_emulator::EmulatorConfig {
-            api_key: API_KEY.into(),
-            faults,
-            timing: gemini_emulator::Timing {
-                pending: Duration::from_millis(200),
-                running: Duration::from_millis(800),
-            },
-            ..Default::default()
-        },
+    let emulator = emulator(
+        faults,
+        Duration::from_millis(200),
+        Duration::from_millis(800),
     )
     .await?;
     let mut client = grpc::connect(addr).await?;

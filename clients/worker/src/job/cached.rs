@@ -4,8 +4,9 @@
 //! SettleFromCache in calls of at most 1,000 rows and 8 MiB. The rows it
 //! answers are settled there (SUCCEEDED, an attempt recorded as cached) and
 //! never sent; the others go on, and their answers are cached once
-//! reported. A lookup that fails gives the claim back: a row it may have
-//! settled is never sent as well.
+//! reported. A lookup that fails gives the claim back (and the worker
+//! claims nothing for `--refusal-cooldown`): a row it may have settled is
+//! never sent as well.
 //!
 //! [`estimate`] is the dry run (`--cache-dry-run`): the ledger's unclaimed
 //! rows rendered the same way and asked of EstimateFromCache, which writes
@@ -97,30 +98,16 @@ pub struct Estimate {
 /// this worker would send it, asked of EstimateFromCache.
 pub async fn estimate(ctx: &Ctx) -> Result<Estimate, Status> {
     let mut out = Estimate::default();
-    let mut page_token = String::new();
-    loop {
-        let req = pb::ListRowsRequest {
-            parent: ctx.ledger.clone(),
-            filter: Some(pb::RowFilter {
-                statuses: vec![
-                    pb::RowStatus::Pending as i32,
-                    pb::RowStatus::Retryable as i32,
-                ],
-                ..Default::default()
-            }),
-            page_size: 1000,
-            page_token: page_token.clone(),
-            view: pb::RowView::Full as i32,
-        };
-        let page = with_retry(ctx.retry, "ListRows", || {
-            let mut c = ctx.clients.ledgers.clone();
-            let req = req.clone();
-            async move { c.list_rows(req).await }
-        })
-        .await?
-        .into_inner();
+    let mut pages = super::RowPages::new(pb::RowFilter {
+        statuses: vec![
+            pb::RowStatus::Pending as i32,
+            pb::RowStatus::Retryable as i32,
+        ],
+        ..Default::default()
+    });
+    while let Some(page) = pages.next(ctx).await? {
         let mut rows = Vec::new();
-        for r in page.rows {
+        for r in page {
             if tally_core::provider::route(&r.model).provider != ctx.args.provider {
                 out.elsewhere += 1;
             } else if !r.depends_on.is_empty() {
@@ -162,10 +149,6 @@ pub async fn estimate(ctx: &Ctx) -> Result<Estimate, Status> {
             out.hits += got.hits.len() as u64;
             out.saved_usd += got.saved_usd;
         }
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
     }
     out.misses = out.rows - out.hits;
     Ok(out)

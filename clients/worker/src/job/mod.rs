@@ -127,7 +127,11 @@ async fn submit(
     let mut rows = match cached::settle_hits(ctx, claim, rows, &prompts, &model).await {
         Ok(rows) if rows.is_empty() => return Submit::Ended(Ok(JobEnd::Cached)),
         Ok(rows) => rows,
-        Err(s) => return Submit::Release("the result cache did not answer", Err(s.into())),
+        Err(s) => {
+            // As a failed upload: no claim again at once.
+            ctx.hold_claims(ctx.cooldown(None));
+            return Submit::Release("the result cache did not answer", Err(s.into()));
+        }
     };
     let job = match new_job(ctx, claim).await {
         Ok(job) => job,
@@ -341,17 +345,49 @@ pub async fn run_adopted(
     tracing::info!(job = %job.job_id, rows = adopted.keys.len(), batch = %job.batch, adoptions = job.adoptions, "job adopted");
     let held: HashSet<&String> = adopted.keys.iter().collect();
     let mut expect: HashMap<String, Answer> = HashMap::new();
-    let mut page_token = String::new();
-    loop {
+    // FULL: the payload says whether the request asked for JSON.
+    let mut pages = RowPages::new(pb::RowFilter {
+        job: job.name.clone(),
+        ..Default::default()
+    });
+    while let Some(rows) = pages.next(&ctx).await? {
+        for row in rows {
+            if held.contains(&row.key) {
+                let answer = Answer::of(ctx.provider.wire(), &row.payload, row.prompt.as_ref());
+                expect.insert(row.key, answer);
+            }
+        }
+    }
+    follow(&ctx, job, &claim.name, expect, &stop).await
+}
+
+/// The ledger's rows that `filter` names, a page of at most 1,000 at a time
+/// in the FULL view (payloads included).
+pub(crate) struct RowPages {
+    filter: pb::RowFilter,
+    token: String,
+    done: bool,
+}
+
+impl RowPages {
+    pub(crate) fn new(filter: pb::RowFilter) -> Self {
+        RowPages {
+            filter,
+            token: String::new(),
+            done: false,
+        }
+    }
+
+    /// The next page; `None` after the last.
+    pub(crate) async fn next(&mut self, ctx: &Ctx) -> Result<Option<Vec<pb::Row>>, Status> {
+        if self.done {
+            return Ok(None);
+        }
         let req = pb::ListRowsRequest {
             parent: ctx.ledger.clone(),
-            filter: Some(pb::RowFilter {
-                job: job.name.clone(),
-                ..Default::default()
-            }),
+            filter: Some(self.filter.clone()),
             page_size: 1000,
-            page_token: page_token.clone(),
-            // FULL: the payload says whether the request asked for JSON.
+            page_token: std::mem::take(&mut self.token),
             view: pb::RowView::Full as i32,
         };
         let page = with_retry(ctx.retry, "ListRows", || {
@@ -361,18 +397,10 @@ pub async fn run_adopted(
         })
         .await?
         .into_inner();
-        for row in page.rows {
-            if held.contains(&row.key) {
-                let answer = Answer::of(ctx.provider.wire(), &row.payload, row.prompt.as_ref());
-                expect.insert(row.key, answer);
-            }
-        }
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
+        self.done = page.next_page_token.is_empty();
+        self.token = page.next_page_token;
+        Ok(Some(page.rows))
     }
-    follow(&ctx, job, &claim.name, expect, &stop).await
 }
 
 /// Gives rows back unworked (every held row when `keys` is empty). Errors

@@ -79,6 +79,7 @@ pub async fn run_online(
         Ok(rows) => rows,
         Err(s) => {
             tracing::warn!(claim = %name, error = %s, "the result cache did not answer; releasing the claim");
+            ctx.hold_claims(ctx.cooldown(None));
             release(&ctx, &claim.name, &[]).await;
             return Err(s.into());
         }

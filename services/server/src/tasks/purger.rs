@@ -31,6 +31,7 @@ pub async fn run(
     metrics: Metrics,
     stop: CancellationToken,
 ) {
+    let mut last_cache_purge: Option<std::time::Instant> = None;
     loop {
         // Batches while there is work; each is its own transaction. A
         // ledger waiting out its settle time moves to the back of the
@@ -60,7 +61,10 @@ pub async fn run(
                 }
             }
         }
-        purge_cache(&store, &args, &metrics, &stop).await;
+        if last_cache_purge.is_none_or(|t| t.elapsed() >= CACHE_PURGE_EVERY) {
+            purge_cache(&store, &args, &metrics, &stop).await;
+            last_cache_purge = Some(std::time::Instant::now());
+        }
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = wake.0.notified() => {}
@@ -68,6 +72,10 @@ pub async fn run(
         }
     }
 }
+
+/// How often the result cache's bounds are checked: its size is summed over
+/// an index of every answer, so not at every purge round.
+const CACHE_PURGE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Keeps the result cache within its bounds (age, entries, bytes), a batch
 /// at a time, and shows what it holds.

@@ -25,12 +25,12 @@ kept AS (
                               result, response, input_tokens, output_tokens, thinking_tokens,
                               cached_tokens, cost_usd, source_row, source_attempt, bytes)
     -- Rows of one report may have made the same request: one answer each.
-    SELECT DISTINCT ON (team, hash) team, shared, hash, request, provider, model, version,
+    SELECT DISTINCT ON (hash, team) team, shared, hash, request, provider, model, version,
            result, response, d_in, d_out, d_think, d_cached, cost,
            'ledgers/' || $3 || '/rows/' || key, attempts,
            octet_length(request) + octet_length(result) + coalesce(octet_length(response), 0)
     FROM q WHERE status = {{SUCCEEDED}} AND result IS NOT NULL
-    ON CONFLICT (team, hash) DO UPDATE SET
+    ON CONFLICT (hash, team) DO UPDATE SET
         shared = excluded.shared, provider = excluded.provider, model = excluded.model,
         model_version = excluded.model_version, result = excluded.result,
         response = excluded.response, input_tokens = excluded.input_tokens,
