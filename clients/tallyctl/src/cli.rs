@@ -166,6 +166,7 @@ impl Command {
                 | LedgersCmd::Update { out, .. }
                 | LedgersCmd::Pause { out, .. }
                 | LedgersCmd::Resume { out, .. } => Some(*out),
+                LedgersCmd::CacheDryRun(a) => Some(a.out),
                 LedgersCmd::Delete { .. } | LedgersCmd::Archive { .. } => None,
             },
             Command::Status(a) => Some(a.out),
@@ -357,6 +358,23 @@ where
     Cli::from_arg_matches(&matches)
 }
 
+/// `ledgers cache-dry-run`.
+#[derive(Debug, Args)]
+pub struct CacheDryRunArgs {
+    /// Ledger id.
+    pub ledger: String,
+    /// The tally-worker that renders the rows (default: the one beside
+    /// tallyctl, else `tally-worker` on PATH).
+    #[arg(long, env = "TALLY_WORKER_BIN")]
+    pub worker_bin: Option<std::path::PathBuf>,
+    /// The worker's flags after `--`: its provider and base URL, as it runs
+    /// (its key comes from its environment, as always).
+    #[arg(last = true)]
+    pub worker_args: Vec<String>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum LedgersCmd {
     /// List every ledger.
@@ -445,6 +463,11 @@ pub enum LedgersCmd {
     /// is sent only after the export is complete and fsynced, and only if
     /// the ledger did not change while it was exported. Refused while rows
     /// are RUNNING or jobs open (stop the workers, or let them finish).
+    /// What the result cache would answer of the ledger's unclaimed rows:
+    /// a tally-worker renders them as it would send them and asks tally;
+    /// nothing is claimed, sent or written. Give the worker's provider
+    /// flags after `--`.
+    CacheDryRun(CacheDryRunArgs),
     Archive {
         /// Ledger id.
         ledger: String,
@@ -526,6 +549,15 @@ pub struct PolicyArgs {
     /// their defaults: batch 1h, flex 1m, standard 10s, priority 5s).
     #[arg(long = "turnaround", value_name = "LANE=DURATION")]
     pub turnarounds: Vec<String>,
+    /// Serve rows whose exact request was answered before from the result
+    /// cache, answers at most this old (`30d`); `off` turns it off (see
+    /// services/server/README.md, "Result cache").
+    #[arg(long, value_name = "MAX_AGE|off")]
+    pub result_cache: Option<String>,
+    /// Whose cached answers the ledger is served: `team` (the default) or
+    /// `shared` (also what other sharing teams answered; shares its own).
+    #[arg(long, value_name = "team|shared", requires = "result_cache")]
+    pub result_cache_scope: Option<String>,
     /// Spend cap in USD (needs a --price for every model the rows use).
     /// Any spend-cap flag sets the whole cap: limits not given are none.
     #[arg(long)]

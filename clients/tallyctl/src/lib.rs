@@ -47,6 +47,8 @@ use std::io::IsTerminal as _;
 /// What every command gets: the clients and how to print.
 pub struct Ctx {
     pub clients: Clients,
+    /// Where the clients connect, and how (for programs tallyctl runs).
+    pub target: tally_client::Target,
     /// Machine output (`-o json|jsonl|yaml`, `--json`): one document on
     /// stdout, no tables, no progress bars, errors as JSON on stderr.
     pub json: bool,
@@ -126,6 +128,7 @@ pub async fn run(cli: cli::Cli) -> Result<ExitCode, CliError> {
     let conn = connect::resolve(&cli)?;
     let mut ctx = Ctx {
         clients: conn.connect()?,
+        target: conn.target.clone(),
         json: format.is_machine(),
         printer: Printer {
             format,

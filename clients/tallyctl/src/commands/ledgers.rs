@@ -11,6 +11,7 @@ use tally_proto::v1 as pb;
 pub async fn run(ctx: &mut Ctx, cmd: LedgersCmd) -> Result<ExitCode, CliError> {
     match cmd {
         LedgersCmd::List { .. } => list(ctx).await,
+        LedgersCmd::CacheDryRun(args) => super::cache::dry_run(ctx, args).await,
         LedgersCmd::Delete {
             ledger,
             force,
@@ -293,6 +294,18 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
             ("alert url", p.alert_url.clone()),
             ("prices (USD/M)", prices),
             ("spend cap", spend_cap_text(p.spend_cap.as_ref())),
+            (
+                "result cache",
+                p.result_cache.as_ref().map_or("off".into(), |c| format!(
+                    "answers up to {} old, {}",
+                    render::duration(c.max_age.as_ref()),
+                    if c.scope == pb::CacheScope::Shared as i32 {
+                        "shared"
+                    } else {
+                        "team"
+                    }
+                ))
+            ),
             ("overrides", overrides),
             ("created", render::time(l.create_time.as_ref())),
             ("updated", render::time(l.update_time.as_ref())),
@@ -486,6 +499,26 @@ pub fn policy_from(a: &PolicyArgs) -> Result<(pb::LedgerPolicy, Vec<String>), Cl
     if let Some(d) = &a.deadline {
         p.deadline = parse_deadline(d).map_err(|e| CliError::usage(format!("--deadline: {e}")))?;
         paths.push("policy.deadline".to_string());
+    }
+    if let Some(age) = &a.result_cache {
+        p.result_cache = if age == "off" {
+            None
+        } else {
+            let scope = match a.result_cache_scope.as_deref() {
+                None | Some("team") => pb::CacheScope::Team,
+                Some("shared") => pb::CacheScope::Shared,
+                Some(other) => {
+                    return Err(CliError::usage(format!(
+                        "--result-cache-scope {other:?}: team or shared"
+                    )));
+                }
+            };
+            Some(pb::ResultCachePolicy {
+                max_age: Some(duration("result-cache", age)?),
+                scope: scope as i32,
+            })
+        };
+        paths.push("policy.result_cache".to_string());
     }
     if !a.turnarounds.is_empty() {
         let mut t = pb::LaneTurnarounds::default();

@@ -2,6 +2,7 @@
 //! either a table (humans; `-o wide` adds columns) or the proto messages as
 //! JSON/YAML ([`crate::output`]), and returns the exit code.
 
+mod cache;
 pub mod consume;
 pub mod enroll;
 pub mod export;

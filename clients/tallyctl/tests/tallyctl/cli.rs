@@ -234,6 +234,39 @@ async fn ledgers_enroll_status_rows_and_redrive() {
         "{}",
         got.stdout
     );
+    assert!(got.stdout.contains("result cache"), "{}", got.stdout);
+    // The result cache: on with an age and a scope, shown, then off.
+    let cached = env
+        .json(&[
+            "ledgers",
+            "update",
+            "reviews",
+            "--result-cache",
+            "7d",
+            "--result-cache-scope",
+            "shared",
+        ])
+        .await;
+    assert_eq!(cached["policy"]["result_cache"]["max_age"], "7days");
+    assert_eq!(cached["policy"]["result_cache"]["scope"], "SHARED");
+    let got = env.ok(&["ledgers", "get", "reviews"]).await;
+    assert!(got.stdout.contains("shared"), "{}", got.stdout);
+    let bad = env
+        .run(&[
+            "ledgers",
+            "update",
+            "reviews",
+            "--result-cache",
+            "7d",
+            "--result-cache-scope",
+            "world",
+        ])
+        .await;
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    let off = env
+        .json(&["ledgers", "update", "reviews", "--result-cache", "off"])
+        .await;
+    assert!(off["policy"]["result_cache"].is_null(), "{off}");
 
     // A bad line stops the enroll: the lines before it are sent, none after.
     let bad = env.file(
@@ -1730,4 +1763,83 @@ async fn completions_and_help_need_no_server() {
     ] {
         assert!(help.stdout.contains(line), "{line:?} in {}", help.stdout);
     }
+}
+
+/// Invariants: `ledgers cache-dry-run` runs the worker against the same
+/// server with the same token, the ledger and the flags given after `--`,
+/// and shows the JSON line it printed last (whatever logs came before);
+/// a worker that fails is an error naming what it said; no worker is a
+/// usage error.
+#[tokio::test]
+async fn cache_dry_run_runs_a_worker_and_shows_its_answer() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = Env::start().await;
+    let dir = env.dir.path();
+    let seen = dir.join("seen.txt");
+    let worker = dir.join("fake-worker");
+    std::fs::write(
+        &worker,
+        format!(
+            "#!/bin/sh\necho \"$@ token=$TALLY_TOKEN\" > {}\necho 'a log line'\n\
+             echo '{{\"rows\":5,\"hits\":3,\"misses\":2,\"saved_usd\":0.5,\"later\":1,\"elsewhere\":0}}'\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = worker.to_str().unwrap();
+    let args = [
+        "--token",
+        "t0ken",
+        "--json",
+        "ledgers",
+        "cache-dry-run",
+        "ledgers/l1",
+        "--worker-bin",
+        bin,
+        "--",
+        "--gemini-base-url",
+        "http://emu",
+    ];
+    let r = env.ok(&args).await;
+    let v: Value = serde_json::from_str(&r.stdout).expect("JSON");
+    assert_eq!((v["rows"].as_i64(), v["hits"].as_i64()), (Some(5), Some(3)));
+    let said = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(
+        said.trim(),
+        format!(
+            "--server {} --ledger l1 --gemini-base-url http://emu --cache-dry-run token=t0ken",
+            env.url
+        )
+    );
+    let text = env
+        .ok(&["ledgers", "cache-dry-run", "l1", "--worker-bin", bin])
+        .await;
+    assert!(
+        text.stdout.contains("answered from the cache"),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains("$0.5000"), "{}", text.stdout);
+
+    std::fs::write(&worker, "#!/bin/sh\necho 'no such ledger' >&2\nexit 1\n").unwrap();
+    let r = env
+        .run(&["ledgers", "cache-dry-run", "l1", "--worker-bin", bin])
+        .await;
+    assert_ne!(r.code, 0);
+    assert!(r.stderr.contains("no such ledger"), "{}", r.stderr);
+
+    let missing = dir.join("nowhere");
+    let r = env
+        .run(&[
+            "ledgers",
+            "cache-dry-run",
+            "l1",
+            "--worker-bin",
+            missing.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("cannot run"), "{}", r.stderr);
+    env.stop().await;
 }
