@@ -107,8 +107,10 @@ fn build(
 }
 
 /// `row`'s request as the result cache keys it (`tally_core::cache`), for
-/// `model` as the provider names it; `None` when it cannot be built (the
-/// row is then reported when it is rendered) or is too large to cache.
+/// `model` as the provider names it, under this worker's provider name (an
+/// OpenAI-compatible server is not OpenAI, whatever its models are called);
+/// `None` when it cannot be built (the row is then reported when it is
+/// rendered) or is too large to cache.
 pub(crate) fn cache_request(
     ctx: &Ctx,
     row: &pb::ClaimedRow,
@@ -127,7 +129,7 @@ pub(crate) fn cache_request(
         json: answer.json,
         schema,
     };
-    tally_core::cache::request_of(ctx.provider.api().as_str(), model, &request, expect)
+    tally_core::cache::request_of(&ctx.args.provider, model, &request, expect)
         .ok()
         .map(|r| r.text)
 }
