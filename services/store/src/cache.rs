@@ -95,8 +95,13 @@ fn cache_off(ledger: &str) -> StoreError {
     }
 }
 
-fn millis(d: Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
+/// Each lookup's SHA-256, what the cache finds answers by (computed once a
+/// call: a request may be a megabyte).
+fn hashes_of(lookups: &[Lookup]) -> Vec<Vec<u8>> {
+    lookups
+        .iter()
+        .map(|l| tally_core::cache::hash(&l.request).to_vec())
+        .collect()
 }
 
 impl Store {
@@ -106,27 +111,24 @@ impl Store {
         Ok(self.ledger(ledger).await?.policy.result_cache.is_some())
     }
 
-    /// Answers found for `lookups` (by position) under `cache`'s scope and
-    /// age, for `team`.
+    /// Answers found for `lookups` (by position; `hashes` theirs) under
+    /// `cache`'s scope and age, for `team`.
     async fn find(
         &self,
         lookups: &[Lookup],
+        hashes: &[Vec<u8>],
         team: &str,
         cache: &ResultCache,
     ) -> Result<HashMap<usize, Found>> {
         static SQL: LazyLock<String> =
             LazyLock::new(|| codes::render(include_str!("queries/cache/find.sql")));
-        let hashes: Vec<Vec<u8>> = lookups
-            .iter()
-            .map(|l| tally_core::cache::hash(&l.request).to_vec())
-            .collect();
         let requests: Vec<&str> = lookups.iter().map(|l| l.request.as_str()).collect();
         let found: Vec<Found> = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
-            .bind(&hashes)
+            .bind(hashes)
             .bind(&requests)
             .bind(team)
             .bind(cache.scope.is_shared())
-            .bind(millis(cache.max_age))
+            .bind(crate::report::millis(cache.max_age))
             .fetch_all(&self.pool)
             .await?;
         Ok(found
@@ -152,13 +154,14 @@ impl Store {
             .policy
             .result_cache
             .ok_or_else(|| cache_off(ledger))?;
-        let mut found = self.find(lookups, team, &cache).await?;
+        let hashes = hashes_of(lookups);
+        let mut found = self.find(lookups, &hashes, team, &cache).await?;
         let mut items = Vec::with_capacity(found.len());
         let mut costs = HashMap::new();
         let mut missed = Vec::new();
         for (i, l) in lookups.iter().enumerate() {
             let Some(f) = found.remove(&i) else {
-                missed.push(l);
+                missed.push((l, hashes[i].as_slice()));
                 continue;
             };
             costs.insert(l.key.as_str(), f.cost_usd);
@@ -214,16 +217,13 @@ impl Store {
         token: Uuid,
         team: &str,
         shared: bool,
-        missed: &[&Lookup],
+        missed: &[(&Lookup, &[u8])],
     ) -> Result<()> {
         static SQL: LazyLock<String> =
             LazyLock::new(|| codes::render(include_str!("queries/cache/remember.sql")));
-        let keys: Vec<&str> = missed.iter().map(|l| l.key.as_str()).collect();
-        let hashes: Vec<Vec<u8>> = missed
-            .iter()
-            .map(|l| tally_core::cache::hash(&l.request).to_vec())
-            .collect();
-        let requests: Vec<&str> = missed.iter().map(|l| l.request.as_str()).collect();
+        let keys: Vec<&str> = missed.iter().map(|(l, _)| l.key.as_str()).collect();
+        let hashes: Vec<&[u8]> = missed.iter().map(|(_, h)| *h).collect();
+        let requests: Vec<&str> = missed.iter().map(|(l, _)| l.request.as_str()).collect();
         let mut tx = self.begin().await?;
         let done = async {
             sqlx::query(sqlx::AssertSqlSafe(SQL.as_str()))
@@ -261,7 +261,8 @@ impl Store {
     ) -> Result<Estimate> {
         let record = self.ledger(ledger).await?;
         let cache = record.policy.result_cache.unwrap_or_default();
-        let mut found = self.find(lookups, team, &cache).await?;
+        let hashes = hashes_of(lookups);
+        let mut found = self.find(lookups, &hashes, team, &cache).await?;
         let mut out = Estimate::default();
         for (i, l) in lookups.iter().enumerate() {
             match found.remove(&i) {
@@ -308,7 +309,7 @@ impl Store {
                  SELECT id FROM result_cache
                  WHERE answer_time < now() - $1 * interval '1 millisecond' LIMIT $2)",
         )
-        .bind(millis(bounds.max_age))
+        .bind(crate::report::millis(bounds.max_age))
         .bind(batch)
         .execute(&self.pool)
         .await?

@@ -348,9 +348,10 @@ impl Loaded {
     }
 }
 
-/// A backoff in whole milliseconds, as the settle statement takes it (and
-/// the answer's next attempt time shows it).
-fn millis(d: Duration) -> i64 {
+/// A duration in whole milliseconds, as statements take it (a backoff, as
+/// the settle statement takes it and the answer's next attempt time shows
+/// it; the result cache's ages).
+pub(crate) fn millis(d: Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64
 }
 
