@@ -23,6 +23,9 @@ pub struct Caller {
     /// Whether its roles use claims (worker, operator): live claim names
     /// authorize reports, so rows show them only to such callers.
     pub uses_claims: bool,
+    /// Whether it may list a whole ledger's rows (enroller, operator); a
+    /// worker lists only one job's rows (what an adopted job expects).
+    pub lists_ledgers: bool,
 }
 
 /// The caller's name, or `anonymous`.
@@ -38,6 +41,7 @@ pub struct Access {
     pub name: String,
     pub scope: Arc<Scope>,
     pub uses_claims: bool,
+    pub lists_ledgers: bool,
 }
 
 /// What the caller of `req` may touch.
@@ -47,11 +51,13 @@ pub fn access<T>(req: &tonic::Request<T>) -> Access {
             name: c.name.clone(),
             scope: c.scope.clone(),
             uses_claims: c.uses_claims,
+            lists_ledgers: c.lists_ledgers,
         },
         None => Access {
             name: "anonymous".into(),
             scope: Arc::new(Scope::everything()),
             uses_claims: true,
+            lists_ledgers: true,
         },
     }
 }
@@ -161,6 +167,7 @@ mod tests {
                 shared_prompts: Patterns::parse(&["shared-*"]).unwrap(),
             }),
             uses_claims: false,
+            lists_ledgers: true,
         }
     }
 
@@ -196,6 +203,7 @@ mod tests {
             name: "op".into(),
             scope: Arc::new(Scope::everything()),
             uses_claims: true,
+            lists_ledgers: true,
         };
         assert!(all.operation("batches/1", None).is_ok());
     }

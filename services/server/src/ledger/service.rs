@@ -421,6 +421,14 @@ impl LedgerService for Ledgers {
         let ledger = validate::ledger("parent", &req.parent)?;
         access.ledger(&ledger)?;
         let filter = validate::row_filter("filter", req.filter.as_ref())?;
+        if !access.lists_ledgers && filter.job.is_none() {
+            return Err(crate::edge::status::with_reason(
+                tonic::Code::PermissionDenied,
+                "ROLE_DENIED",
+                "the worker role lists one job's rows (filter.job); listing a whole \
+                 ledger takes the enroller or operator role",
+            ));
+        }
         let size = paging::page_size(req.page_size)?;
         let full = match pb::RowView::try_from(req.view) {
             Ok(pb::RowView::Full) => true,

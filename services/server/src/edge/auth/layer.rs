@@ -65,10 +65,14 @@ impl<B> Middleware<B> for Authenticate {
                     let uses_claims = p.roles.is_empty()
                         || p.roles.has(Role::Worker)
                         || p.roles.has(Role::Operator);
+                    let lists_ledgers = p.roles.is_empty()
+                        || p.roles.has(Role::Enroller)
+                        || p.roles.has(Role::Operator);
                     req.extensions_mut().insert(Caller {
                         name: p.name,
                         scope: p.scope,
                         uses_claims,
+                        lists_ledgers,
                     });
                 }
                 Box::pin(inner.call(req).instrument(span))

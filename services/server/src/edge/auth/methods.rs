@@ -52,7 +52,7 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.LedgerService/ReleaseClaim", W | O, Unary),
     m("/tally.v1.LedgerService/ReportOutcomes", W | O, Unary),
     m("/tally.v1.LedgerService/GetRow", E | W | O, Unary),
-    m("/tally.v1.LedgerService/ListRows", E | O, Unary),
+    m("/tally.v1.LedgerService/ListRows", E | W | O, Unary),
     m("/tally.v1.LedgerService/SummarizeLedger", E | W | O, Unary),
     m("/tally.v1.LedgerService/RedriveRows", O, Unary),
     m("/tally.v1.LedgerService/DeleteLedger", O, Unary),

@@ -24,7 +24,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("/tally.v1.LedgerService/ReleaseClaim", "WO"),
     ("/tally.v1.LedgerService/ReportOutcomes", "WO"),
     ("/tally.v1.LedgerService/GetRow", "EWO"),
-    ("/tally.v1.LedgerService/ListRows", "EO"),
+    ("/tally.v1.LedgerService/ListRows", "EWO"),
     ("/tally.v1.LedgerService/SummarizeLedger", "EWO"),
     ("/tally.v1.LedgerService/RedriveRows", "O"),
     ("/tally.v1.LedgerService/DeleteLedger", "O"),
@@ -203,6 +203,41 @@ async fn the_callers_name_is_recorded_as_the_actor() {
     .await;
     assert_eq!(row.history.len(), 1);
     assert_eq!(row.history[0].actor, "worker-pool");
+    server.stop().await;
+}
+
+/// A worker lists the rows of one job (what a job it adopts expects), never
+/// a whole ledger; enrollers and operators list the ledger.
+#[tokio::test]
+async fn a_worker_lists_one_jobs_rows_not_a_ledger() {
+    let server = start(|_| {}).await;
+    claimed(&server, "listing", None, 3).await;
+    let mut l = LedgerServiceClient::new(server.connect().await);
+    let list = |job: &str| tally_proto::v1::ListRowsRequest {
+        parent: "ledgers/listing".into(),
+        filter: Some(tally_proto::v1::RowFilter {
+            job: job.into(),
+            ..Default::default()
+        }),
+        page_size: 10,
+        ..Default::default()
+    };
+    let whole = l.list_rows(authed(list(""), Some(WORKER))).await;
+    assert_refused(whole, Code::PermissionDenied, "ROLE_DENIED");
+    let one_job = l
+        .list_rows(authed(list("ledgers/listing/jobs/j1"), Some(WORKER)))
+        .await
+        .expect("a worker lists a job's rows");
+    assert!(one_job.into_inner().rows.is_empty(), "no row is in job j1");
+    for token in [ENROLLER, OPERATOR] {
+        let rows = l
+            .list_rows(authed(list(""), Some(token)))
+            .await
+            .expect("the whole ledger")
+            .into_inner()
+            .rows;
+        assert_eq!(rows.len(), 3, "{token}");
+    }
     server.stop().await;
 }
 
