@@ -23,4 +23,6 @@ pub use connect::{
 pub use operations::{
     IngestError, batch_resource_event, ingest_batch_resource, ingest_observation, observation_event,
 };
-pub use retry::{RetryPolicy, error_reason, is_transient, retry_delay, with_retry};
+pub use retry::{
+    RetryPolicy, error_reason, is_transient, retry_delay, rows_per_call_limit, with_retry,
+};

@@ -76,6 +76,20 @@ pub fn error_reason(status: &Status) -> Option<String> {
         .map(|i| i.reason.clone())
 }
 
+/// The most rows the server takes in one call, when it refused a call for
+/// sending more (ErrorInfo `TOO_MANY_ROWS`, its limit in `value`).
+pub fn rows_per_call_limit(status: &Status) -> Option<usize> {
+    if status.code() != Code::InvalidArgument {
+        return None;
+    }
+    let details = status.get_error_details();
+    let info = details.error_info()?;
+    if info.reason != "TOO_MANY_ROWS" {
+        return None;
+    }
+    info.metadata.get("value")?.parse().ok().filter(|n| *n > 0)
+}
+
 /// Runs `call` until it succeeds, fails for good, or the tries run out;
 /// answers the last status.
 pub async fn with_retry<T, F, Fut>(
@@ -129,6 +143,28 @@ mod tests {
         assert!(is_transient(&Status::resource_exhausted("x")));
         assert!(!is_transient(&Status::invalid_argument("x")));
         assert!(!is_transient(&Status::failed_precondition("x")));
+    }
+
+    /// Only the server's TOO_MANY_ROWS refusal names a per-call limit.
+    #[test]
+    fn the_per_call_limit_is_read_from_its_refusal() {
+        use tonic_types::ErrorDetails;
+        let refusal = |reason: &str, value: &str| {
+            let meta: std::collections::HashMap<String, String> =
+                [("value".to_string(), value.to_string())].into();
+            Status::with_error_details(
+                Code::InvalidArgument,
+                "too many",
+                ErrorDetails::with_error_info(reason, "tally.v1", meta),
+            )
+        };
+        assert_eq!(
+            rows_per_call_limit(&refusal("TOO_MANY_ROWS", "100")),
+            Some(100)
+        );
+        assert_eq!(rows_per_call_limit(&refusal("TOO_MANY_ROWS", "0")), None);
+        assert_eq!(rows_per_call_limit(&refusal("OTHER", "100")), None);
+        assert_eq!(rows_per_call_limit(&Status::invalid_argument("x")), None);
     }
 
     #[tokio::test]

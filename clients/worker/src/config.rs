@@ -112,8 +112,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "TALLY_WORKER_MAX_BYTES_PER_BATCH", default_value_t = 100 * 1024 * 1024)]
     pub max_bytes_per_batch: usize,
 
-    /// Most outcomes in one ReportOutcomes call (keep it at or below the
-    /// server's --max-rows-per-call).
+    /// Most outcomes in one ReportOutcomes call (a server that takes fewer
+    /// per call says so, and the worker sends that many).
     #[arg(long, env = "TALLY_WORKER_MAX_ROWS_PER_REPORT", default_value_t = 1000)]
     pub max_rows_per_report: usize,
 

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tally_client::{Clients, RetryPolicy, with_retry};
@@ -55,6 +56,9 @@ pub struct Ctx {
     /// When this worker last made a probe batch (a witness for every
     /// search of an earlier attempt: [`crate::lookup::probe_due`]).
     last_probe: std::sync::Mutex<Option<std::time::SystemTime>>,
+    /// The most rows sent in one report or release: `--max-rows-per-report`
+    /// until the server says it takes fewer ([`Ctx::learn_rows_per_call`]).
+    rows_per_call: AtomicUsize,
 }
 
 impl Ctx {
@@ -72,6 +76,7 @@ impl Ctx {
             bounds: std::sync::Mutex::new(TokenBounds::default()),
             settings_problem: std::sync::Mutex::new(None),
             last_probe: std::sync::Mutex::new(None),
+            rows_per_call: AtomicUsize::new(args.max_rows_per_report.max(1)),
             clients,
             provider,
             ledger: args.ledger_name(),
@@ -87,6 +92,30 @@ impl Ctx {
             prompts: Mutex::new(HashMap::new()),
             ops,
         }
+    }
+
+    /// The most rows one report or release carries.
+    pub fn rows_per_call(&self) -> usize {
+        self.rows_per_call.load(Ordering::Relaxed)
+    }
+
+    /// True when `status` is the server refusing a call for carrying more
+    /// rows than it takes and the worker now sends fewer: the caller splits
+    /// the same rows again and goes on (nothing was written).
+    pub fn learn_rows_per_call(&self, status: &Status) -> bool {
+        let Some(limit) = tally_client::rows_per_call_limit(status) else {
+            return false;
+        };
+        let before = self.rows_per_call.fetch_min(limit, Ordering::Relaxed);
+        if limit < before {
+            tracing::warn!(
+                limit,
+                flag = self.args.max_rows_per_report,
+                "the server takes at most {limit} rows per call (its --max-rows-per-call); \
+                 reports go in chunks of {limit}: set --max-rows-per-report to {limit} or less"
+            );
+        }
+        limit < before
     }
 
     /// How long a model cools down after a capacity refusal: the delay

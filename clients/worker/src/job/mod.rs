@@ -406,16 +406,13 @@ impl RowPages {
 /// Gives rows back unworked (every held row when `keys` is empty). Errors
 /// are logged: the lease runs out and the sweeper does the same anyway.
 async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
-    // Named keys go in chunks the server takes in one call (its
-    // --max-rows-per-call, which --max-rows-per-report stays within).
-    let chunks: Vec<&[String]> = if keys.is_empty() {
-        vec![keys]
-    } else {
-        keys.chunks(ctx.args.max_rows_per_report.max(1)).collect()
-    };
     let claim_name = claim;
     let claim = claim_for_logs(claim);
-    for chunk in chunks {
+    // Named keys go in chunks the server takes in one call (its
+    // --max-rows-per-call, learned from a refusal if it is below ours).
+    let mut rest = keys;
+    loop {
+        let chunk = &rest[..rest.len().min(ctx.rows_per_call())];
         let req = pb::ReleaseClaimRequest {
             name: claim_name.to_string(),
             keys: chunk.to_vec(),
@@ -428,10 +425,15 @@ async fn release(ctx: &Ctx, claim: &str, keys: &[String]) {
         .await;
         match got {
             Ok(r) => tracing::info!(%claim, released = r.into_inner().released, "claim released"),
+            Err(s) if ctx.learn_rows_per_call(&s) => continue,
             Err(s) => {
                 tracing::warn!(%claim, error = %s, "release failed; the lease will run out");
                 return;
             }
+        }
+        rest = &rest[chunk.len()..];
+        if rest.is_empty() {
+            return;
         }
     }
 }

@@ -27,19 +27,28 @@ pub(crate) async fn report(
     outcomes: Vec<pb::RowOutcome>,
 ) -> Result<bool, Status> {
     let mut all_stale = !outcomes.is_empty();
-    for chunk in chunks(&outcomes, ctx.args.max_rows_per_report, MAX_REPORT_BYTES) {
+    let mut rest = &outcomes[..];
+    while !rest.is_empty() {
+        let chunk = &rest[..first_chunk(rest, ctx.rows_per_call(), MAX_REPORT_BYTES)];
         let req = pb::ReportOutcomesRequest {
             claim: claim.to_string(),
             outcomes: chunk.to_vec(),
             claim_next: None,
         };
-        let r = with_retry(ctx.retry, "ReportOutcomes", || {
+        let r = match with_retry(ctx.retry, "ReportOutcomes", || {
             let mut c = ctx.clients.ledgers.clone();
             let req = req.clone();
             async move { c.report_outcomes(req).await }
         })
-        .await?
-        .into_inner();
+        .await
+        {
+            Ok(r) => r.into_inner(),
+            // More rows than the server takes in a call: nothing was
+            // written; the same outcomes go again in smaller chunks.
+            Err(s) if ctx.learn_rows_per_call(&s) => continue,
+            Err(s) => return Err(s),
+        };
+        rest = &rest[chunk.len()..];
         if r.stale > 0 {
             tracing::warn!(
                 claim = %claim_for_logs(claim),
@@ -95,31 +104,41 @@ pub(crate) fn invalid_input(key: &str, why: &str) -> pb::RowOutcome {
 /// `outcomes` cut, in order, into calls of at most `max_rows` outcomes and
 /// at most `max_bytes` encoded bytes (an outcome larger than that goes
 /// alone).
-fn chunks(
-    outcomes: &[pb::RowOutcome],
-    max_rows: usize,
-    max_bytes: usize,
-) -> Vec<&[pb::RowOutcome]> {
-    let mut out = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
+/// How many of `outcomes` go in the next call: at most `max_rows`, and at
+/// most `max_bytes` encoded unless one outcome alone is larger (it goes by
+/// itself). At least one when `outcomes` is not empty.
+fn first_chunk(outcomes: &[pb::RowOutcome], max_rows: usize, max_bytes: usize) -> usize {
+    let mut bytes = 0;
     for (i, o) in outcomes.iter().enumerate() {
         // The outcome, its field tag and its length prefix.
         let len = o.encoded_len() + 6;
-        if i > start && (i - start == max_rows || bytes + len > max_bytes) {
-            out.push(&outcomes[start..i]);
-            (start, bytes) = (i, 0);
+        if i > 0 && (i == max_rows || bytes + len > max_bytes) {
+            return i;
         }
         bytes += len;
     }
-    if start < outcomes.len() {
-        out.push(&outcomes[start..]);
-    }
-    out
+    outcomes.len()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The calls [`report`] makes of `outcomes` at fixed limits.
+    fn chunks(
+        outcomes: &[pb::RowOutcome],
+        max_rows: usize,
+        max_bytes: usize,
+    ) -> Vec<&[pb::RowOutcome]> {
+        let mut out = Vec::new();
+        let mut rest = outcomes;
+        while !rest.is_empty() {
+            let n = first_chunk(rest, max_rows, max_bytes);
+            out.push(&rest[..n]);
+            rest = &rest[n..];
+        }
+        out
+    }
 
     fn answered(key: &str, result_bytes: usize) -> pb::RowOutcome {
         pb::RowOutcome {

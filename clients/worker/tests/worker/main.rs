@@ -10,6 +10,7 @@ mod e2e_create;
 mod e2e_faults;
 mod e2e_fill;
 mod e2e_golden;
+mod e2e_limits;
 mod e2e_logs;
 mod e2e_media;
 mod e2e_metrics;

@@ -273,15 +273,19 @@ impl Refusal {
                 count,
                 limit,
                 per_row,
+            } if *per_row => status::too_many_rows(
+                path.clone(),
+                format!("has {count} entries; the limit is {limit} per call (max_rows_per_call)"),
+                meta(&[
+                    ("limit", "max_rows_per_call".into()),
+                    ("value", limit.to_string()),
+                ]),
+            ),
+            Refusal::TooMany {
+                path, count, limit, ..
             } => status::invalid_field(
                 path.clone(),
-                if *per_row {
-                    format!(
-                        "has {count} entries; the limit is {limit} per call (max_rows_per_call)"
-                    )
-                } else {
-                    format!("has {count} entries; the limit is {limit}")
-                },
+                format!("has {count} entries; the limit is {limit}"),
             ),
             Refusal::Malformed { path, reason } => status::invalid_field(
                 if path.is_empty() {
@@ -537,6 +541,35 @@ mod tests {
             judge(&s, "/tally.v1.LedgerService/RedriveRows", &redrive.encode_to_vec()),
             Err(Refusal::TooMany { path, per_row: true, .. }) if path == "keys.keys"
         ));
+    }
+
+    /// A list over the per-call limit says the limit in a form a client can
+    /// act on (ErrorInfo TOO_MANY_ROWS, `value`) and still names the field.
+    #[test]
+    fn too_many_rows_carry_the_limit() {
+        use tonic_types::StatusExt;
+        let refusal = Refusal::TooMany {
+            path: "outcomes".into(),
+            count: 120,
+            limit: 100,
+            per_row: true,
+        };
+        let st = refusal.status("/tally.v1.LedgerService/ReportOutcomes");
+        assert_eq!(st.code(), Code::InvalidArgument);
+        let details = st.get_error_details();
+        let info = details.error_info().expect("an ErrorInfo");
+        assert_eq!(info.reason, "TOO_MANY_ROWS");
+        assert_eq!(info.metadata.get("value").map(String::as_str), Some("100"));
+        let bad = details.bad_request().expect("a BadRequest");
+        assert_eq!(bad.field_violations[0].field, "outcomes");
+        // A list that is not one row per entry has no such ErrorInfo.
+        let other = Refusal::TooMany {
+            path: "answers".into(),
+            count: 9,
+            limit: 8,
+            per_row: false,
+        };
+        assert!(other.status("m").get_error_details().error_info().is_none());
     }
 
     /// Invariant: nested lists are bounded on their own: a row's

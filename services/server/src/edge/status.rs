@@ -12,6 +12,8 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 /// The ErrorInfo domain of every tally error.
 pub const DOMAIN: &str = "tally.v1";
+/// The ErrorInfo reason of a list longer than a call takes.
+pub const TOO_MANY_ROWS: &str = "TOO_MANY_ROWS";
 
 /// Most field violations sent in one status (the rest are counted), so a
 /// request with 200,000 bad entries cannot make a multi-megabyte trailer.
@@ -65,6 +67,25 @@ pub fn invalid(violations: impl Into<Invalid>) -> Status {
 /// INVALID_ARGUMENT for one field.
 pub fn invalid_field(field: impl Into<String>, description: impl Into<String>) -> Status {
     invalid(vec![FieldViolation::new(field, description)])
+}
+
+/// INVALID_ARGUMENT for a list with more rows than one call takes: the
+/// field's violation and an ErrorInfo `TOO_MANY_ROWS` whose `value` is the
+/// limit, so a client can split its call and go on.
+pub fn too_many_rows(
+    field: impl Into<String>,
+    description: impl Into<String>,
+    metadata: std::collections::HashMap<String, String>,
+) -> Status {
+    let field = field.into();
+    let description = description.into();
+    let mut details = ErrorDetails::with_error_info(TOO_MANY_ROWS, DOMAIN, metadata);
+    details.add_bad_request_violation(field.clone(), description.clone());
+    Status::with_error_details(
+        Code::InvalidArgument,
+        format!("invalid {field}: {description}"),
+        details,
+    )
 }
 
 /// RESOURCE_EXHAUSTED with a RetryInfo.
