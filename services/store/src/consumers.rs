@@ -23,6 +23,7 @@ use tally_core::delivery::{
     WebhookTarget,
 };
 use tally_core::status::RowStatus;
+use tally_core::violation::FieldViolation;
 
 /// Bytes a result adds to an answer besides its texts (field tags, numbers,
 /// times).
@@ -295,26 +296,42 @@ fn consumer_name(ledger: &str, name: &str) -> String {
     format!("ledgers/{ledger}/consumers/{name}")
 }
 
-/// The position a start names, in `exec`'s view of the log.
+/// The position a start names, in `exec`'s view of the log. A saved
+/// position past the ledger's last logged result is refused (INVALID_ARGUMENT
+/// on `field`): results logged later could sort before it and be skipped.
 async fn start_position<'e, E: sqlx::Executor<'e, Database = sqlx::Postgres>>(
     exec: E,
     ledger_id: i64,
     start: Start,
+    field: &str,
 ) -> Result<Position> {
+    if start == Start::Beginning {
+        return Ok(Position::ORIGIN);
+    }
+    let head: Option<(i64, i32)> = sqlx::query_as(
+        "SELECT seq, n FROM result_log WHERE ledger_id = $1 ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(ledger_id)
+    .fetch_optional(exec)
+    .await?;
+    let head = head
+        .and_then(|(seq, n)| Position::new(seq, n.max(0) as u32))
+        .unwrap_or(Position::ORIGIN);
     match start {
-        Start::Beginning => Ok(Position::ORIGIN),
+        Start::After(p) if p > head => Err(StoreError::InvalidArgument(
+            vec![FieldViolation::new(
+                format!("{field}.after_position"),
+                format!(
+                    "{} is past the ledger's last result ({}): use a position a consumer \
+                     of this ledger was given, or its acked_position",
+                    p.raw(),
+                    head.raw()
+                ),
+            )]
+            .into(),
+        )),
         Start::After(p) => Ok(p),
-        Start::Now => {
-            let head: Option<(i64, i32)> = sqlx::query_as(
-                "SELECT seq, n FROM result_log WHERE ledger_id = $1 ORDER BY seq DESC LIMIT 1",
-            )
-            .bind(ledger_id)
-            .fetch_optional(exec)
-            .await?;
-            Ok(head
-                .and_then(|(seq, n)| Position::new(seq, n.max(0) as u32))
-                .unwrap_or(Position::ORIGIN))
-        }
+        Start::Beginning | Start::Now => Ok(head),
     }
 }
 
@@ -349,7 +366,7 @@ impl Store {
                     ),
                 ));
             }
-            let start = start_position(&mut *tx, ledger.id, req.start).await?;
+            let start = start_position(&mut *tx, ledger.id, req.start, "start").await?;
             let s = req.settings;
             let inserted = sqlx::query(
                 "INSERT INTO consumers (ledger_id, name, kind, visibility_ms, max_deliveries,
@@ -491,7 +508,7 @@ impl Store {
         let mut tx = self.begin().await?;
         let out = async {
             let locked = lock(&mut tx, &record, name).await?;
-            let position = start_position(&mut *tx, record.id, to).await?;
+            let position = start_position(&mut *tx, record.id, to, "to").await?;
             sqlx::query("DELETE FROM consumer_leases WHERE consumer_id = $1")
                 .bind(locked.id)
                 .execute(&mut *tx)

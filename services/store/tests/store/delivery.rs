@@ -544,6 +544,61 @@ async fn start_now_and_reset() {
     assert_eq!(drain(s, "l", "late").await.len(), 5);
 }
 
+// Invariant: a consumer made at a saved position resumes exactly after it
+// (what another consumer acked is not delivered again, nothing after it is
+// skipped), and a position past the ledger's last result is refused at
+// create and at reset, writing nothing: results logged later could sort
+// before it and never be delivered.
+#[tokio::test]
+async fn a_saved_position_resumes_there_and_one_past_the_log_is_refused() {
+    let env = env().await;
+    let s = &env.store;
+    s.create_ledger("l", &fast_policy()).await.unwrap();
+    enroll_n(s, "l", 12).await;
+    settle(s, "l", 8, &HashSet::new()).await;
+    consumer(s, "l", "first", Start::Beginning).await;
+    let got = receive(s, "l", "first", 3).await;
+    let saved = got.deliveries[2].position;
+    s.ack("l", "first", &[], Some(saved)).await.unwrap();
+    consumer(s, "l", "resumed", Start::After(saved)).await;
+    assert_eq!(drain(s, "l", "resumed").await.len(), 5, "after the 3 acked");
+
+    let head = s.get_consumer("l", "resumed").await.unwrap().acked_position;
+    let past = Position::new(head.entry() + 1, 0).unwrap();
+    let e = s
+        .create_consumer(&NewConsumer {
+            ledger: "l",
+            name: "typo",
+            settings: &pull(),
+            secret: None,
+            start: Start::After(past),
+            actor: "t",
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, StoreError::InvalidArgument(v) if v[0].field == "start.after_position"),
+        "{e:?}"
+    );
+    assert!(s.get_consumer("l", "typo").await.is_err(), "nothing made");
+    let e = s
+        .reset_consumer("l", "resumed", Start::After(past), "op")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, StoreError::InvalidArgument(v) if v[0].field == "to.after_position"),
+        "{e:?}"
+    );
+    assert_eq!(
+        s.get_consumer("l", "resumed").await.unwrap().acked_position,
+        head,
+        "the cursor did not move"
+    );
+    // The results logged after the refusal all reach the resumed consumer.
+    settle(s, "l", 4, &HashSet::new()).await;
+    assert_eq!(drain(s, "l", "resumed").await.len(), 4);
+}
+
 // Invariant: bad acks are refused whole and write nothing: a position
 // after the cursor (never handed out) is INVALID_ARGUMENT, an unknown
 // consumer NOT_FOUND, a consumer name taken ALREADY_EXISTS.
