@@ -192,21 +192,36 @@ async fn a_long_poll_wakes_on_a_report_and_lag_is_exported() {
     assert!(r.result.contains("label") && r.row.starts_with("ledgers/l/rows/"));
     let view = env.get(&c.name).await;
     assert_eq!((view.in_flight, view.lag_rows), (20, 20));
-    // The backlog refresher (every 200 ms in tests) exports the lag.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = scrape(env.server.metrics_addr).await;
-        let s = parse(&text).unwrap();
-        let lag = s.sample(
-            "tally_consumer_lag_rows",
-            &[("ledger", "l"), ("consumer", "sink")],
-        );
-        if lag == Some(20.0) {
-            break;
+    let age = |v: &pb::Consumer| {
+        v.lag_age
+            .map_or(0, |d| d.seconds * 1_000_000_000 + i64::from(d.nanos))
+    };
+    assert!(
+        age(&view) > 0,
+        "unacknowledged results have an age: {view:?}"
+    );
+    // The backlog refresher (every 200 ms in tests) exports the lag, in
+    // rows and in seconds.
+    let env_metrics = env.server.metrics_addr;
+    let lag = |want_rows: f64, aged: bool| async move {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = scrape(env_metrics).await;
+            let s = parse(&text).unwrap();
+            let labels = [("ledger", "l"), ("consumer", "sink")];
+            let rows = s.sample("tally_consumer_lag_rows", &labels);
+            let secs = s.sample("tally_consumer_lag_seconds", &labels);
+            if rows == Some(want_rows) && secs.is_some_and(|x| (x > 0.0) == aged) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lag not exported: rows {rows:?}, seconds {secs:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert!(Instant::now() < deadline, "lag not exported: {lag:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    lag(20.0, true).await;
     let acked = env
         .d
         .ack_results(pb::AckResultsRequest {
@@ -220,7 +235,9 @@ async fn a_long_poll_wakes_on_a_report_and_lag_is_exported() {
     assert_eq!(acked.acked, 20);
     let view = env.get(&c.name).await;
     assert_eq!((view.in_flight, view.lag_rows), (0, 0));
+    assert_eq!(age(&view), 0, "nothing unacknowledged, no age");
     assert_eq!(view.acked_position, got.read_position);
+    lag(0.0, false).await;
     env.server.stop().await.unwrap();
 }
 
