@@ -66,6 +66,24 @@ def test_a_result_left_by_an_exception_is_handed_out_again(tally: Client, ledger
     assert keys[4] in [d.key for d in again]
 
 
+def test_a_loop_that_lost_its_leases_leaves_the_rest_to_the_instance_that_has_them(
+    tally: Client, ledger: str
+) -> None:
+    # Invariant: a loop slower than the visibility timeout whose results
+    # went to another instance (which acknowledged them) learns so at its
+    # next acknowledgement and hands its loop none of the rest it held: only
+    # the result it was on is seen twice, and every result is acknowledged
+    # once, by the instance that had it.
+    keys = finish(tally, ledger, 3)
+    slow = tally.consume(ledger, "sink", batch=3, visibility=1, wait=0.5, until_empty=True)
+    first = next(slow)
+    other = list(tally.consume(ledger, "sink", batch=10, wait=5, until_empty=True))
+    assert sorted(d.key for d in other) == keys
+    assert list(slow) == [], "the slow loop gets none of what it lost"
+    assert first.key in keys
+    assert list(tally.consume(ledger, "sink", wait=0.5, until_empty=True)) == []
+
+
 def test_a_redrive_delivers_the_new_answers_at_a_higher_version(tally: Client, ledger: str) -> None:
     # Invariant: after a redrive that answers again, the consumer gets the
     # changed results again, each at version 2, and nothing else.

@@ -438,9 +438,11 @@ class AsyncClient:
                         core.keep(result)
                         raise
                     # The loop asked for the next one: this one is done.
-                    await self._retrying(
+                    answer = await self._retrying(
                         retries, self.deliveries.AckResults, core.ack_request([result.position]), 0
                     )
+                    if core.lease_lost(answer):
+                        break
                     if core.acked():
                         return
         finally:

@@ -673,9 +673,11 @@ class Client:
                         core.keep(result)
                         raise
                     # The loop asked for the next one: this one is done.
-                    self._retrying(
+                    answer = self._retrying(
                         retries, self.deliveries.AckResults, core.ack_request([result.position]), 0
                     )
+                    if core.lease_lost(answer):
+                        break
                     if core.acked():
                         return
         finally:

@@ -14,6 +14,7 @@ the identity a sink deduplicates on."""
 from __future__ import annotations
 
 import enum
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,6 +25,8 @@ from tally_client._proto.tally.v1 import delivery_pb2
 from tally_client.types import PromptRef, RowStatus, Usage, decode_json, time_of
 
 __all__ = ["ConsumeCore", "Delivery", "Start"]
+
+log = logging.getLogger("tally_client")
 
 
 class Start(str, enum.Enum):
@@ -185,6 +188,23 @@ class ConsumeCore:
 
     def ack_request(self, positions: list[int]) -> delivery_pb2.AckResultsRequest:
         return delivery_pb2.AckResultsRequest(consumer=self.name, positions=positions)
+
+    def lease_lost(self, response: delivery_pb2.AckResultsResponse) -> bool:
+        """Reads an acknowledgement's answer: True when the result was no
+        longer leased (its visibility timeout ran out and another instance
+        may have it). The rest of this receive is then left to be handed out
+        again, uncounted, and the loop receives anew: at most the result
+        just handled is repeated."""
+        if response.not_leased == 0:
+            return False
+        self.held.clear()
+        log.warning(
+            "%s: %d result(s) were no longer leased when acknowledged (the "
+            "visibility timeout ran out; another instance may have them): receiving anew",
+            self.name,
+            response.not_leased,
+        )
+        return True
 
     def keep(self, result: Delivery) -> None:
         """Holds `result` again (the loop failed on it): it is given back
