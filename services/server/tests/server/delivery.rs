@@ -520,3 +520,268 @@ async fn acked_count(env: &Env, name: &str) -> i64 {
     .unwrap();
     c
 }
+
+/// Every page of a paged list, by `page` (a page token in, items and the
+/// next token out).
+async fn all_pages<T, F, Fut>(mut page: F) -> (Vec<T>, usize)
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = (Vec<T>, String)>,
+{
+    let (mut out, mut token, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let (items, next) = page(token).await;
+        out.extend(items);
+        pages += 1;
+        if next.is_empty() {
+            return (out, pages);
+        }
+        token = next;
+    }
+}
+
+// Invariant: what the store does for dead letters, resets, deletes and
+// paging holds through gRPC: results nacked for good are listed as dead
+// letters in position order, across pages, with their reason, and are not
+// handed out again; a reset to a saved position hands out exactly what
+// follows it; a deleted consumer is gone and the others stay; lists page
+// with tokens and lose nothing.
+#[tokio::test]
+async fn dead_letters_resets_deletes_and_pages_through_grpc() {
+    let mut env = env(|_| {}).await;
+    env.ledger("l", 12).await;
+    assert_eq!(env.settle("l", 12).await, 12);
+    for name in ["a", "b", "c"] {
+        env.consumer("l", name, None).await;
+    }
+    let d = env.d.clone();
+    let (listed, pages) = all_pages(|page_token| {
+        let mut d = d.clone();
+        async move {
+            let r = d
+                .list_consumers(pb::ListConsumersRequest {
+                    parent: "ledgers/l".into(),
+                    page_size: 2,
+                    page_token,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (r.consumers, r.next_page_token)
+        }
+    })
+    .await;
+    let names: Vec<String> = listed.into_iter().map(|c| c.name).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(pages, 2);
+
+    let a = "ledgers/l/consumers/a".to_string();
+    let got = env
+        .d
+        .receive_results(pb::ReceiveResultsRequest {
+            consumer: a.clone(),
+            max_rows: 12,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let positions: Vec<i64> = got.results.iter().map(|r| r.position).collect();
+    assert_eq!(positions.len(), 12);
+    let nacked = env
+        .d
+        .nack_results(pb::NackResultsRequest {
+            consumer: a.clone(),
+            positions: positions[..5].to_vec(),
+            dead_letter: true,
+            reason: "sink refused: no such customer".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(nacked.requeued, 0);
+    env.d
+        .ack_results(pb::AckResultsRequest {
+            consumer: a.clone(),
+            positions: positions[5..].to_vec(),
+            up_to_position: 0,
+        })
+        .await
+        .unwrap();
+    let (dead, pages) = all_pages(|page_token| {
+        let mut d = d.clone();
+        let parent = a.clone();
+        async move {
+            let r = d
+                .list_dead_letters(pb::ListDeadLettersRequest {
+                    parent,
+                    page_size: 2,
+                    page_token,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (r.dead_letters, r.next_page_token)
+        }
+    })
+    .await;
+    assert_eq!(pages, 3);
+    assert_eq!(
+        dead.iter().map(|x| x.position).collect::<Vec<_>>(),
+        positions[..5].to_vec(),
+        "in position order, each once"
+    );
+    assert!(
+        dead.iter()
+            .all(|x| x.reason.contains("no such customer") && x.version == 1)
+    );
+    let view = env.get(&a).await;
+    assert_eq!(
+        (view.dead_letters, view.in_flight, view.lag_rows),
+        (5, 0, 0)
+    );
+    let again = env
+        .d
+        .receive_results(pb::ReceiveResultsRequest {
+            consumer: a.clone(),
+            max_rows: 12,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.results.is_empty(), "dead letters are not handed out");
+
+    let reset = env
+        .d
+        .reset_consumer(pb::ResetConsumerRequest {
+            name: a.clone(),
+            to: Some(pb::ConsumerStart {
+                at: Some(pb::consumer_start::At::AfterPosition(positions[6])),
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reset.acked_position, positions[6]);
+    let after = env
+        .d
+        .receive_results(pb::ReceiveResultsRequest {
+            consumer: a.clone(),
+            max_rows: 12,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        after.results.iter().map(|r| r.position).collect::<Vec<_>>(),
+        positions[7..].to_vec()
+    );
+
+    env.d
+        .delete_consumer(pb::DeleteConsumerRequest {
+            name: "ledgers/l/consumers/b".into(),
+        })
+        .await
+        .unwrap();
+    let gone = env
+        .d
+        .get_consumer(pb::GetConsumerRequest {
+            name: "ledgers/l/consumers/b".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound);
+    let left = env
+        .d
+        .list_consumers(pb::ListConsumersRequest {
+            parent: "ledgers/l".into(),
+            page_size: 10,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .consumers;
+    assert_eq!(left.len(), 2);
+    env.server.stop().await.unwrap();
+}
+
+// Invariant: a webhook consumer whose URL names a host that resolves to a
+// private address (here `localhost`) is refused when sending, as alerts
+// are, unless the server allows private hosts: no request reaches the
+// receiver, each refused POST is in the delivery log with its reason, and
+// the results are dead-lettered after max_deliveries instead of tried for
+// ever.
+#[tokio::test]
+async fn a_webhook_to_a_private_host_is_refused_at_send_and_dead_lettered() {
+    let mut env = env(|_| {}).await;
+    env.ledger("l", 3).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    let accept = tokio::spawn(async move {
+        while let Ok((_conn, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let created = env
+        .d
+        .create_consumer(pb::CreateConsumerRequest {
+            parent: "ledgers/l".into(),
+            consumer_id: "hook".into(),
+            consumer: Some(pb::Consumer {
+                webhook: Some(pb::WebhookTarget {
+                    url: format!("http://localhost:{port}/tally"),
+                    secret: String::new(),
+                    max_batch_rows: 10,
+                }),
+                max_deliveries: 2,
+                ..Default::default()
+            }),
+            start: None,
+        })
+        .await
+        .expect("a name is not refused until it is resolved")
+        .into_inner();
+    assert_eq!(env.settle("l", 3).await, 3);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let view = env.get(&created.name).await;
+        if view.dead_letters == 3 {
+            assert_eq!((view.in_flight, view.lag_rows), (0, 0));
+            break;
+        }
+        assert!(Instant::now() < deadline, "not dead-lettered: {view:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = env
+        .d
+        .list_webhook_deliveries(pb::ListWebhookDeliveriesRequest {
+            parent: created.name.clone(),
+            page_size: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .deliveries;
+    assert_eq!(log.len(), 2, "one refused POST per delivery: {log:?}");
+    for post in &log {
+        assert_eq!(post.http_status, 0, "{post:?}");
+        assert!(
+            post.error.contains("--alerts-allow-private-hosts"),
+            "{post:?}"
+        );
+    }
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached loopback"
+    );
+    accept.abort();
+    env.server.stop().await.unwrap();
+}

@@ -599,6 +599,46 @@ async fn a_saved_position_resumes_there_and_one_past_the_log_is_refused() {
     assert_eq!(drain(s, "l", "resumed").await.len(), 4);
 }
 
+// Invariant: a ledger holds at most MAX_CONSUMERS_PER_LEDGER consumers;
+// one more is FAILED_PRECONDITION TOO_MANY_CONSUMERS and makes nothing,
+// and deleting one makes room again.
+#[tokio::test]
+async fn consumers_per_ledger_are_bounded() {
+    let env = env().await;
+    let s = &env.store;
+    s.create_ledger("l", &fast_policy()).await.unwrap();
+    let max = tally_core::delivery::MAX_CONSUMERS_PER_LEDGER;
+    for i in 0..max {
+        consumer(s, "l", &format!("c{i}"), Start::Beginning).await;
+    }
+    let settings = pull();
+    let more = |name: &'static str| NewConsumer {
+        ledger: "l",
+        name,
+        settings: &settings,
+        secret: None,
+        start: Start::Beginning,
+        actor: "t",
+    };
+    let e = s.create_consumer(&more("one-more")).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::FailedPrecondition {
+                reason: "TOO_MANY_CONSUMERS",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        s.get_consumer("l", "one-more").await.is_err(),
+        "nothing made"
+    );
+    s.delete_consumer("l", "c0").await.unwrap();
+    s.create_consumer(&more("one-more")).await.unwrap();
+}
+
 // Invariant: bad acks are refused whole and write nothing: a position
 // after the cursor (never handed out) is INVALID_ARGUMENT, an unknown
 // consumer NOT_FOUND, a consumer name taken ALREADY_EXISTS.
