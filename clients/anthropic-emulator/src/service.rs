@@ -99,7 +99,7 @@ impl Shared {
                 results: HashMap::new(),
                 running: Lives::default(),
                 cached: HashSet::new(),
-                online: Online::configured(config.online, faults.plan().online.clone()),
+                online: Online::configured(config.online, faults.plan().shared.online.clone()),
                 faults,
                 stats: Stats::default(),
                 next_seq: 0,
@@ -122,7 +122,7 @@ impl Shared {
     pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         let faults = Faults::compile(plan)?;
         let mut state = self.lock();
-        state.online.set_faults(faults.plan().online.clone());
+        state.online.set_faults(faults.plan().shared.online.clone());
         state.faults = faults;
         Ok(())
     }
@@ -229,7 +229,7 @@ impl Shared {
         let seq = state.next_seq;
         let id = batch_id(self.nonce, seq);
         let now = Utc::now();
-        let lag = Duration::from_millis(state.faults.plan().list_lag_ms);
+        let lag = Duration::from_millis(state.faults.plan().shared.list_lag_ms);
         let batch = Batch::new(
             id.clone(),
             seq,
@@ -257,7 +257,7 @@ impl Shared {
         state.by_id.insert(id.clone(), seq);
         state.requests.insert(id.clone(), requests);
         let stop = state.running.start(&id, &self.served.shutdown, None);
-        let lost = state.faults.take_lost_answer();
+        let lost = state.faults.shared.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
@@ -274,7 +274,7 @@ impl Shared {
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
         let json = find(&state, id)?.to_json(&self.served.base_url);
-        if state.faults.take_get_not_found() {
+        if state.faults.shared.take_get_not_found() {
             state.stats.gets_not_found += 1;
             return Err(no_batch(id));
         }
@@ -396,7 +396,7 @@ impl Shared {
                 Outcome::Expired,
             ),
             Ending::Canceled(f) => (
-                f.unwrap_or_else(|| share_of(plan.finished_on_cancel, n)),
+                f.unwrap_or_else(|| share_of(plan.shared.finished_on_cancel, n)),
                 Outcome::Canceled,
             ),
         };

@@ -132,7 +132,7 @@ impl Shared {
             seed: config.seed,
             nonce: emulator_kit::ids::run_nonce(config.seed),
             state: Mutex::new(State {
-                online: Online::configured(config.online, faults.plan().online.clone()),
+                online: Online::configured(config.online, faults.plan().shared.online.clone()),
                 faults: Some(faults),
                 ..State::default()
             }),
@@ -155,7 +155,7 @@ impl Shared {
     pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         let faults = Faults::compile(plan)?;
         let mut state = self.lock();
-        state.online.set_faults(faults.plan().online.clone());
+        state.online.set_faults(faults.plan().shared.online.clone());
         state.faults = Some(faults);
         Ok(())
     }
@@ -551,7 +551,11 @@ impl Shared {
                 daily.retry_after_secs,
             ));
         }
-        if let Some(fault) = state.faults.as_mut().and_then(Faults::take_create_429) {
+        if let Some(fault) = state
+            .faults
+            .as_mut()
+            .and_then(|f| f.shared.take_rate_limit())
+        {
             state.stats.create_rejections += 1;
             tracing::info!(model, "fault: batch create answers 429");
             let mut error = ApiError::quota_exhausted(
@@ -698,7 +702,10 @@ impl Shared {
         state.batches.push(batch);
         let events = self.webhook.as_ref().map(|(outbox, _)| outbox.queue());
         let cancel = state.runtime.start(&id, &self.served.shutdown, events);
-        let lost = state.faults.as_mut().and_then(Faults::take_lost_answer);
+        let lost = state
+            .faults
+            .as_mut()
+            .and_then(|f| f.shared.take_lost_answer());
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
@@ -719,7 +726,7 @@ impl Shared {
         if state
             .faults
             .as_mut()
-            .is_some_and(Faults::take_get_not_found)
+            .is_some_and(|f| f.shared.take_get_not_found())
         {
             state.stats.gets_not_found += 1;
             tracing::info!(batch = id, "fault: GET answers 404 for a batch that exists");
@@ -759,7 +766,7 @@ impl Shared {
         let state = self.lock();
         let (lag, order) = state.faults.as_ref().map_or_else(
             || (chrono::Duration::zero(), ListOrder::default()),
-            |f| (f.list_lag(), f.list_order()),
+            |f| (f.shared.list_lag(), f.list_order()),
         );
         let now = Utc::now();
         let (items, next) = batches::page(&state.batches, size, after, order, self.seed, |b| {
@@ -826,15 +833,21 @@ impl Shared {
             BatchState::Succeeded => self.respond(batch, batch.rows.len(), files, faults, stats),
             // Part of the batch was answered before it failed.
             BatchState::Failed if partial => {
-                self.respond_half(batch, files, faults, stats, Outcome::JobFailed)
+                let half = batch.rows.len() / 2;
+                self.respond_part(batch, half, files, faults, stats, Outcome::JobFailed)
             }
             BatchState::Failed => every_row(batch, Outcome::JobFailed),
             BatchState::Expired => every_row(batch, Outcome::JobExpired),
             BatchState::Cancelled
                 if batch.state == BatchState::Running
-                    && faults.as_ref().is_some_and(|f| f.plan().partial_on_cancel) =>
+                    && faults
+                        .as_ref()
+                        .is_some_and(|f| f.plan().shared.finished_on_cancel > 0.0) =>
             {
-                self.respond_half(batch, files, faults, stats, Outcome::JobCancelled)
+                let answered = faults
+                    .as_ref()
+                    .map_or(0, |f| f.shared.finished_on_cancel(batch.rows.len()));
+                self.respond_part(batch, answered, files, faults, stats, Outcome::JobCancelled)
             }
             BatchState::Cancelled => every_row(batch, Outcome::JobCancelled),
             BatchState::Pending | BatchState::Running => return,
@@ -948,17 +961,17 @@ impl Shared {
         output.outcomes
     }
 
-    /// A batch that ended part-way: the first half of its rows answered
+    /// A batch that ended part-way: its first `answered` rows answered
     /// (and in its responses), the rest ended as `rest`.
-    fn respond_half(
+    fn respond_part(
         &self,
         batch: &mut Batch,
+        answered: usize,
         files: &mut HashMap<String, StoredFile>,
         faults: &mut Option<Faults>,
         stats: &mut Stats,
         rest: Outcome,
     ) -> Vec<(String, Outcome)> {
-        let answered = batch.rows.len() / 2;
         let mut outcomes = self.respond(batch, answered, files, faults, stats);
         outcomes.extend(batch.rows[answered..].iter().map(|r| (r.key.clone(), rest)));
         outcomes

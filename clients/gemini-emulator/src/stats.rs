@@ -12,7 +12,7 @@ use serde::Serialize;
 pub struct Stats {
     /// Batches accepted by `batchGenerateContent`.
     pub batches_created: u64,
-    /// `batchGenerateContent` calls answered 429 (the `create_429` fault, or
+    /// `batchGenerateContent` calls answered 429 (the `rate_limit` fault, or
     /// over the `enqueued_tokens` quota).
     pub create_rejections: u64,
     /// Files finalized (uploads that produced a file).

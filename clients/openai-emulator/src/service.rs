@@ -142,7 +142,7 @@ impl Shared {
                     by_id,
                     rows: HashMap::new(),
                     runtime: Lives::default(),
-                    online: Online::configured(config.online, faults.plan().online.clone()),
+                    online: Online::configured(config.online, faults.plan().shared.online.clone()),
                     faults,
                     stats,
                 }),
@@ -166,7 +166,7 @@ impl Shared {
     pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
         let faults = Faults::compile(plan)?;
         let mut state = self.lock();
-        state.online.set_faults(faults.plan().online.clone());
+        state.online.set_faults(faults.plan().shared.online.clone());
         state.faults = faults;
         Ok(())
     }
@@ -354,8 +354,8 @@ impl Shared {
                 .code("insufficient_quota"),
             )
         } else {
-            state.faults.take_rate_limit().map(|secs| ApiError {
-                retry_after: Some(Duration::from_secs(secs)),
+            state.faults.shared.take_rate_limit().map(|rl| ApiError {
+                retry_after: Some(Duration::from_secs(rl.retry_after_secs)),
                 ..ApiError::new(
                     429,
                     "requests",
@@ -396,7 +396,8 @@ impl Shared {
         let seq = state.next_seq;
         let id = hex_id("batch_", self.nonce, seq);
         let now = now_secs();
-        let lag = state.faults.plan().list_lag_ms + state.faults.list_lag_spread(seq, self.seed);
+        let lag =
+            state.faults.plan().shared.list_lag_ms + state.faults.list_lag_spread(seq, self.seed);
         let lag = i64::try_from(lag).unwrap_or(i64::MAX);
         let batch = Batch {
             id: id.clone(),
@@ -431,7 +432,7 @@ impl Shared {
             &self.served.shutdown,
             self.outbox.as_ref().map(Outbox::queue),
         );
-        let lost = state.faults.take_lost_answer();
+        let lost = state.faults.shared.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
@@ -448,7 +449,7 @@ impl Shared {
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
         let json = find(&state, id)?.to_json();
-        if state.faults.take_get_not_found() {
+        if state.faults.shared.take_get_not_found() {
             state.stats.gets_not_found += 1;
             return Err(no_batch(id));
         }
@@ -501,8 +502,9 @@ impl Shared {
         state.batches[index].transition(Status::Cancelling, now_secs());
         state.runtime.stop(id);
         let json = state.batches[index].to_json();
-        let answered = if status == Status::InProgress && state.faults.plan().partial_on_cancel {
-            state.rows.get(id).map_or(0, |r| r.len() / 2)
+        let answered = if status == Status::InProgress {
+            let rows = state.rows.get(id).map_or(0, Vec::len);
+            state.faults.shared.finished_on_cancel(rows)
         } else {
             0
         };
@@ -580,7 +582,7 @@ impl Shared {
             .faults
             .plan()
             .enqueued_tokens
-            .is_some_and(|limit| enqueued + input_tokens > limit);
+            .is_some_and(|t| enqueued + input_tokens > t.limit);
         let refused = if !self.models.allows(&input.model) {
             Some(vec![LineError::new(
                 "model_not_found",
@@ -598,7 +600,7 @@ impl Shared {
                 format!(
                     "Enqueued token limit reached for {} in organization org-emulator. Limit: {} enqueued tokens. Please try again once some in_progress batches have been completed.",
                     input.model,
-                    state.faults.plan().enqueued_tokens.unwrap_or(0)
+                    state.faults.plan().enqueued_tokens.map_or(0, |t| t.limit)
                 ),
                 None,
                 None,
