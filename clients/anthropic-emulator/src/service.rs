@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
@@ -23,7 +23,7 @@ use crate::answer::{Cache, answer, cache_prefix, not_run, prompt_text};
 use crate::batches::{Batch, Counts, Status};
 use crate::config::{EmulatorConfig, Models, Timing};
 use crate::error::{ApiError, ErrorType};
-use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, Refusal, share_of};
+use crate::faults::{BatchFault, FaultPlanError, Faults, Refusal, share_of};
 use crate::ids::{batch_id, message_id, request_id};
 use crate::online;
 use crate::page::Page;
@@ -74,6 +74,8 @@ pub enum ConfigError {
     NoApiKey,
 }
 
+emulator_kit::state_access!();
+
 impl Shared {
     /// The state for `config`, answering at `base_url`.
     pub(crate) fn build(
@@ -106,33 +108,12 @@ impl Shared {
             }),
         }))
     }
-    pub(crate) fn served_state(&self) -> &Served {
-        &self.served
-    }
     pub(crate) fn key(&self) -> &str {
         &self.api_keys[0]
-    }
-    pub(crate) fn stats_now(&self) -> Stats {
-        let state = self.lock();
-        Stats {
-            online: state.online.stats().clone(),
-            ..state.stats.clone()
-        }
-    }
-    pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        let faults = Faults::compile(plan)?;
-        let mut state = self.lock();
-        state.online.set_faults(faults.plan().shared.online.clone());
-        state.faults = faults;
-        Ok(())
     }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// `POST /v1/messages`: one synchronous request, answered as a batch
     /// request of it would be (the same checks and row faults), within the
     /// account's per-minute limits.
@@ -193,10 +174,6 @@ impl Shared {
                 ApiError::new(kind, error["message"].as_str().unwrap_or_default()).into_response()
             }
         }
-    }
-
-    pub fn faults(&self) -> FaultPlan {
-        self.lock().faults.plan().clone()
     }
 
     /// A fresh `request-id` for a response.

@@ -4,7 +4,7 @@
 //! the configured timing and queues its webhook event.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
@@ -24,7 +24,7 @@ use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, token
 use crate::batches::{Batch, Counts, Status, Usage};
 use crate::config::{EmulatorConfig, ListOrder, Models, Timing};
 use crate::error::ApiError;
-use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Faults};
+use crate::faults::{BatchFault, CancelFinished, FaultPlanError, Faults};
 use crate::files::{StoredFile, UPLOAD_PURPOSES};
 use crate::ids::{completion_id, file_id, hex_id};
 use crate::input::{InputRow, LineError, parse};
@@ -85,6 +85,8 @@ fn now_secs() -> i64 {
 fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
+
+emulator_kit::state_access!();
 
 impl Shared {
     /// The state for `config`, answering at `base_url`.
@@ -150,46 +152,19 @@ impl Shared {
             }
         }))
     }
-    pub(crate) fn served_state(&self) -> &Served {
-        &self.served
-    }
     pub(crate) fn key(&self) -> &str {
         &self.api_keys[0]
-    }
-    pub(crate) fn stats_now(&self) -> Stats {
-        let state = self.lock();
-        Stats {
-            online: state.online.stats().clone(),
-            ..state.stats.clone()
-        }
-    }
-    pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        let faults = Faults::compile(plan)?;
-        let mut state = self.lock();
-        state.online.set_faults(faults.plan().shared.online.clone());
-        state.faults = faults;
-        Ok(())
     }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn with_stats(&self, f: impl FnOnce(&mut Stats)) {
-        f(&mut self.lock().stats);
-    }
-
     fn count_webhook(&self, attempt: Attempt) {
-        self.with_stats(|s| {
-            let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
-            attempt.count(sent, failed, &mut s.webhooks_abandoned);
-        });
-    }
-
-    pub fn faults(&self) -> FaultPlan {
-        self.lock().faults.plan().clone()
+        let s = &mut self.lock().stats;
+        attempt.count(
+            &mut s.webhooks_sent,
+            &mut s.webhooks_failed,
+            &mut s.webhooks_abandoned,
+        );
     }
 
     // ---- synchronous endpoints ----
