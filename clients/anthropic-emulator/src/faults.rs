@@ -10,6 +10,8 @@
 
 use emulator_kit::rules::{self, BatchRules, NthMatch, RowRules, RuleError, check_share};
 pub use emulator_kit::rules::{LostAnswer, LostMode, RowMatch, share_of};
+use emulator_kit::sections::RateLimitSection;
+pub use emulator_kit::sections::{SharedFaults, SharedSections};
 use emulator_kit::times::Fired;
 pub use emulator_kit::times::Times;
 use serde::{Deserialize, Serialize};
@@ -28,29 +30,20 @@ pub struct FaultPlan {
     pub billing: Option<Times>,
     /// Creates answer 403 `permission_error`.
     pub forbidden: Option<Times>,
-    /// The next `times` creates answer 429 `rate_limit_error` with
-    /// `retry-after` and the `anthropic-ratelimit-requests-*` headers.
-    pub rate_limit: Option<RateLimit>,
+    /// The sections every emulator takes; Anthropic's `rate_limit`
+    /// answers 429 `rate_limit_error` with `retry-after` and the
+    /// `anthropic-ratelimit-requests-*` headers.
+    #[serde(flatten)]
+    pub shared: SharedSections<RateLimit>,
     /// The next `times` creates answer as an account over its monthly spend
     /// cap (or on hold): 429 `rate_limit_error` with
     /// `error.details.error_code` and no `retry-after`.
     pub spend_limit: Option<SpendLimit>,
     /// Creates answer 529 `overloaded_error`.
     pub overloaded: Option<Times>,
-    pub create_answer_lost: Option<LostAnswer>,
-    /// The next `times` GETs of an existing batch answer 404.
-    pub get_not_found: Option<Times>,
-    /// A new batch is absent from lists for this long (GET finds it).
-    pub list_lag_ms: u64,
-    /// The share (0 to 1) of a canceled batch's requests, first in request
-    /// order, that still finish (the docs: requests already processing may
-    /// complete); the rest are `canceled`.
-    pub finished_on_cancel: f64,
     /// The share (0 to 1) of an expired batch's requests, first in request
     /// order, that finished before the horizon; the rest are `expired`.
     pub finished_on_expiry: f64,
-    /// The synchronous endpoint's faults (the kit's `online` section).
-    pub online: emulator_kit::online::OnlineFaults,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +55,12 @@ pub struct RateLimit {
     /// `anthropic-ratelimit-requests-limit`.
     #[serde(default = "fifty")]
     pub requests_limit: u64,
+}
+
+impl RateLimitSection for RateLimit {
+    fn times(&self) -> u32 {
+        self.times
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,28 +167,24 @@ pub struct Faults {
     billing: Fired,
     forbidden: Fired,
     spend_limits: Fired,
-    rate_limits: Fired,
     overloaded: Fired,
-    lost: Fired,
-    not_found: Fired,
+    /// The sections every emulator takes, with their counters.
+    pub shared: SharedFaults<RateLimit>,
 }
 
 impl Faults {
     pub fn compile(plan: FaultPlan) -> Result<Self, FaultPlanError> {
-        check_share("finished_on_cancel", plan.finished_on_cancel)?;
         check_share("finished_on_expiry", plan.finished_on_expiry)?;
         Ok(Self {
             rows: RowRules::compile(plan.rows.clone())?,
             batches: BatchRules::compile(plan.batches.clone())?,
+            shared: SharedFaults::compile(plan.shared.clone())?,
             plan,
             unauthorized: Fired::default(),
             billing: Fired::default(),
             forbidden: Fired::default(),
             spend_limits: Fired::default(),
-            rate_limits: Fired::default(),
             overloaded: Fired::default(),
-            lost: Fired::default(),
-            not_found: Fired::default(),
         })
     }
 
@@ -228,24 +223,13 @@ impl Faults {
         {
             return Some(Refusal::SpendLimited(sl.error_code.clone()));
         }
-        if let Some(rl) = plan.rate_limit
-            && self.rate_limits.take(Some(rl.times))
-        {
+        if let Some(rl) = self.shared.take_rate_limit() {
             return Some(Refusal::RateLimited(rl));
         }
         if self.overloaded.take_section(plan.overloaded) {
             return Some(Refusal::Overloaded);
         }
         None
-    }
-
-    pub fn take_lost_answer(&mut self) -> Option<LostMode> {
-        let lost = self.plan.create_answer_lost?;
-        self.lost.take(Some(lost.times)).then_some(lost.mode)
-    }
-
-    pub fn take_get_not_found(&mut self) -> bool {
-        self.not_found.take_section(self.plan.get_not_found)
     }
 }
 
@@ -301,9 +285,7 @@ mod tests {
         let mut f = plan(json!({
             "unauthorized": {"times": 1},
             "rate_limit": {"times": 2, "retry_after_secs": 3},
-            "overloaded": {},
-            "create_answer_lost": {"mode": "drop"},
-            "get_not_found": {"times": 1}
+            "overloaded": {}
         }));
         assert_eq!(f.take_refusal(), Some(Refusal::Unauthorized));
         assert!(
@@ -312,10 +294,6 @@ mod tests {
         assert!(matches!(f.take_refusal(), Some(Refusal::RateLimited(_))));
         assert_eq!(f.take_refusal(), Some(Refusal::Overloaded));
         assert_eq!(f.take_refusal(), Some(Refusal::Overloaded));
-        assert_eq!(f.take_lost_answer(), Some(LostMode::Drop));
-        assert_eq!(f.take_lost_answer(), None);
-        assert!(f.take_get_not_found());
-        assert!(!f.take_get_not_found());
     }
 
     // Invariant: faults.example.json (the README's reference) is a valid plan.
@@ -338,7 +316,7 @@ mod tests {
             Err(FaultPlanError::BadRegex { .. })
         ));
         let bad = FaultPlan {
-            finished_on_cancel: 1.5,
+            finished_on_expiry: 1.5,
             ..FaultPlan::default()
         };
         assert!(matches!(

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
@@ -23,7 +23,7 @@ use crate::answer::{Cache, answer, cache_prefix, not_run, prompt_text};
 use crate::batches::{Batch, Counts, Status};
 use crate::config::{EmulatorConfig, Models, Timing};
 use crate::error::{ApiError, ErrorType};
-use crate::faults::{BatchFault, FaultPlan, FaultPlanError, Faults, Refusal, share_of};
+use crate::faults::{BatchFault, FaultPlanError, Faults, Refusal, share_of};
 use crate::ids::{batch_id, message_id, request_id};
 use crate::online;
 use crate::page::Page;
@@ -74,6 +74,8 @@ pub enum ConfigError {
     NoApiKey,
 }
 
+emulator_kit::state_access!();
+
 impl Shared {
     /// The state for `config`, answering at `base_url`.
     pub(crate) fn build(
@@ -99,40 +101,19 @@ impl Shared {
                 results: HashMap::new(),
                 running: Lives::default(),
                 cached: HashSet::new(),
-                online: Online::configured(config.online, faults.plan().online.clone()),
+                online: Online::configured(config.online, faults.plan().shared.online.clone()),
                 faults,
                 stats: Stats::default(),
                 next_seq: 0,
             }),
         }))
     }
-    pub(crate) fn served_state(&self) -> &Served {
-        &self.served
-    }
     pub(crate) fn key(&self) -> &str {
         &self.api_keys[0]
-    }
-    pub(crate) fn stats_now(&self) -> Stats {
-        let state = self.lock();
-        Stats {
-            online: state.online.stats().clone(),
-            ..state.stats.clone()
-        }
-    }
-    pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        let faults = Faults::compile(plan)?;
-        let mut state = self.lock();
-        state.online.set_faults(faults.plan().online.clone());
-        state.faults = faults;
-        Ok(())
     }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// `POST /v1/messages`: one synchronous request, answered as a batch
     /// request of it would be (the same checks and row faults), within the
     /// account's per-minute limits.
@@ -195,10 +176,6 @@ impl Shared {
         }
     }
 
-    pub fn faults(&self) -> FaultPlan {
-        self.lock().faults.plan().clone()
-    }
-
     /// A fresh `request-id` for a response.
     pub fn next_request_id(&self) -> String {
         let n = self.requests_named.fetch_add(1, Ordering::Relaxed);
@@ -229,7 +206,7 @@ impl Shared {
         let seq = state.next_seq;
         let id = batch_id(self.nonce, seq);
         let now = Utc::now();
-        let lag = Duration::from_millis(state.faults.plan().list_lag_ms);
+        let lag = Duration::from_millis(state.faults.plan().shared.list_lag_ms);
         let batch = Batch::new(
             id.clone(),
             seq,
@@ -257,7 +234,7 @@ impl Shared {
         state.by_id.insert(id.clone(), seq);
         state.requests.insert(id.clone(), requests);
         let stop = state.running.start(&id, &self.served.shutdown, None);
-        let lost = state.faults.take_lost_answer();
+        let lost = state.faults.shared.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
@@ -274,7 +251,7 @@ impl Shared {
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
         let json = find(&state, id)?.to_json(&self.served.base_url);
-        if state.faults.take_get_not_found() {
+        if state.faults.shared.take_get_not_found() {
             state.stats.gets_not_found += 1;
             return Err(no_batch(id));
         }
@@ -396,7 +373,7 @@ impl Shared {
                 Outcome::Expired,
             ),
             Ending::Canceled(f) => (
-                f.unwrap_or_else(|| share_of(plan.finished_on_cancel, n)),
+                f.unwrap_or_else(|| share_of(plan.shared.finished_on_cancel, n)),
                 Outcome::Canceled,
             ),
         };

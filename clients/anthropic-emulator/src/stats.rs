@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use emulator_kit::submissions::{SubmissionLog, Submissions};
+use emulator_kit::submissions::Submissions;
 use serde::Serialize;
 
 use crate::error::ErrorType;
@@ -79,23 +79,9 @@ impl Outcome {
     }
 }
 
+emulator_kit::submission_queries!(Stats, Outcome, |o| o.answered());
+
 impl Stats {
-    /// custom_ids sent again in a later batch after an earlier batch
-    /// answered them (billed): requests paid twice.
-    pub fn resubmitted_after_success(&self) -> Vec<String> {
-        self.submissions.resubmitted_after(|o| o.answered())
-    }
-
-    /// How many times `custom_id` was submitted.
-    pub fn submission_count(&self, custom_id: &str) -> usize {
-        self.submissions.count(custom_id)
-    }
-
-    /// The outcome of the last submission of `custom_id`.
-    pub fn last_outcome(&self, custom_id: &str) -> Option<Outcome> {
-        self.submissions.last_outcome(custom_id)
-    }
-
     /// The model `custom_id` was last submitted with.
     pub fn model_of(&self, custom_id: &str) -> Option<&str> {
         self.models.get(custom_id).map(String::as_str)

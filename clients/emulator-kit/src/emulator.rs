@@ -122,8 +122,8 @@ impl<S: Service> Emulator<S> {
 }
 
 /// Implements [`Service`] for an emulator crate's `service::Shared` by
-/// delegating to its inherent methods (`build`, `served_state`, `key`,
-/// `stats_now`, `faults`, `put_faults`) and its `routes::router`: the state never
+/// delegating to its `served` field, its inherent methods (`build`, `key`,
+/// and those [`state_access!`] writes) and its `routes::router`: the state never
 /// names its routes, so the two stay out of an import circle. Invoked from
 /// the crate's `handle` module with the emulator's log name.
 // `crate` is the calling emulator's, on purpose.
@@ -149,7 +149,7 @@ macro_rules! service_handle {
                 crate::routes::router(self)
             }
             fn served(&self) -> &Served {
-                self.served_state()
+                &self.served
             }
             fn api_key(&self) -> &str {
                 self.key()
@@ -162,6 +162,51 @@ macro_rules! service_handle {
             }
             fn set_faults(&self, plan: Self::Plan) -> Result<(), Self::PlanError> {
                 self.put_faults(plan)
+            }
+        }
+    };
+}
+
+/// Writes, in an emulator's `service` module, the `Shared` methods over its
+/// locked state that the handle needs: `lock` (a poisoned lock still
+/// serves: an emulator's state stays consistent enough), `stats_now`,
+/// `faults` and `put_faults`. The contract: `Shared::state` is a
+/// `Mutex<State>`; `State` holds `faults` (the crate's compiled
+/// `faults::Faults`), `online` (the kit's [`crate::online::Online`]) and
+/// `stats` (the crate's `stats::Stats`, whose `online` field the
+/// limiter's counters fill); the plan's `shared.online` configures the
+/// limiter's faults.
+// `crate` is the calling emulator's, on purpose.
+#[allow(clippy::crate_in_macro_def)]
+#[macro_export]
+macro_rules! state_access {
+    () => {
+        impl Shared {
+            fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+                self.state.lock().unwrap_or_else(|e| e.into_inner())
+            }
+
+            pub(crate) fn stats_now(&self) -> crate::stats::Stats {
+                let state = self.lock();
+                crate::stats::Stats {
+                    online: state.online.stats().clone(),
+                    ..state.stats.clone()
+                }
+            }
+
+            pub(crate) fn faults(&self) -> crate::faults::FaultPlan {
+                self.lock().faults.plan().clone()
+            }
+
+            pub(crate) fn put_faults(
+                &self,
+                plan: crate::faults::FaultPlan,
+            ) -> Result<(), crate::faults::FaultPlanError> {
+                let faults = crate::faults::Faults::compile(plan)?;
+                let mut state = self.lock();
+                state.online.set_faults(faults.plan().shared.online.clone());
+                state.faults = faults;
+                Ok(())
             }
         }
     };

@@ -10,16 +10,20 @@
 //! [`schema_instance`] a JSON value that validates against a response
 //! schema (JSON Schema or Gemini's OpenAPI subset); [`text`] a request's
 //! prompt text, token estimate and seeded answer; [`submissions`] the
-//! per-key submission log tests check; [`signing`] the Standard Webhooks
+//! per-key submission log tests check (and `submission_queries!`, its
+//! queries on each emulator's `Stats`); [`signing`] the Standard Webhooks
 //! signer; [`delivery`] signed webhook delivery with retries, duplicates
 //! and late redeliveries; [`serve`] the listener, the served router and
 //! its ordered shutdown; [`online`] the synchronous endpoints' tiers,
-//! per-minute limits, shedding, lost answers and counters; [`lifecycle`] a
+//! per-minute limits, shedding, lost answers and counters; [`sections`]
+//! the plan sections every emulator takes, with their counters;
+//! [`lifecycle`] a
 //! batch's dwell times, cancel
 //! and stop tokens; [`startup`] what the binaries do around their
-//! flags; [`emulator`] the handle over an emulator's served state;
+//! flags; [`emulator`] the handle over an emulator's served state (and
+//! `state_access!`, the accessors of its locked state);
 //! [`control`] its own `/_emulator` endpoints; [`testing`] polling helpers for the emulators' tests. `mix`,
-//! `times`, `rules`, `models`, `online`, `schema_instance`, `text`,
+//! `times`, `rules`, `sections`, `models`, `online`, `schema_instance`, `text`,
 //! `submissions` and `signing` are pure.
 
 pub mod control;
@@ -32,6 +36,7 @@ pub mod models;
 pub mod online;
 pub mod rules;
 pub mod schema_instance;
+pub mod sections;
 pub mod serve;
 pub mod signing;
 pub mod startup;

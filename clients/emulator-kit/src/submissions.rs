@@ -1,5 +1,5 @@
-//! The per-key submission log both emulators keep for tests' invariants:
-//! every time a row key (Gemini's `key`, OpenAI's `custom_id`) is sent in
+//! The per-key submission log the emulators keep for tests' invariants:
+//! every time a row key (Gemini's `key`, the others' `custom_id`) is sent in
 //! a batch, and what the emulator answered for it. What counts as an
 //! answer the client paid for is the emulator's own `answered` predicate;
 //! the bookkeeping is the same. Pure.
@@ -84,6 +84,36 @@ impl<O> SubmissionLog<O> for Submissions<O> {
             .and_then(|subs| subs.last())
             .map(|s| s.outcome)
     }
+}
+
+/// Writes the queries tests make of an emulator's `Stats` (its
+/// `submissions` field a [`Submissions`] of `$outcome`), so each `Stats`
+/// keeps them as its own methods: `resubmitted_after_success` (keys sent
+/// again after a submission `$answered` held for: rows paid twice; empty
+/// when the client never pays for a row twice), `submission_count` and
+/// `last_outcome`.
+#[macro_export]
+macro_rules! submission_queries {
+    ($stats:ty, $outcome:ty, $answered:expr) => {
+        impl $stats {
+            /// Row keys sent again in a later batch after an earlier batch
+            /// answered them (billed): rows paid twice.
+            pub fn resubmitted_after_success(&self) -> Vec<String> {
+                let answered: fn(&$outcome) -> bool = $answered;
+                $crate::submissions::SubmissionLog::resubmitted_after(&self.submissions, answered)
+            }
+
+            /// How many times `key` was submitted.
+            pub fn submission_count(&self, key: &str) -> usize {
+                $crate::submissions::SubmissionLog::count(&self.submissions, key)
+            }
+
+            /// The outcome of the last submission of `key`.
+            pub fn last_outcome(&self, key: &str) -> Option<$outcome> {
+                $crate::submissions::SubmissionLog::last_outcome(&self.submissions, key)
+            }
+        }
+    };
 }
 
 #[cfg(test)]

@@ -1,44 +1,9 @@
 //! Gemini's fault plan: its row and batch ("job") fault kinds, create
 //! refusals and file faults, on the shared vocabulary and engine of
-//! `emulator_kit::rules` (see that crate's README). Pure; nothing here
-//! reads a clock. `faults.example.json` beside the manifest holds this
-//! example (`jobs` and `create_429` are the older names of `batches` and
-//! `rate_limit`, and still parse):
-//!
-//! ```json
-//! {
-//!   "rows": [
-//!     {"match": {"key": "row-1"},              "fault": {"kind": "safety"}},
-//!     {"match": {"prompt_contains": "nsfw"},   "fault": {"kind": "prompt_blocked"}},
-//!     {"match": {"key_prefix": "flaky-"},      "fault": {"kind": "transient", "code": 429, "times": 2}},
-//!     {"match": {"key_regex": "^e-\\d+$"},     "fault": {"kind": "empty_text"}},
-//!     {"match": {"key": "row-5"},              "fault": {"kind": "invalid_json"}},
-//!     {"match": {"key": "row-6"},              "fault": {"kind": "missing"}},
-//!     {"match": {"key": "row-7"},              "fault": {"kind": "permanent_error", "code": 400}}
-//!   ],
-//!   "batches": [
-//!     {"match": {"nth": 1},                           "fault": {"kind": "failed", "message": "boom"}},
-//!     {"match": {"display_name_contains": "nightly"}, "fault": {"kind": "expired"}, "times": 2},
-//!     {"match": {"display_name_contains": "hold"},    "fault": {"kind": "stays_pending"}}
-//!   ],
-//!   "rate_limit": {"times": 2, "retry_after_secs": 5},
-//!   "enqueued_tokens": {"limit": 200, "retry_after_secs": 1},
-//!   "daily_quota": {"creates": 10, "retry_after_secs": 30},
-//!   "billing": {"code": 403},
-//!   "model_change": {"model": "gemini-flash-latest", "from_unix_ms": 1790000000000, "model_version": "gemini-3-flash-preview"},
-//!   "finalize_error_body": {"times": 1, "code": 500},
-//!   "row_errors": "grpc",
-//!   "create_answer_lost": {"times": 1},
-//!   "list_lag_ms": 2000,
-//!   "output_unavailable": {"times": 1, "code": 404},
-//!   "mime_refusal": {"times": 1},
-//!   "file_ttl_ms": 172800000,
-//!   "partial_on_cancel": true,
-//!   "list_order": "oldest_first",
-//!   "create_refusal": {"code": 400, "status": "INVALID_ARGUMENT", "message": "Request contains an invalid argument.", "times": 2},
-//!   "get_not_found": {"times": 2}
-//! }
-//! ```
+//! `emulator_kit::rules` and `emulator_kit::sections` (see that crate's
+//! README). Pure; nothing here reads a clock. `faults.example.json` beside
+//! the manifest shows every section (`jobs` and `create_429` are the older
+//! names of `batches` and `rate_limit`, and still parse).
 //!
 //! A `transient` row fault errs the first `times` times a key is
 //! *processed* (its batch ran, under this plan), across batches; a row of
@@ -46,12 +11,14 @@
 
 use emulator_kit::rules::{self, BatchRules, RowRules, RuleError};
 pub use emulator_kit::rules::{ListOrder, LostAnswer, LostMode, RowMatch};
+use emulator_kit::sections::RateLimitSection;
+pub use emulator_kit::sections::{EnqueuedTokens, SharedFaults, SharedSections};
 use emulator_kit::times::Fired;
 pub use emulator_kit::times::Times;
 use serde::{Deserialize, Serialize};
 
 /// Faults to inject, as written in JSON. Every section is optional.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FaultPlan {
     /// Per-row rules; the first rule that matches a row decides its fault.
@@ -60,9 +27,10 @@ pub struct FaultPlan {
     /// decides the batch's fate.
     #[serde(rename = "batches", alias = "jobs")]
     pub jobs: Vec<JobRule>,
-    /// The next `times` `batchGenerateContent` calls answer HTTP 429.
-    #[serde(rename = "rate_limit", alias = "create_429")]
-    pub create_429: Option<Create429>,
+    /// The sections every emulator takes; Gemini's `rate_limit` answers
+    /// `batchGenerateContent` with HTTP 429 RESOURCE_EXHAUSTED.
+    #[serde(flatten)]
+    pub shared: SharedSections<RateLimit>,
     /// The project's enqueued-token quota per model, as the provider keeps
     /// it by tier: a create whose input tokens, with those of the model's
     /// batches not yet finished, pass `limit` answers HTTP 429.
@@ -85,12 +53,6 @@ pub struct FaultPlan {
     pub finalize_error_body: Option<FinalizeErrorBody>,
     /// How per-line errors are written (default: as the provider does).
     pub row_errors: RowErrorFormat,
-    /// The next `times` creates make the batch, then lose the answer: the
-    /// client never learns the batch's name.
-    pub create_answer_lost: Option<LostAnswer>,
-    /// A batch is left out of list results for this long after its
-    /// creation (GET by name finds it at once).
-    pub list_lag_ms: u64,
     /// The next `times` downloads of a generated file answer `code` (403 or
     /// 404: not downloadable yet, or any more).
     pub output_unavailable: Option<OutputUnavailable>,
@@ -100,21 +62,12 @@ pub struct FaultPlan {
     /// Files (uploaded and generated) are gone this long after they were
     /// made (the provider keeps them 48 hours); 0 keeps them.
     pub file_ttl_ms: u64,
-    /// A batch cancelled while RUNNING has answered the first half of its
-    /// rows, and names a responses file holding them.
-    pub partial_on_cancel: bool,
     /// The order `batches.list` pages through batches in. The provider
     /// documents none, so every order is allowed.
     pub list_order: ListOrder,
     /// Creates are refused with this error (every time, or the next
     /// `times`): any status the provider may answer.
     pub create_refusal: Option<CreateRefusal>,
-    /// The next `times` GETs of a batch answer 404 NOT_FOUND although it
-    /// exists (what a key of another project, or a replica that has not
-    /// seen the batch yet, answers).
-    pub get_not_found: Option<Times>,
-    /// The synchronous endpoint's faults (the kit's `online` section).
-    pub online: emulator_kit::online::OnlineFaults,
 }
 
 /// A create refusal with any status.
@@ -274,16 +227,6 @@ fn default_failed_message() -> String {
     "batch failed: internal error while processing the batch".to_owned()
 }
 
-/// The enqueued-token quota.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EnqueuedTokens {
-    pub limit: u64,
-    /// The `RetryInfo.retryDelay` of the 429, in seconds (default 1).
-    #[serde(default = "one_u64")]
-    pub retry_after_secs: u64,
-}
-
 /// The daily-quota fault.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -325,10 +268,10 @@ fn default_billing_code() -> u16 {
     403
 }
 
-/// The create-429 fault.
+/// The `rate_limit` section (older name `create_429`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Create429 {
+pub struct RateLimit {
     pub times: u32,
     /// The `RetryInfo.retryDelay` in the error body, in seconds (default 1).
     #[serde(default = "one_u64")]
@@ -337,6 +280,12 @@ pub struct Create429 {
     /// body's `RetryInfo`; a proxy in front of it may add the header.
     #[serde(default)]
     pub retry_after_header: bool,
+}
+
+impl RateLimitSection for RateLimit {
+    fn times(&self) -> u32 {
+        self.times
+    }
 }
 
 fn one_u64() -> u64 {
@@ -398,15 +347,14 @@ pub struct Faults {
     plan: FaultPlan,
     rows: RowRules<RowRule>,
     jobs: BatchRules<JobMatch, JobFault>,
-    create_429: Fired,
+    /// The sections every emulator takes, with their counters.
+    pub shared: SharedFaults<RateLimit>,
     /// Batches made under this plan (the daily quota counts them).
     created: u64,
     finalize_errors: Fired,
-    answers_lost: Fired,
     downloads_refused: Fired,
     mime_refused: Fired,
     refusals: Fired,
-    gets_not_found: Fired,
 }
 
 impl Faults {
@@ -437,15 +385,13 @@ impl Faults {
         Ok(Self {
             rows: RowRules::compile(plan.rows.clone())?,
             jobs: BatchRules::compile(plan.jobs.clone())?,
+            shared: SharedFaults::compile(plan.shared.clone())?,
             plan,
-            create_429: Fired::default(),
             created: 0,
             finalize_errors: Fired::default(),
-            answers_lost: Fired::default(),
             downloads_refused: Fired::default(),
             mime_refused: Fired::default(),
             refusals: Fired::default(),
-            gets_not_found: Fired::default(),
         })
     }
 
@@ -480,24 +426,10 @@ impl Faults {
         self.jobs.decide(nth, &display_name).cloned()
     }
 
-    /// If a create should be rejected with 429, the fault (its delay and
-    /// whether a `Retry-After` header goes with the body).
-    pub fn take_create_429(&mut self) -> Option<Create429> {
-        let fault = self.plan.create_429.as_ref()?;
-        self.create_429
-            .take(Some(fault.times))
-            .then(|| fault.clone())
-    }
-
     /// The refusal this create meets, if any (and counts it).
     pub fn take_create_refusal(&mut self) -> Option<CreateRefusal> {
         let refusal = self.plan.create_refusal.as_ref()?;
         self.refusals.take(refusal.times).then(|| refusal.clone())
-    }
-
-    /// Whether this GET of a batch answers 404 although it exists.
-    pub fn take_get_not_found(&mut self) -> bool {
-        self.gets_not_found.take_section(self.plan.get_not_found)
     }
 
     /// The order of batch lists.
@@ -540,15 +472,6 @@ impl Faults {
         self.plan.billing
     }
 
-    /// How this create's answer is lost, if it is (the batch is made
-    /// anyway).
-    pub fn take_lost_answer(&mut self) -> Option<LostMode> {
-        let lost = self.plan.create_answer_lost?;
-        self.answers_lost
-            .take(Some(lost.times))
-            .then_some(lost.mode)
-    }
-
     /// If this download of a generated file is refused, the code.
     pub fn take_output_unavailable(&mut self) -> Option<u16> {
         let fault = self.plan.output_unavailable?;
@@ -567,11 +490,6 @@ impl Faults {
         (self.plan.file_ttl_ms > 0).then(|| {
             chrono::Duration::milliseconds(i64::try_from(self.plan.file_ttl_ms).unwrap_or(i64::MAX))
         })
-    }
-
-    /// How long a new batch stays out of list results.
-    pub fn list_lag(&self) -> chrono::Duration {
-        chrono::Duration::milliseconds(i64::try_from(self.plan.list_lag_ms).unwrap_or(i64::MAX))
     }
 
     /// If a finalize should answer 200 with an error body, the error code.
@@ -657,26 +575,18 @@ mod tests {
     #[test]
     fn counted_create_and_finalize_faults() {
         let mut f = plan(
-            r#"{"create_429": {"times": 2, "retry_after_secs": 3},
+            r#"{"create_429": {"times": 1, "retry_after_secs": 3},
                 "finalize_error_body": {"times": 1}}"#,
         );
         assert_eq!(
-            f.take_create_429()
+            f.shared
+                .take_rate_limit()
                 .map(|c| (c.retry_after_secs, c.retry_after_header)),
             Some((3, false))
         );
-        assert_eq!(
-            f.take_create_429()
-                .map(|c| (c.retry_after_secs, c.retry_after_header)),
-            Some((3, false))
-        );
-        assert_eq!(f.take_create_429(), None);
+        assert_eq!(f.shared.take_rate_limit(), None);
         assert_eq!(f.take_finalize_error(), Some(500));
         assert_eq!(f.take_finalize_error(), None);
-        let mut lost = plan(r#"{"create_answer_lost": {"times": 1}, "list_lag_ms": 1500}"#);
-        assert_eq!(lost.take_lost_answer(), Some(LostMode::Status500));
-        assert_eq!(lost.take_lost_answer(), None);
-        assert_eq!(lost.list_lag(), chrono::Duration::milliseconds(1500));
         let mut gone = plan(r#"{"output_unavailable": {"times": 2, "code": 403}}"#);
         assert_eq!(gone.take_output_unavailable(), Some(403));
         assert_eq!(gone.take_output_unavailable(), Some(403));

@@ -5,7 +5,7 @@
 //! queues its webhook events.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode};
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::batches::{self, Batch, BatchError, BatchKind, BatchState, Responses};
 use crate::config::{EmulatorConfig, MAX_FILE_BYTES, Models, Timing, WebhookPayload};
 use crate::error::ApiError;
-use crate::faults::{FaultPlan, FaultPlanError, Faults, JobFault, ListOrder, RowErrorFormat};
+use crate::faults::{FaultPlanError, Faults, JobFault, RowErrorFormat};
 use crate::files::{Source, StoredFile, UploadError, UploadSession};
 use crate::ids::{hash_str, resource_id};
 use crate::online;
@@ -54,7 +54,6 @@ pub struct Shared {
     pub served: Served,
 }
 
-#[derive(Default)]
 struct State {
     files: HashMap<String, StoredFile>,
     uploads: HashMap<String, UploadSession>,
@@ -62,7 +61,7 @@ struct State {
     batches: Vec<Batch>,
     by_id: HashMap<String, usize>,
     runtime: Lives,
-    faults: Option<Faults>,
+    faults: Faults,
     online: Online,
     stats: Stats,
     next_id: u64,
@@ -91,6 +90,8 @@ pub enum ConfigError {
     #[error("the api key must not be empty")]
     EmptyApiKey,
 }
+
+emulator_kit::state_access!();
 
 impl Shared {
     /// The state for `config`, answering at `base_url`.
@@ -132,59 +133,32 @@ impl Shared {
             seed: config.seed,
             nonce: emulator_kit::ids::run_nonce(config.seed),
             state: Mutex::new(State {
-                online: Online::configured(config.online, faults.plan().online.clone()),
-                faults: Some(faults),
-                ..State::default()
+                online: Online::configured(config.online, faults.plan().shared.online.clone()),
+                faults,
+                files: HashMap::new(),
+                uploads: HashMap::new(),
+                batches: Vec::new(),
+                by_id: HashMap::new(),
+                runtime: Lives::default(),
+                stats: Stats::default(),
+                next_id: 0,
             }),
             served,
         }))
     }
-    pub(crate) fn served_state(&self) -> &Served {
-        &self.served
-    }
     pub(crate) fn key(&self) -> &str {
         &self.api_key
-    }
-    pub(crate) fn stats_now(&self) -> Stats {
-        let state = self.lock();
-        Stats {
-            online: state.online.stats().clone(),
-            ..state.stats.clone()
-        }
-    }
-    pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        let faults = Faults::compile(plan)?;
-        let mut state = self.lock();
-        state.online.set_faults(faults.plan().online.clone());
-        state.faults = Some(faults);
-        Ok(())
     }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves consistent-enough data for
-        // an emulator; keep serving.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn with_stats(&self, f: impl FnOnce(&mut Stats)) {
-        f(&mut self.lock().stats);
-    }
-
     fn count_webhook(&self, attempt: Attempt) {
-        self.with_stats(|s| {
-            let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
-            attempt.count(sent, failed, &mut s.webhooks_abandoned);
-        });
-    }
-
-    pub fn faults(&self) -> FaultPlan {
-        self.lock()
-            .faults
-            .as_ref()
-            .map(|f| f.plan().clone())
-            .unwrap_or_default()
+        let s = &mut self.lock().stats;
+        attempt.count(
+            &mut s.webhooks_sent,
+            &mut s.webhooks_failed,
+            &mut s.webhooks_abandoned,
+        );
     }
 
     // ----- files -----
@@ -276,13 +250,13 @@ impl Shared {
             .remove(upload_id)
             .expect("the session was just found");
         let jsonl = session.mime_type.eq_ignore_ascii_case("application/jsonl");
-        if jsonl && state.faults.as_mut().is_some_and(Faults::take_mime_refusal) {
+        if jsonl && state.faults.take_mime_refusal() {
             state.stats.mime_refusals += 1;
             tracing::info!(upload_id, "fault: application/jsonl refused with a 200");
             let error = ApiError::invalid("Unsupported MIME type: application/jsonl");
             return Ok(UploadStep::FinalErrorBody(error.body()));
         }
-        if let Some(code) = state.faults.as_mut().and_then(Faults::take_finalize_error) {
+        if let Some(code) = state.faults.take_finalize_error() {
             state.stats.finalize_errors += 1;
             tracing::info!(upload_id, code, "fault: finalize answers an error body");
             let error = ApiError::new(code, "Failed to finalize the upload. Please retry.");
@@ -325,11 +299,7 @@ impl Shared {
             )));
         }
         let found = (file.mime_type.clone(), file.bytes.clone());
-        if let Some(code) = state
-            .faults
-            .as_mut()
-            .and_then(Faults::take_output_unavailable)
-        {
+        if let Some(code) = state.faults.take_output_unavailable() {
             state.stats.downloads_refused += 1;
             tracing::info!(file = id, code, "fault: output not downloadable");
             return Err(if code == 403 {
@@ -431,16 +401,10 @@ impl Shared {
         state.next_id += 1;
         let seq = state.next_id;
         let key = prompt_key(prompt);
-        let verdict = state
-            .faults
-            .as_mut()
-            .map_or(crate::faults::RowVerdict::Answer, |f| {
-                f.decide_row(&key, prompt)
-            });
+        let verdict = state.faults.decide_row(&key, prompt);
         let changed = state
             .faults
-            .as_ref()
-            .and_then(|f| f.model_changed(model, Utc::now().timestamp_millis()))
+            .model_changed(model, Utc::now().timestamp_millis())
             .map(str::to_owned);
         state.online.answered(prompt, tier, lost);
         // Its media are checked and read as a batch line's are (the same
@@ -519,7 +483,7 @@ impl Shared {
             )));
         }
         let mut state = self.lock();
-        if let Some(refusal) = state.faults.as_mut().and_then(Faults::take_create_refusal) {
+        if let Some(refusal) = state.faults.take_create_refusal() {
             state.stats.create_rejections += 1;
             tracing::info!(model, code = refusal.code, "fault: the create is refused");
             return Err(ApiError::refusal(
@@ -528,7 +492,7 @@ impl Shared {
                 refusal.message.as_deref(),
             ));
         }
-        if let Some(billing) = state.faults.as_ref().and_then(Faults::billing) {
+        if let Some(billing) = state.faults.billing() {
             state.stats.create_rejections += 1;
             tracing::info!(
                 model,
@@ -537,12 +501,7 @@ impl Shared {
             );
             return Err(ApiError::billing(billing.code));
         }
-        if let Some(daily) = state
-            .faults
-            .as_ref()
-            .and_then(Faults::daily_quota_used_up)
-            .cloned()
-        {
+        if let Some(daily) = state.faults.daily_quota_used_up().cloned() {
             state.stats.create_rejections += 1;
             tracing::info!(model, "fault: the daily create quota is used up: 429");
             return Err(ApiError::quota_exhausted(
@@ -551,7 +510,7 @@ impl Shared {
                 daily.retry_after_secs,
             ));
         }
-        if let Some(fault) = state.faults.as_mut().and_then(Faults::take_create_429) {
+        if let Some(fault) = state.faults.shared.take_rate_limit() {
             state.stats.create_rejections += 1;
             tracing::info!(model, "fault: batch create answers 429");
             let mut error = ApiError::quota_exhausted(
@@ -621,7 +580,7 @@ impl Shared {
             }
         }
         .map_err(|e| ApiError::invalid(e.to_string()))?;
-        if let Some(quota) = state.faults.as_ref().and_then(Faults::enqueued_tokens) {
+        if let Some(quota) = state.faults.enqueued_tokens() {
             let tokens = |rows: &[crate::output::InputRow]| -> u64 {
                 rows.iter()
                     .map(|r| crate::output::token_count(&crate::output::prompt_text(&r.request)))
@@ -653,10 +612,7 @@ impl Shared {
 
         let seq = state.batches.len() as u64 + 1;
         let id = resource_id(self.nonce, seq | 1 << 40);
-        let fault = state
-            .faults
-            .as_mut()
-            .and_then(|f| f.decide_job(seq, &display_name));
+        let fault = state.faults.decide_job(seq, &display_name);
         let now = Utc::now();
         let name = format!("batches/{id}");
         for row in &rows {
@@ -666,9 +622,7 @@ impl Shared {
                 .submit(&row.key, &name, Outcome::Pending);
         }
         state.stats.batches_created += 1;
-        if let Some(faults) = state.faults.as_mut() {
-            faults.note_created();
-        }
+        state.faults.note_created();
         tracing::info!(batch = %name, display_name, rows = rows.len(), fault = ?fault, "batch created");
         let batch = Batch {
             seq,
@@ -698,7 +652,7 @@ impl Shared {
         state.batches.push(batch);
         let events = self.webhook.as_ref().map(|(outbox, _)| outbox.queue());
         let cancel = state.runtime.start(&id, &self.served.shutdown, events);
-        let lost = state.faults.as_mut().and_then(Faults::take_lost_answer);
+        let lost = state.faults.shared.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
@@ -716,11 +670,7 @@ impl Shared {
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
-        if state
-            .faults
-            .as_mut()
-            .is_some_and(Faults::take_get_not_found)
-        {
+        if state.faults.shared.take_get_not_found() {
             state.stats.gets_not_found += 1;
             tracing::info!(batch = id, "fault: GET answers 404 for a batch that exists");
             return Err(batch_not_found(id));
@@ -757,10 +707,7 @@ impl Shared {
             None => None,
         };
         let state = self.lock();
-        let (lag, order) = state.faults.as_ref().map_or_else(
-            || (chrono::Duration::zero(), ListOrder::default()),
-            |f| (f.list_lag(), f.list_order()),
-        );
+        let (lag, order) = (state.faults.shared.list_lag(), state.faults.list_order());
         let now = Utc::now();
         let (items, next) = batches::page(&state.batches, size, after, order, self.seed, |b| {
             b.create_time + lag <= now
@@ -826,15 +773,17 @@ impl Shared {
             BatchState::Succeeded => self.respond(batch, batch.rows.len(), files, faults, stats),
             // Part of the batch was answered before it failed.
             BatchState::Failed if partial => {
-                self.respond_half(batch, files, faults, stats, Outcome::JobFailed)
+                let half = batch.rows.len() / 2;
+                self.respond_part(batch, half, files, faults, stats, Outcome::JobFailed)
             }
             BatchState::Failed => every_row(batch, Outcome::JobFailed),
             BatchState::Expired => every_row(batch, Outcome::JobExpired),
             BatchState::Cancelled
                 if batch.state == BatchState::Running
-                    && faults.as_ref().is_some_and(|f| f.plan().partial_on_cancel) =>
+                    && faults.plan().shared.finished_on_cancel > 0.0 =>
             {
-                self.respond_half(batch, files, faults, stats, Outcome::JobCancelled)
+                let answered = faults.shared.finished_on_cancel(batch.rows.len());
+                self.respond_part(batch, answered, files, faults, stats, Outcome::JobCancelled)
             }
             BatchState::Cancelled => every_row(batch, Outcome::JobCancelled),
             BatchState::Pending | BatchState::Running => return,
@@ -867,12 +816,12 @@ impl Shared {
         batch: &mut Batch,
         upto: usize,
         files: &mut HashMap<String, StoredFile>,
-        faults: &mut Option<Faults>,
+        faults: &mut Faults,
         stats: &mut Stats,
     ) -> Vec<(String, Outcome)> {
         // The media the rows reference are read now, as the provider runs
         // the batch: expired files are gone by then.
-        if let Some(ttl) = faults.as_ref().and_then(Faults::file_ttl) {
+        if let Some(ttl) = faults.file_ttl() {
             let now = Utc::now();
             let before = files.len();
             files.retain(|_, f| f.created + ttl > now);
@@ -902,14 +851,11 @@ impl Shared {
             .collect();
         let seed = self.seed ^ hash_str(&batch.display_name) ^ batch.seq;
         let changed_to = faults
-            .as_ref()
-            .and_then(|f| f.model_changed(&batch.model, Utc::now().timestamp_millis()))
+            .model_changed(&batch.model, Utc::now().timestamp_millis())
             .map(str::to_owned);
         let style = Style {
             kind: batch.kind,
-            grpc_errors: faults
-                .as_ref()
-                .is_none_or(|f| f.plan().row_errors == RowErrorFormat::Grpc),
+            grpc_errors: faults.plan().row_errors == RowErrorFormat::Grpc,
             changed_model: changed_to.is_some(),
         };
         if let Some(version) = &changed_to {
@@ -920,10 +866,9 @@ impl Shared {
             changed_to.as_deref().unwrap_or(&batch.model),
             seed,
             style,
-            |row, prompt| match (refused.get(&row.key), faults.as_mut()) {
-                (Some(&code), _) => crate::faults::RowVerdict::Error(code),
-                (None, Some(f)) => f.decide_row(&row.key, prompt),
-                (None, None) => crate::faults::RowVerdict::Answer,
+            |row, prompt| match refused.get(&row.key) {
+                Some(&code) => crate::faults::RowVerdict::Error(code),
+                None => faults.decide_row(&row.key, prompt),
             },
         );
         batch.output = Some(if batch.input_file.is_some() {
@@ -948,17 +893,17 @@ impl Shared {
         output.outcomes
     }
 
-    /// A batch that ended part-way: the first half of its rows answered
+    /// A batch that ended part-way: its first `answered` rows answered
     /// (and in its responses), the rest ended as `rest`.
-    fn respond_half(
+    fn respond_part(
         &self,
         batch: &mut Batch,
+        answered: usize,
         files: &mut HashMap<String, StoredFile>,
-        faults: &mut Option<Faults>,
+        faults: &mut Faults,
         stats: &mut Stats,
         rest: Outcome,
     ) -> Vec<(String, Outcome)> {
-        let answered = batch.rows.len() / 2;
         let mut outcomes = self.respond(batch, answered, files, faults, stats);
         outcomes.extend(batch.rows[answered..].iter().map(|r| (r.key.clone(), rest)));
         outcomes
@@ -985,7 +930,7 @@ fn upload_error(e: UploadError) -> ApiError {
 /// A file that still exists: stored, and not past the plan's TTL (a file
 /// found expired is dropped).
 fn live_file<'a>(state: &'a mut State, id: &str) -> Result<&'a StoredFile, ApiError> {
-    let ttl = state.faults.as_ref().and_then(Faults::file_ttl);
+    let ttl = state.faults.file_ttl();
     let expired = match (state.files.get(id), ttl) {
         (Some(f), Some(ttl)) => f.created + ttl <= Utc::now(),
         _ => false,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use emulator_kit::submissions::{SubmissionLog, Submissions};
+use emulator_kit::submissions::Submissions;
 use serde::Serialize;
 
 /// A snapshot of what the emulator has seen and done.
@@ -12,7 +12,7 @@ use serde::Serialize;
 pub struct Stats {
     /// Batches accepted by `batchGenerateContent`.
     pub batches_created: u64,
-    /// `batchGenerateContent` calls answered 429 (the `create_429` fault, or
+    /// `batchGenerateContent` calls answered 429 (the `rate_limit` fault, or
     /// over the `enqueued_tokens` quota).
     pub create_rejections: u64,
     /// Files finalized (uploads that produced a file).
@@ -87,24 +87,7 @@ pub enum Outcome {
     JobCancelled,
 }
 
-impl Stats {
-    /// Keys that were submitted again after a submission answered
-    /// successfully. Empty when the client never pays for a row twice.
-    pub fn resubmitted_after_success(&self) -> Vec<String> {
-        self.submissions
-            .resubmitted_after(|o| *o == Outcome::Success)
-    }
-
-    /// How many times `key` was submitted.
-    pub fn submission_count(&self, key: &str) -> usize {
-        self.submissions.count(key)
-    }
-
-    /// The outcome of the last submission of `key`.
-    pub fn last_outcome(&self, key: &str) -> Option<Outcome> {
-        self.submissions.last_outcome(key)
-    }
-}
+emulator_kit::submission_queries!(Stats, Outcome, |o| *o == Outcome::Success);
 
 #[cfg(test)]
 mod tests {

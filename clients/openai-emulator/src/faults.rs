@@ -9,35 +9,31 @@
 
 use std::collections::BTreeMap;
 
-use emulator_kit::online::OnlineFaults;
 use emulator_kit::rules::{self, BatchRules, RowRules, RuleError};
 pub use emulator_kit::rules::{ListOrder, LostAnswer, LostMode, RowMatch};
+pub use emulator_kit::sections::{EnqueuedTokens, RateLimit, SharedFaults, SharedSections};
 use emulator_kit::times::Fired;
 pub use emulator_kit::times::Times;
 use serde::{Deserialize, Serialize};
 
 /// Faults to inject, as written in JSON.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FaultPlan {
     pub rows: Vec<RowRule>,
     pub batches: Vec<BatchRule>,
-    /// The next `times` creates answer 429 `rate_limit_exceeded` with a
-    /// `retry-after` header.
-    pub rate_limit: Option<RateLimit>,
+    /// The sections every emulator takes; OpenAI's `rate_limit` answers
+    /// 429 `rate_limit_exceeded` with a `retry-after` header.
+    #[serde(flatten)]
+    pub shared: SharedSections<RateLimit>,
     /// Creates answer 429 `insufficient_quota` (every time, or the next
     /// `times`).
     pub insufficient_quota: Option<Times>,
     /// The organisation's enqueued-token limit per model: a batch whose
     /// input tokens, with those of the model's unfinished batches, pass it
-    /// fails at validation with `token_limit_exceeded`.
-    pub enqueued_tokens: Option<u64>,
-    /// The next `times` creates make the batch, then lose the answer.
-    pub create_answer_lost: Option<LostAnswer>,
-    /// The next `times` GETs of an existing batch answer 404.
-    pub get_not_found: Option<Times>,
-    /// A new batch is absent from lists for this long (GET finds it).
-    pub list_lag_ms: u64,
+    /// fails at validation with `token_limit_exceeded` (its
+    /// `retry_after_secs` is unused).
+    pub enqueued_tokens: Option<EnqueuedTokens>,
     /// Each new batch is absent from lists for a further share of this,
     /// drawn per batch: lists fill out of creation order (a batch made
     /// later may be listed before one made earlier).
@@ -50,19 +46,6 @@ pub struct FaultPlan {
     pub list_order: Option<ListOrder>,
     /// What cancelling a batch that already finished answers.
     pub cancel_finished: CancelFinished,
-    /// A batch cancelled while in progress has answered its first half of
-    /// rows (its output file holds them); otherwise none ran.
-    pub partial_on_cancel: bool,
-    /// The synchronous endpoints' faults (the kit's `online` section).
-    pub online: OnlineFaults,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimit {
-    pub times: u32,
-    #[serde(default = "one")]
-    pub retry_after_secs: u64,
 }
 
 /// How long an uploaded file stays invisible to `POST /v1/batches`: its
@@ -193,9 +176,6 @@ pub struct LineErrorSpec {
     pub line: Option<u64>,
 }
 
-fn one() -> u64 {
-    1
-}
 fn server_error() -> String {
     "server_error".into()
 }
@@ -228,10 +208,9 @@ pub struct Faults {
     plan: FaultPlan,
     rows: RowRules<RowRule>,
     batches: BatchRules<BatchMatch, BatchFault>,
-    rate_limits: Fired,
+    /// The sections every emulator takes, with their counters.
+    pub shared: SharedFaults<RateLimit>,
     quota_refusals: Fired,
-    lost: Fired,
-    not_found: Fired,
     /// Per file, the creates already refused as not visible.
     invisible: BTreeMap<String, u32>,
 }
@@ -248,11 +227,9 @@ impl Faults {
         Ok(Self {
             rows: RowRules::compile(plan.rows.clone())?,
             batches: BatchRules::compile(plan.batches.clone())?,
+            shared: SharedFaults::compile(plan.shared.clone())?,
             plan,
-            rate_limits: Fired::default(),
             quota_refusals: Fired::default(),
-            lost: Fired::default(),
-            not_found: Fired::default(),
             invisible: BTreeMap::new(),
         })
     }
@@ -280,26 +257,9 @@ impl Faults {
             .cloned()
     }
 
-    /// A rate-limit refusal for this create, if one is due.
-    pub fn take_rate_limit(&mut self) -> Option<u64> {
-        let rl = self.plan.rate_limit?;
-        self.rate_limits
-            .take(Some(rl.times))
-            .then_some(rl.retry_after_secs)
-    }
-
     pub fn take_insufficient_quota(&mut self) -> bool {
         self.quota_refusals
             .take_section(self.plan.insufficient_quota)
-    }
-
-    pub fn take_lost_answer(&mut self) -> Option<LostMode> {
-        let lost = self.plan.create_answer_lost?;
-        self.lost.take(Some(lost.times)).then_some(lost.mode)
-    }
-
-    pub fn take_get_not_found(&mut self) -> bool {
-        self.not_found.take_section(self.plan.get_not_found)
     }
 
     /// Whether a create naming `file`, uploaded `age_ms` ago, finds it not
@@ -379,20 +339,18 @@ mod tests {
     #[test]
     fn counted_refusals_wear_out() {
         let mut f = plan(json!({
-            "rate_limit": {"times": 2, "retry_after_secs": 3},
+            "rate_limit": {"times": 1, "retry_after_secs": 3},
             "insufficient_quota": {"times": 1},
-            "create_answer_lost": {"mode": "drop"},
-            "get_not_found": {"times": 1}
+            "enqueued_tokens": 100
         }));
-        assert_eq!(f.take_rate_limit(), Some(3));
-        assert_eq!(f.take_rate_limit(), Some(3));
-        assert_eq!(f.take_rate_limit(), None);
+        assert_eq!(
+            f.shared.take_rate_limit().map(|r| r.retry_after_secs),
+            Some(3)
+        );
+        assert_eq!(f.shared.take_rate_limit(), None);
         assert!(f.take_insufficient_quota());
         assert!(!f.take_insufficient_quota());
-        assert_eq!(f.take_lost_answer(), Some(LostMode::Drop));
-        assert_eq!(f.take_lost_answer(), None);
-        assert!(f.take_get_not_found());
-        assert!(!f.take_get_not_found());
+        assert_eq!(f.plan().enqueued_tokens.map(|t| t.limit), Some(100));
     }
 
     // Invariant: a file stays invisible for its first `creates` creates

@@ -4,7 +4,7 @@
 //! the configured timing and queues its webhook event.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
@@ -24,7 +24,7 @@ use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, token
 use crate::batches::{Batch, Counts, Status, Usage};
 use crate::config::{EmulatorConfig, ListOrder, Models, Timing};
 use crate::error::ApiError;
-use crate::faults::{BatchFault, CancelFinished, FaultPlan, FaultPlanError, Faults};
+use crate::faults::{BatchFault, CancelFinished, FaultPlanError, Faults};
 use crate::files::{StoredFile, UPLOAD_PURPOSES};
 use crate::ids::{completion_id, file_id, hex_id};
 use crate::input::{InputRow, LineError, parse};
@@ -86,6 +86,8 @@ fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
+emulator_kit::state_access!();
+
 impl Shared {
     /// The state for `config`, answering at `base_url`.
     pub(crate) fn build(
@@ -142,7 +144,7 @@ impl Shared {
                     by_id,
                     rows: HashMap::new(),
                     runtime: Lives::default(),
-                    online: Online::configured(config.online, faults.plan().online.clone()),
+                    online: Online::configured(config.online, faults.plan().shared.online.clone()),
                     faults,
                     stats,
                 }),
@@ -150,46 +152,19 @@ impl Shared {
             }
         }))
     }
-    pub(crate) fn served_state(&self) -> &Served {
-        &self.served
-    }
     pub(crate) fn key(&self) -> &str {
         &self.api_keys[0]
-    }
-    pub(crate) fn stats_now(&self) -> Stats {
-        let state = self.lock();
-        Stats {
-            online: state.online.stats().clone(),
-            ..state.stats.clone()
-        }
-    }
-    pub(crate) fn put_faults(&self, plan: FaultPlan) -> Result<(), FaultPlanError> {
-        let faults = Faults::compile(plan)?;
-        let mut state = self.lock();
-        state.online.set_faults(faults.plan().online.clone());
-        state.faults = faults;
-        Ok(())
     }
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn with_stats(&self, f: impl FnOnce(&mut Stats)) {
-        f(&mut self.lock().stats);
-    }
-
     fn count_webhook(&self, attempt: Attempt) {
-        self.with_stats(|s| {
-            let (sent, failed) = (&mut s.webhooks_sent, &mut s.webhooks_failed);
-            attempt.count(sent, failed, &mut s.webhooks_abandoned);
-        });
-    }
-
-    pub fn faults(&self) -> FaultPlan {
-        self.lock().faults.plan().clone()
+        let s = &mut self.lock().stats;
+        attempt.count(
+            &mut s.webhooks_sent,
+            &mut s.webhooks_failed,
+            &mut s.webhooks_abandoned,
+        );
     }
 
     // ---- synchronous endpoints ----
@@ -354,8 +329,8 @@ impl Shared {
                 .code("insufficient_quota"),
             )
         } else {
-            state.faults.take_rate_limit().map(|secs| ApiError {
-                retry_after: Some(Duration::from_secs(secs)),
+            state.faults.shared.take_rate_limit().map(|rl| ApiError {
+                retry_after: Some(Duration::from_secs(rl.retry_after_secs)),
                 ..ApiError::new(
                     429,
                     "requests",
@@ -396,7 +371,8 @@ impl Shared {
         let seq = state.next_seq;
         let id = hex_id("batch_", self.nonce, seq);
         let now = now_secs();
-        let lag = state.faults.plan().list_lag_ms + state.faults.list_lag_spread(seq, self.seed);
+        let lag =
+            state.faults.plan().shared.list_lag_ms + state.faults.list_lag_spread(seq, self.seed);
         let lag = i64::try_from(lag).unwrap_or(i64::MAX);
         let batch = Batch {
             id: id.clone(),
@@ -431,7 +407,7 @@ impl Shared {
             &self.served.shutdown,
             self.outbox.as_ref().map(Outbox::queue),
         );
-        let lost = state.faults.take_lost_answer();
+        let lost = state.faults.shared.take_lost_answer();
         if lost.is_some() {
             state.stats.create_answers_lost += 1;
         }
@@ -448,7 +424,7 @@ impl Shared {
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
         let json = find(&state, id)?.to_json();
-        if state.faults.take_get_not_found() {
+        if state.faults.shared.take_get_not_found() {
             state.stats.gets_not_found += 1;
             return Err(no_batch(id));
         }
@@ -501,8 +477,9 @@ impl Shared {
         state.batches[index].transition(Status::Cancelling, now_secs());
         state.runtime.stop(id);
         let json = state.batches[index].to_json();
-        let answered = if status == Status::InProgress && state.faults.plan().partial_on_cancel {
-            state.rows.get(id).map_or(0, |r| r.len() / 2)
+        let answered = if status == Status::InProgress {
+            let rows = state.rows.get(id).map_or(0, Vec::len);
+            state.faults.shared.finished_on_cancel(rows)
         } else {
             0
         };
@@ -580,7 +557,7 @@ impl Shared {
             .faults
             .plan()
             .enqueued_tokens
-            .is_some_and(|limit| enqueued + input_tokens > limit);
+            .is_some_and(|t| enqueued + input_tokens > t.limit);
         let refused = if !self.models.allows(&input.model) {
             Some(vec![LineError::new(
                 "model_not_found",
@@ -598,7 +575,7 @@ impl Shared {
                 format!(
                     "Enqueued token limit reached for {} in organization org-emulator. Limit: {} enqueued tokens. Please try again once some in_progress batches have been completed.",
                     input.model,
-                    state.faults.plan().enqueued_tokens.unwrap_or(0)
+                    state.faults.plan().enqueued_tokens.map_or(0, |t| t.limit)
                 ),
                 None,
                 None,

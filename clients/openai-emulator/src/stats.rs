@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use emulator_kit::online::OnlineStats;
-use emulator_kit::submissions::{SubmissionLog, Submissions};
+use emulator_kit::submissions::Submissions;
 use serde::Serialize;
 
 /// A snapshot of what the emulator has seen and done.
@@ -101,23 +101,7 @@ impl Outcome {
     }
 }
 
-impl Stats {
-    /// custom_ids sent again in a later batch after an earlier batch
-    /// answered them (status 200, billed): rows paid twice.
-    pub fn resubmitted_after_success(&self) -> Vec<String> {
-        self.submissions.resubmitted_after(|o| o.answered())
-    }
-
-    /// How many times `custom_id` was submitted.
-    pub fn submission_count(&self, custom_id: &str) -> usize {
-        self.submissions.count(custom_id)
-    }
-
-    /// The outcome of the last submission of `custom_id`.
-    pub fn last_outcome(&self, custom_id: &str) -> Option<Outcome> {
-        self.submissions.last_outcome(custom_id)
-    }
-}
+emulator_kit::submission_queries!(Stats, Outcome, |o| o.answered());
 
 #[cfg(test)]
 mod tests {

@@ -36,7 +36,7 @@ fn faults(answer_lost: bool) -> FaultPlan {
     }))
     .unwrap();
     if answer_lost {
-        plan.create_answer_lost =
+        plan.shared.create_answer_lost =
             Some(serde_json::from_value(serde_json::json!({"times": 1})).unwrap());
     }
     plan
@@ -190,7 +190,7 @@ async fn a_lost_create_answer_is_found_by_searching_not_by_creating_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_create_listed_later_than_the_window_is_still_found() {
     let mut plan = faults(true);
-    plan.list_lag_ms = 5_000;
+    plan.shared.list_lag_ms = 5_000;
     plan.list_order = gemini_emulator::ListOrder::OldestFirst;
     let w = world(plan).await;
     let jobs = run(&w, None).await;

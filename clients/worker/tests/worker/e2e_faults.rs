@@ -204,16 +204,17 @@ fn fault_plan() -> FaultPlan {
                 },
             ),
         ],
-        create_429: Some(
-            serde_json::from_value(serde_json::json!({"times": 2, "retry_after_secs": 1})).unwrap(),
-        ),
-        finalize_error_body: Some(serde_json::from_value(serde_json::json!({"times": 2})).unwrap()),
         // The provider's own ways to be awkward: a create whose answer is
-        // lost under list lag, an output not downloadable at first, a
-        // refused JSONL MIME type.
-        create_answer_lost: Some(serde_json::from_value(serde_json::json!({"times": 1})).unwrap()),
-        // Longer than the worker's --create-lookup-window (4s).
-        list_lag_ms: 6000,
+        // lost under list lag (longer than the worker's
+        // --create-lookup-window, 4s).
+        shared: serde_json::from_value(serde_json::json!({
+            "rate_limit": {"times": 2, "retry_after_secs": 1},
+            "create_answer_lost": {"times": 1},
+            "list_lag_ms": 6000,
+        }))
+        .unwrap(),
+        finalize_error_body: Some(serde_json::from_value(serde_json::json!({"times": 2})).unwrap()),
+        // An output not downloadable at first, a refused JSONL MIME type.
         list_order: gemini_emulator::ListOrder::OldestFirst,
         // About 60 rows' worth: 100-row batches are refused with 429 and
         // halved until they fit.

@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::{API_KEY, World, list_jobs, summary, until, worker_args};
-use gemini_emulator::faults::Create429;
+use gemini_emulator::faults::{RateLimit, SharedSections};
 use gemini_emulator::{FaultPlan, Timing};
 use std::time::Duration;
 use tally_proto::v1 as pb;
@@ -37,11 +37,14 @@ async fn scrape(addr: impl std::fmt::Display) -> Scrape {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn worker_and_server_metrics_agree_with_the_ledger() {
     let faults = FaultPlan {
-        create_429: Some(Create429 {
-            times: 2,
-            retry_after_secs: 0,
-            retry_after_header: false,
-        }),
+        shared: SharedSections {
+            rate_limit: Some(RateLimit {
+                times: 2,
+                retry_after_secs: 0,
+                retry_after_header: false,
+            }),
+            ..Default::default()
+        },
         ..Default::default()
     };
     // Batches that stay RUNNING for a while, so the run has a middle.
