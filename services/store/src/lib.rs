@@ -228,6 +228,12 @@ impl Store {
         self.claim_cache.misses()
     }
 
+    /// Whether this process remembers claim `token`'s rows, so that its
+    /// reports may take the one-statement path.
+    pub fn claim_cached(&self, token: uuid::Uuid) -> bool {
+        self.claim_cache.get(token).is_some()
+    }
+
     /// Applies pending migrations; safe to run from several replicas at once
     /// (sqlx takes an advisory lock).
     pub async fn migrate(&self) -> Result<()> {

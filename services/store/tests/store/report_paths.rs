@@ -346,3 +346,20 @@ async fn a_claim_with_a_job_is_reported_without_trying_the_cache() {
         "the cache behind its claim"
     );
 }
+
+/// A claim asked for a job (`for_job`: tally-worker's batches, which it
+/// reports under the job's lock) is not copied into the claim cache; one
+/// reported row by row (the Python client's sessions) is.
+#[tokio::test]
+async fn only_claims_reported_row_by_row_are_remembered() {
+    let env = env().await;
+    ledger(&env).await;
+    let rows: Vec<_> = ["a", "b", "c", "d"].iter().map(|k| row(k, &[])).collect();
+    env.store.enroll("l", &rows).await.unwrap();
+    let mut req = claim_req(2);
+    req.for_job = true;
+    let for_job = env.store.claim_rows("l", &req).await.unwrap().unwrap();
+    assert!(!env.store.claim_cached(for_job.claim.token));
+    let plain = claim(&env.store, "l", 2).await.unwrap();
+    assert!(env.store.claim_cached(plain.claim.token));
+}
