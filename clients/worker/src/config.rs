@@ -275,7 +275,7 @@ pub struct WorkerArgs {
     pub failpoint: Option<Failpoint>,
 
     /// Timeout of one provider HTTP request.
-    #[arg(long, env = "GEMINI_HTTP_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, env = "TALLY_WORKER_HTTP_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
     pub http_timeout: Duration,
 
     /// Serve `/metrics`, `/livez` and `/healthz` on this address (for

@@ -10,7 +10,7 @@
 //!   `params`);
 //! - [`gemini`]: the `GenerateContentRequest` both are converted to, which
 //!   the row carries as its payload (the worker sends a payload holding
-//!   `contents` as it is; see `clients/worker/src/prompt.rs`).
+//!   `contents` as it is; see `clients/worker/src/provider/gemini/request.rs`).
 //!
 //! The conversion lives in tallyctl, not in tally-client: it is a file
 //! format of the command line (like [`crate::jsonl`]), not a call of the

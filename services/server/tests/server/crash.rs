@@ -260,7 +260,7 @@ where
 }
 
 /// Starts `tally-server` as a separate process on `db` (see
-/// `support/process.rs`); expired claims are swept every 100ms.
+/// `process.rs`); expired claims are swept every 100ms.
 async fn spawn_server(db: &TestDb) -> (SocketAddr, tokio::process::Child) {
     spawn_server_process(
         db,
