@@ -134,7 +134,7 @@ impl MediaReader {
         };
         let resolved = match tokio::fs::canonicalize(&joined).await {
             Ok(p) => p,
-            Err(e) => return Err(io_fail(uri, &e)),
+            Err(e) => return Err(self.root_fail(root, uri, &e).await),
         };
         if !resolved.starts_with(root) {
             return Err(MediaFail::Permanent(format!(
@@ -142,19 +142,35 @@ impl MediaReader {
                 root.display()
             )));
         }
-        let meta = tokio::fs::metadata(&resolved)
-            .await
-            .map_err(|e| io_fail(uri, &e))?;
+        let meta = match tokio::fs::metadata(&resolved).await {
+            Ok(m) => m,
+            Err(e) => return Err(self.root_fail(root, uri, &e).await),
+        };
         if !meta.is_file() {
             return Err(MediaFail::Permanent(format!("{uri}: not a file")));
         }
         if meta.len() > self.places.max_bytes {
             return Err(self.too_large(uri, meta.len()));
         }
-        tokio::fs::read(&resolved)
-            .await
-            .map(Bytes::from)
-            .map_err(|e| io_fail(uri, &e))
+        match tokio::fs::read(&resolved).await {
+            Ok(b) => Ok(Bytes::from(b)),
+            Err(e) => Err(self.root_fail(root, uri, &e).await),
+        }
+    }
+
+    /// Why a file under `root` could not be read: when the root itself
+    /// cannot be read (removed, unmounted, its permissions changed since
+    /// the worker started) every row would fail the same way for the
+    /// worker's reason, so it is NotHere (the rows go back, the worker
+    /// stops naming the flag); otherwise the file's own failure.
+    async fn root_fail(&self, root: &Path, uri: &str, e: &std::io::Error) -> MediaFail {
+        if let Err(why) = tokio::fs::read_dir(root).await {
+            return MediaFail::NotHere(format!(
+                "{uri}: --media-root {} cannot be read ({why}): fix the flag or the directory",
+                root.display()
+            ));
+        }
+        io_fail(uri, e)
     }
 
     async fn https(&self, uri: &str) -> Result<Bytes, MediaFail> {
@@ -377,6 +393,12 @@ mod tests {
             r.read(&reference("s3://pages/p.png", b"x")).await,
             "--media-allow-bucket",
         );
+        // A root that goes away while the worker runs (unmounted, removed)
+        // is the worker's problem, not each row's.
         std::fs::remove_dir_all(&dir).unwrap();
+        not_here(
+            r.read(&reference("book/p1.png", b"page one")).await,
+            "cannot be read",
+        );
     }
 }
