@@ -243,3 +243,171 @@ async fn three_instances_two_killed_deliver_each_result_and_ack_once() {
     );
     server.stop().await.unwrap();
 }
+
+/// A `tallyctl consume` of `l`/`sink` with `args` after the consumer's
+/// name, its stdout and stderr piped (unread until the test reads them).
+fn piped(url: &str, dir: &Path, args: &[&str]) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tallyctl"));
+    cmd.args(["--server", url, "consume", "l", "sink"])
+        .args(args)
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env_remove("TALLY_SERVER")
+        .env_remove("TALLY_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd.spawn().expect("tallyctl starts")
+}
+
+// Invariant: a consume slower than its visibility timeout (here its stdout
+// is not read, so its writes block) loses its leases to another instance;
+// once it can write again, its next acknowledgement says so and it writes
+// none of the rest of that receive: every result is written and
+// acknowledged, and only the few around the moment the leases ran out are
+// written by both. `--ack-every` groups acknowledgements without losing
+// any.
+#[tokio::test]
+async fn a_consume_that_lost_its_leases_leaves_the_rest() {
+    let db = tally_pg::TestDb::new().await;
+    let server = tally_server::startup::server::start(tally_server::config::ServeArgs::for_tests(
+        db.url().to_string(),
+    ))
+    .await
+    .expect("server starts");
+    let url = format!("http://{}", server.grpc_addr);
+    let ch = Channel::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    const N: usize = 1000;
+    finished_ledger(&ch, "l", N).await;
+    let dir = std::env::temp_dir().join(format!("tallyctl-lost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut d = DeliveryServiceClient::new(ch.clone());
+    d.create_consumer(pb::CreateConsumerRequest {
+        parent: "ledgers/l".into(),
+        consumer_id: "sink".into(),
+        consumer: None,
+        start: None,
+    })
+    .await
+    .unwrap();
+    // The slow one takes 500 results for 1 s and blocks once the pipe's
+    // buffer is full, long before it has written them all.
+    let mut slow = piped(
+        &url,
+        &dir,
+        &[
+            "--batch",
+            "500",
+            "--visibility",
+            "1s",
+            "--wait",
+            "1s",
+            "--until-empty",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = d
+            .get_consumer(pb::GetConsumerRequest {
+                name: "ledgers/l/consumers/sink".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if c.in_flight == 500 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slow consume never received");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The other takes everything, the slow one's results once their leases
+    // run out, acknowledging ten lines at a time.
+    let fast = piped(
+        &url,
+        &dir,
+        &[
+            "--batch",
+            "200",
+            "--ack-every",
+            "10",
+            // What it leaves after a lease it lost comes back to it soon.
+            "--visibility",
+            "2s",
+            "--wait",
+            "5s",
+            "--until-empty",
+        ],
+    );
+    let fast = tokio::time::timeout(Duration::from_secs(60), fast.wait_with_output())
+        .await
+        .expect("the fast consume ends")
+        .unwrap();
+    assert!(fast.status.success());
+    let fast_keys: HashSet<String> = String::from_utf8(fast.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+
+    // Unblocked, the slow one writes what it had buffered, finds its lease
+    // gone at its next acknowledgement and stops writing that receive.
+    let mut out = Vec::new();
+    let mut stdout = slow.stdout.take().unwrap();
+    let mut stderr = slow.stderr.take().unwrap();
+    let mut err = Vec::new();
+    use tokio::io::AsyncReadExt;
+    let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+    a.unwrap();
+    b.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), slow.wait())
+        .await
+        .expect("the slow consume ends")
+        .unwrap();
+    assert!(status.success());
+    let slow_keys: Vec<String> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let slow_lines = slow_keys.len();
+    let both = slow_keys.iter().filter(|k| fast_keys.contains(*k)).count();
+    // Instances are not told apart: around the moment the leases ran out
+    // both may write a few of the same results (delivered twice by design).
+    // Had the slow one written the rest of its receive, the ~170 results
+    // left in it after the pipe filled would all be written twice.
+    assert!(both < 100, "{both} lines written by both");
+    assert_eq!(
+        slow_lines + fast_keys.len() - both,
+        N,
+        "every result written"
+    );
+    let err = String::from_utf8_lossy(&err);
+    assert!(err.contains("no longer leased"), "{err}");
+    assert!(
+        slow_lines < 500,
+        "the slow consume wrote {slow_lines} of the 500 it had lost"
+    );
+    let c = d
+        .get_consumer(pb::GetConsumerRequest {
+            name: "ledgers/l/consumers/sink".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((c.lag_rows, c.in_flight), (0, 0));
+    server.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
