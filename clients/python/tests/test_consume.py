@@ -138,6 +138,36 @@ def test_the_async_iterator_acknowledges_as_the_loop_moves_on(
     assert sorted(first) == keys and second == []
 
 
+def test_the_async_iterator_gives_back_what_an_exception_left(
+    address: str, tally: Client, ledger: str
+) -> None:
+    # Invariant: as the sync iterator, leaving an `async with` block with an
+    # exception acknowledges nothing more: the result being handled comes
+    # again after its visibility timeout, the ones received and not reached
+    # come again at once, and nothing acknowledged comes again.
+    keys = finish(tally, ledger, 8)
+
+    async def scenario() -> tuple[list[str], list[Delivery]]:
+        done: list[str] = []
+        async with AsyncClient(f"http://{address}") as aio:
+            with pytest.raises(RuntimeError, match="sink down"):
+                async with aio.consume(
+                    ledger, "sink", batch=8, visibility=1, until_empty=True
+                ) as results:
+                    async for result in results:
+                        if len(done) == 3:
+                            raise RuntimeError("sink down")
+                        done.append(result.key)
+            again = [
+                d async for d in aio.consume(ledger, "sink", batch=8, wait=5, until_empty=True)
+            ]
+            return done, again
+
+    done, again = asyncio.run(scenario())
+    assert sorted(done + [d.key for d in again]) == keys
+    assert all(d.delivery_count == 2 for d in again)
+
+
 def test_deliver_results_hands_each_new_result_to_the_callable_once(
     prefect_api: str, address: str, tally: Client, ledger: str
 ) -> None:
