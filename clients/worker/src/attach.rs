@@ -42,6 +42,11 @@ pub enum AttachFail {
     /// This worker cannot read the file (its flags): the row goes back with
     /// no attempt and the worker stops (see `Ctx::stop_for_settings`).
     NotHere(String),
+    /// The provider refused the upload for the account's or the address's
+    /// sake (a refused key, no permission, a base URL that is not the
+    /// API): no fault of the file's, so the row goes back with no attempt
+    /// and the worker claims nothing for `--refusal-cooldown`.
+    Refused(String),
 }
 
 /// What one job's media have become so far: the provider part of each
@@ -224,9 +229,63 @@ fn upload_fail(uri: &str, e: &crate::provider::ProviderError) -> AttachFail {
             error_codes,
             ..
         } if error_codes.iter().any(|q| q.contains("FileStorage")) => AttachFail::StorageFull(why),
+        // Refusals of the caller, not of the file: a key the provider does
+        // not take, no permission, no such API at this address.
+        Http {
+            code: 401 | 403 | 404,
+            ..
+        } => AttachFail::Refused(why),
+        Http {
+            code: 400,
+            error_codes,
+            ..
+        } if error_codes.iter().any(|c| c.contains("API_KEY")) => AttachFail::Refused(why),
         Http { code, .. } if (400..500).contains(code) && *code != 408 && *code != 429 => {
             AttachFail::Unreadable(why)
         }
         _ => AttachFail::Unavailable(why),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ProviderError;
+
+    fn http(code: u16, codes: &[&str]) -> ProviderError {
+        ProviderError::Http {
+            code,
+            message: "m".into(),
+            status: String::new(),
+            error_codes: codes.iter().map(|c| c.to_string()).collect(),
+            retry_after: None,
+        }
+    }
+
+    // Invariant: an upload refused for the caller's sake (key, permission,
+    // address) never makes the row PERMANENT; a refusal of the file does,
+    // and what may pass is transient.
+    #[test]
+    fn uploads_refused_for_the_caller_burn_no_row() {
+        let kind = |e: ProviderError| match upload_fail("p.png", &e) {
+            AttachFail::Refused(_) => "refused",
+            AttachFail::Unreadable(_) => "unreadable",
+            AttachFail::Unavailable(_) => "unavailable",
+            AttachFail::StorageFull(_) => "full",
+            AttachFail::NotHere(_) => "not here",
+        };
+        for code in [401, 403, 404] {
+            assert_eq!(kind(http(code, &[])), "refused", "{code}");
+        }
+        assert_eq!(kind(http(400, &["API_KEY_INVALID"])), "refused");
+        assert_eq!(kind(http(400, &[])), "unreadable");
+        assert_eq!(kind(http(413, &[])), "unreadable");
+        assert_eq!(kind(http(429, &["FileStorageBytesPerProject"])), "full");
+        assert_eq!(kind(http(429, &[])), "unavailable");
+        assert_eq!(kind(http(503, &[])), "unavailable");
+        assert_eq!(
+            kind(ProviderError::Transport("reset".into())),
+            "unavailable"
+        );
     }
 }

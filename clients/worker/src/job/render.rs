@@ -168,6 +168,13 @@ pub(crate) async fn prepare(
             tracing::warn!(row = %row.key, "{why}; the row waits");
             Prepared::Waits
         }
+        Err(AttachFail::Refused(why)) => {
+            // Every row would meet the same refusal: none is burnt, and the
+            // provider is not asked again before the cool-down.
+            tracing::error!(row = %row.key, "{why}; the row goes back and this worker waits --refusal-cooldown before its next claim");
+            ctx.hold_claims(ctx.cooldown(None));
+            Prepared::Waits
+        }
         Err(AttachFail::NotHere(why)) => {
             // The worker's flags, not the row: it goes back unattempted,
             // and the worker stops rather than claim it again.

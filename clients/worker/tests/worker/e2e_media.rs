@@ -156,6 +156,131 @@ async fn a_worker_without_its_media_root_stops_and_burns_no_row() {
     w.stop().await;
 }
 
+/// Pages to upload with a key the provider refuses (issue 51): the
+/// refusal is the account's, not the pages', so no row is attempted, none
+/// is PERMANENT, and the worker waits out its cool-down instead of asking
+/// again at once; with the right key every page then succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_refused_for_the_key_burn_no_page() {
+    let root = std::env::temp_dir().join(format!("tally-refused-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("book")).unwrap();
+    let w = World::start(
+        LEDGER,
+        0,
+        FaultPlan::default(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    register_ocr(&w).await;
+    let rows = (0..4)
+        .map(|i| {
+            let bytes = png(64, 64, i as u64);
+            let path = format!("book/p{i}.png");
+            std::fs::write(root.join(&path), &bytes).unwrap();
+            row(&format!("page-{i}"), i, &path, &sha(&bytes))
+        })
+        .collect();
+    enroll(&w, rows).await;
+    let wrong = root.join("wrong-key");
+    std::fs::write(&wrong, "not-the-key").unwrap();
+    let root_arg = root.display().to_string();
+    let wrong_arg = wrong.display().to_string();
+    let mut cmd = crate::common::worker_command(
+        &w.stack.grpc,
+        &w.emulator.base_url(),
+        LEDGER,
+        "refused",
+        &[
+            "--media-root",
+            root_arg.as_str(),
+            "--media-inline-max",
+            INLINE_MAX,
+            "--gemini-api-key-file",
+            wrong_arg.as_str(),
+            "--refusal-cooldown",
+            "60s",
+        ],
+    );
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut refused = cmd.spawn().expect("spawn tally-worker");
+    // Both streams' lines, until the worker says it waits.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    for stream in [
+        Box::new(refused.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+        Box::new(refused.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let mut refusals = 0;
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(line) = rx.recv().await {
+            if line.contains("waits --refusal-cooldown") {
+                refusals += 1;
+                if refusals == 4 {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the worker says its uploads were refused");
+    // The worker now waits out its cool-down: nothing more is asked of the
+    // provider while it does (a loop would log a refusal per upload).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    refused.kill().await.expect("kill");
+    while let Ok(line) = rx.try_recv() {
+        if line.contains("waits --refusal-cooldown") {
+            refusals += 1;
+        }
+    }
+    assert_eq!(refusals, 4, "one refused upload a page, then the cool-down");
+    for r in all_rows(&w.c, LEDGER).await {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Pending,
+            "{} ({})",
+            r.key,
+            r.last_error
+        );
+        assert_eq!(r.attempts.map_or(0, |a| a.total), 0, "{}", r.key);
+    }
+    let stats = w.emulator.stats();
+    assert_eq!((stats.uploads, stats.batches_created), (0, 0));
+
+    let fixed = w.worker(
+        LEDGER,
+        "fixed",
+        &[
+            "--media-root",
+            root_arg.as_str(),
+            "--media-inline-max",
+            INLINE_MAX,
+            "--exit-when-idle",
+        ],
+    );
+    exits_ok(fixed, "the worker with the right key").await;
+    for r in all_rows(&w.c, LEDGER).await {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{} ({})",
+            r.key,
+            r.rule
+        );
+        assert_eq!(r.attempts.map_or(0, |a| a.total), 1, "{}", r.key);
+    }
+    remove(&root);
+    w.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_request_carries_its_page_uploaded_once() {
     let root = std::env::temp_dir().join(format!("tally-pages-{}", std::process::id()));

@@ -131,11 +131,15 @@ pub(crate) fn error_codes(error: &Value) -> Vec<String> {
     let Some(details) = error.get("details").and_then(Value::as_array) else {
         return Vec::new();
     };
-    details
+    // QuotaFailure's quota ids, then ErrorInfo's reasons (API_KEY_INVALID).
+    let quotas = details
         .iter()
         .filter_map(|d| d.get("violations")?.as_array())
         .flatten()
-        .filter_map(|v| v.get("quotaId")?.as_str())
+        .filter_map(|v| v.get("quotaId")?.as_str());
+    let reasons = details.iter().filter_map(|d| d.get("reason")?.as_str());
+    quotas
+        .chain(reasons)
         .take(16)
         .map(|id| id.chars().take(256).collect())
         .collect()
