@@ -164,7 +164,7 @@ async fn upload(
     let limit = ctx.args.provider_storage_bytes;
     if stored.saturating_add(bytes.len() as u64) > limit {
         return Err(AttachFail::StorageFull(format!(
-            "{}: the provider account's uploads take {stored} bytes, and {} more would pass --provider-storage-bytes ({limit})",
+            "{}: this team's uploads at the provider account take {stored} bytes, and {} more would pass --provider-storage-bytes ({limit})",
             r.uri,
             bytes.len()
         )));

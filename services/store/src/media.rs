@@ -68,11 +68,15 @@ impl Store {
             .bind(hashes)
             .fetch_all(&self.pool)
             .await?;
+        // The team's own uploads: another team's records (which it could
+        // forge) never hold this team's back; the account's real storage
+        // limit answers the upload itself (a 429 the worker waits on).
         let stored: i64 = sqlx::query_scalar(
             "SELECT coalesce(sum(size_bytes), 0)::int8 FROM media_uploads
-             WHERE provider_account = $1 AND expire_time > now()",
+             WHERE team = $2 AND provider_account = $1 AND expire_time > now()",
         )
         .bind(account)
+        .bind(team)
         .fetch_one(&self.pool)
         .await?;
         Ok((found.into_iter().map(Into::into).collect(), stored))

@@ -107,7 +107,7 @@ fn upload(account: &str, sha: &str, file: &str, expires_in_secs: i64) -> MediaUp
 
 /// Invariants of the media uploads register: a lookup finds an account's
 /// live uploads only (not another account's, not an expired one) and
-/// counts the account's stored bytes; a newer upload of the same bytes
+/// counts the team's stored bytes at the account; a newer upload of the same bytes
 /// replaces the record; an upload an open job's batch references is in
 /// use and cannot be forgotten until the job closes; forgetting names the
 /// file, so a newer upload of the same hash is kept.
@@ -221,7 +221,7 @@ async fn uploads_are_reused_while_alive_and_kept_while_an_open_job_needs_them() 
 /// naming the same provider account (they share a key) neither see, use,
 /// overwrite nor forget each other's uploads, an open job of one team
 /// keeps only its own team's upload in use, and each team's stored bytes
-/// are its own.
+/// are its own (another team's records, true or forged, hold none back).
 #[tokio::test]
 async fn one_teams_uploads_are_out_of_another_teams_reach() {
     use tally_store::types::{CreateAttempt, JobOrigin};
@@ -236,7 +236,7 @@ async fn one_teams_uploads_are_out_of_another_teams_reach() {
         .await
         .unwrap();
     assert!(found.is_empty(), "beta does not see acme's upload");
-    assert_eq!(stored, 1000, "the account's storage is counted whole");
+    assert_eq!(stored, 0, "acme's records never count against beta");
     assert!(
         s.list_media_uploads("beta", "shared", None, 10)
             .await
