@@ -18,6 +18,17 @@ from conftest import ROOT, workspace_binary
 from test_readme import check_client_snippets
 
 BUILDER = ROOT / "clients" / "python-bin" / "build_wheel.py"
+#: Every program a README runs, each installed by the wheel (issue 55).
+WHEEL_PROGRAMS = (
+    "tally-server",
+    "tally-worker",
+    "tallyctl",
+    "tally-demo",
+    "gemini-emulator",
+    "openai-emulator",
+    "anthropic-emulator",
+    "tally-dev",
+)
 
 
 def run(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -41,20 +52,19 @@ def test_the_wheel_is_a_platform_wheel_with_the_programs_as_scripts(wheel: Path)
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         scripts = {n.rsplit("/", 1)[1] for n in names if "/scripts/" in n}
-        assert scripts == {
-            "tally-server",
-            "tally-worker",
-            "tallyctl",
-            "tally-demo",
-            "gemini-emulator",
-            "openai-emulator",
-            "anthropic-emulator",
-            "tally-dev",
-        }
+        assert scripts == set(WHEEL_PROGRAMS)
         modes = {n: z.getinfo(n).external_attr >> 16 for n in names if "/scripts/" in n}
         assert all(m & 0o111 for m in modes.values()), modes
         record = z.read("tally_bin-0.1.0.dist-info/RECORD").decode().splitlines()
         assert {line.split(",")[0] for line in record} == names
+        # The summary names every kind of program the wheel carries.
+        summary = next(
+            line
+            for line in z.read("tally_bin-0.1.0.dist-info/METADATA").decode().splitlines()
+            if line.startswith("Summary: ")
+        )
+        for kind in ("server", "worker", "tallyctl", "demo", "emulators", "dev stack"):
+            assert kind in summary, summary
         wheel_file = z.read("tally_bin-0.1.0.dist-info/WHEEL").decode()
         assert "Root-Is-Purelib: false" in wheel_file
 
@@ -72,12 +82,23 @@ def test_installed_without_rust_the_programs_run_and_work_together(
     env = {"PATH": path, "HOME": str(tmp_path)}
     assert run(["sh", "-c", "command -v cargo rustc"], env=env).stdout == "", "no Rust on PATH"
     programs = ("tally-server", "tally-worker", "tallyctl", "tally-demo")
+    python = str(venv / "bin" / "python")
     for program in programs + ("gemini-emulator", "openai-emulator", "anthropic-emulator"):
         version = run([program, "--version"], env=env)
         assert version.returncode == 0, version.stderr
         assert version.stdout.startswith(f"{program} 0.1.0 (commit "), version.stdout
-    found = run([str(venv / "bin" / "python"), "-m", "tally_bin", "tallyctl", "--version"], env=env)
-    assert found.stdout.startswith("tallyctl 0.1.0"), found.stderr
+        # And through `python -m tally_bin` (issue 55: tally-demo and the
+        # OpenAI and Anthropic emulators were missing from its list).
+        found = run([python, "-m", "tally_bin", program, "--version"], env=env)
+        assert found.stdout.startswith(f"{program} 0.1.0 (commit "), found.stderr
+    # `tally_bin.BINARIES` is every program the wheel installs, and
+    # `binary()` finds each one (tally-dev included).
+    listed = run(
+        [python, "-c", "import tally_bin as t; print(*(t.binary(n) for n in t.BINARIES))"],
+        env=env,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(Path(p).name for p in listed.stdout.split()) == sorted(WHEEL_PROGRAMS)
 
     # tally-server from the wheel, on a private PostgreSQL; tallyctl from
     # the wheel makes a ledger on it.
