@@ -95,7 +95,7 @@ def metadata(version: str, commit: str | None) -> str:
         "Metadata-Version: 2.1",
         f"Name: {NAME}",
         f"Version: {version}",
-        "Summary: tally's programs (tally-server, tally-worker, tallyctl, gemini-emulator) "
+        "Summary: tally's programs (server, worker, tallyctl, demo, emulators, dev stack) "
         "for Python users, no Rust toolchain needed",
         "License: Apache-2.0",
         "Requires-Python: >=3.10",

@@ -79,18 +79,23 @@ pub enum StartupError {
 #[error("{0}")]
 pub struct Invalid(pub String);
 
-/// Logs to stderr, as JSON lines or text, filtered by `RUST_LOG` (default
+/// Logs to stdout, as JSON lines or text, filtered by `RUST_LOG` (default
 /// `info`).
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal, as tally-server's logs: a log
+    // redirected to a file (dev.sh's emulator.log) stays plain text
+    // (NO_COLOR also turns them off).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour);
     if json {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
+        fmt.json().init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        fmt.init();
     }
 }
 

@@ -1,8 +1,10 @@
-"""tally's binaries for Python users: `pip install tally-bin` puts
-`tally-server`, `tally-worker`, `tallyctl`, `gemini-emulator` and
-`tally-dev` (server + emulator + worker for a first run) in the
-environment's scripts directory, which is on PATH in an active virtual
-environment. No Rust toolchain is needed.
+"""tally's binaries for Python users: the tally-bin wheel (no package index
+serves it: `.ci/release` builds it into dist/, then
+`pip install dist/tally_bin-*.whl`) puts `tally-server`, `tally-worker`,
+`tallyctl`, `tally-demo`, the three provider emulators (`gemini-emulator`,
+`openai-emulator`, `anthropic-emulator`) and `tally-dev` (server + emulator
++ worker for a first run) in the environment's scripts directory, which is
+on PATH in an active virtual environment. No Rust toolchain is needed.
 
     from tally_bin import binary
     subprocess.run([binary("tallyctl"), "--version"])
@@ -15,7 +17,16 @@ import sysconfig
 from pathlib import Path
 
 #: The programs this package carries.
-BINARIES = ("tally-server", "tally-worker", "tallyctl", "gemini-emulator", "tally-dev")
+BINARIES = (
+    "tally-server",
+    "tally-worker",
+    "tallyctl",
+    "tally-demo",
+    "gemini-emulator",
+    "openai-emulator",
+    "anthropic-emulator",
+    "tally-dev",
+)
 
 
 def binary(name: str) -> str:

@@ -150,13 +150,14 @@ class Emulator:
 
 
 def start_emulator(
-    tmp: Path, faults: dict[str, Any], running: str
+    tmp: Path, faults: dict[str, Any], running: str, binary: str | None = None
 ) -> Generator[Emulator, None, None]:
+    """The Gemini emulator (`binary`, else the workspace's) on a free port."""
     plan = tmp / "faults.json"
     plan.write_text(json.dumps(faults))
     process = subprocess.Popen(
         [
-            workspace_binary("gemini-emulator", "GEMINI_EMULATOR_BIN"),
+            binary or workspace_binary("gemini-emulator", "GEMINI_EMULATOR_BIN"),
             "--addr",
             "127.0.0.1:0",
             "--pending",

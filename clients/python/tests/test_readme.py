@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import start_emulator
+from conftest import Emulator, start_emulator
 from test_prefect_flow import deployment_env
 
 from tally_client import Client, RowStatus
@@ -44,11 +44,14 @@ def run(
     address: str,
     env: dict[str, str] | None = None,
     python: str = sys.executable,
+    inherit: bool = True,
 ) -> str:
+    """Runs a snippet with `python` in `cwd`, with this process's
+    environment (only `env` when `inherit` is false) and `TALLY_SERVER`."""
     done = subprocess.run(
         [python, "-c", code],
         cwd=cwd,
-        env={**os.environ, "TALLY_SERVER": address, **(env or {})},
+        env={**(os.environ if inherit else {}), "TALLY_SERVER": address, **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -88,6 +91,58 @@ def check_client_snippets(tmp_path: Path, address: str, python: str = sys.execut
     assert len(exported) == 30 and (tmp_path / "reviews.cursor").read_text() == ""
 
 
+#: The pages make_pages.py allow-lists, by row key: page 2 (PNG) depends
+#: on page 1 (JPEG); page 4 (PNG) stands alone.
+PAGE_ROWS = {
+    "Ohio:Akron:2021:1": "1.jpg",
+    "Ohio:Akron:2021:2": "2.png",
+    "Ohio:Akron:2021:4": "4.png",
+}
+
+
+def make_pages(directory: Path, python: str = sys.executable) -> Path:
+    """The README's page dataset in `directory`: PNG and JPEG pages of their
+    own bytes, written by examples/make_pages.py run where it is copied (as
+    a user runs it). Returns the book's image directory."""
+    shutil.copy(EXAMPLES / "make_pages.py", directory / "make_pages.py")
+    made = subprocess.run([python, "make_pages.py"], cwd=directory, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    return directory / "images_root" / "Ohio" / "Akron" / "2021"
+
+
+def check_page_flow(
+    directory: Path,
+    address: str,
+    env: dict[str, str],
+    emulator: Emulator,
+    python: str = sys.executable,
+    inherit: bool = True,
+) -> None:
+    """Runs the README's page-flow snippet as written, with `python`, in
+    `directory` (where `make_pages` wrote the pages), and checks it sent
+    every page: each page's own bytes (SHA-256) reached the emulator
+    exactly once and no other page did, each row was attempted once, and
+    none is BLOCKED."""
+    pages = directory / "images_root" / "Ohio" / "Akron" / "2021"
+    blocks = prefect_snippets()
+    assert len(blocks) == 3, "the tasks flow, the morning delivery and the page flow"
+    out = run(blocks[2], directory, address, env, python=python, inherit=inherit)
+    assert "'succeeded': 3" in out and "'total': 3" in out, out
+    assert (directory / "plans" / "curricular-2024.json").is_file()
+    # Rows that carried media (other flows' rows on the same emulator are
+    # listed with none).
+    media = {key: hashes for key, hashes in emulator.stats()["media"].items() if hashes}
+    expected = {
+        key: [hashlib.sha256((pages / image).read_bytes()).hexdigest()]
+        for key, image in PAGE_ROWS.items()
+    }
+    assert media == expected, media
+    with Client(address) as tally:
+        summary = tally.summarize("curricular-ocr")
+        assert (summary.total, summary.succeeded) == (3, 3), summary.summary_line
+        assert (summary.attempts_total, summary.blocked) == (3, 0), summary.summary_line
+
+
 def test_every_client_snippet_runs_as_written_and_the_enrolment_twice(
     address: str, tmp_path: Path
 ) -> None:
@@ -103,14 +158,7 @@ def test_every_prefect_snippet_runs_as_written(
     # directory (the plan's directory does not exist yet), with only the
     # deployment's environment set.
     (tmp_path / "reviews.txt").write_text("".join(f"review {n}\n" for n in range(12)))
-    # The README's page dataset: PNG and JPEG pages of their own bytes
-    # (issue 55), written by examples/make_pages.py where it is run.
-    shutil.copy(EXAMPLES / "make_pages.py", tmp_path / "make_pages.py")
-    made = subprocess.run(
-        [sys.executable, "make_pages.py"], cwd=tmp_path, capture_output=True, text=True
-    )
-    assert made.returncode == 0, made.stderr
-    pages = tmp_path / "images_root" / "Ohio" / "Akron" / "2021"
+    make_pages(tmp_path)  # PNG and JPEG pages (issue 55)
     emulator_run = start_emulator(tmp_path, {}, "200ms")
     emulator = next(emulator_run)
     base_url = emulator.base_url
@@ -133,17 +181,7 @@ def test_every_prefect_snippet_runs_as_written(
         assert "'delivered': 0" in run(blocks[1], tmp_path, address, env)
         with sqlite3.connect(tmp_path / "nightly.db") as db:
             assert db.execute("SELECT count(*) FROM answers").fetchone() == (12,)
-        pages_out = run(blocks[2], tmp_path, address, env)
-        assert "'succeeded': 3" in pages_out and "'total': 3" in pages_out, pages_out
-        assert (tmp_path / "plans" / "curricular-2024.json").is_file()
-        # The snippet as written sends every page: the emulator received each
-        # page's own bytes (PNG and JPEG), each row attempted once.
-        media = emulator.stats()["media"]
-        for n, image in [(1, "1.jpg"), (2, "2.png"), (4, "4.png")]:
-            digest = hashlib.sha256((pages / image).read_bytes()).hexdigest()
-            assert media[f"Ohio:Akron:2021:{n}"] == [digest], (n, media)
-        with Client(address) as tally:
-            summary = tally.summarize("curricular-ocr")
-            assert (summary.attempts_total, summary.blocked) == (3, 0), summary.summary_line
+        # The snippet as written sends every page (issue 55).
+        check_page_flow(tmp_path, address, env, emulator)
     finally:
         emulator_run.close()

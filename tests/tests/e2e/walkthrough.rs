@@ -7,13 +7,43 @@ use crate::harness::*;
 use tally_proto::v1 as pb;
 use tonic_types::StatusExt;
 
+/// services/server/README.md, whose grpcurl session this test follows.
+const SERVER_README: &str = include_str!("../../../services/server/README.md");
+
+/// The summary lines the README's grpcurl session prints: (after both
+/// ReportOutcomes, the `claim_next` one included; after the first alone),
+/// read from its "`SummarizeLedger` ends with the one-line summary"
+/// paragraph (`succeeded=…` in full, then the counts that differ when only
+/// the first ReportOutcomes was sent).
+fn readme_summary_lines() -> (String, String) {
+    let start = SERVER_README
+        .find("`SummarizeLedger` ends with the one-line summary")
+        .expect("the README's summary paragraph");
+    let paragraph = SERVER_README[start..].split("\n\n").next().unwrap();
+    let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    let quoted: Vec<&str> = paragraph.split('`').skip(1).step_by(2).collect();
+    let full = quoted
+        .iter()
+        .find(|q| q.starts_with("succeeded="))
+        .expect("the README's summary line");
+    let first_only = quoted
+        .iter()
+        .find(|q| q.starts_with("pending="))
+        .expect("the README's counts after the first ReportOutcomes");
+    let at = full.find("pending=").expect("pending= in the summary line");
+    (full.to_string(), format!("{}{first_only}", &full[..at]))
+}
+
 /// services/server/README.md's grpcurl session, request for request: a ledger with the
 /// default backoff and provider budget 3; `r1` and `r2` (waiting for `r1`)
 /// enrolled, again (ALREADY_PRESENT) and with another payload (CONFLICT);
-/// the claim takes only `r1`; its result is reported; the summary line is
-/// that README's; `r1`'s history has the attempt; the PENDING listing shows
-/// `r2`; a dry-run redrive finds nothing; the bad-input example names
-/// `rows[0].key` and `rows[0].payload` and writes nothing.
+/// the claim takes only `r1`; its result is reported (the summary line is
+/// the README's for "only the first ReportOutcomes"); the `claim_next`
+/// report run after it answers `r1` DUPLICATE and its next claim holds
+/// `r2`; the summary line is then the README's, read from the README;
+/// `r1`'s history has the one attempt; nothing is PENDING; a dry-run
+/// redrive finds nothing; the bad-input example names `rows[0].key` and
+/// `rows[0].payload` and writes nothing.
 #[tokio::test]
 async fn readme_grpcurl_session() {
     let env = env().await;
@@ -99,11 +129,39 @@ async fn readme_grpcurl_session() {
         (pb::Verdict::Succeeded, "success")
     );
 
+    let (after_both, after_first) = readme_summary_lines();
     let s = env.summary("reviews-nightly").await;
-    assert_eq!(
-        s.summary_line,
-        "succeeded=1 retryable=0 permanent=0 blocked=0 pending=1 running=0"
-    );
+    assert_eq!(s.summary_line, after_first);
+
+    // The README's second ReportOutcomes, run after the first: `r1` again
+    // (DUPLICATE), and `claim_next` claims `r2`, which reporting `r1` freed.
+    let chained = env
+        .client()
+        .report_outcomes(pb::ReportOutcomesRequest {
+            claim: claim.claim.name.clone(),
+            outcomes: vec![pb::RowOutcome {
+                key: "r1".into(),
+                outcome: Some(pb::row_outcome::Outcome::Result(
+                    r#"{"label": "praise"}"#.into(),
+                )),
+                ..Default::default()
+            }],
+            claim_next: Some(pb::ClaimRowsRequest {
+                max_rows: 100,
+                worker: "me".into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("report outcomes with claim_next")
+        .into_inner();
+    assert_eq!(chained.verdicts[0].verdict(), pb::Verdict::Duplicate);
+    let next = chained.next_claim.expect("a next claim");
+    let next_keys: Vec<&str> = next.rows.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(next_keys, ["r2"]);
+
+    let s = env.summary("reviews-nightly").await;
+    assert_eq!(s.summary_line, after_both);
     let r1 = env.get_row("reviews-nightly", "r1").await;
     assert_eq!(r1.history.len(), 1);
     assert_eq!(r1.result, r#"{"label": "praise"}"#);
@@ -120,8 +178,8 @@ async fn readme_grpcurl_session() {
         .await
         .unwrap()
         .into_inner();
-    let keys: Vec<&str> = pending.rows.iter().map(|r| r.key.as_str()).collect();
-    assert_eq!(keys, ["r2"]);
+    // `r2` is held by the claim `claim_next` made: nothing is PENDING.
+    assert!(pending.rows.is_empty(), "{:?}", pending.rows);
     let dry = env
         .client()
         .redrive_rows(pb::RedriveRowsRequest {
