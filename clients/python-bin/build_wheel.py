@@ -29,15 +29,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 NAME = "tally-bin"
 DIST = "tally_bin"
-PROGRAMS = (
-    "tally-server",
-    "tally-worker",
-    "tallyctl",
-    "tally-demo",
-    "gemini-emulator",
-    "openai-emulator",
-    "anthropic-emulator",
-)
+sys.path.insert(0, str(HERE))
+from tally_bin import BINARIES  # noqa: E402  (the package this script builds)
+
+#: The compiled programs: every one the package says it carries but the
+#: dev stack, which is a script.
+PROGRAMS = tuple(b for b in BINARIES if b != "tally-dev")
 #: deploy/dev.sh, shipped as `tally-dev`.
 DEV_SCRIPT = ROOT / "deploy" / "dev.sh"
 ARCHES = {0x3E: "x86_64", 0xB7: "aarch64"}
