@@ -75,6 +75,29 @@ async fn finished_ledger(ch: &Channel, ledger: &str, n: usize) {
     }
 }
 
+/// A server on a fresh database: the database (kept for the server's
+/// life), the server, its URL and a channel to it.
+async fn serve() -> (
+    tally_pg::TestDb,
+    tally_server::startup::server::Running,
+    String,
+    Channel,
+) {
+    let db = tally_pg::TestDb::new().await;
+    let server = tally_server::startup::server::start(tally_server::config::ServeArgs::for_tests(
+        db.url().to_string(),
+    ))
+    .await
+    .expect("server starts");
+    let url = format!("http://{}", server.grpc_addr);
+    let ch = Channel::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (db, server, url, ch)
+}
+
 /// A `tallyctl consume` writing its lines to `out`.
 fn instance(url: &str, dir: &Path, out: &Path) -> tokio::process::Child {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tallyctl"));
@@ -142,18 +165,7 @@ async fn wait_for_lines(path: &Path, n: usize) {
 // key, version) leaves each result exactly once.
 #[tokio::test]
 async fn three_instances_two_killed_deliver_each_result_and_ack_once() {
-    let db = tally_pg::TestDb::new().await;
-    let server = tally_server::startup::server::start(tally_server::config::ServeArgs::for_tests(
-        db.url().to_string(),
-    ))
-    .await
-    .expect("server starts");
-    let url = format!("http://{}", server.grpc_addr);
-    let ch = Channel::from_shared(url.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (_db, server, url, ch) = serve().await;
     finished_ledger(&ch, "l", ROWS).await;
     let mut d = DeliveryServiceClient::new(ch.clone());
     d.create_consumer(pb::CreateConsumerRequest {
@@ -268,18 +280,7 @@ fn piped(url: &str, dir: &Path, args: &[&str]) -> tokio::process::Child {
 // any.
 #[tokio::test]
 async fn a_consume_that_lost_its_leases_leaves_the_rest() {
-    let db = tally_pg::TestDb::new().await;
-    let server = tally_server::startup::server::start(tally_server::config::ServeArgs::for_tests(
-        db.url().to_string(),
-    ))
-    .await
-    .expect("server starts");
-    let url = format!("http://{}", server.grpc_addr);
-    let ch = Channel::from_shared(url.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (_db, server, url, ch) = serve().await;
     const N: usize = 1000;
     finished_ledger(&ch, "l", N).await;
     let dir = std::env::temp_dir().join(format!("tallyctl-lost-{}", std::process::id()));
