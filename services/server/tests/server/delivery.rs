@@ -130,6 +130,33 @@ impl Env {
             .into_inner()
     }
 
+    /// Up to `max_rows` results for consumer `name`, at once (no wait).
+    async fn receive(&mut self, name: &str, max_rows: i32) -> pb::ReceiveResultsResponse {
+        self.d
+            .receive_results(pb::ReceiveResultsRequest {
+                consumer: name.into(),
+                max_rows,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// Webhook consumer `name`'s delivery log (its first 1,000 POSTs).
+    async fn webhook_log(&mut self, name: &str) -> Vec<pb::WebhookDelivery> {
+        self.d
+            .list_webhook_deliveries(pb::ListWebhookDeliveriesRequest {
+                parent: name.into(),
+                page_size: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .deliveries
+    }
+
     async fn get(&mut self, name: &str) -> pb::Consumer {
         self.d
             .get_consumer(pb::GetConsumerRequest { name: name.into() })
@@ -460,17 +487,7 @@ async fn a_webhook_consumer_rides_out_failures_and_an_outage() {
         assert_eq!(seen.received.len(), 300);
     }
     // The delivery log: failed POSTs during the outage got no answer.
-    let log = env
-        .d
-        .list_webhook_deliveries(pb::ListWebhookDeliveriesRequest {
-            parent: created.name.clone(),
-            page_size: 1000,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .deliveries;
+    let log = env.webhook_log(&created.name).await;
     let unanswered = log.iter().filter(|p| p.http_status == 0).count();
     let answered_500 = log.iter().filter(|p| p.http_status == 500).count();
     let accepted = log.iter().filter(|p| p.http_status == 204).count();
@@ -576,16 +593,7 @@ async fn dead_letters_resets_deletes_and_pages_through_grpc() {
     assert_eq!(pages, 2);
 
     let a = "ledgers/l/consumers/a".to_string();
-    let got = env
-        .d
-        .receive_results(pb::ReceiveResultsRequest {
-            consumer: a.clone(),
-            max_rows: 12,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = env.receive(&a, 12).await;
     let positions: Vec<i64> = got.results.iter().map(|r| r.position).collect();
     assert_eq!(positions.len(), 12);
     let nacked = env
@@ -641,16 +649,7 @@ async fn dead_letters_resets_deletes_and_pages_through_grpc() {
         (view.dead_letters, view.in_flight, view.lag_rows),
         (5, 0, 0)
     );
-    let again = env
-        .d
-        .receive_results(pb::ReceiveResultsRequest {
-            consumer: a.clone(),
-            max_rows: 12,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let again = env.receive(&a, 12).await;
     assert!(again.results.is_empty(), "dead letters are not handed out");
 
     let reset = env
@@ -665,16 +664,7 @@ async fn dead_letters_resets_deletes_and_pages_through_grpc() {
         .unwrap()
         .into_inner();
     assert_eq!(reset.acked_position, positions[6]);
-    let after = env
-        .d
-        .receive_results(pb::ReceiveResultsRequest {
-            consumer: a.clone(),
-            max_rows: 12,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let after = env.receive(&a, 12).await;
     assert_eq!(
         after.results.iter().map(|r| r.position).collect::<Vec<_>>(),
         positions[7..].to_vec()
@@ -758,17 +748,7 @@ async fn a_webhook_to_a_private_host_is_refused_at_send_and_dead_lettered() {
         assert!(Instant::now() < deadline, "not dead-lettered: {view:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let log = env
-        .d
-        .list_webhook_deliveries(pb::ListWebhookDeliveriesRequest {
-            parent: created.name.clone(),
-            page_size: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .deliveries;
+    let log = env.webhook_log(&created.name).await;
     assert_eq!(log.len(), 2, "one refused POST per delivery: {log:?}");
     for post in &log {
         assert_eq!(post.http_status, 0, "{post:?}");
