@@ -318,7 +318,9 @@ async fn a_consume_that_lost_its_leases_leaves_the_rest() {
             .await
             .unwrap()
             .into_inner();
-        if c.in_flight == 500 {
+        // It received: results are leased, or some already acknowledged
+        // (it writes and acks at once until its pipe is full).
+        if c.in_flight > 0 || c.lag_rows < N as i64 {
             break;
         }
         assert!(Instant::now() < deadline, "the slow consume never received");
