@@ -256,6 +256,20 @@ async fn three_instances_two_killed_deliver_each_result_and_ack_once() {
     server.stop().await.unwrap();
 }
 
+/// The key of each line a consume wrote.
+fn keys_of(out: Vec<u8>) -> Vec<String> {
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
 /// A `tallyctl consume` of `l`/`sink` with `args` after the consumer's
 /// name, its stdout and stderr piped (unread until the test reads them).
 fn piped(url: &str, dir: &Path, args: &[&str]) -> tokio::process::Child {
@@ -349,16 +363,7 @@ async fn a_consume_that_lost_its_leases_leaves_the_rest() {
         .expect("the fast consume ends")
         .unwrap();
     assert!(fast.status.success());
-    let fast_keys: HashSet<String> = String::from_utf8(fast.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let fast_keys: HashSet<String> = keys_of(fast.stdout).into_iter().collect();
 
     // Unblocked, the slow one writes what it had buffered, finds its lease
     // gone at its next acknowledgement and stops writing that receive.
@@ -375,16 +380,7 @@ async fn a_consume_that_lost_its_leases_leaves_the_rest() {
         .expect("the slow consume ends")
         .unwrap();
     assert!(status.success());
-    let slow_keys: Vec<String> = String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["key"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let slow_keys: Vec<String> = keys_of(out);
     let slow_lines = slow_keys.len();
     let both = slow_keys.iter().filter(|k| fast_keys.contains(*k)).count();
     // Instances are not told apart: around the moment the leases ran out
