@@ -21,15 +21,14 @@
 //! (The worker packs a batch under the model's limit, so one job alone
 //! fits.)
 //!
-//! Quotas are a provider account's (the project behind a key): jobs of
-//! other accounts never count. Within an account, teams (the principals
-//! that make jobs) share it: with a `team_share` below 100%, a team with
-//! something of the model in flight is admitted only while its own jobs
-//! stay within that share of each limit, so one team cannot take the whole
-//! quota; and another team's PREPARING jobs (admitted, not yet sent) count
-//! only while young ([`PREPARING_HOLD`]), so a team that claims and stalls
-//! cannot starve the others.
-
+//! Quotas are a provider account's (the project behind a key), and the
+//! account is the worker's word: another team may name it too, honestly
+//! (a shared key) or not. So only the asking team's own jobs in the
+//! account count: each team holds `team_share` percent of each limit
+//! (100: the whole). Teams sharing a key set shares that add up to 100 to
+//! stay under the provider's limits together; where they still meet it,
+//! its 429 cools the model down for the team that met it. No job another
+//! team makes, or claims to make, can block a team's creates.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -51,11 +50,6 @@ pub const MAX_MODEL_OVERRIDES: usize = 256;
 /// costs a claim and a CreateJob, so a long batch is waited for in steps).
 pub const MIN_RETRY: Duration = Duration::from_secs(5);
 pub const MAX_RETRY: Duration = Duration::from_secs(300);
-
-/// How long another team's PREPARING job holds quota: a job is rendered
-/// and uploaded in seconds; one that stays PREPARING longer is stalled and
-/// stops counting against other teams.
-pub const PREPARING_HOLD: Duration = Duration::from_secs(60);
 
 /// The job states that hold the provider's quota (open and not known
 /// finished at the provider).
@@ -86,8 +80,8 @@ pub struct ProviderQuotas {
     pub enqueued_tokens: i64,
     /// Enqueued tokens of named models.
     pub per_model: BTreeMap<String, i64>,
-    /// The share of each limit one team may hold while it has something of
-    /// the model in flight, in percent (1 to 100; 100: no share).
+    /// The share of each limit one team holds, in percent (1 to 100;
+    /// 100: the whole).
     pub team_share: u8,
 }
 
@@ -116,6 +110,19 @@ impl ProviderQuotas {
     /// `share` percent of `limit`, at least 1 when `limit` is positive.
     fn share_of(&self, limit: i64) -> i64 {
         (limit.saturating_mul(i64::from(self.team_share)) / 100).max(limit.min(1))
+    }
+
+    /// Where a limit of `held` comes from: the flag, and the share when it
+    /// is not the whole.
+    fn of_flags(&self, flag: &str, limit: i64) -> String {
+        if self.team_share >= 100 {
+            format!(" ({flag})")
+        } else {
+            format!(
+                " ({}% of {flag} {limit}, --provider-team-share)",
+                self.team_share
+            )
+        }
     }
 
     /// The enqueued-token limit of `model` (0: none).
@@ -162,25 +169,14 @@ impl ProviderQuotas {
     }
 }
 
-/// A job at the provider (of the same account), as admission sees it.
+/// A job of the asking team at the provider (in the same account), as
+/// admission sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InFlight {
     pub model: String,
     pub tokens: i64,
     /// Since the job was made.
     pub age: Duration,
-    /// Made by the team asking now.
-    pub mine: bool,
-    /// Still PREPARING (admitted, not yet sent).
-    pub preparing: bool,
-}
-
-impl InFlight {
-    /// Whether the job holds quota against the team asking: its own jobs
-    /// always; another team's unless it is a stalled PREPARING job.
-    pub fn holds(&self) -> bool {
-        self.mine || !self.preparing || self.age < PREPARING_HOLD
-    }
 }
 
 /// Which limit refused a job.
@@ -188,8 +184,6 @@ impl InFlight {
 pub enum Limit {
     Batches,
     EnqueuedTokens,
-    /// The team's share of a limit.
-    TeamShare,
 }
 
 /// The answer of [`admit`].
@@ -205,11 +199,11 @@ pub enum Admission {
 }
 
 /// Whether a job of `model` with `tokens` estimated input tokens may go to
-/// the provider now, given every job in flight (all models). `typical` is
-/// how long a recent batch of the model took (the median): a job in flight
-/// is expected to finish `typical` after it was made (any moment once older
-/// than that). With no history (`None`), any job may finish any moment:
-/// the RetryInfo is the shortest.
+/// the provider now, given the asking team's jobs in flight in the account
+/// (all models). `typical` is how long a recent batch of the model took
+/// (the median): a job in flight is expected to finish `typical` after it
+/// was made (any moment once older than that). With no history (`None`),
+/// any job may finish any moment: the RetryInfo is the shortest.
 pub fn admit(
     quotas: &ProviderQuotas,
     model: &str,
@@ -222,46 +216,42 @@ pub fn admit(
             .map_or(MIN_RETRY, |t| t.saturating_sub(j.age))
             .clamp(MIN_RETRY, MAX_RETRY)
     };
-    let in_flight: Vec<&InFlight> = in_flight.iter().filter(|j| j.holds()).collect();
     let max = quotas.max_batches as usize;
-    if max > 0 && in_flight.len() >= max {
-        // The (len - max + 1)th job to finish makes room.
-        let mut waits: Vec<Duration> = in_flight.iter().map(|j| remaining(j)).collect();
+    let held = quotas.share_of(max as i64) as usize;
+    if max > 0 && in_flight.len() >= held {
+        // The (len - held + 1)th job to finish makes room.
+        let mut waits: Vec<Duration> = in_flight.iter().map(remaining).collect();
         waits.sort();
-        let retry_after = waits[in_flight.len() - max];
+        let retry_after = waits[in_flight.len() - held];
         return Admission::Refuse {
             limit: Limit::Batches,
             message: format!(
-                "{} batches are at the provider and the project's limit (--provider-max-batches) is {max}; \
+                "this team has {} batches at the provider in this account and its limit is {held}{}; \
                  retry in about {}s, when one should have finished",
                 in_flight.len(),
+                quotas.of_flags("--provider-max-batches", max as i64),
                 retry_after.as_secs()
             ),
             retry_after,
         };
     }
-    if let Some(refusal) = over_share(quotas, model, tokens, &in_flight, &remaining) {
-        return refusal;
-    }
     let limit = quotas.tokens_of(model);
-    let mut same: Vec<&InFlight> = in_flight
-        .iter()
-        .copied()
-        .filter(|j| j.model == model)
-        .collect();
+    let allowed = quotas.share_of(limit);
+    let mut same: Vec<&InFlight> = in_flight.iter().filter(|j| j.model == model).collect();
     let enqueued: i64 = same.iter().map(|j| j.tokens.max(0)).sum();
-    if limit <= 0 || same.is_empty() || enqueued.saturating_add(tokens) <= limit {
+    if limit <= 0 || same.is_empty() || enqueued.saturating_add(tokens) <= allowed {
         return Admission::Admit;
     }
     same.sort_by_key(|j| remaining(j));
-    let retry_after = room_after(&same, enqueued, tokens, limit, &remaining);
+    let retry_after = room_after(&same, enqueued, tokens, allowed, &remaining);
     Admission::Refuse {
         limit: Limit::EnqueuedTokens,
         message: format!(
-            "model {model:?} has about {enqueued} input tokens enqueued at the provider in {} batches; \
-             this job's ~{tokens} more would pass its limit of {limit} (--provider-enqueued-tokens); \
+            "this team has about {enqueued} input tokens of model {model:?} enqueued at the provider in {} batches; \
+             this job's ~{tokens} more would pass its limit of {allowed}{}; \
              retry in about {}s, when enough should have finished",
             same.len(),
+            quotas.of_flags("--provider-enqueued-tokens", limit),
             retry_after.as_secs()
         ),
         retry_after,
@@ -289,58 +279,6 @@ fn room_after(
     retry_after
 }
 
-/// The refusal when the asking team, with something of `model` in flight,
-/// would pass its share of the batch or token limit.
-fn over_share(
-    quotas: &ProviderQuotas,
-    model: &str,
-    tokens: i64,
-    in_flight: &[&InFlight],
-    remaining: &impl Fn(&InFlight) -> Duration,
-) -> Option<Admission> {
-    if quotas.team_share >= 100 {
-        return None;
-    }
-    let mut mine: Vec<&InFlight> = in_flight
-        .iter()
-        .copied()
-        .filter(|j| j.mine && j.model == model)
-        .collect();
-    if mine.is_empty() {
-        return None;
-    }
-    mine.sort_by_key(|j| remaining(j));
-    let share = quotas.team_share;
-    let max = i64::from(quotas.max_batches);
-    let all_mine = in_flight.iter().filter(|j| j.mine).count() as i64;
-    if max > 0 && all_mine >= quotas.share_of(max) {
-        return Some(Admission::Refuse {
-            limit: Limit::TeamShare,
-            message: format!(
-                "this team has {all_mine} batches at the provider, its share ({share}% of --provider-max-batches {max}); \
-                 retry when one has finished"
-            ),
-            retry_after: remaining(mine[0]),
-        });
-    }
-    let limit = quotas.tokens_of(model);
-    let enqueued: i64 = mine.iter().map(|j| j.tokens.max(0)).sum();
-    let allowed = quotas.share_of(limit);
-    if limit <= 0 || enqueued.saturating_add(tokens) <= allowed {
-        return None;
-    }
-    let retry_after = room_after(&mine, enqueued, tokens, allowed, remaining);
-    Some(Admission::Refuse {
-        limit: Limit::TeamShare,
-        message: format!(
-            "this team has about {enqueued} input tokens of model {model:?} enqueued; this job's ~{tokens} more would pass its share \
-             ({share}% of {limit}, --provider-team-share); retry in about {}s",
-            retry_after.as_secs()
-        ),
-        retry_after,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,15 +288,6 @@ mod tests {
             model: model.into(),
             tokens,
             age: Duration::from_secs(age_secs),
-            mine: false,
-            preparing: false,
-        }
-    }
-
-    fn mine(model: &str, tokens: i64, age_secs: u64) -> InFlight {
-        InFlight {
-            mine: true,
-            ..job(model, tokens, age_secs)
         }
     }
 
@@ -373,67 +302,35 @@ mod tests {
         }
     }
 
-    // Invariant: with a team share, a team holding something of the model
-    // is admitted only within its share of each limit; a team with nothing
-    // in flight is admitted (the global rules still apply), so the share
-    // never strands a team.
+    // Invariant: with a team share, a team is admitted only within its
+    // share of each limit, and the refusal names the share.
     #[test]
     fn a_team_stays_within_its_share() {
         let mut q = quotas(10, 1000);
         q.team_share = 50;
-        let a = [mine("m", 300, 10), job("m", 100, 10)];
-        assert_eq!(admit(&q, "m", 200, &a, TYPICAL), Admission::Admit);
-        assert!(matches!(
-            admit(&q, "m", 201, &a, TYPICAL),
+        let a = [job("m", 300, 10), job("m", 100, 10)];
+        assert_eq!(admit(&q, "m", 100, &a, TYPICAL), Admission::Admit);
+        match admit(&q, "m", 101, &a, TYPICAL) {
             Admission::Refuse {
-                limit: Limit::TeamShare,
+                limit: Limit::EnqueuedTokens,
+                message,
                 ..
-            }
-        ));
-        // Another team (nothing of its own in flight) still gets the rest.
-        let other = [job("m", 300, 10), job("m", 100, 10)];
-        assert_eq!(admit(&q, "m", 600, &other, TYPICAL), Admission::Admit);
+            } => assert!(message.contains("limit of 500 (50% of"), "{message}"),
+            other => panic!("{other:?}"),
+        }
         // The batch share: 5 of 10.
-        let five: Vec<InFlight> = (0..5).map(|_| mine("m", 1, 10)).collect();
-        assert!(matches!(
-            admit(&q, "m", 1, &five, TYPICAL),
+        let five: Vec<InFlight> = (0..5).map(|_| job("m", 1, 10)).collect();
+        match admit(&q, "m", 1, &five, TYPICAL) {
             Admission::Refuse {
-                limit: Limit::TeamShare,
+                limit: Limit::Batches,
+                message,
                 ..
-            }
-        ));
+            } => assert!(message.contains("--provider-team-share"), "{message}"),
+            other => panic!("{other:?}"),
+        }
         assert_eq!(admit(&q, "m", 1, &five[..4], TYPICAL), Admission::Admit);
-    }
-
-    // Invariant: another team's PREPARING job holds quota only while young;
-    // a team's own PREPARING jobs always count.
-    #[test]
-    fn stalled_preparing_jobs_of_other_teams_do_not_starve() {
-        let q = quotas(1, 0);
-        let stalled = InFlight {
-            preparing: true,
-            ..job("m", 1, PREPARING_HOLD.as_secs())
-        };
-        assert_eq!(
-            admit(&q, "m", 1, std::slice::from_ref(&stalled), TYPICAL),
-            Admission::Admit
-        );
-        let young = InFlight {
-            age: Duration::from_secs(1),
-            ..stalled.clone()
-        };
-        assert!(matches!(
-            admit(&q, "m", 1, &[young], TYPICAL),
-            Admission::Refuse { .. }
-        ));
-        let own = InFlight {
-            mine: true,
-            ..stalled
-        };
-        assert!(matches!(
-            admit(&q, "m", 1, &[own], TYPICAL),
-            Admission::Refuse { .. }
-        ));
+        // A share never strands a team: alone, any size goes.
+        assert_eq!(admit(&q, "m", 1_000_000, &[], TYPICAL), Admission::Admit);
     }
 
     // Invariant: a job is admitted exactly when in-flight plus it fits both

@@ -1,8 +1,9 @@
 //! Whether a job may go to the provider now (rules in `tally_core::quota`
 //! and `tally_core::job::provider_cooldown`): the shared cool-down a 429 at
 //! create put its model in, and the provider's batch and enqueued-token
-//! limits counted over every open job of every ledger. Both refuse with
-//! RESOURCE_EXHAUSTED and a RetryInfo; neither touches a row.
+//! limits counted over every open job of the team in the account (all its
+//! ledgers). Both refuse with RESOURCE_EXHAUSTED and a RetryInfo; neither
+//! touches a row.
 //!
 //! Admissions take turns under one advisory lock (the limits are the
 //! project's, across ledgers), so two creators cannot both see room for
@@ -13,7 +14,6 @@ use crate::types::JobOrigin;
 use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
 use std::time::Duration;
-use tally_core::job::JobState;
 use tally_core::quota::{self, Admission, InFlight, Limit, ProviderQuotas};
 use uuid::Uuid;
 
@@ -105,9 +105,11 @@ pub(crate) async fn estimate(tx: &mut Transaction<'static, Postgres>, token: Uui
 
 /// RESOURCE_EXHAUSTED (reason PROVIDER_QUOTA, RetryInfo from what should
 /// finish next) unless a job of `model` estimated at `tokens`, made by
-/// `origin.team` in `origin.account`, fits the provider's limits beside
-/// every job of the account in flight (and the team's share). Holds the
-/// admission lock to the end of the transaction, which inserts the job.
+/// `origin.team` in `origin.account`, fits the team's share of the
+/// provider's limits beside the team's jobs of the account in flight
+/// (another team's jobs are its word about the account, and never count).
+/// Holds the admission lock to the end of the transaction, which inserts
+/// the job.
 pub(crate) async fn admit(
     tx: &mut Transaction<'static, Postgres>,
     quotas: &ProviderQuotas,
@@ -122,25 +124,22 @@ pub(crate) async fn admit(
         .bind(ADMISSION_LOCK)
         .execute(&mut **tx)
         .await?;
-    let rows: Vec<(String, i64, f64, bool, bool)> = sqlx::query_as(
-        "SELECT model, est_tokens, greatest(extract(epoch FROM now() - create_time), 0)::float8,
-                team = $3, state = $4
-         FROM jobs WHERE end_time IS NULL AND state = ANY ($1) AND provider_account = $2",
+    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
+        "SELECT model, est_tokens, greatest(extract(epoch FROM now() - create_time), 0)::float8
+         FROM jobs WHERE end_time IS NULL AND state = ANY ($1) AND provider_account = $2
+           AND team = $3",
     )
     .bind(quota::in_flight_codes())
     .bind(origin.account)
     .bind(origin.team)
-    .bind(JobState::Preparing.code())
     .fetch_all(&mut **tx)
     .await?;
     let in_flight: Vec<InFlight> = rows
         .into_iter()
-        .map(|(model, tokens, age, mine, preparing)| InFlight {
+        .map(|(model, tokens, age)| InFlight {
             model,
             tokens,
             age: Duration::from_secs_f64(age),
-            mine,
-            preparing,
         })
         .collect();
     // Whether it fits does not depend on how long batches take; only the
@@ -162,7 +161,6 @@ pub(crate) async fn admit(
                 limit = match limit {
                     Limit::Batches => "batches",
                     Limit::EnqueuedTokens => "enqueued_tokens",
-                    Limit::TeamShare => "team_share",
                 },
                 retry_after_secs = retry_after.as_secs(),
                 "job not admitted: the provider's quota is full"

@@ -243,10 +243,10 @@ pub struct ProviderArgs {
     )]
     pub provider_enqueued_tokens: Vec<String>,
 
-    /// The share of each limit one team (the principal whose workers make
-    /// the jobs) may hold in a provider account while it has jobs of the
-    /// model in flight, in percent (1-100); 100: no share, first come first
-    /// served.
+    /// The share of each limit each team (the principal whose workers make
+    /// the jobs) holds in a provider account, in percent (1-100; 100: the
+    /// whole). Only a team's own jobs count against it; teams sharing one
+    /// provider key set shares that add up to 100.
     #[arg(long, env = "TALLY_PROVIDER_TEAM_SHARE", default_value_t = 100, value_parser = clap::value_parser!(u8).range(1..=100))]
     pub provider_team_share: u8,
 

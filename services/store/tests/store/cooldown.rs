@@ -218,11 +218,13 @@ async fn a_cool_down_holds_back_its_own_provider_account_only() {
     }
 }
 
-/// Invariant: with a team share of 50%, a team holding jobs of a model is
-/// admitted only within half of the account's limit, while other teams are
-/// admitted beside it; another team's stalled PREPARING jobs stop counting.
+/// Invariant (issue 51): in one provider account, a team is admitted up to
+/// its share of the account's limits (50% of 4 batches), and only its own
+/// jobs count: another team naming the same account (a shared key, or a
+/// forged name) can neither fill the team's quota nor block its creates,
+/// whatever it holds or leaves stalled.
 #[tokio::test]
-async fn a_team_share_keeps_room_for_other_teams() {
+async fn a_team_share_is_the_teams_own_whatever_other_teams_hold() {
     use tally_core::quota::ProviderQuotas;
     use tally_store::types::JobOrigin;
     let env = env().await;
@@ -259,19 +261,24 @@ async fn a_team_share_keeps_room_for_other_teams() {
         create("a").await.1.expect("within team a's share");
     }
     let message = refused(create("a").await.1, "team a at its share");
-    assert!(message.contains("share"), "{message}");
-    create("b").await.1.expect("team b beside team a");
-    create("c").await.1.expect("team c: 4 of 4");
-    let (c2, got) = create("c").await;
-    let message = refused(got, "the account is full");
-    assert!(message.contains("--provider-max-batches"), "{message}");
-    // Team a's jobs sit PREPARING past the hold (stalled, never sent): they
-    // no longer count against other teams.
-    sqlx::query("UPDATE jobs SET create_time = now() - interval '10 minutes' WHERE team = 'a'")
+    assert!(message.contains("--provider-team-share"), "{message}");
+    // Team b makes jobs it never sends, naming the same account: team c's
+    // share is still all its own.
+    for _ in 0..2 {
+        create("b").await.1.expect("within team b's share");
+    }
+    refused(create("b").await.1, "team b at its share");
+    sqlx::query("UPDATE jobs SET state = $1 WHERE team = 'b'")
+        .bind(tally_core::job::JobState::Creating.code())
         .execute(s.pool())
         .await
         .unwrap();
-    s.create_job_in("c", c2, "w", &origin("c"))
-        .await
-        .expect("stalled PREPARING jobs of another team do not starve team c");
+    for _ in 0..2 {
+        create("c")
+            .await
+            .1
+            .expect("team c's share, whatever a and b hold");
+    }
+    let message = refused(create("c").await.1, "team c at its share");
+    assert!(message.contains("this team has 2 batches"), "{message}");
 }
