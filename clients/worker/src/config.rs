@@ -184,7 +184,9 @@ pub struct WorkerArgs {
     /// the provider refused a batch for capacity without naming a delay: a
     /// 429 with no `retry-after`, OpenAI's enqueued-token limit (a batch
     /// `failed` with `token_limit_exceeded`). The rows go back with no
-    /// attempt and wait this long (1s to 10m).
+    /// attempt and wait this long (1s to 10m); each such refusal of a
+    /// create in a row doubles it (up to 10m), and the seventh in a row
+    /// pauses the ledger (reason QUOTA) with the provider's words.
     #[arg(long, env = "TALLY_WORKER_REFUSAL_COOLDOWN", default_value = "60s", value_parser = parse_duration)]
     pub refusal_cooldown: Duration,
 

@@ -48,6 +48,8 @@ pub struct Ctx {
     pub account: String,
     /// Token bounds per model learned from refused creates.
     bounds: std::sync::Mutex<TokenBounds>,
+    /// Refusals naming no delay, in a row, per model.
+    unnamed_waits: std::sync::Mutex<crate::waits::UnnamedWaits>,
     /// Where rows' media are read from.
     pub media: MediaReader,
     /// Set when the worker's own settings keep it from running a row (its
@@ -74,6 +76,7 @@ impl Ctx {
             media,
             account: provider.account(),
             bounds: std::sync::Mutex::new(TokenBounds::default()),
+            unnamed_waits: std::sync::Mutex::default(),
             settings_problem: std::sync::Mutex::new(None),
             last_probe: std::sync::Mutex::new(None),
             rows_per_call: AtomicUsize::new(args.max_rows_per_report.max(1)),
@@ -206,6 +209,24 @@ impl Ctx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .created(model, limit);
+        self.unnamed_waits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .made(model);
+    }
+
+    /// What a capacity refusal of a create of `model` asks: the delay the
+    /// provider named, else `--refusal-cooldown` doubled by the refusals
+    /// naming none in a row, until the ledger pauses ([`crate::waits`]).
+    pub fn capacity_wait(&self, model: &str, named: Option<Duration>) -> crate::waits::Next {
+        match named {
+            Some(d) => crate::waits::Next::Wait(d),
+            None => self
+                .unnamed_waits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .refused(model, self.args.refusal_cooldown, std::time::Instant::now()),
+        }
     }
 
     /// The lease asked for on claims and heartbeats: `--lease`, else the

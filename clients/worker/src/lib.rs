@@ -50,6 +50,7 @@ pub mod prompt;
 pub mod provider;
 mod refusal;
 mod tags;
+mod waits;
 pub mod worker;
 
 pub use config::WorkerArgs;

@@ -25,6 +25,7 @@ use crate::job::end::JobError;
 use crate::job::marks::{CreateEnd, Refusal, mark_not_created, mark_submitted};
 use crate::provider::ProviderError;
 use crate::refusal::Refusal as Kind;
+use crate::waits::Next;
 
 /// What a job sends in its batch.
 #[derive(Debug, Clone, Default)]
@@ -158,15 +159,27 @@ pub(crate) async fn refused(
 ) -> Result<(), JobError> {
     // The provider answered and made nothing.
     tracing::warn!(job = %job.job_id, error = %e, ?refusal, rows = keys.len(), tokens, "batch {call} refused");
-    let reason = format!("the {call} was refused: {e}");
+    let mut reason = format!("the {call} was refused: {e}");
     let mut not = Refusal::default();
+    let mut wait = None;
     match refusal {
         Kind::Wait(named) => {
             // The project's quota (enqueued tokens, rate): the model cools
             // down for every worker of the account, and this worker's next
             // batch of it is smaller in case its size was the problem.
             ctx.create_refused(model, tokens);
-            not.cooldown = Some(ctx.cooldown(named));
+            match ctx.capacity_wait(model, named) {
+                Next::Wait(d) => {
+                    not.cooldown = Some(d);
+                    wait = Some(d);
+                }
+                Next::Pause(n) => {
+                    reason = format!(
+                        "{reason} ({n} refusals in a row named no delay; resume the ledger when the provider takes work again)"
+                    );
+                    not.lasting = Some(pb::ProviderRefusal::Quota);
+                }
+            }
         }
         Kind::TooLarge => {
             ctx.create_refused(model, tokens);
@@ -195,10 +208,13 @@ pub(crate) async fn refused(
     mark_not_created(ctx, job, claim, &reason, not).await?;
     crate::job::settle::delete_input(ctx, job).await;
     match refusal {
-        Kind::Wait(named) => {
-            ctx.hold_claims(ctx.cooldown(named));
-            Ok(())
-        }
+        Kind::Wait(_) => match wait {
+            Some(d) => {
+                ctx.hold_claims(d);
+                Ok(())
+            }
+            None => Err(e.into()),
+        },
         Kind::Retry => {
             ctx.hold_claims(ctx.cooldown(None));
             Ok(())

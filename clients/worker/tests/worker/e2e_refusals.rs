@@ -142,3 +142,66 @@ async fn a_row_too_large_alone_is_permanent() {
     }
     w.stop().await;
 }
+
+/// A 429 that never names a delay (no RetryInfo), for good (issue 51,
+/// item 1): the worker waits `--refusal-cooldown` (1 s), doubling with each
+/// refusal in a row, and the seventh in a row pauses the ledger (QUOTA)
+/// with the provider's words instead of creating once a cool-down for
+/// ever. Invariants (one job at a time): the ledger pauses; the provider
+/// saw exactly the seven refused creates; no row spent an attempt; nothing
+/// was made. (With more jobs out, each wait's end lets each of them meet
+/// the refusal once: still bounded, counted as that wait's in `waits.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refusal_naming_no_delay_backs_off_then_pauses() {
+    const LEDGER: &str = "no-delay";
+    const ROWS: usize = 20;
+    let faults = refusal(
+        429,
+        "RESOURCE_EXHAUSTED",
+        "Resource has been exhausted (e.g. check quota).",
+    );
+    let w = World::start(LEDGER, ROWS, faults, pb::AttemptBudgets::default()).await;
+    let worker = w.worker_in_process(
+        LEDGER,
+        "no-delay",
+        &[
+            "--claim-size",
+            "4",
+            "--max-jobs",
+            "1",
+            "--refusal-cooldown",
+            "1s",
+        ],
+    );
+    common::until(Duration::from_secs(180), "the ledger pauses", || async {
+        summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    common::until(Duration::from_secs(30), "the jobs out close", || async {
+        summary(&w.c, LEDGER).await.active_jobs == 0
+    })
+    .await;
+    let s = summary(&w.c, LEDGER).await;
+    let stats = w.emulator.stats();
+    let pause = s.pause.clone().expect("a pause");
+    println!(
+        "paused ({}): {:?}; {} creates refused",
+        pause.reason, pause.message, stats.create_rejections
+    );
+    assert_eq!(pause.reason, pb::LedgerPauseReason::Quota as i32);
+    assert!(
+        pause.message.contains("Resource has been exhausted")
+            && pause.message.contains("7 refusals in a row named no delay"),
+        "{}",
+        pause.message
+    );
+    assert_eq!(
+        stats.create_rejections, 7,
+        "six waits then a pause, not a loop"
+    );
+    assert_eq!(stats.batches_created, 0);
+    assert_eq!(s.attempts_total, 0, "no attempt spent on a refusal");
+    assert_eq!(s.pending, ROWS as i64, "every row waits, unattempted");
+    let _ = worker.stop().await;
+    w.stop().await;
+}

@@ -5,7 +5,7 @@
 //! | answer | kind |
 //! | --- | --- |
 //! | 429 whose `details.error_code` is a spend cap or a hold (`enforced_spend_limit_reached`, `contract_spend_limit_reached`, `organization_on_hold`), or that says "spend limit" | stop (`billing`): no retry helps before the cap is raised or the month ends |
-//! | 429 `rate_limit_error`, 529 `overloaded_error` | wait, for its `retry-after` (60s when none) |
+//! | 429 `rate_limit_error`, 529 `overloaded_error` | wait, for its `retry-after` (`--refusal-cooldown` when none, doubling in a row; the 7th in a row pauses the ledger, QUOTA) |
 //! | 413 `request_too_large`, or a 400 saying the request is too large | fix: a smaller batch |
 //! | 400 `invalid_request_error` naming a request (`requests.3.…`) | fix: that row is invalid input (PERMANENT), the others go back |
 //! | 402 `billing_error` | stop (`billing`) |

@@ -3,7 +3,7 @@
 //! | answer | kind |
 //! | --- | --- |
 //! | 429 naming a per-day quota | stop (`quota`): waiting for a RetryInfo does not bring it back |
-//! | any other 429 (rate, enqueued tokens) | wait: the model cools down for every worker of the account, for the provider's RetryInfo (60s when none); the next batch is smaller |
+//! | any other 429 (rate, enqueued tokens) | wait: the model cools down for every worker of the account, for the provider's RetryInfo (`--refusal-cooldown` when none, doubling in a row; the 7th in a row pauses the ledger, QUOTA); the next batch is smaller |
 //! | 413, or a 400 saying the request is too large | fix: a smaller batch (a batch of one row that is still too large is that row's fault: PERMANENT) |
 //! | 403; 400 FAILED_PRECONDITION naming billing | stop (`billing`) |
 //! | 404 (the model is unknown or takes no batches) | stop (`model`) |

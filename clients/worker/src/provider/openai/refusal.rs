@@ -4,7 +4,7 @@
 //! | answer | kind |
 //! | --- | --- |
 //! | 429 `insufficient_quota` (or `credit_balance_exhausted`, `billing_…`) | stop (`billing`) |
-//! | any other 429 (`rate_limit_exceeded`) | wait, for its `retry-after` (60s when none) |
+//! | any other 429 (`rate_limit_exceeded`) | wait, for its `retry-after` (`--refusal-cooldown` when none, doubling in a row; the 7th in a row pauses the ledger, QUOTA) |
 //! | a create's 400 (or 404) naming its input file as missing, after the file was waited for ([`super::visible`]), the file gone | none: the rows go back with no attempt |
 //! | … the file still there but never visible within the wait | stop (`refused`) |
 //! | 413, or a 400 saying the request is too large | fix: a smaller batch |
