@@ -197,8 +197,10 @@ async fn cancel_batch(
     shared.cancel_batch(&id).map(json)
 }
 
-/// Unknown paths (and methods the API has not, like deleting a batch).
-async fn not_found(request: Request) -> ApiError {
+/// Unknown paths (and methods the API has not, like deleting a batch),
+/// counted: a client at a wrong base URL shows in the stats.
+async fn not_found(State(shared): AppState, request: Request) -> ApiError {
+    shared.count_unknown_route();
     ApiError::not_found(format!(
         "Invalid URL ({} {})",
         request.method(),

@@ -166,6 +166,11 @@ impl Shared {
         );
     }
 
+    /// A call to a path (or method) the API has not.
+    pub(crate) fn count_unknown_route(&self) {
+        self.lock().stats.unknown_routes += 1;
+    }
+
     // ---- synchronous endpoints ----
 
     /// Answers one synchronous request of `endpoint`
@@ -989,7 +994,7 @@ fn upload_refused(refused: UploadRefused) -> ApiError {
 /// `100 GB` for a whole number of gigabytes, else `N bytes`.
 fn bytes_in_words(bytes: u64) -> String {
     const GB: u64 = 1_000_000_000;
-    if bytes >= GB && bytes % GB == 0 {
+    if bytes >= GB && bytes.is_multiple_of(GB) {
         format!("{} GB", bytes / GB)
     } else {
         format!("{bytes} bytes")

@@ -169,7 +169,8 @@ async fn create_refusals() {
 
 // Invariant: an upload refused by the plan, for its size or for a full
 // storage answers in the API's error shape and stores nothing; the
-// storage counts the files still stored, so deleting one makes room.
+// storage counts the files still stored, so deleting one makes room; a
+// call without `/v1` is a counted 404.
 #[tokio::test]
 async fn upload_refusals_store_nothing() {
     let (emu, api) = start(config(plan(json!({"upload_refused": {"times": 1}})))).await;
@@ -208,6 +209,10 @@ async fn upload_refusals_store_nothing() {
     assert_eq!((stats.uploads, stats.upload_rejections), (2, 3));
     let (_, files) = api.get("/files").await;
     assert_eq!(files["data"].as_array().unwrap().len(), 1);
+    let unversioned = api.http.post(format!("{}/files", emu.base_url()));
+    let (status, err) = api.call(unversioned).await;
+    assert_eq!(status, 404, "a base URL without /v1: {err}");
+    assert_eq!(emu.stats().unknown_routes, 1);
     emu.shutdown().await;
 }
 
