@@ -221,3 +221,66 @@ def test_async_client(emulator: Emulator) -> None:
         await client.close()
 
     asyncio.run(run())
+
+
+def test_list_orders_page_every_batch(client: anthropic.Anthropic, emulator: Emulator) -> None:
+    """Each `list_order` is paged through whole by the SDK's auto-pagination."""
+    made = [client.messages.batches.create(requests=_requests([f"r{i}"])).id for i in range(5)]
+    emulator.set_faults({"list_order": "oldest_first"})
+    assert [b.id for b in client.messages.batches.list(limit=2)] == made
+    emulator.set_faults({"list_order": "shuffled"})
+    shuffled = [b.id for b in client.messages.batches.list(limit=2)]
+    assert sorted(shuffled) == sorted(made)
+    assert shuffled not in (made, list(reversed(made)))
+    assert [b.id for b in client.messages.batches.list(limit=3)] == shuffled
+
+
+def test_request_counts_move_while_in_progress(
+    client: anthropic.Anthropic, emulator: Emulator
+) -> None:
+    """With `moving_counts`, an in-progress batch counts requests answered; a cancel keeps them."""
+    emulator.set_faults(
+        {
+            "moving_counts": True,
+            "batches": [{"match": {"nth": 1}, "fault": {"kind": "stays_in_progress"}}],
+            "rows": [
+                {"match": {"custom_id": "b"}, "fault": {"kind": "errored", "error": "api_error"}}
+            ],
+        }
+    )
+    batch = client.messages.batches.create(requests=_requests(["a", "b", "c", "d"]))
+    assert batch.request_counts.processing == 4
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        running = client.messages.batches.retrieve(batch.id)
+        if running.request_counts.processing == 1:
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the counts never moved")
+    assert running.processing_status == "in_progress"
+    assert (running.request_counts.succeeded, running.request_counts.errored) == (2, 1)
+    client.messages.batches.cancel(batch.id)
+    done = _ended(client, batch.id)
+    counts = done.request_counts
+    assert (counts.succeeded, counts.errored, counts.canceled) == (2, 1, 1)
+
+
+def test_archived_results_are_not_found(client: anthropic.Anthropic, emulator: Emulator) -> None:
+    """Past its results' time a batch names `archived_at` and its results are a NotFoundError."""
+    emulator.set_faults({"archive_after_ms": 1000})
+    batch = client.messages.batches.create(requests=_requests(["a"]))
+    done = _ended(client, batch.id)
+    assert done.archived_at is None
+    assert set(_results(client, batch.id)) == {"a"}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        archived = client.messages.batches.retrieve(batch.id)
+        if archived.archived_at is not None:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the batch was never archived")
+    assert archived.archived_at >= archived.created_at
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.batches.results(batch.id)

@@ -185,3 +185,58 @@ def test_file_not_yet_visible_is_a_bad_request(client: openai.OpenAI, emulator: 
     )
     assert _finished(client, batch.id).status == "completed"
     assert emulator.stats()["creates_file_not_visible"] == 1
+
+
+def test_upload_refusals_raise_the_sdks_errors(client: openai.OpenAI, emulator: Emulator) -> None:
+    """A forbidden upload, a full storage and a file too large, each as the SDK raises it."""
+    rows = io.BytesIO(_jsonl([("a", "x")]))
+    emulator.set_faults({"upload_refused": {"times": 1}})
+    with pytest.raises(openai.PermissionDeniedError) as forbidden:
+        client.files.create(file=("in.jsonl", rows), purpose="batch")
+    assert forbidden.value.code == "unsupported_country_region_territory"
+    assert forbidden.value.type == "request_forbidden"
+    emulator.set_faults({"storage_limit_bytes": 10})
+    with pytest.raises(openai.BadRequestError) as full:
+        client.files.create(file=("in.jsonl", io.BytesIO(_jsonl([("a", "x")]))), purpose="batch")
+    assert "exceeded your file storage quota" in full.value.message
+    emulator.set_faults({"upload_max_bytes": 10})
+    with pytest.raises(openai.APIStatusError) as large:
+        client.files.create(file=("in.jsonl", io.BytesIO(_jsonl([("a", "x")]))), purpose="batch")
+    assert large.value.status_code == 413
+    assert "File is too large" in large.value.message
+    stats = emulator.stats()
+    assert (stats["upload_rejections"], stats["uploads"]) == (3, 0)
+    assert list(client.files.list()) == []
+
+
+def test_files_expire_as_documented(client: openai.OpenAI, emulator: Emulator) -> None:
+    """Input files expire in 30 days, outputs per `output_expires_after`; then content is a 404."""
+    batch = _batch(
+        client,
+        [("a", "x")],
+        output_expires_after={"anchor": "created_at", "seconds": 3600},
+    )
+    upload = client.files.retrieve(batch.input_file_id)
+    assert upload.expires_at is not None
+    assert upload.expires_at - upload.created_at == 30 * 24 * 3600
+    done = _finished(client, batch.id)
+    assert done.output_file_id is not None
+    output = client.files.retrieve(done.output_file_id)
+    assert output.expires_at is not None
+    assert output.expires_at - output.created_at == 3600
+    emulator.set_faults({"output_expiry_ms": 200})
+    done = _finished(client, _batch(client, [("b", "y")]).id)
+    assert done.output_file_id is not None
+    assert _lines(client, done.output_file_id)[0]["custom_id"] == "b"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            client.files.content(done.output_file_id)
+        except openai.NotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the output file never expired")
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(done.output_file_id)
+    assert client.batches.retrieve(done.id).output_file_id == done.output_file_id

@@ -62,7 +62,14 @@ pub struct Timing {
     /// A batch still in progress this long after its creation expires
     /// (`expires_at` = `created_at` + this; the API's is 24 hours).
     pub expires_after: Duration,
+    /// An ended batch's results stay available this long after its
+    /// creation (the API's 29 days); then it is archived (`archived_at`)
+    /// and its results answer 404.
+    pub results_kept: Duration,
 }
+
+/// How long the API keeps a batch's results: 29 days after its creation.
+pub const RESULTS_KEPT: Duration = Duration::from_secs(29 * 24 * 3600);
 
 impl Default for Timing {
     fn default() -> Self {
@@ -70,6 +77,7 @@ impl Default for Timing {
             in_progress: Duration::from_millis(500),
             canceling: Duration::from_millis(200),
             expires_after: Duration::from_secs(24 * 3600),
+            results_kept: RESULTS_KEPT,
         }
     }
 }

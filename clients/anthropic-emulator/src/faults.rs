@@ -9,7 +9,7 @@
 //! or to every call without `times`.
 
 use emulator_kit::rules::{self, BatchRules, NthMatch, RowRules, RuleError, check_share};
-pub use emulator_kit::rules::{LostAnswer, LostMode, RowMatch, share_of};
+pub use emulator_kit::rules::{ListOrder, LostAnswer, LostMode, RowMatch, share_of};
 use emulator_kit::sections::RateLimitSection;
 pub use emulator_kit::sections::{SharedFaults, SharedSections};
 use emulator_kit::times::Fired;
@@ -44,6 +44,19 @@ pub struct FaultPlan {
     /// The share (0 to 1) of an expired batch's requests, first in request
     /// order, that finished before the horizon; the rest are `expired`.
     pub finished_on_expiry: f64,
+    /// The order `GET /v1/messages/batches` pages in (newest first, as
+    /// documented, by default).
+    pub list_order: Option<ListOrder>,
+    /// `request_counts` move while a batch is `in_progress`: its requests
+    /// are answered one by one over its `in_progress` time (processing
+    /// falls, succeeded and errored rise), as the API reference's example
+    /// shows; by default they stay `processing` until it ends, as the
+    /// SDK's field docs say.
+    pub moving_counts: bool,
+    /// Overrides the configured time an ended batch's results stay
+    /// available (29 days after creation): then `archived_at` is set and
+    /// its results answer 404.
+    pub archive_after_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -36,6 +36,10 @@ struct Args {
     /// A batch still in progress this long after its creation expires.
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
     expires_after: Duration,
+    /// An ended batch's results stay available this long after its
+    /// creation, then it is archived.
+    #[arg(long, default_value = "29d", value_parser = humantime::parse_duration)]
+    results_kept: Duration,
     /// Seed of the answers' text and the results' order.
     #[arg(long, env = "ANTHROPIC_EMULATOR_SEED", default_value_t = 0)]
     seed: u64,
@@ -61,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
             in_progress: args.in_progress,
             canceling: args.canceling,
             expires_after: args.expires_after,
+            results_kept: args.results_kept,
         },
         seed: args.seed,
         models: args.models,

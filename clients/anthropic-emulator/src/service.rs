@@ -19,7 +19,7 @@ use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::answer::{Cache, answer, cache_prefix, not_run, prompt_text};
+use crate::answer::{Answered, Cache, answer, cache_prefix, not_run, prompt_text};
 use crate::batches::{Batch, Counts, Status};
 use crate::config::{EmulatorConfig, Models, Timing};
 use crate::error::{ApiError, ErrorType};
@@ -48,6 +48,9 @@ struct State {
     requests: HashMap<String, Vec<BatchRequest>>,
     /// Each ended batch's results, as JSONL.
     results: HashMap<String, String>,
+    /// With `moving_counts`, the answers of each running batch's requests
+    /// answered so far (the first ones, in request order).
+    progress: HashMap<String, Vec<Answered>>,
     /// Batches in progress, to stop on cancel.
     running: Lives,
     /// Hashes of the cached prompt prefixes seen.
@@ -99,6 +102,7 @@ impl Shared {
                 by_id: HashMap::new(),
                 requests: HashMap::new(),
                 results: HashMap::new(),
+                progress: HashMap::new(),
                 running: Lives::default(),
                 cached: HashSet::new(),
                 online: Online::configured(config.online, faults.plan().shared.online.clone()),
@@ -215,7 +219,7 @@ impl Shared {
             later(now, self.timing.expires_after),
             later(now, lag),
         );
-        let json = batch.to_json(&self.served.base_url);
+        let json = batch.to_json(&self.served.base_url, None);
         state.stats.batches_created += 1;
         let fault = state.faults.decide_batch(state.stats.batches_created);
         for request in &requests {
@@ -249,8 +253,11 @@ impl Shared {
     }
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
-        let mut state = self.lock();
-        let json = find(&state, id)?.to_json(&self.served.base_url);
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        find(state, id)?;
+        self.advance(state, id, Utc::now());
+        let json = self.json_of(state, find(state, id)?);
         if state.faults.shared.take_get_not_found() {
             state.stats.gets_not_found += 1;
             return Err(no_batch(id));
@@ -258,21 +265,34 @@ impl Shared {
         Ok(json)
     }
 
-    /// Newest first, as documented; a batch under list lag is left out.
+    /// Newest first, as documented (or the plan's `list_order`); a batch
+    /// under list lag is left out.
     pub fn list_batches(&self, page: &Page) -> Result<Value, ApiError> {
-        let state = self.lock();
+        let mut guard = self.lock();
+        let state = &mut *guard;
         let now = Utc::now();
-        let listed: Vec<&Batch> = state
+        let running: Vec<String> = state
             .batches
             .values()
-            .rev()
+            .filter(|b| b.status == Status::InProgress)
+            .map(|b| b.id.clone())
+            .collect();
+        for id in running {
+            self.advance(state, &id, now);
+        }
+        let state = &*state;
+        let mut listed: Vec<&Batch> = state
+            .batches
+            .values()
             .filter(|b| b.listed_from <= now)
             .collect();
+        let order = state.faults.plan().list_order.unwrap_or_default();
+        order.arrange(&mut listed, |b| b.id.as_str(), self.seed);
         let ids: Vec<&str> = listed.iter().map(|b| b.id.as_str()).collect();
         let w = page.window(&ids)?;
         let data: Vec<Value> = listed[w.start..w.end]
             .iter()
-            .map(|b| b.to_json(&self.served.base_url))
+            .map(|b| self.json_of(state, b))
             .collect();
         Ok(json!({
             "data": data,
@@ -286,10 +306,11 @@ impl Shared {
         let mut guard = self.lock();
         let state = &mut *guard;
         let seq = *state.by_id.get(id).ok_or_else(|| no_batch(id))?;
+        self.advance(state, id, Utc::now());
         let batch = state.batches.get_mut(&seq).ok_or_else(|| no_batch(id))?;
         match batch.status {
             Status::InProgress => {}
-            Status::Canceling => return Ok(batch.to_json(&self.served.base_url)),
+            Status::Canceling => return Ok(batch.to_json(&self.served.base_url, None)),
             Status::Ended => {
                 return Err(ApiError::invalid(format!(
                     "Message batch {id} has already ended and cannot be canceled."
@@ -298,7 +319,7 @@ impl Shared {
         }
         batch.status = Status::Canceling;
         batch.cancel_initiated_at = Some(Utc::now());
-        let json = batch.to_json(&self.served.base_url);
+        let json = batch.to_json(&self.served.base_url, None);
         state.running.stop(id);
         drop(guard);
         let (shared, id) = (Arc::clone(self), id.to_owned());
@@ -338,7 +359,14 @@ impl Shared {
     pub fn results(&self, id: &str) -> Result<String, ApiError> {
         let mut guard = self.lock();
         let state = &mut *guard;
-        let status = find(state, id)?.status;
+        let batch = find(state, id)?;
+        let status = batch.status;
+        if let Some(at) = batch.archived_at(self.results_kept(state), Utc::now()) {
+            return Err(ApiError::not_found(format!(
+                "The results of message batch {id} are no longer available: it was archived at {}.",
+                at.to_rfc3339_opts(SecondsFormat::Secs, true)
+            )));
+        }
         let Some(text) = state.results.get(id).cloned() else {
             return Err(ApiError::invalid(format!(
                 "Results for message batch {id} are not available yet: its processing_status is {}.",
@@ -377,34 +405,18 @@ impl Shared {
                 Outcome::Canceled,
             ),
         };
+        // Requests already answered while it ran stay answered.
+        let mut answered = state.progress.remove(id).unwrap_or_default();
+        let finished = finished.max(answered.len());
+        for request in &requests[answered.len()..finished.min(n)] {
+            let one = self.answer_request(state, request);
+            answered.push(one);
+        }
         let mut counts = Counts::default();
         let mut lines = Vec::with_capacity(n);
         let mut outcomes = Vec::with_capacity(n);
-        for (i, request) in requests.iter().enumerate() {
-            let answered = if i < finished {
-                state.next_seq += 1;
-                let problem = check_params(&request.params, &self.models).err();
-                let fault = state
-                    .faults
-                    .decide_row(&request.custom_id, &prompt_text(&request.params));
-                let cache = match (&problem, cache_prefix(&request.params)) {
-                    (None, Some((hash, tokens))) if state.cached.insert(hash) => {
-                        Cache::Write(tokens)
-                    }
-                    (None, Some((_, tokens))) => Cache::Read(tokens),
-                    _ => Cache::None,
-                };
-                answer(
-                    &request.params,
-                    problem,
-                    fault.as_ref(),
-                    self.seed,
-                    &message_id(self.nonce, state.next_seq),
-                    cache,
-                )
-            } else {
-                not_run(never)
-            };
+        let unanswered = std::iter::repeat_with(|| not_run(never));
+        for (request, answered) in requests.iter().zip(answered.into_iter().chain(unanswered)) {
             counts.tally(answered.outcome);
             lines.push(
                 json!({"custom_id": request.custom_id, "result": answered.result}).to_string(),
@@ -431,6 +443,100 @@ impl Shared {
         state.stats.submissions.settle(id, outcomes);
         state.running.end(id);
     }
+}
+
+impl Shared {
+    /// How long after its creation an ended batch's results stay
+    /// available.
+    fn results_kept(&self, state: &State) -> Duration {
+        state
+            .faults
+            .plan()
+            .archive_after_ms
+            .map_or(self.timing.results_kept, Duration::from_millis)
+    }
+
+    /// A batch's JSON as it stands (archived once its results are gone).
+    fn json_of(&self, state: &State, batch: &Batch) -> Value {
+        let archived = batch.archived_at(self.results_kept(state), Utc::now());
+        batch.to_json(&self.served.base_url, archived)
+    }
+
+    /// Answers one request as the model would: the params check, then the
+    /// row faults (a processing of the request) and the prompt cache.
+    fn answer_request(&self, state: &mut State, request: &BatchRequest) -> Answered {
+        state.next_seq += 1;
+        let problem = check_params(&request.params, &self.models).err();
+        let fault = state
+            .faults
+            .decide_row(&request.custom_id, &prompt_text(&request.params));
+        let cache = match (&problem, cache_prefix(&request.params)) {
+            (None, Some((hash, tokens))) if state.cached.insert(hash) => Cache::Write(tokens),
+            (None, Some((_, tokens))) => Cache::Read(tokens),
+            _ => Cache::None,
+        };
+        answer(
+            &request.params,
+            problem,
+            fault.as_ref(),
+            self.seed,
+            &message_id(self.nonce, state.next_seq),
+            cache,
+        )
+    }
+
+    /// With `moving_counts`, answers the requests of running batch `id`
+    /// due by `now` (an even share of its `in_progress` time each, the
+    /// last one left for its end) and moves its counts.
+    fn advance(&self, state: &mut State, id: &str, now: DateTime<Utc>) {
+        if !state.faults.plan().moving_counts {
+            return;
+        }
+        let Some(batch) = state.by_id.get(id).and_then(|seq| state.batches.get(seq)) else {
+            return;
+        };
+        if batch.status != Status::InProgress {
+            return;
+        }
+        let n = state.requests.get(id).map_or(0, Vec::len);
+        let elapsed = (now - batch.created_at).to_std().unwrap_or_default();
+        let due = due_by(elapsed, self.timing.in_progress, n);
+        let done = state.progress.get(id).map_or(0, Vec::len);
+        if due <= done {
+            return;
+        }
+        let requests = state.requests.get(id).cloned().unwrap_or_default();
+        let mut answered = state.progress.remove(id).unwrap_or_default();
+        for request in &requests[done..due] {
+            let one = self.answer_request(state, request);
+            answered.push(one);
+        }
+        let mut counts = Counts {
+            processing: (n - answered.len()) as u64,
+            ..Counts::default()
+        };
+        for one in &answered {
+            counts.tally(one.outcome);
+        }
+        state.progress.insert(id.to_owned(), answered);
+        if let Some(batch) = state
+            .by_id
+            .get(id)
+            .and_then(|seq| state.batches.get_mut(seq))
+        {
+            batch.counts = counts;
+        }
+    }
+}
+
+/// How many of a running batch's `n` requests are answered `elapsed` into
+/// its `in_progress` time: an even share each, the last left for its end.
+fn due_by(elapsed: Duration, in_progress: Duration, n: usize) -> usize {
+    if in_progress.is_zero() {
+        return n.saturating_sub(1);
+    }
+    let share = elapsed.as_secs_f64() / in_progress.as_secs_f64();
+    ((share * n as f64).floor() as usize).min(n.saturating_sub(1))
 }
 
 fn later(now: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
@@ -506,5 +612,25 @@ async fn run_batch(
     };
     if dwell(wait, &stop).await {
         shared.finish(&id, ending);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Invariant: counts move evenly over the in_progress time and the
+    // last request waits for the end, so a running batch always has one
+    // processing.
+    #[test]
+    fn requests_fall_due_evenly_and_one_waits_for_the_end() {
+        let run = Duration::from_millis(1000);
+        let at = Duration::from_millis;
+        assert_eq!(due_by(at(0), run, 10), 0);
+        assert_eq!(due_by(at(250), run, 10), 2);
+        assert_eq!(due_by(at(999), run, 10), 9);
+        assert_eq!(due_by(at(5000), run, 10), 9);
+        assert_eq!(due_by(at(5000), run, 0), 0);
+        assert_eq!(due_by(at(1), Duration::ZERO, 3), 2);
     }
 }

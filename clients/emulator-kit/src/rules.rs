@@ -128,8 +128,8 @@ pub enum LostMode {
     Drop,
 }
 
-/// The `list_order` section: the order batch lists page in. No provider
-/// documents one, so every order is offered.
+/// The `list_order` section: the order batch lists page in. Anthropic
+/// documents newest first, OpenAI none; every order is offered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ListOrder {
@@ -138,6 +138,21 @@ pub enum ListOrder {
     OldestFirst,
     /// A fixed order (seeded), stable across pages.
     Shuffled,
+}
+
+impl ListOrder {
+    /// Puts `items`, given in creation order, in this order; `id` names
+    /// each (a shuffle is seeded by it and `seed`, so the same items keep
+    /// their places page after page).
+    pub fn arrange<T>(self, items: &mut [T], id: impl Fn(&T) -> &str, seed: u64) {
+        match self {
+            ListOrder::NewestFirst => items.reverse(),
+            ListOrder::OldestFirst => {}
+            ListOrder::Shuffled => {
+                items.sort_by_cached_key(|item| crate::mix::hash_str(id(item)) ^ seed);
+            }
+        }
+    }
 }
 
 /// Why the shared part of a plan does not compile.
@@ -383,6 +398,25 @@ mod tests {
         assert_eq!(share_of(0.5, 5), 2);
         assert_eq!(share_of(1.0, 5), 5);
         assert_eq!(share_of(0.0, 5), 0);
+    }
+
+    // Invariant: newest first reverses creation order, oldest first keeps
+    // it, a shuffle is neither and is the same on every call.
+    #[test]
+    fn list_orders_arrange_items_in_creation_order() {
+        let made: Vec<String> = (0..12).map(|i| format!("batch-{i:02}")).collect();
+        let arranged = |order: ListOrder| {
+            let mut items = made.clone();
+            order.arrange(&mut items, String::as_str, 7);
+            items
+        };
+        let newest = arranged(ListOrder::NewestFirst);
+        assert_eq!(newest.first(), made.last());
+        assert_eq!(arranged(ListOrder::OldestFirst), made);
+        let shuffled = arranged(ListOrder::Shuffled);
+        assert_ne!(shuffled, made);
+        assert_ne!(shuffled, newest);
+        assert_eq!(shuffled, arranged(ListOrder::Shuffled));
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub struct Batch {
     pub endpoint: String,
     pub input_file_id: String,
     pub metadata: Option<BTreeMap<String, String>>,
+    /// The create's `output_expires_after.seconds`: its output and error
+    /// files expire this long after they are made.
+    pub output_expires_after: Option<i64>,
     pub model: Option<String>,
     pub status: Status,
     pub created_at: i64,

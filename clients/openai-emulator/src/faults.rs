@@ -46,7 +46,57 @@ pub struct FaultPlan {
     pub list_order: Option<ListOrder>,
     /// What cancelling a batch that already finished answers.
     pub cancel_finished: CancelFinished,
+    /// Uploads (`POST /v1/files`) refused with this error: the next
+    /// `times`, or every one without `times`. None stores a file.
+    pub upload_refused: Option<UploadRefusal>,
+    /// The files an account may store, in bytes (uploads and batch output
+    /// alike): an upload that would pass it answers the 400 users report
+    /// for a full storage. Absent: no limit (the API's project limit is
+    /// 2.5 TB).
+    pub storage_limit_bytes: Option<u64>,
+    /// The largest file an upload may carry (default the API's 512 MB): a
+    /// larger one answers 413 "File is too large".
+    pub upload_max_bytes: Option<u64>,
+    /// Batch output and error files expire this long after they are made
+    /// (`expires_at` set; then every call naming them answers 404), as a
+    /// create's `output_expires_after` makes them expire, on a test's
+    /// clock.
+    pub output_expiry_ms: Option<u64>,
 }
+
+/// An upload refused as the API refuses a call: `status`, `type`, `code`
+/// and `message` of its error (by default the 403 `request_forbidden`
+/// users report from a region the API does not serve).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadRefusal {
+    #[serde(default = "forbidden")]
+    pub status: u16,
+    #[serde(default = "request_forbidden", rename = "type")]
+    pub kind: String,
+    #[serde(default = "unsupported_region")]
+    pub code: Option<String>,
+    #[serde(default = "region_message")]
+    pub message: String,
+    #[serde(default)]
+    pub times: Option<u32>,
+}
+
+fn forbidden() -> u16 {
+    403
+}
+fn request_forbidden() -> String {
+    "request_forbidden".into()
+}
+fn unsupported_region() -> Option<String> {
+    Some("unsupported_country_region_territory".into())
+}
+fn region_message() -> String {
+    "Country, region, or territory not supported".into()
+}
+
+/// The largest file the API takes (512 MB).
+pub const UPLOAD_MAX_BYTES: u64 = 512 * 1024 * 1024;
 
 /// How long an uploaded file stays invisible to `POST /v1/batches`: its
 /// first `creates` creates, and every create within `ms` of its upload
@@ -56,6 +106,17 @@ pub struct FaultPlan {
 pub struct FileVisibilityLag {
     pub creates: u32,
     pub ms: u64,
+}
+
+/// Why an upload is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadRefused {
+    /// The plan's `upload_refused`.
+    Plan(UploadRefusal),
+    /// Larger than `max` bytes.
+    TooLarge { max: u64 },
+    /// The account's files would pass `limit` bytes.
+    StorageFull { limit: u64 },
 }
 
 /// What `POST /v1/batches/{id}/cancel` answers for a batch that finished
@@ -193,6 +254,8 @@ pub enum FaultPlanError {
     Rules(#[from] RuleError),
     #[error("row rule {index}: http_error status must be 400..=599, got {status}")]
     BadStatus { index: usize, status: u16 },
+    #[error("upload_refused: status must be 400..=599, got {0}")]
+    BadUploadStatus(u16),
 }
 
 impl FaultPlan {
@@ -211,6 +274,7 @@ pub struct Faults {
     /// The sections every emulator takes, with their counters.
     pub shared: SharedFaults<RateLimit>,
     quota_refusals: Fired,
+    upload_refusals: Fired,
     /// Per file, the creates already refused as not visible.
     invisible: BTreeMap<String, u32>,
 }
@@ -224,12 +288,18 @@ impl Faults {
                 return Err(FaultPlanError::BadStatus { index, status });
             }
         }
+        if let Some(refusal) = &plan.upload_refused
+            && !(400..=599).contains(&refusal.status)
+        {
+            return Err(FaultPlanError::BadUploadStatus(refusal.status));
+        }
         Ok(Self {
             rows: RowRules::compile(plan.rows.clone())?,
             batches: BatchRules::compile(plan.batches.clone())?,
             shared: SharedFaults::compile(plan.shared.clone())?,
             plan,
             quota_refusals: Fired::default(),
+            upload_refusals: Fired::default(),
             invisible: BTreeMap::new(),
         })
     }
@@ -260,6 +330,27 @@ impl Faults {
     pub fn take_insufficient_quota(&mut self) -> bool {
         self.quota_refusals
             .take_section(self.plan.insufficient_quota)
+    }
+
+    /// The refusal of this upload of `bytes` bytes while the account
+    /// stores `stored` bytes, if one is due (the plan's refusal first,
+    /// counted; then the file's size; then the storage).
+    pub fn take_upload_refusal(&mut self, bytes: u64, stored: u64) -> Option<UploadRefused> {
+        if let Some(refusal) = &self.plan.upload_refused
+            && self.upload_refusals.take(refusal.times)
+        {
+            return Some(UploadRefused::Plan(refusal.clone()));
+        }
+        let max = self.plan.upload_max_bytes.unwrap_or(UPLOAD_MAX_BYTES);
+        if bytes > max {
+            return Some(UploadRefused::TooLarge { max });
+        }
+        match self.plan.storage_limit_bytes {
+            Some(limit) if stored.saturating_add(bytes) > limit => {
+                Some(UploadRefused::StorageFull { limit })
+            }
+            _ => None,
+        }
     }
 
     /// Whether a create naming `file`, uploaded `age_ms` ago, finds it not
@@ -379,6 +470,53 @@ mod tests {
         assert_eq!(f.list_lag_spread(3, 7), lags[2]);
         assert!(lags.windows(2).any(|w| w[0] > w[1]), "{lags:?}");
         assert_eq!(plan(json!({})).list_lag_spread(3, 7), 0);
+    }
+
+    // Invariant: an upload is refused by the plan (as often as its
+    // `times` says), then for its size, then for the storage it would
+    // fill; an upload within every limit is not.
+    #[test]
+    fn uploads_are_refused_by_the_plan_size_and_storage() {
+        let mut f = plan(json!({
+            "upload_refused": {"times": 1},
+            "upload_max_bytes": 100,
+            "storage_limit_bytes": 250
+        }));
+        match f.take_upload_refusal(10, 0) {
+            Some(UploadRefused::Plan(r)) => {
+                assert_eq!((r.status, r.kind.as_str()), (403, "request_forbidden"));
+                assert_eq!(
+                    r.code.as_deref(),
+                    Some("unsupported_country_region_territory")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(f.take_upload_refusal(10, 0), None, "times: 1 is spent");
+        assert_eq!(
+            f.take_upload_refusal(101, 0),
+            Some(UploadRefused::TooLarge { max: 100 })
+        );
+        assert_eq!(f.take_upload_refusal(100, 150), None);
+        assert_eq!(
+            f.take_upload_refusal(100, 151),
+            Some(UploadRefused::StorageFull { limit: 250 })
+        );
+        let mut every =
+            plan(json!({"upload_refused": {"status": 401, "code": null, "message": "no"}}));
+        assert!((0..5).all(|_| every.take_upload_refusal(1, 0).is_some()));
+        assert_eq!(
+            plan(json!({})).take_upload_refusal(UPLOAD_MAX_BYTES + 1, 0),
+            Some(UploadRefused::TooLarge {
+                max: UPLOAD_MAX_BYTES
+            })
+        );
+        let bad: FaultPlan =
+            serde_json::from_value(json!({"upload_refused": {"status": 200}})).unwrap();
+        assert!(matches!(
+            Faults::compile(bad),
+            Err(FaultPlanError::BadUploadStatus(200))
+        ));
     }
 
     #[test]

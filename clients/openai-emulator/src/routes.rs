@@ -83,7 +83,7 @@ fn json(value: Value) -> Response {
 }
 
 async fn upload(State(shared): AppState, mut form: Multipart) -> Result<Response, ApiError> {
-    let (mut file, mut purpose) = (None, None);
+    let (mut file, mut purpose, mut expires_after) = (None, None, None);
     while let Some(field) = form
         .next_field()
         .await
@@ -106,6 +106,20 @@ async fn upload(State(shared): AppState, mut form: Multipart) -> Result<Response
                         .map_err(|e| ApiError::invalid(e.to_string()))?,
                 )
             }
+            // The SDK writes `expires_after` as bracketed form fields; the
+            // anchor can only be `created_at`.
+            Some("expires_after[seconds]") => {
+                let text = field
+                    .text()
+                    .await
+                    .map_err(|e| ApiError::invalid(e.to_string()))?;
+                expires_after = Some(text.trim().parse::<i64>().map_err(|_| {
+                    ApiError::invalid(format!(
+                        "Invalid 'expires_after.seconds': expected an integer, but got '{text}' instead."
+                    ))
+                    .param("expires_after.seconds")
+                })?);
+            }
             _ => {}
         }
     }
@@ -113,7 +127,7 @@ async fn upload(State(shared): AppState, mut form: Multipart) -> Result<Response
         |p: &str| ApiError::invalid(format!("Missing required parameter: '{p}'.")).param(p);
     let (name, bytes) = file.ok_or_else(|| missing("file"))?;
     let purpose = purpose.ok_or_else(|| missing("purpose"))?;
-    shared.upload(name, purpose, bytes).map(json)
+    shared.upload(name, purpose, bytes, expires_after).map(json)
 }
 
 async fn list_files(State(shared): AppState, Query(q): Params) -> Result<Response, ApiError> {
@@ -183,8 +197,10 @@ async fn cancel_batch(
     shared.cancel_batch(&id).map(json)
 }
 
-/// Unknown paths (and methods the API has not, like deleting a batch).
-async fn not_found(request: Request) -> ApiError {
+/// Unknown paths (and methods the API has not, like deleting a batch),
+/// counted: a client at a wrong base URL shows in the stats.
+async fn not_found(State(shared): AppState, request: Request) -> ApiError {
+    shared.count_unknown_route();
     ApiError::not_found(format!(
         "Invalid URL ({} {})",
         request.method(),

@@ -18,6 +18,7 @@ pub fn batches(n: u64, nonce: u64, now: i64) -> Vec<Batch> {
                 endpoint: "/v1/chat/completions".into(),
                 input_file_id: String::new(),
                 metadata: None,
+                output_expires_after: None,
                 model: None,
                 status: Status::Completed,
                 created_at: made,

@@ -12,7 +12,6 @@ use chrono::Utc;
 use emulator_kit::delivery::{self, Attempt, Outbox};
 use emulator_kit::emulator::Served;
 use emulator_kit::lifecycle::{Lives, dwell, end_after};
-use emulator_kit::mix::hash_str;
 use emulator_kit::online::{Online, Tier, prompt_key};
 use emulator_kit::serve::Created;
 use emulator_kit::signing::SecretError;
@@ -24,8 +23,8 @@ use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, token
 use crate::batches::{Batch, Counts, Status, Usage};
 use crate::config::{EmulatorConfig, ListOrder, Models, Timing};
 use crate::error::ApiError;
-use crate::faults::{BatchFault, CancelFinished, FaultPlanError, Faults};
-use crate::files::{StoredFile, UPLOAD_PURPOSES};
+use crate::faults::{BatchFault, CancelFinished, FaultPlanError, Faults, UploadRefused};
+use crate::files::{BATCH_FILE_EXPIRY_SECS, EXPIRY_SECS, StoredFile, UPLOAD_PURPOSES};
 use crate::ids::{completion_id, file_id, hex_id};
 use crate::input::{InputRow, LineError, parse};
 use crate::online;
@@ -167,6 +166,11 @@ impl Shared {
         );
     }
 
+    /// A call to a path (or method) the API has not.
+    pub(crate) fn count_unknown_route(&self) {
+        self.lock().stats.unknown_routes += 1;
+    }
+
     // ---- synchronous endpoints ----
 
     /// Answers one synchronous request of `endpoint`
@@ -241,11 +245,14 @@ impl Shared {
 
     // ---- files ----
 
+    /// `POST /v1/files`: `expires_after_secs` is the upload's
+    /// `expires_after[seconds]` (anchored at its creation), if it named one.
     pub fn upload(
         &self,
         filename: String,
         purpose: String,
         bytes: Vec<u8>,
+        expires_after_secs: Option<i64>,
     ) -> Result<Value, ApiError> {
         if !UPLOAD_PURPOSES.contains(&purpose.as_str()) {
             return Err(ApiError::invalid(format!(
@@ -253,7 +260,29 @@ impl Shared {
             ))
             .param("purpose"));
         }
+        if let Some(secs) = expires_after_secs.filter(|s| !EXPIRY_SECS.contains(s)) {
+            return Err(ApiError::invalid(format!(
+                "Invalid 'expires_after.seconds': integer out of range, expected {} to {}, got {secs}.",
+                EXPIRY_SECS.start(),
+                EXPIRY_SECS.end()
+            ))
+            .param("expires_after.seconds"));
+        }
         let mut state = self.lock();
+        let now = now_ms();
+        let stored: u64 = state
+            .files
+            .values()
+            .filter(|f| f.live(now))
+            .map(|f| f.bytes.len() as u64)
+            .sum();
+        if let Some(refused) = state.faults.take_upload_refusal(bytes.len() as u64, stored) {
+            state.stats.upload_rejections += 1;
+            return Err(upload_refused(refused));
+        }
+        let expires_after = expires_after_secs
+            .or_else(|| (purpose == "batch").then_some(BATCH_FILE_EXPIRY_SECS))
+            .map(|secs| secs.saturating_mul(1000));
         state.next_seq += 1;
         let seq = state.next_seq;
         let file = StoredFile {
@@ -261,9 +290,9 @@ impl Shared {
             filename,
             purpose,
             bytes,
-            created_at: now_secs(),
-            created_at_ms: now_ms(),
-            expires_at: None,
+            created_at: now.div_euclid(1000),
+            created_at_ms: now,
+            expires_at_ms: expires_after.map(|ms| now.saturating_add(ms)),
             seq,
         };
         let json = file.to_json();
@@ -273,24 +302,17 @@ impl Shared {
     }
 
     pub fn get_file(&self, id: &str) -> Result<Value, ApiError> {
-        self.lock()
-            .files
-            .get(id)
-            .map(StoredFile::to_json)
-            .ok_or_else(|| no_file(id))
+        live_file(&mut self.lock(), id).map(StoredFile::to_json)
     }
 
     pub fn file_content(&self, id: &str) -> Result<Vec<u8>, ApiError> {
-        self.lock()
-            .files
-            .get(id)
-            .map(|f| f.bytes.clone())
-            .ok_or_else(|| no_file(id))
+        live_file(&mut self.lock(), id).map(|f| f.bytes.clone())
     }
 
     pub fn delete_file(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
-        state.files.remove(id).ok_or_else(|| no_file(id))?;
+        live_file(&mut state, id)?;
+        state.files.remove(id);
         state.stats.files_deleted += 1;
         Ok(json!({"id": id, "object": "file", "deleted": true}))
     }
@@ -302,10 +324,11 @@ impl Shared {
         ascending: bool,
     ) -> Result<Value, ApiError> {
         let state = self.lock();
+        let now = now_ms();
         let mut files: Vec<&StoredFile> = state
             .files
             .values()
-            .filter(|f| purpose.is_none_or(|p| p == f.purpose))
+            .filter(|f| f.live(now) && purpose.is_none_or(|p| p == f.purpose))
             .collect();
         files.sort_by_key(|f| f.seq);
         if !ascending {
@@ -380,6 +403,7 @@ impl Shared {
             endpoint: request.endpoint,
             input_file_id: request.input_file_id,
             metadata: request.metadata,
+            output_expires_after: request.output_expires_after,
             model: None,
             status: Status::Validating,
             created_at: now,
@@ -439,11 +463,8 @@ impl Shared {
             .iter()
             .filter(|b| b.listed_from_ms <= now)
             .collect();
-        match state.faults.plan().list_order.unwrap_or(self.list_order) {
-            ListOrder::NewestFirst => batches.reverse(),
-            ListOrder::OldestFirst => {}
-            ListOrder::Shuffled => batches.sort_by_cached_key(|b| hash_str(&b.id) ^ self.seed),
-        }
+        let order = state.faults.plan().list_order.unwrap_or(self.list_order);
+        order.arrange(&mut batches, |b| b.id.as_str(), self.seed);
         // Only the page's batches are written out: a list of 100,000
         // batches answers a page at the cost of sorting ids.
         let answer = paginate(&batches, |b| b.id.as_str(), page, 20, |b| b.to_json());
@@ -746,14 +767,25 @@ impl Shared {
             bytes.push(b'\n');
         }
         state.next_seq += 1;
+        let now = now_ms();
+        let expiry_ms = state.faults.plan().output_expiry_ms.map_or_else(
+            || {
+                state
+                    .by_id
+                    .get(id)
+                    .and_then(|&i| state.batches[i].output_expires_after)
+                    .map(|secs| secs.saturating_mul(1000))
+            },
+            |ms| Some(i64::try_from(ms).unwrap_or(i64::MAX)),
+        );
         let file = StoredFile {
             id: file_id(self.nonce, state.next_seq),
             filename: format!("{id}_{kind}.jsonl"),
             purpose: "batch_output".into(),
             bytes,
-            created_at: now_secs(),
-            created_at_ms: now_ms(),
-            expires_at: None,
+            created_at: now.div_euclid(1000),
+            created_at_ms: now,
+            expires_at_ms: expiry_ms.map(|ms| now.saturating_add(ms)),
             seq: state.next_seq,
         };
         let fid = file.id.clone();
@@ -778,6 +810,7 @@ struct CreateRequest {
     input_file_id: String,
     endpoint: String,
     metadata: Option<BTreeMap<String, String>>,
+    output_expires_after: Option<i64>,
 }
 
 fn check_create(body: &Value) -> Result<CreateRequest, ApiError> {
@@ -855,7 +888,31 @@ fn check_create(body: &Value) -> Result<CreateRequest, ApiError> {
         input_file_id: input_file_id.to_owned(),
         endpoint: endpoint.to_owned(),
         metadata,
+        output_expires_after: output_expires_after(body)?,
     })
+}
+
+/// A create's `output_expires_after` (`{"anchor": "created_at", "seconds":
+/// n}`, n from 1 hour to 30 days): the seconds, if given.
+fn output_expires_after(body: &Value) -> Result<Option<i64>, ApiError> {
+    let expiry = match body.get("output_expires_after") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(expiry) => expiry,
+    };
+    let bad = |msg: String| ApiError::invalid(msg).param("output_expires_after");
+    if expiry.get("anchor").and_then(Value::as_str) != Some("created_at") {
+        return Err(bad(
+            "Invalid 'output_expires_after.anchor': expected 'created_at'.".into(),
+        ));
+    }
+    match expiry.get("seconds").and_then(Value::as_i64) {
+        Some(secs) if EXPIRY_SECS.contains(&secs) => Ok(Some(secs)),
+        _ => Err(bad(format!(
+            "Invalid 'output_expires_after.seconds': expected an integer from {} to {}.",
+            EXPIRY_SECS.start(),
+            EXPIRY_SECS.end()
+        ))),
+    }
 }
 
 /// `after` and `limit` of a list call.
@@ -901,6 +958,47 @@ fn paginate<T>(
 
 fn no_file(id: &str) -> ApiError {
     ApiError::not_found(format!("No such File object: {id}")).param("id")
+}
+
+/// The file `id` if it is stored and has not expired; an expired one is
+/// dropped, and answers as a file that never was.
+fn live_file<'a>(state: &'a mut State, id: &str) -> Result<&'a StoredFile, ApiError> {
+    if state.files.get(id).is_some_and(|f| !f.live(now_ms())) {
+        state.files.remove(id);
+    }
+    state.files.get(id).ok_or_else(|| no_file(id))
+}
+
+/// The error an upload refused by the plan, for its size or for a full
+/// storage answers. The size and storage wordings are what users report;
+/// the API reference documents the limits, not the answers.
+fn upload_refused(refused: UploadRefused) -> ApiError {
+    match refused {
+        UploadRefused::Plan(r) => ApiError {
+            code: r.code,
+            ..ApiError::new(r.status, &r.kind, r.message)
+        },
+        UploadRefused::TooLarge { max } => ApiError::new(
+            413,
+            "invalid_request_error",
+            format!("File is too large. The maximum file size is {max} bytes."),
+        )
+        .param("file"),
+        UploadRefused::StorageFull { limit } => ApiError::invalid(format!(
+            "You have exceeded your file storage quota. Organizations are limited to {} of files. Please delete old files or attempt with a smaller file size.",
+            bytes_in_words(limit)
+        )),
+    }
+}
+
+/// `100 GB` for a whole number of gigabytes, else `N bytes`.
+fn bytes_in_words(bytes: u64) -> String {
+    const GB: u64 = 1_000_000_000;
+    if bytes >= GB && bytes.is_multiple_of(GB) {
+        format!("{} GB", bytes / GB)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// The 400 users report from a create naming a file uploaded a moment

@@ -24,6 +24,12 @@ pub struct Stats {
     pub batch_list_pages: u64,
     /// Files uploaded.
     pub uploads: u64,
+    /// Calls to a path or method the API has not (answered 404 "Invalid
+    /// URL"), as from a client at a wrong base URL.
+    pub unknown_routes: u64,
+    /// Uploads refused (`upload_refused`, a file too large, a full
+    /// storage): nothing stored.
+    pub upload_rejections: u64,
     pub files_deleted: u64,
     /// Batches that reached `cancelled`.
     pub batches_cancelled: u64,

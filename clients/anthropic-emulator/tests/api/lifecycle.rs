@@ -247,3 +247,142 @@ async fn batches_expire_at_the_horizon() {
     assert_eq!(stats.last_outcome("a"), Some(Outcome::Succeeded));
     emu.shutdown().await;
 }
+
+// Invariant: with `moving_counts`, a running batch's counts move as its
+// requests are answered (processing never rises, every request is counted
+// once, one waits for the end); a cancel keeps the requests already
+// answered and cancels only the rest.
+#[tokio::test]
+async fn counts_move_while_a_batch_runs() {
+    let (emu, api) = start(EmulatorConfig {
+        timing: Timing {
+            in_progress: Duration::from_millis(1200),
+            ..Timing::fast()
+        },
+        ..config(plan(json!({
+            "moving_counts": true,
+            "rows": [{"match": {"custom_id": "b"}, "fault": {"kind": "errored", "error": "invalid_request_error"}}]
+        })))
+    })
+    .await;
+    let id = api.batch(&requests(&["a", "b", "c", "d", "e", "f"])).await;
+    let seen = std::sync::Mutex::new(Vec::new());
+    let (seen_ref, api_ref, id_ref) = (&seen, &api, &id);
+    let ended = eventually("the batch ends", || async move {
+        let (api, id) = (api_ref, id_ref);
+        let (_, b) = api.get(&format!("/messages/batches/{id}")).await;
+        let c = &b["request_counts"];
+        let count = |k: &str| c[k].as_u64().unwrap();
+        if b["processing_status"] == "in_progress" {
+            assert_eq!(
+                count("processing") + count("succeeded") + count("errored"),
+                6,
+                "{c}"
+            );
+            assert!(count("processing") >= 1, "one waits for the end: {c}");
+            seen_ref.lock().unwrap().push(count("processing"));
+        }
+        (b["processing_status"] == "ended").then_some(b)
+    })
+    .await;
+    let seen = seen.into_inner().unwrap();
+    assert!(seen.windows(2).all(|w| w[0] >= w[1]), "{seen:?}");
+    assert!(
+        seen.iter().any(|p| (1..6).contains(p)),
+        "counts moved while it ran: {seen:?}"
+    );
+    assert_eq!(
+        ended["request_counts"],
+        json!({"processing": 0, "succeeded": 5, "errored": 1, "canceled": 0, "expired": 0})
+    );
+
+    let id = api.batch(&requests(&["g", "h", "i", "j"])).await;
+    let answered = eventually("half the requests are answered", || async {
+        let (_, b) = api.get(&format!("/messages/batches/{id}")).await;
+        let succeeded = b["request_counts"]["succeeded"].as_u64().unwrap();
+        (succeeded >= 2).then_some(succeeded)
+    })
+    .await;
+    let (status, _) = api.post(&format!("/messages/batches/{id}/cancel")).await;
+    assert_eq!(status, 200);
+    let b = api.ended(&id).await;
+    let c = &b["request_counts"];
+    assert_eq!(c["succeeded"].as_u64().unwrap(), answered, "{c}");
+    assert_eq!(c["canceled"].as_u64().unwrap(), 4 - answered, "{c}");
+    assert_eq!(emu.stats().last_outcome("g"), Some(Outcome::Succeeded));
+    emu.shutdown().await;
+}
+
+// Invariant: every list order pages through every listed batch exactly
+// once by `after_id`: newest first (the default) reverses creation,
+// oldest first keeps it, shuffled is neither and the same on each walk.
+#[tokio::test]
+async fn every_list_order_pages_each_batch_once() {
+    let (emu, api) = start(config(FaultPlan::default())).await;
+    let mut made = Vec::new();
+    for i in 0..7 {
+        made.push(api.batch(&requests(&[&format!("r{i}")])).await);
+    }
+    let walk = || async {
+        let mut ids = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let cursor = after.map_or(String::new(), |a| format!("&after_id={a}"));
+            let (status, page) = api.get(&format!("/messages/batches?limit=3{cursor}")).await;
+            assert_eq!(status, 200, "{page}");
+            ids.extend(
+                page["data"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b["id"].as_str().unwrap().to_owned()),
+            );
+            if page["has_more"] != true {
+                return ids;
+            }
+            after = page["last_id"].as_str().map(str::to_owned);
+        }
+    };
+    let newest: Vec<String> = made.iter().rev().cloned().collect();
+    assert_eq!(walk().await, newest);
+    emu.set_faults(plan(json!({"list_order": "oldest_first"})))
+        .unwrap();
+    assert_eq!(walk().await, made);
+    emu.set_faults(plan(json!({"list_order": "shuffled"})))
+        .unwrap();
+    let shuffled = walk().await;
+    assert_ne!(shuffled, made);
+    assert_ne!(shuffled, newest);
+    assert_eq!(walk().await, shuffled, "stable across walks");
+    let mut sorted = shuffled.clone();
+    sorted.sort();
+    let mut all = made.clone();
+    all.sort();
+    assert_eq!(sorted, all);
+    emu.shutdown().await;
+}
+
+// Invariant: an ended batch's results are available until their time
+// (29 days after creation; the plan's `archive_after_ms` here); then the
+// batch names `archived_at` and its results answer 404.
+#[tokio::test]
+async fn results_are_archived_after_their_time() {
+    let (emu, api) = start(config(plan(json!({"archive_after_ms": 1500})))).await;
+    let b = api.ended(&api.batch(&requests(&["a"])).await).await;
+    assert!(b["archived_at"].is_null(), "{b}");
+    assert_eq!(api.results(&b).await.len(), 1);
+    let id = b["id"].as_str().unwrap().to_owned();
+    let archived = eventually("the batch is archived", || async {
+        let (_, b) = api.get(&format!("/messages/batches/{id}")).await;
+        (!b["archived_at"].is_null()).then_some(b)
+    })
+    .await;
+    assert_eq!(
+        time(&archived["archived_at"]) - time(&archived["created_at"]),
+        chrono::Duration::milliseconds(1500)
+    );
+    let (status, err) = api.get(&format!("/messages/batches/{id}/results")).await;
+    assert_eq!(status, 404, "{err}");
+    assert_eq!(err["error"]["type"], "not_found_error");
+    emu.shutdown().await;
+}

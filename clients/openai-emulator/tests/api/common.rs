@@ -57,21 +57,25 @@ impl Api {
     }
 
     pub async fn upload(&self, name: &str, bytes: Vec<u8>) -> String {
+        let (status, body) = self.try_upload(name, bytes).await;
+        assert_eq!(status, 200, "{body}");
+        body["id"].as_str().unwrap().to_owned()
+    }
+
+    /// An upload of purpose `batch`, and what it answered.
+    pub async fn try_upload(&self, name: &str, bytes: Vec<u8>) -> (u16, Value) {
         let form = reqwest::multipart::Form::new()
             .text("purpose", "batch")
             .part(
                 "file",
                 reqwest::multipart::Part::bytes(bytes).file_name(name.to_owned()),
             );
-        let (status, body) = self
-            .call(
-                self.http
-                    .post(format!("{}/files", self.base))
-                    .multipart(form),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body["id"].as_str().unwrap().to_owned()
+        self.call(
+            self.http
+                .post(format!("{}/files", self.base))
+                .multipart(form),
+        )
+        .await
     }
 
     pub async fn create(&self, file: &str, metadata: Value) -> (u16, Value) {

@@ -167,6 +167,121 @@ async fn create_refusals() {
     emu.shutdown().await;
 }
 
+// Invariant: an upload refused by the plan, for its size or for a full
+// storage answers in the API's error shape and stores nothing; the
+// storage counts the files still stored, so deleting one makes room; a
+// call without `/v1` is a counted 404.
+#[tokio::test]
+async fn upload_refusals_store_nothing() {
+    let (emu, api) = start(config(plan(json!({"upload_refused": {"times": 1}})))).await;
+    let small = jsonl(&[line("a", "x")]);
+    let (status, err) = api.try_upload("in.jsonl", small.clone()).await;
+    assert_eq!(status, 403, "{err}");
+    assert_eq!(err["error"]["type"], "request_forbidden");
+    assert_eq!(err["error"]["code"], "unsupported_country_region_territory");
+    let kept = api.upload("in.jsonl", small.clone()).await;
+    let room = 2 * small.len() as u64 - 1;
+    emu.set_faults(plan(
+        json!({"storage_limit_bytes": room, "upload_max_bytes": room}),
+    ))
+    .unwrap();
+    let (status, err) = api.try_upload("in.jsonl", small.clone()).await;
+    assert_eq!(status, 400, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("exceeded your file storage quota"),
+        "{message}"
+    );
+    let (status, err) = api
+        .try_upload("big.jsonl", vec![b'x'; room as usize + 1])
+        .await;
+    let too_large = format!("File is too large. The maximum file size is {room} bytes.");
+    assert_eq!(
+        (status, err["error"]["message"].as_str().unwrap()),
+        (413, too_large.as_str())
+    );
+    let (status, _) = api
+        .call(api.http.delete(format!("{}/files/{kept}", api.base)))
+        .await;
+    assert_eq!(status, 200);
+    api.upload("in.jsonl", small).await;
+    let stats = emu.stats();
+    assert_eq!((stats.uploads, stats.upload_rejections), (2, 3));
+    let (_, files) = api.get("/files").await;
+    assert_eq!(files["data"].as_array().unwrap().len(), 1);
+    let unversioned = api.http.post(format!("{}/files", emu.base_url()));
+    let (status, err) = api.call(unversioned).await;
+    assert_eq!(status, 404, "a base URL without /v1: {err}");
+    assert_eq!(emu.stats().unknown_routes, 1);
+    emu.shutdown().await;
+}
+
+// Invariant: an input file of purpose `batch` expires 30 days after its
+// upload; a create's `output_expires_after` sets its output file's
+// `expires_at`; once an output file has expired, its metadata, content
+// and delete answer 404 and lists leave it out, while the batch still
+// names it.
+#[tokio::test]
+async fn output_files_expire_then_answer_404() {
+    let (emu, api) = start(config(FaultPlan::default())).await;
+    let input = api.upload("in.jsonl", jsonl(&[line("a", "x")])).await;
+    let (_, meta) = api.get(&format!("/files/{input}")).await;
+    assert_eq!(
+        meta["expires_at"].as_i64().unwrap() - meta["created_at"].as_i64().unwrap(),
+        30 * 24 * 3600
+    );
+    let body = json!({"input_file_id": input, "endpoint": CHAT, "completion_window": "24h",
+        "output_expires_after": {"anchor": "created_at", "seconds": 3600}});
+    let (status, created) = api
+        .call(api.http.post(format!("{}/batches", api.base)).json(&body))
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let done = api.finished(created["id"].as_str().unwrap()).await;
+    let output = done["output_file_id"].as_str().unwrap().to_owned();
+    let (_, meta) = api.get(&format!("/files/{output}")).await;
+    assert_eq!(
+        meta["expires_at"].as_i64().unwrap() - meta["created_at"].as_i64().unwrap(),
+        3600
+    );
+    let mut short = body.clone();
+    short["output_expires_after"]["seconds"] = json!(60);
+    let (status, _) = api
+        .call(api.http.post(format!("{}/batches", api.base)).json(&short))
+        .await;
+    assert_eq!(status, 400, "under the API's hour");
+
+    emu.set_faults(plan(json!({"output_expiry_ms": 200})))
+        .unwrap();
+    let done = api.finished(&api.batch(&[line("b", "y")]).await).await;
+    let output = done["output_file_id"].as_str().unwrap().to_owned();
+    eventually("the output file expires", || async {
+        (api.get(&format!("/files/{output}")).await.0 == 404).then_some(())
+    })
+    .await;
+    let content = api
+        .http
+        .get(format!("{}/files/{output}/content", api.base))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(content.status(), 404);
+    let (_, files) = api.get("/files?purpose=batch_output").await;
+    assert!(
+        files["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["id"] != output.as_str()),
+        "{files}"
+    );
+    let (_, batch) = api
+        .get(&format!("/batches/{}", done["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(batch["output_file_id"], output.as_str());
+    emu.shutdown().await;
+}
+
 // Invariant: a lost create answer still makes the batch (found by list);
 // both modes (500, dropped connection) count.
 #[tokio::test]

@@ -279,6 +279,34 @@ async fn lost_create_answers_are_found_not_created_again() {
     .await;
 }
 
+/// The lost-create search of [`lost_create_answers_are_found_not_created_again`]
+/// while the list pages in `order` (Anthropic documents newest first; no
+/// search may lean on it) and counts move while batches run: every row
+/// SUCCEEDED and sent once, every batch made recorded on a job.
+async fn lost_creates_listed(ledger: &str, order: &str) {
+    create_path(
+        ledger,
+        None,
+        plan(serde_json::json!({
+            "create_answer_lost": {"times": 2},
+            "list_lag_ms": 5000,
+            "list_order": order,
+            "moving_counts": true,
+        })),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_creates_are_found_in_a_list_paged_oldest_first() {
+    lost_creates_listed("ant-lost-oldest", "oldest_first").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_creates_are_found_in_a_list_paged_in_no_order() {
+    lost_creates_listed("ant-lost-shuffled", "shuffled").await;
+}
+
 /// One kind of row in the fault run: its key prefix, how many, the fault
 /// rule (if any, with how many times it fires), and the status and rule
 /// it must end with.

@@ -134,20 +134,7 @@ fn check_paid_once(stats: &Stats, rows: &[pb::Row], jobs: &[pb::Job]) -> usize {
 
 /// A worker at the emulator with the create path's short settings.
 fn create_worker(w: &OpenAiWorld, ledger: &str, name: &str, extra: &[&str]) -> Child {
-    let mut args = vec![
-        "--claim-size",
-        "10",
-        "--max-rows-per-batch",
-        "10",
-        "--create-lookup-window",
-        "4s",
-        "--http-timeout",
-        "3s",
-        "--provider-clock-skew",
-        "0s",
-    ];
-    args.extend_from_slice(extra);
-    w.worker(ledger, name, &args)
+    w.worker(ledger, name, &[&CREATE_FLAGS[..], extra].concat())
 }
 
 /// Worker A dies at `failpoint` on its first job (if any), then worker B
@@ -490,13 +477,95 @@ async fn a_thousand_rows_with_every_fault_are_never_paid_twice() {
     w.stop().await;
 }
 
+/// What a refused upload left: the pause, the jobs, the emulator's stats.
+struct UploadRefused {
+    pause: pb::LedgerPause,
+    jobs: Vec<pb::Job>,
+    stats: Stats,
+}
+
+/// Runs a worker of the create path at `base` (the emulator's API URL, or
+/// a wrong one) until the ledger pauses and its jobs close, then checks
+/// what every refused upload must leave: the ledger paused as REFUSED with
+/// the provider's `words` and status `code`; only the jobs already past
+/// CreateJob when the pause came met the refusal (1 to 4); an upload per
+/// job at most, none of which stored a file or made a batch; no row spent
+/// an attempt and every one waits.
+async fn upload_refused(
+    w: &OpenAiWorld,
+    ledger: &str,
+    rows: usize,
+    base: &str,
+    code: &str,
+    words: &str,
+) -> UploadRefused {
+    let mut worker =
+        common::spawn_openai_worker(&w.stack.grpc, base, ledger, "refused-upload", &CREATE_FLAGS);
+    common::until(Duration::from_secs(60), "the ledger pauses", || async {
+        common::summary(&w.c, ledger).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    common::until(Duration::from_secs(30), "the jobs out close", || async {
+        common::summary(&w.c, ledger).await.active_jobs == 0
+    })
+    .await;
+    let s = common::summary(&w.c, ledger).await;
+    let jobs = list_jobs(&w.c, ledger).await;
+    let stats = w.emulator.stats();
+    let pause = s.pause.clone().expect("a pause");
+    let calls = stats.upload_rejections + stats.unknown_routes;
+    println!(
+        "{ledger} paused ({}): {:?}; {} jobs, {calls} provider calls",
+        pause.reason,
+        pause.message,
+        jobs.len(),
+    );
+    assert_eq!(pause.reason, pb::LedgerPauseReason::Refused as i32);
+    assert!(
+        pause.message.contains("upload was refused")
+            && pause.message.contains(code)
+            && pause.message.contains(words),
+        "the provider's words ({code}, {words:?}): {}",
+        pause.message
+    );
+    assert!(
+        (1..=4).contains(&jobs.len()),
+        "only the jobs out when the pause came: {}",
+        jobs.len()
+    );
+    // An upload per job, and at a wrong base URL the janitor's listing of
+    // files at its start (a 404 too; elsewhere lists are not counted).
+    assert!(
+        calls <= jobs.len() as u64 + 1,
+        "an upload per job at most: {calls}"
+    );
+    assert_eq!((stats.uploads, stats.batches_created), (0, 0));
+    assert_eq!(s.attempts_total, 0, "no attempt spent on a refused upload");
+    assert_eq!(s.pending, rows as i64, "every row waits, unattempted");
+    worker.kill().await.ok();
+    UploadRefused { pause, jobs, stats }
+}
+
+/// The create path's short settings, as [`create_worker`] passes them.
+const CREATE_FLAGS: [&str; 10] = [
+    "--claim-size",
+    "10",
+    "--max-rows-per-batch",
+    "10",
+    "--create-lookup-window",
+    "4s",
+    "--http-timeout",
+    "3s",
+    "--provider-clock-skew",
+    "0s",
+];
+
 /// A key the provider refuses (401 `invalid_api_key` at the input file's
 /// upload, before any batch): issue 51's loop, where every refused upload
 /// gave the rows back and the worker claimed them again at once (1,003
-/// jobs in 20 s). Invariants: the first refused upload pauses the ledger
-/// (REFUSED, the provider's words); only the jobs already past CreateJob
-/// when the pause came met the refusal; no row spent an attempt; nothing
-/// reached the provider's files.
+/// jobs in 20 s). Invariants: those of [`upload_refused`] (paused, a
+/// handful of jobs, no attempt, nothing stored); the refusal is the
+/// emulator's key check, which no stats count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_upload_pauses_the_ledger_instead_of_looping() {
     const LEDGER: &str = "oai-upload-refused";
@@ -519,39 +588,70 @@ async fn a_refused_upload_pauses_the_ledger_instead_of_looping() {
         },
         ..w
     };
-    let mut worker = create_worker(&w, LEDGER, "refused-upload", &[]);
-    common::until(Duration::from_secs(60), "the ledger pauses", || async {
-        common::summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
-    })
+    upload_refused(&w, LEDGER, ROWS, &w.url(), "401", "Incorrect API key").await;
+    w.stop().await;
+}
+
+/// An upload the provider forbids (403 `request_forbidden`,
+/// `unsupported_country_region_territory`, at every upload): the same
+/// path as a refused key, the ledger paused with the provider's words
+/// after a handful of refused uploads instead of one per claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forbidden_upload_pauses_the_ledger_after_a_handful_of_calls() {
+    const LEDGER: &str = "oai-upload-forbidden";
+    const ROWS: usize = 40;
+    let w = OpenAiWorld::start(
+        LEDGER,
+        ROWS,
+        plan(serde_json::json!({"upload_refused": {}})),
+    )
     .await;
-    common::until(Duration::from_secs(30), "the jobs out close", || async {
-        common::summary(&w.c, LEDGER).await.active_jobs == 0
-    })
+    let left = upload_refused(
+        &w,
+        LEDGER,
+        ROWS,
+        &w.url(),
+        "403",
+        "Country, region, or territory not supported",
+    )
     .await;
-    let s = common::summary(&w.c, LEDGER).await;
-    let jobs = list_jobs(&w.c, LEDGER).await;
-    let pause = s.pause.clone().expect("a pause");
-    println!(
-        "paused ({}): {:?}; {} jobs, {} uploads",
-        pause.reason,
-        pause.message,
-        jobs.len(),
-        w.emulator.stats().uploads
-    );
-    assert_eq!(pause.reason, pb::LedgerPauseReason::Refused as i32);
-    assert!(
-        pause.message.contains("upload was refused") && pause.message.contains("401"),
-        "{}",
-        pause.message
-    );
-    assert!(
-        (1..=4).contains(&jobs.len()),
-        "only the jobs out when the pause came: {}",
-        jobs.len()
-    );
-    assert_eq!(s.attempts_total, 0, "no attempt spent on a refused upload");
-    assert_eq!(s.pending, ROWS as i64, "every row waits, unattempted");
-    assert_eq!(w.emulator.stats().uploads, 0);
-    worker.kill().await.ok();
+    assert!(left.stats.upload_rejections >= 1, "{:?}", left.pause);
+    w.stop().await;
+}
+
+/// A full file storage (400 "You have exceeded your file storage quota",
+/// which no wait and no smaller batch cures): issue 51 saw 3,598 jobs in
+/// 60 s. The ledger pauses with the provider's words after a handful of
+/// refused uploads; every row waits unattempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_storage_pauses_the_ledger_after_a_handful_of_calls() {
+    const LEDGER: &str = "oai-storage-full";
+    const ROWS: usize = 40;
+    let faults = plan(serde_json::json!({"storage_limit_bytes": 100}));
+    let w = OpenAiWorld::start(LEDGER, ROWS, faults).await;
+    let left = upload_refused(&w, LEDGER, ROWS, &w.url(), "400", "file storage quota").await;
+    assert!(left.stats.upload_rejections >= 1, "{:?}", left.pause);
+    w.stop().await;
+}
+
+/// A base URL that answers 404 (the emulator's own, without `/v1`, as a
+/// new user might copy it from its start-up line): issue 51 saw 1,526
+/// jobs in 30 s. The ledger pauses with the provider's words ("Invalid
+/// URL") after a handful of calls; every row waits unattempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_base_url_answering_404_pauses_the_ledger_after_a_handful_of_calls() {
+    const LEDGER: &str = "oai-wrong-url";
+    const ROWS: usize = 40;
+    let w = OpenAiWorld::start(LEDGER, ROWS, FaultPlan::default()).await;
+    let left = upload_refused(
+        &w,
+        LEDGER,
+        ROWS,
+        &w.emulator.base_url(),
+        "404",
+        "Invalid URL",
+    )
+    .await;
+    assert!(left.stats.unknown_routes >= 1, "{:?}", left.jobs);
     w.stop().await;
 }
