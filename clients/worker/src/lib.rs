@@ -11,6 +11,7 @@
 //! - [`output`]: output lines matched to rows by request id, each turned
 //!   into an outcome by the provider's decoder, answer text judged alike;
 //! - `refusal`: what a refused call asks of tally (wait, fix, stop);
+//!   `waits`: how long refusals naming no delay wait, until a pause;
 //! - [`lookup`]: what a search of the provider's batch list proves (a
 //!   batch made, or never made), whatever the list's order and lag;
 //! - `tags`: the names tally gives its files, batches and requests;

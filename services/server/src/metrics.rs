@@ -142,6 +142,7 @@ pub struct Families {
     // The backlog refresher.
     pub ledger_rows: Family<LedgerStatus, Gauge>,
     pub ledger_rows_held: Family<LedgerLabels, Gauge>,
+    pub jobs_create_unresolved: Family<LedgerLabels, Gauge>,
     pub oldest_runnable_age: Family<LedgerLabels, F64Gauge>,
     pub jobs_open: Family<JobLabels, Gauge>,
     pub ledger_paused: Family<PausedLabels, Gauge>,
@@ -304,6 +305,7 @@ impl Metrics {
             ledgers_purged: Default::default(),
             ledger_rows: Default::default(),
             ledger_rows_held: Default::default(),
+            jobs_create_unresolved: Default::default(),
             oldest_runnable_age: Default::default(),
             jobs_open: Default::default(),
             ledger_paused: Default::default(),
@@ -687,6 +689,13 @@ impl Metrics {
         register(
             &mut r,
             &mut listed,
+            "tally_jobs_create_unresolved",
+            "open jobs whose lost create cannot be resolved within its search's bound (the rows held; look for the batch at the provider), by ledger",
+            f.jobs_create_unresolved.clone(),
+        );
+        register(
+            &mut r,
+            &mut listed,
             "tally_jobs_open",
             "jobs not yet ended, by ledger and state",
             f.jobs_open.clone(),
@@ -867,6 +876,7 @@ impl Metrics {
         self.cache_misses.remove(&l);
         self.cache_saved.remove(&l);
         self.ledger_rows_held.remove(&l);
+        self.jobs_create_unresolved.remove(&l);
         self.oldest_runnable_age.remove(&l);
         let named = || ledger.to_string();
         for status in REPORT_STATUSES {

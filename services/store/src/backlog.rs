@@ -35,6 +35,9 @@ pub struct LedgerBacklog {
     /// The queue's oldest ready time, if anything is queued.
     pub oldest_ready: Option<Time>,
     pub jobs_open: Vec<(JobState, i64)>,
+    /// Open jobs whose lost create cannot be resolved within its search's
+    /// bound (FlagCreateUnresolved).
+    pub create_unresolved: i64,
     /// Why the ledger is paused, if it is.
     pub paused: Option<PauseReason>,
     /// Deleted (DELETING): its purge is under way, its metrics go.
@@ -130,16 +133,17 @@ impl Store {
                 l.oldest_ready = t;
             }
         }
-        let jobs: Vec<(i64, i16, i64)> = sqlx::query_as(
-            "SELECT ledger_id, state, count(*) FROM jobs
-             WHERE end_time IS NULL AND ledger_id = ANY($1) GROUP BY 1, 2",
+        let jobs: Vec<(i64, i16, i64, i64)> = sqlx::query_as(
+            "SELECT ledger_id, state, count(*), count(*) FILTER (WHERE create_unresolved IS NOT NULL)
+             FROM jobs WHERE end_time IS NULL AND ledger_id = ANY($1) GROUP BY 1, 2",
         )
         .bind(&ids)
         .fetch_all(&self.pool)
         .await?;
-        for (id, state, n) in jobs {
+        for (id, state, n, unresolved) in jobs {
             if let (Some(l), Some(state)) = (by_id.get_mut(&id), JobState::from_code(state)) {
                 l.jobs_open.push((state, n));
+                l.create_unresolved += unresolved;
             }
         }
         for (id, spend) in crate::spend::of_ledgers(&self.pool, &ids).await? {

@@ -15,7 +15,7 @@ pub(crate) const JOB_SELECT: &str = "SELECT j.id, j.public_id, j.ledger_id, l.na
      j.missing, CASE WHEN j.end_time IS NULL THEN coalesce(c.held, 0) ELSE 0 END AS unreported, \
      CASE WHEN j.end_time IS NULL THEN c.expire_time END AS lease_expire_time, \
      j.create_time, j.submit_time, j.end_time, j.update_time, j.create_attempt_time, \
-     j.provider_account \
+     j.provider_account, j.create_unresolved, j.create_unresolved_time \
      FROM jobs j JOIN ledgers l ON l.id = j.ledger_id LEFT JOIN claims c ON c.token = j.claim_token";
 
 /// The columns of [`JOB_SELECT`] with their types, for reading a stored
@@ -26,7 +26,7 @@ pub(crate) const JOB_RECORD_COLUMNS: &str = "id int8, public_id text, ledger_id 
      succeeded int4, retryable int4, permanent int4, missing int4, unreported int4, \
      lease_expire_time timestamptz, create_time timestamptz, submit_time timestamptz, \
      end_time timestamptz, update_time timestamptz, create_attempt_time timestamptz, \
-     provider_account text";
+     provider_account text, create_unresolved text, create_unresolved_time timestamptz";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct JobRow {
@@ -57,6 +57,8 @@ pub(crate) struct JobRow {
     create_attempt_time: Option<Time>,
     /// NULL in snapshots stored before the column existed.
     provider_account: Option<String>,
+    create_unresolved: Option<String>,
+    create_unresolved_time: Option<Time>,
 }
 
 impl JobRow {
@@ -96,6 +98,8 @@ impl JobRow {
             lease_expire_time: self.lease_expire_time,
             create_attempt_time: self.create_attempt_time,
             provider_account: self.provider_account.unwrap_or_default(),
+            create_unresolved: self.create_unresolved,
+            create_unresolved_time: self.create_unresolved_time,
             golden: Vec::new(),
             closed_now: false,
         })

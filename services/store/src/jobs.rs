@@ -251,6 +251,7 @@ impl Store {
                 }
                 Err(e) => return Err(e.into()),
             }
+            crate::unresolved::clear(&mut tx, job.id).await?;
             // The provider may have reported on the batch before it was
             // recorded here; the job takes that state now.
             let caught_up = crate::operations::catch_up(&mut tx, batch).await?;
@@ -412,6 +413,7 @@ impl Store {
                 &why,
             )
             .await?;
+            crate::unresolved::clear(&mut tx, job.id).await?;
             if let Some(cooldown) = not.cooldown {
                 admission::cool_down(&mut tx, job.id, cooldown).await?;
             }

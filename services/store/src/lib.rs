@@ -71,7 +71,9 @@
 //!      the readers; `job_link`: the job each operation moves on).
 //!    - [`jobs`]: jobs made from claims, their submission, adoption and
 //!      close; [`holders`]: the process behind each worker name, taking
-//!      over a gone holder's claims, the jobs a worker would wait for.
+//!      over a gone holder's claims, the jobs a worker would wait for;
+//!      [`unresolved`]: a lost create its search cannot resolve, shown on
+//!      the job.
 //!    - [`locks`]: named run locks.
 //!    - [`media`]: the media uploads register (files uploaded for rows'
 //!      media, and the jobs that reference them).
@@ -121,6 +123,7 @@ pub mod rows;
 mod settle;
 pub mod spend;
 pub mod types;
+pub mod unresolved;
 
 pub use error::{Result, StoreError};
 

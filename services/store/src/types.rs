@@ -463,6 +463,10 @@ pub struct JobRecord {
     pub create_attempt_time: Option<Time>,
     /// The provider account its worker named in CreateJob ('' by default).
     pub provider_account: String,
+    /// Why its lost create cannot be resolved within the search's bound,
+    /// while that is so (FlagCreateUnresolved), and since when.
+    pub create_unresolved: Option<String>,
+    pub create_unresolved_time: Option<Time>,
     /// The golden rows this job carries: set only by CreateJob (see
     /// [`crate::golden`]).
     pub golden: Vec<GoldenRow>,

@@ -33,7 +33,7 @@ pub fn jobs_table(jobs: &[pb::Job], wide: bool) -> Table {
         let c = job_counts(j);
         let mut cells = vec![
             j.job_id.clone(),
-            render::job_state(j.state),
+            state_cell(j),
             c.rows.to_string(),
             c.succeeded.to_string(),
             c.retryable.to_string(),
@@ -57,6 +57,17 @@ pub fn jobs_table(jobs: &[pb::Job], wide: bool) -> Table {
         t.row(cells);
     }
     t
+}
+
+/// A job's state, marked when its lost create cannot be resolved within
+/// the search's bound (an operator should look for the batch).
+fn state_cell(j: &pb::Job) -> String {
+    let state = render::job_state(j.state);
+    if j.create_unresolved.is_empty() {
+        state
+    } else {
+        format!("{state} (unresolved)")
+    }
 }
 
 /// Every job of a ledger in the given states (all pages, or up to `limit`).
@@ -139,7 +150,7 @@ pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
         "{}",
         fields(&[
             ("name", j.name.clone()),
-            ("state", render::job_state(j.state)),
+            ("state", state_cell(&j)),
             ("summary", j.summary.clone()),
             (
                 "counts",
@@ -157,6 +168,11 @@ pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
             ("input file", j.input_file.clone()),
             ("output file", j.output_file.clone()),
             ("error", j.error.clone()),
+            ("create unresolved", j.create_unresolved.clone()),
+            (
+                "unresolved since",
+                render::time(j.create_unresolved_time.as_ref())
+            ),
             ("adoptions", j.adoptions.to_string()),
             ("created", render::time(j.create_time.as_ref())),
             ("submitted", render::time(j.submit_time.as_ref())),

@@ -422,6 +422,12 @@ mod tests {
         async fn mark_not_created(&self, _: Request<pb::MarkNotCreatedRequest>) -> Unary<pb::Job> {
             Err(Status::unimplemented(""))
         }
+        async fn flag_create_unresolved(
+            &self,
+            _: Request<pb::FlagCreateUnresolvedRequest>,
+        ) -> Unary<pb::Job> {
+            Err(Status::unimplemented(""))
+        }
         async fn adopt_jobs(
             &self,
             _: Request<pb::AdoptJobsRequest>,

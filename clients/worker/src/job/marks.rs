@@ -86,3 +86,23 @@ pub(crate) async fn mark_not_created(
     .await
     .map(tonic::Response::into_inner)
 }
+
+/// Tells tally the job's lost create cannot be resolved within its
+/// search's bound (`reason`): the job shows it to operators until the
+/// search ends. A failure is logged: the search goes on either way.
+pub(crate) async fn flag_create_unresolved(ctx: &Ctx, job: &pb::Job, claim: &str, reason: &str) {
+    let req = pb::FlagCreateUnresolvedRequest {
+        name: job.name.clone(),
+        claim: claim.to_string(),
+        reason: reason.chars().take(1024).collect(),
+    };
+    let got = with_retry(ctx.retry, "FlagCreateUnresolved", || {
+        let mut c = ctx.clients.jobs.clone();
+        let req = req.clone();
+        async move { c.flag_create_unresolved(req).await }
+    })
+    .await;
+    if let Err(s) = got {
+        tracing::warn!(job = %job.job_id, error = s.message(), "could not flag the unresolved create on the job");
+    }
+}

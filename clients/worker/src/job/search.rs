@@ -6,9 +6,11 @@
 //! pages (fewer where the list comes newest first), searches that read
 //! many pages space out, a search makes at most [`lookup::MAX_PROBES`]
 //! probes (none while this worker's last one may still be on its way to
-//! the list), and a search past its bound is reported to the operator (a
-//! warning naming the job, `tally_worker_create_searches_unresolved`)
-//! instead of holding rows silently.
+//! the list), and a search past its bound is reported to the operator (on
+//! the job, FlagCreateUnresolved: `tallyctl jobs list` and the server's
+//! `tally_jobs_create_unresolved`; a warning naming the job;
+//! `tally_worker_create_searches_unresolved`) instead of holding rows
+//! silently.
 
 use std::time::{Duration, SystemTime};
 
@@ -17,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ctx::Ctx;
 use crate::job::end::JobError;
-use crate::job::marks::{CreateEnd, Refusal, mark_not_created, mark_submitted};
+use crate::job::marks::{
+    CreateEnd, Refusal, flag_create_unresolved, mark_not_created, mark_submitted,
+};
 use crate::lookup::{self, Bounds, Listing, Proof};
 use crate::metrics::WorkerMetrics;
 use crate::provider::{Owner, ProviderError};
@@ -107,8 +111,11 @@ pub async fn resolve(
         }
         let alarm = ctx.args.create_search_alarm;
         let seen = (probes.0, probes.1.or(last_probe));
-        if let Some(why) = lookup::unresolved(&proof, attempted, now, &bounds, seen, alarm) {
-            flag.raise(job, &names[0], why);
+        if let Some(why) = lookup::unresolved(&proof, attempted, now, &bounds, seen, alarm)
+            && flag.raise(job, &names[0], why)
+        {
+            let reason = format!("{why} (the batch would be tagged {})", names[0]);
+            flag_create_unresolved(ctx, job, claim, &reason).await;
         }
         // A search that read many pages costs the provider: the next waits
         // longer, up to MAX_PAUSE; a cheap one keeps the quick pace.
@@ -147,9 +154,11 @@ impl Flag {
     }
 
     /// Reports the search as past its bound (`why`): counted once per
-    /// search, logged again every [`REMIND`].
-    fn raise(&mut self, job: &pb::Job, tag: &str, why: &str) {
-        if !self.raised {
+    /// search, logged again every [`REMIND`]; true the first time (for the
+    /// job to show it).
+    fn raise(&mut self, job: &pb::Job, tag: &str, why: &str) -> bool {
+        let first = !self.raised;
+        if first {
             self.raised = true;
             self.metrics.create_search_flagged();
         }
@@ -159,9 +168,10 @@ impl Flag {
                 job = %job.job_id,
                 tag,
                 reason = why,
-                "a lost create cannot be resolved within its bound; its rows stay held (never sent twice) and the search goes on at a slower pace. Operator: look for the batch tagged {tag} at the provider; if it exists it is found once listed. `tallyctl jobs list` shows the job CREATING"
+                "a lost create cannot be resolved within its bound; its rows stay held (never sent twice) and the search goes on at a slower pace. Operator: look for the batch tagged {tag} at the provider; if it exists it is found once listed. `tallyctl jobs list` shows the job CREATING, unresolved"
             );
         }
+        first
     }
 }
 

@@ -175,7 +175,8 @@ async fn a_lost_create_behind_a_long_newest_first_list_is_found_in_a_few_pages()
 /// listed in no order (shuffled), cannot be proven absent within 20 pages:
 /// the search is reported to the operator
 /// (`tally_worker_create_searches_flagged_total` 1,
-/// `tally_worker_create_searches_unresolved` 1) unless it happened on the
+/// `tally_worker_create_searches_unresolved` 1, the job CREATING with
+/// `create_unresolved` naming the tag) unless it happened on the
 /// batch; its rows are never released on a guess: every row is sent at
 /// most once; every search read at most 20 pages; at most 3 probes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -252,6 +253,31 @@ async fn a_lost_create_behind_a_long_shuffled_list_is_flagged_not_guessed() {
         assert!(
             held.succeeded < ROWS as i64,
             "the lost job's rows are held, not released"
+        );
+        // The job says so to operators: CREATING, unresolved, with why.
+        until(
+            Duration::from_secs(30),
+            "the job shows the flag",
+            || async {
+                list_jobs(&w.c, LEDGER)
+                    .await
+                    .iter()
+                    .any(|j| !j.create_unresolved.is_empty())
+            },
+        )
+        .await;
+        let jobs = list_jobs(&w.c, LEDGER).await;
+        let flagged_job = jobs
+            .iter()
+            .find(|j| !j.create_unresolved.is_empty())
+            .unwrap();
+        println!("job flagged: {}", flagged_job.create_unresolved);
+        assert_eq!(flagged_job.state, pb::JobState::Creating as i32);
+        assert!(flagged_job.create_unresolved_time.is_some());
+        assert!(
+            flagged_job.create_unresolved.contains("tally/"),
+            "names the tag to look for: {}",
+            flagged_job.create_unresolved
         );
         // A search reads at most 20 pages; one that read them all waits
         // longer before the next.

@@ -91,6 +91,8 @@ pub fn job_to_proto(j: &JobRecord) -> pb::Job {
             .collect(),
         provider_token_limit: 0,
         provider_account: j.provider_account.clone(),
+        create_unresolved: j.create_unresolved.clone().unwrap_or_default(),
+        create_unresolved_time: j.create_unresolved_time.map(timestamp),
         provider: tally_core::provider::provider_of(&j.model).to_owned(),
     }
 }

@@ -264,6 +264,23 @@ impl JobService for Jobs {
         Ok(Response::new(job_to_proto(&job)))
     }
 
+    async fn flag_create_unresolved(
+        &self,
+        req: Request<pb::FlagCreateUnresolvedRequest>,
+    ) -> Reply<pb::Job> {
+        let access = access(&req);
+        let req = req.into_inner();
+        let (ledger, job, token) = validate::job_and_claim(&req.name, &req.claim)?;
+        access.ledger(&ledger)?;
+        validate::unresolved(&req)?;
+        let job = self
+            .store
+            .flag_create_unresolved(&ledger, &job, token, &req.reason)
+            .await
+            .map_err(from_store)?;
+        Ok(Response::new(job_to_proto(&job)))
+    }
+
     async fn mark_submitted(&self, req: Request<pb::MarkSubmittedRequest>) -> Reply<pb::Job> {
         let access = access(&req);
         let req = req.into_inner();

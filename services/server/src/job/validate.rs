@@ -109,6 +109,16 @@ pub fn provider_account(account: &str) -> Result<&str, Status> {
     }
 }
 
+/// FlagCreateUnresolved's reason: required, at most 1 KiB.
+pub fn unresolved(req: &pb::FlagCreateUnresolvedRequest) -> Result<(), Status> {
+    let mut v = Violations::new();
+    if req.reason.trim().is_empty() {
+        v.add("reason", "is required: why the search cannot end");
+    }
+    text("reason", &req.reason, MAX_REASON, &mut v);
+    v.finish().map_err(invalid)
+}
+
 /// MarkNotCreated's reason (bounded).
 /// The reason, and the shared cool-down asked for (a 429 at create).
 /// MarkNotCreated's request, checked (the reason is read from `req`).

@@ -49,6 +49,7 @@ pub fn publish(metrics: &Metrics, b: &Backlog, mark: u64) {
     metrics.ledger_rows_held.clear();
     metrics.oldest_runnable_age.clear();
     metrics.jobs_open.clear();
+    metrics.jobs_create_unresolved.clear();
     metrics.ledger_paused.clear();
     metrics.ledger_spend_usd.clear();
     metrics.ledger_spend_tokens.clear();
@@ -107,6 +108,12 @@ pub fn publish(metrics: &Metrics, b: &Backlog, mark: u64) {
         }
         if let Some(s) = &l.spend {
             publish_spend(metrics, &l.name, s);
+        }
+        if l.create_unresolved > 0 {
+            metrics
+                .jobs_create_unresolved
+                .get_or_create(&LedgerLabels::of(&l.name))
+                .set(l.create_unresolved);
         }
         for (state, n) in &l.jobs_open {
             metrics
@@ -261,6 +268,7 @@ mod tests {
             held: 2,
             oldest_ready: Some(now - chrono::TimeDelta::seconds(30)),
             jobs_open: vec![(tally_core::job::JobState::Running, 1)],
+            create_unresolved: 1,
             paused: None,
             deleting: false,
             spend: None,
@@ -292,6 +300,12 @@ mod tests {
         assert_eq!(rows("b", "PENDING"), None);
         assert!(m.ledger_rows_held.get(&LedgerLabels::of("b")).is_none());
         assert!(m.ledger_rows_held.get(&LedgerLabels::of("a")).is_some());
+        let unresolved = |l: &str| {
+            m.jobs_create_unresolved
+                .get(&LedgerLabels::of(l))
+                .map(|g| g.get())
+        };
+        assert_eq!((unresolved("a"), unresolved("b")), (Some(1), None));
         let job = |ledger: &str| JobLabels {
             ledger: ledger.into(),
             state: "RUNNING",

@@ -1681,3 +1681,65 @@ async fn marking_creating_again_moves_the_attempt_to_the_last_send() {
         "not moved"
     );
 }
+
+/// Invariant (issue 51): a lost create the search cannot resolve is shown
+/// on its job, only for a CREATING job under its own claim; the first
+/// time is kept; the backlog counts it; ending the search (the batch
+/// recorded) clears it.
+#[tokio::test]
+async fn an_unresolved_create_is_shown_until_the_search_ends() {
+    let env = env().await;
+    ledger_with(&env, "l", fast_policy()).await;
+    enroll_keys(&env, "l", &["a", "b"]).await;
+    let (g, job) = new_job(&env, "l", 1).await;
+    let s = &env.store;
+    let e = s
+        .flag_create_unresolved("l", &job.public_id, g.claim.token, "why")
+        .await
+        .unwrap_err();
+    assert_eq!(precondition_reason(&e), "JOB_NOT_CREATING", "PREPARING");
+    mark_creating(&env, &g, &job).await.unwrap();
+    let e = s
+        .flag_create_unresolved("l", &job.public_id, Uuid::now_v7(), "why")
+        .await
+        .unwrap_err();
+    assert!(
+        !matches!(e, StoreError::Internal(_)),
+        "another claim is refused: {e:?}"
+    );
+    let first = s
+        .flag_create_unresolved("l", &job.public_id, g.claim.token, "list too long")
+        .await
+        .unwrap();
+    assert_eq!(first.create_unresolved.as_deref(), Some("list too long"));
+    let since = first.create_unresolved_time.expect("since when");
+    let again = s
+        .flag_create_unresolved("l", &job.public_id, g.claim.token, "last probe made")
+        .await
+        .unwrap();
+    assert_eq!(again.create_unresolved.as_deref(), Some("last probe made"));
+    assert_eq!(
+        again.create_unresolved_time,
+        Some(since),
+        "the first time kept"
+    );
+    let b = s.backlog().await.unwrap();
+    let l = b.ledgers.iter().find(|l| l.name == "l").unwrap();
+    assert_eq!(l.create_unresolved, 1);
+    let found = s
+        .mark_submitted(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            "batches/x",
+            "files/in",
+            "w",
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.create_unresolved, None);
+    assert_eq!(found.create_unresolved_time, None);
+    let b = s.backlog().await.unwrap();
+    let l = b.ledgers.iter().find(|l| l.name == "l").unwrap();
+    assert_eq!(l.create_unresolved, 0);
+}

@@ -75,6 +75,7 @@ pub const METHODS: &[Method] = &[
     m("/tally.v1.JobService/MarkCreating", W | O, Unary),
     m("/tally.v1.JobService/MarkSubmitted", W | O, Unary),
     m("/tally.v1.JobService/MarkNotCreated", W | O, Unary),
+    m("/tally.v1.JobService/FlagCreateUnresolved", W | O, Unary),
     m("/tally.v1.JobService/AdoptJobs", W | O, Unary),
     m("/tally.v1.JobService/HandOverJob", W | O, Unary),
     m("/tally.v1.JobService/FinishJob", W | O, Unary),

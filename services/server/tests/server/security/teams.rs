@@ -517,6 +517,15 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
             }),
         ),
         (
+            "/tally.v1.JobService/FlagCreateUnresolved",
+            false,
+            e(&pb::FlagCreateUnresolvedRequest {
+                name: t.job.clone(),
+                claim: t.job_claim.clone(),
+                reason: "test".into(),
+            }),
+        ),
+        (
             "/tally.v1.JobService/AdoptJobs",
             false,
             e(&pb::AdoptJobsRequest {
@@ -1044,13 +1053,13 @@ async fn every_rpc_keeps_each_team_inside_its_own_ledgers() {
     for line in &table {
         println!("  {line}");
     }
-    // 53 RPCs named by a resource (56 less ListLedgers, ListOperations and
+    // 54 RPCs named by a resource (57 less ListLedgers, ListOperations and
     // WatchOperations) × 4 columns, and the 4 filtered views, × 3 roles.
     let mut paths: Vec<&str> = requests(&acme).iter().map(|r| r.0).collect();
     paths.sort();
     paths.dedup();
-    assert_eq!(paths.len(), 53, "every RPC once");
-    assert_eq!(table.len(), (53 * 4 + 4) * 3);
+    assert_eq!(paths.len(), 54, "every RPC once");
+    assert_eq!(table.len(), (54 * 4 + 4) * 3);
     server.stop().await;
 }
 

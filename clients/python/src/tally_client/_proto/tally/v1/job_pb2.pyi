@@ -195,7 +195,7 @@ class JobCounts(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., succeeded: _Optional[int] = ..., retryable: _Optional[int] = ..., permanent: _Optional[int] = ..., missing: _Optional[int] = ..., unreported: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time", "golden_rows", "provider_token_limit", "provider_account", "provider")
+    __slots__ = ("name", "job_id", "claim", "state", "model", "owner", "batch", "input_file", "output_file", "counts", "summary", "error", "adoptions", "operation", "create_time", "submit_time", "end_time", "update_time", "lease_expire_time", "final_state", "create_attempt_time", "golden_rows", "provider_token_limit", "provider_account", "provider", "create_unresolved", "create_unresolved_time")
     NAME_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CLAIM_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,8 @@ class Job(_message.Message):
     PROVIDER_TOKEN_LIMIT_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_ACCOUNT_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    CREATE_UNRESOLVED_FIELD_NUMBER: _ClassVar[int]
+    CREATE_UNRESOLVED_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     job_id: str
     claim: str
@@ -246,7 +248,9 @@ class Job(_message.Message):
     provider_token_limit: int
     provider_account: str
     provider: str
-    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., golden_rows: _Optional[_Iterable[_Union[_ledger_pb2.GoldenRow, _Mapping]]] = ..., provider_token_limit: _Optional[int] = ..., provider_account: _Optional[str] = ..., provider: _Optional[str] = ...) -> None: ...
+    create_unresolved: str
+    create_unresolved_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., job_id: _Optional[str] = ..., claim: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., model: _Optional[str] = ..., owner: _Optional[str] = ..., batch: _Optional[str] = ..., input_file: _Optional[str] = ..., output_file: _Optional[str] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., summary: _Optional[str] = ..., error: _Optional[str] = ..., adoptions: _Optional[int] = ..., operation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., final_state: _Optional[_Union[JobState, str]] = ..., create_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., golden_rows: _Optional[_Iterable[_Union[_ledger_pb2.GoldenRow, _Mapping]]] = ..., provider_token_limit: _Optional[int] = ..., provider_account: _Optional[str] = ..., provider: _Optional[str] = ..., create_unresolved: _Optional[str] = ..., create_unresolved_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
     __slots__ = ("claim", "provider_account")
@@ -323,6 +327,16 @@ class MarkNotCreatedRequest(_message.Message):
     provider_refusal: ProviderRefusal
     batch_refused: bool
     def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ..., provider_cooldown: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., provider_refusal: _Optional[_Union[ProviderRefusal, str]] = ..., batch_refused: _Optional[bool] = ...) -> None: ...
+
+class FlagCreateUnresolvedRequest(_message.Message):
+    __slots__ = ("name", "claim", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    claim: str
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., claim: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class AdoptJobsRequest(_message.Message):
     __slots__ = ("parent", "worker", "max_jobs", "lease", "process", "starting", "gone")

@@ -71,6 +71,11 @@ class JobServiceStub:
                 request_serializer=tally_dot_v1_dot_job__pb2.MarkNotCreatedRequest.SerializeToString,
                 response_deserializer=tally_dot_v1_dot_job__pb2.Job.FromString,
                 _registered_method=True)
+        self.FlagCreateUnresolved = channel.unary_unary(
+                '/tally.v1.JobService/FlagCreateUnresolved',
+                request_serializer=tally_dot_v1_dot_job__pb2.FlagCreateUnresolvedRequest.SerializeToString,
+                response_deserializer=tally_dot_v1_dot_job__pb2.Job.FromString,
+                _registered_method=True)
         self.AdoptJobs = channel.unary_unary(
                 '/tally.v1.JobService/AdoptJobs',
                 request_serializer=tally_dot_v1_dot_job__pb2.AdoptJobsRequest.SerializeToString,
@@ -198,6 +203,21 @@ class JobServiceServicer:
         """Closes a CREATING (or PREPARING) job whose batch was searched for at the
         provider, by display name over a window covering its list lag, and not
         found: the job becomes CANCELLED and its rows go back without an attempt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FlagCreateUnresolved(self, request, context):
+        """Says a CREATING job's lost create cannot be resolved within its
+        search's bound: the provider's list neither shows the batch nor proves
+        it was never made. The job shows `create_unresolved` (the worker's
+        words) and `create_unresolved_time` until MarkSubmitted or
+        MarkNotCreated ends the search; the server counts such jobs
+        (`tally_jobs_create_unresolved`) for an alert. The rows stay held,
+        never sent twice; an operator looks for the batch at the provider.
+        Fenced by the job's claim; a job that is not CREATING:
+        FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -358,6 +378,11 @@ def add_JobServiceServicer_to_server(servicer, server):
             'MarkNotCreated': grpc.unary_unary_rpc_method_handler(
                     servicer.MarkNotCreated,
                     request_deserializer=tally_dot_v1_dot_job__pb2.MarkNotCreatedRequest.FromString,
+                    response_serializer=tally_dot_v1_dot_job__pb2.Job.SerializeToString,
+            ),
+            'FlagCreateUnresolved': grpc.unary_unary_rpc_method_handler(
+                    servicer.FlagCreateUnresolved,
+                    request_deserializer=tally_dot_v1_dot_job__pb2.FlagCreateUnresolvedRequest.FromString,
                     response_serializer=tally_dot_v1_dot_job__pb2.Job.SerializeToString,
             ),
             'AdoptJobs': grpc.unary_unary_rpc_method_handler(
@@ -593,6 +618,33 @@ class JobService:
             target,
             '/tally.v1.JobService/MarkNotCreated',
             tally_dot_v1_dot_job__pb2.MarkNotCreatedRequest.SerializeToString,
+            tally_dot_v1_dot_job__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FlagCreateUnresolved(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tally.v1.JobService/FlagCreateUnresolved',
+            tally_dot_v1_dot_job__pb2.FlagCreateUnresolvedRequest.SerializeToString,
             tally_dot_v1_dot_job__pb2.Job.FromString,
             options,
             channel_credentials,
