@@ -121,6 +121,12 @@ impl Store {
             add(&mut tx, ask.account, model, &grant).await?;
         }
         tx.commit().await?;
+        if ask.shed {
+            // After the commit: the ledger's row is locked before a claim's
+            // everywhere else, never after.
+            let wait = ask.rate_limited.unwrap_or(SHED_WAIT);
+            crate::forecast::flex_shed(self.pool(), record.id, wait).await?;
+        }
         Ok(CapacityGrant { grant, limits })
     }
 }

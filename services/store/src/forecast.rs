@@ -2,7 +2,9 @@
 //! turnaround from the ledger's own history (a batch's: its jobs from
 //! submission to end; a synchronous lane's: its claims to their attempts),
 //! the ledger's priors until there is enough; and the band of depths a
-//! claim's lane takes now.
+//! claim's lane takes now. While the ledger's flex calls are being shed,
+//! flex counts as unavailable: its rows go to another lane the ledger
+//! allows (or wait, where flex is the only one).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -124,7 +126,9 @@ impl Store {
             .provider
             .as_deref()
             .and_then(tally_core::provider::Api::parse);
-        let offered = move |l: Lane| api.is_none_or(|a| l.offered_by(a));
+        let shed = policy.lanes.allows(Lane::Flex) && self.flex_shed_now(ledger.id).await?;
+        let offered =
+            move |l: Lane| api.is_none_or(|a| l.offered_by(a)) && !(shed && l == Lane::Flex);
         let Some((low, high)) = route::band(req.lane, left, &policy.lanes, offered, &t) else {
             return Ok(None);
         };
@@ -134,4 +138,31 @@ impl Store {
             ..req.clone()
         }))
     }
+
+    /// Whether the ledger's flex calls are being shed now.
+    async fn flex_shed_now(&self, ledger_id: i64) -> Result<bool> {
+        let shed: Option<bool> =
+            sqlx::query_scalar("SELECT flex_shed_until > now() FROM ledgers WHERE id = $1")
+                .bind(ledger_id)
+                .fetch_optional(self.pool())
+                .await?
+                .flatten();
+        Ok(shed.unwrap_or(false))
+    }
+}
+
+/// Marks the ledger's flex calls shed for `wait` (clamped as cool-downs
+/// are), or keeps the later end already set.
+pub(crate) async fn flex_shed(pool: &sqlx::PgPool, ledger_id: i64, wait: Duration) -> Result<()> {
+    let ms = tally_core::job::provider_cooldown(wait).as_millis() as i64;
+    sqlx::query(
+        "UPDATE ledgers SET flex_shed_until =
+             greatest(coalesce(flex_shed_until, now()), now() + $2 * interval '1 millisecond')
+         WHERE id = $1",
+    )
+    .bind(ledger_id)
+    .bind(ms)
+    .execute(pool)
+    .await?;
+    Ok(())
 }

@@ -341,3 +341,58 @@ async fn a_refused_call_pauses_the_ledger_with_the_providers_words() {
         pause.message
     );
 }
+
+// Invariant (issue 48): a shed flex call moves the ledger's rows to another
+// lane it allows while the shedding lasts: flex claims take nothing, a
+// standard claim takes the rows the flex claim gave back; once the shed
+// window has passed, flex takes rows again. A ledger allowing flex alone
+// waits instead (nothing else may carry its rows).
+#[tokio::test]
+async fn a_shed_flex_row_goes_to_another_allowed_lane() {
+    let env = env().await;
+    let s = &env.store;
+    s.create_ledger("l", &policy(&[Lane::Flex, Lane::Standard]))
+        .await
+        .unwrap();
+    enroll(s, "l", 4).await;
+    let flex = s
+        .claim_rows("l", &lane_claim(Lane::Flex, 2))
+        .await
+        .unwrap()
+        .unwrap();
+    let none = s
+        .claim_rows("l", &lane_claim(Lane::Standard, 2))
+        .await
+        .unwrap();
+    assert!(
+        none.is_none(),
+        "without a deadline flex, the first allowed lane, takes every row"
+    );
+    let shed = CapacityAsk {
+        shed: true,
+        ..ask(flex.claim.token, &[1, 1])
+    };
+    assert_eq!(s.acquire_capacity(&shed).await.unwrap().grant.requests, 0);
+    s.release_claim("l", flex.claim.token, None, "w")
+        .await
+        .unwrap();
+    let again = s.claim_rows("l", &lane_claim(Lane::Flex, 4)).await.unwrap();
+    assert!(again.is_none(), "flex is shedding: no flex claim");
+    let moved = s
+        .claim_rows("l", &lane_claim(Lane::Standard, 4))
+        .await
+        .unwrap()
+        .expect("the rows go to standard while flex sheds");
+    assert_eq!(moved.rows.len(), 4, "the shed rows among them");
+    s.release_claim("l", moved.claim.token, None, "w")
+        .await
+        .unwrap();
+    sqlx::query("UPDATE ledgers SET flex_shed_until = now() - interval '1 second'")
+        .execute(s.pool())
+        .await
+        .unwrap();
+    s.claim_rows("l", &lane_claim(Lane::Flex, 4))
+        .await
+        .unwrap()
+        .expect("the shedding over, flex takes rows again");
+}
