@@ -203,7 +203,13 @@ async fn prepare(
         let Some((request, answer)) = unsent.sort(&row.key, prepared) else {
             continue;
         };
-        let body = wire.online_body(request, ctx.args.lane);
+        let body = match wire.online_body(request, ctx.args.lane) {
+            Ok(body) => body,
+            Err(e) => {
+                unsent.invalid.push((row.key, e.to_string()));
+                continue;
+            }
+        };
         let bytes = serde_json::to_vec(&body).map_or(0, |b| b.len());
         calls.push_back(Call {
             key: row.key,

@@ -161,8 +161,9 @@ pub trait Wire: Decode + Send + Sync {
     }
 
     /// The body of one row's synchronous call in `lane` (a lane the
-    /// provider offers), from its batch request.
-    fn online_body(&self, request: Value, lane: Lane) -> Value;
+    /// provider offers), from its batch request; an error when the
+    /// synchronous API cannot carry that request.
+    fn online_body(&self, request: Value, lane: Lane) -> Result<Value, InputError>;
 
     /// A 2xx synchronous answer as the batch output line of request `id`,
     /// which the provider's [`Decode`] reads.

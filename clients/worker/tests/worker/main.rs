@@ -22,6 +22,7 @@ mod e2e_pause;
 mod e2e_providers;
 mod e2e_quota;
 mod e2e_refusals;
+mod e2e_responses;
 mod e2e_restart;
 mod e2e_search;
 mod e2e_spend;
