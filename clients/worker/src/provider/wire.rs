@@ -165,6 +165,11 @@ pub trait Wire: Decode + Send + Sync {
     /// synchronous API cannot carry that request.
     fn online_body(&self, request: Value, lane: Lane) -> Result<Value, InputError>;
 
+    /// The most output tokens a synchronous call's body (from
+    /// [`Wire::online_body`]) asks for, where it says: the provider counts
+    /// them against the account's tokens per minute when the call arrives.
+    fn online_max_output(&self, body: &Value) -> Option<u64>;
+
     /// A 2xx synchronous answer as the batch output line of request `id`,
     /// which the provider's [`Decode`] reads.
     fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value;

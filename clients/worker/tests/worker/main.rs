@@ -27,5 +27,6 @@ mod e2e_restart;
 mod e2e_search;
 mod e2e_spend;
 mod e2e_stuck;
+mod e2e_tpm;
 mod e2e_trace;
 mod png;

@@ -125,6 +125,10 @@ impl Wire for AnthropicWire {
         Ok(online::body(request, lane))
     }
 
+    fn online_max_output(&self, body: &Value) -> Option<u64> {
+        online::max_output(body)
+    }
+
     fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value {
         online::line(id, answer)
     }

@@ -113,6 +113,10 @@ impl Wire for GeminiWire {
         Ok(online::body(request, lane))
     }
 
+    fn online_max_output(&self, body: &Value) -> Option<u64> {
+        online::max_output(body)
+    }
+
     fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value {
         online::line(id, answer)
     }

@@ -151,6 +151,10 @@ impl Wire for OpenAiWire {
         online::body(request, lane, self.online)
     }
 
+    fn online_max_output(&self, body: &Value) -> Option<u64> {
+        online::max_output(body)
+    }
+
     fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value {
         online::line(id, answer)
     }

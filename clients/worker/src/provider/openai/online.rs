@@ -53,6 +53,13 @@ pub fn body(request: Value, lane: Lane, api: OnlineApi) -> Result<Value, InputEr
     Ok(body)
 }
 
+/// The most output tokens a call's body asks for, in either API's name.
+pub fn max_output(body: &Value) -> Option<u64> {
+    ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|k| body.get(*k).and_then(Value::as_u64))
+}
+
 /// The answer as the output line of a batch request `id`.
 pub fn line(id: &str, a: &OnlineAnswer) -> Value {
     json!({
@@ -111,16 +118,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(b["service_tier"], "flex");
-        let r = body(
-            json!({"model": "m", "messages": []}),
-            Lane::Priority,
-            OnlineApi::Responses,
-        )
-        .unwrap();
+        let chat = json!({"model": "m", "messages": [], "max_tokens": 9});
+        let r = body(chat, Lane::Priority, OnlineApi::Responses).unwrap();
         assert_eq!(
-            (&r["service_tier"], &r["input"]),
-            (&json!("priority"), &json!([]))
+            (&r["service_tier"], &r["input"], max_output(&r)),
+            (&json!("priority"), &json!([]), Some(9))
         );
+        assert_eq!(max_output(&b), None);
         assert_eq!(tier(Lane::Standard), "default");
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert("x-request-id", "req_1".parse().unwrap());
