@@ -44,8 +44,15 @@ def test_chat_completion_in_each_tier(client: openai.OpenAI, emulator: Emulator)
 
 
 def test_responses_in_the_flex_tier(client: openai.OpenAI) -> None:
-    """`responses.create` parses, `output_text` reads, usage is whole."""
-    response = client.responses.create(model=MODEL, input="say hello", service_tier="flex")
+    """`responses.create` parses, `output_text` reads, usage is whole, and the
+    body validates strictly as the SDK's `Response` (which `create` only
+    constructs, so a missing required field would pass unseen)."""
+    raw = client.responses.with_raw_response.create(
+        model=MODEL, input="say hello", service_tier="flex", max_output_tokens=64
+    )
+    response = raw.parse()
+    strict = openai.types.responses.Response.model_validate(raw.http_response.json())
+    assert strict.max_output_tokens == 64
     assert response.object == "response"
     assert response.status == "completed"
     assert response.service_tier == "flex"

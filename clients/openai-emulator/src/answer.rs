@@ -41,9 +41,10 @@ pub struct Answered {
     pub output_tokens: u64,
 }
 
-/// The text of a request's prompt (messages, input or prompt).
+/// The text of a request's prompt (a Response's instructions first, as
+/// the model reads them; then messages, input or prompt).
 pub fn prompt_text(body: &Value) -> String {
-    text_of(body, &["messages", "input", "prompt"])
+    text_of(body, &["instructions", "messages", "input", "prompt"])
 }
 
 /// The SHA-256 (hex) of each image or file a request carries: `data:` URLs
@@ -179,7 +180,7 @@ pub fn answer(
         }),
         "/v1/responses" => responses_body(
             ids,
-            &model,
+            body,
             text.as_deref(),
             refusal,
             finish,
@@ -235,9 +236,11 @@ fn embedding_body(model: &Value, prompt: &str, input_tokens: u64) -> Value {
         "usage": {"prompt_tokens": input_tokens, "total_tokens": input_tokens}})
 }
 
+/// A Response as the SDK's `Response` type has it: every field it
+/// requires, the request's settings echoed as the API echoes them.
 fn responses_body(
     ids: &LineIds,
-    model: &Value,
+    request: &Value,
     text: Option<&str>,
     refusal: Option<&str>,
     finish: &str,
@@ -247,7 +250,7 @@ fn responses_body(
     let part = match (text, refusal) {
         (_, Some(r)) => json!({"type": "refusal", "refusal": r}),
         (t, None) => {
-            json!({"type": "output_text", "text": t.unwrap_or_default(), "annotations": []})
+            json!({"type": "output_text", "text": t.unwrap_or_default(), "annotations": [], "logprobs": []})
         }
     };
     let (status, incomplete) = match finish {
@@ -255,13 +258,27 @@ fn responses_body(
         "content_filter" => ("incomplete", json!({"reason": "content_filter"})),
         _ => ("completed", Value::Null),
     };
+    let echo = |key: &str, default: Value| request.get(key).cloned().unwrap_or(default);
     json!({
         "id": ids.completion.replace("chatcmpl-", "resp_"), "object": "response",
         "created_at": ids.created, "status": status, "incomplete_details": incomplete,
-        "model": model, "error": null,
+        "model": echo("model", Value::Null), "error": null,
+        "instructions": echo("instructions", Value::Null),
+        "max_output_tokens": echo("max_output_tokens", Value::Null),
+        "metadata": echo("metadata", json!({})),
+        "parallel_tool_calls": echo("parallel_tool_calls", json!(true)),
+        "previous_response_id": echo("previous_response_id", Value::Null),
+        "temperature": echo("temperature", json!(1.0)),
+        "top_p": echo("top_p", json!(1.0)),
+        "text": echo("text", json!({"format": {"type": "text"}})),
+        "tool_choice": echo("tool_choice", json!("auto")),
+        "tools": echo("tools", json!([])),
+        "truncation": echo("truncation", json!("disabled")),
         "output": [{"type": "message", "id": ids.completion.replace("chatcmpl-", "msg_"),
-            "status": "completed", "role": "assistant", "content": [part]}],
-        "usage": {"input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
+            "status": if status == "completed" { "completed" } else { "incomplete" },
+            "role": "assistant", "content": [part]}],
+        "usage": {"input_tokens": input,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": input + output},
     })
@@ -395,6 +412,57 @@ mod tests {
         );
         let e = never_ran("r", "batch_req_2", "batch_expired");
         assert_eq!(e["error"]["code"], "batch_expired");
+    }
+
+    // Invariant: a Response carries every field the SDK's `Response`
+    // requires, echoes the request's settings, reads its instructions as
+    // part of the prompt, and says how it was cut short.
+    #[test]
+    fn a_response_has_what_the_sdk_requires() {
+        let body = json!({"model": "gpt-4o", "instructions": "be brief", "max_output_tokens": 40,
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello"}]}]});
+        assert_eq!(prompt_text(&body), "be brief\nhello");
+        let a = answer("", "/v1/responses", &body, None, 0, &ids()).unwrap();
+        let r = &a.line["response"]["body"];
+        for key in [
+            "id",
+            "created_at",
+            "model",
+            "object",
+            "output",
+            "parallel_tool_calls",
+            "tool_choice",
+            "tools",
+        ] {
+            assert!(r.get(key).is_some_and(|v| !v.is_null()), "{key}: {r}");
+        }
+        assert_eq!(
+            (r["status"].as_str(), r["max_output_tokens"].as_u64()),
+            (Some("completed"), Some(40))
+        );
+        assert_eq!(r["usage"]["input_tokens_details"]["cache_write_tokens"], 0);
+        let cut = answer(
+            "",
+            "/v1/responses",
+            &body,
+            Some(&RowFault::Length),
+            0,
+            &ids(),
+        )
+        .unwrap();
+        let r = &cut.line["response"]["body"];
+        assert_eq!(
+            (
+                r["status"].as_str(),
+                r["incomplete_details"]["reason"].as_str(),
+                r["output"][0]["status"].as_str()
+            ),
+            (
+                Some("incomplete"),
+                Some("max_output_tokens"),
+                Some("incomplete")
+            )
+        );
     }
 
     #[test]

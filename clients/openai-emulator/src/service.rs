@@ -219,6 +219,11 @@ impl Shared {
         let seq = state.next_seq;
         let fault = state.faults.decide_row(&prompt_key(prompt), prompt);
         state.online.answered(prompt, tier, lost);
+        *state
+            .stats
+            .online_by_endpoint
+            .entry(endpoint.to_owned())
+            .or_default() += 1;
         drop(state);
         let ids = LineIds {
             request: hex_id("req_", self.nonce ^ 2, seq),

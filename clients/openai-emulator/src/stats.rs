@@ -52,6 +52,9 @@ pub struct Stats {
     pub submissions: Submissions<Outcome>,
     /// The synchronous endpoints' counters.
     pub online: OnlineStats,
+    /// Synchronous requests answered (the work done, its answer lost or
+    /// not), by endpoint: `/v1/chat/completions`, `/v1/responses`.
+    pub online_by_endpoint: BTreeMap<String, u64>,
 }
 
 /// One custom_id sent in one batch, and what became of it.

@@ -347,11 +347,6 @@ impl WorkerArgs {
         self.providers.endpoint(api).key_env
     }
 
-    /// The base URL of the provider's API.
-    pub fn base_url(&self) -> Result<&UrlArg, String> {
-        Ok(self.providers.endpoint(self.api()?).base_url)
-    }
-
     /// The API the provider speaks: `--provider-api`, else the provider's
     /// own name.
     pub fn api(&self) -> Result<Api, String> {

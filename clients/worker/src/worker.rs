@@ -102,8 +102,7 @@ pub async fn run_serving(
     let clients = target.connect()?;
     let metrics = WorkerMetrics::new();
     let api = args.api().map_err(WorkerError::Config)?;
-    let base_url = args.base_url().map_err(WorkerError::Config)?;
-    let mut provider = Provider::new(api, base_url, api_key, args.http_timeout)?;
+    let mut provider = Provider::new(api, &args.providers, api_key, args.http_timeout)?;
     provider.set_errors(metrics.provider_errors());
     metrics.set_provider(&args.provider, api.as_str());
     let stop = CancellationToken::new();

@@ -38,7 +38,7 @@ struct Call {
     key: String,
     body: Value,
     answer: Answer,
-    /// Its estimated input tokens (what capacity is asked for).
+    /// What capacity is asked for: see [`tokens_asked`].
     tokens: i64,
 }
 
@@ -203,16 +203,45 @@ async fn prepare(
         let Some((request, answer)) = unsent.sort(&row.key, prepared) else {
             continue;
         };
-        let body = wire.online_body(request, ctx.args.lane);
-        let bytes = serde_json::to_vec(&body).map_or(0, |b| b.len());
+        let body = match wire.online_body(request, ctx.args.lane) {
+            Ok(body) => body,
+            Err(e) => {
+                unsent.invalid.push((row.key, e.to_string()));
+                continue;
+            }
+        };
         calls.push_back(Call {
             key: row.key,
-            tokens: tally_core::quota::estimate_tokens(bytes as u64),
+            tokens: tokens_asked(wire, &body),
             body,
             answer,
         });
     }
     (calls, unsent)
+}
+
+/// The tokens a call asks the account's capacity for: its input, estimated
+/// from the body's bytes (4 a token, the JSON around the prompt included),
+/// plus the most output it asks for.
+///
+/// Invariant: the ask covers what the provider counts against the
+/// account's tokens per minute when the call arrives, so grants within
+/// tally's window never add up past the limit at the provider. The output
+/// part is the provider's own figure: OpenAI counts `max_tokens` (the
+/// larger of it and its input estimate, which the sum covers), Anthropic
+/// `max_tokens` for output, the emulators input plus the output budget.
+/// The input part is an estimate; for ordinary text it is above the
+/// emulators' count (4 tokens for 3 words). Asking for the input alone
+/// lets through a wave of calls with large output budgets that the
+/// provider then refuses with 429s. A body with no output budget asks for
+/// its input only.
+fn tokens_asked(wire: &dyn crate::provider::Wire, body: &Value) -> i64 {
+    let bytes = serde_json::to_vec(body).map_or(0, |b| b.len());
+    let input = tally_core::quota::estimate_tokens(bytes as u64);
+    let output = wire
+        .online_max_output(body)
+        .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX));
+    input.saturating_add(output)
 }
 
 /// An answer's outcome, as the provider's decoder reads the batch line it
@@ -259,4 +288,39 @@ async fn acquire(
     })
     .await?
     .into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::openai::{online::OnlineApi, wire};
+    use crate::provider::{Wire, wire_of};
+    use serde_json::json;
+    use tally_core::lane::Lane;
+    use tally_core::provider::Api;
+
+    // Invariant: a call asks for its input estimate plus the most output it
+    // may produce, in whichever name its provider and API give the budget.
+    #[test]
+    fn the_ask_counts_the_output_budget() {
+        let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                          "max_completion_tokens": 500});
+        for openai in [OnlineApi::Chat, OnlineApi::Responses] {
+            let w = wire(openai);
+            let body = w.online_body(chat.clone(), Lane::Flex).unwrap();
+            let input = tally_core::quota::estimate_tokens(body.to_string().len() as u64);
+            assert_eq!(tokens_asked(w, &body), input + 500, "{openai:?}");
+        }
+        let gemini = json!({"contents": [], "generationConfig": {"maxOutputTokens": 64}});
+        let anthropic = json!({"messages": [], "max_tokens": 4096});
+        for (api, body, output) in [(Api::Gemini, gemini, 64), (Api::Anthropic, anthropic, 4096)] {
+            let input = tally_core::quota::estimate_tokens(body.to_string().len() as u64);
+            assert_eq!(tokens_asked(wire_of(api), &body), input + output, "{api}");
+        }
+        let uncapped = json!({"model": "m", "messages": []});
+        assert_eq!(
+            tokens_asked(wire_of(Api::OpenAi), &uncapped),
+            tally_core::quota::estimate_tokens(uncapped.to_string().len() as u64)
+        );
+    }
 }

@@ -53,11 +53,12 @@ use crate::arg::UrlArg;
 pub type Resend<'a> = dyn Fn() -> futures::future::BoxFuture<'a, bool> + Send + Sync + 'a;
 use crate::jsonl::LineSink;
 
-/// The shapes and rules of `api`'s provider.
+/// The shapes and rules of `api`'s provider (OpenAI's synchronous calls
+/// as chat completions: [`Provider::wire`] has the API its flags chose).
 pub fn wire_of(api: Api) -> &'static dyn Wire {
     match api {
         Api::Gemini => &gemini::GeminiWire,
-        Api::OpenAi => &openai::OpenAiWire,
+        Api::OpenAi => openai::wire(openai::online::OnlineApi::default()),
         Api::Anthropic => &anthropic::AnthropicWire,
     }
 }
@@ -105,16 +106,22 @@ pub enum Provider {
 }
 
 impl Provider {
-    /// The client of `api`'s provider at `base_url`.
+    /// The client of `api`'s provider, as its `flags` say.
     pub fn new(
         api: Api,
-        base_url: &UrlArg,
+        flags: &ProviderFlags,
         key: ApiKey,
         timeout: Duration,
     ) -> Result<Self, ProviderError> {
+        let base_url = flags.endpoint(api).base_url;
         Ok(match api {
             Api::Gemini => Provider::Gemini(gemini::Gemini::new(base_url, key, timeout)?),
-            Api::OpenAi => Provider::OpenAi(openai::OpenAi::new(base_url, key, timeout)?),
+            Api::OpenAi => Provider::OpenAi(openai::OpenAi::new(
+                base_url,
+                key,
+                timeout,
+                flags.openai.openai_api,
+            )?),
             Api::Anthropic => {
                 Provider::Anthropic(anthropic::Anthropic::new(base_url, key, timeout)?)
             }
@@ -123,7 +130,10 @@ impl Provider {
 
     /// Its shapes and rules.
     pub fn wire(&self) -> &'static dyn Wire {
-        wire_of(self.api())
+        match self {
+            Provider::OpenAi(o) => openai::wire(o.online),
+            Provider::Gemini(_) | Provider::Anthropic(_) => wire_of(self.api()),
+        }
     }
 
     pub fn api(&self) -> Api {

@@ -161,8 +161,14 @@ pub trait Wire: Decode + Send + Sync {
     }
 
     /// The body of one row's synchronous call in `lane` (a lane the
-    /// provider offers), from its batch request.
-    fn online_body(&self, request: Value, lane: Lane) -> Value;
+    /// provider offers), from its batch request; an error when the
+    /// synchronous API cannot carry that request.
+    fn online_body(&self, request: Value, lane: Lane) -> Result<Value, InputError>;
+
+    /// The most output tokens a synchronous call's body (from
+    /// [`Wire::online_body`]) asks for, where it says: the provider counts
+    /// them against the account's tokens per minute when the call arrives.
+    fn online_max_output(&self, body: &Value) -> Option<u64>;
 
     /// A 2xx synchronous answer as the batch output line of request `id`,
     /// which the provider's [`Decode`] reads.

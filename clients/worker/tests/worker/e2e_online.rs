@@ -27,26 +27,40 @@ use openai_emulator::{Emulator, EmulatorConfig, FaultPlan, OnlineConfig, Timing}
 use tally_client::Clients;
 use tally_proto::v1 as pb;
 
-const MODEL: &str = "gpt-4o-mini";
+pub(crate) const MODEL: &str = "gpt-4o-mini";
 
-struct Online {
-    stack: Stack,
-    emulator: Emulator,
-    c: Clients,
+/// tally, the OpenAI emulator and a ledger allowing synchronous lanes (the
+/// other synchronous-lane modules start theirs here too).
+pub(crate) struct Online {
+    pub stack: Stack,
+    pub emulator: Emulator,
+    pub c: Clients,
 }
 
 impl Online {
     /// tally, the OpenAI emulator answering calls after `latency`, and a
     /// ledger allowing `lanes` with `rows` rows `row-00`… on the
     /// `summarize` prompt (each prompt names its row).
-    async fn start(
+    pub async fn start(
         ledger: &str,
         lanes: &[pb::Lane],
         rows: usize,
         faults: FaultPlan,
         latency: Duration,
     ) -> Online {
-        let stack = start_server(100).await;
+        Online::start_with(ledger, lanes, rows, faults, latency, |_| {}).await
+    }
+
+    /// [`Online::start`] with `configure` applied to tally's flags.
+    pub async fn start_with(
+        ledger: &str,
+        lanes: &[pb::Lane],
+        rows: usize,
+        faults: FaultPlan,
+        latency: Duration,
+        configure: impl FnOnce(&mut tally_server::config::ServeArgs),
+    ) -> Online {
+        let stack = common::start_server_with(100, configure).await;
         let emulator = Emulator::start(
             "127.0.0.1:0".parse().unwrap(),
             EmulatorConfig {
@@ -66,6 +80,13 @@ impl Online {
         .await
         .expect("emulator starts");
         let c = tally_client::connect(&stack.grpc, None).expect("connect");
+        Online::ledger(&c, ledger, lanes, rows).await;
+        Online { stack, emulator, c }
+    }
+
+    /// Creates a ledger allowing `lanes` with `rows` rows `row-00`… on the
+    /// `summarize` prompt.
+    pub async fn ledger(c: &Clients, ledger: &str, lanes: &[pb::Lane], rows: usize) {
         let policy = pb::LedgerPolicy {
             lanes: lanes.iter().map(|l| *l as i32).collect(),
             prices: vec![pb::ModelPrice {
@@ -76,17 +97,16 @@ impl Online {
             }],
             ..test_policy(MODEL, pb::AttemptBudgets::default())
         };
-        create_ledger_with(&c, ledger, policy).await;
-        register_prompt(&c).await;
-        common::enroll_documents(&c, ledger, "row-", rows, "").await;
-        Online { stack, emulator, c }
+        create_ledger_with(c, ledger, policy).await;
+        register_prompt(c).await;
+        common::enroll_documents(c, ledger, "row-", rows, "").await;
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("{}/v1", self.emulator.base_url())
     }
 
-    fn worker(
+    pub fn worker(
         &self,
         ledger: &str,
         name: &str,
@@ -99,7 +119,7 @@ impl Online {
     }
 
     /// How many times the model answered each row (by its prompt).
-    fn answers_per_row(&self) -> Vec<usize> {
+    pub fn answers_per_row(&self) -> Vec<usize> {
         self.emulator
             .stats()
             .online
@@ -110,7 +130,7 @@ impl Online {
     }
 }
 
-fn attempts(row: &pb::Row) -> i32 {
+pub(crate) fn attempts(row: &pb::Row) -> i32 {
     row.attempts.map_or(0, |a| a.total)
 }
 

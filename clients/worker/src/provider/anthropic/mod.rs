@@ -121,8 +121,12 @@ impl Wire for AnthropicWire {
         counted_lines(batch)
     }
 
-    fn online_body(&self, request: Value, lane: Lane) -> Value {
-        online::body(request, lane)
+    fn online_body(&self, request: Value, lane: Lane) -> Result<Value, InputError> {
+        Ok(online::body(request, lane))
+    }
+
+    fn online_max_output(&self, body: &Value) -> Option<u64> {
+        online::max_output(body)
     }
 
     fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value {

@@ -29,6 +29,12 @@ pub fn body(mut request: Value, lane: Lane) -> Value {
     request
 }
 
+/// The most output tokens a call's body asks for.
+pub fn max_output(body: &Value) -> Option<u64> {
+    body.pointer("/generationConfig/maxOutputTokens")
+        .and_then(Value::as_u64)
+}
+
 /// The answer as the output line of a batch request `id`.
 pub fn line(id: &str, a: &OnlineAnswer) -> Value {
     json!({"key": id, "response": a.body})
@@ -69,6 +75,11 @@ mod tests {
     fn tiers_are_asked_for_and_read_back() {
         assert_eq!(body(json!({}), Lane::Flex)["serviceTier"], "flex");
         assert!(body(json!({}), Lane::Standard).get("serviceTier").is_none());
+        let capped = json!({"generationConfig": {"maxOutputTokens": 64}});
+        assert_eq!(
+            (max_output(&capped), max_output(&json!({}))),
+            (Some(64), None)
+        );
         assert_eq!(
             path("models/gemini-x"),
             "/v1beta/models/gemini-x:generateContent"

@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use super::online::OnlineApi;
 use crate::jsonl::LineSink;
 use crate::provider::http::{self, ApiKey, ProviderError};
 use crate::provider::online::OnlineFail;
@@ -43,13 +44,21 @@ const PAGE: &str = "100";
 #[derive(Debug, Clone)]
 pub struct OpenAi {
     pub rest: Rest,
+    /// Where synchronous calls go.
+    pub online: OnlineApi,
 }
 
 impl OpenAi {
-    pub fn new(base_url: &str, key: ApiKey, timeout: Duration) -> Result<Self, ProviderError> {
+    pub fn new(
+        base_url: &str,
+        key: ApiKey,
+        timeout: Duration,
+        online: OnlineApi,
+    ) -> Result<Self, ProviderError> {
         let authorize: Authorize = |req, key| req.bearer_auth(key.expose());
         Ok(Self {
             rest: Rest::new(base_url, key, timeout, authorize, error_of)?,
+            online,
         })
     }
 
@@ -63,15 +72,15 @@ impl OpenAi {
         self.rest.url(path)
     }
 
-    /// One synchronous call (`body` from [`super::online::body`]), waiting
-    /// at most `timeout` for its answer.
+    /// One synchronous call (`body` from [`super::online::body`] for its
+    /// API), waiting at most `timeout` for its answer.
     pub async fn online(
         &self,
         body: &Value,
         timeout: Duration,
     ) -> Result<OnlineAnswer, OnlineFail> {
         self.rest
-            .online(&self.url(super::online::PATH), body, timeout)
+            .online(&self.url(self.online.path()), body, timeout)
             .await
     }
 

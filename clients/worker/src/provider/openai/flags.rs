@@ -1,8 +1,9 @@
 //! OpenAI's own flags: where its API (or an OpenAI-compatible server's)
-//! is and where its key is kept.
+//! is, where its key is kept, and which API its synchronous calls use.
 
 use std::path::PathBuf;
 
+use super::online::OnlineApi;
 use crate::arg::UrlArg;
 use crate::provider::Endpoint;
 
@@ -22,6 +23,12 @@ pub struct OpenAiFlags {
     /// instead of `OPENAI_API_KEY`.
     #[arg(long, env = "OPENAI_API_KEY_FILE")]
     pub openai_api_key_file: Option<PathBuf>,
+
+    /// Synchronous lanes: the API each call goes to, `chat`
+    /// (`/chat/completions`) or `responses` (`/responses`, the row's
+    /// request translated); batches always run chat completions.
+    #[arg(long, env = "TALLY_WORKER_OPENAI_API", value_enum, default_value_t = OnlineApi::Chat)]
+    pub openai_api: OnlineApi,
 }
 
 impl OpenAiFlags {

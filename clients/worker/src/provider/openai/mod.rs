@@ -2,7 +2,8 @@
 //! one folder: its client ([`client`]), a row's request, batch line and
 //! media parts ([`request`]), an output line read as a row's outcome
 //! ([`output`]), what its refusals ask of tally ([`refusal`]), an input
-//! file not yet visible to a create ([`visible`]), and its flags
+//! file not yet visible to a create ([`visible`]), its synchronous lanes
+//! ([`online`], over chat completions or [`responses`]), and its flags
 //! ([`flags`]). [`OpenAiWire`] hands the pure parts to the
 //! provider-neutral code.
 
@@ -12,6 +13,7 @@ pub mod online;
 pub mod output;
 pub mod refusal;
 pub mod request;
+pub mod responses;
 pub mod visible;
 
 use serde_json::Value;
@@ -36,9 +38,25 @@ pub const MAX_REQUESTS: usize = 50_000;
 /// Largest OpenAI batch input file (200 MB).
 pub const MAX_FILE_BYTES: usize = 200 * 1024 * 1024;
 
-/// OpenAI's shapes and rules.
+/// OpenAI's shapes and rules, its synchronous calls made for `online`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OpenAiWire;
+pub struct OpenAiWire {
+    pub online: online::OnlineApi,
+}
+
+/// The wire whose synchronous calls go to `online`.
+pub fn wire(online: online::OnlineApi) -> &'static OpenAiWire {
+    static CHAT: OpenAiWire = OpenAiWire {
+        online: online::OnlineApi::Chat,
+    };
+    static RESPONSES: OpenAiWire = OpenAiWire {
+        online: online::OnlineApi::Responses,
+    };
+    match online {
+        online::OnlineApi::Chat => &CHAT,
+        online::OnlineApi::Responses => &RESPONSES,
+    }
+}
 
 impl Decode for OpenAiWire {
     fn id_field(&self) -> &'static str {
@@ -129,8 +147,12 @@ impl Wire for OpenAiWire {
             && count("failed") == 0
     }
 
-    fn online_body(&self, request: Value, lane: Lane) -> Value {
-        online::body(request, lane)
+    fn online_body(&self, request: Value, lane: Lane) -> Result<Value, InputError> {
+        online::body(request, lane, self.online)
+    }
+
+    fn online_max_output(&self, body: &Value) -> Option<u64> {
+        online::max_output(body)
     }
 
     fn online_line(&self, id: &str, answer: &OnlineAnswer) -> Value {

@@ -14,7 +14,10 @@
 //! - a 2xx `ChatCompletion`: `message.refusal` → BLOCKED; finish reason
 //!   `content_filter` → BLOCKED; `length` and any other reason but `stop`
 //!   → the answer is incomplete; otherwise the text is judged like every
-//!   provider's ([`judge_text`]).
+//!   provider's ([`judge_text`]);
+//! - a 2xx Response (a synchronous call of the Responses API, or a batch
+//!   line of `/v1/responses`) is read into the same words first
+//!   ([`super::responses`]).
 //!
 //! A result carries the line's `response` object as the provider wrote it
 //! (`RowOutcome.response`, at most 1 MiB), which `tallyctl export --format
@@ -42,7 +45,7 @@ pub fn outcome(key: &str, line: &Value, raw: &str, expect: &Expect<'_>) -> Optio
     let response = line.get("response").filter(|r| !r.is_null());
     let error = line.get("error").filter(|e| !e.is_null());
     let body = response.and_then(|r| r.get("body"));
-    let usage = body.and_then(|b| b.get("usage")).map(usage);
+    let usage = body.and_then(usage_of);
     let result = match (error, response) {
         (Some(error), _) => {
             let code = str_at(error, "code");
@@ -125,47 +128,79 @@ fn http_error(status: i64, body: Option<&Value>) -> pb::Failure {
     }
 }
 
-/// The first choice of a `ChatCompletion`, judged.
+/// What an answer body says, whichever endpoint wrote it: its text, how
+/// it ended (in chat completions' words: `stop`, `length`,
+/// `content_filter`, …), and the model's refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct Said {
+    pub text: String,
+    pub finish: String,
+    pub refusal: Option<String>,
+}
+
+/// A 2xx body judged: a `ChatCompletion`, or a Response (the Responses
+/// API's, [`super::responses`]).
 // The failure is the outcome itself (built once per row).
 #[allow(clippy::result_large_err)]
 fn answer(body: &Value, expect: &Expect<'_>) -> Result<String, pb::Failure> {
-    let choice = body
-        .get("choices")
-        .and_then(Value::as_array)
-        .and_then(|c| c.first());
-    let finish = choice
-        .map(|c| str_at(c, "finish_reason"))
-        .unwrap_or_default();
-    let message = choice.and_then(|c| c.get("message"));
-    if let Some(refusal) = message
-        .and_then(|m| m.get("refusal"))
-        .and_then(Value::as_str)
-        .filter(|r| !r.is_empty())
-    {
+    let said = if super::responses::is_response(body) {
+        super::responses::said(body)?
+    } else {
+        chat_said(body)
+    };
+    if let Some(refusal) = said.refusal.filter(|r| !r.is_empty()) {
         return Err(pb::Failure {
             kind: pb::FailureKind::Blocked as i32,
-            finish_reason: finish.to_owned(),
+            finish_reason: said.finish,
             message: truncate(&format!("the model refused: {refusal}")),
             ..Default::default()
         });
     }
-    if finish == "content_filter" {
+    if said.finish == "content_filter" {
         return Err(pb::Failure {
             kind: pb::FailureKind::Blocked as i32,
-            finish_reason: finish.to_owned(),
+            finish_reason: said.finish,
             message: "answer withheld: finish reason content_filter".into(),
             ..Default::default()
         });
     }
-    let text = message
-        .and_then(|m| m.get("content"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    judge_text(text, finish, expect)
+    judge_text(said.text, &said.finish, expect)
 }
 
-/// A body's `usage`.
+/// What the first choice of a `ChatCompletion` says.
+fn chat_said(body: &Value) -> Said {
+    let choice = body
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first());
+    let message = choice.and_then(|c| c.get("message"));
+    let text_at = |key: &str| {
+        message
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    Said {
+        text: text_at("content").unwrap_or_default(),
+        finish: choice
+            .map(|c| str_at(c, "finish_reason"))
+            .unwrap_or_default()
+            .to_owned(),
+        refusal: text_at("refusal"),
+    }
+}
+
+/// A body's usage, whichever endpoint wrote it.
+fn usage_of(body: &Value) -> Option<pb::Usage> {
+    let u = body.get("usage").filter(|u| u.is_object())?;
+    Some(if super::responses::is_response(body) {
+        super::responses::usage(u)
+    } else {
+        usage(u)
+    })
+}
+
+/// A `ChatCompletion`'s `usage`.
 fn usage(u: &Value) -> pb::Usage {
     let n = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0).max(0);
     let completion = n(u.get("completion_tokens"));
@@ -344,6 +379,63 @@ mod tests {
         assert_eq!(failure(&empty).kind, pb::FailureKind::EmptyResponse as i32);
     }
 
+    /// A `/v1/responses` line: a Response of `status` (with the incomplete
+    /// `reason`) whose message holds `part`, and the usage of [`ok`].
+    fn response_line(status: &str, reason: Option<&str>, part: Value) -> Value {
+        json!({"id": "batch_req_1", "custom_id": "k", "error": null,
+               "response": {"status_code": 200, "request_id": "req_1", "body": {
+                   "id": "resp_1", "object": "response", "model": "gpt-4o-mini-2024-07-18",
+                   "status": status, "incomplete_details": reason.map(|r| json!({"reason": r})),
+                   "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+                               "status": "completed", "content": [part]}],
+                   "usage": {"input_tokens": 20, "output_tokens": 9, "total_tokens": 29,
+                             "input_tokens_details": {"cached_tokens": 4},
+                             "output_tokens_details": {"reasoning_tokens": 5}}}}})
+    }
+
+    // Invariant: a Response is judged as the ChatCompletion it would have
+    // been: the same result or failure (truncated, filtered, refused), the
+    // same usage, the same model version.
+    #[test]
+    fn a_response_reads_as_its_chat_twin() {
+        let text = |t: &str| json!({"type": "output_text", "text": t, "annotations": []});
+        let mut refused_chat = ok("", "stop");
+        refused_chat["response"]["body"]["choices"][0]["message"]["refusal"] = json!("no");
+        let pairs = [
+            (
+                ok(r#"{"a": 1}"#, "stop"),
+                response_line("completed", None, text(r#"{"a": 1}"#)),
+            ),
+            (
+                ok(r#"{"a": "#, "length"),
+                response_line("incomplete", Some("max_output_tokens"), text(r#"{"a": "#)),
+            ),
+            (
+                ok("", "content_filter"),
+                response_line("incomplete", Some("content_filter"), text("")),
+            ),
+            (
+                refused_chat,
+                response_line(
+                    "completed",
+                    None,
+                    json!({"type": "refusal", "refusal": "no"}),
+                ),
+            ),
+        ];
+        for (chat, response) in pairs {
+            let (c, r) = (
+                judged(&chat, &JSON).unwrap(),
+                judged(&response, &JSON).unwrap(),
+            );
+            assert_eq!(
+                (&c.outcome, &c.usage, &c.model_version),
+                (&r.outcome, &r.usage, &r.model_version),
+                "{response}"
+            );
+        }
+    }
+
     // Invariant: output and error lines meet in one matcher, keyed by
     // custom_id; a line of a request that never ran leaves its row
     // unreported (FinishJob returns it) and is counted.
@@ -354,7 +446,7 @@ mod tests {
             .iter()
             .map(|k| (k.to_string(), JSON))
             .collect();
-        let mut m = crate::output::Matcher::of(&expected, &super::super::OpenAiWire);
+        let mut m = crate::output::Matcher::of(&expected, super::super::wire(Default::default()));
         let mut a = ok(r#"{"x": 1}"#, "stop");
         a["custom_id"] = json!("a");
         m.line(a.to_string().as_bytes());
