@@ -413,6 +413,7 @@ async fn run(cli: &Cli, url: &str) -> anyhow::Result<Vec<Line>> {
             let m = online::run(&server.addr, scenario, 2000).await?;
             let (workload, counts) = online::describe(&m);
             eprintln!("{workload}: {counts}");
+            online::check(&m, scenario)?;
             lines.push(Line {
                 workload,
                 tally: counts,

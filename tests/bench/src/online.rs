@@ -2,8 +2,10 @@
 //! each in the flex lane, within the account's requests per minute that
 //! tally hands out, against the same rows in batch. Counted at the
 //! emulator: answers per row (every row sent once), refusals, the most
-//! requests any minute saw; priced from the ledger's summary (flex at the
-//! batch price, the default factor).
+//! requests that arrived (refused or not) and were admitted in any minute;
+//! priced from the ledger's summary (flex at the batch price, the default
+//! factor). A run fails ([`check`]) when a row was answered twice or not
+//! at all, or more requests arrived in a minute than the account's limit.
 //!
 //! Scenarios, each on its own ledger: one worker at 600 RPM; eight workers
 //! sharing the account; eight workers through a storm of 429s; the rows in
@@ -34,6 +36,9 @@ pub struct Measured {
     pub rate_limited: u64,
     /// The most requests the emulator admitted within any minute.
     pub peak_per_minute: u64,
+    /// The most requests that arrived at the emulator within any minute,
+    /// refused ones included.
+    pub peak_arrivals_per_minute: u64,
     pub cost_usd: f64,
     /// Provider batches made (the batch scenario).
     pub batches: u64,
@@ -176,6 +181,7 @@ pub async fn run(addr: &str, scenario: Scenario, rows: usize) -> anyhow::Result<
             ),
         rate_limited: online.rate_limited,
         peak_per_minute: online.peak_requests_per_minute,
+        peak_arrivals_per_minute: online.peak_arrivals_per_minute,
         cost_usd: summary.estimated_cost_usd,
         batches: stats.batches_created,
     })
@@ -242,16 +248,41 @@ async fn enroll(client: &mut Client, ledger: &str, keys: &[String]) -> anyhow::R
     Ok(())
 }
 
+/// The invariants of every scenario, counted at the emulator: every row
+/// answered exactly once, and (in a synchronous lane) no minute in which
+/// more requests arrived than the account's limit, however many workers
+/// shared it and whatever 429s they met.
+pub fn check(m: &Measured, scenario: Scenario) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        m.answered == m.rows as u64 && m.most_per_row == 1,
+        "{}: {} answers for {} rows, at most {} a row: every row must be answered once",
+        m.scenario,
+        m.answered,
+        m.rows,
+        m.most_per_row
+    );
+    if !matches!(scenario, Scenario::Batch) {
+        anyhow::ensure!(
+            m.peak_arrivals_per_minute <= u64::from(RPM),
+            "{}: {} requests arrived within a minute, past the account's {RPM}",
+            m.scenario,
+            m.peak_arrivals_per_minute
+        );
+    }
+    Ok(())
+}
+
 /// The counts as the bench's table shows them.
 pub fn describe(m: &Measured) -> (String, String) {
     (
         format!("online: {} rows, {}", m.rows, m.scenario),
         format!(
-            "{:.0} s, {} answers (at most {} a row), {} refused 429 at the emulator, peak {} requests/min (limit {RPM}), ${:.4}, {} batch(es)",
+            "{:.0} s, {} answers (at most {} a row), {} refused 429 at the emulator, peak {} requests/min arrived, {} admitted (limit {RPM}), ${:.4}, {} batch(es)",
             m.elapsed.as_secs_f64(),
             m.answered,
             m.most_per_row,
             m.rate_limited,
+            m.peak_arrivals_per_minute,
             m.peak_per_minute,
             m.cost_usd,
             m.batches

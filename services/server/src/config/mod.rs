@@ -262,7 +262,9 @@ pub struct ProviderArgs {
     )]
     pub provider_rpm: Vec<String>,
 
-    /// Tokens per minute (input, estimated) likewise. Default: the
+    /// Tokens per minute likewise, as the worker asks for them: each
+    /// call's input (estimated) plus the most output it may produce (its
+    /// max output tokens), which is what OpenAI counts. Default: the
     /// provider's Tier 1 figure (Gemini 1000000, OpenAI 200000, Anthropic
     /// 30000).
     #[arg(
