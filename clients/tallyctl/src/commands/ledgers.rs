@@ -249,8 +249,13 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
         .prices
         .iter()
         .map(|m| {
+            let lane = if m.lane == pb::Lane::Batch as i32 || m.lane == 0 {
+                String::new()
+            } else {
+                format!("@{}", lane_name(m.lane))
+            };
             format!(
-                "{}={},{},{},{}",
+                "{}{lane}={},{},{},{}",
                 m.model,
                 m.input_per_million,
                 m.output_per_million,
@@ -292,6 +297,13 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
             ("max active jobs", p.max_active_jobs.to_string()),
             ("review threshold", p.review_threshold.to_string()),
             ("alert url", p.alert_url.clone()),
+            ("lanes", lanes_text(&p)),
+            (
+                "deadline",
+                p.deadline
+                    .as_ref()
+                    .map_or("none".into(), |d| render::time(Some(d)))
+            ),
             ("prices (USD/M)", prices),
             ("spend cap", spend_cap_text(p.spend_cap.as_ref())),
             (
@@ -316,6 +328,38 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
             ),
         ])
     );
+}
+
+/// A lane's name as the flags write it (`flex`).
+fn lane_name(lane: i32) -> String {
+    pb::Lane::try_from(lane)
+        .map_or("?", |l| l.as_str_name())
+        .trim_start_matches("LANE_")
+        .to_ascii_lowercase()
+}
+
+/// `batch (1h), flex (1m)`: the lanes a ledger's rows may take, each with
+/// the turnaround it is planned with before there is history.
+fn lanes_text(p: &pb::LedgerPolicy) -> String {
+    let t = p.turnarounds.unwrap_or_default();
+    let lanes = if p.lanes.is_empty() {
+        vec![pb::Lane::Batch as i32]
+    } else {
+        p.lanes.clone()
+    };
+    lanes
+        .iter()
+        .map(|l| {
+            let prior = match pb::Lane::try_from(*l) {
+                Ok(pb::Lane::Flex) => t.flex.as_ref(),
+                Ok(pb::Lane::Standard) => t.standard.as_ref(),
+                Ok(pb::Lane::Priority) => t.priority.as_ref(),
+                _ => t.batch.as_ref(),
+            };
+            format!("{} ({})", lane_name(*l), render::duration(prior))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `$50 (warn at 80%, 1024 output tokens a row)`; `none` without a cap.

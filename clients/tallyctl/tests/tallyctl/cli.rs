@@ -1843,3 +1843,53 @@ async fn cache_dry_run_runs_a_worker_and_shows_its_answer() {
     assert!(r.stderr.contains("cannot run"), "{}", r.stderr);
     env.stop().await;
 }
+
+// Invariant: `--lanes`, `--deadline`, `--turnaround` and a lane's price
+// set the ledger's lane policy as given; an unknown lane is refused with
+// the value named, and nothing is written (no ledger made).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledgers_take_lanes_a_deadline_and_lane_prices() {
+    let env = Env::start().await;
+    let created = env
+        .json(&[
+            "ledgers",
+            "create",
+            "laned",
+            "--lanes",
+            "batch,flex,standard",
+            "--deadline",
+            "2h",
+            "--turnaround",
+            "batch=20m",
+            "--price",
+            "gpt-4o-mini@flex=0.075,0.3",
+        ])
+        .await;
+    let policy = &created["policy"];
+    assert_eq!(
+        policy["lanes"],
+        serde_json::json!(["BATCH", "FLEX", "STANDARD"])
+    );
+    assert!(policy["deadline"].is_string(), "{policy}");
+    assert_eq!(policy["turnarounds"]["batch"], "20m");
+    assert_eq!(policy["prices"][0]["lane"], "FLEX");
+    let got = env.ok(&["ledgers", "get", "laned"]).await;
+    for shown in [
+        "batch (20m), flex (1m), standard (10s)",
+        "gpt-4o-mini@flex=0.075,0.3",
+    ] {
+        assert!(got.stdout.contains(shown), "{shown}: {}", got.stdout);
+    }
+    assert!(
+        !got.stdout.contains("deadline          none"),
+        "{}",
+        got.stdout
+    );
+    let bad = env
+        .run(&["ledgers", "create", "bad-lanes", "--lanes", "batch,warp"])
+        .await;
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("warp"), "{}", bad.stderr);
+    let listed = env.ok(&["ledgers", "list"]).await;
+    assert!(!listed.stdout.contains("bad-lanes"), "{}", listed.stdout);
+}

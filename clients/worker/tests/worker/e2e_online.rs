@@ -113,7 +113,10 @@ impl Online {
         lane: &str,
         extra: &[&str],
     ) -> tokio::process::Child {
-        let mut flags = vec!["--lane", lane, "--call-timeout", "5s"];
+        let mut flags = vec!["--lane", lane];
+        if !extra.contains(&"--call-timeout") {
+            flags.extend(["--call-timeout", "5s"]);
+        }
         flags.extend_from_slice(extra);
         spawn_openai_worker(&self.stack.grpc, &self.url(), ledger, name, &flags)
     }
@@ -273,6 +276,57 @@ async fn a_lost_answer_is_an_attempt_and_the_row_goes_again() {
         "10 answers and 3 lost ones"
     );
     assert_eq!(w.emulator.stats().online.lost, 3);
+}
+
+// Invariant: a call that outlasts --call-timeout is an attempt whose
+// answer was lost (answer_lost: the provider may have done and billed the
+// work), counted against the row's provider budget (4): the row is sent at
+// most that many times and then stops, PERMANENT, never sent again; the
+// model answered no row more often than it was attempted.
+#[tokio::test]
+async fn a_call_past_its_timeout_is_a_lost_answer_within_the_budget() {
+    let w = Online::start(
+        "timeout",
+        &[pb::Lane::Standard],
+        3,
+        FaultPlan::default(),
+        Duration::from_secs(2),
+    )
+    .await;
+    exits_ok(
+        w.worker(
+            "timeout",
+            "w1",
+            "standard",
+            &["--call-timeout", "300ms", "--exit-when-idle"],
+        ),
+        "standard worker",
+    )
+    .await;
+    let rows = all_rows(&w.c, "timeout").await;
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        assert_eq!(r.status(), pb::RowStatus::Permanent, "{}", r.key);
+        assert_eq!(attempts(r), 4, "{}: the provider budget", r.key);
+        let rules: Vec<&str> = r.history.iter().map(|a| a.rule.as_str()).collect();
+        assert_eq!(
+            rules,
+            [
+                "answer_lost",
+                "answer_lost",
+                "answer_lost",
+                "provider_attempts_exhausted"
+            ],
+            "{}: each a lost answer, the last one past the budget",
+            r.key
+        );
+        assert!(r.last_error.contains("lost"), "{}: {}", r.key, r.last_error);
+    }
+    assert!(
+        w.answers_per_row().iter().all(|n| *n <= 4),
+        "{:?}",
+        w.answers_per_row()
+    );
 }
 
 // Invariant: a worker killed while its calls are out leaves nothing held:
