@@ -182,3 +182,56 @@ async fn an_adopted_job_keeps_its_reservation() {
     assert_ne!(adopted.adopted[0].claim.token, c.claim.token);
     assert_eq!(reserved_input(s, &l).await, 2 * IN_PER_ROW);
 }
+
+/// Invariant (issue 48): a dollar cap prices a claim's rows at the lane it
+/// is for: at twice the batch price, a standard claim gets half the rows a
+/// batch claim gets under the same cap.
+#[tokio::test]
+async fn a_dollar_cap_prices_each_claim_at_its_lane() {
+    use tally_core::lane::{Lane, Lanes};
+    use tally_core::policy::{DEFAULT_MODEL, Price};
+    let env = env().await;
+    let s = &env.store;
+    // A dollar a token at batch, two at standard: a row (4 input tokens,
+    // 10 output by the cap) is $14 in batch, $28 in standard.
+    let price = |lane, usd_per_token: f64| Price {
+        model: DEFAULT_MODEL.into(),
+        input_per_million: usd_per_token * 1e6,
+        output_per_million: usd_per_token * 1e6,
+        cached_input_per_million: 0.0,
+        thinking_per_million: 0.0,
+        lane,
+    };
+    for (ledger, lane) in [("std", Lane::Standard), ("bat", Lane::Batch)] {
+        let mut p = fast_policy();
+        p.lanes = Lanes::of([lane]).unwrap();
+        p.prices = vec![price(Lane::Batch, 1.0), price(Lane::Standard, 2.0)];
+        p.spend_cap = Some(SpendCap {
+            max_cost_usd: 56.0,
+            output_tokens_per_row: 10,
+            ..SpendCap::default()
+        });
+        s.create_ledger(ledger, &p).await.unwrap();
+        let rows: Vec<_> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|k| row(k, &[]))
+            .collect();
+        s.enroll(ledger, &rows).await.unwrap();
+    }
+    let in_lane = |lane| tally_store::types::ClaimRequest {
+        lane,
+        ..claim_req(6)
+    };
+    let standard = s
+        .claim_rows("std", &in_lane(Lane::Standard))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(standard.rows.len(), 2, "2 × $28 = the $56 cap");
+    let batch = s
+        .claim_rows("bat", &in_lane(Lane::Batch))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(batch.rows.len(), 4, "4 × $14 = the $56 cap");
+}
