@@ -205,3 +205,57 @@ async fn a_refusal_naming_no_delay_backs_off_then_pauses() {
     let _ = worker.stop().await;
     w.stop().await;
 }
+
+/// A base URL that answers 404 to every call (a wrong path): issue 51's
+/// "823 jobs in 10 s" at Gemini. Invariants: the first refused create
+/// pauses the ledger with the provider's words (its 404), only the jobs
+/// already out when the pause came met it, no row spent an attempt, and
+/// no batch was made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_base_url_that_answers_404_pauses_instead_of_looping() {
+    const LEDGER: &str = "wrong-url";
+    const ROWS: usize = 20;
+    let w = World::start(
+        LEDGER,
+        ROWS,
+        FaultPlan::default(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    let wrong = format!("{}/wrong/path", w.emulator.base_url());
+    let mut worker = common::spawn_worker(
+        &w.stack.grpc,
+        &wrong,
+        LEDGER,
+        "wrong-url",
+        &["--claim-size", "4"],
+    );
+    common::until(Duration::from_secs(60), "the ledger pauses", || async {
+        summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    common::until(Duration::from_secs(30), "the jobs out close", || async {
+        summary(&w.c, LEDGER).await.active_jobs == 0
+    })
+    .await;
+    let s = summary(&w.c, LEDGER).await;
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    let pause = s.pause.clone().expect("a pause");
+    println!(
+        "paused ({}): {:?}; {} jobs",
+        pause.reason,
+        pause.message,
+        jobs.len()
+    );
+    assert!(pause.message.contains("404"), "{}", pause.message);
+    assert!(
+        (1..=4).contains(&jobs.len()),
+        "only the jobs out when the pause came: {}",
+        jobs.len()
+    );
+    assert_eq!(s.attempts_total, 0, "no attempt spent on a wrong URL");
+    assert_eq!(s.pending, ROWS as i64, "every row waits, unattempted");
+    assert_eq!(w.emulator.stats().batches_created, 0);
+    worker.kill().await.ok();
+    w.stop().await;
+}
