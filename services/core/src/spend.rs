@@ -32,6 +32,21 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 /// Output tokens a row is estimated at when the cap does not say.
 pub const DEFAULT_OUTPUT_TOKENS_PER_ROW: i64 = 1024;
 
+/// Rows a ledger must have answered before its own output per row is
+/// used to forecast the rest.
+pub const MIN_ANSWERED_FOR_HISTORY: i64 = 5;
+
+/// The output tokens a row of the ledger is forecast at: what its answered
+/// rows produced on average (output and thinking tokens, `used` over
+/// `answered` rows) once there are enough of them, else the cap's
+/// estimate, else [`DEFAULT_OUTPUT_TOKENS_PER_ROW`].
+pub fn forecast_output_per_row(cap: Option<&SpendCap>, used: i64, answered: i64) -> i64 {
+    if answered >= MIN_ANSWERED_FOR_HISTORY && used >= 0 {
+        return (used / answered).max(1);
+    }
+    cap.map_or(DEFAULT_OUTPUT_TOKENS_PER_ROW, |c| c.output_tokens_per_row)
+}
+
 /// The warning fraction when the cap does not say.
 pub const DEFAULT_WARN_FRACTION: f64 = 0.8;
 
@@ -287,6 +302,28 @@ pub fn alert_body(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Invariant: a forecast's output per row is the ledger's own average
+    // once it has answered enough rows, the cap's estimate (or the
+    // default) before.
+    #[test]
+    fn the_forecast_output_comes_from_history_once_there_is_some() {
+        let cap = SpendCap {
+            output_tokens_per_row: 300,
+            ..SpendCap::default()
+        };
+        assert_eq!(
+            forecast_output_per_row(None, 0, 0),
+            DEFAULT_OUTPUT_TOKENS_PER_ROW
+        );
+        assert_eq!(
+            forecast_output_per_row(Some(&cap), 400, 4),
+            300,
+            "too few rows"
+        );
+        assert_eq!(forecast_output_per_row(Some(&cap), 500, 5), 100);
+        assert_eq!(forecast_output_per_row(None, 0, 10), 1, "never zero");
+    }
 
     /// Invariant: dollar sums saturate: the largest prices times the
     /// largest counts, summed without end, stay finite, and a cap check

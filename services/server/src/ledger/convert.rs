@@ -720,18 +720,18 @@ pub fn cost_by_lane(policy: &Policy, by_model: &[st::ModelUsage]) -> Vec<pb::Lan
 }
 
 /// The forecast of `work` under `policy` (see `tally_core::route::plan`),
-/// from now.
-pub fn forecast(policy: &Policy, work: &[Work], t: &Turnarounds) -> pb::LedgerForecast {
+/// from now; each row's output priced at `output` tokens
+/// (`tally_core::spend::forecast_output_per_row`).
+pub fn forecast(
+    policy: &Policy,
+    work: &[Work],
+    t: &Turnarounds,
+    output: i64,
+) -> pb::LedgerForecast {
     let now = chrono::Utc::now();
     let left = policy.deadline_ms.map(|ms| {
         std::time::Duration::from_millis(ms.saturating_sub(now.timestamp_millis()).max(0) as u64)
     });
-    let output = policy
-        .spend_cap
-        .as_ref()
-        .map_or(tally_core::spend::DEFAULT_OUTPUT_TOKENS_PER_ROW, |c| {
-            c.output_tokens_per_row
-        });
     let price = |model: &str, lane: Lane| policy.price_in(model, lane);
     // The lanes the ledger's provider offers (Anthropic has no flex).
     let api = tally_core::provider::route(&policy.model).api();

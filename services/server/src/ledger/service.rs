@@ -487,7 +487,17 @@ impl LedgerService for Ledgers {
                 .await
                 .map_err(from_store)?;
             let turnarounds = self.store.turnarounds(&record).await.map_err(from_store)?;
-            Some(convert::forecast(&record.policy, &work, &turnarounds))
+            let output = tally_core::spend::forecast_output_per_row(
+                record.policy.spend_cap.as_ref(),
+                s.usage.output.saturating_add(s.usage.thinking),
+                s.counts.succeeded,
+            );
+            Some(convert::forecast(
+                &record.policy,
+                &work,
+                &turnarounds,
+                output,
+            ))
         } else {
             None
         };

@@ -187,3 +187,89 @@ async fn bad_routing_settings_are_refused_by_field() {
         .await;
     assert_eq!(got.unwrap_err().code(), tonic::Code::NotFound);
 }
+
+// Invariant (issue 49): the forecast prices each unfinished row's output at
+// the ledger's own average once 5 rows have answered (100 tokens here),
+// not at the 1,024-token prior it uses before.
+#[tokio::test]
+async fn the_forecast_cost_learns_the_output_per_row_from_the_answers() {
+    let mut env = env().await;
+    env.l
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: "learn".into(),
+            policy: Some(pb::LedgerPolicy {
+                model: "gpt-4o-mini".into(),
+                // A dollar an output token, input free: a row costs its
+                // output.
+                prices: vec![pb::ModelPrice {
+                    model: "gpt-4o-mini".into(),
+                    input_per_million: 0.0,
+                    output_per_million: 1e6,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    let rows: Vec<pb::RowInput> = (0..10)
+        .map(|i| pb::RowInput {
+            key: format!("r{i}"),
+            payload: r#"{"text": "t"}"#.into(),
+            ..Default::default()
+        })
+        .collect();
+    env.l
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: "ledgers/learn".into(),
+            rows,
+        })
+        .await
+        .unwrap();
+    let forecast_cost = |mut l: crate::pause::Ledgers| async move {
+        let s = l
+            .summarize_ledger(pb::SummarizeLedgerRequest {
+                name: "ledgers/learn".into(),
+                forecast: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        s.forecast.unwrap().plan.unwrap().cost_usd
+    };
+    let before = forecast_cost(env.l.clone()).await;
+    assert!((before - 10.0 * 1024.0).abs() < 1e-6, "the prior: {before}");
+    let claim = env
+        .l
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: "ledgers/learn".into(),
+            max_rows: 5,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let outcomes = claim
+        .rows
+        .iter()
+        .map(|r| pb::RowOutcome {
+            key: r.key.clone(),
+            outcome: Some(pb::row_outcome::Outcome::Result(r#"{"a": 1}"#.into())),
+            usage: Some(pb::Usage {
+                output_tokens: 100,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    env.l
+        .report_outcomes(pb::ReportOutcomesRequest {
+            claim: claim.claim.unwrap().name,
+            outcomes,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let after = forecast_cost(env.l.clone()).await;
+    assert!((after - 5.0 * 100.0).abs() < 1e-6, "the history: {after}");
+}
