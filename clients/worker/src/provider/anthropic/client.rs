@@ -87,6 +87,7 @@ impl Anthropic {
     /// `{"custom_id", "params"}` per line); answers `batches/{id}`. Not
     /// retried.
     pub async fn create_batch(&self, lines: &Bytes) -> Result<String, ProviderError> {
+        let parts = requests_body(lines);
         let got = self
             .rest
             .json(
@@ -94,7 +95,10 @@ impl Anthropic {
                     .http()
                     .post(self.url("/messages/batches"))
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(requests_body(lines)),
+                    .header(reqwest::header::CONTENT_LENGTH, length(&parts))
+                    .body(reqwest::Body::wrap_stream(futures::stream::iter(
+                        parts.into_iter().map(Ok::<_, std::io::Error>),
+                    ))),
             )
             .await?;
         Ok(format!("batches/{}", id_of(&got)?))
@@ -212,14 +216,25 @@ impl Anthropic {
 
 /// The create's body: the input lines as the `requests` array (a line is
 /// one JSON value with no raw newline, so the lines joined by commas are
-/// the array's items).
-fn requests_body(lines: &Bytes) -> Vec<u8> {
-    let trimmed = lines.strip_suffix(b"\n").unwrap_or(lines);
-    let mut body = Vec::with_capacity(trimmed.len() + 16);
-    body.extend_from_slice(b"{\"requests\":[");
-    body.extend(trimmed.iter().map(|&b| if b == b'\n' { b',' } else { b }));
-    body.extend_from_slice(b"]}");
-    body
+/// the array's items), in parts that share the lines' buffer: the body is
+/// streamed from the job's one copy, never copied whole.
+fn requests_body(lines: &Bytes) -> Vec<Bytes> {
+    let trimmed = lines.slice(..lines.strip_suffix(b"\n").unwrap_or(lines).len());
+    let mut parts = vec![Bytes::from_static(b"{\"requests\":[")];
+    let mut start = 0;
+    for (i, _) in trimmed.iter().enumerate().filter(|(_, b)| **b == b'\n') {
+        parts.push(trimmed.slice(start..i));
+        parts.push(Bytes::from_static(b","));
+        start = i + 1;
+    }
+    parts.push(trimmed.slice(start..));
+    parts.push(Bytes::from_static(b"]}"));
+    parts
+}
+
+/// The bytes of a body in `parts`.
+fn length(parts: &[Bytes]) -> usize {
+    parts.iter().map(Bytes::len).sum()
 }
 
 /// The first custom_id of a results stream, read no further than its
@@ -330,20 +345,26 @@ mod tests {
     use super::*;
 
     // Invariant: the create's body holds every input line, in order, as
-    // one `requests` array.
+    // one `requests` array, and its length is the parts' bytes.
     #[test]
     fn input_lines_become_the_requests_array() {
         let lines = Bytes::from(
             "{\"custom_id\":\"a\",\"params\":{\"x\":\"1\\n2\"}}\n{\"custom_id\":\"b\",\"params\":{}}\n",
         );
-        let body: Value = serde_json::from_slice(&requests_body(&lines)).unwrap();
+        let whole = |lines: &Bytes| {
+            let parts = requests_body(lines);
+            let body: Vec<u8> = parts.concat();
+            assert_eq!(body.len(), length(&parts));
+            body
+        };
+        let body: Value = serde_json::from_slice(&whole(&lines)).unwrap();
         assert_eq!(
             body,
             json!({"requests": [{"custom_id": "a", "params": {"x": "1\n2"}},
                                 {"custom_id": "b", "params": {}}]})
         );
         let one: Value =
-            serde_json::from_slice(&requests_body(&Bytes::from("{\"custom_id\":\"a\"}"))).unwrap();
+            serde_json::from_slice(&whole(&Bytes::from("{\"custom_id\":\"a\"}"))).unwrap();
         assert_eq!(one["requests"].as_array().unwrap().len(), 1);
     }
 
