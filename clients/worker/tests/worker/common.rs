@@ -175,6 +175,22 @@ pub fn spawn_api_worker(
 
 /// The settings [`worker_command`] gives the binary, for a worker run in
 /// this process ([`tally_worker::run_serving`]).
+/// The create path's short settings (ten rows a claim and a batch, a short
+/// lookup window and HTTP timeout, no clock skew), as the create-path
+/// tests of each provider run their workers.
+pub const CREATE_FLAGS: [&str; 10] = [
+    "--claim-size",
+    "10",
+    "--max-rows-per-batch",
+    "10",
+    "--create-lookup-window",
+    "4s",
+    "--http-timeout",
+    "3s",
+    "--provider-clock-skew",
+    "0s",
+];
+
 pub fn worker_args(
     grpc: &str,
     gemini: &str,

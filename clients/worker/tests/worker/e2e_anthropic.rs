@@ -32,8 +32,9 @@ use anthropic_emulator::{
     Emulator, EmulatorConfig, FaultPlan, Models, Outcome, Stats, Submission, Timing,
 };
 use common::{
-    API_KEY, PROBE_KEY, Stack, all_rows, assert_batches_recorded, create_ledger, enroll_documents,
-    exits_ok, first_job, list_jobs, register_prompt, spawn_api_worker, spawn_worker, start_server,
+    API_KEY, CREATE_FLAGS, PROBE_KEY, Stack, all_rows, assert_batches_recorded, create_ledger,
+    enroll_documents, exits_ok, first_job, list_jobs, register_prompt, spawn_api_worker,
+    spawn_worker, start_server,
 };
 use tally_client::Clients;
 use tally_proto::v1 as pb;
@@ -165,20 +166,6 @@ fn check_paid_once(stats: &Stats, rows: &[pb::Row], jobs: &[pb::Job]) -> usize {
 fn plan(value: serde_json::Value) -> FaultPlan {
     serde_json::from_value(value).expect("a valid fault plan")
 }
-
-/// Flags of a worker on the create path's short settings.
-const CREATE_FLAGS: [&str; 10] = [
-    "--claim-size",
-    "10",
-    "--max-rows-per-batch",
-    "10",
-    "--create-lookup-window",
-    "4s",
-    "--http-timeout",
-    "3s",
-    "--provider-clock-skew",
-    "0s",
-];
 
 /// Worker A dies at `failpoint` on its first job (if any), then worker B
 /// finishes the ledger: every row SUCCEEDED and sent once.

@@ -102,6 +102,19 @@ impl Online {
         common::enroll_documents(c, ledger, "row-", rows, "").await;
     }
 
+    /// Enrolls `rows` in `ledger`.
+    pub async fn enroll(&self, ledger: &str, rows: Vec<pb::RowInput>) {
+        self.c
+            .ledgers
+            .clone()
+            .enroll_rows(pb::EnrollRowsRequest {
+                parent: format!("ledgers/{ledger}"),
+                rows,
+            })
+            .await
+            .expect("enroll");
+    }
+
     pub fn url(&self) -> String {
         format!("{}/v1", self.emulator.base_url())
     }
@@ -586,14 +599,7 @@ async fn each_page_is_asked_with_the_answer_of_the_page_before() {
             ..Default::default()
         })
         .collect();
-    w.c.ledgers
-        .clone()
-        .enroll_rows(pb::EnrollRowsRequest {
-            parent: "ledgers/pages".into(),
-            rows,
-        })
-        .await
-        .expect("enroll");
+    w.enroll("pages", rows).await;
     exits_ok(
         w.worker("pages", "w1", "flex", &["--exit-when-idle"]),
         "flex worker",

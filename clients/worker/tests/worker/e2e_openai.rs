@@ -25,9 +25,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{
-    API_KEY, PROBE_KEY, SECRET, Stack, all_rows, assert_batches_recorded, create_ledger,
-    enroll_documents, exits_ok, first_job, list_jobs, register_prompt, spawn_openai_worker,
-    start_server,
+    API_KEY, CREATE_FLAGS, PROBE_KEY, SECRET, Stack, all_rows, assert_batches_recorded,
+    create_ledger, enroll_documents, exits_ok, first_job, list_jobs, register_prompt,
+    spawn_openai_worker, start_server,
 };
 use openai_emulator::{Emulator, EmulatorConfig, FaultPlan, Outcome, Stats, Timing, WebhookTarget};
 use tally_client::Clients;
@@ -545,20 +545,6 @@ async fn upload_refused(
     worker.kill().await.ok();
     UploadRefused { pause, jobs, stats }
 }
-
-/// The create path's short settings, as [`create_worker`] passes them.
-const CREATE_FLAGS: [&str; 10] = [
-    "--claim-size",
-    "10",
-    "--max-rows-per-batch",
-    "10",
-    "--create-lookup-window",
-    "4s",
-    "--http-timeout",
-    "3s",
-    "--provider-clock-skew",
-    "0s",
-];
 
 /// A key the provider refuses (401 `invalid_api_key` at the input file's
 /// upload, before any batch): issue 51's loop, where every refused upload

@@ -21,8 +21,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{
-    API_KEY, PROBE_KEY, Stack, all_rows, create_ledger, enroll_documents, exits_ok, list_jobs,
-    register_prompt, spawn_openai_worker, start_server, summary, until, worker_args,
+    API_KEY, CREATE_FLAGS, PROBE_KEY, Stack, all_rows, create_ledger, enroll_documents, exits_ok,
+    list_jobs, register_prompt, spawn_openai_worker, start_server, summary, until, worker_args,
 };
 use openai_emulator::{Emulator, EmulatorConfig, FaultPlan, Stats, Timing};
 use tally_client::Clients;
@@ -78,20 +78,8 @@ impl SearchWorld {
 
 /// The create path's short settings, the page bound, and `extra`.
 fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "--claim-size",
-        "10",
-        "--max-rows-per-batch",
-        "10",
-        "--create-lookup-window",
-        "4s",
-        "--http-timeout",
-        "3s",
-        "--provider-clock-skew",
-        "0s",
-        "--max-list-pages",
-        MAX_PAGES,
-    ];
+    let mut args = CREATE_FLAGS.to_vec();
+    args.extend(["--max-list-pages", MAX_PAGES]);
     args.extend_from_slice(extra);
     args
 }

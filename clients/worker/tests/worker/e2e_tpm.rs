@@ -60,14 +60,7 @@ async fn tokens_per_minute_bind_and_are_never_passed() {
             ..Default::default()
         })
         .collect();
-    w.c.ledgers
-        .clone()
-        .enroll_rows(pb::EnrollRowsRequest {
-            parent: "ledgers/tpm".into(),
-            rows,
-        })
-        .await
-        .expect("enroll");
+    w.enroll("tpm", rows).await;
     let started = Instant::now();
     // Each worker claims (and asks for) four rows at once: together they
     // ask for more than the minute holds.

@@ -191,25 +191,51 @@ fn chat_said(body: &Value) -> Said {
 }
 
 /// A body's usage, whichever endpoint wrote it.
-fn usage_of(body: &Value) -> Option<pb::Usage> {
+pub(super) fn usage_of(body: &Value) -> Option<pb::Usage> {
     let u = body.get("usage").filter(|u| u.is_object())?;
     Some(if super::responses::is_response(body) {
-        super::responses::usage(u)
+        usage(u, &RESPONSE_USAGE)
     } else {
-        usage(u)
+        usage(u, &CHAT_USAGE)
     })
 }
 
+/// Where a usage object keeps its counts: the input and output tokens, and
+/// the reasoning (in the output) and cached (in the input) details.
+struct UsageNames {
+    input: &'static str,
+    output: &'static str,
+    reasoning: &'static str,
+    cached: &'static str,
+}
+
 /// A `ChatCompletion`'s `usage`.
-fn usage(u: &Value) -> pb::Usage {
+const CHAT_USAGE: UsageNames = UsageNames {
+    input: "prompt_tokens",
+    output: "completion_tokens",
+    reasoning: "/completion_tokens_details/reasoning_tokens",
+    cached: "/prompt_tokens_details/cached_tokens",
+};
+
+/// A Response's `usage`.
+const RESPONSE_USAGE: UsageNames = UsageNames {
+    input: "input_tokens",
+    output: "output_tokens",
+    reasoning: "/output_tokens_details/reasoning_tokens",
+    cached: "/input_tokens_details/cached_tokens",
+};
+
+/// A usage object's counts, read by `names` (reasoning tokens are
+/// thinking, not output).
+fn usage(u: &Value, names: &UsageNames) -> pb::Usage {
     let n = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0).max(0);
-    let completion = n(u.get("completion_tokens"));
-    let reasoning = n(u.pointer("/completion_tokens_details/reasoning_tokens")).min(completion);
+    let output = n(u.get(names.output));
+    let reasoning = n(u.pointer(names.reasoning)).min(output);
     pb::Usage {
-        input_tokens: n(u.get("prompt_tokens")),
-        output_tokens: completion - reasoning,
+        input_tokens: n(u.get(names.input)),
+        output_tokens: output - reasoning,
         thinking_tokens: reasoning,
-        cached_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+        cached_tokens: n(u.pointer(names.cached)),
         cache_write_tokens: 0,
     }
 }

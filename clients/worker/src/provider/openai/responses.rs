@@ -238,21 +238,6 @@ pub(super) fn said(body: &Value) -> Result<Said, pb::Failure> {
     Ok(said)
 }
 
-/// A Response's `usage`: as a `ChatCompletion`'s, in its own names
-/// (reasoning tokens are thinking, not output).
-pub fn usage(u: &Value) -> pb::Usage {
-    let n = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0).max(0);
-    let output = n(u.get("output_tokens"));
-    let reasoning = n(u.pointer("/output_tokens_details/reasoning_tokens")).min(output);
-    pb::Usage {
-        input_tokens: n(u.get("input_tokens")),
-        output_tokens: output - reasoning,
-        thinking_tokens: reasoning,
-        cached_tokens: n(u.pointer("/input_tokens_details/cached_tokens")),
-        cache_write_tokens: 0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,7 +381,7 @@ mod tests {
             ("server_error", "boom")
         );
         assert_eq!(
-            usage(&done["usage"]),
+            super::super::output::usage_of(&done).unwrap(),
             pb::Usage {
                 input_tokens: 20,
                 output_tokens: 4,
