@@ -91,8 +91,10 @@ pub struct WorkerArgs {
     pub calls: usize,
 
     /// Synchronous lanes: the longest one call may take before its answer
-    /// counts as lost (flex may take minutes: the providers advise 10m).
-    #[arg(long, env = "TALLY_WORKER_CALL_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    /// counts as lost (and its attempt as spent). Flex may take many
+    /// minutes: OpenAI advises raising its SDK's 10-minute timeout to 15,
+    /// and Google targets 1 to 15 minutes for Gemini Flex.
+    #[arg(long, env = "TALLY_WORKER_CALL_TIMEOUT", default_value = "15m", value_parser = parse_duration)]
     pub call_timeout: Duration,
 
     /// Rows asked for in one claim (capped by --max-rows-per-batch).
@@ -520,6 +522,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Invariant: a synchronous call waits 15 minutes by default, the most
+    // the providers document for flex, so a flex answer on time is never
+    // counted lost (and paid for again).
+    #[test]
+    fn a_call_waits_as_long_as_flex_is_documented_to_take() {
+        let args = WorkerArgs::try_parse_from(["tally-worker", "--ledger", "d", "--lane", "flex"])
+            .unwrap();
+        assert_eq!(args.call_timeout, Duration::from_secs(15 * 60));
+    }
 
     #[test]
     fn flags_parse_and_validate() {

@@ -3,7 +3,8 @@
 //! media parts ([`request`]), an output line read as a row's outcome
 //! ([`output`]), what its refusals ask of tally ([`refusal`]), an input
 //! file not yet visible to a create ([`visible`]), its synchronous lanes
-//! ([`online`], over chat completions or [`responses`]), and its flags
+//! ([`online`], over chat completions or [`responses`]), what an answer
+//! said whichever endpoint wrote it ([`said`]), and its flags
 //! ([`flags`]). [`OpenAiWire`] hands the pure parts to the
 //! provider-neutral code.
 
@@ -14,6 +15,7 @@ pub mod output;
 pub mod refusal;
 pub mod request;
 pub mod responses;
+pub mod said;
 pub mod visible;
 
 use serde_json::Value;

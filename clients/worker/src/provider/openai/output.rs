@@ -30,6 +30,7 @@
 use serde_json::Value;
 use tally_proto::v1 as pb;
 
+use super::said::{self, Said};
 use crate::output::{Expect, judge_text, str_at, truncate};
 
 /// The largest provider response kept with a result: the server's bound
@@ -128,16 +129,6 @@ fn http_error(status: i64, body: Option<&Value>) -> pb::Failure {
     }
 }
 
-/// What an answer body says, whichever endpoint wrote it: its text, how
-/// it ended (in chat completions' words: `stop`, `length`,
-/// `content_filter`, …), and the model's refusal.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(super) struct Said {
-    pub text: String,
-    pub finish: String,
-    pub refusal: Option<String>,
-}
-
 /// A 2xx body judged: a `ChatCompletion`, or a Response (the Responses
 /// API's, [`super::responses`]).
 // The failure is the outcome itself (built once per row).
@@ -191,53 +182,13 @@ fn chat_said(body: &Value) -> Said {
 }
 
 /// A body's usage, whichever endpoint wrote it.
-pub(super) fn usage_of(body: &Value) -> Option<pb::Usage> {
+fn usage_of(body: &Value) -> Option<pb::Usage> {
     let u = body.get("usage").filter(|u| u.is_object())?;
     Some(if super::responses::is_response(body) {
-        usage(u, &RESPONSE_USAGE)
+        said::usage(u, &said::RESPONSE_USAGE)
     } else {
-        usage(u, &CHAT_USAGE)
+        said::usage(u, &said::CHAT_USAGE)
     })
-}
-
-/// Where a usage object keeps its counts: the input and output tokens, and
-/// the reasoning (in the output) and cached (in the input) details.
-struct UsageNames {
-    input: &'static str,
-    output: &'static str,
-    reasoning: &'static str,
-    cached: &'static str,
-}
-
-/// A `ChatCompletion`'s `usage`.
-const CHAT_USAGE: UsageNames = UsageNames {
-    input: "prompt_tokens",
-    output: "completion_tokens",
-    reasoning: "/completion_tokens_details/reasoning_tokens",
-    cached: "/prompt_tokens_details/cached_tokens",
-};
-
-/// A Response's `usage`.
-const RESPONSE_USAGE: UsageNames = UsageNames {
-    input: "input_tokens",
-    output: "output_tokens",
-    reasoning: "/output_tokens_details/reasoning_tokens",
-    cached: "/input_tokens_details/cached_tokens",
-};
-
-/// A usage object's counts, read by `names` (reasoning tokens are
-/// thinking, not output).
-fn usage(u: &Value, names: &UsageNames) -> pb::Usage {
-    let n = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(0).max(0);
-    let output = n(u.get(names.output));
-    let reasoning = n(u.pointer(names.reasoning)).min(output);
-    pb::Usage {
-        input_tokens: n(u.get(names.input)),
-        output_tokens: output - reasoning,
-        thinking_tokens: reasoning,
-        cached_tokens: n(u.pointer(names.cached)),
-        cache_write_tokens: 0,
-    }
 }
 
 /// A golden line's answer: its text, or why it has none.

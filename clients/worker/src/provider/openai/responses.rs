@@ -25,7 +25,7 @@
 use serde_json::{Map, Value, json};
 use tally_proto::v1 as pb;
 
-use super::output::Said;
+use super::said::Said;
 use crate::output::{str_at, truncate};
 
 /// The endpoint, under the base URL (which holds `/v1`).
@@ -381,7 +381,10 @@ mod tests {
             ("server_error", "boom")
         );
         assert_eq!(
-            super::super::output::usage_of(&done).unwrap(),
+            crate::provider::openai::said::usage(
+                &done["usage"],
+                &crate::provider::openai::said::RESPONSE_USAGE
+            ),
             pb::Usage {
                 input_tokens: 20,
                 output_tokens: 4,
