@@ -105,7 +105,7 @@ async fn require_version(request: Request, next: Next) -> Response {
 async fn messages(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
     let params: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
-    Ok(shared.online(params).await)
+    Ok(emulator_kit::serve::even_if_abandoned(async move { shared.online(params).await }).await)
 }
 
 fn json(value: Value) -> Response {

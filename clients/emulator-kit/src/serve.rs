@@ -9,6 +9,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -51,6 +52,23 @@ pub async fn online_answer(
             }
         }
         refused => refuse(refused),
+    }
+}
+
+/// Runs a synchronous answer to its end whatever the client does: a
+/// provider that took a request does the work (and bills it) even when
+/// the caller times out or hangs up, so the emulator counts it answered
+/// too, and a test sees every call the provider would have charged.
+pub async fn even_if_abandoned<F>(answer: F) -> axum::response::Response
+where
+    F: std::future::Future<Output = axum::response::Response> + Send + 'static,
+{
+    match tokio::spawn(answer).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!(error = %e, "a synchronous answer's task failed");
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
     }
 }
 

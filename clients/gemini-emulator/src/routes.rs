@@ -297,7 +297,11 @@ async fn model_method(
         }
         Some((model, "generateContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;
-            Ok(shared.online(&version, model, body).await)
+            let (shared, model) = (shared.clone(), model.to_owned());
+            Ok(emulator_kit::serve::even_if_abandoned(async move {
+                shared.online(&version, &model, body).await
+            })
+            .await)
         }
         Some((model, "asyncBatchEmbedContent")) if !model.is_empty() => {
             let body = parse_json(&body)?;

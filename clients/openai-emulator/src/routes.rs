@@ -173,13 +173,24 @@ fn body_json(body: &Bytes) -> Result<Value, ApiError> {
 }
 
 async fn chat_completions(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
-    Ok(shared
-        .online("/v1/chat/completions", body_json(&body)?)
-        .await)
+    online(shared, "/v1/chat/completions", &body).await
 }
 
 async fn responses(State(shared): AppState, body: Bytes) -> Result<Response, ApiError> {
-    Ok(shared.online("/v1/responses", body_json(&body)?).await)
+    online(shared, "/v1/responses", &body).await
+}
+
+/// A synchronous request to `endpoint`, answered even if the caller leaves.
+async fn online(
+    shared: Arc<Shared>,
+    endpoint: &'static str,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let body = body_json(body)?;
+    Ok(
+        emulator_kit::serve::even_if_abandoned(async move { shared.online(endpoint, body).await })
+            .await,
+    )
 }
 
 async fn get_batch(State(shared): AppState, Path(id): Path<String>) -> Result<Response, ApiError> {
