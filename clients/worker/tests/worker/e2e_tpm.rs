@@ -1,4 +1,4 @@
-//! The account's tokens per minute binding the synchronous lanes: two
+//! The account's tokens per minute binding the synchronous lanes: eight
 //! workers on one OpenAI account whose emulated limit is in tokens only,
 //! rows whose output budget (`max_completion_tokens`) is most of what the
 //! provider counts.
@@ -62,14 +62,16 @@ async fn tokens_per_minute_bind_and_are_never_passed() {
         .collect();
     w.enroll("tpm", rows).await;
     let started = Instant::now();
-    // Each worker claims (and asks for) four rows at once: together they
-    // ask for more than the minute holds.
-    let flags = ["--calls", "4", "--exit-when-idle"];
-    let (a, b) = tokio::join!(
-        exits_ok(w.worker("tpm", "w1", "flex", &flags), "first worker"),
-        exits_ok(w.worker("tpm", "w2", "flex", &flags), "second worker"),
-    );
-    let ((), ()) = (a, b);
+    // Eight workers, each claiming (and asking for) a row at a time:
+    // together they ask for more than the minute holds.
+    let flags = ["--calls", "1", "--claim-size", "1", "--exit-when-idle"];
+    let names: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    futures::future::join_all(
+        names
+            .iter()
+            .map(|name| exits_ok(w.worker("tpm", name, "flex", &flags), "a worker")),
+    )
+    .await;
     let took = started.elapsed();
     let online = w.emulator.stats().online;
     println!(
