@@ -31,6 +31,7 @@
 //! ([`run_claim`]).
 
 pub mod cached;
+mod calls;
 mod create;
 mod end;
 mod follow;

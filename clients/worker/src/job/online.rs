@@ -2,7 +2,8 @@
 //! one call once tally grants the account's capacity for it
 //! (AcquireCapacity: the requests and tokens per minute every worker and
 //! replica share), its answer read as the batch output line it would have
-//! been, and the outcomes reported wave by wave.
+//! been, and the outcomes reported in groups as the calls end
+//! ([`super::calls`]).
 //!
 //! Never paying twice: the claim is the record that its rows may have gone
 //! out. A call whose answer was lost is reported as an attempt
@@ -15,42 +16,19 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
-use tally_client::with_retry;
 use tally_core::names::claim_for_logs;
 use tally_proto::v1 as pb;
 use tokio_util::sync::CancellationToken;
 
+use super::calls::{self, Call};
 use super::end::{JobEnd, JobError};
 use super::heartbeat::Heartbeat;
 use super::render::{self, Prompts, Unsent};
-use super::settle::report;
 use super::{release, settle_unsent};
 use crate::attach::JobMedia;
-use crate::ctx::{Answer, Ctx};
-use crate::provider::online::{self as calls, Refused};
-use crate::provider::{OnlineAnswer, OnlineFail};
-
-/// One row's call, ready to go.
-struct Call {
-    key: String,
-    body: Value,
-    answer: Answer,
-    /// What capacity is asked for: see [`tokens_asked`].
-    tokens: i64,
-}
-
-/// What the next AcquireCapacity tells tally of the last wave.
-#[derive(Default)]
-struct Met {
-    /// The provider's 429 asked to wait this long.
-    rate_limited: Option<Duration>,
-    shed: bool,
-    /// A refusal no retry fixes, with the provider's words.
-    refused: Option<(pb::ProviderRefusal, String)>,
-}
+use crate::ctx::Ctx;
 
 /// Runs a synchronous claim to its end: every row reported or given back.
 pub async fn run_online(
@@ -85,106 +63,18 @@ pub async fn run_online(
         }
     };
     let at_provider = tally_core::provider::route(&model).model.to_owned();
-    let (mut pending, mut unsent) = prepare(&ctx, rows, &prompts, &at_provider).await;
+    let (pending, mut unsent) = prepare(&ctx, rows, &prompts, &at_provider).await;
     settle_unsent(&ctx, &name, &claim.name, &mut unsent).await?;
-    let mut met = Met::default();
-    while !pending.is_empty() {
-        if stop.is_cancelled() {
-            let keys: Vec<String> = pending.iter().map(|c| c.key.clone()).collect();
-            release(&ctx, &claim.name, &keys).await;
-            return Ok(JobEnd::Released);
-        }
-        let asks: Vec<i64> = pending
-            .iter()
-            .take(ctx.args.calls)
-            .map(|c| c.tokens)
-            .collect();
-        let refused = met.refused.is_some();
-        let grant = acquire(&ctx, &claim.name, asks, std::mem::take(&mut met)).await?;
-        if refused {
-            tracing::warn!(claim = %name, "the provider refused the calls for good; the ledger is paused and the rows go back");
-            release(&ctx, &claim.name, &[]).await;
-            return Ok(JobEnd::Released);
-        }
-        let granted = usize::try_from(grant.granted)
-            .unwrap_or(0)
-            .min(pending.len());
-        if granted == 0 {
-            let wait = grant
-                .retry_after
-                .and_then(|d| Duration::try_from(d).ok())
-                .unwrap_or(Duration::from_secs(1));
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                _ = tokio::time::sleep(wait) => {}
-            }
-            continue;
-        }
-        let wave: Vec<Call> = pending.drain(..granted).collect();
-        let sent = futures::future::join_all(wave.into_iter().map(|call| {
-            let ctx = Arc::clone(&ctx);
-            let model = at_provider.clone();
-            async move {
-                let got = ctx
-                    .provider
-                    .call_online(&model, &call.body, ctx.args.call_timeout)
-                    .await;
-                (call, got)
-            }
-        }))
-        .await;
-        let mut outcomes = Vec::with_capacity(sent.len());
-        let mut back = Vec::new();
-        let mut unreachable = None;
-        for (call, got) in sent {
-            match got {
-                Ok(answer) => outcomes.push(decode(&ctx, &prompts, &call, &answer)),
-                Err(OnlineFail::Lost(why)) => outcomes.push(calls::lost(&call.key, &why)),
-                Err(OnlineFail::Unsent(why)) => {
-                    back.push(call.key);
-                    unreachable = Some(why);
-                }
-                Err(OnlineFail::Refused(e)) => {
-                    match calls::refused(ctx.provider.wire(), ctx.args.lane, &e) {
-                        Refused::RateLimited(wait) => {
-                            met.rate_limited = met.rate_limited.max(Some(ctx.cooldown(wait)));
-                            pending.push_back(call);
-                        }
-                        Refused::Shed(wait) => {
-                            met.shed = true;
-                            met.rate_limited = met.rate_limited.max(wait);
-                            back.push(call.key);
-                        }
-                        Refused::Stop(kind, words) => {
-                            met.refused = Some((kind, words));
-                            pending.push_front(call);
-                        }
-                        Refused::Row(failure) => outcomes.push(pb::RowOutcome {
-                            key: call.key,
-                            outcome: Some(pb::row_outcome::Outcome::Failure(failure)),
-                            ..Default::default()
-                        }),
-                    }
-                }
-            }
-        }
-        ctx.metrics.online_calls(&outcomes, back.len());
-        if !outcomes.is_empty() {
-            report(&ctx, &claim.name, outcomes).await?;
-        }
-        if !back.is_empty() {
-            release(&ctx, &claim.name, &back).await;
-        }
-        if let Some(why) = unreachable {
-            // No connection: the rest go back too, and this worker claims
-            // nothing for a while rather than ask again at once.
-            tracing::warn!(claim = %name, error = %why, "the provider is unreachable; releasing the claim and waiting before the next");
-            release(&ctx, &claim.name, &[]).await;
-            ctx.hold_claims(ctx.cooldown(None));
-            return Ok(JobEnd::Released);
-        }
-    }
-    Ok(JobEnd::Reconciled)
+    calls::run(
+        &ctx,
+        &claim.name,
+        &name,
+        pending,
+        &prompts,
+        &at_provider,
+        &stop,
+    )
+    .await
 }
 
 /// Each row's call, and the rows that cannot go.
@@ -242,52 +132,6 @@ fn tokens_asked(wire: &dyn crate::provider::Wire, body: &Value) -> i64 {
         .online_max_output(body)
         .map_or(0, |n| i64::try_from(n).unwrap_or(i64::MAX));
     input.saturating_add(output)
-}
-
-/// An answer's outcome, as the provider's decoder reads the batch line it
-/// would have been, with the provider's request id and granted tier.
-fn decode(ctx: &Ctx, prompts: &Prompts, call: &Call, answer: &OnlineAnswer) -> pb::RowOutcome {
-    let wire = ctx.provider.wire();
-    let line = wire.online_line(&call.key, answer);
-    let raw = line.to_string();
-    let (request_id, tier) = wire.online_meta(answer);
-    let mut outcome = wire
-        .outcome(&call.key, &line, &raw, &prompts.expect(&call.answer))
-        .unwrap_or_else(|| calls::lost(&call.key, "the provider answered without the request"));
-    outcome.request_id = request_id.chars().take(256).collect();
-    outcome.tier = tier.chars().take(64).collect();
-    outcome
-}
-
-/// AcquireCapacity for `asks`, telling tally what the last wave met.
-async fn acquire(
-    ctx: &Ctx,
-    claim: &str,
-    asks: Vec<i64>,
-    met: Met,
-) -> Result<pb::AcquireCapacityResponse, JobError> {
-    let (refused, reason) = match met.refused {
-        Some((kind, words)) => (kind as i32, words.chars().take(1024).collect()),
-        None => (0, String::new()),
-    };
-    let req = pb::AcquireCapacityRequest {
-        claim: claim.to_string(),
-        provider_account: ctx.account.clone(),
-        tokens: asks,
-        rate_limited: met
-            .rate_limited
-            .and_then(|d| prost_types::Duration::try_from(d).ok()),
-        shed: met.shed,
-        refused,
-        reason,
-    };
-    Ok(with_retry(ctx.retry, "AcquireCapacity", || {
-        let mut c = ctx.clients.jobs.clone();
-        let req = req.clone();
-        async move { c.acquire_capacity(req).await }
-    })
-    .await?
-    .into_inner())
 }
 
 #[cfg(test)]
