@@ -150,7 +150,7 @@ async fn racing_creators_never_pass_the_limits() {
     let g = claim(&s, "c", 1).await.unwrap();
     expect_quota(
         s.create_job("c", g.claim.token, "w").await.unwrap_err(),
-        "3 batches are at the provider",
+        "this team has 3 batches at the provider",
     );
     // Without limits, everything is admitted.
     let open = env
