@@ -60,7 +60,7 @@ use crate::ctx::{Answer, Ctx};
 use crate::provider::ProviderError;
 use follow::follow;
 use heartbeat::Heartbeat;
-use marks::CreateEnd;
+use marks::{CreateEnd, Refusal, mark_not_created};
 use reconcile::finish;
 use render::{Prompts, Unsent};
 use settle::report;
@@ -150,8 +150,17 @@ async fn submit(
         &mut unsent,
     )
     .await;
+    // Halted, the rows that wait stay in the claim: the job gives them all
+    // back as it closes ([`media_halted`]).
+    let halt = unsent.halt.take();
+    if halt.is_some() {
+        unsent.waiting.clear();
+    }
     if let Err(e) = settle_unsent(ctx, &job.job_id, &claim.name, &mut unsent).await {
         return Submit::Ended(Err(e));
+    }
+    if let Some(halt) = halt {
+        return media_halted(ctx, &job, &claim.name, batch, halt).await;
     }
     if batch.keys.is_empty() {
         let end = finish(
@@ -285,6 +294,55 @@ async fn settle_unsent(
         release(ctx, claim, &unsent.waiting).await;
     }
     Ok(())
+}
+
+/// A claim whose media could not be uploaded ([`render::Halt`]): the job
+/// closes without a batch and its rows go back unattempted. Refused for
+/// the caller (every row would meet it), the ledger pauses with the
+/// provider's words (REFUSED), recorded on the job made CREATING first as
+/// a refused input upload is; the storage full, this worker waits
+/// `--refusal-cooldown` before its next claim.
+async fn media_halted(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+    batch: render::Batch,
+    halt: render::Halt,
+) -> Submit {
+    let sent = create::Sent {
+        keys: batch.keys,
+        tokens: batch.tokens,
+        token_limit: job.provider_token_limit.max(0) as u64,
+        media: batch.media.uploads.into_iter().collect(),
+        lines: bytes::Bytes::new(),
+    };
+    let (reason, refusal) = match halt {
+        render::Halt::Refused(why) => (
+            format!("a media upload was refused: {why}"),
+            Refusal {
+                lasting: Some(pb::ProviderRefusal::Request),
+                ..Refusal::default()
+            },
+        ),
+        render::Halt::Full(why) => {
+            ctx.hold_claims(ctx.cooldown(None));
+            (
+                format!("the media storage is full: {why}"),
+                Refusal::default(),
+            )
+        }
+    };
+    // Only a job that went to the provider may pause the ledger.
+    let job = if refusal.lasting.is_some() {
+        match create::mark_creating(ctx, job, claim, "", &sent).await {
+            Ok(j) => j,
+            Err(s) => return Submit::Release("MarkCreating failed", Err(s.into())),
+        }
+    } else {
+        job.clone()
+    };
+    let end = mark_not_created(ctx, &job, claim, &reason, refusal).await;
+    Submit::Ended(end.map(|_| JobEnd::Released).map_err(JobError::from))
 }
 
 /// A failed upload of the job's input file. A definite refusal is what

@@ -65,6 +65,14 @@ pub async fn run_online(
     let at_provider = tally_core::provider::route(&model).model.to_owned();
     let (pending, mut unsent) = prepare(&ctx, rows, &prompts, &at_provider).await;
     settle_unsent(&ctx, &name, &claim.name, &mut unsent).await?;
+    if let Some(halt) = unsent.halt.take() {
+        // A media upload refused, or the storage full: the claim goes back
+        // and this worker waits before its next.
+        tracing::warn!(claim = %name, ?halt, "a media upload cannot be made; releasing the claim and waiting --refusal-cooldown");
+        release(&ctx, &claim.name, &[]).await;
+        ctx.hold_claims(ctx.cooldown(None));
+        return Ok(JobEnd::Released);
+    }
     calls::run(
         &ctx,
         &claim.name,
@@ -88,9 +96,13 @@ async fn prepare(
     let mut unsent = Unsent::default();
     let mut media = JobMedia::default();
     let mut calls = VecDeque::with_capacity(rows.len());
-    for mut row in rows {
+    let mut rows = rows.into_iter();
+    while let Some(mut row) = rows.next() {
         let prepared = render::prepare(ctx, &mut row, prompts, model, &mut media).await;
         let Some((request, answer)) = unsent.sort(&row.key, prepared) else {
+            if unsent.halted(rows.by_ref().map(|r| r.key)) {
+                break;
+            }
             continue;
         };
         let body = match wire.online_body(request, ctx.args.lane) {

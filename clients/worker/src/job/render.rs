@@ -63,6 +63,19 @@ pub(crate) enum Prepared {
     Failed(Box<pb::RowOutcome>),
     /// Not now: it goes back unattempted.
     Waits,
+    /// Not now, and no other row of the claim either: it and the rest go
+    /// back unattempted, and the claim's job does what [`Halt`] says.
+    Halt(Halt),
+}
+
+/// Why a claim's rows stop being prepared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Halt {
+    /// The provider refused a media upload for the caller (the key, no
+    /// permission, no such API here): every row would meet it.
+    Refused(String),
+    /// The media storage is full: nothing more can be uploaded now.
+    Full(String),
 }
 
 /// `row`'s request for `model` (as the provider names it) as the wire
@@ -165,15 +178,14 @@ pub(crate) async fn prepare(
             why,
         )),
         Err(AttachFail::StorageFull(why)) => {
-            tracing::warn!(row = %row.key, "{why}; the row waits");
-            Prepared::Waits
+            tracing::warn!(row = %row.key, "{why}; the claim's rows wait");
+            Prepared::Halt(Halt::Full(why))
         }
         Err(AttachFail::Refused(why)) => {
-            // Every row would meet the same refusal: none is burnt, and the
-            // provider is not asked again before the cool-down.
-            tracing::error!(row = %row.key, "{why}; the row goes back and this worker waits --refusal-cooldown before its next claim");
-            ctx.hold_claims(ctx.cooldown(None));
-            Prepared::Waits
+            // Every row would meet the same refusal: none is burnt, and no
+            // other row of the claim is tried.
+            tracing::error!(row = %row.key, "{why}; the claim's rows go back");
+            Prepared::Halt(Halt::Refused(why))
         }
         Err(AttachFail::NotHere(why)) => {
             // The worker's flags, not the row: it goes back unattempted,
@@ -193,6 +205,8 @@ pub(crate) struct Unsent {
     pub failed: Vec<pb::RowOutcome>,
     /// Given back unattempted.
     pub waiting: Vec<String>,
+    /// Why the claim's rows stopped being prepared, if they did.
+    pub halt: Option<Halt>,
 }
 
 impl Unsent {
@@ -204,8 +218,21 @@ impl Unsent {
             Prepared::Invalid(why) => self.invalid.push((key.to_string(), why)),
             Prepared::Failed(outcome) => self.failed.push(*outcome),
             Prepared::Waits => self.waiting.push(key.to_string()),
+            Prepared::Halt(halt) => {
+                self.waiting.push(key.to_string());
+                self.halt.get_or_insert(halt);
+            }
         }
         None
+    }
+
+    /// Whether preparing stopped; then `rest` go back unattempted, unread.
+    pub fn halted(&mut self, rest: impl Iterator<Item = String>) -> bool {
+        if self.halt.is_none() {
+            return false;
+        }
+        self.waiting.extend(rest);
+        true
     }
 
     /// The outcomes to report (invalid input and media failures).
@@ -260,9 +287,13 @@ pub(crate) async fn batch(
         tokens: 0,
         media: JobMedia::default(),
     };
-    for row in &mut rows {
+    let mut rows = rows.iter_mut();
+    while let Some(row) = rows.next() {
         let prepared = prepare(ctx, row, prompts, &at_provider, &mut out.media).await;
         let Some((request, answer)) = unsent.sort(&row.key, prepared) else {
+            if unsent.halted(rows.by_ref().map(|r| r.key.clone())) {
+                break;
+            }
             continue;
         };
         let start = out.body.len();

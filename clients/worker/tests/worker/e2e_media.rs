@@ -157,9 +157,11 @@ async fn a_worker_without_its_media_root_stops_and_burns_no_row() {
 }
 
 /// Pages to upload with a key the provider refuses (issue 51): the
-/// refusal is the account's, not the pages', so no row is attempted, none
-/// is PERMANENT, and the worker waits out its cool-down instead of asking
-/// again at once; with the right key every page then succeeds.
+/// refusal is the account's, not the pages', so the first refused upload
+/// pauses the ledger (REFUSED, the provider's words) and stops the claim:
+/// no row is attempted, none is PERMANENT, only the jobs already out met
+/// the refusal, nothing was uploaded; resumed, with the right key every
+/// page then succeeds at one attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn uploads_refused_for_the_key_burn_no_page() {
     let root = std::env::temp_dir().join(format!("tally-refused-{}", std::process::id()));
@@ -185,7 +187,7 @@ async fn uploads_refused_for_the_key_burn_no_page() {
     std::fs::write(&wrong, "not-the-key").unwrap();
     let root_arg = root.display().to_string();
     let wrong_arg = wrong.display().to_string();
-    let mut cmd = crate::common::worker_command(
+    let mut refused = crate::common::spawn_worker(
         &w.stack.grpc,
         &w.emulator.base_url(),
         LEDGER,
@@ -197,51 +199,33 @@ async fn uploads_refused_for_the_key_burn_no_page() {
             INLINE_MAX,
             "--gemini-api-key-file",
             wrong_arg.as_str(),
-            "--refusal-cooldown",
-            "60s",
         ],
     );
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut refused = cmd.spawn().expect("spawn tally-worker");
-    // Both streams' lines, until the worker says it waits.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    for stream in [
-        Box::new(refused.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
-        Box::new(refused.stderr.take().unwrap()),
-    ] {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt;
-            let mut lines = tokio::io::BufReader::new(stream).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let _ = tx.send(line);
-            }
-        });
-    }
-    let mut refusals = 0;
-    tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        while let Some(line) = rx.recv().await {
-            if line.contains("waits --refusal-cooldown") {
-                refusals += 1;
-                if refusals == 4 {
-                    return;
-                }
-            }
-        }
-    })
-    .await
-    .expect("the worker says its uploads were refused");
-    // The worker now waits out its cool-down: nothing more is asked of the
-    // provider while it does (a loop would log a refusal per upload).
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    crate::common::until(
+        std::time::Duration::from_secs(60),
+        "the ledger pauses",
+        || async {
+            crate::common::summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
+        },
+    )
+    .await;
     refused.kill().await.expect("kill");
-    while let Ok(line) = rx.try_recv() {
-        if line.contains("waits --refusal-cooldown") {
-            refusals += 1;
-        }
-    }
-    assert_eq!(refusals, 4, "one refused upload a page, then the cool-down");
+    let s = crate::common::summary(&w.c, LEDGER).await;
+    let pause = s.pause.clone().expect("a pause");
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    println!(
+        "paused ({}): {:?}; {} jobs",
+        pause.reason,
+        pause.message,
+        jobs.len()
+    );
+    assert_eq!(pause.reason, pb::LedgerPauseReason::Refused as i32);
+    assert!(
+        pause.message.contains("a media upload was refused"),
+        "{}",
+        pause.message
+    );
+    assert!((1..=4).contains(&jobs.len()), "{} jobs", jobs.len());
     for r in all_rows(&w.c, LEDGER).await {
         assert_eq!(
             r.status(),
@@ -254,6 +238,7 @@ async fn uploads_refused_for_the_key_burn_no_page() {
     }
     let stats = w.emulator.stats();
     assert_eq!((stats.uploads, stats.batches_created), (0, 0));
+    crate::common::resume(&w.c, LEDGER).await;
 
     let fixed = w.worker(
         LEDGER,
@@ -277,6 +262,77 @@ async fn uploads_refused_for_the_key_burn_no_page() {
         );
         assert_eq!(r.attempts.map_or(0, |a| a.total), 1, "{}", r.key);
     }
+    remove(&root);
+    w.stop().await;
+}
+
+/// Pages to upload into a full media storage (the account's
+/// `--provider-storage-bytes` taken): the first page that cannot be
+/// uploaded stops its claim, whose rows go back unread and unattempted,
+/// and the worker waits `--refusal-cooldown` before claiming again
+/// (issue 51: a full storage gave the rows back and the worker claimed
+/// them again at once). Invariants: one job in the wait, not a loop; no
+/// attempt; nothing uploaded; the ledger not paused (storage frees).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_media_storage_waits_instead_of_looping() {
+    let root = std::env::temp_dir().join(format!("tally-full-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("book")).unwrap();
+    let w = World::start(
+        LEDGER,
+        0,
+        FaultPlan::default(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    register_ocr(&w).await;
+    let rows = (0..4)
+        .map(|i| {
+            let bytes = png(64, 64, i as u64);
+            let path = format!("book/p{i}.png");
+            std::fs::write(root.join(&path), &bytes).unwrap();
+            row(&format!("page-{i}"), i, &path, &sha(&bytes))
+        })
+        .collect();
+    enroll(&w, rows).await;
+    let root_arg = root.display().to_string();
+    let mut worker = crate::common::spawn_worker(
+        &w.stack.grpc,
+        &w.emulator.base_url(),
+        LEDGER,
+        "full",
+        &[
+            "--media-root",
+            root_arg.as_str(),
+            "--media-inline-max",
+            INLINE_MAX,
+            "--provider-storage-bytes",
+            "1",
+            "--refusal-cooldown",
+            "60s",
+        ],
+    );
+    crate::common::until(
+        std::time::Duration::from_secs(30),
+        "a job closes",
+        || async {
+            list_jobs(&w.c, LEDGER)
+                .await
+                .iter()
+                .any(|j| j.end_time.is_some())
+        },
+    )
+    .await;
+    // The worker now waits its cool-down: a loop would make a job a claim.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    worker.kill().await.expect("kill");
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    let s = crate::common::summary(&w.c, LEDGER).await;
+    println!("{} jobs; ledger state {}", jobs.len(), s.state);
+    assert_eq!(jobs.len(), 1, "one claim, then the wait");
+    assert_eq!(s.attempts_total, 0, "no attempt spent on a full storage");
+    assert_eq!(s.pending, 4, "every page waits, unattempted");
+    assert_ne!(s.state, pb::LedgerState::Paused as i32);
+    assert_eq!(w.emulator.stats().uploads, 0);
     remove(&root);
     w.stop().await;
 }
