@@ -156,15 +156,10 @@ async fn a_worker_without_its_media_root_stops_and_burns_no_row() {
     w.stop().await;
 }
 
-/// Pages to upload with a key the provider refuses (issue 51): the
-/// refusal is the account's, not the pages', so the first refused upload
-/// pauses the ledger (REFUSED, the provider's words) and stops the claim:
-/// no row is attempted, none is PERMANENT, only the jobs already out met
-/// the refusal, nothing was uploaded; resumed, with the right key every
-/// page then succeeds at one attempt.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn uploads_refused_for_the_key_burn_no_page() {
-    let root = std::env::temp_dir().join(format!("tally-refused-{}", std::process::id()));
+/// A media root (its name after `name`) of four 64×64 pages, and a world
+/// whose ledger has them enrolled on the OCR prompt.
+async fn four_pages(name: &str) -> (std::path::PathBuf, World) {
+    let root = std::env::temp_dir().join(format!("tally-{name}-{}", std::process::id()));
     std::fs::create_dir_all(root.join("book")).unwrap();
     let w = World::start(
         LEDGER,
@@ -183,6 +178,18 @@ async fn uploads_refused_for_the_key_burn_no_page() {
         })
         .collect();
     enroll(&w, rows).await;
+    (root, w)
+}
+
+/// Pages to upload with a key the provider refuses (issue 51): the
+/// refusal is the account's, not the pages', so the first refused upload
+/// pauses the ledger (REFUSED, the provider's words) and stops the claim:
+/// no row is attempted, none is PERMANENT, only the jobs already out met
+/// the refusal, nothing was uploaded; resumed, with the right key every
+/// page then succeeds at one attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_refused_for_the_key_burn_no_page() {
+    let (root, w) = four_pages("refused").await;
     let wrong = root.join("wrong-key");
     std::fs::write(&wrong, "not-the-key").unwrap();
     let root_arg = root.display().to_string();
@@ -275,25 +282,7 @@ async fn uploads_refused_for_the_key_burn_no_page() {
 /// attempt; nothing uploaded; the ledger not paused (storage frees).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_media_storage_waits_instead_of_looping() {
-    let root = std::env::temp_dir().join(format!("tally-full-{}", std::process::id()));
-    std::fs::create_dir_all(root.join("book")).unwrap();
-    let w = World::start(
-        LEDGER,
-        0,
-        FaultPlan::default(),
-        pb::AttemptBudgets::default(),
-    )
-    .await;
-    register_ocr(&w).await;
-    let rows = (0..4)
-        .map(|i| {
-            let bytes = png(64, 64, i as u64);
-            let path = format!("book/p{i}.png");
-            std::fs::write(root.join(&path), &bytes).unwrap();
-            row(&format!("page-{i}"), i, &path, &sha(&bytes))
-        })
-        .collect();
-    enroll(&w, rows).await;
+    let (root, w) = four_pages("full").await;
     let root_arg = root.display().to_string();
     let mut worker = crate::common::spawn_worker(
         &w.stack.grpc,
