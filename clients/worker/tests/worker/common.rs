@@ -671,3 +671,23 @@ pub fn check_kinds(
     );
     by_status
 }
+
+/// Waits (up to `within`) for `ledger` to pause and its jobs out to close;
+/// its summary then, and the pause.
+pub async fn paused(
+    w: &World,
+    ledger: &str,
+    within: Duration,
+) -> (pb::LedgerSummary, pb::LedgerPause) {
+    until(within, "the ledger pauses", || async {
+        summary(&w.c, ledger).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    until(Duration::from_secs(30), "the jobs out close", || async {
+        summary(&w.c, ledger).await.active_jobs == 0
+    })
+    .await;
+    let s = summary(&w.c, ledger).await;
+    let pause = s.pause.clone().expect("a pause");
+    (s, pause)
+}

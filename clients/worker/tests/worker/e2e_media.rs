@@ -208,17 +208,8 @@ async fn uploads_refused_for_the_key_burn_no_page() {
             wrong_arg.as_str(),
         ],
     );
-    crate::common::until(
-        std::time::Duration::from_secs(60),
-        "the ledger pauses",
-        || async {
-            crate::common::summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
-        },
-    )
-    .await;
+    let (_, pause) = crate::common::paused(&w, LEDGER, std::time::Duration::from_secs(60)).await;
     refused.kill().await.expect("kill");
-    let s = crate::common::summary(&w.c, LEDGER).await;
-    let pause = s.pause.clone().expect("a pause");
     let jobs = list_jobs(&w.c, LEDGER).await;
     println!(
         "paused ({}): {:?}; {} jobs",

@@ -143,22 +143,6 @@ async fn a_row_too_large_alone_is_permanent() {
     w.stop().await;
 }
 
-/// Waits (up to `within`) for `ledger` to pause and its jobs out to close;
-/// its summary then, and the pause.
-async fn paused(w: &World, ledger: &str, within: Duration) -> (pb::LedgerSummary, pb::LedgerPause) {
-    common::until(within, "the ledger pauses", || async {
-        summary(&w.c, ledger).await.state == pb::LedgerState::Paused as i32
-    })
-    .await;
-    common::until(Duration::from_secs(30), "the jobs out close", || async {
-        summary(&w.c, ledger).await.active_jobs == 0
-    })
-    .await;
-    let s = summary(&w.c, ledger).await;
-    let pause = s.pause.clone().expect("a pause");
-    (s, pause)
-}
-
 /// A 429 that never names a delay (no RetryInfo), for good (issue 51,
 /// item 1): the worker waits `--refusal-cooldown` (1 s), doubling with each
 /// refusal in a row, and the seventh in a row pauses the ledger (QUOTA)
@@ -189,7 +173,7 @@ async fn a_refusal_naming_no_delay_backs_off_then_pauses() {
             "1s",
         ],
     );
-    let (s, pause) = paused(&w, LEDGER, Duration::from_secs(180)).await;
+    let (s, pause) = common::paused(&w, LEDGER, Duration::from_secs(180)).await;
     let stats = w.emulator.stats();
     println!(
         "paused ({}): {:?}; {} creates refused",
@@ -237,7 +221,7 @@ async fn a_base_url_that_answers_404_pauses_instead_of_looping() {
         "wrong-url",
         &["--claim-size", "4"],
     );
-    let (s, pause) = paused(&w, LEDGER, Duration::from_secs(60)).await;
+    let (s, pause) = common::paused(&w, LEDGER, Duration::from_secs(60)).await;
     let jobs = list_jobs(&w.c, LEDGER).await;
     println!(
         "paused ({}): {:?}; {} jobs",
