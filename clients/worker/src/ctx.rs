@@ -209,6 +209,12 @@ impl Ctx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .created(model, limit);
+        self.capacity_ok(model);
+    }
+
+    /// The provider took work of `model` (a batch made, a call answered):
+    /// a run of refusals naming no delay is over.
+    pub fn capacity_ok(&self, model: &str) {
         self.unnamed_waits
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -1,7 +1,9 @@
 //! What a refused batch create asks of tally: wait, fix, stop, or retry
-//! later. A refusal never loops: every kind changes something before the
-//! same rows go out again (a cool-down and a smaller batch, a smaller
-//! batch, a paused ledger, or a pause before this worker's next claim). Each provider's folder says which of its answers is which
+//! later; and which refusals of a sent batch's later calls stop. A
+//! refusal never loops: every kind changes something before the same rows
+//! go out again (a cool-down and a smaller batch, a smaller batch, a
+//! paused ledger, or a pause before this worker's next claim). Each
+//! provider's folder says which of its answers is which
 //! (`provider/<name>/refusal.rs`). Pure.
 
 use std::time::Duration;
@@ -47,6 +49,39 @@ pub enum Validation {
     Stop(pb::ProviderRefusal, String),
 }
 
+/// A call about a batch already sent: it carries no rows, so no smaller
+/// batch or other row fixes its refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// The batch's poll.
+    Poll,
+    /// The provider's list, searched for a lost create.
+    List,
+    /// The batch's output (or its input, read back).
+    Download,
+}
+
+/// Whether the refusal of `read` (its HTTP `code`, and `kind`, the
+/// provider's classification of it as a create's refusal) is one no retry
+/// fixes: the key refused, the account unable to pay. Then the ledger
+/// pauses with the provider's words while the job keeps its rows (its
+/// batch may have run). Not: a 404 (a batch gone is judged over
+/// `--gone-after`), a 403 or 404 of an output not downloadable yet, rate
+/// limits and anything that may pass.
+pub(crate) fn read_refused(
+    read: Read,
+    code: Option<u16>,
+    kind: Option<Refusal>,
+) -> Option<pb::ProviderRefusal> {
+    match (read, code) {
+        (_, Some(404)) | (Read::Download, Some(403)) => None,
+        _ => match kind {
+            Some(Refusal::Stop(kind)) => Some(kind),
+            _ => None,
+        },
+    }
+}
+
 /// Whether a 400's message says the request is too large (the provider's
 /// words for it vary: "payload size exceeds the limit", "request is too
 /// large", "exceeds the maximum").
@@ -61,6 +96,33 @@ pub(crate) fn too_large(message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Invariant: a read's refusal pauses only when no retry fixes it; a
+    // gone batch, an output not downloadable yet and a wait do not.
+    #[test]
+    fn only_lasting_refusals_of_reads_pause() {
+        let stop = Some(Refusal::Stop(pb::ProviderRefusal::Request));
+        let billing = Some(Refusal::Stop(pb::ProviderRefusal::Billing));
+        assert_eq!(
+            read_refused(Read::Poll, Some(401), stop),
+            Some(pb::ProviderRefusal::Request)
+        );
+        assert_eq!(
+            read_refused(Read::List, Some(429), billing),
+            Some(pb::ProviderRefusal::Billing)
+        );
+        assert_eq!(
+            read_refused(Read::Poll, Some(403), billing),
+            Some(pb::ProviderRefusal::Billing)
+        );
+        assert_eq!(read_refused(Read::Download, Some(403), billing), None);
+        for read in [Read::Poll, Read::List, Read::Download] {
+            assert_eq!(read_refused(read, Some(404), stop), None, "{read:?}");
+            let wait = Some(Refusal::Wait(None));
+            assert_eq!(read_refused(read, Some(429), wait), None, "{read:?}");
+            assert_eq!(read_refused(read, Some(503), None), None, "{read:?}");
+        }
+    }
 
     // Invariant: the provider's several words for "too large" are all read
     // as such, and a message that only mentions size is not.

@@ -60,7 +60,13 @@ impl Store {
         let claim = fence::lock_claim(&mut tx, record.id, ask.ledger, ask.claim).await?;
         fence::check_live(&claim, ask.ledger)?;
         let lane = Lane::from_code(claim.lane).unwrap_or_default();
-        if !lane.is_sync() {
+        if !lane.is_sync() && ask.refused.is_some() && ask.tokens.is_empty() {
+            // A batch job's later calls (its poll, its list, its output's
+            // download) refused for good: the same pause, from a job whose
+            // create was attempted (one that never spoke to the provider
+            // cannot speak for it).
+            sent_job(&mut tx, &claim).await?;
+        } else if !lane.is_sync() {
             return Err(StoreError::FailedPrecondition {
                 reason: "BATCH_CLAIM",
                 description: format!(
@@ -81,7 +87,11 @@ impl Store {
         }
         let model = claim.model.as_str();
         if let Some((reason, words)) = ask.refused {
-            let message = format!("the provider refused a synchronous call: {words}");
+            let message = if lane.is_sync() {
+                format!("the provider refused a synchronous call: {words}")
+            } else {
+                format!("the provider refused a call for a batch already sent: {words}")
+            };
             let req = pause::PauseLedger {
                 ledger: ask.ledger,
                 reason,
@@ -129,6 +139,32 @@ impl Store {
         }
         Ok(CapacityGrant { grant, limits })
     }
+}
+
+/// Checks that `claim` holds a job whose create was attempted.
+async fn sent_job(
+    tx: &mut Transaction<'static, Postgres>,
+    claim: &fence::LockedClaim,
+) -> Result<()> {
+    let state: Option<i16> = match claim.job_id {
+        Some(id) => {
+            sqlx::query_scalar("SELECT state FROM jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?
+        }
+        None => None,
+    };
+    if state.is_some_and(|s| s != tally_core::job::JobState::Preparing.code()) {
+        return Ok(());
+    }
+    Err(StoreError::FailedPrecondition {
+        reason: "JOB_NOT_CREATING",
+        description: format!(
+            "claim {} holds no job whose create was attempted: only such a job's calls can have been refused by the provider",
+            tally_core::names::claim_for_logs(&claim.token.to_string())
+        ),
+    })
 }
 
 /// Holds back `scope` (a lane's code, or every synchronous lane) of the

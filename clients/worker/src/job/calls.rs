@@ -32,6 +32,7 @@ use super::settle::report;
 use crate::ctx::{Answer, Ctx};
 use crate::provider::online::{self as online_calls, Refused};
 use crate::provider::{OnlineAnswer, OnlineFail};
+use crate::waits::Next;
 
 /// Outcomes reported together at most.
 const GROUP: usize = 32;
@@ -72,6 +73,7 @@ struct Ended {
 struct Claim<'a> {
     ctx: &'a Arc<Ctx>,
     claim: &'a str,
+    model: &'a str,
     prompts: &'a Prompts,
     pending: VecDeque<Call>,
     met: Met,
@@ -92,6 +94,7 @@ pub(super) async fn run(
     let mut c = Claim {
         ctx,
         claim,
+        model,
         prompts,
         pending,
         met: Met::default(),
@@ -182,9 +185,12 @@ impl Claim<'_> {
         let ended = &mut self.ended;
         ended.since.get_or_insert_with(Instant::now);
         match got {
-            Ok(answer) => ended
-                .outcomes
-                .push(decode(self.ctx, self.prompts, &call, &answer)),
+            Ok(answer) => {
+                self.ctx.capacity_ok(self.model);
+                ended
+                    .outcomes
+                    .push(decode(self.ctx, self.prompts, &call, &answer));
+            }
             Err(OnlineFail::Lost(why)) => ended.outcomes.push(online_calls::lost(&call.key, &why)),
             Err(OnlineFail::Unsent(why)) => {
                 ended.back.push(call.key);
@@ -193,8 +199,23 @@ impl Claim<'_> {
             Err(OnlineFail::Refused(e)) => {
                 let ctx = self.ctx;
                 match online_calls::refused(ctx.provider.wire(), ctx.args.lane, &e) {
-                    Refused::RateLimited(wait) => {
-                        self.met.rate_limited = self.met.rate_limited.max(Some(ctx.cooldown(wait)));
+                    // A 429 naming no delay waits `--refusal-cooldown`,
+                    // doubling in a row, and past the bound pauses the
+                    // ledger ([`crate::waits`]), as at a batch create.
+                    Refused::RateLimited(named) => {
+                        match ctx.capacity_wait(self.model, named) {
+                            Next::Wait(wait) => {
+                                self.met.rate_limited = self.met.rate_limited.max(Some(wait));
+                            }
+                            Next::Pause(n) => {
+                                self.met.refused = Some((
+                                    pb::ProviderRefusal::Quota,
+                                    format!(
+                                        "{e} ({n} refusals in a row named no delay; resume the ledger when the provider takes work again)"
+                                    ),
+                                ));
+                            }
+                        }
                         self.pending.push_back(call);
                     }
                     Refused::Shed(wait) => {
@@ -236,8 +257,8 @@ impl Claim<'_> {
     /// worker stopping).
     async fn end(mut self, name: &str, stop: &CancellationToken) -> Result<JobEnd, JobError> {
         let (ctx, claim) = (self.ctx, self.claim);
-        if self.met.refused.is_some() {
-            acquire(ctx, claim, Vec::new(), std::mem::take(&mut self.met)).await?;
+        if let Some((kind, words)) = self.met.refused.take() {
+            refuse(ctx, claim, kind, words).await?;
             tracing::warn!(claim = %name, "the provider refused the calls for good; the ledger is paused and the rows go back");
             release(ctx, claim, &[]).await;
             return Ok(JobEnd::Released);
@@ -274,6 +295,21 @@ fn decode(ctx: &Ctx, prompts: &Prompts, call: &Call, answer: &OnlineAnswer) -> p
     outcome.request_id = request_id.chars().take(256).collect();
     outcome.tier = tier.chars().take(64).collect();
     outcome
+}
+
+/// Tells tally the provider refused a call of claim `claim` for good
+/// (`kind`, in the provider's `words`): the ledger pauses.
+pub(super) async fn refuse(
+    ctx: &Ctx,
+    claim: &str,
+    kind: pb::ProviderRefusal,
+    words: String,
+) -> Result<(), JobError> {
+    let met = Met {
+        refused: Some((kind, words)),
+        ..Met::default()
+    };
+    acquire(ctx, claim, Vec::new(), met).await.map(drop)
 }
 
 /// AcquireCapacity for `asks`, telling tally what the calls since the last

@@ -3,7 +3,8 @@
 //! through IngestEvent; GetJob says what is true. A batch past
 //! `--batch-deadline` is cancelled and followed to its end like any other;
 //! a batch the provider no longer knows is taken for gone only after
-//! `--gone-after`. Then it is reconciled ([`super::reconcile`]).
+//! `--gone-after`; polls refused for good pause the ledger and space out
+//! ([`super::reads`]). Then it is reconciled ([`super::reconcile`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,9 +17,11 @@ use tonic::Status;
 
 use super::end::{JobEnd, JobError};
 use super::gone::GoneWatch;
+use super::reads::Refused;
 use super::reconcile::{self, finish};
 use crate::ctx::{Answer, Ctx};
 use crate::provider::ProviderError;
+use crate::refusal::Read;
 
 /// Waits for the job's batch to end, then reconciles it.
 pub(super) async fn follow(
@@ -36,6 +39,7 @@ pub(super) async fn follow(
     let mut wake = ctx.ops.subscribe();
     let mut next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
     let mut gone = GoneWatch::default();
+    let mut refused = Refused::default();
     // Set once this worker cancelled the batch for its deadline: the batch
     // is still followed to its end, so what it answered before the cancel
     // is read and reported like any other partial output.
@@ -85,9 +89,11 @@ pub(super) async fn follow(
                     }
                 },
                 _ = tokio::time::sleep_until(next_poll) => {
-                    match poll(ctx, &job.batch).await {
+                    let mut every = ctx.args.poll_interval;
+                    match poll(ctx, &job.batch, claim, &mut refused).await? {
                         Polled::Seen => gone.seen(),
                         Polled::Failed => {}
+                        Polled::Refused(wait) => every = wait,
                         Polled::NotFound(message) => {
                             if gone.not_found(std::time::Instant::now(), ctx.args.gone_after) {
                                 let why = reconcile::gone_reason(&job.batch, ctx, &message);
@@ -97,7 +103,7 @@ pub(super) async fn follow(
                             tracing::info!(job = %job.job_id, batch = %job.batch, "batch answered 404; asking again before taking it for gone");
                         }
                     }
-                    next_poll = tokio::time::Instant::now() + ctx.args.poll_interval;
+                    next_poll = tokio::time::Instant::now() + every;
                     break;
                 }
             }
@@ -106,7 +112,8 @@ pub(super) async fn follow(
     reconcile::reconcile(ctx, done, claim, expect, stop, &cancelled).await
 }
 
-async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
+/// The job as tally has it now.
+pub(super) async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
     with_retry(ctx.retry, "GetJob", || {
         let mut c = ctx.clients.jobs.clone();
         let req = pb::GetJobRequest {
@@ -119,9 +126,24 @@ async fn get_job(ctx: &Ctx, name: &str) -> Result<pb::Job, Status> {
 }
 
 /// The reconciliation poller: the provider's view, through the reducer.
-async fn poll(ctx: &Ctx, batch: &str) -> Polled {
-    match ctx.provider.get_batch(batch).await {
+/// A poll refused for good pauses the ledger ([`Refused`]).
+async fn poll(
+    ctx: &Ctx,
+    batch: &str,
+    claim: &str,
+    refused: &mut Refused,
+) -> Result<Polled, JobError> {
+    let got = ctx.provider.get_batch(batch).await;
+    if let Err(e) = &got
+        && let Some(wait) = refused
+            .met(ctx, claim, Read::Poll, e, ctx.args.poll_interval)
+            .await?
+    {
+        return Ok(Polled::Refused(wait));
+    }
+    Ok(match got {
         Ok(observed) => {
+            refused.answered();
             ctx.metrics.polled();
             let mut c = ctx.clients.operations.clone();
             match ingest_observation(&mut c, &observed.observation).await {
@@ -140,7 +162,7 @@ async fn poll(ctx: &Ctx, batch: &str) -> Polled {
             tracing::warn!(batch, error = %e, "poll failed");
             Polled::Failed
         }
-    }
+    })
 }
 
 /// What a poll learned.
@@ -151,6 +173,8 @@ enum Polled {
     Failed,
     /// The provider answered 404: its message.
     NotFound(String),
+    /// Refused for good (the ledger is paused): the next poll waits this.
+    Refused(std::time::Duration),
 }
 
 /// Whether a submitted batch has outlived `--batch-deadline`.

@@ -25,7 +25,8 @@
 //! is made), `render` (rows to requests and the batch's input), `create`
 //! (never paying twice for a create) with `search` (a lost create's
 //! search), `marks` (what is recorded of it) and `refused`, `follow` (waiting for
-//! the batch's end) with `gone`, `reconcile` (its output to outcomes) with
+//! the batch's end) with `gone` and `reads` (its calls refused for
+//! good), `reconcile` (its output to outcomes) with
 //! `settle` and `golden`; `heartbeat` keeps the claim; `end` says how a
 //! job ended. Before the batch may exist, rows go back in one place
 //! ([`run_claim`]).
@@ -40,6 +41,7 @@ mod gone;
 mod heartbeat;
 mod marks;
 mod online;
+mod reads;
 mod reconcile;
 mod refused;
 mod render;

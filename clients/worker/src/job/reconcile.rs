@@ -23,9 +23,11 @@ use tonic::Code;
 use crate::ctx::{Answer, Ctx, PromptResult};
 use crate::job::end::{JobEnd, JobError};
 use crate::job::gone::GoneWatch;
+use crate::job::reads::Refused;
 use crate::job::settle::{delete_input, report};
 use crate::output::{self, Expect};
 use crate::provider::{Observed, ProviderError};
+use crate::refusal::Read;
 
 /// Reconciles a job whose batch ended (`done`, as tally has it): reads the
 /// batch, reports what its responses file answered, and finishes the job.
@@ -45,7 +47,7 @@ pub(crate) async fn reconcile(
         ("", n) => n.to_string(),
         (e, n) => format!("{e}; {n}"),
     };
-    let (ended, resource) = read_ended(ctx, &done, stop).await?;
+    let (ended, resource) = read_ended(ctx, &done, claim, stop).await?;
     let files = match ended {
         Ended::Output(files) => {
             if state != pb::JobState::Succeeded {
@@ -110,7 +112,7 @@ pub(crate) async fn reconcile(
     );
     let mut matcher = output::Matcher::of(&expectations, wire).with_keys(keys);
     for file in &files {
-        match download_output(ctx, &done, file, &mut matcher, stop).await? {
+        match download_output(ctx, &done, claim, file, &mut matcher, stop).await? {
             Downloaded::Done => matcher.file_done(),
             Downloaded::Stopped => return Ok(JobEnd::LeftForAdoption),
             Downloaded::GaveUp(why) => {
@@ -185,6 +187,7 @@ enum Ended {
 async fn read_ended(
     ctx: &Ctx,
     job: &pb::Job,
+    claim: &str,
     stop: &CancellationToken,
 ) -> Result<(Ended, Option<Observed>), JobError> {
     // Where the operation does not name every answer file (OpenAI keeps
@@ -216,8 +219,16 @@ async fn read_ended(
         }
     }
     let mut gone = GoneWatch::default();
+    let mut refused = Refused::default();
     loop {
-        match ctx.provider.get_batch(&job.batch).await {
+        let got = ctx.provider.get_batch(&job.batch).await;
+        let mut wait = ctx.args.poll_interval;
+        if let Err(e) = &got
+            && let Some(longer) = refused.met(ctx, claim, Read::Poll, e, wait).await?
+        {
+            wait = longer;
+        }
+        match got {
             Ok(observed) => {
                 let files = observed.answer_files();
                 let refused = (files.is_empty()
@@ -248,7 +259,7 @@ async fn read_ended(
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(ctx.args.poll_interval) => {}
+            () = tokio::time::sleep(wait) => {}
             () = stop.cancelled() => return Ok((Ended::Stopped, None)),
         }
     }
@@ -273,10 +284,14 @@ enum Downloaded {
 }
 
 /// Downloads the output, waiting out a file that is not downloadable yet
-/// (403/404 right after the batch finished) for at most `--output-wait`.
+/// (403/404 right after the batch finished) for at most `--output-wait`;
+/// refused for good (a key revoked), the ledger pauses and the download
+/// is asked again, spaced out, for as long as the worker runs
+/// ([`super::reads`]): the rows stay with the job, never sent again.
 async fn download_output(
     ctx: &Ctx,
     job: &pb::Job,
+    claim: &str,
     file: &str,
     matcher: &mut output::Matcher<'_, '_>,
     stop: &CancellationToken,
@@ -284,8 +299,20 @@ async fn download_output(
     let started = tokio::time::Instant::now();
     let wait = ctx.args.output_wait;
     let mut pause = std::time::Duration::from_secs(1);
+    let mut refused = Refused::default();
     loop {
-        match ctx.provider.download(file, matcher).await {
+        let got = ctx.provider.download(file, matcher).await;
+        if let Err(e) = &got
+            && let Some(wait) = refused
+                .met(ctx, claim, Read::Download, e, ctx.args.poll_interval)
+                .await?
+        {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => continue,
+                () = stop.cancelled() => return Ok(Downloaded::Stopped),
+            }
+        }
+        match got {
             Ok(()) => return Ok(Downloaded::Done),
             Err(ProviderError::Http { code, message, .. }) if code == 403 || code == 404 => {
                 if started.elapsed() >= wait {

@@ -241,3 +241,78 @@ async fn a_base_url_that_answers_404_pauses_instead_of_looping() {
     worker.kill().await.ok();
     w.stop().await;
 }
+
+/// A key revoked after its batch was sent (issue 51: get, list and
+/// download refusals were only logged, so the ledger never paused). A
+/// worker holding the right key is killed once its batch is out; one
+/// whose key the provider refuses adopts the job. Invariants: its refused
+/// poll or download pauses the ledger (REFUSED, the provider's words)
+/// while the job keeps its rows: none is failed, released or sent again;
+/// a worker with the right key then adopts the job (a paused ledger still
+/// finishes the work already out) and every row SUCCEEDED, sent once,
+/// one attempt each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_revoked_after_submission_pauses_and_sends_nothing_twice() {
+    const LEDGER: &str = "revoked";
+    const ROWS: usize = 10;
+    let w = World::start(
+        LEDGER,
+        ROWS,
+        FaultPlan::default(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    let base = w.emulator.base_url();
+    let claim_all = ["--claim-size", "10"];
+    let mut first = common::spawn_worker(&w.stack.grpc, &base, LEDGER, "first", &claim_all);
+    let job = common::submitted_job_of(&w.c, LEDGER, "first").await;
+    first.kill().await.expect("kill -9 the first worker");
+
+    let key = std::env::temp_dir().join(format!("tally-revoked-key-{}", std::process::id()));
+    std::fs::write(&key, "a-revoked-key").unwrap();
+    let key_arg = key.display().to_string();
+    let mut revoked = common::spawn_worker(
+        &w.stack.grpc,
+        &base,
+        LEDGER,
+        "revoked",
+        &["--gemini-api-key-file", key_arg.as_str()],
+    );
+    common::until(Duration::from_secs(60), "the ledger pauses", || async {
+        summary(&w.c, LEDGER).await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    let s = summary(&w.c, LEDGER).await;
+    let pause = s.pause.clone().expect("a pause");
+    println!("paused ({}): {:?}", pause.reason, pause.message);
+    assert_eq!(pause.reason, pb::LedgerPauseReason::Refused as i32);
+    assert!(
+        pause.message.contains("was refused") && pause.message.contains("API key not valid"),
+        "the provider's words: {}",
+        pause.message
+    );
+    let held = list_jobs(&w.c, LEDGER).await;
+    assert_eq!(held.len(), 1, "no other job made: {held:?}");
+    assert!(held[0].end_time.is_none(), "the job keeps its rows");
+    assert_eq!(s.succeeded + s.retryable + s.permanent, 0, "no row settled");
+    revoked.kill().await.expect("kill");
+
+    let right = common::spawn_worker(
+        &w.stack.grpc,
+        &base,
+        LEDGER,
+        "right-key",
+        &["--exit-when-idle"],
+    );
+    exits_ok(right, "the worker with the right key").await;
+    let s = summary(&w.c, LEDGER).await;
+    let stats = w.emulator.stats();
+    assert_eq!(s.succeeded, ROWS as i64, "every row answered");
+    assert_eq!(s.attempts_total, ROWS as i64, "one attempt each");
+    for r in common::all_rows(&w.c, LEDGER).await {
+        assert_eq!(stats.submission_count(&r.key), 1, "{} sent once", r.key);
+    }
+    assert_eq!(stats.batches_created, 1, "the one batch: {}", job.batch);
+    std::fs::remove_file(&key).ok();
+    w.stop().await;
+}

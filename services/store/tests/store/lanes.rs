@@ -342,6 +342,89 @@ async fn a_refused_call_pauses_the_ledger_with_the_providers_words() {
     );
 }
 
+// Invariant (issue 51): a batch job's later calls refused for good (a key
+// revoked after submission) pause the ledger through its claim, with the
+// provider's words, once the job's create was attempted; a claim with no
+// job, or a job not yet sent, cannot speak for the provider (nothing
+// paused), and a batch claim still asks no capacity.
+#[tokio::test]
+async fn a_batch_jobs_refused_reads_pause_the_ledger_once_it_was_sent() {
+    let env = env().await;
+    env.store
+        .create_ledger("l", &policy(&[Lane::Batch]))
+        .await
+        .unwrap();
+    enroll(&env.store, "l", 2).await;
+    let g = env
+        .store
+        .claim_rows("l", &lane_claim(Lane::Batch, 2))
+        .await
+        .unwrap()
+        .unwrap();
+    let refused = CapacityAsk {
+        refused: Some((tally_core::pause::PauseReason::Refused, "401 key revoked")),
+        ..ask(g.claim.token, &[])
+    };
+    let not_sent = |e: StoreError| {
+        matches!(
+            e,
+            StoreError::FailedPrecondition {
+                reason: "JOB_NOT_CREATING",
+                ..
+            }
+        )
+    };
+    let e = env.store.acquire_capacity(&refused).await.unwrap_err();
+    assert!(not_sent(e), "no job yet");
+    let job = env.store.create_job("l", g.claim.token, "w").await.unwrap();
+    let e = env.store.acquire_capacity(&refused).await.unwrap_err();
+    assert!(not_sent(e), "a job not yet sent");
+    assert!(env.store.get_ledger("l").await.unwrap().pause.is_none());
+    let e = env
+        .store
+        .acquire_capacity(&CapacityAsk {
+            tokens: &[1],
+            ..refused.clone()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::FailedPrecondition {
+                reason: "BATCH_CLAIM",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    env.store
+        .mark_creating(
+            "l",
+            &job.public_id,
+            g.claim.token,
+            "files/x",
+            &Default::default(),
+            "w",
+        )
+        .await
+        .unwrap();
+    let got = env.store.acquire_capacity(&refused).await.unwrap();
+    assert_eq!(got.grant.requests, 0);
+    let pause = env
+        .store
+        .get_ledger("l")
+        .await
+        .unwrap()
+        .pause
+        .expect("paused");
+    assert!(
+        pause.message.contains("a batch already sent") && pause.message.contains("401 key revoked"),
+        "{}",
+        pause.message
+    );
+}
+
 // Invariant (issue 48): a shed flex call moves the ledger's rows to another
 // lane it allows while the shedding lasts: flex claims take nothing, a
 // standard claim takes the rows the flex claim gave back; once the shed
