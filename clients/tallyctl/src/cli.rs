@@ -179,6 +179,7 @@ impl Command {
             Command::Jobs(j) => Some(match &j.verb {
                 Some(JobsVerb::List(a)) => a.out,
                 Some(JobsVerb::Get(a) | JobsVerb::HandOver(a)) => a.out,
+                Some(JobsVerb::ResolveCreate(a)) => a.out,
                 None => j.legacy.out,
             }),
             Command::Job(a) => Some(a.out),
@@ -314,6 +315,30 @@ pub enum JobsVerb {
     /// whose worker died; a worker that still runs is fenced and loses
     /// nothing).
     HandOver(JobArgs),
+    /// Ends a CREATING job's lost-create search by what the operator found
+    /// at the provider: `--batch NAME` (the batch exists: the job follows
+    /// it) or `--never-made` (no such batch: the rows go back without an
+    /// attempt). For a job `jobs list` shows `CREATING (unresolved)`.
+    ResolveCreate(ResolveCreateArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("found").required(true).args(["batch", "never_made"])))]
+pub struct ResolveCreateArgs {
+    /// `ledgers/{ledger}/jobs/{job}` or `{ledger}/{job}`.
+    pub name: String,
+    /// The provider's batch made for the job, found by its tag: its id
+    /// (`batch_abc`, `msgbatch_abc`) or name (`batches/abc`).
+    #[arg(long)]
+    pub batch: Option<String>,
+    /// The provider has no batch of the job: nothing was made.
+    #[arg(long)]
+    pub never_made: bool,
+    /// What was found, recorded as the job's error (with --never-made).
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 /// `operations list|get`; bare `operations [--state …]` (the old

@@ -1,7 +1,7 @@
-//! `tallyctl jobs list|get|hand-over` and `tallyctl locks` over JobService.
+//! `tallyctl jobs list|get|hand-over|resolve-create` and `tallyctl locks` over JobService.
 
 use super::pages;
-use crate::cli::{JobArgs, JobsArgs, LocksCmd};
+use crate::cli::{JobArgs, JobsArgs, LocksCmd, ResolveCreateArgs};
 use crate::error::{CliError, ExitCode};
 use crate::table::{Table, fields, truncate};
 use crate::{Ctx, job_name, ledger_name, lock_name, render};
@@ -213,6 +213,84 @@ pub async fn hand_over(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliErro
         j.owner,
         render::time(j.lease_expire_time.as_ref())
     );
+    Ok(ExitCode::Ok)
+}
+
+/// `jobs resolve-create`: ends a CREATING job's search with what the
+/// operator found (MarkSubmitted with the batch, or MarkNotCreated), under
+/// the claim GetJob shows; the worker searching sees the job moved.
+pub async fn resolve_create(ctx: &mut Ctx, args: ResolveCreateArgs) -> Result<ExitCode, CliError> {
+    let name = job_name(&args.name)?;
+    let j = ctx
+        .clients
+        .jobs
+        .get_job(pb::GetJobRequest { name: name.clone() })
+        .await
+        .map_err(|s| CliError::server(format!("get {name}"), s))?
+        .into_inner();
+    if j.state() != pb::JobState::Creating {
+        return Err(CliError::usage(format!(
+            "{name} is {}: only a CREATING job's create can be resolved",
+            render::job_state(j.state)
+        )));
+    }
+    // As the provider's console shows it (`batch_abc`, `msgbatch_abc`) or
+    // as tally records it (`batches/…`).
+    let batch = args.batch.as_deref().map(|b| {
+        if b.contains("batches/") {
+            b.to_owned()
+        } else {
+            format!("batches/{b}")
+        }
+    });
+    let done = match &batch {
+        Some(batch) => ctx
+            .clients
+            .jobs
+            .mark_submitted(pb::MarkSubmittedRequest {
+                name: name.clone(),
+                claim: j.claim.clone(),
+                batch: batch.clone(),
+                input_file: j.input_file.clone(),
+            })
+            .await
+            .map_err(|s| CliError::server(format!("mark {name} submitted"), s))?,
+        None => {
+            let reason = if args.reason.is_empty() {
+                "an operator found no batch of the job at the provider".to_owned()
+            } else {
+                format!(
+                    "an operator found no batch of the job at the provider: {}",
+                    args.reason
+                )
+            };
+            ctx.clients
+                .jobs
+                .mark_not_created(pb::MarkNotCreatedRequest {
+                    name: name.clone(),
+                    claim: j.claim.clone(),
+                    reason,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|s| CliError::server(format!("mark {name} not created"), s))?
+        }
+    }
+    .into_inner();
+    if ctx.json {
+        ctx.print_json(&render::job_json(&done));
+        return Ok(ExitCode::Ok);
+    }
+    match &batch {
+        Some(batch) => println!(
+            "{name}: SUBMITTED as {batch}; its worker follows the batch (or the next adopts it)"
+        ),
+        None => println!(
+            "{name}: {}; its {} rows are back without an attempt",
+            render::job_state(done.state),
+            job_counts(&done).rows
+        ),
+    }
     Ok(ExitCode::Ok)
 }
 

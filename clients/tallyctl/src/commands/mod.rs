@@ -43,6 +43,7 @@ pub async fn dispatch(ctx: &mut Ctx, command: Command) -> Result<ExitCode, CliEr
             Some(JobsVerb::List(args)) => jobs::list(ctx, args).await,
             Some(JobsVerb::Get(args)) => jobs::get(ctx, args).await,
             Some(JobsVerb::HandOver(args)) => jobs::hand_over(ctx, args).await,
+            Some(JobsVerb::ResolveCreate(args)) => jobs::resolve_create(ctx, args).await,
             None => match cmd.legacy.into_list() {
                 Some(args) => jobs::list(ctx, args).await,
                 None => Err(CliError::usage(

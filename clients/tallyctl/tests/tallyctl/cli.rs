@@ -1098,6 +1098,132 @@ async fn jobs_hand_over_makes_a_job_adoptable_at_once() {
     env.stop().await;
 }
 
+/// A CREATING job of ledger `ledger` holding one row `key` (claimed,
+/// CreateJob, MarkCreating with input `files/in`), as a worker whose create
+/// answer was lost leaves it.
+async fn creating_job(env: &Env, ledger: &str, key: &str) -> pb::Job {
+    use tally_proto::v1::job_service_client::JobServiceClient;
+    let mut l = env.client().await;
+    l.enroll_rows(pb::EnrollRowsRequest {
+        parent: format!("ledgers/{ledger}"),
+        rows: vec![pb::RowInput {
+            key: key.into(),
+            payload: "{}".into(),
+            ..Default::default()
+        }],
+    })
+    .await
+    .unwrap();
+    let claim = l
+        .claim_rows(pb::ClaimRowsRequest {
+            parent: format!("ledgers/{ledger}"),
+            max_rows: 1,
+            worker: "searching-worker".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .claim
+        .unwrap()
+        .name;
+    let mut j = JobServiceClient::connect(env.url.clone()).await.unwrap();
+    let job = j
+        .create_job(pb::CreateJobRequest {
+            claim: claim.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    j.mark_creating(pb::MarkCreatingRequest {
+        name: job.name.clone(),
+        claim,
+        input_file: "files/in".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+// Invariant: `jobs resolve-create` ends a CREATING job's search with what
+// the operator found: `--never-made` closes it CANCELLED with the reason
+// and its row back PENDING without an attempt; `--batch` makes it
+// SUBMITTED as that batch (its id as the console shows it, named as
+// tally records it; input file kept); a job no longer CREATING is
+// refused (exit 1) and left as it was; neither flag is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_resolve_create_ends_a_lost_create_search() {
+    let env = Env::start().await;
+    env.ok(&["ledgers", "create", "rc"]).await;
+    let gone = creating_job(&env, "rc", "a").await;
+    let found = creating_job(&env, "rc", "b").await;
+    let gone_name = format!("rc/{}", gone.job_id);
+    let found_name = format!("rc/{}", found.job_id);
+
+    let none = env.run(&["jobs", "resolve-create", &gone_name]).await;
+    assert_ne!(none.code, 0, "{none:?}");
+
+    let r = env
+        .ok(&[
+            "jobs",
+            "resolve-create",
+            &gone_name,
+            "--never-made",
+            "--reason",
+            "no batch tagged so",
+        ])
+        .await;
+    assert!(r.stdout.contains("CANCELLED"), "{}", r.stdout);
+    let mut l = env.client().await;
+    let row = l
+        .get_row(pb::GetRowRequest {
+            name: "ledgers/rc/rows/a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(row.status(), pb::RowStatus::Pending);
+    assert_eq!(
+        row.attempts.unwrap_or_default().total,
+        0,
+        "no attempt for a batch never made"
+    );
+    let job = env.ok(&["jobs", "get", &gone_name, "-o", "json"]).await;
+    assert!(job.stdout.contains("no batch tagged so"), "{}", job.stdout);
+
+    let again = env
+        .run(&["jobs", "resolve-create", &gone_name, "--never-made"])
+        .await;
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(
+        again.stderr.contains("only a CREATING job"),
+        "{}",
+        again.stderr
+    );
+
+    let r = env
+        .ok(&[
+            "jobs",
+            "resolve-create",
+            &found_name,
+            "--batch",
+            "batch_rc1",
+            "-o",
+            "json",
+        ])
+        .await;
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["state"], "SUBMITTED", "{v}");
+    assert_eq!(
+        v["batch"], "batches/batch_rc1",
+        "the id as tally names it: {v}"
+    );
+    assert_eq!(v["input_file"], "files/in", "{v}");
+    env.stop().await;
+}
+
 // Invariant: `ledgers delete` refuses a ledger with a live claim (exit 2,
 // FAILED_PRECONDITION, reason LEDGER_ACTIVE, nothing deleted); with
 // --force --wait it returns only once the purge has finished (the ledger

@@ -10,7 +10,8 @@
 //! the job, FlagCreateUnresolved: `tallyctl jobs list` and the server's
 //! `tally_jobs_create_unresolved`; a warning naming the job;
 //! `tally_worker_create_searches_unresolved`) instead of holding rows
-//! silently.
+//! silently; an operator may end it (`tallyctl jobs resolve-create`). A
+//! list refused for good pauses the ledger ([`super::reads`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -22,9 +23,11 @@ use crate::job::end::JobError;
 use crate::job::marks::{
     CreateEnd, Refusal, flag_create_unresolved, mark_not_created, mark_submitted,
 };
+use crate::job::reads::Refused;
 use crate::lookup::{self, Bounds, Listing, Proof};
 use crate::metrics::WorkerMetrics;
 use crate::provider::{Owner, ProviderError};
+use crate::refusal::Read;
 
 /// The longest pause between two searches of one job.
 const MAX_PAUSE: Duration = Duration::from_secs(300);
@@ -60,7 +63,13 @@ pub async fn resolve(
     let mut probes = (0usize, None::<SystemTime>);
     let mut said: Option<tokio::time::Instant> = None;
     let mut flag = Flag::new(ctx.metrics.clone());
+    let mut refused = Refused::default();
     loop {
+        // An operator may end the search with what they found at the
+        // provider (`tallyctl jobs resolve-create`).
+        if let Some(end) = resolved_by_operator(ctx, job, claim).await? {
+            return Ok(end);
+        }
         // Read the clock before the search: the window counts only for a
         // search that began after it passed.
         let searched_at = SystemTime::now();
@@ -125,6 +134,15 @@ pub async fn resolve(
         } else {
             quick
         };
+        // A list refused for good pauses the ledger; the rows stay held.
+        match &listing {
+            Err(e) => {
+                if let Some(wait) = refused.met(ctx, claim, Read::List, e, quick).await? {
+                    pause = pause.max(wait);
+                }
+            }
+            Ok(_) => refused.answered(),
+        }
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
             () = stop.cancelled() => {
@@ -133,6 +151,32 @@ pub async fn resolve(
             }
         }
     }
+}
+
+/// How an operator ended the job's search, if they did: the batch they
+/// named is followed; a job they closed (no batch made) has its rows back
+/// already; a job another claim holds now is left to it.
+async fn resolved_by_operator(
+    ctx: &Ctx,
+    job: &pb::Job,
+    claim: &str,
+) -> Result<Option<CreateEnd>, JobError> {
+    let now = super::follow::get_job(ctx, &job.name).await?;
+    if now.claim != claim {
+        return Ok(Some(CreateEnd::LeftForAdoption));
+    }
+    Ok(match now.state() {
+        pb::JobState::Creating | pb::JobState::Preparing | pb::JobState::Unspecified => None,
+        pb::JobState::Cancelled if now.end_time.is_some() && now.batch.is_empty() => {
+            tracing::info!(job = %job.job_id, error = %now.error, "an operator ended the search: no batch was made; the rows went back");
+            crate::job::settle::delete_input(ctx, job).await;
+            Some(CreateEnd::NeverMade)
+        }
+        _ => {
+            tracing::info!(job = %job.job_id, batch = %now.batch, "an operator ended the search: the batch exists; following it");
+            Some(CreateEnd::Submitted(Box::new(now)))
+        }
+    })
 }
 
 /// Whether a search was reported to the operator, and when last; counted

@@ -9,7 +9,8 @@
 //!   of probes;
 //! - a lost create the list cannot bound is reported to the operator
 //!   (`tally_worker_create_searches_flagged`), its rows held, never
-//!   released on a guess;
+//!   released on a guess; an operator who finds the batch ends the
+//!   search, and the batch is followed;
 //! - a create refused because its input file is not visible yet is sent
 //!   again a bounded number of times and succeeds; the ledger never
 //!   pauses.
@@ -329,5 +330,85 @@ async fn a_file_not_yet_visible_is_waited_for_not_refused() {
         "each upload's create refused exactly its 2 times, then made"
     );
     assert_eq!(stats.create_rejections, stats.creates_file_not_visible);
+    w.stop().await;
+}
+
+/// Invariants: an operator ends a lost create's search with the batch
+/// they found at the provider (what `tallyctl jobs resolve-create --batch`
+/// sends: GetJob, then MarkSubmitted under the job's claim) while the
+/// list will not show it for ten minutes: the searching worker follows
+/// that batch at once; every row SUCCEEDED, sent once, one attempt each;
+/// the ledger never paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_ends_a_lost_create_search_with_the_batch_found() {
+    const LEDGER: &str = "search-operator";
+    let w = SearchWorld::start(
+        LEDGER,
+        serde_json::json!({
+            "create_answer_lost": {"times": 1},
+            "list_lag_ms": 600_000,
+        }),
+        0,
+    )
+    .await;
+    let worker = spawn_openai_worker(
+        &w.stack.grpc,
+        &w.url(),
+        LEDGER,
+        "searcher",
+        &flags(&["--exit-when-idle"]),
+    );
+    // The other jobs end; the lost one is CREATING, searching.
+    until(
+        Duration::from_secs(60),
+        "all but the lost job's rows succeed",
+        || async { summary(&w.c, LEDGER).await.succeeded == (ROWS - 10) as i64 },
+    )
+    .await;
+    let lost = list_jobs(&w.c, LEDGER)
+        .await
+        .into_iter()
+        .find(|j| j.state() == pb::JobState::Creating)
+        .expect("the lost create's job is CREATING");
+    // The operator looks at the provider: the batch holding its rows.
+    let stats = w.emulator.stats();
+    let held: Vec<pb::Row> = all_rows(&w.c, LEDGER)
+        .await
+        .into_iter()
+        .filter(|r| r.status() != pb::RowStatus::Succeeded)
+        .collect();
+    let batches: std::collections::BTreeSet<String> = held
+        .iter()
+        .flat_map(|r| stats.submissions[&r.key].iter().map(|s| s.batch.clone()))
+        .collect();
+    assert_eq!(
+        batches.len(),
+        1,
+        "the held rows went in one batch: {batches:?}"
+    );
+    let batch = batches.into_iter().next().unwrap();
+    let mut jobs = w.c.jobs.clone();
+    jobs.mark_submitted(pb::MarkSubmittedRequest {
+        name: lost.name.clone(),
+        claim: lost.claim.clone(),
+        batch: format!("batches/{batch}"),
+        input_file: lost.input_file.clone(),
+    })
+    .await
+    .expect("the operator's MarkSubmitted");
+    exits_ok(worker, "searcher").await;
+    let rows = all_rows(&w.c, LEDGER).await;
+    let s = summary(&w.c, LEDGER).await;
+    println!(
+        "resolved by the operator as {batch}: {} of {ROWS} succeeded, {} attempts",
+        s.succeeded, s.attempts_total
+    );
+    assert!(
+        rows.iter().all(|r| r.status() == pb::RowStatus::Succeeded),
+        "every row succeeded"
+    );
+    check_never_twice(&w.emulator.stats(), &rows);
+    assert_eq!(s.attempts_total, ROWS as i64, "one attempt per row");
+    assert!(s.pause.is_none(), "{:?}", s.pause);
     w.stop().await;
 }
