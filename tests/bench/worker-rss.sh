@@ -102,8 +102,13 @@ env "$KEY_ENV=bench" /usr/bin/time -v "$BIN/tally-worker" --server "http://127.0
   >"$WORK/worker.log" 2>"$WORK/time.txt" || { tail -20 "$WORK/worker.log" "$WORK/time.txt"; exit 1; }
 rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$WORK/time.txt")
 "${CTL[@]}" status bench | sed -n "1,12p"
-jobs=$("${CTL[@]}" --json jobs list bench 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["jobs"]))' 2>/dev/null || echo "?")
-echo "jobs made: $jobs"
+"${CTL[@]}" jobs list bench --limit 0 -o json 2>/dev/null | python3 -c '
+import json, sys
+jobs = json.load(sys.stdin)["jobs"]
+claimed = sum((j.get("counts") or {}).get("rows", 0) for j in jobs)
+batches = sum(1 for j in jobs if j.get("batch"))
+print(f"jobs made: {len(jobs)} ({batches} batches); rows claimed (the jobs rows): {claimed}")
+' 2>/dev/null || echo "jobs made: ?"
 printf 'worker (%s): %s jobs x %s rows x %s KB%s: wall %.1f s, peak RSS %s KiB (%.0f MiB)\n' \
   "$PROVIDER" "$JOBS" "$ROWS" "$KB" "${MEDIA_KB:+ (media: one ${MEDIA_KB} KB file a row)}" \
   "$(echo "$(date +%s.%N) - $start" | bc)" "$rss" "$(echo "$rss / 1024" | bc -l)"

@@ -1,4 +1,5 @@
-//! How many tokens this worker puts in one batch of a model. Pure.
+//! How many tokens this worker puts in one batch of a model, and how many
+//! rows it claims for one batch. Pure.
 //!
 //! The provider refuses a batch whose input, with the model's batches not
 //! yet finished, passes the project's enqueued-token limit; a batch larger
@@ -51,9 +52,77 @@ impl TokenBounds {
     }
 }
 
+/// How many rows a batch claim asks for. A claim whose rows do not all
+/// fit its batch (large inline media against the byte bound) gives the
+/// rest back, read for nothing: after a full batch the next claim asks for
+/// the rows that batch took, and grows back by a quarter with each batch
+/// that took every row of its claim and had room for more, until
+/// `--claim-size` again. So the rows claimed stay close to the rows sent.
+#[derive(Debug, Default)]
+pub struct ClaimFit {
+    fit: Option<usize>,
+}
+
+impl ClaimFit {
+    /// The rows the next claim asks for, at most `claim_size`.
+    pub fn rows(&self, claim_size: usize) -> usize {
+        self.fit.map_or(claim_size, |f| f.min(claim_size)).max(1)
+    }
+
+    /// A batch took `sent` of its claim's `claimed` rows; `full` when a row
+    /// did not fit, `room` when another row like those in it would have.
+    pub fn packed(
+        &mut self,
+        claimed: usize,
+        sent: usize,
+        full: bool,
+        room: bool,
+        claim_size: usize,
+    ) {
+        if full {
+            self.fit = Some(sent.max(1));
+            return;
+        }
+        let Some(f) = self.fit.as_mut() else {
+            return;
+        };
+        if sent == claimed && room {
+            *f = f.saturating_add((*f / 4).max(1));
+            if *f >= claim_size {
+                self.fit = None;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Invariant: after a full batch a claim asks for the rows it took; it
+    // grows back only after batches that took their whole claim with room
+    // to spare, never past --claim-size.
+    #[test]
+    fn claims_shrink_to_what_fit_and_grow_back() {
+        let mut c = ClaimFit::default();
+        assert_eq!(c.rows(100), 100);
+        c.packed(100, 12, true, false, 100);
+        assert_eq!(c.rows(100), 12, "what the full batch took");
+        c.packed(12, 12, false, false, 100);
+        assert_eq!(c.rows(100), 12, "no room for more: stays");
+        c.packed(12, 10, false, true, 100);
+        assert_eq!(c.rows(100), 12, "rows left out for other reasons: stays");
+        let mut steps = 0;
+        while c.rows(100) < 100 {
+            c.packed(c.rows(100), c.rows(100), false, true, 100);
+            steps += 1;
+            assert!(steps < 20);
+        }
+        assert_eq!(c.rows(100), 100);
+        assert_eq!(c.rows(10), 10, "never past the claim size");
+        c.packed(100, 0, true, false, 100);
+        assert_eq!(c.rows(100), 1, "at least one row");
+    }
 
     // Invariant: each refusal at least halves what the next batch may
     // carry; successes grow it back to the limit and no further.

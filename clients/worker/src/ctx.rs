@@ -48,6 +48,8 @@ pub struct Ctx {
     pub account: String,
     /// Token bounds per model learned from refused creates.
     bounds: std::sync::Mutex<TokenBounds>,
+    /// How many rows a batch claim asks for.
+    claim_fit: std::sync::Mutex<crate::bounds::ClaimFit>,
     /// Refusals naming no delay, in a row, per model.
     unnamed_waits: std::sync::Mutex<crate::waits::UnnamedWaits>,
     /// Where rows' media are read from.
@@ -76,6 +78,7 @@ impl Ctx {
             media,
             account: provider.account(),
             bounds: std::sync::Mutex::new(TokenBounds::default()),
+            claim_fit: std::sync::Mutex::default(),
             unnamed_waits: std::sync::Mutex::default(),
             settings_problem: std::sync::Mutex::new(None),
             last_probe: std::sync::Mutex::new(None),
@@ -193,6 +196,32 @@ impl Ctx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .bound(model, limit)
+    }
+
+    /// The rows the next claim asks for: `--claim-size` (one wave of calls
+    /// on a synchronous lane), fewer while batches fill before their
+    /// claims' rows run out ([`crate::bounds::ClaimFit`]).
+    pub fn rows_per_claim(&self) -> i32 {
+        let size = self.args.rows_per_claim();
+        if self.args.lane.is_sync() {
+            return size;
+        }
+        let fit = self
+            .claim_fit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rows(usize::try_from(size).unwrap_or(1));
+        i32::try_from(fit).unwrap_or(size)
+    }
+
+    /// A batch took `sent` of its claim's `claimed` rows (see
+    /// [`crate::bounds::ClaimFit::packed`]).
+    pub fn batch_packed(&self, claimed: usize, sent: usize, full: bool, room: bool) {
+        let size = usize::try_from(self.args.rows_per_claim()).unwrap_or(1);
+        self.claim_fit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .packed(claimed, sent, full, room, size);
     }
 
     /// A create of `sent` tokens was refused for size or quota.

@@ -182,6 +182,17 @@ impl Packer {
         }
     }
 
+    /// Whether another line of the average size of those taken would
+    /// still fit.
+    pub fn room_for_another(&self) -> bool {
+        let l = self.limits;
+        let size = self.bytes.checked_div(self.rows).unwrap_or(0);
+        let tokens = tokens_of(size);
+        self.rows < l.rows
+            && self.bytes + size <= l.bytes
+            && (l.tokens == 0 || self.tokens + tokens <= l.tokens)
+    }
+
     /// The batch's estimated input tokens so far.
     pub fn tokens(&self) -> u64 {
         self.tokens

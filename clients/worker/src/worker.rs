@@ -593,7 +593,7 @@ impl PauseLog {
 async fn claim(ctx: &Ctx) -> Result<Claimed, Status> {
     let req = pb::ClaimRowsRequest {
         parent: ctx.ledger.clone(),
-        max_rows: ctx.args.rows_per_claim(),
+        max_rows: ctx.rows_per_claim(),
         lease: ctx.lease(),
         worker: ctx.worker.clone(),
         request_id: uuid::Uuid::new_v4().to_string(),

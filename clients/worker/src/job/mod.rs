@@ -143,6 +143,7 @@ async fn submit(
     let _heartbeat = Heartbeat::start(ctx, &claim.name);
     tracing::info!(job = %job.job_id, rows = rows.len(), claim = %claim_for_logs(&claim.name), "job created");
     let mut unsent = Unsent::default();
+    let claimed = rows.len();
     let batch = render::batch(
         ctx,
         &job,
@@ -152,6 +153,7 @@ async fn submit(
         &mut unsent,
     )
     .await;
+    ctx.batch_packed(claimed, batch.keys.len(), batch.full, batch.room);
     // Halted, the rows that wait stay in the claim: the job gives them all
     // back as it closes ([`media_halted`]).
     let halt = unsent.halt.take();
@@ -183,6 +185,7 @@ async fn submit(
         expect,
         tokens,
         media,
+        ..
     } = batch;
     body.extend_from_slice(&crate::job::golden::lines(ctx, &job).await);
     let body = bytes::Bytes::from(body);

@@ -256,12 +256,17 @@ pub(crate) struct Batch {
     /// Their estimated input tokens.
     pub tokens: u64,
     pub media: JobMedia,
+    /// A row did not fit: the batch is full.
+    pub full: bool,
+    /// Another row like those in it would have fit.
+    pub room: bool,
 }
 
 /// Renders `rows` into one batch input file for `job`, row by row into one
-/// buffer: a line that does not fit is dropped at once, and each row's
-/// payload is let go once rendered, so the claim and the file are not both
-/// held whole. Rows that are not in it are noted in `unsent`.
+/// buffer: the first line that does not fit ends the batch (it and the
+/// rest go back unread), and each row's payload is let go once rendered,
+/// so the claim and the file are not both held whole. Rows that are not
+/// in it are noted in `unsent`.
 pub(crate) async fn batch(
     ctx: &Ctx,
     job: &pb::Job,
@@ -286,6 +291,8 @@ pub(crate) async fn batch(
         expect: HashMap::new(),
         tokens: 0,
         media: JobMedia::default(),
+        full: false,
+        room: true,
     };
     let mut rows = rows.iter_mut();
     while let Some(row) = rows.next() {
@@ -309,8 +316,14 @@ pub(crate) async fn batch(
                 out.keys.push(row.key.clone());
             }
             jsonl::Fit::Overflow => {
+                // The batch is full: the rest go back unread (their media
+                // not fetched and encoded for nothing), and the next claim
+                // asks for what fit ([`crate::bounds::ClaimFit`]).
                 out.body.truncate(start);
                 unsent.waiting.push(row.key.clone());
+                unsent.waiting.extend(rows.by_ref().map(|r| r.key.clone()));
+                out.full = true;
+                break;
             }
             jsonl::Fit::Oversized => {
                 out.body.truncate(start);
@@ -330,6 +343,7 @@ pub(crate) async fn batch(
         }
     }
     out.tokens = packer.tokens();
+    out.room = packer.room_for_another();
     out
 }
 

@@ -454,3 +454,87 @@ async fn every_request_carries_its_page_uploaded_once() {
 fn remove(root: &Path) {
     let _ = std::fs::remove_dir_all(root);
 }
+
+/// Rows claimed ≈ rows sent when inline media fill a batch long before
+/// its claim runs out (issue 51: 5,776 rows claimed to send 300 images).
+/// 60 pages of 64×64 (about 16 KB inline each) under a 64 KB batch bound,
+/// claims of 20. Invariants: the first row that does not fit ends the
+/// batch (the rest go back unread) and the next claim asks for what fit,
+/// so the rows claimed (the jobs' rows) are at most the rows sent plus
+/// one whole first claim plus one row a job (a claim growing back by a
+/// quarter overshoots by at most that); every page SUCCEEDED at one
+/// attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_asks_for_the_rows_a_full_batch_takes() {
+    const ROWS: usize = 60;
+    const CLAIM: usize = 20;
+    let root = std::env::temp_dir().join(format!("tally-fit-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("book")).unwrap();
+    let w = World::start(
+        LEDGER,
+        0,
+        FaultPlan::default(),
+        pb::AttemptBudgets::default(),
+    )
+    .await;
+    register_ocr(&w).await;
+    let rows = (0..ROWS)
+        .map(|i| {
+            let bytes = png(64, 64, i as u64);
+            let path = format!("book/p{i}.png");
+            std::fs::write(root.join(&path), &bytes).unwrap();
+            row(&format!("page-{i:02}"), i, &path, &sha(&bytes))
+        })
+        .collect();
+    enroll(&w, rows).await;
+    let root_arg = root.display().to_string();
+    let claim = CLAIM.to_string();
+    let worker = w.worker(
+        LEDGER,
+        "fit",
+        &[
+            "--media-root",
+            root_arg.as_str(),
+            "--media-inline-max",
+            "1000000",
+            "--claim-size",
+            claim.as_str(),
+            "--max-rows-per-batch",
+            claim.as_str(),
+            "--max-bytes-per-batch",
+            "65536",
+            "--max-jobs",
+            "1",
+            "--exit-when-idle",
+        ],
+    );
+    exits_ok(worker, "the worker").await;
+    let jobs = list_jobs(&w.c, LEDGER).await;
+    let claimed: usize = jobs
+        .iter()
+        .map(|j| j.counts.unwrap_or_default().rows as usize)
+        .sum();
+    let sent: usize = jobs.iter().filter(|j| !j.batch.is_empty()).count();
+    println!(
+        "{ROWS} pages: {} jobs ({sent} batches), {claimed} rows claimed",
+        jobs.len()
+    );
+    for r in all_rows(&w.c, LEDGER).await {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{} ({})",
+            r.key,
+            r.rule
+        );
+        assert_eq!(r.attempts.map_or(0, |a| a.total), 1, "{}", r.key);
+    }
+    assert!(sent >= 3, "the bound split the pages: {sent} batches");
+    assert!(
+        claimed <= ROWS + CLAIM + jobs.len(),
+        "{claimed} rows claimed to send {ROWS} in {} jobs",
+        jobs.len()
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+    w.stop().await;
+}
