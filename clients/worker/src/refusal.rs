@@ -82,6 +82,13 @@ pub(crate) fn read_refused(
     }
 }
 
+/// Whether a 404's message names a model (the provider does not know it,
+/// or takes no batches for it); a 404 that does not is a wrong base URL
+/// or path, the caller's to fix, not the model's.
+pub(crate) fn names_a_model(message: &str) -> bool {
+    message.to_ascii_lowercase().contains("model")
+}
+
 /// Whether a 400's message says the request is too large (the provider's
 /// words for it vary: "payload size exceeds the limit", "request is too
 /// large", "exceeds the maximum").

@@ -50,8 +50,8 @@ const SELECT: &str = "SELECT u.provider_account, u.sha256, u.file, u.uri, u.mime
 
 impl Store {
     /// The unexpired uploads of `team` in `account` among `hashes`, and the
-    /// bytes of every unexpired upload in the account, every team's (the
-    /// provider's storage limit is the account's; only the sum is told).
+    /// bytes of the team's own unexpired uploads in the account (another
+    /// team's records, which it could forge, never count against it).
     pub async fn lookup_media_uploads(
         &self,
         team: &str,

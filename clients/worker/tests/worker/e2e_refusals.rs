@@ -199,7 +199,8 @@ async fn a_refusal_naming_no_delay_backs_off_then_pauses() {
 
 /// A base URL that answers 404 to every call (a wrong path): issue 51's
 /// "823 jobs in 10 s" at Gemini. Invariants: the first refused create
-/// pauses the ledger with the provider's words (its 404), only the jobs
+/// pauses the ledger with the provider's words (its 404; REFUSED, not
+/// MODEL: the 404 names no model), only the jobs
 /// already out when the pause came met it, no row spent an attempt, and
 /// no batch was made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -230,6 +231,11 @@ async fn a_base_url_that_answers_404_pauses_instead_of_looping() {
         jobs.len()
     );
     assert!(pause.message.contains("404"), "{}", pause.message);
+    assert_eq!(
+        pause.reason,
+        pb::LedgerPauseReason::Refused as i32,
+        "a wrong URL, not the model"
+    );
     assert!(
         (1..=4).contains(&jobs.len()),
         "only the jobs out when the pause came: {}",

@@ -9,14 +9,14 @@
 //! | 413 `request_too_large`, or a 400 saying the request is too large | fix: a smaller batch |
 //! | 400 `invalid_request_error` naming a request (`requests.3.…`) | fix: that row is invalid input (PERMANENT), the others go back |
 //! | 402 `billing_error` | stop (`billing`) |
-//! | 404 `not_found_error` | stop (`model`) |
-//! | 401, 403, any other 4xx | stop (`refused`) |
+//! | 404 `not_found_error` naming the model (`model: …`) | stop (`model`) |
+//! | 401, 403, a 404 naming no model (a wrong base URL), any other 4xx | stop (`refused`) |
 //! | 500 `api_error`, other 5xx, no answer | not a refusal: searched for |
 
 use tally_proto::v1 as pb;
 
 use crate::provider::ProviderError;
-use crate::refusal::{Refusal, Validation, too_large};
+use crate::refusal::{Refusal, Validation, names_a_model, too_large};
 
 /// The kind of a failed call at Anthropic's Message Batches; `None` when
 /// it may have made the batch.
@@ -42,7 +42,7 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
             None => Refusal::Stop(pb::ProviderRefusal::Request),
         },
         402 => Refusal::Stop(pb::ProviderRefusal::Billing),
-        404 => Refusal::Stop(pb::ProviderRefusal::Model),
+        404 if names_a_model(message) => Refusal::Stop(pb::ProviderRefusal::Model),
         400..=499 => Refusal::Stop(pb::ProviderRefusal::Request),
         _ => return None,
     };
@@ -175,7 +175,15 @@ mod tests {
             a(403, "permission_error", ""),
             Some(Refusal::Stop(P::Request))
         );
-        assert_eq!(a(404, "not_found_error", ""), Some(Refusal::Stop(P::Model)));
+        assert_eq!(
+            a(404, "not_found_error", "model: claude-nope"),
+            Some(Refusal::Stop(P::Model))
+        );
+        // A 404 that names no model: a wrong base URL, not the model.
+        assert_eq!(
+            a(404, "not_found_error", "Not Found"),
+            Some(Refusal::Stop(P::Request))
+        );
         assert_eq!(a(500, "api_error", ""), None);
         for code in [
             "enforced_spend_limit_reached",

@@ -6,14 +6,14 @@
 //! | any other 429 (rate, enqueued tokens) | wait: the model cools down for every worker of the account, for the provider's RetryInfo (`--refusal-cooldown` when none, doubling in a row; the 7th in a row pauses the ledger, QUOTA); the next batch is smaller |
 //! | 413, or a 400 saying the request is too large | fix: a smaller batch (a batch of one row that is still too large is that row's fault: PERMANENT) |
 //! | 403; 400 FAILED_PRECONDITION naming billing | stop (`billing`) |
-//! | 404 (the model is unknown or takes no batches) | stop (`model`) |
-//! | 401, any other 4xx | stop (`refused`): the key or the request; the provider's words go with the pause |
+//! | 404 naming the model (it is unknown or takes no batches) | stop (`model`) |
+//! | 401, a 404 naming no model (a wrong base URL), any other 4xx | stop (`refused`): the key or the request; the provider's words go with the pause |
 //! | 408, 5xx, no answer | not a refusal: the batch may exist; it is searched for |
 
 use tally_proto::v1 as pb;
 
 use crate::provider::ProviderError;
-use crate::refusal::{Refusal, too_large};
+use crate::refusal::{Refusal, names_a_model, too_large};
 
 /// The kind of a create's failure; `None` when it is no definite refusal
 /// (the batch may have been made: search for it).
@@ -42,7 +42,7 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
             Refusal::Stop(pb::ProviderRefusal::Billing)
         }
         403 => Refusal::Stop(pb::ProviderRefusal::Billing),
-        404 => Refusal::Stop(pb::ProviderRefusal::Model),
+        404 if names_a_model(message) => Refusal::Stop(pb::ProviderRefusal::Model),
         400..=499 => Refusal::Stop(pb::ProviderRefusal::Request),
         _ => return None,
     };
@@ -133,6 +133,11 @@ mod tests {
                 &[]
             )),
             Some(Refusal::Stop(P::Model))
+        );
+        assert_eq!(
+            classify(&http(404, "", "<html>404. That's an error.</html>", &[])),
+            Some(Refusal::Stop(P::Request)),
+            "a wrong base URL is not the model's"
         );
         assert_eq!(
             classify(&http(
