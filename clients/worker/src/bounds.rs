@@ -61,9 +61,18 @@ impl TokenBounds {
 #[derive(Debug, Default)]
 pub struct ClaimFit {
     fit: Option<usize>,
+    /// A batch was packed: what a claim takes has been seen.
+    known: bool,
 }
 
 impl ClaimFit {
+    /// Whether a batch has been packed yet. Until one has, a worker runs
+    /// one claim at a time up to its batch (its other jobs' claims would
+    /// each be a whole `--claim-size` before any fit is known).
+    pub fn known(&self) -> bool {
+        self.known
+    }
+
     /// The rows the next claim asks for, at most `claim_size`.
     pub fn rows(&self, claim_size: usize) -> usize {
         self.fit.map_or(claim_size, |f| f.min(claim_size)).max(1)
@@ -79,6 +88,7 @@ impl ClaimFit {
         room: bool,
         claim_size: usize,
     ) {
+        self.known = true;
         if full {
             self.fit = Some(sent.max(1));
             return;
@@ -106,7 +116,9 @@ mod tests {
     fn claims_shrink_to_what_fit_and_grow_back() {
         let mut c = ClaimFit::default();
         assert_eq!(c.rows(100), 100);
+        assert!(!c.known());
         c.packed(100, 12, true, false, 100);
+        assert!(c.known());
         assert_eq!(c.rows(100), 12, "what the full batch took");
         c.packed(12, 12, false, false, 100);
         assert_eq!(c.rows(100), 12, "no room for more: stays");

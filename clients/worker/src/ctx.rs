@@ -50,6 +50,8 @@ pub struct Ctx {
     bounds: std::sync::Mutex<TokenBounds>,
     /// How many rows a batch claim asks for.
     claim_fit: std::sync::Mutex<crate::bounds::ClaimFit>,
+    /// Batch claims out whose batch is not packed yet.
+    unpacked: Arc<AtomicUsize>,
     /// Refusals naming no delay, in a row, per model.
     unnamed_waits: std::sync::Mutex<crate::waits::UnnamedWaits>,
     /// Where rows' media are read from.
@@ -79,6 +81,7 @@ impl Ctx {
             account: provider.account(),
             bounds: std::sync::Mutex::new(TokenBounds::default()),
             claim_fit: std::sync::Mutex::default(),
+            unpacked: Arc::default(),
             unnamed_waits: std::sync::Mutex::default(),
             settings_problem: std::sync::Mutex::new(None),
             last_probe: std::sync::Mutex::new(None),
@@ -214,6 +217,25 @@ impl Ctx {
         i32::try_from(fit).unwrap_or(size)
     }
 
+    /// Whether another claim may be made now: until a batch has been
+    /// packed (and so what a claim takes is known), one batch claim at a
+    /// time is out before its batch ([`crate::bounds::ClaimFit::known`]).
+    pub fn may_claim(&self) -> bool {
+        self.args.lane.is_sync()
+            || self.unpacked.load(Ordering::Acquire) == 0
+            || self
+                .claim_fit
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .known()
+    }
+
+    /// A batch claim is out until the guard drops (its job ends).
+    pub fn claim_out(&self) -> Unpacked {
+        self.unpacked.fetch_add(1, Ordering::AcqRel);
+        Unpacked(Arc::clone(&self.unpacked))
+    }
+
     /// A batch took `sent` of its claim's `claimed` rows (see
     /// [`crate::bounds::ClaimFit::packed`]).
     pub fn batch_packed(&self, claimed: usize, sent: usize, full: bool, room: bool) {
@@ -347,5 +369,14 @@ impl Answer {
             prompt: prompt.map(prompt_name),
             json: wire.asks_for_json(payload, prompt.is_some()),
         }
+    }
+}
+
+/// A batch claim out ([`Ctx::claim_out`]): counted until dropped.
+pub struct Unpacked(Arc<AtomicUsize>);
+
+impl Drop for Unpacked {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

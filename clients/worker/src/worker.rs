@@ -215,6 +215,7 @@ pub async fn run_serving(
         }
         if jobs.len() < max_local
             && ctx.claims_held_for().is_zero()
+            && ctx.may_claim()
             && (sync || room(&ctx, ledger_max).await)
         {
             // One span (one trace, when traces are exported) from the claim
@@ -239,7 +240,12 @@ pub async fn run_serving(
                         let task = job::run_online(Arc::clone(&ctx), c, rows, stop.clone());
                         jobs.spawn(in_flight(guard, task).instrument(span));
                     } else {
+                        let out = ctx.claim_out();
                         let task = job::run_claim(Arc::clone(&ctx), c, rows, stop.clone());
+                        let task = async move {
+                            let _out = out;
+                            task.await
+                        };
                         jobs.spawn(in_flight(guard, task).instrument(span));
                     }
                 }
