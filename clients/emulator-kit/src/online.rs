@@ -100,6 +100,8 @@ pub struct Shed {
 #[serde(deny_unknown_fields)]
 pub struct Storm {
     pub times: Option<u32>,
+    /// The wait the refusal names; 0: none (no `retry-after`, where the
+    /// provider may send a 429 without one).
     #[serde(default = "one")]
     pub retry_after_secs: u32,
 }

@@ -106,7 +106,8 @@ pub fn refusal(gate: Gate, limits: Limits, model: &str) -> ApiError {
                 ),
             )
             .code("rate_limit_exceeded");
-            e.retry_after = Some(retry_after);
+            // A storm naming no wait sends no `retry-after`.
+            e.retry_after = (!retry_after.is_zero()).then_some(retry_after);
             e
         }
         Gate::Shed { retry_after } => {

@@ -669,3 +669,70 @@ async fn each_page_is_asked_with_the_answer_of_the_page_before() {
         );
     }
 }
+
+// Invariant (issue 51): synchronous 429s that name no delay are waited out
+// as a batch create's are (--refusal-cooldown, doubling in a row) and
+// never for ever: the seventh wait in a row pauses the ledger (QUOTA) with
+// the provider's words; no row spent an attempt or was answered; every
+// row waits PENDING; the calls the model refused are bounded by the waits
+// (7 rounds of at most --calls each), not one a moment.
+#[tokio::test]
+async fn sync_429s_naming_no_delay_back_off_then_pause() {
+    let faults: FaultPlan = serde_json::from_value(serde_json::json!({
+        "online": {"rate_limited": {"retry_after_secs": 0}}
+    }))
+    .unwrap();
+    // No limits of tally's own: only the provider's refusals hold calls
+    // back (refused calls count against the account's window otherwise).
+    let w = Online::start_with(
+        "storm",
+        &[pb::Lane::Standard],
+        4,
+        faults,
+        Duration::from_millis(10),
+        |args| {
+            args.provider.provider_rpm = vec!["0".into()];
+            args.provider.provider_tpm = vec!["0".into()];
+        },
+    )
+    .await;
+    let mut worker = w.worker(
+        "storm",
+        "w1",
+        "standard",
+        &["--calls", "4", "--refusal-cooldown", "1s"],
+    );
+    // Six doubling waits from 1 s, then the pause (about two minutes
+    // here: each round's wait is also held by tally's cool-down).
+    let started = std::time::Instant::now();
+    common::until(Duration::from_secs(300), "the ledger pauses", || async {
+        common::summary(&w.c, "storm").await.state == pb::LedgerState::Paused as i32
+    })
+    .await;
+    worker.kill().await.ok();
+    let s = common::summary(&w.c, "storm").await;
+    let pause = s.pause.clone().expect("a pause");
+    let refused = w.emulator.stats().online.rate_limited;
+    println!(
+        "paused after {:?} ({}): {:?}; {refused} calls refused",
+        started.elapsed(),
+        pause.reason,
+        pause.message
+    );
+    assert_eq!(pause.reason, pb::LedgerPauseReason::Quota as i32);
+    assert!(
+        pause.message.contains("named no delay") && pause.message.contains("429"),
+        "{}",
+        pause.message
+    );
+    assert_eq!(
+        s.attempts_total, 0,
+        "a refusal before the work is no attempt"
+    );
+    assert_eq!(s.pending, 4, "every row waits");
+    assert!(w.answers_per_row().is_empty(), "nothing answered");
+    assert!(
+        (7..=7 * 4).contains(&refused),
+        "{refused} refused calls: 7 waits of at most 4 calls"
+    );
+}
