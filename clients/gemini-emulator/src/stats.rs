@@ -17,6 +17,9 @@ pub struct Stats {
     pub create_rejections: u64,
     /// Files finalized (uploads that produced a file).
     pub uploads: u64,
+    /// Upload starts refused (the `upload_refusal` fault, or over the
+    /// storage quota): nothing stored.
+    pub upload_rejections: u64,
     /// Finalize calls answered 200 with an error body by the fault.
     pub finalize_errors: u64,
     /// Files deleted by clients.
