@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use serde::Serialize;
@@ -24,6 +24,10 @@ pub struct RequestStats {
     pub refused: u64,
     /// Requests answered, by HTTP status.
     pub by_status: BTreeMap<u16, u64>,
+    /// Requests answered, by method, route and status
+    /// (`"POST /v1/files 401"`, the route as the router names it, with
+    /// `{id}` for an id; `(unknown route)` for a path the API has not).
+    pub by_route: BTreeMap<String, u64>,
 }
 
 impl RequestStats {
@@ -32,12 +36,18 @@ impl RequestStats {
         self.total += 1;
     }
 
-    /// Counts a request answered with `status`.
-    pub fn answered(&mut self, status: u16) {
+    /// Counts a request of `method` to `route` (None: a path the API has
+    /// not) answered with `status`.
+    pub fn answered(&mut self, method: &str, route: Option<&str>, status: u16) {
         if status >= 400 {
             self.refused += 1;
         }
         *self.by_status.entry(status).or_default() += 1;
+        let route = route.unwrap_or("(unknown route)");
+        *self
+            .by_route
+            .entry(format!("{method} {route} {status}"))
+            .or_default() += 1;
     }
 
     /// Requests answered with `status`.
@@ -64,6 +74,11 @@ impl RequestCounter {
     }
 }
 
+/// The route a request matched, carried on its response from
+/// [`name_route`] out to [`count`].
+#[derive(Debug, Clone)]
+struct Route(String);
+
 /// The layer that counts every request but the emulator's own endpoints,
 /// as it arrives and as it is answered. Wraps the whole router (fallbacks
 /// and key checks included), so nothing answered escapes it.
@@ -75,9 +90,27 @@ pub async fn count(
     if request.uri().path().starts_with(CONTROL) {
         return next.run(request).await;
     }
+    let method = request.method().clone();
     counter.lock().arrived();
     let response = next.run(request).await;
-    counter.lock().answered(response.status().as_u16());
+    let route = response.extensions().get::<Route>().map(|r| r.0.as_str());
+    let status = response.status().as_u16();
+    counter.lock().answered(method.as_str(), route, status);
+    response
+}
+
+/// A route layer that names the route a request matched on its answer,
+/// for [`count`]'s `by_route`. Each emulator puts it last of its API
+/// routes' layers (the outermost: it sees requests its key check refuses).
+pub async fn name_route(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let mut response = next.run(request).await;
+    if let Some(route) = route {
+        response.extensions_mut().insert(Route(route));
+    }
     response
 }
 
@@ -90,20 +123,21 @@ mod tests {
     use tower::ServiceExt as _;
 
     // Invariant: every request but the emulator's own is counted once,
-    // refused ones (a 401 from a key check, a fallback's 404) too; the
-    // control endpoints are not.
+    // refused ones (a 401 from a key check, a fallback's 404) too, under
+    // the route it matched; the control endpoints are not.
     #[tokio::test]
     async fn counts_every_request_but_the_emulators_own() {
         let counter = RequestCounter::default();
         let app = axum::Router::new()
             .route("/v1/ok", get(|| async { "ok" }))
-            .route("/v1/key", get(|| async { StatusCode::UNAUTHORIZED }))
+            .route("/v1/key/{id}", get(|| async { StatusCode::UNAUTHORIZED }))
+            .route_layer(axum::middleware::from_fn(name_route))
             .route("/_emulator/stats", get(|| async { "{}" }))
             .fallback(|| async { StatusCode::NOT_FOUND })
             .layer(axum::middleware::from_fn_with_state(counter.clone(), count));
         for path in [
             "/v1/ok",
-            "/v1/key",
+            "/v1/key/a",
             "/nowhere",
             "/_emulator/stats",
             "/v1/ok",
@@ -118,6 +152,13 @@ mod tests {
             stats.by_status,
             BTreeMap::from([(200, 2), (401, 1), (404, 1)])
         );
+        let by_route = [
+            ("GET /v1/ok 200", 2),
+            ("GET /v1/key/{id} 401", 1),
+            ("GET (unknown route) 404", 1),
+        ];
+        let by_route = by_route.map(|(k, n)| (k.to_owned(), n));
+        assert_eq!(stats.by_route, BTreeMap::from(by_route));
         assert_eq!(stats.with_status(401), 1);
         assert_eq!(stats.with_status(500), 0);
     }

@@ -304,5 +304,12 @@ async fn every_call_is_counted_refused_ones_too() {
         stats.unknown_routes, 1,
         "the older counter keeps its meaning"
     );
+    let by_route = [
+        ("GET /v1/batches 200", 1),
+        ("GET /v1/batches 401", 2),
+        ("GET (unknown route) 404", 1),
+    ];
+    let by_route = by_route.map(|(k, n)| (k.to_owned(), n));
+    assert_eq!(stats.requests.by_route, by_route.into());
     emu.shutdown().await;
 }
