@@ -119,6 +119,28 @@ def test_list_auto_paginates(client: openai.OpenAI) -> None:
     assert seen == list(reversed(made))
 
 
+@pytest.mark.parametrize("order", ["newest_first", "oldest_first", "shuffled"])
+def test_list_orders_page_every_batch_once(
+    client: openai.OpenAI, emulator: Emulator, order: str
+) -> None:
+    """Under each `list_order` the emulator offers, the SDK's auto-pagination (`after` =
+    the last id of each page) sees every batch exactly once, whatever the page size."""
+    # Eight batches: a shuffle (seeded by the run's ids) lands on the creation
+    # order or its reverse once in 20,160 runs.
+    made = [_batch(client, [(f"r{i}", "x")]).id for i in range(8)]
+    emulator.set_faults({"list_order": order})
+    pages = {limit: [b.id for b in client.batches.list(limit=limit)] for limit in (1, 3, 100)}
+    for limit, seen in pages.items():
+        assert len(seen) == len(set(seen)) == len(made), (limit, seen)
+        assert set(seen) == set(made), (limit, seen)
+    assert pages[1] == pages[3] == pages[100], "one order, whatever the page size"
+    expected = {"newest_first": list(reversed(made)), "oldest_first": made}
+    if order in expected:
+        assert pages[100] == expected[order]
+    else:
+        assert pages[100] not in expected.values()
+
+
 def test_cancel(client: openai.OpenAI, emulator: Emulator) -> None:
     """Cancel goes through cancelling to cancelled; a finished batch's cancel is a ConflictError."""
     emulator.set_faults(
