@@ -14,6 +14,7 @@ import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,9 @@ def _binary() -> str:
     return path
 
 
-@pytest.fixture
-def emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
-    for name in SDK_ENV:
-        monkeypatch.delenv(name, raising=False)
+@contextmanager
+def running(*extra: str) -> Iterator[Emulator]:
+    """The emulator binary with the suite's key and short dwell times, and `extra` flags."""
     process = subprocess.Popen(
         [
             _binary(),
@@ -83,6 +83,7 @@ def emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
             "--canceling",
             "20ms",
             "--log-json",
+            *extra,
         ],
         env={
             **{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
@@ -109,6 +110,19 @@ def emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """None of the environment the SDK reads reaches the suite."""
+    for name in SDK_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def emulator(clean_env: None) -> Iterator[Emulator]:
+    with running() as emulator:
+        yield emulator
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from anthropic.types.messages import (
 )
 from anthropic.types.messages.batch_create_params import Request
 
-from conftest import KEY, Emulator
+from conftest import KEY, Emulator, running
 
 MODEL = "claude-sonnet-4-5"
 
@@ -225,7 +225,9 @@ def test_async_client(emulator: Emulator) -> None:
 
 def test_list_orders_page_every_batch(client: anthropic.Anthropic, emulator: Emulator) -> None:
     """Each `list_order` is paged through whole by the SDK's auto-pagination."""
-    made = [client.messages.batches.create(requests=_requests([f"r{i}"])).id for i in range(5)]
+    # Eight batches: a shuffle (seeded by the run's ids) lands on the
+    # creation order or its reverse once in 20,160 runs, not once in 60.
+    made = [client.messages.batches.create(requests=_requests([f"r{i}"])).id for i in range(8)]
     emulator.set_faults({"list_order": "oldest_first"})
     assert [b.id for b in client.messages.batches.list(limit=2)] == made
     emulator.set_faults({"list_order": "shuffled"})
@@ -284,3 +286,62 @@ def test_archived_results_are_not_found(client: anthropic.Anthropic, emulator: E
     assert archived.archived_at >= archived.created_at
     with pytest.raises(anthropic.NotFoundError):
         client.messages.batches.results(batch.id)
+
+
+def test_a_spend_cap_is_a_rate_limit_error_naming_its_code(
+    client: anthropic.Anthropic, emulator: Emulator
+) -> None:
+    """Over the monthly spend cap a create is the SDK's RateLimitError (its typed
+    EnforcedSpendLimitReachedError) whose body says error.details.error_code, with no
+    retry-after; the SDK's own retries (two, by default) meet it too and make nothing. A
+    contract's cap is the same; an organization on hold is a BadRequestError, not retried."""
+    emulator.set_faults({"spend_limit": {"times": 100}})
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        client.messages.batches.create(requests=_requests(["a"]))
+    capped = caught.value
+    assert isinstance(capped, anthropic.EnforcedSpendLimitReachedError)
+    assert isinstance(capped.body, dict)
+    assert capped.body["error"]["type"] == "rate_limit_error"
+    assert capped.body["error"]["details"]["error_code"] == "enforced_spend_limit_reached"
+    assert capped.error_code == "enforced_spend_limit_reached"
+    assert capped.details is not None
+    assert capped.details.error_code == "enforced_spend_limit_reached"
+    assert "retry-after" not in capped.response.headers
+    stats = emulator.stats()
+    assert (stats["create_rejections"], stats["batches_created"]) == (3, 0)
+    emulator.set_faults(
+        {"spend_limit": {"times": 100, "error_code": "contract_spend_limit_reached"}}
+    )
+    once = client.with_options(max_retries=0)
+    with pytest.raises(anthropic.ContractSpendLimitReachedError) as contract:
+        once.messages.batches.create(requests=_requests(["a"]))
+    assert contract.value.error_code == "contract_spend_limit_reached"
+    emulator.set_faults({"spend_limit": {"times": 100, "error_code": "organization_on_hold"}})
+    with pytest.raises(anthropic.BadRequestError) as held:
+        client.messages.batches.create(requests=_requests(["a"]))
+    assert isinstance(held.value, anthropic.OrganizationOnHoldError)
+    assert held.value.error_code == "organization_on_hold"
+    stats = emulator.stats()
+    assert (stats["create_rejections"], stats["batches_created"]) == (5, 0)
+
+
+def test_an_unknown_model_errs_per_request_in_the_results(clean_env: None) -> None:
+    """A batch naming a model the account cannot use is taken; each such request is
+    `errored` with `not_found_error` ("model: NAME") in the results stream the SDK reads,
+    beside the requests of a known model, which succeed."""
+    with running("--models", MODEL) as emulator:
+        client = anthropic.Anthropic(api_key=KEY, base_url=emulator.base_url)
+        requests = _requests(["known", "gone-1", "gone-2"])
+        for request in requests[1:]:
+            request["params"]["model"] = "claude-3-retired"
+        batch = client.messages.batches.create(requests=requests)
+        assert batch.processing_status == "in_progress"
+        done = _ended(client, batch.id)
+        assert (done.request_counts.succeeded, done.request_counts.errored) == (1, 2)
+        results = _results(client, batch.id)
+        assert results["known"].type == "succeeded"
+        for custom_id in ("gone-1", "gone-2"):
+            gone = results[custom_id]
+            assert isinstance(gone, MessageBatchErroredResult), gone
+            assert gone.error.error.type == "not_found_error"
+            assert gone.error.error.message == "model: claude-3-retired"

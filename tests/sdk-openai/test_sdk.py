@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import time
 from typing import Any
@@ -117,6 +118,66 @@ def test_list_auto_paginates(client: openai.OpenAI) -> None:
     made = [_batch(client, [(f"r{i}", "x")]).id for i in range(5)]
     seen = [b.id for b in client.batches.list(limit=2)]
     assert seen == list(reversed(made))
+
+
+@pytest.mark.parametrize("order", ["newest_first", "oldest_first", "shuffled"])
+def test_list_orders_page_every_batch_once(
+    client: openai.OpenAI, emulator: Emulator, order: str
+) -> None:
+    """Under each `list_order` the emulator offers, the SDK's auto-pagination (`after` =
+    the last id of each page) sees every batch exactly once, whatever the page size."""
+    # Eight batches: a shuffle (seeded by the run's ids) lands on the creation
+    # order or its reverse once in 20,160 runs.
+    made = [_batch(client, [(f"r{i}", "x")]).id for i in range(8)]
+    emulator.set_faults({"list_order": order})
+    pages = {limit: [b.id for b in client.batches.list(limit=limit)] for limit in (1, 3, 100)}
+    for limit, seen in pages.items():
+        assert len(seen) == len(set(seen)) == len(made), (limit, seen)
+        assert set(seen) == set(made), (limit, seen)
+    assert pages[1] == pages[3] == pages[100], "one order, whatever the page size"
+    expected = {"newest_first": list(reversed(made)), "oldest_first": made}
+    if order in expected:
+        assert pages[100] == expected[order]
+    else:
+        assert pages[100] not in expected.values()
+
+
+def test_request_counts_move_while_in_progress(client: openai.OpenAI, emulator: Emulator) -> None:
+    """An in-progress batch's request_counts move as its requests finish (completed and
+    failed grow, total stays), as the Batch object's fields say. The emulator answers the
+    requests evenly over its in-progress time (`--in-progress`) and the last at the end, so
+    a batch held in progress (`stays_in_progress`) shows 0 < completed < total at every
+    poll once its time has run, whatever the timing; a cancel keeps the answered ones."""
+    emulator.set_faults(
+        {
+            "batches": [{"match": {"nth": 1}, "fault": {"kind": "stays_in_progress"}}],
+            "rows": [{"match": {"custom_id": "b"}, "fault": {"kind": "http_error", "status": 500}}],
+        }
+    )
+    batch = _batch(client, [("a", "w"), ("b", "x"), ("c", "y"), ("d", "z")])
+    seen: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 15
+    while not seen or seen[-1][1] + seen[-1][2] < 3:
+        assert time.monotonic() < deadline, seen
+        running = client.batches.retrieve(batch.id)
+        if running.status == "in_progress":
+            counts = running.request_counts
+            assert counts is not None
+            seen.append((counts.total, counts.completed, counts.failed))
+        time.sleep(0.005)
+    for before, after in itertools.pairwise(seen):
+        assert before[0] == after[0] and before[1] <= after[1] and before[2] <= after[2], seen
+    total, completed, failed = seen[-1]
+    assert (total, completed, failed) == (4, 2, 1)
+    assert 0 < completed < total
+    held = client.batches.retrieve(batch.id)
+    assert held.status == "in_progress"
+    assert held.request_counts is not None and held.request_counts.completed == 2
+    client.batches.cancel(batch.id)
+    done = _finished(client, batch.id)
+    assert done.status == "cancelled"
+    assert done.request_counts is not None
+    assert (done.request_counts.completed, done.request_counts.failed) == (2, 2)
 
 
 def test_cancel(client: openai.OpenAI, emulator: Emulator) -> None:

@@ -36,8 +36,10 @@ pub struct FaultPlan {
     #[serde(flatten)]
     pub shared: SharedSections<RateLimit>,
     /// The next `times` creates answer as an account over its monthly spend
-    /// cap (or on hold): 429 `rate_limit_error` with
-    /// `error.details.error_code` and no `retry-after`.
+    /// cap: 429 `rate_limit_error` with `error.details.error_code` and no
+    /// `retry-after`; or, for `organization_on_hold`, as an organization
+    /// disabled: 400 `invalid_request_error` with that `error_code` (the
+    /// SDK types it `OrganizationOnHoldError`, a `BadRequestError`).
     pub spend_limit: Option<SpendLimit>,
     /// Creates answer 529 `overloaded_error`.
     pub overloaded: Option<Times>,
@@ -80,8 +82,9 @@ impl RateLimitSection for RateLimit {
 #[serde(deny_unknown_fields)]
 pub struct SpendLimit {
     pub times: u32,
-    /// `enforced_spend_limit_reached` (the default),
-    /// `contract_spend_limit_reached` or `organization_on_hold`.
+    /// `enforced_spend_limit_reached` (the default) or
+    /// `contract_spend_limit_reached` (429s), or `organization_on_hold`
+    /// (a 400).
     #[serde(default = "enforced")]
     pub error_code: String,
 }
@@ -164,7 +167,7 @@ pub enum Refusal {
     Unauthorized,
     Billing,
     Forbidden,
-    /// Over the spend cap: the `error_code` it names.
+    /// Over the spend cap (or on hold): the `error_code` it names.
     SpendLimited(String),
     RateLimited(RateLimit),
     Overloaded,

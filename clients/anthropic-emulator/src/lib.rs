@@ -44,6 +44,7 @@ pub mod stats;
 pub use config::{
     API_VERSIONS, DEFAULT_API_KEY, EmulatorConfig, Latency, Models, OnlineConfig, Timing,
 };
+pub use emulator_kit::requests::RequestStats;
 pub use error::ErrorType;
 pub use faults::{
     BatchFault, BatchMatch, BatchRule, FaultPlan, FaultPlanError, LostAnswer, LostMode, RateLimit,

@@ -32,7 +32,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/messages/batches/{id}/results", get(results))
         // The key is checked first, then the version.
         .route_layer(middleware::from_fn(require_version))
-        .route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
+        .route_layer(middleware::from_fn_with_state(shared.clone(), require_key))
+        .route_layer(middleware::from_fn(emulator_kit::requests::name_route));
     Router::new()
         .merge(api)
         .merge(emulator_kit::control::routes::<Shared>(

@@ -546,12 +546,22 @@ fn later(now: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// The `error_code` of an organization disabled for trust and safety.
+const ORGANIZATION_ON_HOLD: &str = "organization_on_hold";
+
 fn refusal_error(refusal: Refusal) -> ApiError {
     match refusal {
         Refusal::Unauthorized => ApiError::of(ErrorType::Authentication),
         Refusal::Billing => ApiError::of(ErrorType::Billing),
         Refusal::Forbidden => ApiError::of(ErrorType::Permission),
         Refusal::Overloaded => ApiError::of(ErrorType::Overloaded),
+        // The SDK types an organization on hold as a 400
+        // (`OrganizationOnHoldError`), the spend caps as 429s.
+        Refusal::SpendLimited(code) if code == ORGANIZATION_ON_HOLD => ApiError::new(
+            ErrorType::InvalidRequest,
+            "This organization has been disabled.",
+        )
+        .with_error_code(code),
         Refusal::SpendLimited(code) => ApiError::new(
             ErrorType::RateLimit,
             "This request would exceed your account's monthly spend limit. Please try again later.",

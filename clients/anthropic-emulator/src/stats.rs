@@ -34,6 +34,10 @@ pub struct Stats {
     pub submissions: Submissions<Outcome>,
     /// The synchronous endpoint's counters.
     pub online: emulator_kit::online::OnlineStats,
+    /// Every API request taken, whatever it was answered (a refused key,
+    /// an unknown route, a refusal too): the calls a client made, where
+    /// the other counters see only those that got that far.
+    pub requests: emulator_kit::requests::RequestStats,
 }
 
 /// One custom_id sent in one batch, and what became of it.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::requests::{self, RequestCounter};
 use crate::serve::{Listener, Server};
 use crate::startup;
 
@@ -45,6 +46,9 @@ pub struct Served {
     pub shutdown: CancellationToken,
     /// Its background work (batch lifecycles, webhook deliveries).
     pub tasks: TaskTracker,
+    /// Every API request taken, counted by the layer
+    /// [`Emulator::start`] puts around the emulator's router.
+    pub requests: RequestCounter,
 }
 
 impl Served {
@@ -53,6 +57,7 @@ impl Served {
             base_url,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            requests: RequestCounter::default(),
         }
     }
 }
@@ -65,12 +70,19 @@ pub struct Emulator<S> {
 }
 
 impl<S: Service> Emulator<S> {
-    /// Binds `addr` (port 0 picks a free port) and starts serving.
+    /// Binds `addr` (port 0 picks a free port) and starts serving, every
+    /// request counted ([`requests`]).
     pub async fn start(addr: SocketAddr, config: S::Config) -> io::Result<Emulator<S>> {
         let listener = Listener::bind(addr).await?;
         let shared = S::new(config, listener.base_url())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let app = Arc::clone(&shared).router();
+        let counter = shared.served().requests.clone();
+        let app = Arc::clone(&shared)
+            .router()
+            .layer(axum::middleware::from_fn_with_state(
+                counter,
+                requests::count,
+            ));
         let server = Server::spawn(
             S::NAME,
             listener,
@@ -174,8 +186,9 @@ macro_rules! service_handle {
 /// `Mutex<State>`; `State` holds `faults` (the crate's compiled
 /// `faults::Faults`), `online` (the kit's [`crate::online::Online`]) and
 /// `stats` (the crate's `stats::Stats`, whose `online` field the
-/// limiter's counters fill); the plan's `shared.online` configures the
-/// limiter's faults.
+/// limiter's counters fill and whose `requests` field the served
+/// request counter fills); `Shared::served` is the kit's [`Served`]; the
+/// plan's `shared.online` configures the limiter's faults.
 // `crate` is the calling emulator's, on purpose.
 #[allow(clippy::crate_in_macro_def)]
 #[macro_export]
@@ -190,6 +203,7 @@ macro_rules! state_access {
                 let state = self.lock();
                 crate::stats::Stats {
                     online: state.online.stats().clone(),
+                    requests: self.served.requests.snapshot(),
                     ..state.stats.clone()
                 }
             }

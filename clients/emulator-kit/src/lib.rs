@@ -13,7 +13,8 @@
 //! per-key submission log tests check (and `submission_queries!`, its
 //! queries on each emulator's `Stats`); [`signing`] the Standard Webhooks
 //! signer; [`delivery`] signed webhook delivery with retries, duplicates
-//! and late redeliveries; [`serve`] the listener, the served router and
+//! and late redeliveries; [`requests`] every API request counted,
+//! refused ones too; [`serve`] the listener, the served router and
 //! its ordered shutdown; [`online`] the synchronous endpoints' tiers,
 //! per-minute limits, shedding, lost answers and counters; [`sections`]
 //! the plan sections every emulator takes, with their counters;
@@ -34,6 +35,7 @@ pub mod lifecycle;
 pub mod mix;
 pub mod models;
 pub mod online;
+pub mod requests;
 pub mod rules;
 pub mod schema_instance;
 pub mod sections;

@@ -144,6 +144,16 @@ impl ApiError {
         error
     }
 
+    /// An upload refused by the `upload_refusal` fault: a 403 without a
+    /// message says Google's "The caller does not have permission".
+    pub fn upload_refusal(code: u16, status: Option<&str>, message: Option<&str>) -> Self {
+        let message = message.unwrap_or(match code {
+            403 => "The caller does not have permission",
+            _ => "The upload was refused by the emulator's upload_refusal fault.",
+        });
+        Self::refusal(code, status, Some(message))
+    }
+
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(400, message)
     }

@@ -68,9 +68,16 @@ pub struct FaultPlan {
     /// Creates are refused with this error (every time, or the next
     /// `times`): any status the provider may answer.
     pub create_refusal: Option<CreateRefusal>,
+    /// Uploads (the start of a Files API resumable upload: batch input
+    /// and media alike) are refused with this error, every time or the
+    /// next `times`, and store nothing. Without a `message`, a 403 says
+    /// Google's "The caller does not have permission" (the API answers a
+    /// key or project refused for a method so; it documents no upload
+    /// refusal).
+    pub upload_refusal: Option<CreateRefusal>,
 }
 
-/// A create refusal with any status.
+/// A refusal (of a create, or of an upload) with any status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRefusal {
@@ -313,8 +320,8 @@ pub enum FaultPlanError {
     Rules(#[from] RuleError),
     #[error("row rule {index}: error code {code} is not an HTTP error code (400..=599)")]
     BadCode { index: usize, code: u16 },
-    #[error("create_refusal: code {code} is not an HTTP error code (400..=599)")]
-    BadRefusalCode { code: u16 },
+    #[error("{section}: code {code} is not an HTTP error code (400..=599)")]
+    BadRefusalCode { section: &'static str, code: u16 },
 }
 
 impl FaultPlan {
@@ -355,6 +362,7 @@ pub struct Faults {
     downloads_refused: Fired,
     mime_refused: Fired,
     refusals: Fired,
+    upload_refusals: Fired,
 }
 
 impl Faults {
@@ -377,10 +385,16 @@ impl Faults {
                 return Err(FaultPlanError::BadCode { index, code });
             }
         }
-        if let Some(refusal) = &plan.create_refusal
-            && !(400..=599).contains(&refusal.code)
-        {
-            return Err(FaultPlanError::BadRefusalCode { code: refusal.code });
+        for (section, refusal) in [
+            ("create_refusal", &plan.create_refusal),
+            ("upload_refusal", &plan.upload_refusal),
+        ] {
+            if let Some(refusal) = refusal
+                && !(400..=599).contains(&refusal.code)
+            {
+                let code = refusal.code;
+                return Err(FaultPlanError::BadRefusalCode { section, code });
+            }
         }
         Ok(Self {
             rows: RowRules::compile(plan.rows.clone())?,
@@ -392,6 +406,7 @@ impl Faults {
             downloads_refused: Fired::default(),
             mime_refused: Fired::default(),
             refusals: Fired::default(),
+            upload_refusals: Fired::default(),
         })
     }
 
@@ -430,6 +445,14 @@ impl Faults {
     pub fn take_create_refusal(&mut self) -> Option<CreateRefusal> {
         let refusal = self.plan.create_refusal.as_ref()?;
         self.refusals.take(refusal.times).then(|| refusal.clone())
+    }
+
+    /// The refusal this upload meets, if any (and counts it).
+    pub fn take_upload_refusal(&mut self) -> Option<CreateRefusal> {
+        let refusal = self.plan.upload_refusal.as_ref()?;
+        self.upload_refusals
+            .take(refusal.times)
+            .then(|| refusal.clone())
     }
 
     /// The order of batch lists.

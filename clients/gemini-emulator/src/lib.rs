@@ -58,6 +58,7 @@ pub use emulator_kit::{schema_instance, signing};
 pub use config::{
     EmulatorConfig, Latency, Models, OnlineConfig, Timing, WebhookPayload, WebhookTarget,
 };
+pub use emulator_kit::requests::RequestStats;
 pub use faults::{
     CreateRefusal, FaultPlan, FaultPlanError, JobFault, JobMatch, JobRule, ListOrder,
     RowErrorFormat, RowFault, RowMatch, RowRule,

@@ -52,7 +52,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
                 get(get_batch).post(batch_method).delete(delete_batch),
             );
     }
-    let api = api.route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
+    let api = api
+        .route_layer(middleware::from_fn_with_state(shared.clone(), require_key))
+        .route_layer(middleware::from_fn(emulator_kit::requests::name_route));
     Router::new()
         .merge(api)
         .merge(emulator_kit::control::routes::<Shared>(

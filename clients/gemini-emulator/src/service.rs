@@ -178,6 +178,15 @@ impl Shared {
             )));
         }
         let mut state = self.lock();
+        if let Some(refusal) = state.faults.take_upload_refusal() {
+            state.stats.upload_rejections += 1;
+            tracing::info!(code = refusal.code, "fault: the upload is refused");
+            return Err(ApiError::upload_refusal(
+                refusal.code,
+                refusal.status.as_deref(),
+                refusal.message.as_deref(),
+            ));
+        }
         let ids: Vec<String> = state.files.keys().cloned().collect();
         for id in ids {
             let _ = live_file(&mut state, &id);
@@ -189,6 +198,7 @@ impl Shared {
             .map(|f| f.bytes.len() as u64)
             .sum();
         if stored.saturating_add(declared_len) > self.file_storage_bytes {
+            state.stats.upload_rejections += 1;
             tracing::info!(
                 stored,
                 declared_len,

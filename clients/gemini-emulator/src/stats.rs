@@ -17,6 +17,9 @@ pub struct Stats {
     pub create_rejections: u64,
     /// Files finalized (uploads that produced a file).
     pub uploads: u64,
+    /// Upload starts refused (the `upload_refusal` fault, or over the
+    /// storage quota): nothing stored.
+    pub upload_rejections: u64,
     /// Finalize calls answered 200 with an error body by the fault.
     pub finalize_errors: u64,
     /// Files deleted by clients.
@@ -49,6 +52,10 @@ pub struct Stats {
     pub webhooks_abandoned: u64,
     /// The synchronous endpoint's counters.
     pub online: emulator_kit::online::OnlineStats,
+    /// Every API request taken, whatever it was answered (a refused key,
+    /// an unknown route, a refusal too): the calls a client made, where
+    /// the other counters see only those that got that far.
+    pub requests: emulator_kit::requests::RequestStats,
 }
 
 /// One row key sent in one batch, and what became of it.

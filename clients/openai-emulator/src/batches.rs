@@ -1,6 +1,7 @@
 //! A batch as data: its states and the `Batch` JSON of `types/batch.py`.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -98,6 +99,17 @@ pub struct Batch {
     pub usage: Usage,
 }
 
+/// How many of a running batch's `n` requests are answered `elapsed_ms`
+/// into its `in_progress` time: request `i` at `(i + 1) / n` of the way,
+/// the last one left for the batch's end (so `request_counts` move while
+/// it is in progress, and one held there shows all but one answered).
+pub fn answered_by(n: usize, elapsed_ms: i64, in_progress: Duration) -> usize {
+    let whole = in_progress.as_millis().max(1);
+    let elapsed = u128::try_from(elapsed_ms.max(0)).unwrap_or(0);
+    let due = usize::try_from(elapsed.saturating_mul(n as u128) / whole).unwrap_or(usize::MAX);
+    due.min(n.saturating_sub(1))
+}
+
 /// The completion window: 24 hours.
 pub const WINDOW_SECS: i64 = 24 * 3600;
 
@@ -151,5 +163,26 @@ impl Batch {
             },
             "metadata": self.metadata,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Invariant: requests are answered evenly over the in-progress time,
+    // never all of them before the batch's end, never more as time runs
+    // backwards; a batch of one shows none answered until its end.
+    #[test]
+    fn requests_are_answered_evenly_all_but_the_last() {
+        let whole = Duration::from_millis(1000);
+        let due: Vec<usize> = [-5, 0, 249, 250, 500, 999, 1000, 60_000]
+            .iter()
+            .map(|&ms| answered_by(4, ms, whole))
+            .collect();
+        assert_eq!(due, vec![0, 0, 0, 1, 2, 3, 3, 3]);
+        assert_eq!(answered_by(1, 60_000, whole), 0);
+        assert_eq!(answered_by(0, 60_000, whole), 0);
+        assert_eq!(answered_by(4, 1, Duration::ZERO), 3);
     }
 }

@@ -49,6 +49,7 @@ pub use config::{
     DEFAULT_API_KEY, EmulatorConfig, Latency, ListOrder, Models, OnlineConfig, Timing,
     WebhookTarget,
 };
+pub use emulator_kit::requests::RequestStats;
 pub use faults::{
     BatchFault, BatchMatch, BatchRule, CancelFinished, FaultPlan, FaultPlanError,
     FileVisibilityLag, LineErrorSpec, LostAnswer, LostMode, RateLimit, RowFault, RowMatch, RowRule,

@@ -32,7 +32,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/batches/{id}/cancel", post(cancel_batch))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/responses", post(responses))
-        .route_layer(middleware::from_fn_with_state(shared.clone(), require_key));
+        .route_layer(middleware::from_fn_with_state(shared.clone(), require_key))
+        .route_layer(middleware::from_fn(emulator_kit::requests::name_route));
     Router::new()
         .merge(api)
         .merge(emulator_kit::control::routes::<Shared>(

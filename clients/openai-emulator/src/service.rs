@@ -19,8 +19,8 @@ use emulator_kit::submissions::SubmissionLog;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::answer::{LineIds, answer, media_hashes, never_ran, prompt_text, tokens};
-use crate::batches::{Batch, Counts, Status, Usage};
+use crate::answer::{Answered, LineIds, answer, media_hashes, never_ran, prompt_text, tokens};
+use crate::batches::{Batch, Counts, Status, Usage, answered_by};
 use crate::config::{EmulatorConfig, ListOrder, Models, Timing};
 use crate::error::ApiError;
 use crate::faults::{BatchFault, CancelFinished, FaultPlanError, Faults, UploadRefused};
@@ -56,6 +56,9 @@ struct State {
     batches: Vec<Batch>,
     by_id: HashMap<String, usize>,
     rows: HashMap<String, Vec<InputRow>>,
+    /// Each batch in progress: when it started, and its requests answered
+    /// so far (the first ones, in input order).
+    running: HashMap<String, Running>,
     runtime: Lives,
     faults: Faults,
     online: Online,
@@ -63,6 +66,17 @@ struct State {
     next_seq: u64,
     /// Batches the account held at start (the first `seeded` of `batches`).
     seeded: u64,
+}
+
+/// A batch in progress: when it went in progress, and the requests
+/// answered so far, each its custom_id and line (None: left out of both
+/// files).
+struct Running {
+    started_ms: i64,
+    /// The most requests it answers before its end (an expiring batch's
+    /// `answered`; else every one).
+    cap: usize,
+    answered: Vec<(String, Option<Answered>)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +156,7 @@ impl Shared {
                     batches,
                     by_id,
                     rows: HashMap::new(),
+                    running: HashMap::new(),
                     runtime: Lives::default(),
                     online: Online::configured(config.online, faults.plan().shared.online.clone()),
                     faults,
@@ -452,6 +467,7 @@ impl Shared {
 
     pub fn get_batch(&self, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
+        self.advance(&mut state, id, None);
         let json = find(&state, id)?.to_json();
         if state.faults.shared.take_get_not_found() {
             state.stats.gets_not_found += 1;
@@ -462,6 +478,10 @@ impl Shared {
 
     pub fn list_batches(&self, page: &Page) -> Result<Value, ApiError> {
         let mut state = self.lock();
+        let running: Vec<String> = state.running.keys().cloned().collect();
+        for id in running {
+            self.advance(&mut state, &id, None);
+        }
         let now = now_ms();
         let mut batches: Vec<&Batch> = state
             .batches
@@ -480,6 +500,7 @@ impl Shared {
 
     pub fn cancel_batch(self: &Arc<Self>, id: &str) -> Result<Value, ApiError> {
         let mut state = self.lock();
+        self.advance(&mut state, id, None);
         let index = *state.by_id.get(id).ok_or_else(|| no_batch(id))?;
         let status = state.batches[index].status;
         match status {
@@ -629,6 +650,16 @@ impl Shared {
         }
         if fault != Some(BatchFault::StaysValidating) {
             state.batches[index].transition(Status::InProgress, now_secs());
+            let cap = match fault {
+                Some(BatchFault::Expired { answered }) => answered,
+                _ => usize::MAX,
+            };
+            let running = Running {
+                started_ms: now_ms(),
+                cap,
+                answered: Vec::new(),
+            };
+            state.running.insert(name, running);
         }
         Some(fault)
     }
@@ -653,13 +684,100 @@ impl Shared {
         if state.batches[index].status != Status::InProgress {
             return false;
         }
+        // Its time in progress is over: every request is answered.
+        self.advance(&mut state, id, Some(usize::MAX));
         state.batches[index].transition(Status::Finalizing, now_secs());
         true
     }
 
-    /// Answers the first `answered` rows through the row faults, writes the
-    /// rest as never-run lines (for expired and cancelled batches), makes
-    /// the output and error files and ends the batch in `to`.
+    /// Answers the requests of running batch `id` due by now (`upto`
+    /// overrides: at most that many in all) and moves its counts, as the
+    /// API's `request_counts` move while a batch is in progress: request
+    /// `i` of `n` is answered `(i + 1) / n` of the way through the
+    /// `in_progress` time, the last one at the batch's end (so a batch
+    /// held in progress shows all but one answered).
+    fn advance(&self, state: &mut State, id: &str, upto: Option<usize>) {
+        let Some(&index) = state.by_id.get(id) else {
+            return;
+        };
+        let Some(running) = state.running.get(id) else {
+            return;
+        };
+        if state.batches[index].status != Status::InProgress {
+            return;
+        }
+        let rows = state.rows.get(id).map_or(&[][..], Vec::as_slice);
+        let elapsed = now_ms().saturating_sub(running.started_ms);
+        let due = upto
+            .unwrap_or_else(|| answered_by(rows.len(), elapsed, self.timing.in_progress))
+            .min(running.cap)
+            .min(rows.len());
+        let from = running.answered.len();
+        if due <= from {
+            return;
+        }
+        let rows = rows[from..due].to_vec();
+        let endpoint = state.batches[index].endpoint.clone();
+        let now = now_secs();
+        for row in &rows {
+            let answered = self.answer_row(state, &endpoint, row, now);
+            let counts = &mut state.batches[index].counts;
+            match &answered.1 {
+                Some(a) if a.error_file => counts.failed += 1,
+                Some(_) => counts.completed += 1,
+                None => {}
+            }
+            if let Some(running) = state.running.get_mut(id) {
+                running.answered.push(answered);
+            }
+        }
+    }
+
+    /// Answers one request through the row faults (counting its
+    /// processing and its media): its custom_id and line, None when the
+    /// row is left out of both files.
+    fn answer_row(
+        &self,
+        state: &mut State,
+        endpoint: &str,
+        row: &InputRow,
+        now: i64,
+    ) -> (String, Option<Answered>) {
+        state.next_seq += 1;
+        let seq = state.next_seq;
+        let prompt = prompt_text(&row.body);
+        let fault = state.faults.decide_row(&row.custom_id, &prompt);
+        let files = &state.files;
+        let media = media_hashes(&row.body, &|fid| files.get(fid).map(|f| f.bytes.clone()));
+        if !media.is_empty() {
+            state
+                .stats
+                .media
+                .entry(row.custom_id.clone())
+                .or_default()
+                .extend(media);
+        }
+        let ids = LineIds {
+            request: hex_id("batch_req_", self.nonce, seq),
+            completion: completion_id(self.nonce, seq),
+            request_id: hex_id("req_", self.nonce ^ 1, seq),
+            created: now,
+        };
+        let answered = answer(
+            &row.custom_id,
+            endpoint,
+            &row.body,
+            fault.as_ref(),
+            self.seed,
+            &ids,
+        );
+        (row.custom_id.clone(), answered)
+    }
+
+    /// Keeps the requests answered while the batch ran, answers the rest
+    /// of the first `answered` through the row faults, writes the others
+    /// as never-run lines (for expired and cancelled batches), makes the
+    /// output and error files and ends the batch in `to`.
     fn finish(&self, id: &str, to: Status, answered: usize) {
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -671,6 +789,13 @@ impl Shared {
         }
         let rows = state.rows.get(id).cloned().unwrap_or_default();
         let endpoint = state.batches[index].endpoint.clone();
+        let ran = state
+            .running
+            .remove(id)
+            .map_or_else(Vec::new, |r| r.answered);
+        // A cancel or expiry keeps the requests already answered.
+        let answered = answered.max(ran.len());
+        let mut ran = ran.into_iter();
         let (mut output, mut errors) = (Vec::new(), Vec::new());
         let (mut counts, mut usage) = (
             Counts {
@@ -682,10 +807,9 @@ impl Shared {
         let mut outcomes = Vec::new();
         let now = now_secs();
         for (i, row) in rows.iter().enumerate() {
-            state.next_seq += 1;
-            let seq = state.next_seq;
-            let request = hex_id("batch_req_", self.nonce, seq);
             if i >= answered {
+                state.next_seq += 1;
+                let request = hex_id("batch_req_", self.nonce, state.next_seq);
                 let code = if to == Status::Expired {
                     "batch_expired"
                 } else {
@@ -701,33 +825,12 @@ impl Shared {
                 outcomes.push((row.custom_id.clone(), outcome));
                 continue;
             }
-            let prompt = prompt_text(&row.body);
-            let fault = state.faults.decide_row(&row.custom_id, &prompt);
-            let files = &state.files;
-            let media = media_hashes(&row.body, &|fid| files.get(fid).map(|f| f.bytes.clone()));
-            if !media.is_empty() {
-                state
-                    .stats
-                    .media
-                    .entry(row.custom_id.clone())
-                    .or_default()
-                    .extend(media);
-            }
-            let ids = LineIds {
-                request,
-                completion: completion_id(self.nonce, seq),
-                request_id: hex_id("req_", self.nonce ^ 1, seq),
-                created: now,
+            let (custom_id, answer) = match ran.next() {
+                Some(done) => done,
+                None => self.answer_row(state, &endpoint, row, now),
             };
-            match answer(
-                &row.custom_id,
-                &endpoint,
-                &row.body,
-                fault.as_ref(),
-                self.seed,
-                &ids,
-            ) {
-                None => outcomes.push((row.custom_id.clone(), Outcome::Missing)),
+            match answer {
+                None => outcomes.push((custom_id, Outcome::Missing)),
                 Some(a) => {
                     usage.input_tokens += a.input_tokens;
                     usage.output_tokens += a.output_tokens;
@@ -738,7 +841,7 @@ impl Shared {
                         counts.completed += 1;
                         output.push(a.line);
                     }
-                    outcomes.push((row.custom_id.clone(), a.outcome));
+                    outcomes.push((custom_id, a.outcome));
                 }
             }
         }

@@ -52,6 +52,10 @@ pub struct Stats {
     pub submissions: Submissions<Outcome>,
     /// The synchronous endpoints' counters.
     pub online: OnlineStats,
+    /// Every API request taken, whatever it was answered (a refused key,
+    /// an unknown route, a refusal too): the calls a client made, where
+    /// the other counters see only those that got that far.
+    pub requests: emulator_kit::requests::RequestStats,
     /// Synchronous requests answered (the work done, its answer lost or
     /// not), by endpoint: `/v1/chat/completions`, `/v1/responses`.
     pub online_by_endpoint: BTreeMap<String, u64>,

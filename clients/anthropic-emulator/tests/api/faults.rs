@@ -160,6 +160,54 @@ async fn create_refusals() {
     emu.shutdown().await;
 }
 
+// Invariant: over the spend cap a create answers 429 `rate_limit_error`
+// whose `error.details.error_code` names the cap, with no `retry-after`
+// (the cap lasts until it is raised or the month ends); an organization
+// on hold answers 400 `invalid_request_error` with its `error_code`, as
+// the SDK types them; none makes a batch.
+#[tokio::test]
+async fn spend_caps_and_holds_name_their_error_code() {
+    let (emu, api) = start(config(plan(json!({"spend_limit": {"times": 2}})))).await;
+    for _ in 0..2 {
+        let (status, body) = api.create(&requests(&["a"])).await;
+        assert_eq!(status, 429, "{body}");
+        assert_eq!(body["error"]["type"], "rate_limit_error");
+        assert_eq!(
+            body["error"]["details"],
+            json!({"error_code": "enforced_spend_limit_reached"})
+        );
+    }
+    let held = plan(json!({"spend_limit": {"times": 1, "error_code": "organization_on_hold"}}));
+    emu.set_faults(held).unwrap();
+    let (status, body) = api.create(&requests(&["a"])).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        body["error"]["details"]["error_code"],
+        "organization_on_hold"
+    );
+    let contract =
+        json!({"spend_limit": {"times": 1, "error_code": "contract_spend_limit_reached"}});
+    emu.set_faults(plan(contract)).unwrap();
+    let capped = api.send(
+        api.authed(
+            api.http
+                .post(format!("{}/messages/batches", api.base))
+                .json(&json!({"requests": requests(&["a"])})),
+        ),
+    );
+    let capped = capped.await;
+    assert_eq!(capped.status, 429);
+    assert!(!capped.headers.contains_key("retry-after"));
+    assert_eq!(
+        capped.body["error"]["details"]["error_code"],
+        "contract_spend_limit_reached"
+    );
+    let stats = emu.stats();
+    assert_eq!((stats.create_rejections, stats.batches_created), (4, 0));
+    emu.shutdown().await;
+}
+
 // Invariant: a lost create answer still makes the batch (found by list),
 // in both modes: a 500 `api_error`, or a connection cut before the body.
 #[tokio::test]

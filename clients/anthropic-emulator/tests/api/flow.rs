@@ -262,3 +262,35 @@ async fn lists_page_both_ways() {
     }
     emu.shutdown().await;
 }
+
+// Invariant: every call to the API is counted in `requests`, answered or
+// refused (a wrong key, a missing version, a path the API has not), so a
+// test can bound every call a client made; the emulator's own endpoints
+// are not counted.
+#[tokio::test]
+async fn every_call_is_counted_refused_ones_too() {
+    let (emu, api) = start(config(FaultPlan::default())).await;
+    let url = format!("{}/messages/batches", api.base);
+    let call = |key: &str| {
+        api.http
+            .get(&url)
+            .header("x-api-key", key)
+            .header("anthropic-version", VERSION)
+    };
+    let wrong = api.send(call("sk-ant-wrong")).await;
+    let ok = api.send(call(KEY)).await;
+    let no_version = api.send(api.http.get(&url).header("x-api-key", KEY)).await;
+    let unknown = format!("{}/messages/batches", emu.base_url());
+    let unknown = api
+        .send(api.http.get(unknown).header("x-api-key", KEY))
+        .await;
+    let own = format!("{}/_emulator/stats", emu.base_url());
+    api.http.get(own).send().await.unwrap();
+    let statuses = (wrong.status, ok.status, no_version.status, unknown.status);
+    assert_eq!(statuses, (401, 200, 400, 404));
+    let stats = emu.stats();
+    assert_eq!((stats.requests.total, stats.requests.refused), (4, 3));
+    assert_eq!(stats.requests.with_status(401), 1);
+    assert_eq!(stats.requests.with_status(404), 1);
+    emu.shutdown().await;
+}

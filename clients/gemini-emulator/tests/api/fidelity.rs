@@ -190,3 +190,45 @@ async fn uploads_stay_under_the_storage_quota() {
     api.upload("d", &[b'x'; 41]).await;
     emu.shutdown().await;
 }
+
+// Invariant: the upload_refusal fault refuses the start of `times`
+// uploads with its status (a 403 PERMISSION_DENIED in Google's words by
+// default) and stores nothing; then uploads succeed. Every refused call
+// shows in `requests`.
+#[tokio::test]
+async fn an_upload_refusal_answers_403_and_stores_nothing() {
+    let (emu, api) = start(config(plan(
+        json!({"upload_refusal": {"code": 403, "times": 2}}),
+    )))
+    .await;
+    let start = || {
+        api.post("/upload/v1beta/files")
+            .header("X-Goog-Upload-Protocol", "resumable")
+            .header("X-Goog-Upload-Command", "start")
+            .header("X-Goog-Upload-Header-Content-Length", "3")
+            .header("X-Goog-Upload-Header-Content-Type", "image/png")
+            .json(&json!({"file": {"display_name": "page"}}))
+    };
+    for _ in 0..2 {
+        let refused = start().send().await.unwrap();
+        assert_eq!(refused.status(), 403);
+        let body: Value = refused.json().await.unwrap();
+        assert_eq!(body["error"]["status"], "PERMISSION_DENIED");
+        assert_eq!(
+            body["error"]["message"],
+            "The caller does not have permission"
+        );
+    }
+    let stats = emu.stats();
+    assert_eq!((stats.uploads, stats.upload_rejections), (0, 2));
+    assert_eq!(stats.requests.with_status(403), 2);
+    api.upload("page", b"png").await;
+    assert_eq!(emu.stats().uploads, 1);
+    let bad = plan(json!({"upload_refusal": {"code": 200}}));
+    let refused = gemini_emulator::faults::Faults::compile(bad).unwrap_err();
+    assert!(
+        refused.to_string().starts_with("upload_refusal:"),
+        "{refused}"
+    );
+    emu.shutdown().await;
+}

@@ -610,3 +610,29 @@ async fn a_deleted_batch_is_gone_from_get_and_list_but_runs_on() {
     assert_eq!(emu.stats().batches_deleted, 1);
     emu.shutdown().await;
 }
+
+// Invariant: every call to the API is counted in `requests`, answered or
+// refused (a missing key's 403, a wrong key's 400, a path the API has
+// not), so a test can bound every call a client made; the emulator's own
+// endpoints are not counted.
+#[tokio::test]
+async fn every_call_is_counted_refused_ones_too() {
+    let (emu, api) = start(config(FaultPlan::default())).await;
+    let url = format!("{}/v1beta/batches", emu.base_url());
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let none = status(api.http.get(&url).send().await.unwrap());
+    let wrong = api.http.get(&url).header("x-goog-api-key", "nope");
+    let wrong = status(wrong.send().await.unwrap());
+    let ok = api.http.get(&url).header("x-goog-api-key", KEY);
+    let ok = status(ok.send().await.unwrap());
+    let unknown = api.http.get(format!("{}/v9/batches", emu.base_url()));
+    let unknown = status(unknown.send().await.unwrap());
+    let own = format!("{}/_emulator/stats", emu.base_url());
+    api.http.get(own).send().await.unwrap();
+    assert_eq!((none, wrong, ok, unknown), (403, 400, 200, 404));
+    let stats = emu.stats();
+    assert_eq!((stats.requests.total, stats.requests.refused), (4, 3));
+    assert_eq!(stats.requests.with_status(403), 1);
+    assert_eq!(stats.requests.with_status(404), 1);
+    emu.shutdown().await;
+}

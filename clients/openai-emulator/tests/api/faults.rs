@@ -394,3 +394,68 @@ async fn cancel_paths() {
     let _ = FaultPlan::default();
     emu.shutdown().await;
 }
+
+// Invariant: a batch's `request_counts` move while it is in progress, as
+// the API's Batch object reports them: its requests are answered one by
+// one over the in-progress time (the last at its end), so `completed` and
+// `failed` only grow and `total` stays; a batch held in progress shows
+// all but one answered (deterministically, whenever it is read); a cancel
+// keeps the requests answered and fails the rest.
+#[tokio::test]
+async fn request_counts_move_while_in_progress() {
+    let (emu, api) = start(config(plan(json!({
+        "batches": [{"match": {"nth": 1}, "fault": {"kind": "stays_in_progress"}}],
+        "rows": [{"match": {"custom_id": "b"}, "fault": {"kind": "http_error", "status": 500}}]
+    }))))
+    .await;
+    let lines = [
+        line("a", "w"),
+        line("b", "x"),
+        line("c", "y"),
+        line("d", "z"),
+    ];
+    let id = api.batch(&lines).await;
+    let mut seen: Vec<(u64, u64, u64)> = Vec::new();
+    let counts = |b: &Value| {
+        let c = &b["request_counts"];
+        let n = |k: &str| c[k].as_u64().unwrap();
+        (n("total"), n("completed"), n("failed"))
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let held = loop {
+        assert!(tokio::time::Instant::now() < deadline, "{seen:?}");
+        let (_, b) = api.get(&format!("/batches/{id}")).await;
+        if b["status"] == "in_progress" {
+            seen.push(counts(&b));
+            if counts(&b).1 + counts(&b).2 == 3 {
+                break b;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    };
+    assert!(
+        seen.windows(2)
+            .all(|w| w[0].0 == w[1].0 && w[0].1 <= w[1].1 && w[0].2 <= w[1].2),
+        "in progress, counts only grow and the total stays: {seen:?}"
+    );
+    assert_eq!(
+        counts(&held),
+        (4, 2, 1),
+        "a and c completed, b failed, d left"
+    );
+    let (_, again) = api.get(&format!("/batches/{id}")).await;
+    assert_eq!(
+        counts(&again),
+        (4, 2, 1),
+        "held in progress, the counts hold"
+    );
+    api.call(api.http.post(format!("{}/batches/{id}/cancel", api.base)))
+        .await;
+    let done = api.finished(&id).await;
+    assert_eq!(done["status"], "cancelled");
+    assert_eq!(counts(&done), (4, 2, 2), "d never ran: batch_cancelled");
+    let stats = emu.stats();
+    assert_eq!(stats.last_outcome("a"), Some(Outcome::Success));
+    assert_eq!(stats.last_outcome("d"), Some(Outcome::Cancelled));
+    emu.shutdown().await;
+}

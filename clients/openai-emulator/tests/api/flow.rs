@@ -277,3 +277,39 @@ async fn resubmissions_after_success_are_counted() {
     assert_eq!(stats.resubmitted_after_success(), vec!["p".to_owned()]);
     emu.shutdown().await;
 }
+
+// Invariant: every call to the API is counted in `requests`, answered or
+// refused (a missing key, a wrong key, a path the API has not), so a test
+// can bound every call a client made; the emulator's own endpoints are
+// not counted.
+#[tokio::test]
+async fn every_call_is_counted_refused_ones_too() {
+    let (emu, api) = start(config(FaultPlan::default())).await;
+    let batches = format!("{}/batches", api.base);
+    let none = api.http.get(&batches).send().await.unwrap();
+    let wrong = api.http.get(&batches).bearer_auth("sk-wrong").send();
+    let wrong = wrong.await.unwrap();
+    let (ok, _) = api.get("/batches").await;
+    let unversioned = api.http.get(format!("{}/batches", emu.base_url()));
+    let (unknown, _) = api.call(unversioned).await;
+    let own = format!("{}/_emulator/stats", emu.base_url());
+    api.http.get(own).send().await.unwrap();
+    let statuses = (none.status().as_u16(), wrong.status().as_u16(), ok, unknown);
+    assert_eq!(statuses, (401, 401, 200, 404));
+    let stats = emu.stats();
+    assert_eq!((stats.requests.total, stats.requests.refused), (4, 3));
+    assert_eq!(stats.requests.with_status(401), 2);
+    assert_eq!(stats.requests.with_status(404), 1);
+    assert_eq!(
+        stats.unknown_routes, 1,
+        "the older counter keeps its meaning"
+    );
+    let by_route = [
+        ("GET /v1/batches 200", 1),
+        ("GET /v1/batches 401", 2),
+        ("GET (unknown route) 404", 1),
+    ];
+    let by_route = by_route.map(|(k, n)| (k.to_owned(), n));
+    assert_eq!(stats.requests.by_route, by_route.into());
+    emu.shutdown().await;
+}

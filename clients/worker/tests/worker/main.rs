@@ -25,6 +25,7 @@ mod e2e_refusals;
 mod e2e_responses;
 mod e2e_restart;
 mod e2e_search;
+mod e2e_sixty;
 mod e2e_spend;
 mod e2e_stuck;
 mod e2e_tpm;
