@@ -17,10 +17,9 @@
 //!   words;
 //! - no attempt counted (`attempts_total == 0`), every row PENDING.
 //!
-//! The cases wait their window side by side: run them with enough test
-//! threads, e.g. `cargo test -p tally-worker --test worker e2e_sixty:: --
-//! --test-threads 12 --nocapture` (about 70 s; with the default two
-//! threads, six minutes).
+//! One test runs every case side by side (each waits its whole window):
+//! `cargo test -p tally-worker --test worker e2e_sixty:: -- --nocapture`
+//! takes about 70 s.
 
 use crate::common::{self, API_KEY, Stack, World};
 use crate::png::png;
@@ -193,6 +192,26 @@ async fn tally(ledger: &str, model: &str) -> (Stack, Clients) {
     (stack, c)
 }
 
+/// Every case side by side: each waits its whole window, so together they
+/// take about one window whatever the number of test threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_refusal_held_for_a_minute() {
+    tokio::join!(
+        anthropic::a_refused_key(),
+        anthropic::a_base_url_answering_404(),
+        anthropic::a_spend_capped_account(),
+        anthropic::a_retired_model(),
+        openai::a_refused_key(),
+        openai::a_forbidden_upload(),
+        openai::a_base_url_answering_404(),
+        openai::a_full_storage(),
+        openai::a_model_not_found(),
+        gemini::a_refused_key(),
+        gemini::a_base_url_answering_404(),
+        gemini::a_forbidden_media_upload(),
+    );
+}
+
 // ---- Anthropic ---------------------------------------------------------------
 
 mod anthropic {
@@ -247,8 +266,7 @@ mod anthropic {
     /// A key Anthropic refuses: every create answers 401
     /// `authentication_error`. The ledger pauses (REFUSED) with the
     /// provider's words after the first.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_refused_key() {
+    pub(super) async fn a_refused_key() {
         let emu = emulator(&["sk-ant-another"], Models::Any, serde_json::json!({})).await;
         let (seen, stack, emu) = case("sixty-ant-key", MODEL, emu, None).await;
         seen.check(Refused, &["401", "invalid x-api-key"]);
@@ -258,8 +276,7 @@ mod anthropic {
 
     /// A base URL that answers 404 to every call (a wrong path before
     /// `/v1`): the first create's `not_found_error` pauses the ledger.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_base_url_answering_404() {
+    pub(super) async fn a_base_url_answering_404() {
         let emu = emulator(&[API_KEY], Models::Any, serde_json::json!({})).await;
         let (seen, stack, emu) = case("sixty-ant-404", MODEL, emu, Some("/wrong")).await;
         seen.check(Refused, &["404"]);
@@ -271,8 +288,7 @@ mod anthropic {
     /// `rate_limit_error` with `error.details.error_code:
     /// enforced_spend_limit_reached` and no `retry-after`. The ledger
     /// pauses (BILLING) instead of creating again every minute.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_spend_capped_account() {
+    pub(super) async fn a_spend_capped_account() {
         let plan = serde_json::json!({"spend_limit": {"times": 1_000_000}});
         let emu = emulator(&[API_KEY], Models::Any, plan).await;
         let (seen, stack, emu) = case("sixty-ant-spend", MODEL, emu, None).await;
@@ -284,8 +300,7 @@ mod anthropic {
     /// A retired model: Anthropic takes the batch and answers every
     /// request `not_found_error`. The ledger pauses (MODEL) after that
     /// one batch, and its rows go back without an attempt.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_retired_model() {
+    pub(super) async fn a_retired_model() {
         let emu = emulator(&[API_KEY], Models::only(&[MODEL]), serde_json::json!({})).await;
         let (seen, stack, emu) = case("sixty-ant-retired", "claude-3-retired", emu, None).await;
         seen.check(Model, &["not_found_error"]);
@@ -354,8 +369,7 @@ mod openai {
     /// A key OpenAI refuses: the input file's upload answers 401
     /// `invalid_api_key` (issue 51: 1,003 jobs and refused uploads in
     /// 20 s). The ledger pauses (REFUSED) with the provider's words.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_refused_key() {
+    pub(super) async fn a_refused_key() {
         let emu = emulator(&["sk-another-key"], Models::Any, serde_json::json!({})).await;
         let (seen, stack, emu) = case("sixty-oai-key", MODEL, emu, false).await;
         seen.check(Refused, &["upload was refused", "401", "Incorrect API key"]);
@@ -364,8 +378,7 @@ mod openai {
     }
 
     /// An upload OpenAI forbids (403 `unsupported_country_region_territory`).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_forbidden_upload() {
+    pub(super) async fn a_forbidden_upload() {
         let plan = serde_json::json!({"upload_refused": {}});
         let emu = emulator(&[API_KEY], Models::Any, plan).await;
         let (seen, stack, emu) = case("sixty-oai-forbidden", MODEL, emu, false).await;
@@ -384,8 +397,7 @@ mod openai {
     /// A base URL without `/v1` (the emulator's own start-up line, as a
     /// new user might copy it): every call answers 404 "Invalid URL"
     /// (issue 51: 1,526 jobs in 30 s).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_base_url_answering_404() {
+    pub(super) async fn a_base_url_answering_404() {
         let emu = emulator(&[API_KEY], Models::Any, serde_json::json!({})).await;
         let (seen, stack, emu) = case("sixty-oai-404", MODEL, emu, true).await;
         seen.check(Refused, &["404", "Invalid URL"]);
@@ -395,8 +407,7 @@ mod openai {
 
     /// A full file storage (400 "You have exceeded your file storage
     /// quota", which no wait cures; issue 51: 3,598 jobs in 60 s).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_full_storage() {
+    pub(super) async fn a_full_storage() {
         let plan = serde_json::json!({"storage_limit_bytes": 100});
         let emu = emulator(&[API_KEY], Models::Any, plan).await;
         let (seen, stack, emu) = case("sixty-oai-storage", MODEL, emu, false).await;
@@ -411,8 +422,7 @@ mod openai {
     /// A model the account cannot batch: the batch is taken, then fails
     /// at validation with `errors.data[0].code: model_not_found`. The
     /// ledger pauses (MODEL) after that one batch.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_model_not_found() {
+    pub(super) async fn a_model_not_found() {
         let emu = emulator(&[API_KEY], Models::only(&[MODEL]), serde_json::json!({})).await;
         let (seen, stack, emu) = case("sixty-oai-model", "gpt-4.5-preview", emu, false).await;
         seen.check(Model, &["model_not_found"]);
@@ -510,8 +520,7 @@ mod gemini {
     /// A key Gemini refuses (400 `API_KEY_INVALID`, as the provider
     /// answers an unknown key): the ledger pauses (REFUSED) with the
     /// provider's words.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_refused_key() {
+    pub(super) async fn a_refused_key() {
         let key = std::env::temp_dir().join(format!("tally-sixty-key-{}", std::process::id()));
         std::fs::write(&key, "not-the-key").unwrap();
         let extra = ["--gemini-api-key-file".into(), key.display().to_string()];
@@ -525,8 +534,7 @@ mod gemini {
 
     /// A base URL that answers 404 to every call (issue 51: 823 jobs in
     /// 10 s).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_base_url_answering_404() {
+    pub(super) async fn a_base_url_answering_404() {
         let wrong = |base| format!("{base}/wrong/path");
         let plan = FaultPlan::default();
         let (seen, w) = case("sixty-gem-404", plan, None, wrong, &[]).await;
@@ -539,8 +547,7 @@ mod gemini {
     /// "The caller does not have permission" at the start of every Files
     /// API upload): the refusal is the account's, not the pages', so the
     /// first pauses the ledger (REFUSED) and no page is burnt.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_forbidden_media_upload() {
+    pub(super) async fn a_forbidden_media_upload() {
         let root = std::env::temp_dir().join(format!("tally-sixty-media-{}", std::process::id()));
         let plan = serde_json::json!({"upload_refusal": {"code": 403}});
         let plan: FaultPlan = serde_json::from_value(plan).expect("a valid fault plan");
