@@ -349,7 +349,7 @@ impl Store {
         actor: &str,
     ) -> Result<JobRecord> {
         let record = self.ledger(ledger).await?;
-        let message = format!("the provider refused a batch create: {}", not.reason);
+        let message = format!("the provider refused the batch: {}", not.reason);
         let pausing = not.pause.map(|reason| pause::PauseLedger {
             ledger,
             reason,

@@ -238,9 +238,7 @@ pub(crate) async fn a_lasting_refusal_pauses(
     );
     assert_eq!(pause.reason, reason as i32);
     assert!(
-        pause
-            .message
-            .contains("the provider refused a batch create"),
+        pause.message.contains("the provider refused the batch: "),
         "{}",
         pause.message
     );

@@ -4,7 +4,7 @@
 //!
 //! | answer | kind |
 //! | --- | --- |
-//! | 429 whose `details.error_code` is a spend cap or a hold (`enforced_spend_limit_reached`, `contract_spend_limit_reached`, `organization_on_hold`), or that says "spend limit" | stop (`billing`): no retry helps before the cap is raised or the month ends |
+//! | 429 (or 400, as the SDK types `organization_on_hold`) whose `details.error_code` is a spend cap or a hold (`enforced_spend_limit_reached`, `contract_spend_limit_reached`, `organization_on_hold`), or that says "spend limit" | stop (`billing`): no retry helps before the cap is raised or the month ends |
 //! | 429 `rate_limit_error`, 529 `overloaded_error` | wait, for its `retry-after` (`--refusal-cooldown` when none, doubling in a row; the 7th in a row pauses the ledger, QUOTA) |
 //! | 413 `request_too_large`, or a 400 saying the request is too large | fix: a smaller batch |
 //! | 400 `invalid_request_error` naming a request (`requests.3.…`) | fix: that row is invalid input (PERMANENT), the others go back |
@@ -32,7 +32,9 @@ pub(crate) fn classify(e: &ProviderError) -> Option<Refusal> {
         return None;
     };
     let refusal = match code {
-        429 if spend_capped(error_codes, message) => Refusal::Stop(pb::ProviderRefusal::Billing),
+        400 | 429 if spend_capped(error_codes, message) => {
+            Refusal::Stop(pb::ProviderRefusal::Billing)
+        }
         429 | 529 => Refusal::Wait(*retry_after),
         408 | 500..=599 => return None,
         413 => Refusal::TooLarge,
@@ -73,7 +75,8 @@ pub(crate) fn unknown_model(outcomes: &[pb::RowOutcome]) -> Option<Validation> {
 }
 
 /// The account's spend cap is reached, or the organization is on hold: a
-/// 429 that lasts until the cap is raised (or the month ends), not a rate.
+/// 429 (a hold: a 400) that lasts until the cap is raised (or the month
+/// ends), not a rate.
 fn spend_capped(codes: &[String], message: &str) -> bool {
     const CODES: [&str; 3] = [
         "enforced_spend_limit_reached",
@@ -199,6 +202,15 @@ mod tests {
             };
             assert_eq!(classify(&capped), Some(Refusal::Stop(P::Billing)), "{code}");
         }
+        // The SDK types a hold as a 400 (`OrganizationOnHoldError`).
+        let held = ProviderError::Http {
+            code: 400,
+            message: "Your organization is on hold.".into(),
+            retry_after: None,
+            status: "invalid_request_error".into(),
+            error_codes: vec!["organization_on_hold".into()],
+        };
+        assert_eq!(classify(&held), Some(Refusal::Stop(P::Billing)));
         assert_eq!(
             a(
                 429,
