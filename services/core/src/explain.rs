@@ -1,6 +1,7 @@
 //! A ledger's forecast in words: why its plan is what it is (batch alone
 //! is in time; a faster lane is needed and what it adds to the cost; or
-//! the deadline cannot be met with the lanes allowed), for operators
+//! the deadline cannot be met with the lanes allowed), and whether what
+//! the spend cap leaves pays for it, for operators
 //! reading `tallyctl status --forecast`, a flow's log or the summary.
 //! Pure.
 
@@ -19,10 +20,45 @@ pub struct Explained<'a> {
     pub left: Option<Duration>,
     pub batch_turnaround: Duration,
     pub allowed: &'a Lanes,
+    /// What the spend cap leaves, in dollars (`None`: no dollar cap).
+    pub budget: Option<f64>,
 }
 
-/// One or two sentences: what the plan does and why.
+/// One or two sentences: what the plan does and why, and when what the
+/// spend cap leaves does not pay for it (claims stop at the cap, so the
+/// rows past it wait: the price allowed cannot meet the deadline).
 pub fn explain(e: &Explained<'_>) -> String {
+    let plan = plan_in_words(e);
+    match e.budget {
+        Some(left) if e.depth > 0 && e.plan.cost_usd > left + 1e-9 => {
+            let batch = if e.all_batch.cost_usd > left + 1e-9 {
+                format!(" and than all in batch's ${:.4}", e.all_batch.cost_usd)
+            } else {
+                String::new()
+            };
+            format!(
+                "{plan}; but the spend cap leaves ${:.4}, less than the plan's ${:.4}{batch}: claims \
+                 stop at the cap, so {}; raise the cap{}",
+                left.max(0.0),
+                e.plan.cost_usd,
+                if e.left.is_some() {
+                    "the deadline cannot be met at the price allowed"
+                } else {
+                    "the rows past it wait"
+                },
+                if e.left.is_some() {
+                    " or move the deadline"
+                } else {
+                    ""
+                }
+            )
+        }
+        _ => plan,
+    }
+}
+
+/// What the plan does and why.
+fn plan_in_words(e: &Explained<'_>) -> String {
     if e.depth == 0 {
         return "nothing left to run".into();
     }
@@ -118,6 +154,7 @@ mod tests {
             left: left.map(Duration::from_secs),
             batch_turnaround: Duration::from_secs(60),
             allowed,
+            budget: None,
         })
     }
 
@@ -157,6 +194,60 @@ mod tests {
         let in_time = plan(2400, true, 0.05, &[(Lane::Batch, 120)]);
         let text = explained(&in_time, &in_time, Some(7200), &flex);
         assert!(text.starts_with("batch alone is in time"), "{text}");
+        assert_eq!(human(Duration::from_secs(3 * 3600 + 20 * 60)), "3h 20m");
+        assert_eq!(human(Duration::from_secs(725)), "12m 5s");
+    }
+
+    // Invariant (issue 49: the most a ledger may pay): a plan costing more
+    // than the spend cap leaves says the deadline cannot be met at the
+    // price allowed (and whether batch alone would fit); a plan within it,
+    // or no dollar cap, says nothing of the cap.
+    #[test]
+    fn a_plan_past_the_spend_cap_says_so() {
+        let standard = Lanes::of([Lane::Batch, Lane::Standard]).unwrap();
+        let all_batch = plan(2400, false, 0.05, &[(Lane::Batch, 120)]);
+        let dearer = plan(570, true, 0.09, &[(Lane::Batch, 27), (Lane::Standard, 93)]);
+        let with = |budget| {
+            explain(&Explained {
+                plan: &dearer,
+                all_batch: &all_batch,
+                depth: 40,
+                left: Some(Duration::from_secs(600)),
+                batch_turnaround: Duration::from_secs(60),
+                allowed: &standard,
+                budget,
+            })
+        };
+        let text = with(Some(0.07));
+        assert!(
+            text.ends_with(
+                "but the spend cap leaves $0.0700, less than the plan's $0.0900: claims stop at \
+                 the cap, so the deadline cannot be met at the price allowed; raise the cap or \
+                 move the deadline"
+            ),
+            "{text}"
+        );
+        assert!(with(Some(0.01)).contains("$0.0900 and than all in batch's $0.0500:"));
+        assert!(!with(Some(0.2)).contains("spend cap"));
+        assert!(!with(None).contains("spend cap"));
+        let no_deadline = plan(2400, true, 0.05, &[(Lane::Batch, 120)]);
+        let text = explain(&Explained {
+            plan: &no_deadline,
+            all_batch: &no_deadline,
+            depth: 40,
+            left: None,
+            batch_turnaround: Duration::from_secs(60),
+            allowed: &standard,
+            budget: Some(0.01),
+        });
+        assert!(
+            text.ends_with("so the rows past it wait; raise the cap"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn durations_read_as_people_say_them() {
         assert_eq!(human(Duration::from_secs(3 * 3600 + 20 * 60)), "3h 20m");
         assert_eq!(human(Duration::from_secs(725)), "12m 5s");
     }

@@ -721,12 +721,14 @@ pub fn cost_by_lane(policy: &Policy, by_model: &[st::ModelUsage]) -> Vec<pb::Lan
 
 /// The forecast of `work` under `policy` (see `tally_core::route::plan`),
 /// from now; each row's output priced at `output` tokens
-/// (`tally_core::spend::forecast_output_per_row`).
+/// (`tally_core::spend::forecast_output_per_row`); `spent` what the
+/// ledger has cost so far (against its spend cap).
 pub fn forecast(
     policy: &Policy,
     work: &[Work],
     t: &Turnarounds,
     output: i64,
+    spent: f64,
 ) -> pb::LedgerForecast {
     let now = chrono::Utc::now();
     let left = policy.deadline_ms.map(|ms| {
@@ -762,6 +764,11 @@ pub fn forecast(
         left,
         batch_turnaround: t.batch,
         allowed: &policy.lanes,
+        budget: policy
+            .spend_cap
+            .as_ref()
+            .filter(|c| c.max_cost_usd > 0.0)
+            .map(|c| c.max_cost_usd - spent),
     });
     pb::LedgerForecast {
         deadline: policy.deadline_ms.map(|ms| prost_types::Timestamp {

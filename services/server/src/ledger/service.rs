@@ -480,6 +480,11 @@ impl LedgerService for Ledgers {
         access(&req).ledger(&ledger)?;
         let record = self.store.get_ledger(&ledger).await.map_err(from_store)?;
         let s = self.store.summarize(&ledger).await.map_err(from_store)?;
+        let estimate = record.policy.estimate_cost(
+            s.by_model
+                .iter()
+                .map(|m| (m.model.as_str(), m.lane, &m.usage)),
+        );
         let forecast = if req.get_ref().forecast {
             let work = self
                 .store
@@ -497,17 +502,13 @@ impl LedgerService for Ledgers {
                 &work,
                 &turnarounds,
                 output,
+                estimate.cost_usd,
             ))
         } else {
             None
         };
         let spend = self.store.spend(&record).await.map_err(from_store)?;
         let cache = self.store.cache_stats(&ledger).await.map_err(from_store)?;
-        let estimate = record.policy.estimate_cost(
-            s.by_model
-                .iter()
-                .map(|m| (m.model.as_str(), m.lane, &m.usage)),
-        );
         let c = &s.counts;
         Ok(Response::new(pb::LedgerSummary {
             ledger: names::ledger_name(&ledger),

@@ -50,6 +50,67 @@ fn pages() -> Vec<pb::RowInput> {
     rows
 }
 
+// Invariant (issue 49, the most a ledger may pay): a deadline whose plan
+// costs more than the ledger's spend cap leaves is said to be out of reach
+// at the price allowed, in the forecast's words.
+#[tokio::test]
+async fn a_plan_past_the_spend_cap_is_said_to_miss_the_deadline() {
+    let mut env = env().await;
+    env.l
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: "capped".into(),
+            policy: Some(pb::LedgerPolicy {
+                model: "gpt-4o-mini".into(),
+                lanes: vec![pb::Lane::Batch as i32, pb::Lane::Standard as i32],
+                deadline: Some(in_minutes(10)),
+                turnarounds: Some(pb::LaneTurnarounds {
+                    batch: Some(secs(60)),
+                    standard: Some(secs(1)),
+                    ..Default::default()
+                }),
+                prices: vec![pb::ModelPrice {
+                    model: "gpt-4o-mini".into(),
+                    input_per_million: 0.075,
+                    output_per_million: 0.3,
+                    ..Default::default()
+                }],
+                spend_cap: Some(pb::SpendCap {
+                    max_cost_usd: 0.0001,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap();
+    env.l
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: "ledgers/capped".into(),
+            rows: pages(),
+        })
+        .await
+        .unwrap();
+    let f = env
+        .l
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: "ledgers/capped".into(),
+            forecast: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .forecast
+        .expect("asked for");
+    println!("{}", f.explanation);
+    assert!(
+        f.explanation.contains("the spend cap leaves $0.0001")
+            && f.explanation
+                .contains("the deadline cannot be met at the price allowed"),
+        "{}",
+        f.explanation
+    );
+}
+
 // Invariant: under a 10-minute deadline with 60 s batches and 1 s flex,
 // the forecast finishes the routed plan in time and all-batch not (40
 // turnarounds), at the same cost (flex at the batch price); the heads of
