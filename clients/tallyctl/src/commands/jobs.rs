@@ -132,15 +132,23 @@ pub async fn list(ctx: &mut Ctx, args: JobsArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::Ok)
 }
 
-pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
-    let name = job_name(&args.name)?;
-    let j = ctx
+/// The job `name` (`ledgers/{ledger}/jobs/{job}`) as GetJob answers it.
+async fn fetch(ctx: &Ctx, name: &str) -> Result<pb::Job, CliError> {
+    Ok(ctx
         .clients
         .jobs
-        .get_job(pb::GetJobRequest { name: name.clone() })
+        .clone()
+        .get_job(pb::GetJobRequest {
+            name: name.to_owned(),
+        })
         .await
         .map_err(|s| CliError::server(format!("get {name}"), s))?
-        .into_inner();
+        .into_inner())
+}
+
+pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
+    let name = job_name(&args.name)?;
+    let j = fetch(ctx, &name).await?;
     if ctx.json {
         ctx.print_json(&render::job_json(&j));
         return Ok(ExitCode::Ok);
@@ -187,13 +195,7 @@ pub async fn get(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
 /// `jobs hand-over`: ends the job's lease with the claim GetJob shows.
 pub async fn hand_over(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliError> {
     let name = job_name(&args.name)?;
-    let j = ctx
-        .clients
-        .jobs
-        .get_job(pb::GetJobRequest { name: name.clone() })
-        .await
-        .map_err(|s| CliError::server(format!("get {name}"), s))?
-        .into_inner();
+    let j = fetch(ctx, &name).await?;
     let handed = ctx
         .clients
         .jobs
@@ -221,13 +223,7 @@ pub async fn hand_over(ctx: &mut Ctx, args: JobArgs) -> Result<ExitCode, CliErro
 /// the claim GetJob shows; the worker searching sees the job moved.
 pub async fn resolve_create(ctx: &mut Ctx, args: ResolveCreateArgs) -> Result<ExitCode, CliError> {
     let name = job_name(&args.name)?;
-    let j = ctx
-        .clients
-        .jobs
-        .get_job(pb::GetJobRequest { name: name.clone() })
-        .await
-        .map_err(|s| CliError::server(format!("get {name}"), s))?
-        .into_inner();
+    let j = fetch(ctx, &name).await?;
     if j.state() != pb::JobState::Creating {
         return Err(CliError::usage(format!(
             "{name} is {}: only a CREATING job's create can be resolved",

@@ -1031,46 +1031,11 @@ async fn jobs_hand_over_makes_a_job_adoptable_at_once() {
     use tally_proto::v1::job_service_client::JobServiceClient;
     let env = Env::start().await;
     env.ok(&["ledgers", "create", "h"]).await;
-    let mut l = env.client().await;
-    l.enroll_rows(pb::EnrollRowsRequest {
-        parent: "ledgers/h".into(),
-        rows: vec![pb::RowInput {
-            key: "a".into(),
-            payload: "{}".into(),
-            ..Default::default()
-        }],
-    })
-    .await
-    .unwrap();
-    let claim = l
-        .claim_rows(pb::ClaimRowsRequest {
-            parent: "ledgers/h".into(),
-            max_rows: 10,
-            worker: "gone-worker".into(),
-            lease: Some(prost_types::Duration {
-                seconds: 3600,
-                nanos: 0,
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .claim
-        .unwrap()
-        .name;
+    let job = creating_job(&env, "h", "a", "gone-worker").await;
     let mut j = JobServiceClient::connect(env.url.clone()).await.unwrap();
-    let job = j
-        .create_job(pb::CreateJobRequest {
-            claim: claim.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
     j.mark_submitted(pb::MarkSubmittedRequest {
         name: job.name.clone(),
-        claim,
+        claim: job.claim.clone(),
         batch: "batches/h-1".into(),
         input_file: "files/in".into(),
     })
@@ -1098,10 +1063,10 @@ async fn jobs_hand_over_makes_a_job_adoptable_at_once() {
     env.stop().await;
 }
 
-/// A CREATING job of ledger `ledger` holding one row `key` (claimed,
-/// CreateJob, MarkCreating with input `files/in`), as a worker whose create
-/// answer was lost leaves it.
-async fn creating_job(env: &Env, ledger: &str, key: &str) -> pb::Job {
+/// A CREATING job of ledger `ledger` holding one row `key` (claimed by
+/// `worker` for an hour, CreateJob, MarkCreating with input `files/in`),
+/// as a worker whose create answer was lost leaves it.
+async fn creating_job(env: &Env, ledger: &str, key: &str, worker: &str) -> pb::Job {
     use tally_proto::v1::job_service_client::JobServiceClient;
     let mut l = env.client().await;
     l.enroll_rows(pb::EnrollRowsRequest {
@@ -1118,7 +1083,11 @@ async fn creating_job(env: &Env, ledger: &str, key: &str) -> pb::Job {
         .claim_rows(pb::ClaimRowsRequest {
             parent: format!("ledgers/{ledger}"),
             max_rows: 1,
-            worker: "searching-worker".into(),
+            worker: worker.into(),
+            lease: Some(prost_types::Duration {
+                seconds: 3600,
+                nanos: 0,
+            }),
             ..Default::default()
         })
         .await
@@ -1157,8 +1126,8 @@ async fn creating_job(env: &Env, ledger: &str, key: &str) -> pb::Job {
 async fn jobs_resolve_create_ends_a_lost_create_search() {
     let env = Env::start().await;
     env.ok(&["ledgers", "create", "rc"]).await;
-    let gone = creating_job(&env, "rc", "a").await;
-    let found = creating_job(&env, "rc", "b").await;
+    let gone = creating_job(&env, "rc", "a", "searching-worker").await;
+    let found = creating_job(&env, "rc", "b", "searching-worker").await;
     let gone_name = format!("rc/{}", gone.job_id);
     let found_name = format!("rc/{}", found.job_id);
 

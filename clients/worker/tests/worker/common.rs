@@ -164,8 +164,21 @@ pub fn spawn_api_worker(
     name: &str,
     extra: &[&str],
 ) -> Child {
+    spawn_api_worker_leased(grpc, api, base, ledger, name, TEST_LEASE, extra)
+}
+
+/// [`spawn_api_worker`] with the lease `lease`.
+pub fn spawn_api_worker_leased(
+    grpc: &str,
+    api: &str,
+    base: &str,
+    ledger: &str,
+    name: &str,
+    lease: &str,
+    extra: &[&str],
+) -> Child {
     let url_flag = format!("--{api}-base-url");
-    worker_command(grpc, base, ledger, name, &[])
+    worker_command_leased(grpc, base, ledger, name, Some(lease), &[])
         .args(["--provider", api, &url_flag, base])
         .args(extra)
         .env(format!("{}_API_KEY", api.to_ascii_uppercase()), API_KEY)

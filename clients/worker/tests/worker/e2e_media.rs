@@ -159,6 +159,13 @@ async fn a_worker_without_its_media_root_stops_and_burns_no_row() {
 /// A media root (its name after `name`) of four 64×64 pages, and a world
 /// whose ledger has them enrolled on the OCR prompt.
 async fn four_pages(name: &str) -> (std::path::PathBuf, World) {
+    pages(name, 4).await
+}
+
+/// A media root (its name after `name`) of `n` 64×64 pages `page-{i}`
+/// (about 12 KB each), and a world whose ledger has them enrolled on the
+/// OCR prompt.
+async fn pages(name: &str, n: usize) -> (std::path::PathBuf, World) {
     let root = std::env::temp_dir().join(format!("tally-{name}-{}", std::process::id()));
     std::fs::create_dir_all(root.join("book")).unwrap();
     let w = World::start(
@@ -169,7 +176,7 @@ async fn four_pages(name: &str) -> (std::path::PathBuf, World) {
     )
     .await;
     register_ocr(&w).await;
-    let rows = (0..4)
+    let rows = (0..n)
         .map(|i| {
             let bytes = png(64, 64, i as u64);
             let path = format!("book/p{i}.png");
@@ -468,25 +475,7 @@ fn remove(root: &Path) {
 async fn a_claim_asks_for_the_rows_a_full_batch_takes() {
     const ROWS: usize = 60;
     const CLAIM: usize = 20;
-    let root = std::env::temp_dir().join(format!("tally-fit-{}", std::process::id()));
-    std::fs::create_dir_all(root.join("book")).unwrap();
-    let w = World::start(
-        LEDGER,
-        0,
-        FaultPlan::default(),
-        pb::AttemptBudgets::default(),
-    )
-    .await;
-    register_ocr(&w).await;
-    let rows = (0..ROWS)
-        .map(|i| {
-            let bytes = png(64, 64, i as u64);
-            let path = format!("book/p{i}.png");
-            std::fs::write(root.join(&path), &bytes).unwrap();
-            row(&format!("page-{i:02}"), i, &path, &sha(&bytes))
-        })
-        .collect();
-    enroll(&w, rows).await;
+    let (root, w) = pages("fit", ROWS).await;
     let root_arg = root.display().to_string();
     let claim = CLAIM.to_string();
     let worker = w.worker(

@@ -36,6 +36,11 @@ use tokio::process::Child;
 /// How long each case's worker runs.
 const WINDOW: Duration = Duration::from_secs(60);
 
+/// The workers' lease: twelve stacks share the machine, and under that
+/// load the tests' usual 3 s lease can lapse between two heartbeats (its
+/// rows then charged `lease_expired`, as a dead worker's are).
+const LEASE: &str = "60s";
+
 /// The most provider calls a case may see in [`WINDOW`]. Each worker runs
 /// one job at a time (`--max-jobs 1`) on a ledger of [`ROWS`] rows claimed
 /// [`CLAIM`] at a time, so a worker that claimed again after a refusal
@@ -253,7 +258,15 @@ mod anthropic {
     ) -> (Seen, Stack, Emulator) {
         let (stack, c) = tally(case, model).await;
         let base = format!("{}{}", emu.base_url(), wrong_path.unwrap_or(""));
-        let worker = common::spawn_api_worker(&stack.grpc, "anthropic", &base, case, case, &FLAGS);
+        let worker = common::spawn_api_worker_leased(
+            &stack.grpc,
+            "anthropic",
+            &base,
+            case,
+            case,
+            LEASE,
+            &FLAGS,
+        );
         let seen = watch(case, &c, case, worker, || emu.stats().requests).await;
         (seen, stack, emu)
     }
@@ -350,7 +363,15 @@ mod openai {
             true => emu.base_url(),
             false => format!("{}/v1", emu.base_url()),
         };
-        let worker = common::spawn_openai_worker(&stack.grpc, &base, case, case, &FLAGS);
+        let worker = common::spawn_api_worker_leased(
+            &stack.grpc,
+            "openai",
+            &base,
+            case,
+            case,
+            LEASE,
+            &FLAGS,
+        );
         let seen = watch(case, &c, case, worker, || emu.stats().requests).await;
         (seen, stack, emu)
     }
@@ -468,7 +489,10 @@ mod gemini {
         }
         let base = base(w.emulator.base_url());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let worker = common::spawn_worker(&w.stack.grpc, &base, case, case, &args);
+        let worker =
+            common::worker_command_leased(&w.stack.grpc, &base, case, case, Some(LEASE), &args)
+                .spawn()
+                .expect("spawn tally-worker");
         let seen = watch(case, &w.c, case, worker, || w.emulator.stats().requests).await;
         (seen, w)
     }

@@ -43,6 +43,23 @@ async fn enroll(store: &Store, ledger: &str, n: usize) {
     store.enroll(ledger, &rows).await.unwrap();
 }
 
+/// A ledger `ledger` allowing `lane` alone, with `rows` rows, all claimed
+/// for that lane.
+async fn claimed(
+    store: &Store,
+    ledger: &str,
+    lane: Lane,
+    rows: usize,
+) -> tally_store::types::ClaimGrant {
+    store.create_ledger(ledger, &policy(&[lane])).await.unwrap();
+    enroll(store, ledger, rows).await;
+    store
+        .claim_rows(ledger, &lane_claim(lane, rows as i64))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 fn ask<'a>(claim: Uuid, tokens: &'a [i64]) -> CapacityAsk<'a> {
     ask_in("l", claim, tokens)
 }
@@ -102,17 +119,7 @@ async fn a_claim_takes_only_a_lane_its_ledger_allows() {
 #[tokio::test]
 async fn a_synchronous_attempt_records_its_lane_request_and_price() {
     let env = env().await;
-    env.store
-        .create_ledger("l", &policy(&[Lane::Standard]))
-        .await
-        .unwrap();
-    enroll(&env.store, "l", 1).await;
-    let g = env
-        .store
-        .claim_rows("l", &lane_claim(Lane::Standard, 1))
-        .await
-        .unwrap()
-        .unwrap();
+    let g = claimed(&env.store, "l", Lane::Standard, 1).await;
     let item = ReportItem {
         request_id: Some("req_123".into()),
         tier: Some("default".into()),
@@ -313,17 +320,7 @@ async fn capacity_is_for_live_synchronous_claims_only() {
 #[tokio::test]
 async fn a_refused_call_pauses_the_ledger_with_the_providers_words() {
     let env = env().await;
-    env.store
-        .create_ledger("l", &policy(&[Lane::Standard]))
-        .await
-        .unwrap();
-    enroll(&env.store, "l", 1).await;
-    let g = env
-        .store
-        .claim_rows("l", &lane_claim(Lane::Standard, 1))
-        .await
-        .unwrap()
-        .unwrap();
+    let g = claimed(&env.store, "l", Lane::Standard, 1).await;
     let refused = CapacityAsk {
         refused: Some((
             tally_core::pause::PauseReason::Refused,
@@ -350,17 +347,7 @@ async fn a_refused_call_pauses_the_ledger_with_the_providers_words() {
 #[tokio::test]
 async fn a_batch_jobs_refused_reads_pause_the_ledger_once_it_was_sent() {
     let env = env().await;
-    env.store
-        .create_ledger("l", &policy(&[Lane::Batch]))
-        .await
-        .unwrap();
-    enroll(&env.store, "l", 2).await;
-    let g = env
-        .store
-        .claim_rows("l", &lane_claim(Lane::Batch, 2))
-        .await
-        .unwrap()
-        .unwrap();
+    let g = claimed(&env.store, "l", Lane::Batch, 2).await;
     let refused = CapacityAsk {
         refused: Some((tally_core::pause::PauseReason::Refused, "401 key revoked")),
         ..ask(g.claim.token, &[])

@@ -257,6 +257,8 @@ class JobServiceServicer:
         (the first `granted` of its requests may go now; ask again after
         `retry_after` for the rest). A 429 or a shed flex request the worker
         met is reported here and slows every worker of the account and model.
+        A refusal no retry fixes, met by a synchronous call or by a batch
+        job's poll, list or download, pauses the ledger here.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
