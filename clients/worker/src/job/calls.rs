@@ -78,6 +78,10 @@ struct Claim<'a> {
     pending: VecDeque<Call>,
     met: Met,
     ended: Ended,
+    /// Until when the cool-down last told to tally holds the calls back:
+    /// a 429 met by a call that was out beside it is that cool-down's,
+    /// not told again (each round would otherwise wait twice).
+    cooled_until: Option<Instant>,
 }
 
 /// Runs `pending`, the calls of claim `claim` to model `model`, to the
@@ -99,6 +103,7 @@ pub(super) async fn run(
         pending,
         met: Met::default(),
         ended: Ended::default(),
+        cooled_until: None,
     };
     let mut out = FuturesUnordered::new();
     let mut next_ask = Instant::now();
@@ -112,6 +117,9 @@ pub(super) async fn run(
             .min(c.pending.len());
         if !halted && room > 0 && Instant::now() >= next_ask {
             let asks: Vec<i64> = c.pending.iter().take(room).map(|x| x.tokens).collect();
+            if let Some(wait) = c.met.rate_limited {
+                c.cooled_until = c.cooled_until.max(Some(Instant::now() + wait));
+            }
             let grant = acquire(ctx, claim, asks, std::mem::take(&mut c.met)).await?;
             let granted = usize::try_from(grant.granted).unwrap_or(0).min(room);
             if granted == 0 {
@@ -204,9 +212,10 @@ impl Claim<'_> {
                     // ledger ([`crate::waits`]), as at a batch create.
                     Refused::RateLimited(named) => {
                         match ctx.capacity_wait(self.model, named) {
-                            Next::Wait(wait) => {
+                            Next::Wait(wait) if !self.cooled_for(wait) => {
                                 self.met.rate_limited = self.met.rate_limited.max(Some(wait));
                             }
+                            Next::Wait(_) => {}
                             Next::Pause(n) => {
                                 self.met.refused = Some((
                                     pb::ProviderRefusal::Quota,
@@ -235,6 +244,14 @@ impl Claim<'_> {
                 }
             }
         }
+    }
+
+    /// Whether the cool-down already told to tally covers a wait of
+    /// `wait` from now.
+    fn cooled_for(&self, wait: Duration) -> bool {
+        const SLACK: Duration = Duration::from_millis(50);
+        self.cooled_until
+            .is_some_and(|c| c.saturating_duration_since(Instant::now()) + SLACK >= wait)
     }
 
     /// Reports the outcomes and gives back the rows the ended calls left.

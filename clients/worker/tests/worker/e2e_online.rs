@@ -673,9 +673,10 @@ async fn each_page_is_asked_with_the_answer_of_the_page_before() {
 // Invariant (issue 51): synchronous 429s that name no delay are waited out
 // as a batch create's are (--refusal-cooldown, doubling in a row) and
 // never for ever: the seventh wait in a row pauses the ledger (QUOTA) with
-// the provider's words; no row spent an attempt or was answered; every
-// row waits PENDING; the calls the model refused are bounded by the waits
-// (7 rounds of at most --calls each), not one a moment.
+// the provider's words, after the six waits (1 + 2 + … + 32 s); no row
+// spent an attempt or was answered; every row waits PENDING; the calls the
+// model refused are bounded by the waits (7 rounds of at most --calls
+// each), not one a moment.
 #[tokio::test]
 async fn sync_429s_naming_no_delay_back_off_then_pause() {
     let faults: FaultPlan = serde_json::from_value(serde_json::json!({
@@ -702,22 +703,24 @@ async fn sync_429s_naming_no_delay_back_off_then_pause() {
         "standard",
         &["--calls", "4", "--refusal-cooldown", "1s"],
     );
-    // Six doubling waits from 1 s, then the pause (about two minutes
-    // here: each round's wait is also held by tally's cool-down).
+    // Six doubling waits from 1 s (63 s in all), then the pause.
     let started = std::time::Instant::now();
     common::until(Duration::from_secs(300), "the ledger pauses", || async {
         common::summary(&w.c, "storm").await.state == pb::LedgerState::Paused as i32
     })
     .await;
+    let waited = started.elapsed();
     worker.kill().await.ok();
     let s = common::summary(&w.c, "storm").await;
     let pause = s.pause.clone().expect("a pause");
     let refused = w.emulator.stats().online.rate_limited;
     println!(
-        "paused after {:?} ({}): {:?}; {refused} calls refused",
-        started.elapsed(),
-        pause.reason,
-        pause.message
+        "paused after {waited:?} ({}): {:?}; {refused} calls refused",
+        pause.reason, pause.message
+    );
+    assert!(
+        waited >= Duration::from_secs(63),
+        "the waits doubled: {waited:?}"
     );
     assert_eq!(pause.reason, pb::LedgerPauseReason::Quota as i32);
     assert!(
