@@ -50,55 +50,79 @@ fn pages() -> Vec<pb::RowInput> {
     rows
 }
 
+/// The books' ledger policy: a 10-minute deadline, batch (60 s) and
+/// `fast` (1 s) allowed, gpt-4o-mini priced.
+fn books_policy(fast: pb::Lane) -> pb::LedgerPolicy {
+    let mut turnarounds = pb::LaneTurnarounds {
+        batch: Some(secs(60)),
+        ..Default::default()
+    };
+    match fast {
+        pb::Lane::Flex => turnarounds.flex = Some(secs(1)),
+        pb::Lane::Standard => turnarounds.standard = Some(secs(1)),
+        _ => turnarounds.priority = Some(secs(1)),
+    }
+    pb::LedgerPolicy {
+        model: "gpt-4o-mini".into(),
+        lanes: vec![pb::Lane::Batch as i32, fast as i32],
+        deadline: Some(in_minutes(10)),
+        turnarounds: Some(turnarounds),
+        prices: vec![pb::ModelPrice {
+            model: "gpt-4o-mini".into(),
+            input_per_million: 0.075,
+            output_per_million: 0.3,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Ledger `id` under `policy` with the [`pages`] enrolled, summarized
+/// with its forecast.
+async fn books_forecast(
+    env: &mut crate::pause::Env,
+    id: &str,
+    policy: pb::LedgerPolicy,
+) -> pb::LedgerSummary {
+    env.l
+        .create_ledger(pb::CreateLedgerRequest {
+            ledger_id: id.into(),
+            policy: Some(policy),
+        })
+        .await
+        .unwrap();
+    env.l
+        .enroll_rows(pb::EnrollRowsRequest {
+            parent: format!("ledgers/{id}"),
+            rows: pages(),
+        })
+        .await
+        .unwrap();
+    env.l
+        .summarize_ledger(pb::SummarizeLedgerRequest {
+            name: format!("ledgers/{id}"),
+            forecast: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 // Invariant (issue 49, the most a ledger may pay): a deadline whose plan
 // costs more than the ledger's spend cap leaves is said to be out of reach
 // at the price allowed, in the forecast's words.
 #[tokio::test]
 async fn a_plan_past_the_spend_cap_is_said_to_miss_the_deadline() {
     let mut env = env().await;
-    env.l
-        .create_ledger(pb::CreateLedgerRequest {
-            ledger_id: "capped".into(),
-            policy: Some(pb::LedgerPolicy {
-                model: "gpt-4o-mini".into(),
-                lanes: vec![pb::Lane::Batch as i32, pb::Lane::Standard as i32],
-                deadline: Some(in_minutes(10)),
-                turnarounds: Some(pb::LaneTurnarounds {
-                    batch: Some(secs(60)),
-                    standard: Some(secs(1)),
-                    ..Default::default()
-                }),
-                prices: vec![pb::ModelPrice {
-                    model: "gpt-4o-mini".into(),
-                    input_per_million: 0.075,
-                    output_per_million: 0.3,
-                    ..Default::default()
-                }],
-                spend_cap: Some(pb::SpendCap {
-                    max_cost_usd: 0.0001,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-        })
+    let policy = pb::LedgerPolicy {
+        spend_cap: Some(pb::SpendCap {
+            max_cost_usd: 0.0001,
+            ..Default::default()
+        }),
+        ..books_policy(pb::Lane::Standard)
+    };
+    let f = books_forecast(&mut env, "capped", policy)
         .await
-        .unwrap();
-    env.l
-        .enroll_rows(pb::EnrollRowsRequest {
-            parent: "ledgers/capped".into(),
-            rows: pages(),
-        })
-        .await
-        .unwrap();
-    let f = env
-        .l
-        .summarize_ledger(pb::SummarizeLedgerRequest {
-            name: "ledgers/capped".into(),
-            forecast: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
         .forecast
         .expect("asked for");
     println!("{}", f.explanation);
@@ -118,45 +142,7 @@ async fn a_plan_past_the_spend_cap_is_said_to_miss_the_deadline() {
 #[tokio::test]
 async fn a_deadline_routes_deep_chains_to_flex_and_the_forecast_says_so() {
     let mut env = env().await;
-    env.l
-        .create_ledger(pb::CreateLedgerRequest {
-            ledger_id: "books".into(),
-            policy: Some(pb::LedgerPolicy {
-                model: "gpt-4o-mini".into(),
-                lanes: vec![pb::Lane::Batch as i32, pb::Lane::Flex as i32],
-                deadline: Some(in_minutes(10)),
-                turnarounds: Some(pb::LaneTurnarounds {
-                    batch: Some(secs(60)),
-                    flex: Some(secs(1)),
-                    ..Default::default()
-                }),
-                prices: vec![pb::ModelPrice {
-                    model: "gpt-4o-mini".into(),
-                    input_per_million: 0.075,
-                    output_per_million: 0.3,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap();
-    env.l
-        .enroll_rows(pb::EnrollRowsRequest {
-            parent: "ledgers/books".into(),
-            rows: pages(),
-        })
-        .await
-        .unwrap();
-    let s = env
-        .l
-        .summarize_ledger(pb::SummarizeLedgerRequest {
-            name: "ledgers/books".into(),
-            forecast: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = books_forecast(&mut env, "books", books_policy(pb::Lane::Flex)).await;
     let f = s.forecast.expect("asked for");
     assert_eq!(f.depth, 40);
     let (plan, batch) = (f.plan.unwrap(), f.all_batch.unwrap());
