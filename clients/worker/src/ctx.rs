@@ -51,7 +51,7 @@ pub struct Ctx {
     /// How many rows a batch claim asks for.
     claim_fit: std::sync::Mutex<crate::bounds::ClaimFit>,
     /// Batch claims out whose batch is not packed yet.
-    unpacked: Arc<AtomicUsize>,
+    unpacked: Arc<Unpacking>,
     /// Refusals naming no delay, in a row, per model.
     unnamed_waits: std::sync::Mutex<crate::waits::UnnamedWaits>,
     /// Where rows' media are read from.
@@ -222,7 +222,7 @@ impl Ctx {
     /// time is out before its batch ([`crate::bounds::ClaimFit::known`]).
     pub fn may_claim(&self) -> bool {
         self.args.lane.is_sync()
-            || self.unpacked.load(Ordering::Acquire) == 0
+            || self.unpacked.out.load(Ordering::Acquire) == 0
             || self
                 .claim_fit
                 .lock()
@@ -232,8 +232,14 @@ impl Ctx {
 
     /// A batch claim is out until the guard drops (its job ends).
     pub fn claim_out(&self) -> Unpacked {
-        self.unpacked.fetch_add(1, Ordering::AcqRel);
+        self.unpacked.out.fetch_add(1, Ordering::AcqRel);
         Unpacked(Arc::clone(&self.unpacked))
+    }
+
+    /// Resolves once a batch was packed or a claim ended since the last
+    /// call: what [`Ctx::may_claim`] waits for.
+    pub async fn packed(&self) {
+        self.unpacked.packed.notified().await;
     }
 
     /// A batch took `sent` of its claim's `claimed` rows (see
@@ -244,6 +250,7 @@ impl Ctx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .packed(claimed, sent, full, room, size);
+        self.unpacked.packed.notify_one();
     }
 
     /// A create of `sent` tokens was refused for size or quota.
@@ -373,10 +380,19 @@ impl Answer {
 }
 
 /// A batch claim out ([`Ctx::claim_out`]): counted until dropped.
-pub struct Unpacked(Arc<AtomicUsize>);
+pub struct Unpacked(Arc<Unpacking>);
+
+/// Batch claims out before their batch, and a wake-up for the loop that
+/// waits to claim.
+#[derive(Default)]
+struct Unpacking {
+    out: AtomicUsize,
+    packed: tokio::sync::Notify,
+}
 
 impl Drop for Unpacked {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.out.fetch_sub(1, Ordering::AcqRel);
+        self.0.packed.notify_one();
     }
 }

@@ -276,6 +276,8 @@ pub async fn run_serving(
                 break;
             }
             _ = tokio::time::sleep(pause) => {}
+            // A claim held back until a first batch is packed goes at once.
+            () = ctx.packed(), if !sync => {}
             Some(done) = jobs.join_next(), if !jobs.is_empty() => tally(&ctx, &mut report, Some(done)),
         }
     }
