@@ -12,9 +12,7 @@ use crate::ctx::Ctx;
 use crate::job::end::JobError;
 use crate::provider::ProviderError;
 use crate::refusal::{Read, read_refused};
-
-/// The longest wait between two refused calls of a job.
-pub(crate) const LONGEST: Duration = Duration::from_secs(600);
+use crate::waits::LONGEST;
 
 /// A job's refused reads in a row: the next wait.
 #[derive(Debug, Default)]
