@@ -28,18 +28,15 @@ from tally_client import Client
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _session_database() -> None:
-    """Points `DATABASE_URL` (inherited by every server the tests start,
-    tally-dev's included) at a database of this session's own on the same
-    server, dropped at exit; without `psql` to make one, unsets it, so each
-    server runs its own private PostgreSQL."""
+def own_database() -> str | None:
+    """A database of its own for one test's server, on the server of
+    `DATABASE_URL` (dropped at exit), for a test whose data must not meet
+    another's; None when `DATABASE_URL` is unset (the server then runs its
+    own private PostgreSQL)."""
     admin = os.environ.get("DATABASE_URL")
-    if not admin:
-        return
     psql = shutil.which("psql")
-    if psql is None:
-        del os.environ["DATABASE_URL"]
-        return
+    if not admin or psql is None:
+        return None
     name = f"tally_py_{uuid.uuid4().hex[:12]}"
     subprocess.run(
         [psql, admin, "-qc", f'CREATE DATABASE "{name}"'], check=True, capture_output=True
@@ -50,7 +47,21 @@ def _session_database() -> None:
         capture_output=True,
     )
     parts = urllib.parse.urlsplit(admin)
-    os.environ["DATABASE_URL"] = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def _session_database() -> None:
+    """Points `DATABASE_URL` (inherited by every server the tests start,
+    tally-dev's included) at a database of this session's own on the same
+    server, dropped at exit; without `psql` to make one, unsets it, so each
+    server runs its own private PostgreSQL."""
+    if not os.environ.get("DATABASE_URL"):
+        return
+    database = own_database()
+    if database is None:
+        del os.environ["DATABASE_URL"]
+    else:
+        os.environ["DATABASE_URL"] = database
 
 
 _session_database()

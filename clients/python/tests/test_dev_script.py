@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, workspace_binary
+from conftest import ROOT, own_database, workspace_binary
 from test_worker_metrics_doc import free_port
 from test_workers import wait_gone
 
@@ -35,6 +35,10 @@ def dev_env(tmp_path: Path) -> tuple[dict[str, str], dict[str, str]]:
         "TALLY_DEV_DIR": str(tmp_path / "dev"),
     }
     env.pop("TALLY_DEV_PROVIDER", None)
+    # Each run's ledger of its own: every provider's run makes `first-run`.
+    database = own_database()
+    if database is not None:
+        env["DATABASE_URL"] = database
     return env, addrs
 
 
