@@ -161,6 +161,12 @@ pub fn answer(
             None,
             Outcome::InvalidJson,
         ),
+        Some(RowFault::Resampled) => (
+            Some(content(body, &format!("resampled {prompt}"), seed)),
+            "stop",
+            None,
+            Outcome::Success,
+        ),
         None => (
             Some(content(body, &prompt, seed)),
             "stop",
@@ -412,6 +418,38 @@ mod tests {
         );
         let e = never_ran("r", "batch_req_2", "batch_expired");
         assert_eq!(e["error"]["code"], "batch_expired");
+    }
+
+    // Invariant: a resampled answer is a success like any other, with
+    // another text than the usual answer to the same request (plain and
+    // with a schema), and the same usage of its prompt.
+    #[test]
+    fn a_resampled_answer_differs_from_the_usual_one() {
+        let text = |a: &Answered| {
+            a.line["response"]["body"]["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let mut schema = chat("Page 1. Before: Page 0.");
+        schema["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "s",
+            "schema": {"type": "object", "properties": {"summary": {"type": "string"}},
+                       "required": ["summary"]}}});
+        for body in [chat("hello there"), schema] {
+            let usual = answer("r", "/v1/chat/completions", &body, None, 0, &ids()).unwrap();
+            let again = answer(
+                "r",
+                "/v1/chat/completions",
+                &body,
+                Some(&RowFault::Resampled),
+                0,
+                &ids(),
+            )
+            .unwrap();
+            assert_eq!(again.outcome, Outcome::Success);
+            assert_ne!(text(&usual), text(&again), "{body}");
+            assert_eq!(usual.input_tokens, again.input_tokens);
+        }
     }
 
     // Invariant: a Response carries every field the SDK's `Response`

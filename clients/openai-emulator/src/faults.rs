@@ -164,6 +164,10 @@ pub enum RowFault {
     Refusal,
     /// Content that is not valid JSON (for a schema: not an instance).
     InvalidJson,
+    /// A success whose text is not the usual answer to the request, as a
+    /// model sampling above temperature 0 answers the same request again
+    /// differently (with `times: 1`, the first ask differs from the later).
+    Resampled,
     /// In neither the output nor the error file.
     Missing,
 }

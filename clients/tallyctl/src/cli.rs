@@ -583,6 +583,11 @@ pub struct PolicyArgs {
     /// `shared` (also what other sharing teams answered; shares its own).
     #[arg(long, value_name = "team|shared", requires = "result_cache")]
     pub result_cache_scope: Option<String>,
+    /// When a row asked again answers differently, ask again the succeeded
+    /// rows whose prompts used its old answer (`on`), or only mark them
+    /// (`off`, the default).
+    #[arg(long, value_name = "on|off")]
+    pub rerun_dependants: Option<String>,
     /// Spend cap in USD (needs a --price for every model the rows use).
     /// Any spend-cap flag sets the whole cap: limits not given are none.
     #[arg(long)]
@@ -754,6 +759,10 @@ pub struct RowFilterArgs {
     /// golden rows saw its model drift.
     #[arg(long)]
     pub stale_cache: bool,
+    /// Only SUCCEEDED rows answered from a dependency's result that has
+    /// changed since (ask them again with `redrive --include-succeeded`).
+    #[arg(long)]
+    pub inputs_changed: bool,
 }
 
 #[derive(Debug, Args)]
@@ -787,13 +796,18 @@ pub struct RedriveArgs {
     /// Ledger id.
     pub ledger: String,
     /// These keys (comma-separated).
-    #[arg(long, value_delimiter = ',', conflicts_with_all = ["statuses", "rule", "model", "prompt", "prompt_version", "job", "in_job"])]
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["statuses", "rule", "model", "prompt", "prompt_version", "job", "in_job", "inputs_changed"])]
     pub keys: Vec<String>,
     #[command(flatten)]
     pub filter: RowFilterArgs,
     /// Count what would happen, change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also ask SUCCEEDED rows again (their results are kept as
+    /// superseded). With --dry-run: how many, the dependants at risk and
+    /// what it costs.
+    #[arg(long)]
+    pub include_succeeded: bool,
     /// Why (recorded with the redrive).
     #[arg(long, default_value = "")]
     pub reason: String,

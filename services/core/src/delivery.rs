@@ -3,8 +3,9 @@
 //! cursors and the leases, and asks these functions what to write.
 //!
 //! - A row's **result version** numbers its final results: the first
-//!   SUCCEEDED or PERMANENT is version 1, and a redrive of a final row moves
-//!   the version on, so the next final result has its own. `(ledger, key,
+//!   SUCCEEDED or PERMANENT is version 1, and a redrive of a final row (or a
+//!   re-answer of a SUCCEEDED one) moves the version on, so the next final
+//!   result has its own. `(ledger, key,
 //!   version)` is what a sink deduplicates on.
 //! - Each final result is appended to its ledger's **results log** at
 //!   commit, in commit order. A [`Position`] names one result in the log.
@@ -33,6 +34,9 @@ pub const FINISHED: [RowStatus; 2] = [RowStatus::Succeeded, RowStatus::Permanent
 pub const fn is_finished(status: RowStatus) -> bool {
     matches!(status, RowStatus::Succeeded | RowStatus::Permanent)
 }
+
+/// The version of a row's first final result.
+pub const FIRST_VERSION: i32 = 1;
 
 /// Bits of a [`Position`] that number a result inside its log entry.
 pub const ORDINAL_BITS: u32 = 20;

@@ -149,6 +149,11 @@ pub struct Policy {
     /// [`crate::cache`]); none: off.
     #[serde(default)]
     pub result_cache: Option<ResultCache>,
+    /// When a row answered again answers differently, ask again the
+    /// dependants that used its old answer (`dependency_changed`); off:
+    /// they are only marked as having used a changed input.
+    #[serde(default)]
+    pub rerun_dependants: bool,
 }
 
 /// Attempt caps per budget (serializable mirror of [`PerBudget`]).
@@ -193,6 +198,7 @@ impl Default for Policy {
             deadline_ms: None,
             turnarounds: Turnarounds::default(),
             result_cache: None,
+            rerun_dependants: false,
         }
     }
 }

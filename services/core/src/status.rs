@@ -11,7 +11,9 @@ pub enum RowStatus {
     Running,
     /// Transient failure; claimable again after backoff.
     Retryable,
-    /// A valid result is stored; never changes again.
+    /// A valid result is stored. Only an explicit re-answer (an operator's,
+    /// or a dependency answering differently where the ledger asks) takes
+    /// it back to PENDING, keeping the old result beside the new.
     Succeeded,
     /// Input, safety or schema failure, or a budget exhausted.
     Permanent,
@@ -39,6 +41,9 @@ impl RowStatus {
 
     /// What an operator may redrive: the statuses `Event::Redrive` moves.
     pub const REDRIVABLE: [RowStatus; 2] = [RowStatus::Permanent, RowStatus::Blocked];
+
+    /// What may be asked again: the statuses `Event::Reanswer` moves.
+    pub const REANSWERABLE: [RowStatus; 1] = [RowStatus::Succeeded];
 
     /// A dependency in one of these blocks its dependants.
     pub const FAILS_DEPENDANTS: [RowStatus; 2] = [RowStatus::Permanent, RowStatus::Blocked];
@@ -115,6 +120,11 @@ impl RowStatus {
     /// PERMANENT and BLOCKED: what an operator may redrive.
     pub const fn is_redrivable(self) -> bool {
         matches!(self, RowStatus::Permanent | RowStatus::Blocked)
+    }
+
+    /// SUCCEEDED: what may be re-answered.
+    pub const fn is_reanswerable(self) -> bool {
+        matches!(self, RowStatus::Succeeded)
     }
 }
 

@@ -4,7 +4,8 @@
 //! writes the results in one set-based statement guarded by the state it
 //! read; so the rules live here, once, tested without a database.
 //!
-//! SUCCEEDED is absorbing: no event leaves it. No budget's count ever exceeds
+//! SUCCEEDED is left only by `Reanswer`, which nothing but an explicit ask
+//! sends (see [`Event::Reanswer`]). No budget's count ever exceeds
 //! its cap: a retryable failure that reaches the cap ends PERMANENT with rule
 //! `<budget>_attempts_exhausted`.
 
@@ -62,6 +63,11 @@ pub enum Event {
     Redrive,
     /// The dependency that blocked the row was redriven.
     Unblock,
+    /// The row is asked again although it SUCCEEDED: an operator's redrive
+    /// that includes succeeded rows, or (where the ledger asks for it) a
+    /// dependency whose answer the row used answered differently. Its old
+    /// result is kept beside the new one, never overwritten.
+    Reanswer,
 }
 
 /// The attempt an event records in the history.
@@ -108,11 +114,27 @@ pub struct Context<'a> {
 pub const BLOCKED_RULE: &str = "dependency_failed";
 pub const BLOCKED_MESSAGE: &str = "a dependency is PERMANENT or BLOCKED";
 
+/// The rule a row re-run because a dependency answered differently records
+/// (`rows.rule`), and the error it shows until it is answered again.
+pub const DEPENDENCY_CHANGED_RULE: &str = "dependency_changed";
+pub const DEPENDENCY_CHANGED_MESSAGE: &str =
+    "a dependency it used answered differently; asked again";
+/// The rule a row an operator asked again records until it is answered.
+pub const REANSWER_RULE: &str = "reanswer";
+
 /// Applies one event to one row.
 pub fn step(row: RowState, event: &Event, ctx: &Context<'_>) -> Result<Transition, Refused> {
     use RowStatus::{Blocked, Pending, Permanent, Retryable, Running, Succeeded};
     let refuse = Err(Refused { status: row.status });
     match (row.status, event) {
+        (Succeeded, Event::Reanswer) => Ok(Transition {
+            status: Pending,
+            failures: PerBudget::default(),
+            total: row.total,
+            attempt: None,
+            retry_after: None,
+            rule: None,
+        }),
         (Succeeded, _) => refuse,
         (Pending | Retryable, Event::Claim) => Ok(unchanged(row, Running)),
         (Running, Event::Report(Outcome::Success)) => Ok(Transition {
@@ -182,7 +204,8 @@ pub fn step(row: RowState, event: &Event, ctx: &Context<'_>) -> Result<Transitio
         | (Running | Permanent | Blocked, Event::Claim)
         | (Running | Permanent, Event::DependencyFailed)
         | (Pending | Running | Retryable, Event::Redrive)
-        | (Pending | Running | Retryable | Permanent, Event::Unblock) => refuse,
+        | (Pending | Running | Retryable | Permanent, Event::Unblock)
+        | (Pending | Running | Retryable | Permanent | Blocked, Event::Reanswer) => refuse,
     }
 }
 
@@ -306,7 +329,15 @@ mod tests {
         let redriven = moved_by(&Event::Redrive);
         assert!(redriven.iter().all(|&(_, to)| to == Pending));
         assert_eq!(from(redriven), RowStatus::REDRIVABLE);
+        let reanswered = moved_by(&Event::Reanswer);
+        assert!(reanswered.iter().all(|&(_, to)| to == Pending));
+        assert_eq!(from(reanswered), RowStatus::REANSWERABLE);
         for s in RowStatus::ALL {
+            assert_eq!(
+                s.is_reanswerable(),
+                RowStatus::REANSWERABLE.contains(&s),
+                "{s}"
+            );
             assert_eq!(s.is_claimable(), RowStatus::CLAIMABLE.contains(&s), "{s}");
             assert_eq!(s.is_redrivable(), RowStatus::REDRIVABLE.contains(&s), "{s}");
             assert_eq!(
@@ -484,6 +515,7 @@ mod tests {
             Just(Event::DependencyFailed),
             Just(Event::Redrive),
             Just(Event::Unblock),
+            Just(Event::Reanswer),
         ]
     }
 
@@ -493,18 +525,29 @@ mod tests {
 
     proptest! {
         #[test]
-        fn no_sequence_of_events_takes_a_succeeded_row_anywhere(
+        fn only_a_reanswer_takes_a_succeeded_row_anywhere(
             events in proptest::collection::vec(any_event(), 0..40),
         ) {
+            // A re-answer keeps the attempts made (the old answer cost them)
+            // and renews the budgets, as a redrive does.
             let p = Policy::default();
             let row = RowState { status: RowStatus::Succeeded, failures: PerBudget::new(1, 0, 0), total: 2 };
             for e in &events {
-                prop_assert_eq!(step(row, e, &ctx(&p)), Err(Refused { status: RowStatus::Succeeded }));
+                let got = step(row, e, &ctx(&p));
+                if *e == Event::Reanswer {
+                    let t = got.unwrap();
+                    prop_assert_eq!(t.status, RowStatus::Pending);
+                    prop_assert_eq!(t.total, 2);
+                    prop_assert_eq!(t.failures, PerBudget::default());
+                    prop_assert!(t.attempt.is_none());
+                } else {
+                    prop_assert_eq!(got, Err(Refused { status: RowStatus::Succeeded }));
+                }
             }
         }
 
         #[test]
-        fn budgets_never_exceed_their_caps_and_success_is_absorbing(
+        fn budgets_never_exceed_their_caps_and_only_a_reanswer_leaves_success(
             provider in 1u32..6, content in 1u32..4, infra in 1u32..4,
             start in any_status(),
             events in proptest::collection::vec(any_event(), 0..80),
@@ -517,7 +560,7 @@ mod tests {
                 let before = row;
                 match step(row, e, &ctx(&p)) {
                     Ok(t) => {
-                        prop_assert!(before.status != RowStatus::Succeeded);
+                        prop_assert!(before.status != RowStatus::Succeeded || *e == Event::Reanswer);
                         attempts += u32::from(t.attempt.is_some());
                         if t.status == RowStatus::Retryable && t.attempt.is_some() {
                             prop_assert!(t.retry_after.is_some());

@@ -156,6 +156,14 @@ impl Store {
             .ok_or_else(|| cache_off(ledger))?;
         let hashes = hashes_of(lookups);
         let mut found = self.find(lookups, &hashes, team, &cache).await?;
+        // A row asked again wants a new answer, not the one it had.
+        let again = crate::reanswer::asked_again(
+            &self.pool,
+            record.id,
+            lookups.iter().map(|l| l.key.as_str()),
+        )
+        .await?;
+        found.retain(|i, _| !again.contains(lookups[*i].key.as_str()));
         let mut items = Vec::with_capacity(found.len());
         let mut costs = HashMap::new();
         let mut missed = Vec::new();
@@ -263,6 +271,14 @@ impl Store {
         let cache = record.policy.result_cache.unwrap_or_default();
         let hashes = hashes_of(lookups);
         let mut found = self.find(lookups, &hashes, team, &cache).await?;
+        // A row asked again wants a new answer, not the one it had.
+        let again = crate::reanswer::asked_again(
+            &self.pool,
+            record.id,
+            lookups.iter().map(|l| l.key.as_str()),
+        )
+        .await?;
+        found.retain(|i, _| !again.contains(lookups[*i].key.as_str()));
         let mut out = Estimate::default();
         for (i, l) in lookups.iter().enumerate() {
             match found.remove(&i) {

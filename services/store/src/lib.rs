@@ -44,7 +44,8 @@
 //!      `tally_core::capacity`).
 //! 3. LedgerService, one module per job:
 //!    - [`prompts`], [`enroll`] (with `enroll::copy`, its rows by `COPY`),
-//!      [`rows`], [`redrive`].
+//!      [`rows`], [`redrive`]; `reanswer`: SUCCEEDED rows asked again
+//!      (their old results kept) and the dependants whose inputs changed.
 //!    - `rescue`: claims whose lease ran out (its condition is also the
 //!      claim statement's).
 //!    - `forecast`: each lane's turnaround from the ledger's history, and
@@ -115,6 +116,7 @@ pub mod operations;
 pub mod pause;
 pub mod prompts;
 pub mod purge;
+mod reanswer;
 pub mod redrive;
 pub mod report;
 mod rescue;

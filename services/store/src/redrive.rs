@@ -1,22 +1,25 @@
 //! RedriveRows: an operator sends PERMANENT and BLOCKED rows back to
 //! PENDING with their budgets renewed, and the rows they blocked come back
-//! with them, unless something else still blocks them.
+//! with them, unless something else still blocks them. Asked to include
+//! succeeded rows, it asks them again too ([`crate::reanswer`]).
 
 use crate::codes::{self, BLOCKED, BLOCKED_MESSAGE, BLOCKED_RULE, PENDING};
 use crate::types::{RedriveResult, RedriveTarget};
-use crate::{Result, Store, StoreError, rows};
+use crate::{Result, Store, StoreError, reanswer, rows};
 use sqlx::types::Json;
 use sqlx::{Postgres, Transaction};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 use tally_core::status::RowStatus;
+use tally_core::transition::REANSWER_RULE;
 use tally_core::violation::Violations;
 
 const SAMPLE_KEYS: usize = 100;
 
 impl Store {
-    /// Redrives `target`. With `validate_only`, computes the same answer and
-    /// writes nothing.
+    /// Redrives `target`; with `include_succeeded`, asks its SUCCEEDED rows
+    /// again too. With `validate_only`, computes the same answer (and what
+    /// asking again would cost) and writes nothing.
     #[tracing::instrument(
         target = "tally::trace",
         level = "debug",
@@ -28,6 +31,7 @@ impl Store {
         ledger: &str,
         target: &RedriveTarget,
         validate_only: bool,
+        include_succeeded: bool,
         actor: &str,
         reason: &str,
     ) -> Result<RedriveResult> {
@@ -66,12 +70,32 @@ impl Store {
             }
         };
         let redrivable = |code: i16| RowStatus::from_code(code).is_some_and(|s| s.is_redrivable());
+        let reanswerable = |code: i16| {
+            include_succeeded && RowStatus::from_code(code).is_some_and(|s| s.is_reanswerable())
+        };
         let targets: Vec<i64> = matched
             .iter()
             .filter(|(_, _, s)| redrivable(*s))
             .map(|(id, _, _)| *id)
             .collect();
-        let skipped = (matched.len() - targets.len()) as i64;
+        let again: Vec<i64> = matched
+            .iter()
+            .filter(|(_, _, s)| reanswerable(*s))
+            .map(|(id, _, _)| *id)
+            .collect();
+        let skipped = (matched.len() - targets.len() - again.len()) as i64;
+
+        // 0. Succeeded rows asked again first, so that their dependants
+        //    redriven with them wait for their new answers.
+        let message = format!("asked again by {actor}: {reason}");
+        let why = reanswer::Why {
+            rule: REANSWER_RULE,
+            message: message.trim_end_matches(": "),
+            reason,
+            actor,
+        };
+        let reopened = reanswer::reopen(&mut tx, record.id, &again, &why).await?;
+        let at_risk = reanswer::at_risk(&mut tx, &reopened).await?;
 
         // 1. Targets and the rows they transitively blocked back to PENDING.
         static SQL: LazyLock<String> =
@@ -112,9 +136,27 @@ impl Store {
             .map(|(id, _)| *id)
             .collect();
         let mut result = RedriveResult {
-            skipped: skipped + (targets.len() as i64 - target_set.len() as i64),
+            skipped: skipped
+                + (targets.len() as i64 - target_set.len() as i64)
+                + (again.len() - reopened.len()) as i64,
+            reanswered: reopened.len() as i64,
+            dependants_at_risk: at_risk.len() as i64,
             ..RedriveResult::default()
         };
+        let priced: Vec<i64> = if record.policy.rerun_dependants {
+            reopened.iter().chain(&at_risk).copied().collect()
+        } else {
+            reopened.clone()
+        };
+        result.estimated_cost_usd =
+            reanswer::cost_again(&mut tx, record.id, &priced, &record.policy).await?;
+        let keys: HashMap<i64, &str> = matched.iter().map(|(id, k, _)| (*id, k.as_str())).collect();
+        for id in &reopened {
+            if result.sample_keys.len() < SAMPLE_KEYS {
+                result.sample_keys.push(keys[id].to_owned());
+            }
+        }
+        result.at_risk_keys = keys_of(&mut tx, &at_risk[..at_risk.len().min(SAMPLE_KEYS)]).await?;
         for (id, key) in &pending {
             if target_set.contains(id) {
                 result.redriven += 1;
@@ -133,8 +175,9 @@ impl Store {
             return Ok(result);
         }
         sqlx::query(
-            "INSERT INTO redrives (ledger_id, actor, reason, target, redriven, unblocked)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO redrives (ledger_id, actor, reason, target, redriven, unblocked,
+                                   reanswered)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(record.id)
         .bind(actor)
@@ -142,6 +185,7 @@ impl Store {
         .bind(Json(describe(target)))
         .bind(result.redriven)
         .bind(result.unblocked)
+        .bind(result.reanswered)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -150,6 +194,7 @@ impl Store {
             actor,
             redriven = result.redriven,
             unblocked = result.unblocked,
+            reanswered = result.reanswered,
             "rows redriven"
         );
         Ok(result)
@@ -196,6 +241,19 @@ async fn reblock(tx: &mut Transaction<'static, Postgres>, ids: &[i64]) -> Result
     Ok(blocked)
 }
 
+/// The keys of rows `ids`, in id order.
+async fn keys_of(tx: &mut Transaction<'static, Postgres>, ids: &[i64]) -> Result<Vec<String>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(
+        sqlx::query_scalar("SELECT key FROM rows WHERE id = ANY($1) ORDER BY id")
+            .bind(ids)
+            .fetch_all(&mut **tx)
+            .await?,
+    )
+}
+
 fn describe(target: &RedriveTarget) -> serde_json::Value {
     match target {
         RedriveTarget::Keys(keys) => serde_json::json!({ "keys": keys.len() }),
@@ -203,6 +261,7 @@ fn describe(target: &RedriveTarget) -> serde_json::Value {
             "statuses": f.statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             "rule": f.rule, "model": f.model, "prompt_name": f.prompt_name,
             "prompt_version": f.prompt_version, "job": f.job,
+            "inputs_changed": f.inputs_changed,
         }),
     }
 }

@@ -12,7 +12,7 @@
 //! Taken last, after every row lock and after the job log's lock, it cannot
 //! be part of a deadlock.
 
-use crate::{Result, event_log};
+use crate::{Result, event_log, reanswer};
 use sqlx::{Postgres, Transaction};
 use std::collections::BTreeMap;
 use tally_core::delivery;
@@ -41,10 +41,24 @@ impl Finished {
     }
 
     /// Appends the rows to their ledgers' logs: the transaction's last
-    /// statements (see the module documentation).
+    /// statements (see the module documentation). First, rows finished
+    /// at a later version than their first (answered again) have their
+    /// dependants that used another answer asked again or marked
+    /// ([`reanswer::dependants_changed`]).
     pub async fn log(self, tx: &mut Transaction<'static, Postgres>) -> Result<()> {
         if self.by_ledger.is_empty() {
             return Ok(());
+        }
+        for (ledger_id, (ids, versions)) in &self.by_ledger {
+            let again: Vec<i64> = ids
+                .iter()
+                .zip(versions)
+                .filter(|(_, v)| **v > delivery::FIRST_VERSION)
+                .map(|(id, _)| *id)
+                .collect();
+            if !again.is_empty() {
+                reanswer::dependants_changed(tx, *ledger_id, &again).await?;
+            }
         }
         let ledgers: Vec<i64> = self.by_ledger.keys().copied().collect();
         event_log::order_results(tx, &ledgers).await?;

@@ -5,7 +5,7 @@
 //! readers show it RUNNING, under the ACTIVE claim whose
 //! `row_ids` holds it and with that claim's job.
 
-use crate::codes::{self, CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT};
+use crate::codes::{self, CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT, SUCCEEDED};
 use crate::types::{
     AttemptInfo, DependencyInput, LedgerRecord, LedgerSummary, ModelUsage, RowFilter, RowRecord,
     RowsPage, Time, Usage,
@@ -210,6 +210,9 @@ pub(crate) fn push_filter(qb: &mut QueryBuilder<Postgres>, filter: &RowFilter) {
                        < (extract(epoch FROM s.drift_time) * 1000)::int8)",
         );
     }
+    if filter.inputs_changed {
+        qb.push(" AND EXISTS (SELECT 1 FROM row_deps e WHERE e.row_id = r.id AND e.changed)");
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -290,8 +293,8 @@ impl Store {
     /// The dependencies of several rows as their prompts used them, by row
     /// id, each in key order.
     async fn inputs(&self, row_ids: &[i64]) -> Result<HashMap<i64, Vec<DependencyInput>>> {
-        let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
-            "SELECT e.row_id, d.key, e.name, coalesce(encode(e.used_hash, 'hex'), '')
+        let rows: Vec<(i64, String, String, String, bool)> = sqlx::query_as(
+            "SELECT e.row_id, d.key, e.name, coalesce(encode(e.used_hash, 'hex'), ''), e.changed
              FROM row_deps e JOIN rows d ON d.id = e.dep_id
              WHERE e.row_id = ANY($1) ORDER BY e.row_id, d.key",
         )
@@ -299,11 +302,12 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         let mut out: HashMap<i64, Vec<DependencyInput>> = HashMap::new();
-        for (row_id, key, name, used_hash) in rows {
+        for (row_id, key, name, used_hash, changed) in rows {
             out.entry(row_id).or_default().push(DependencyInput {
                 key,
                 name,
                 used_hash,
+                changed,
             });
         }
         Ok(out)
@@ -530,6 +534,13 @@ impl Store {
         summary.active_jobs = sqlx::query_scalar(
             "SELECT count(*) FROM jobs WHERE ledger_id = $1 AND end_time IS NULL",
         )
+        .bind(record.id)
+        .fetch_one(&self.pool)
+        .await?;
+        summary.inputs_changed = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(DISTINCT e.row_id) FROM row_deps e JOIN rows r ON r.id = e.row_id
+             WHERE e.ledger_id = $1 AND e.changed AND r.status = {SUCCEEDED}"
+        )))
         .bind(record.id)
         .fetch_one(&self.pool)
         .await?;

@@ -296,6 +296,8 @@ pub struct RowFilter {
     /// Rows served from the result cache an answer cached before golden
     /// rows last saw its model drift.
     pub stale_cache: bool,
+    /// Rows answered from a dependency's result that has changed since.
+    pub inputs_changed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -370,6 +372,9 @@ pub struct DependencyInput {
     /// Hex SHA-256 of the result the row's latest claim was given; empty
     /// until the row was claimed.
     pub used_hash: String,
+    /// The dependency answered differently after the row used it, and the
+    /// row was not asked again.
+    pub changed: bool,
 }
 
 /// A page of [`Store::list_rows`](crate::Store::list_rows).
@@ -399,6 +404,8 @@ pub struct LedgerSummary {
     pub by_model: Vec<ModelUsage>,
     pub permanent_by_rule: Vec<(String, i64)>,
     pub active_jobs: i64,
+    /// SUCCEEDED rows answered from a dependency result changed since.
+    pub inputs_changed: i64,
     /// Moves whenever a row's content changes ([`tally_core::summary::content_etag`]).
     pub content_etag: String,
 }
@@ -413,6 +420,18 @@ pub enum RedriveTarget {
 pub struct RedriveResult {
     pub redriven: i64,
     pub unblocked: i64,
+    /// SUCCEEDED rows asked again (with `include_succeeded`).
+    pub reanswered: i64,
+    /// SUCCEEDED rows that used, directly or not, an answer of a row asked
+    /// again: re-run where the ledger re-runs dependants and the answer
+    /// changes, marked `changed` otherwise.
+    pub dependants_at_risk: i64,
+    /// Up to 100 of those.
+    pub at_risk_keys: Vec<String>,
+    /// What asking the rows again costs at the ledger's prices (each one's
+    /// last successful attempt again), with the dependants at risk where
+    /// the ledger re-runs them.
+    pub estimated_cost_usd: f64,
     pub skipped: i64,
     pub sample_keys: Vec<String>,
 }

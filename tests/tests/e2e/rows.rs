@@ -564,6 +564,7 @@ async fn dependencies_block_and_redrive_unblocks() {
             target,
             validate_only,
             reason: "input fixed".into(),
+            ..Default::default()
         };
         async move { client.redrive_rows(req).await.unwrap().into_inner() }
     };
@@ -663,6 +664,7 @@ async fn one_report_that_frees_and_blocks_a_dependant_blocks_it() {
             target: keys(&["b"]),
             validate_only: false,
             reason: "input fixed".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -383,6 +383,9 @@ class DependencyInput:
     name: str
     #: Hex SHA-256 of the result the row's latest claim was given.
     used_hash: str
+    #: The dependency answered differently after the row used it, and the
+    #: row was not asked again (ledger policy `rerun_dependants`).
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -453,7 +456,7 @@ class Row:
             history=tuple(Attempt.from_pb(a) for a in r.history),
             history_omitted=r.history_omitted,
             result_version=r.result_version,
-            inputs=tuple(DependencyInput(i.key, i.name, i.used_hash) for i in r.inputs),
+            inputs=tuple(DependencyInput(i.key, i.name, i.used_hash, i.changed) for i in r.inputs),
             name=r.name,
             payload_text=r.payload,
             result_text=r.result,
@@ -692,6 +695,9 @@ class Summary:
     pause: Pause | None
     #: The result cache's hits, misses and savings for this ledger.
     cache: CacheStats
+    #: SUCCEEDED rows answered from a dependency result that has changed
+    #: since (see ledger policy `rerun_dependants`).
+    inputs_changed: int
     #: Pass to `delete_ledger(content_etag=…)` to refuse a delete after changes.
     content_etag: str = field(repr=False)
     raw: ledger_pb2.LedgerSummary = field(repr=False, compare=False)
@@ -726,6 +732,7 @@ class Summary:
             summary_line=s.summary_line,
             pause=Pause.from_pb(s.pause, s.HasField("pause")),
             cache=CacheStats.from_pb(s.result_cache),
+            inputs_changed=s.inputs_changed,
             content_etag=s.content_etag,
             raw=s,
         )

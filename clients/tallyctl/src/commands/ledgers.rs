@@ -318,6 +318,10 @@ fn show(ctx: &Ctx, l: &pb::Ledger) {
                     }
                 ))
             ),
+            (
+                "rerun dependants",
+                if p.rerun_dependants { "on" } else { "off" }.into()
+            ),
             ("overrides", overrides),
             ("created", render::time(l.create_time.as_ref())),
             ("updated", render::time(l.update_time.as_ref())),
@@ -563,6 +567,18 @@ pub fn policy_from(a: &PolicyArgs) -> Result<(pb::LedgerPolicy, Vec<String>), Cl
             })
         };
         paths.push("policy.result_cache".to_string());
+    }
+    if let Some(on) = &a.rerun_dependants {
+        p.rerun_dependants = match on.as_str() {
+            "on" => true,
+            "off" => false,
+            other => {
+                return Err(CliError::usage(format!(
+                    "--rerun-dependants {other:?}: on or off"
+                )));
+            }
+        };
+        paths.push("policy.rerun_dependants".to_string());
     }
     if !a.turnarounds.is_empty() {
         let mut t = pb::LaneTurnarounds::default();

@@ -92,6 +92,12 @@ pub fn summary_text(s: &pb::LedgerSummary, no_headers: bool) -> String {
         ));
     }
     out.push_str(&format!("\nactive jobs     {}\n", s.active_jobs));
+    if s.inputs_changed > 0 {
+        out.push_str(&format!(
+            "inputs changed  {} succeeded row(s) used a dependency answer that changed since (rows --inputs-changed)\n",
+            s.inputs_changed
+        ));
+    }
     if let Some(c) = s.result_cache.filter(|c| c.hits + c.misses > 0) {
         out.push_str(&format!(
             "result cache    {} hits, {} misses, ${:.4} saved",
@@ -254,6 +260,7 @@ pub fn row_filter(ledger: &str, f: &RowFilterArgs) -> Result<pb::RowFilter, CliE
             .map(|j| job_in_ledger(ledger, j))
             .unwrap_or_default(),
         stale_cache: f.stale_cache,
+        inputs_changed: f.inputs_changed,
     })
 }
 
@@ -464,6 +471,7 @@ pub async fn redrive(ctx: &mut Ctx, args: RedriveArgs) -> Result<ExitCode, CliEr
             parent: parent.clone(),
             target: Some(target),
             validate_only: args.dry_run,
+            include_succeeded: args.include_succeeded,
             reason: args.reason.clone(),
         })
         .await
@@ -489,8 +497,29 @@ pub async fn redrive(ctx: &mut Ctx, args: RedriveArgs) -> Result<ExitCode, CliEr
             ""
         }
     );
+    if args.include_succeeded {
+        println!(
+            "{} {} succeeded row(s); {} succeeded dependant(s) used their answers{}; estimated cost ${:.4}",
+            if args.dry_run {
+                "would ask again"
+            } else {
+                "asked again"
+            },
+            r.reanswered,
+            r.dependants_at_risk,
+            if r.dependants_at_risk > 0 {
+                " (asked again if their inputs change and the ledger's policy says rerun_dependants, marked changed otherwise)"
+            } else {
+                ""
+            },
+            r.estimated_cost_usd,
+        );
+    }
     if !r.sample_keys.is_empty() {
         println!("keys: {}", r.sample_keys.join(", "));
+    }
+    if !r.at_risk_keys.is_empty() {
+        println!("dependants at risk: {}", r.at_risk_keys.join(", "));
     }
     Ok(ExitCode::Ok)
 }

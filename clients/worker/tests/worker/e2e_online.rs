@@ -670,6 +670,165 @@ async fn each_page_is_asked_with_the_answer_of_the_page_before() {
     }
 }
 
+/// Pages `p0`…`p{n-1}` of ledger `pages`, each depending on the one before
+/// and naming it `previous` in its prompt.
+fn chained_pages(n: usize) -> Vec<pb::RowInput> {
+    (0..n)
+        .map(|i| pb::RowInput {
+            key: format!("p{i}"),
+            payload: serde_json::json!({ "page": i }).to_string(),
+            prompt: Some(pb::PromptRef {
+                name: "page".into(),
+                version: "v1".into(),
+            }),
+            depends_on: (i > 0).then(|| format!("p{}", i - 1)).into_iter().collect(),
+            dependency_names: (i > 0)
+                .then(|| (format!("p{}", i - 1), "previous".to_string()))
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Four chained pages answered by flex, page 0's first answer resampled
+/// (the model answers it differently the next time), then page 0 asked
+/// again by an operator and the worker run again; with `rerun` the ledger
+/// re-runs dependants. Answers how many times the model was asked each
+/// page, the dry run's answer, and the rows.
+async fn ask_page_zero_again(rerun: bool) -> (Vec<usize>, pb::RedriveRowsResponse, Vec<pb::Row>) {
+    let faults: FaultPlan = serde_json::from_value(serde_json::json!({
+        "rows": [{"match": {"custom_id_regex": "^Page 0\\."}, "fault": {"kind": "resampled"}, "times": 1}]
+    }))
+    .unwrap();
+    let w = Online::start(
+        "pages",
+        &[pb::Lane::Flex],
+        0,
+        faults,
+        Duration::from_millis(5),
+    )
+    .await;
+    register_page_prompt(&w.c).await;
+    w.c.ledgers
+        .clone()
+        .update_ledger(pb::UpdateLedgerRequest {
+            ledger: Some(pb::Ledger {
+                name: "ledgers/pages".into(),
+                policy: Some(pb::LedgerPolicy {
+                    rerun_dependants: rerun,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["policy.rerun_dependants".into()],
+            }),
+        })
+        .await
+        .expect("update ledger");
+    w.enroll("pages", chained_pages(4)).await;
+    exits_ok(
+        w.worker("pages", "w1", "flex", &["--exit-when-idle"]),
+        "first run",
+    )
+    .await;
+    let redrive = |validate_only| {
+        let mut l = w.c.ledgers.clone();
+        async move {
+            l.redrive_rows(pb::RedriveRowsRequest {
+                parent: "ledgers/pages".into(),
+                target: Some(pb::redrive_rows_request::Target::Keys(pb::RowKeys {
+                    keys: vec!["p0".into()],
+                })),
+                validate_only,
+                include_succeeded: true,
+                reason: "answer again".into(),
+            })
+            .await
+            .expect("redrive")
+            .into_inner()
+        }
+    };
+    let dry = redrive(true).await;
+    let done = redrive(false).await;
+    assert_eq!(done.reanswered, 1);
+    exits_ok(
+        w.worker("pages", "w2", "flex", &["--exit-when-idle"]),
+        "second run",
+    )
+    .await;
+    let prompts = w.emulator.stats().online.by_prompt;
+    let asked = (0..4)
+        .map(|i| {
+            prompts
+                .iter()
+                .filter(|(p, _)| p.starts_with(&format!("Page {i}.")))
+                .map(|(_, answers)| answers.len())
+                .sum()
+        })
+        .collect();
+    let mut rows = all_rows(&w.c, "pages").await;
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    (asked, dry, rows)
+}
+
+// Invariant (issue 49): when an operator asks page 0 again and it answers
+// differently, a ledger that re-runs dependants asks each later page again
+// exactly once while the answer it used changed (page 1 used page 0's,
+// page 2 page 1's; page 2's new answer is the same as its old, so page 3
+// is not asked), each with the new answer of the page before; a ledger
+// that does not only marks page 1's input changed. The dry run names the
+// dependants at risk and prices the re-run; every row ends SUCCEEDED.
+#[tokio::test]
+async fn a_changed_answer_re_runs_the_pages_that_used_it_once_and_only_when_asked() {
+    let ((asked, dry, rows), (kept_asked, kept_dry, kept)) =
+        tokio::join!(ask_page_zero_again(true), ask_page_zero_again(false));
+    assert_eq!(asked, [2, 2, 2, 1], "asks per page, rerun_dependants on");
+    assert_eq!(
+        kept_asked,
+        [2, 1, 1, 1],
+        "asks per page, rerun_dependants off"
+    );
+    for dry in [&dry, &kept_dry] {
+        assert_eq!((dry.reanswered, dry.dependants_at_risk), (1, 3), "{dry:?}");
+        assert_eq!(dry.at_risk_keys, ["p1", "p2", "p3"]);
+        assert!(dry.estimated_cost_usd > 0.0, "priced: {dry:?}");
+    }
+    assert!(
+        dry.estimated_cost_usd > kept_dry.estimated_cost_usd,
+        "re-running dependants is priced in: {dry:?} vs {kept_dry:?}"
+    );
+    for r in rows.iter().chain(&kept) {
+        assert_eq!(
+            r.status(),
+            pb::RowStatus::Succeeded,
+            "{}: {}",
+            r.key,
+            r.last_error
+        );
+    }
+    let summary = |r: &pb::Row| -> String {
+        let v: serde_json::Value = serde_json::from_str(&r.result).unwrap();
+        v["summary"].as_str().unwrap().to_owned()
+    };
+    assert!(
+        !summary(&rows[0]).starts_with("resampled"),
+        "page 0 answered anew"
+    );
+    assert!(
+        summary(&rows[1]).contains(&summary(&rows[0])),
+        "page 1 was asked with page 0's new answer"
+    );
+    assert_eq!(
+        rows[1].inputs[0].used_hash,
+        tally_core::payload::vars_hash(&rows[0].result)
+    );
+    assert!(rows.iter().all(|r| r.inputs.iter().all(|i| !i.changed)));
+    assert!(kept[1].inputs[0].changed, "page 1 used page 0's old answer");
+    assert!(!kept[2].inputs[0].changed);
+}
+
 // Invariant (issue 51): synchronous 429s that name no delay are waited out
 // as a batch create's are (--refusal-cooldown, doubling in a row) and
 // never for ever: the seventh wait in a row pauses the ledger (QUOTA) with

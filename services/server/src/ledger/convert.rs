@@ -173,6 +173,7 @@ pub fn policy_to_proto(p: &Policy) -> pb::LedgerPolicy {
             scope: i32::from(c.scope.code()),
         }),
         spend_cap: p.spend_cap.as_ref().map(spend_cap_to_proto),
+        rerun_dependants: p.rerun_dependants,
         batch_fill: Some(pb::BatchFill {
             max_wait: Some(duration_to_proto(p.batch_fill.max_wait)),
             quiet: Some(duration_to_proto(p.batch_fill.quiet)),
@@ -374,7 +375,7 @@ pub fn ledger_to_proto(l: &st::LedgerRecord) -> pb::Ledger {
 }
 
 /// Every updatable policy path (the `update_mask` vocabulary).
-pub const POLICY_PATHS: [&str; 25] = [
+pub const POLICY_PATHS: [&str; 26] = [
     "policy.model",
     "policy.budgets",
     "policy.budgets.provider",
@@ -400,6 +401,7 @@ pub const POLICY_PATHS: [&str; 25] = [
     "policy.deadline",
     "policy.turnarounds",
     "policy.result_cache",
+    "policy.rerun_dependants",
 ];
 
 /// Copies `path` from `src` into `dst`. With `skip_zero` (create), zero and
@@ -529,6 +531,11 @@ fn apply_path(
                 Some("max_wait") => dst.batch_fill.max_wait = given.max_wait,
                 Some("quiet") => dst.batch_fill.quiet = given.quiet,
                 _ => dst.batch_fill.min_rows = given.min_rows,
+            }
+        }
+        "policy.rerun_dependants" => {
+            if !skip_zero || src.rerun_dependants {
+                dst.rerun_dependants = src.rerun_dependants;
             }
         }
         "policy.result_cache" => {
@@ -926,6 +933,7 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
                 key: d.key.clone(),
                 name: d.name.clone(),
                 used_hash: d.used_hash.clone(),
+                changed: d.changed,
             })
             .collect(),
     }

@@ -541,6 +541,7 @@ impl LedgerService for Ledgers {
                 saved_usd: cache.saved_usd,
                 stale: cache.stale,
             }),
+            inputs_changed: s.inputs_changed,
         }))
     }
 
@@ -554,7 +555,14 @@ impl LedgerService for Ledgers {
         let req = req.into_inner();
         let r = self
             .store
-            .redrive(&ledger, &target, req.validate_only, &actor, &req.reason)
+            .redrive(
+                &ledger,
+                &target,
+                req.validate_only,
+                req.include_succeeded,
+                &actor,
+                &req.reason,
+            )
             .await
             .map_err(from_store)?;
         Ok(Response::new(pb::RedriveRowsResponse {
@@ -562,6 +570,10 @@ impl LedgerService for Ledgers {
             unblocked: r.unblocked,
             skipped: r.skipped,
             sample_keys: r.sample_keys,
+            reanswered: r.reanswered,
+            dependants_at_risk: r.dependants_at_risk,
+            estimated_cost_usd: r.estimated_cost_usd,
+            at_risk_keys: r.at_risk_keys,
         }))
     }
 

@@ -481,6 +481,7 @@ pub fn row_filter(field: &str, f: Option<&pb::RowFilter>) -> Result<RowFilter, S
         job,
         in_job,
         stale_cache: f.stale_cache,
+        inputs_changed: f.inputs_changed,
     })
 }
 
@@ -497,6 +498,11 @@ pub fn filter_fingerprint(f: &RowFilter, extra: &str) -> String {
         f.job.as_deref().unwrap_or(""),
         f.in_job.as_deref().unwrap_or(""),
         if f.stale_cache { "stale_cache" } else { "" },
+        if f.inputs_changed {
+            "inputs_changed"
+        } else {
+            ""
+        },
         extra,
     ])
 }

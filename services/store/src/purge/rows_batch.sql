@@ -1,4 +1,5 @@
--- One batch of a ledger's rows, with their attempts and dependency edges.
+-- One batch of a ledger's rows, with their attempts, dependency edges and
+-- superseded results.
 -- $1 ledger id, $2 the purge cursor (last key deleted; '' to start over),
 -- $3 rows at most. Answers (rows deleted, last key deleted, attempts
 -- deleted). Rows go in key order through the (ledger_id, key) index from
@@ -11,6 +12,8 @@ WITH batch AS (
     ORDER BY key LIMIT $3
 ), edges AS (
     DELETE FROM row_deps d USING batch b WHERE d.dep_id = b.id
+), superseded AS (
+    DELETE FROM superseded_results s USING batch b WHERE s.row_id = b.id
 ), tried AS (
     DELETE FROM attempts a USING batch b
     WHERE a.ledger_id = $1 AND a.row_id = b.id

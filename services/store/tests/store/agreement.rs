@@ -30,8 +30,8 @@ use tally_core::status::{PerBudget, RowStatus};
 use tally_core::transition::{self, Context, Event, Outcome, Refused, RowState, Transition};
 use tally_store::Store;
 use tally_store::types::{
-    FinishRequest, RedriveResult, RedriveTarget, ReportItem, Rescued, RowRecord, Time, Usage,
-    Verdict,
+    FinishRequest, RedriveResult, RedriveTarget, ReportItem, Rescued, RowFilter, RowRecord, Time,
+    Usage, Verdict,
 };
 use uuid::Uuid;
 
@@ -71,12 +71,13 @@ fn events() -> Vec<Event> {
         Event::DependencyFailed,
         Event::Redrive,
         Event::Unblock,
+        Event::Reanswer,
     ]
 }
 
 /// How many variants `Event` has: [`label`] matches each of them, so a new
 /// one stops this file compiling until the table covers it.
-const EVENT_VARIANTS: usize = 9;
+const EVENT_VARIANTS: usize = 10;
 
 /// An event's name (the tail of its pair's ledger id).
 fn label(event: &Event) -> String {
@@ -92,6 +93,7 @@ fn label(event: &Event) -> String {
         Event::DependencyFailed => "dependency-failed".into(),
         Event::Redrive => "redrive".into(),
         Event::Unblock => "unblock".into(),
+        Event::Reanswer => "reanswer".into(),
     }
 }
 
@@ -209,6 +211,8 @@ const DEPENDENCIES_SUCCEEDED: &str = "a dependant fails only when a dependency s
      changes: reporting the dependency again is DUPLICATE";
 const NOT_REDRIVABLE: &str = "redrive skips rows neither PERMANENT nor BLOCKED (a held row is \
      stored PENDING or RETRYABLE): it is skipped";
+const NOT_REANSWERABLE: &str = "a redrive that includes succeeded rows asks again only \
+     SUCCEEDED ones: a filter on SUCCEEDED passes this row over";
 const NOTHING_BLOCKS_IT: &str = "a row is unblocked by a redrive of a failed dependency, and \
      only a BLOCKED row has one: this row's dependencies SUCCEEDED, the redrive skips them";
 
@@ -244,6 +248,10 @@ fn plan(status: RowStatus, event: &Event) -> (Reach, Expect) {
         Event::Unblock => match status {
             Blocked => Moves,
             Pending | Running | Retryable | Succeeded | Permanent => Refused(NOTHING_BLOCKS_IT),
+        },
+        Event::Reanswer => match status {
+            Succeeded => Moves,
+            Pending | Running | Retryable | Permanent | Blocked => Refused(NOT_REANSWERABLE),
         },
     };
     (Reach::of(status, event), expect)
@@ -340,7 +348,7 @@ async fn report(store: &Store, ledger: &str, token: Uuid, key: &str, outcome: &O
 async fn redrive(store: &Store, ledger: &str, keys: &[&str]) -> RedriveResult {
     let target = RedriveTarget::Keys(keys.iter().map(|k| k.to_string()).collect());
     store
-        .redrive(ledger, &target, false, "op", "agreement")
+        .redrive(ledger, &target, false, false, "op", "agreement")
         .await
         .unwrap()
 }
@@ -467,6 +475,19 @@ async fn apply(store: &Store, case: &Case, event: &Event) -> Option<bool> {
         Event::Unblock => {
             let done = redrive(store, ledger, &["d", "e"]).await;
             Some(done.unblocked == 1)
+        }
+        Event::Reanswer => {
+            // Every SUCCEEDED row of the ledger, `r`'s dependencies too when
+            // they are (the guard keeps them while `r` is queued or held).
+            let target = RedriveTarget::Filter(RowFilter {
+                statuses: vec![RowStatus::Succeeded],
+                ..RowFilter::default()
+            });
+            let done = store
+                .redrive(ledger, &target, false, true, "op", "agreement")
+                .await
+                .unwrap();
+            Some(done.sample_keys.iter().any(|k| k == "r"))
         }
     }
 }
@@ -622,7 +643,7 @@ async fn every_status_and_event_moves_a_stored_row_as_core_says() {
         }
     }
     assert_eq!(visited.len(), RowStatus::ALL.len() * events.len());
-    assert_eq!(visited.len(), 6 * 12, "every (status, event) pair, once");
+    assert_eq!(visited.len(), 6 * 13, "every (status, event) pair, once");
     assert!(
         problems.is_empty(),
         "the store and core disagree:\n{}",

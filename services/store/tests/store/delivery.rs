@@ -194,6 +194,7 @@ async fn every_final_result_is_logged_once_at_its_version() {
         "l",
         &RedriveTarget::Keys(permanent.clone()),
         false,
+        false,
         "op",
         "",
     )
@@ -411,7 +412,14 @@ async fn a_redrive_delivers_the_changed_results_again_and_nothing_else() {
     assert_eq!(first.len(), 300);
     let failing_list: Vec<String> = failing.iter().cloned().collect();
     let r = s
-        .redrive("l", &RedriveTarget::Keys(failing_list), false, "op", "")
+        .redrive(
+            "l",
+            &RedriveTarget::Keys(failing_list),
+            false,
+            false,
+            "op",
+            "",
+        )
         .await
         .unwrap();
     assert_eq!(r.redriven, 100);
@@ -437,6 +445,7 @@ async fn a_superseded_result_is_passed_over_for_its_new_version() {
     s.redrive(
         "l",
         &RedriveTarget::Keys(vec!["k00000".into()]),
+        false,
         false,
         "op",
         "",

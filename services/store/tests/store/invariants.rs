@@ -91,7 +91,14 @@ async fn a_succeeded_row_never_changes() {
     );
     let redrive = env
         .store
-        .redrive("l", &RedriveTarget::Keys(vec!["a".into()]), false, "op", "")
+        .redrive(
+            "l",
+            &RedriveTarget::Keys(vec!["a".into()]),
+            false,
+            false,
+            "op",
+            "",
+        )
         .await
         .unwrap();
     assert_eq!((redrive.redriven, redrive.skipped), (0, 1));
@@ -373,7 +380,14 @@ async fn dependencies_gate_claims_block_on_failure_and_unblock_on_redrive() {
 
     let dry = env
         .store
-        .redrive("l", &RedriveTarget::Keys(vec!["p4".into()]), true, "op", "")
+        .redrive(
+            "l",
+            &RedriveTarget::Keys(vec!["p4".into()]),
+            true,
+            false,
+            "op",
+            "",
+        )
         .await
         .unwrap();
     assert_eq!((dry.redriven, dry.unblocked), (1, 2));
@@ -388,6 +402,7 @@ async fn dependencies_gate_claims_block_on_failure_and_unblock_on_redrive() {
         .redrive(
             "l",
             &RedriveTarget::Keys(vec!["p4".into()]),
+            false,
             false,
             "op",
             "fixed input",
@@ -435,7 +450,14 @@ async fn a_row_blocked_twice_needs_both_blockers_redriven() {
     assert_eq!(status(&env, "l", "child").await, RowStatus::Blocked);
     let one = env
         .store
-        .redrive("l", &RedriveTarget::Keys(vec!["a".into()]), false, "op", "")
+        .redrive(
+            "l",
+            &RedriveTarget::Keys(vec!["a".into()]),
+            false,
+            false,
+            "op",
+            "",
+        )
         .await
         .unwrap();
     assert_eq!((one.redriven, one.unblocked), (1, 0));
@@ -446,7 +468,7 @@ async fn a_row_blocked_twice_needs_both_blockers_redriven() {
     };
     let both = env
         .store
-        .redrive("l", &RedriveTarget::Filter(filter), false, "op", "")
+        .redrive("l", &RedriveTarget::Filter(filter), false, false, "op", "")
         .await
         .unwrap();
     assert_eq!((both.redriven, both.unblocked), (1, 1));

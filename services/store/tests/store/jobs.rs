@@ -1353,7 +1353,14 @@ async fn a_threshold_crossing_queues_exactly_one_alert() {
 
     // Below, re-armed; above again, a new crossing.
     env.store
-        .redrive("l", &RedriveTarget::Keys(vec!["a".into()]), false, "op", "")
+        .redrive(
+            "l",
+            &RedriveTarget::Keys(vec!["a".into()]),
+            false,
+            false,
+            "op",
+            "",
+        )
         .await
         .unwrap();
     assert!(race(&env.store, ledger).await.is_empty());

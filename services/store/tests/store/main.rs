@@ -22,6 +22,7 @@ mod operations;
 mod pause;
 mod providers;
 mod purge;
+mod reanswer;
 mod report_paths;
 mod routing;
 mod spend;

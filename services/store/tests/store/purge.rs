@@ -171,6 +171,7 @@ async fn populate(store: &Store, ledger: &str, rows: usize) -> i64 {
             ledger,
             &RedriveTarget::Keys(vec![keys[1].clone()]),
             false,
+            false,
             "op",
             "test",
         )
@@ -641,6 +642,7 @@ async fn a_delete_after_an_export_is_refused_when_the_ledger_changed() {
     s.redrive(
         "arch",
         &RedriveTarget::Keys(vec![g.rows[0].key.clone()]),
+        false,
         false,
         "op",
         "retry",

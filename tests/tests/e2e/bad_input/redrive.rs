@@ -34,6 +34,7 @@ async fn redrive_rows() {
         target: by_keys(&["failed"]),
         validate_only: false,
         reason: "fixed".into(),
+        ..Default::default()
     };
     let redrive = |req: pb::RedriveRowsRequest| {
         let mut client = env.client();

@@ -385,6 +385,7 @@ fn requests(t: &Team) -> Vec<(&'static str, bool, Vec<u8>)> {
                 })),
                 validate_only: false,
                 reason: "test".into(),
+                ..Default::default()
             }),
         ),
         (

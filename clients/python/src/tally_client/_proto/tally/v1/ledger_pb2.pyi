@@ -228,7 +228,7 @@ class LedgerPurge(_message.Message):
     def __init__(self, rows_total: _Optional[int] = ..., rows_purged: _Optional[int] = ..., forced: _Optional[bool] = ..., claims_expired: _Optional[int] = ..., jobs_abandoned: _Optional[int] = ...) -> None: ...
 
 class LedgerPolicy(_message.Message):
-    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill", "lanes", "deadline", "turnarounds", "result_cache")
+    __slots__ = ("model", "budgets", "lease", "backoff", "overrides", "review_threshold", "alert_url", "max_active_jobs", "prices", "spend_cap", "batch_fill", "lanes", "deadline", "turnarounds", "result_cache", "rerun_dependants")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BUDGETS_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -244,6 +244,7 @@ class LedgerPolicy(_message.Message):
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     TURNAROUNDS_FIELD_NUMBER: _ClassVar[int]
     RESULT_CACHE_FIELD_NUMBER: _ClassVar[int]
+    RERUN_DEPENDANTS_FIELD_NUMBER: _ClassVar[int]
     model: str
     budgets: AttemptBudgets
     lease: _duration_pb2.Duration
@@ -259,7 +260,8 @@ class LedgerPolicy(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     turnarounds: LaneTurnarounds
     result_cache: ResultCachePolicy
-    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[Lane, str]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ..., result_cache: _Optional[_Union[ResultCachePolicy, _Mapping]] = ...) -> None: ...
+    rerun_dependants: bool
+    def __init__(self, model: _Optional[str] = ..., budgets: _Optional[_Union[AttemptBudgets, _Mapping]] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., backoff: _Optional[_Union[Backoff, _Mapping]] = ..., overrides: _Optional[_Iterable[_Union[ClassifierOverride, _Mapping]]] = ..., review_threshold: _Optional[int] = ..., alert_url: _Optional[str] = ..., max_active_jobs: _Optional[int] = ..., prices: _Optional[_Iterable[_Union[ModelPrice, _Mapping]]] = ..., spend_cap: _Optional[_Union[SpendCap, _Mapping]] = ..., batch_fill: _Optional[_Union[BatchFill, _Mapping]] = ..., lanes: _Optional[_Iterable[_Union[Lane, str]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., turnarounds: _Optional[_Union[LaneTurnarounds, _Mapping]] = ..., result_cache: _Optional[_Union[ResultCachePolicy, _Mapping]] = ..., rerun_dependants: _Optional[bool] = ...) -> None: ...
 
 class ResultCachePolicy(_message.Message):
     __slots__ = ("max_age", "scope")
@@ -803,14 +805,16 @@ class Row(_message.Message):
     def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ..., history_omitted: _Optional[int] = ..., response: _Optional[str] = ..., result_version: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[DependencyInput, _Mapping]]] = ...) -> None: ...
 
 class DependencyInput(_message.Message):
-    __slots__ = ("key", "name", "used_hash")
+    __slots__ = ("key", "name", "used_hash", "changed")
     KEY_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     USED_HASH_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
     key: str
     name: str
     used_hash: str
-    def __init__(self, key: _Optional[str] = ..., name: _Optional[str] = ..., used_hash: _Optional[str] = ...) -> None: ...
+    changed: bool
+    def __init__(self, key: _Optional[str] = ..., name: _Optional[str] = ..., used_hash: _Optional[str] = ..., changed: _Optional[bool] = ...) -> None: ...
 
 class GetRowRequest(_message.Message):
     __slots__ = ("name",)
@@ -819,7 +823,7 @@ class GetRowRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class RowFilter(_message.Message):
-    __slots__ = ("statuses", "rule", "model", "prompt_name", "prompt_version", "job", "in_job", "stale_cache")
+    __slots__ = ("statuses", "rule", "model", "prompt_name", "prompt_version", "job", "in_job", "stale_cache", "inputs_changed")
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -828,6 +832,7 @@ class RowFilter(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     IN_JOB_FIELD_NUMBER: _ClassVar[int]
     STALE_CACHE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     statuses: _containers.RepeatedScalarFieldContainer[_common_pb2.RowStatus]
     rule: str
     model: str
@@ -836,7 +841,8 @@ class RowFilter(_message.Message):
     job: str
     in_job: str
     stale_cache: bool
-    def __init__(self, statuses: _Optional[_Iterable[_Union[_common_pb2.RowStatus, str]]] = ..., rule: _Optional[str] = ..., model: _Optional[str] = ..., prompt_name: _Optional[str] = ..., prompt_version: _Optional[str] = ..., job: _Optional[str] = ..., in_job: _Optional[str] = ..., stale_cache: _Optional[bool] = ...) -> None: ...
+    inputs_changed: bool
+    def __init__(self, statuses: _Optional[_Iterable[_Union[_common_pb2.RowStatus, str]]] = ..., rule: _Optional[str] = ..., model: _Optional[str] = ..., prompt_name: _Optional[str] = ..., prompt_version: _Optional[str] = ..., job: _Optional[str] = ..., in_job: _Optional[str] = ..., stale_cache: _Optional[bool] = ..., inputs_changed: _Optional[bool] = ...) -> None: ...
 
 class ListRowsRequest(_message.Message):
     __slots__ = ("parent", "filter", "page_size", "page_token", "view")
@@ -869,7 +875,7 @@ class SummarizeLedgerRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., forecast: _Optional[bool] = ...) -> None: ...
 
 class LedgerSummary(_message.Message):
-    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag", "cost_by_lane", "forecast", "result_cache")
+    __slots__ = ("ledger", "total", "pending", "running", "retryable", "succeeded", "permanent", "blocked", "attempts_provider", "attempts_content", "attempts_infra", "attempts_total", "usage", "estimated_cost_usd", "unpriced_models", "permanent_by_rule", "active_jobs", "summary_line", "state", "pause", "spend", "content_etag", "cost_by_lane", "forecast", "result_cache", "inputs_changed")
     class PermanentByRuleEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -902,6 +908,7 @@ class LedgerSummary(_message.Message):
     COST_BY_LANE_FIELD_NUMBER: _ClassVar[int]
     FORECAST_FIELD_NUMBER: _ClassVar[int]
     RESULT_CACHE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_CHANGED_FIELD_NUMBER: _ClassVar[int]
     ledger: str
     total: int
     pending: int
@@ -927,7 +934,8 @@ class LedgerSummary(_message.Message):
     cost_by_lane: _containers.RepeatedCompositeFieldContainer[LaneCost]
     forecast: LedgerForecast
     result_cache: ResultCacheStats
-    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ..., forecast: _Optional[_Union[LedgerForecast, _Mapping]] = ..., result_cache: _Optional[_Union[ResultCacheStats, _Mapping]] = ...) -> None: ...
+    inputs_changed: int
+    def __init__(self, ledger: _Optional[str] = ..., total: _Optional[int] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., retryable: _Optional[int] = ..., succeeded: _Optional[int] = ..., permanent: _Optional[int] = ..., blocked: _Optional[int] = ..., attempts_provider: _Optional[int] = ..., attempts_content: _Optional[int] = ..., attempts_infra: _Optional[int] = ..., attempts_total: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., estimated_cost_usd: _Optional[float] = ..., unpriced_models: _Optional[_Iterable[str]] = ..., permanent_by_rule: _Optional[_Mapping[str, int]] = ..., active_jobs: _Optional[int] = ..., summary_line: _Optional[str] = ..., state: _Optional[_Union[LedgerState, str]] = ..., pause: _Optional[_Union[LedgerPause, _Mapping]] = ..., spend: _Optional[_Union[LedgerSpend, _Mapping]] = ..., content_etag: _Optional[str] = ..., cost_by_lane: _Optional[_Iterable[_Union[LaneCost, _Mapping]]] = ..., forecast: _Optional[_Union[LedgerForecast, _Mapping]] = ..., result_cache: _Optional[_Union[ResultCacheStats, _Mapping]] = ..., inputs_changed: _Optional[int] = ...) -> None: ...
 
 class ResultCacheStats(_message.Message):
     __slots__ = ("hits", "misses", "saved_usd", "stale")
@@ -996,30 +1004,40 @@ class RowKeys(_message.Message):
     def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RedriveRowsRequest(_message.Message):
-    __slots__ = ("parent", "keys", "filter", "validate_only", "reason")
+    __slots__ = ("parent", "keys", "filter", "validate_only", "reason", "include_succeeded")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
     parent: str
     keys: RowKeys
     filter: RowFilter
     validate_only: bool
     reason: str
-    def __init__(self, parent: _Optional[str] = ..., keys: _Optional[_Union[RowKeys, _Mapping]] = ..., filter: _Optional[_Union[RowFilter, _Mapping]] = ..., validate_only: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    include_succeeded: bool
+    def __init__(self, parent: _Optional[str] = ..., keys: _Optional[_Union[RowKeys, _Mapping]] = ..., filter: _Optional[_Union[RowFilter, _Mapping]] = ..., validate_only: _Optional[bool] = ..., reason: _Optional[str] = ..., include_succeeded: _Optional[bool] = ...) -> None: ...
 
 class RedriveRowsResponse(_message.Message):
-    __slots__ = ("redriven", "unblocked", "skipped", "sample_keys")
+    __slots__ = ("redriven", "unblocked", "skipped", "sample_keys", "reanswered", "dependants_at_risk", "estimated_cost_usd", "at_risk_keys")
     REDRIVEN_FIELD_NUMBER: _ClassVar[int]
     UNBLOCKED_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_KEYS_FIELD_NUMBER: _ClassVar[int]
+    REANSWERED_FIELD_NUMBER: _ClassVar[int]
+    DEPENDANTS_AT_RISK_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    AT_RISK_KEYS_FIELD_NUMBER: _ClassVar[int]
     redriven: int
     unblocked: int
     skipped: int
     sample_keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, redriven: _Optional[int] = ..., unblocked: _Optional[int] = ..., skipped: _Optional[int] = ..., sample_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    reanswered: int
+    dependants_at_risk: int
+    estimated_cost_usd: float
+    at_risk_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, redriven: _Optional[int] = ..., unblocked: _Optional[int] = ..., skipped: _Optional[int] = ..., sample_keys: _Optional[_Iterable[str]] = ..., reanswered: _Optional[int] = ..., dependants_at_risk: _Optional[int] = ..., estimated_cost_usd: _Optional[float] = ..., at_risk_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Prompt(_message.Message):
     __slots__ = ("name", "prompt_id", "version", "template", "response_schema", "system_instruction", "sha256", "create_time", "media")

@@ -258,7 +258,8 @@ class LedgerServiceServicer:
 
     def RedriveRows(self, request, context):
         """Operator: PERMANENT and BLOCKED rows back to PENDING with renewed
-        budgets; their dependants are unblocked.
+        budgets; their dependants are unblocked. With `include_succeeded`,
+        SUCCEEDED rows are asked again too (their results kept as superseded).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
