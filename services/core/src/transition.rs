@@ -127,7 +127,8 @@ pub fn step(row: RowState, event: &Event, ctx: &Context<'_>) -> Result<Transitio
     use RowStatus::{Blocked, Pending, Permanent, Retryable, Running, Succeeded};
     let refuse = Err(Refused { status: row.status });
     match (row.status, event) {
-        (Succeeded, Event::Reanswer) => Ok(Transition {
+        // Asked again: fresh budgets, the attempts made kept.
+        (Permanent | Blocked, Event::Redrive) | (Succeeded, Event::Reanswer) => Ok(Transition {
             status: Pending,
             failures: PerBudget::default(),
             total: row.total,
@@ -184,14 +185,6 @@ pub fn step(row: RowState, event: &Event, ctx: &Context<'_>) -> Result<Transitio
             Ok(settle(row, classify(&missing, ctx.overrides), None, ctx))
         }
         (Pending | Retryable | Blocked, Event::DependencyFailed) => Ok(unchanged(row, Blocked)),
-        (Permanent | Blocked, Event::Redrive) => Ok(Transition {
-            status: Pending,
-            failures: PerBudget::default(),
-            total: row.total,
-            attempt: None,
-            retry_after: None,
-            rule: None,
-        }),
         (Blocked, Event::Unblock) => Ok(unchanged(row, Pending)),
         (
             Pending | Retryable | Permanent | Blocked,

@@ -111,10 +111,13 @@ impl Store {
         Ok(self.ledger(ledger).await?.policy.result_cache.is_some())
     }
 
-    /// Answers found for `lookups` (by position; `hashes` theirs) under
-    /// `cache`'s scope and age, for `team`.
+    /// Answers found for `lookups` of rows of ledger `ledger_id` (by
+    /// position; `hashes` theirs) under `cache`'s scope and age, for
+    /// `team`. None for a row being asked again: it wants a new answer,
+    /// not the one it had.
     async fn find(
         &self,
+        ledger_id: i64,
         lookups: &[Lookup],
         hashes: &[Vec<u8>],
         team: &str,
@@ -131,9 +134,16 @@ impl Store {
             .bind(crate::report::millis(cache.max_age))
             .fetch_all(&self.pool)
             .await?;
+        let again = crate::reanswer::asked_again(
+            &self.pool,
+            ledger_id,
+            lookups.iter().map(|l| l.key.as_str()),
+        )
+        .await?;
         Ok(found
             .into_iter()
             .map(|f| ((f.n - 1).max(0) as usize, f))
+            .filter(|(i, _)| !again.contains(lookups[*i].key.as_str()))
             .collect())
     }
 
@@ -155,15 +165,7 @@ impl Store {
             .result_cache
             .ok_or_else(|| cache_off(ledger))?;
         let hashes = hashes_of(lookups);
-        let mut found = self.find(lookups, &hashes, team, &cache).await?;
-        // A row asked again wants a new answer, not the one it had.
-        let again = crate::reanswer::asked_again(
-            &self.pool,
-            record.id,
-            lookups.iter().map(|l| l.key.as_str()),
-        )
-        .await?;
-        found.retain(|i, _| !again.contains(lookups[*i].key.as_str()));
+        let mut found = self.find(record.id, lookups, &hashes, team, &cache).await?;
         let mut items = Vec::with_capacity(found.len());
         let mut costs = HashMap::new();
         let mut missed = Vec::new();
@@ -270,15 +272,7 @@ impl Store {
         let record = self.ledger(ledger).await?;
         let cache = record.policy.result_cache.unwrap_or_default();
         let hashes = hashes_of(lookups);
-        let mut found = self.find(lookups, &hashes, team, &cache).await?;
-        // A row asked again wants a new answer, not the one it had.
-        let again = crate::reanswer::asked_again(
-            &self.pool,
-            record.id,
-            lookups.iter().map(|l| l.key.as_str()),
-        )
-        .await?;
-        found.retain(|i, _| !again.contains(lookups[*i].key.as_str()));
+        let mut found = self.find(record.id, lookups, &hashes, team, &cache).await?;
         let mut out = Estimate::default();
         for (i, l) in lookups.iter().enumerate() {
             match found.remove(&i) {

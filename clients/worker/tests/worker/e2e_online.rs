@@ -599,23 +599,7 @@ async fn each_page_is_asked_with_the_answer_of_the_page_before() {
     .await;
     register_page_prompt(&w.c).await;
     let pages = 4;
-    let rows: Vec<pb::RowInput> = (0..pages)
-        .map(|i| pb::RowInput {
-            key: format!("p{i}"),
-            payload: serde_json::json!({ "page": i }).to_string(),
-            prompt: Some(pb::PromptRef {
-                name: "page".into(),
-                version: "v1".into(),
-            }),
-            depends_on: (i > 0).then(|| format!("p{}", i - 1)).into_iter().collect(),
-            dependency_names: (i > 0)
-                .then(|| (format!("p{}", i - 1), "previous".to_string()))
-                .into_iter()
-                .collect(),
-            ..Default::default()
-        })
-        .collect();
-    w.enroll("pages", rows).await;
+    w.enroll("pages", chained_pages(pages)).await;
     exits_ok(
         w.worker("pages", "w1", "flex", &["--exit-when-idle"]),
         "flex worker",
