@@ -363,3 +363,38 @@ def test_a_chain_under_a_deadline_is_forecast_with_flex_and_its_rows_name_the_pa
     assert "by flex" in f.explanation
     row = tally.get_row(ledger, "p01")
     assert [(i.key, i.name, i.used_hash) for i in row.inputs] == [("p00", "previous", "")]
+
+
+def test_a_succeeded_row_asked_again_keeps_its_old_result_and_marks_its_dependant(
+    tally: Client, ledger: str
+) -> None:
+    # Invariant (issue 49): `redrive(include_succeeded=True)` asks a
+    # SUCCEEDED row again: the dry run names the dependant that used its
+    # answer and changes nothing; the real one keeps the old result as
+    # superseded; a different new answer marks the dependant's input
+    # changed (the ledger does not re-run dependants by default).
+    rows = [
+        {"key": "a", "payload": {"n": 0}},
+        {"key": "b", "payload": {"n": 1}, "depends_on": ["a"], "dependency_names": {"a": "prev"}},
+    ]
+    tally.enroll(ledger, rows)
+    for key, answer in [("a", {"v": 1}), ("b", {"v": "b"})]:
+        with tally.claim(ledger, 10) as session:
+            assert [r.key for r in session.rows] == [key]
+            session.succeed(key, answer)
+    dry = tally.redrive(ledger, ["a"], include_succeeded=True, dry_run=True)
+    assert (dry.reanswered, dry.dependants_at_risk, dry.at_risk_keys) == (1, 1, ("b",))
+    assert tally.get_row(ledger, "a").status == RowStatus.SUCCEEDED
+    done = tally.redrive(ledger, ["a"], include_succeeded=True, reason="new model")
+    assert (done.reanswered, done.sample_keys) == (1, ("a",))
+    a = tally.get_row(ledger, "a")
+    assert a.status == RowStatus.PENDING and a.result is None
+    assert [(s.result_version, s.result, s.rule, s.reason) for s in a.superseded] == [
+        (1, {"v": 1}, "reanswer", "new model")
+    ]
+    with tally.claim(ledger, 10) as session:
+        assert [r.key for r in session.rows] == ["a"]
+        session.succeed("a", {"v": 2})
+    b = tally.get_row(ledger, "b")
+    assert b.status == RowStatus.SUCCEEDED and b.inputs[0].changed
+    assert tally.summarize(ledger).inputs_changed == 1

@@ -90,6 +90,7 @@ const JSON_TEXT_FIELDS: &[&str] = &[
     "tally.v1.Row.payload",
     "tally.v1.Row.result",
     "tally.v1.Row.response",
+    "tally.v1.SupersededResult.result",
     "tally.v1.Prompt.response_schema",
     "tally.v1.GoldenRow.payload",
     "tally.v1.GoldenRow.expected",

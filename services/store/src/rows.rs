@@ -8,7 +8,7 @@
 use crate::codes::{self, CLAIM_ACTIVE, Fragment, HELD as HELD_STATUS, PERMANENT, SUCCEEDED};
 use crate::types::{
     AttemptInfo, DependencyInput, LedgerRecord, LedgerSummary, ModelUsage, RowFilter, RowRecord,
-    RowsPage, Time, Usage,
+    RowsPage, SupersededResult, Time, Usage,
 };
 use crate::{Result, Store, StoreError};
 use sqlx::{Postgres, QueryBuilder};
@@ -95,6 +95,8 @@ impl RowRow {
                 result_version: self.result_version,
                 history: Vec::new(),
                 inputs: Vec::new(),
+                superseded: Vec::new(),
+                superseded_omitted: 0,
                 history_omitted: 0,
             },
         ))
@@ -249,6 +251,9 @@ struct AttemptRow {
 /// older ones it left out.
 pub const HISTORY_BYTES: i64 = 1024 * 1024;
 
+/// Most superseded results GetRow shows (each as long as a result may be).
+pub const SUPERSEDED_SHOWN: i64 = 5;
+
 /// Counted for each attempt beyond its text: numbers, times, tokens and
 /// their encoding.
 const ATTEMPT_OVERHEAD: i64 = 128;
@@ -287,7 +292,31 @@ impl Store {
         if !out.depends_on.is_empty() {
             out.inputs = self.inputs(&[id]).await?.remove(&id).unwrap_or_default();
         }
+        if out.result_version > tally_core::delivery::FIRST_VERSION {
+            (out.superseded, out.superseded_omitted) = self.superseded(id).await?;
+        }
         Ok(out)
+    }
+
+    /// The newest results row `row_id` had before it was asked again, and
+    /// how many older ones are left out.
+    async fn superseded(&self, row_id: i64) -> Result<(Vec<SupersededResult>, i64)> {
+        let shown: Vec<SupersededResult> = sqlx::query_as(
+            "SELECT result_version, result, rule, reason, actor, supersede_time
+             FROM superseded_results WHERE row_id = $1
+             ORDER BY result_version DESC LIMIT $2",
+        )
+        .bind(row_id)
+        .bind(SUPERSEDED_SHOWN)
+        .fetch_all(&self.pool)
+        .await?;
+        let all: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM superseded_results WHERE row_id = $1")
+                .bind(row_id)
+                .fetch_one(&self.pool)
+                .await?;
+        let omitted = all - shown.len() as i64;
+        Ok((shown, omitted))
     }
 
     /// The dependencies of several rows as their prompts used them, by row

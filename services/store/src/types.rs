@@ -361,6 +361,10 @@ pub struct RowRecord {
     /// Its dependencies as its prompt used them, in key order (filled by
     /// `get_row` and the full view).
     pub inputs: Vec<DependencyInput>,
+    /// Results it had before it was asked again, newest first (GetRow
+    /// only, at most [`crate::rows::SUPERSEDED_SHOWN`]), and how many more.
+    pub superseded: Vec<SupersededResult>,
+    pub superseded_omitted: i64,
 }
 
 /// A dependency as a row's prompt used it.
@@ -375,6 +379,18 @@ pub struct DependencyInput {
     /// The dependency answered differently after the row used it, and the
     /// row was not asked again.
     pub changed: bool,
+}
+
+/// A result a row had before it was asked again.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SupersededResult {
+    pub result_version: i32,
+    pub result: Option<String>,
+    /// `reanswer` or `dependency_changed`.
+    pub rule: String,
+    pub reason: String,
+    pub actor: String,
+    pub supersede_time: Time,
 }
 
 /// A page of [`Store::list_rows`](crate::Store::list_rows).

@@ -69,6 +69,7 @@ from tally_client.types import (
     JobState,
     Ledger,
     Pause,
+    Redrive,
     ReportResult,
     Row,
     RowPage,
@@ -237,6 +238,30 @@ class Client:
             name=ledger_name(ledger), force=force, etag=etag, content_etag=content_etag
         )
         return Ledger.from_pb(self.call(self.ledgers.DeleteLedger, req))
+
+    def redrive(
+        self,
+        ledger: str,
+        keys: Sequence[str],
+        *,
+        include_succeeded: bool = False,
+        dry_run: bool = False,
+        reason: str = "",
+    ) -> Redrive:
+        """RedriveRows (operator role) for rows `keys`: PERMANENT and
+        BLOCKED ones back to PENDING with fresh budgets; with
+        `include_succeeded`, SUCCEEDED ones asked again too (their results
+        kept as superseded; see services/server/README.md, "When a
+        dependency answers differently"). `dry_run` says what it would do
+        and cost, and changes nothing."""
+        req = ledger_pb2.RedriveRowsRequest(
+            parent=ledger_name(ledger),
+            keys=ledger_pb2.RowKeys(keys=list(keys)),
+            validate_only=dry_run,
+            include_succeeded=include_succeeded,
+            reason=reason,
+        )
+        return Redrive.from_pb(self.call(self.ledgers.RedriveRows, req))
 
     def summarize(self, ledger: str) -> Summary:
         req = ledger_pb2.SummarizeLedgerRequest(name=ledger_name(ledger))

@@ -389,6 +389,69 @@ class DependencyInput:
 
 
 @dataclass(frozen=True)
+class Redrive:
+    """What a redrive did (or, as a dry run, would do)."""
+
+    #: PERMANENT or BLOCKED rows back to PENDING.
+    redriven: int
+    #: Their dependants that went from BLOCKED back to PENDING.
+    unblocked: int
+    #: Rows named or matched that stay as they were.
+    skipped: int
+    #: SUCCEEDED rows asked again (`include_succeeded`).
+    reanswered: int
+    #: SUCCEEDED rows whose prompts used their answers, directly or not:
+    #: asked again where the ledger re-runs dependants and the answer
+    #: they used changes, marked `changed` otherwise.
+    dependants_at_risk: int
+    #: What asking again costs at the ledger's prices (the dependants at
+    #: risk included where the ledger re-runs them).
+    estimated_cost_usd: float
+    #: Up to 100 of the rows redriven or asked again.
+    sample_keys: tuple[str, ...]
+    #: Up to 100 of the dependants at risk.
+    at_risk_keys: tuple[str, ...]
+
+    @classmethod
+    def from_pb(cls, r: ledger_pb2.RedriveRowsResponse) -> Redrive:
+        return cls(
+            redriven=r.redriven,
+            unblocked=r.unblocked,
+            skipped=r.skipped,
+            reanswered=r.reanswered,
+            dependants_at_risk=r.dependants_at_risk,
+            estimated_cost_usd=r.estimated_cost_usd,
+            sample_keys=tuple(r.sample_keys),
+            at_risk_keys=tuple(r.at_risk_keys),
+        )
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """A result a row had before it was asked again (kept, never
+    overwritten): the version it was delivered as, why it was asked again
+    (`reanswer` or `dependency_changed`), by whom and when."""
+
+    result_version: int
+    result: Any
+    rule: str
+    reason: str
+    actor: str
+    supersede_time: datetime | None
+
+    @classmethod
+    def from_pb(cls, s: ledger_pb2.SupersededResult) -> Superseded:
+        return cls(
+            result_version=s.result_version,
+            result=decode_json(s.result),
+            rule=s.rule,
+            reason=s.reason,
+            actor=s.actor,
+            supersede_time=time_of(s.supersede_time, s.HasField("supersede_time")),
+        )
+
+
+@dataclass(frozen=True)
 class Row:
     """A row of a ledger. `payload` and `result` are the decoded JSON (None
     in the basic view, which `rows(..., full=False)` lists, and `result`
@@ -426,6 +489,9 @@ class Row:
     #: the full view): the name it gave each, and the SHA-256 of the result
     #: its latest claim was given ("" until claimed).
     inputs: tuple[DependencyInput, ...]
+    #: The results it had before it was asked again, newest first, at most
+    #: 5 (GetRow only).
+    superseded: tuple[Superseded, ...]
     #: `ledgers/{ledger}/rows/{key}`.
     name: str = field(repr=False)
     payload_text: str = field(repr=False)
@@ -457,6 +523,7 @@ class Row:
             history_omitted=r.history_omitted,
             result_version=r.result_version,
             inputs=tuple(DependencyInput(i.key, i.name, i.used_hash, i.changed) for i in r.inputs),
+            superseded=tuple(Superseded.from_pb(x) for x in r.superseded),
             name=r.name,
             payload_text=r.payload,
             result_text=r.result,

@@ -410,6 +410,24 @@ pub async fn get(ctx: &mut Ctx, args: RowArgs) -> Result<ExitCode, CliError> {
     );
     println!();
     ctx.print_table(&attempts_table(&r.history));
+    if !r.superseded.is_empty() {
+        println!("\nresults it had before it was asked again (newest first):");
+        let mut t = Table::new(["VERSION", "TIME", "RULE", "ACTOR", "REASON", "RESULT"]);
+        for s in &r.superseded {
+            t.row([
+                s.result_version.to_string(),
+                render::time(s.supersede_time.as_ref()),
+                s.rule.clone(),
+                s.actor.clone(),
+                truncate(&s.reason, 60),
+                truncate(&s.result, 80),
+            ]);
+        }
+        ctx.print_table(&t);
+        if r.superseded_omitted > 0 {
+            println!("({} older ones not shown)", r.superseded_omitted);
+        }
+    }
     Ok(ExitCode::Ok)
 }
 

@@ -23,9 +23,16 @@ impl JsonlSink {
 pub fn row_line(r: &pb::Row) -> Value {
     let mut v = render::row_json(r);
     if let Some(o) = v.as_object_mut() {
-        // An export carries no history, so nothing of it is counted either.
-        o.remove("history");
-        o.remove("history_omitted");
+        // An export carries no history or superseded results (ListRows
+        // has neither), so nothing of them is counted either.
+        for key in [
+            "history",
+            "history_omitted",
+            "superseded",
+            "superseded_omitted",
+        ] {
+            o.remove(key);
+        }
     }
     v
 }

@@ -453,6 +453,46 @@ async fn ledgers_enroll_status_rows_and_redrive() {
         "PENDING"
     );
 
+    // Asked again (issue 49): a SUCCEEDED row goes back to PENDING, its old
+    // result kept and shown; the dry run changes nothing.
+    let succeeded = env
+        .json(&["rows", "reviews", "--status", "succeeded"])
+        .await;
+    let key = succeeded["rows"][0]["key"].as_str().unwrap().to_owned();
+    let ask = ["redrive", "reviews", "--keys", &key, "--include-succeeded"];
+    let dry = env.ok(&[&ask[..], &["--dry-run"]].concat()).await;
+    assert!(
+        dry.stdout.contains("would ask again 1 succeeded row(s)"),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(
+        env.json(&["row", "reviews", &key]).await["status"],
+        "SUCCEEDED"
+    );
+    env.ok(&[&ask[..], &["--reason", "new prompt"]].concat())
+        .await;
+    let row = env.json(&["row", "reviews", &key]).await;
+    assert_eq!(row["status"], "PENDING");
+    assert_eq!(row["superseded"][0]["result_version"], 1);
+    assert_eq!(row["superseded"][0]["result"]["label"], "ok");
+    let text = env.ok(&["row", "reviews", &key]).await;
+    assert!(
+        text.stdout
+            .contains("results it had before it was asked again")
+            && text.stdout.contains("new prompt"),
+        "{}",
+        text.stdout
+    );
+    env.ok(&["ledgers", "update", "reviews", "--rerun-dependants", "on"])
+        .await;
+    let got = env.ok(&["ledgers", "get", "reviews"]).await;
+    assert!(got.stdout.contains("rerun dependants"), "{}", got.stdout);
+    let bad = env
+        .run(&["ledgers", "update", "reviews", "--rerun-dependants", "yes"])
+        .await;
+    assert_eq!(bad.code, 1, "{bad:?}");
+
     env.stop().await;
 }
 

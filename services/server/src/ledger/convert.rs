@@ -926,6 +926,19 @@ pub fn row_to_proto(r: &st::RowRecord) -> pb::Row {
             .collect(),
         unmet_dependencies: r.unmet_deps,
         history_omitted: i32::try_from(r.history_omitted).unwrap_or(i32::MAX),
+        superseded: r
+            .superseded
+            .iter()
+            .map(|s| pb::SupersededResult {
+                result_version: s.result_version,
+                result: s.result.clone().unwrap_or_default(),
+                rule: s.rule.clone(),
+                reason: s.reason.clone(),
+                actor: s.actor.clone(),
+                supersede_time: Some(timestamp(s.supersede_time)),
+            })
+            .collect(),
+        superseded_omitted: i32::try_from(r.superseded_omitted).unwrap_or(i32::MAX),
         inputs: r
             .inputs
             .iter()

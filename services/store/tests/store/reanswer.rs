@@ -116,6 +116,16 @@ async fn a_row_asked_again_keeps_its_old_result_and_marks_what_used_it() {
         superseded(s, "a").await,
         [(1, "{\"ok\": \"a1\"}".to_string(), "reanswer".to_string())]
     );
+    let shown: Vec<_> = a
+        .superseded
+        .iter()
+        .map(|x| (x.result_version, x.result.as_deref(), x.reason.as_str()))
+        .collect();
+    assert_eq!(
+        shown,
+        [(1, Some("{\"ok\": \"a1\"}"), "prompt fixed")],
+        "GetRow shows it"
+    );
     assert_eq!(status(s, "b").await, RowStatus::Succeeded);
     assert_queue_consistent(s).await;
 

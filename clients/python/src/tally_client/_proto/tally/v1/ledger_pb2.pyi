@@ -755,7 +755,7 @@ class CachedAnswer(_message.Message):
     def __init__(self, row: _Optional[str] = ..., attempt: _Optional[int] = ..., cost_usd: _Optional[float] = ..., answer_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_version: _Optional[str] = ...) -> None: ...
 
 class Row(_message.Message):
-    __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response", "result_version", "inputs")
+    __slots__ = ("name", "key", "payload", "depends_on", "prompt", "model", "status", "attempts", "rule", "last_error", "result", "usage", "claim", "job", "next_attempt_time", "create_time", "update_time", "history", "unmet_dependencies", "history_omitted", "response", "result_version", "inputs", "superseded", "superseded_omitted")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -779,6 +779,8 @@ class Row(_message.Message):
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
     RESULT_VERSION_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_OMITTED_FIELD_NUMBER: _ClassVar[int]
     name: str
     key: str
     payload: str
@@ -802,7 +804,25 @@ class Row(_message.Message):
     response: str
     result_version: int
     inputs: _containers.RepeatedCompositeFieldContainer[DependencyInput]
-    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ..., history_omitted: _Optional[int] = ..., response: _Optional[str] = ..., result_version: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[DependencyInput, _Mapping]]] = ...) -> None: ...
+    superseded: _containers.RepeatedCompositeFieldContainer[SupersededResult]
+    superseded_omitted: int
+    def __init__(self, name: _Optional[str] = ..., key: _Optional[str] = ..., payload: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., prompt: _Optional[_Union[_common_pb2.PromptRef, _Mapping]] = ..., model: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.RowStatus, str]] = ..., attempts: _Optional[_Union[_common_pb2.AttemptCounts, _Mapping]] = ..., rule: _Optional[str] = ..., last_error: _Optional[str] = ..., result: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., claim: _Optional[str] = ..., job: _Optional[str] = ..., next_attempt_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., unmet_dependencies: _Optional[int] = ..., history_omitted: _Optional[int] = ..., response: _Optional[str] = ..., result_version: _Optional[int] = ..., inputs: _Optional[_Iterable[_Union[DependencyInput, _Mapping]]] = ..., superseded: _Optional[_Iterable[_Union[SupersededResult, _Mapping]]] = ..., superseded_omitted: _Optional[int] = ...) -> None: ...
+
+class SupersededResult(_message.Message):
+    __slots__ = ("result_version", "result", "rule", "reason", "actor", "supersede_time")
+    RESULT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    result_version: int
+    result: str
+    rule: str
+    reason: str
+    actor: str
+    supersede_time: _timestamp_pb2.Timestamp
+    def __init__(self, result_version: _Optional[int] = ..., result: _Optional[str] = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., actor: _Optional[str] = ..., supersede_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class DependencyInput(_message.Message):
     __slots__ = ("key", "name", "used_hash", "changed")
