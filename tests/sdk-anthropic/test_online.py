@@ -11,7 +11,7 @@ from anthropic.types import TextBlock
 
 from conftest import KEY, Emulator
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
 
 
 def test_a_message_parses_with_its_usage_and_request_id(

@@ -20,7 +20,7 @@ from anthropic.types.messages.batch_create_params import Request
 
 from conftest import KEY, Emulator, running
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
 
 
 def _requests(ids: list[str], prompt: str = "a prompt") -> list[Request]:

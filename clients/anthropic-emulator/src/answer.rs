@@ -194,7 +194,7 @@ mod tests {
     use super::*;
 
     fn params(prompt: &str) -> Value {
-        json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "be brief",
+        json!({"model": "claude-sonnet-4-6", "max_tokens": 64, "system": "be brief",
             "messages": [{"role": "user", "content": [{"type": "text", "text": prompt}]}]})
     }
 
@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(a.result["type"], "succeeded");
         assert_eq!(m["type"], "message");
         assert_eq!(m["role"], "assistant");
-        assert_eq!(m["model"], "claude-sonnet-4-5");
+        assert_eq!(m["model"], "claude-sonnet-4-6");
         assert_eq!(m["stop_reason"], "end_turn");
         assert!(m["stop_sequence"].is_null());
         let text = m["content"][0]["text"].as_str().unwrap();

@@ -152,7 +152,7 @@ mod tests {
     use serde_json::json;
 
     fn request(id: &str) -> Value {
-        json!({"custom_id": id, "params": {"model": "claude-sonnet-4-5", "max_tokens": 16,
+        json!({"custom_id": id, "params": {"model": "claude-sonnet-4-6", "max_tokens": 16,
             "messages": [{"role": "user", "content": "hi"}]}})
     }
 
@@ -173,7 +173,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.len(), 2);
-        assert_eq!(ok[1].model(), Some("claude-sonnet-4-5"));
+        assert_eq!(ok[1].model(), Some("claude-sonnet-4-6"));
         assert!(refusal(json!([])).starts_with("requests: List should have between 1"));
         let mut bad = request("x");
         bad["custom_id"] = json!("has space");
@@ -216,7 +216,7 @@ mod tests {
     // `invalid_request_error`.
     #[test]
     fn params_are_checked_when_processed() {
-        let models = Models::only(&["claude-sonnet-4-5"]);
+        let models = Models::only(&["claude-sonnet-4-6"]);
         let good = request("a")["params"].clone();
         assert_eq!(check_params(&good, &models), Ok(()));
         let mut p = good.clone();

@@ -1,6 +1,6 @@
 //! The models an emulator's batches may name: any, or a list of names whose
 //! dated snapshots count as the name (`gpt-4o-2024-08-06` is `gpt-4o`'s,
-//! `claude-sonnet-4-5-20250929` is `claude-sonnet-4-5`'s). What a request
+//! `claude-haiku-4-5-20251001` is `claude-haiku-4-5`'s). What a request
 //! naming another model gets is the emulator's own business. Pure.
 
 /// The models batches may name. No `Default`: each emulator says what it
@@ -57,12 +57,12 @@ mod tests {
     // longer names that merely start with it.
     #[test]
     fn names_admit_their_dated_snapshots() {
-        let m = Models::only(&["gpt-4o-mini", "claude-sonnet-4-5"]);
+        let m = Models::only(&["gpt-4o-mini", "claude-haiku-4-5"]);
         assert!(m.allows("gpt-4o-mini"));
         assert!(m.allows("gpt-4o-mini-2024-07-18"));
-        assert!(m.allows("claude-sonnet-4-5-20250929"));
+        assert!(m.allows("claude-haiku-4-5-20251001"));
         assert!(!m.allows("gpt-4o-mini-turbo"));
-        assert!(!m.allows("claude-sonnet-4"));
+        assert!(!m.allows("claude-haiku-4"));
         assert!(Models::Any.allows("anything"));
         assert_eq!(Models::parse("*"), Ok(Models::Any));
         assert_eq!(Models::parse(" a, b ,"), Ok(Models::only(&["a", "b"])));

@@ -18,7 +18,7 @@ from tally_client.providers import MAX_PROVIDER, is_provider_name, route
         ("gpt-4o-mini", "openai", "gpt-4o-mini"),
         ("o3-mini", "openai", "o3-mini"),
         ("ft:gpt-4o-mini:acme::abc123", "openai", "ft:gpt-4o-mini:acme::abc123"),
-        ("claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5"),
+        ("claude-sonnet-4-6", "anthropic", "claude-sonnet-4-6"),
         ("openai/gpt-4o", "openai", "gpt-4o"),
         ("gemini/gpt-lookalike", "gemini", "gpt-lookalike"),
         ("vllm/meta-llama/Llama-3.1-8B-Instruct", "vllm", "meta-llama/Llama-3.1-8B-Instruct"),

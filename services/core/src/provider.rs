@@ -3,7 +3,7 @@
 //! A model belongs to exactly one provider. The name says which:
 //!
 //! - `{provider}/{model}` names it explicitly: `openai/gpt-4o-mini`,
-//!   `anthropic/claude-sonnet-4-5`, `gemini/gemini-2.5-flash`, or an
+//!   `anthropic/claude-sonnet-4-6`, `gemini/gemini-2.5-flash`, or an
 //!   OpenAI-compatible server configured under its own name
 //!   (`vllm/meta-llama/Llama-3.1-8B-Instruct`: provider `vllm`, model
 //!   `meta-llama/Llama-3.1-8B-Instruct`). The provider part is lowercase
@@ -206,7 +206,7 @@ mod tests {
             r("ft:gpt-4o-mini:acme::abc123"),
             ("openai", "ft:gpt-4o-mini:acme::abc123")
         );
-        assert_eq!(r("claude-sonnet-4-5"), ("anthropic", "claude-sonnet-4-5"));
+        assert_eq!(r("claude-sonnet-4-6"), ("anthropic", "claude-sonnet-4-6"));
         assert_eq!(r("openai/gpt-4o"), ("openai", "gpt-4o"));
         assert_eq!(r("gemini/gpt-lookalike"), ("gemini", "gpt-lookalike"));
         assert_eq!(

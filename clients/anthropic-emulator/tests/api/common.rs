@@ -8,7 +8,7 @@ pub use emulator_kit::testing::{DEADLINE, eventually};
 use serde_json::{Value, json};
 
 pub const KEY: &str = "sk-ant-test";
-pub const MODEL: &str = "claude-sonnet-4-5";
+pub const MODEL: &str = "claude-sonnet-4-6";
 pub const VERSION: &str = "2023-06-01";
 
 pub fn config(faults: FaultPlan) -> EmulatorConfig {

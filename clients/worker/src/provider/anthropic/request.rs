@@ -141,7 +141,7 @@ mod tests {
         let req = build_request(
             &json!({"t": "x", "page": {"uri": "p/1.png", "sha256": H}}).to_string(),
             Some(&p),
-            "claude-sonnet-4-5",
+            "claude-sonnet-4-6",
         )
         .unwrap();
         assert!(req.get("system").is_none());
