@@ -213,6 +213,42 @@ async fn every_final_result_is_logged_once_at_its_version() {
     .await
     .unwrap();
     assert_eq!(v2 as usize, permanent.len());
+    // Succeeded rows asked again (issue 49): each new answer is logged
+    // once more, as the row's next version.
+    let again: Vec<String> = sqlx::query_scalar(
+        "SELECT key FROM rows WHERE status = 4 AND result_version = 1 ORDER BY key LIMIT 3",
+    )
+    .fetch_all(s.pool())
+    .await
+    .unwrap();
+    assert_eq!(again.len(), 3);
+    let asked = s
+        .redrive(
+            "l",
+            &RedriveTarget::Keys(again.clone()),
+            false,
+            true,
+            "op",
+            "",
+        )
+        .await
+        .unwrap();
+    assert_eq!(asked.reanswered, 3);
+    assert_log_matches_rows(s).await;
+    while let Some(g) = claim(s, "l", 100).await {
+        let items: Vec<_> = g.rows.iter().map(|r| success(&r.key, 1)).collect();
+        s.report("l", g.claim.token, &items, "w").await.unwrap();
+    }
+    assert_log_matches_rows(s).await;
+    let logged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM result_log e, unnest(e.row_ids, e.versions) AS x(row_id, version)
+         JOIN rows r ON r.id = x.row_id WHERE r.key = ANY($1) AND x.version = 2",
+    )
+    .bind(&again)
+    .fetch_one(s.pool())
+    .await
+    .unwrap();
+    assert_eq!(logged, 3, "each new answer logged once, as version 2");
 }
 
 // Invariant: a consumer from the beginning gets every final result once,
