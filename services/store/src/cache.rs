@@ -126,24 +126,20 @@ impl Store {
         static SQL: LazyLock<String> =
             LazyLock::new(|| codes::render(include_str!("queries/cache/find.sql")));
         let requests: Vec<&str> = lookups.iter().map(|l| l.request.as_str()).collect();
+        let keys: Vec<&str> = lookups.iter().map(|l| l.key.as_str()).collect();
         let found: Vec<Found> = sqlx::query_as(sqlx::AssertSqlSafe(SQL.as_str()))
             .bind(hashes)
             .bind(&requests)
             .bind(team)
             .bind(cache.scope.is_shared())
             .bind(crate::report::millis(cache.max_age))
+            .bind(ledger_id)
+            .bind(&keys)
             .fetch_all(&self.pool)
             .await?;
-        let again = crate::reanswer::asked_again(
-            &self.pool,
-            ledger_id,
-            lookups.iter().map(|l| l.key.as_str()),
-        )
-        .await?;
         Ok(found
             .into_iter()
             .map(|f| ((f.n - 1).max(0) as usize, f))
-            .filter(|(i, _)| !again.contains(lookups[*i].key.as_str()))
             .collect())
     }
 

@@ -7,7 +7,6 @@
 use crate::codes;
 use crate::{Result, StoreError};
 use sqlx::{Postgres, Transaction};
-use std::collections::HashSet;
 use std::sync::LazyLock;
 use tally_core::lane::Lane;
 use tally_core::policy::Policy;
@@ -168,21 +167,4 @@ pub(crate) async fn cost_again(
         }
     }
     Ok(tally_core::money::usd(total))
-}
-
-/// Which of rows `keys` of ledger `ledger_id` are being asked again (their
-/// last result is kept as superseded and they have no new one yet): the
-/// result cache must not answer them with what they had.
-pub(crate) async fn asked_again<'a>(
-    pool: &sqlx::PgPool,
-    ledger_id: i64,
-    keys: impl Iterator<Item = &'a str>,
-) -> Result<HashSet<String>> {
-    let keys: Vec<&str> = keys.collect();
-    let again: Vec<String> = sqlx::query_scalar(statement!("asked_again.sql"))
-        .bind(ledger_id)
-        .bind(&keys)
-        .fetch_all(pool)
-        .await?;
-    Ok(again.into_iter().collect())
 }

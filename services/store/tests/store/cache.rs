@@ -402,3 +402,49 @@ async fn rows_with_one_request_keep_one_answer() {
         ["r0", "r1"]
     );
 }
+
+/// Invariant (issue 49): a row asked again is never answered from the
+/// cache (it wants a new answer, not the one it had), while another row
+/// of the same ledger with the same request still is.
+#[tokio::test]
+async fn a_row_asked_again_is_not_answered_from_the_cache() {
+    let env = env().await;
+    let s = &env.store;
+    let a = claimed(s, "a", CacheScope::Team, 2).await;
+    assert!(
+        run(s, "a", a, "team-1", &["q0", "q1"], "v1")
+            .await
+            .is_empty()
+    );
+    let again = s
+        .redrive(
+            "a",
+            &tally_store::types::RedriveTarget::Keys(vec!["r0".into()]),
+            false,
+            true,
+            "op",
+            "",
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.reanswered, 1);
+    s.enroll("a", &[row("r2", &[])]).await.unwrap();
+    let token = claim(s, "a", 10).await.unwrap().claim.token;
+    // r0 asks q0 again; r2 asks q1, which r1 was answered before.
+    let lookups = vec![
+        Lookup {
+            key: "r0".into(),
+            request: "q0".into(),
+        },
+        Lookup {
+            key: "r2".into(),
+            request: "q1".into(),
+        },
+    ];
+    let got = s
+        .settle_from_cache("a", token, "team-1", &lookups, "w")
+        .await
+        .unwrap();
+    assert_eq!(got.hits, ["r2"], "r0 is asked again, not served");
+    assert_eq!(got.misses, 1);
+}
