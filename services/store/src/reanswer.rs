@@ -70,19 +70,18 @@ pub(crate) async fn reopen(
 /// After rows `settled` of ledger `ledger_id` were answered again: the
 /// dependants that used another answer than the one each has now are asked
 /// again where the ledger's policy says so, and otherwise (or while a row
-/// after them is queued or held) marked `changed`. Answers how many were
-/// asked again and how many marked.
+/// after them is queued or held) marked `changed`.
 pub(crate) async fn dependants_changed(
     tx: &mut Transaction<'static, Postgres>,
     ledger_id: i64,
     settled: &[i64],
-) -> Result<(usize, usize)> {
+) -> Result<()> {
     let edges: Vec<(i64, i64, String)> = sqlx::query_as(statement!("changed.sql"))
         .bind(settled)
         .fetch_all(&mut **tx)
         .await?;
     if edges.is_empty() {
-        return Ok((0, 0));
+        return Ok(());
     }
     let rerun: Option<bool> =
         sqlx::query_scalar("SELECT (policy->>'rerun_dependants')::bool FROM ledgers WHERE id = $1")
@@ -121,21 +120,19 @@ pub(crate) async fn dependants_changed(
         .execute(&mut **tx)
         .await?;
     }
-    let mut marked = marked_rows;
-    marked.dedup();
-    Ok((asked.len(), marked.len()))
+    Ok(())
 }
 
 /// The SUCCEEDED rows that used, directly or through each other, an answer
-/// of rows `ids`.
+/// of rows `ids`, with their keys, in id order.
 pub(crate) async fn at_risk(
     tx: &mut Transaction<'static, Postgres>,
     ids: &[i64],
-) -> Result<Vec<i64>> {
+) -> Result<Vec<(i64, String)>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(sqlx::query_scalar(statement!("at_risk.sql"))
+    Ok(sqlx::query_as(statement!("at_risk.sql"))
         .bind(ids)
         .fetch_all(&mut **tx)
         .await?)

@@ -144,7 +144,11 @@ impl Store {
             ..RedriveResult::default()
         };
         let priced: Vec<i64> = if record.policy.rerun_dependants {
-            reopened.iter().chain(&at_risk).copied().collect()
+            reopened
+                .iter()
+                .copied()
+                .chain(at_risk.iter().map(|(id, _)| *id))
+                .collect()
         } else {
             reopened.clone()
         };
@@ -156,7 +160,11 @@ impl Store {
                 result.sample_keys.push(keys[id].to_owned());
             }
         }
-        result.at_risk_keys = keys_of(&mut tx, &at_risk[..at_risk.len().min(SAMPLE_KEYS)]).await?;
+        result.at_risk_keys = at_risk
+            .into_iter()
+            .take(SAMPLE_KEYS)
+            .map(|(_, key)| key)
+            .collect();
         for (id, key) in &pending {
             if target_set.contains(id) {
                 result.redriven += 1;
@@ -239,19 +247,6 @@ async fn reblock(tx: &mut Transaction<'static, Postgres>, ids: &[i64]) -> Result
             .await?;
     }
     Ok(blocked)
-}
-
-/// The keys of rows `ids`, in id order.
-async fn keys_of(tx: &mut Transaction<'static, Postgres>, ids: &[i64]) -> Result<Vec<String>> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    Ok(
-        sqlx::query_scalar("SELECT key FROM rows WHERE id = ANY($1) ORDER BY id")
-            .bind(ids)
-            .fetch_all(&mut **tx)
-            .await?,
-    )
 }
 
 fn describe(target: &RedriveTarget) -> serde_json::Value {

@@ -301,8 +301,16 @@ impl Store {
     /// The newest results row `row_id` had before it was asked again, and
     /// how many older ones are left out.
     async fn superseded(&self, row_id: i64) -> Result<(Vec<SupersededResult>, i64)> {
-        let shown: Vec<SupersededResult> = sqlx::query_as(
-            "SELECT result_version, result, rule, reason, actor, supersede_time
+        // Each row with the count of all (the window runs before LIMIT).
+        #[derive(sqlx::FromRow)]
+        struct Counted {
+            #[sqlx(flatten)]
+            kept: SupersededResult,
+            all: i64,
+        }
+        let rows: Vec<Counted> = sqlx::query_as(
+            "SELECT result_version, result, rule, reason, actor, supersede_time,
+                    count(*) OVER () AS all
              FROM superseded_results WHERE row_id = $1
              ORDER BY result_version DESC LIMIT $2",
         )
@@ -310,11 +318,8 @@ impl Store {
         .bind(SUPERSEDED_SHOWN)
         .fetch_all(&self.pool)
         .await?;
-        let all: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM superseded_results WHERE row_id = $1")
-                .bind(row_id)
-                .fetch_one(&self.pool)
-                .await?;
+        let all = rows.first().map_or(0, |r| r.all);
+        let shown: Vec<SupersededResult> = rows.into_iter().map(|r| r.kept).collect();
         let omitted = all - shown.len() as i64;
         Ok((shown, omitted))
     }
